@@ -1,0 +1,35 @@
+"""dpate_core: the mathematics of differentially private multi-site ATE estimation.
+
+Pure and fast: numpy arrays in, numbers out; no I/O, no logging, no orchestration. The modules:
+
+- :mod:`dpate_core.privacy`: exact (epsilon, delta) and budget splits.
+- :mod:`dpate_core.noise`: secure (OpenDP) and simulation samplers; analytic Gaussian calibration.
+- :mod:`dpate_core.estimators`: exact matching (Algorithm 1), its variance, difference in means.
+- :mod:`dpate_core.sensitivity`: local, smooth and global sensitivities (corrected per ERRATA).
+- :mod:`dpate_core.release`: the private site releases returning :class:`SiteEstimate`.
+- :mod:`dpate_core.aggregation`: MVAgg, AggAll, AggLargest, inverse-variance, random effects.
+"""
+
+from dpate_core.aggregation import AGGREGATORS, AggregateResult, aggregate
+from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
+from dpate_core.release import (
+    ESTIMATORS,
+    SiteEstimate,
+    dp_difference_in_means,
+    global_dp_matching,
+    smooth_dp_matching,
+)
+
+__all__ = [
+    "AGGREGATORS",
+    "ESTIMATORS",
+    "AggregateResult",
+    "BudgetSplit",
+    "PrivacyParams",
+    "SiteEstimate",
+    "aggregate",
+    "dp_difference_in_means",
+    "exact",
+    "global_dp_matching",
+    "smooth_dp_matching",
+]
