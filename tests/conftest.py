@@ -1,0 +1,25 @@
+"""Settings shared by the whole suite. Each test folder adds its own fixtures."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The paper's data sets are read in place (never copied into the repository).
+os.environ.setdefault("DPATE_DATA_DIR", str((REPO.parent / "shared" / "data").resolve()))
+
+# Prefect: offline, quiet, and never the developer's own ~/.prefect database.
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="dpate-prefect-home-"))
+
+settings.register_profile(
+    "dpate", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("dpate")
