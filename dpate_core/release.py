@@ -12,14 +12,14 @@ per mechanism and in ``docs/privacy.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from dpate_core.estimators import arm_sums, matching_statistics
+from dpate_core.estimators import MatchingStatistics, arm_sums, matching_statistics
 from dpate_core.noise import Rng, analytic_gaussian_sigma, gaussian, laplace
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, to_float
 from dpate_core.sensitivity import (
@@ -31,9 +31,16 @@ from dpate_core.sensitivity import (
 
 __all__ = [
     "ESTIMATORS",
+    "MechanismPlan",
+    "NoiseSpec",
+    "Outputs",
     "SiteEstimate",
     "dp_difference_in_means",
+    "draw_many",
+    "draw_once",
     "global_dp_matching",
+    "plan_difference_in_means",
+    "plan_matching",
     "smooth_dp_matching",
 ]
 
@@ -126,7 +133,160 @@ def _delta(p: PrivacyParams) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# Mechanism plans: everything computed from the data before noise, and how the noisy values
+# assemble into the outputs. A release draws one secure value per noise site (``draw_once``); a
+# simulation draws arrays of repetitions from a seeded generator (``draw_many``). Both go through
+# the same ``assemble``, so the experiments measure exactly the mechanism that is released.
+
+
+@dataclass(frozen=True)
+class NoiseSpec:
+    """One noise draw: ``loc + Lap(scale)`` or ``loc + N(0, scale^2)``."""
+
+    name: str
+    loc: float
+    scale: float
+    kind: str  # "laplace" | "gaussian"
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Assembled outputs; floats for a release, arrays (one entry per repetition) in simulations."""
+
+    tau: Any
+    variance: Any
+    raw_variance: Any
+    diagnostics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MechanismPlan:
+    """A mechanism ready to draw. Holds private values (``noise[i].loc``): never leaves the site."""
+
+    estimator: str
+    n: int
+    n_treated: int | None
+    n_control: int | None
+    total: PrivacyParams
+    bound: float
+    shares: BudgetSplit
+    noise: tuple[NoiseSpec, ...]
+    assemble: Callable[[Mapping[str, Any]], Outputs]
+
+    def estimate(self, noisy: Mapping[str, float]) -> SiteEstimate:
+        out = self.assemble(noisy)
+        return SiteEstimate(
+            estimator=self.estimator,
+            tau=float(out.tau),
+            variance=float(out.variance),
+            raw_variance=float(out.raw_variance),
+            n=self.n,
+            n_treated=self.n_treated,
+            n_control=self.n_control,
+            epsilon=self.total.epsilon,
+            delta=self.total.delta,
+            bound=self.bound,
+            budget_split=self.shares.shares,
+            diagnostics={k: float(v) for k, v in out.diagnostics.items()},
+        )
+
+
+def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:
+    """One draw per noise site: secure OpenDP noise when ``rng`` is None."""
+    sample = {"laplace": laplace, "gaussian": gaussian}
+    return {spec.name: sample[spec.kind](spec.loc, spec.scale, rng) for spec in plan.noise}
+
+
+def draw_many(plan: MechanismPlan, rng: np.random.Generator, reps: int) -> dict[str, np.ndarray]:
+    """``reps`` simulated draws per noise site (simulations only: numpy, not secure)."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("draw_many is for simulations: pass a seeded numpy.random.Generator")
+    out = {}
+    for spec in plan.noise:
+        z = rng.laplace(0.0, 1.0, reps) if spec.kind == "laplace" else rng.normal(0.0, 1.0, reps)
+        out[spec.name] = spec.loc + spec.scale * z
+    return out
+
+
+def _release(plan: MechanismPlan, rng: Rng) -> SiteEstimate:
+    return plan.estimate(draw_once(plan, rng))
+
+
+# ---------------------------------------------------------------------------------------------
 # Randomized trials: section 3.1.1
+
+
+def plan_difference_in_means(
+    w,
+    y,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    arm_sizes_public: bool = True,
+) -> MechanismPlan:
+    """The plan of :func:`dp_difference_in_means` (see there for the privacy statement)."""
+    w_arr = np.asarray(w)
+    y_arr = np.asarray(y, dtype=np.float64)
+    bound = _check_bound(bound)
+    _check_outcomes(y_arr, bound)
+    total = PrivacyParams.of(epsilon, delta)
+    if total.epsilon <= 0:
+        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
+    n_t, n_c, s_t, s_c, q_t, q_c = arm_sums(w_arr, y_arr)
+    n = n_t + n_c
+    if n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n})")
+
+    noise: list[NoiseSpec] = []
+    if arm_sizes_public:
+        if n_t == 0 or n_c == 0:
+            raise ValueError(f"both arms must be non-empty (treated {n_t}, control {n_c})")
+        shares = BudgetSplit.of(split, 2)
+        p_sum, p_sq = shares.apply(total)
+        sum_scale, sq_scale = bound / _eps(p_sum), bound * bound / _eps(p_sq)
+    else:
+        shares = BudgetSplit.of(split, 3)
+        p_sum, p_sq, p_cnt = shares.apply(total)
+        sum_scale, sq_scale = 2.0 * bound / _eps(p_sum), 2.0 * bound * bound / _eps(p_sq)
+        noise.append(NoiseSpec("n_treated", float(n_t), 1.0 / _eps(p_cnt), "laplace"))
+    noise += [
+        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
+        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
+        NoiseSpec("sumsq_treated", q_t, sq_scale, "laplace"),
+        NoiseSpec("sumsq_control", q_c, sq_scale, "laplace"),
+    ]
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        diagnostics: dict[str, Any] = {}
+        if arm_sizes_public:
+            nt_hat, nc_hat = float(n_t), float(n_c)
+        else:
+            nt_hat = np.clip(v["n_treated"], 1.0, n - 1.0)  # post-processing: both arms >= 1
+            nc_hat = n - nt_hat
+            diagnostics["n_treated_dp"] = nt_hat
+        st, sc = v["sum_treated"], v["sum_control"]
+        tau = st / nt_hat - sc / nc_hat
+        var_t_raw = v["sumsq_treated"] / nt_hat - (st / nt_hat) ** 2
+        var_c_raw = v["sumsq_control"] / nc_hat - (sc / nc_hat) ** 2
+        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
+        sampling_raw = var_t_raw / nt_hat + var_c_raw / nc_hat
+        sampling = np.maximum(var_t_raw, 0.0) / nt_hat + np.maximum(var_c_raw, 0.0) / nc_hat
+        diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
+        return Outputs(tau, sampling + noise_var, sampling_raw + noise_var, diagnostics)
+
+    return MechanismPlan(
+        estimator="dim",
+        n=n,
+        n_treated=n_t if arm_sizes_public else None,
+        n_control=n_c if arm_sizes_public else None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=tuple(noise),
+        assemble=assemble,
+    )
 
 
 def dp_difference_in_means(
@@ -154,89 +314,20 @@ def dp_difference_in_means(
     ``delta`` is accepted for a uniform interface; it is not spent. Negative ``s^2`` from noisy
     sums are clamped at 0 after the release (post-processing); ``raw_variance`` keeps the value.
     """
-    w_arr = np.asarray(w)
-    y_arr = np.asarray(y, dtype=np.float64)
-    bound = _check_bound(bound)
-    _check_outcomes(y_arr, bound)
-    total = PrivacyParams.of(epsilon, delta)
-    if total.epsilon <= 0:
-        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
-    n_t, n_c, s_t, s_c, q_t, q_c = arm_sums(w_arr, y_arr)
-    n = n_t + n_c
-    if n < 2:
-        raise ValueError(f"a release needs at least 2 records (got {n})")
-
-    if arm_sizes_public:
-        if n_t == 0 or n_c == 0:
-            raise ValueError(f"both arms must be non-empty (treated {n_t}, control {n_c})")
-        shares = BudgetSplit.of(split, 2)
-        p_sum, p_sq = shares.apply(total)
-        e1, e2 = _eps(p_sum), _eps(p_sq)
-        sum_scale, sq_scale = bound / e1, bound * bound / e2
-        nt_hat, nc_hat = float(n_t), float(n_c)
-        diagnostics: dict[str, float] = {}
-    else:
-        shares = BudgetSplit.of(split, 3)
-        p_sum, p_sq, p_cnt = shares.apply(total)
-        e1, e2 = _eps(p_sum), _eps(p_sq)
-        sum_scale, sq_scale = 2.0 * bound / e1, 2.0 * bound * bound / e2
-        nt_noisy = laplace(float(n_t), 1.0 / _eps(p_cnt), rng)
-        nt_hat = min(max(nt_noisy, 1.0), n - 1.0)  # post-processing: both arms at least 1
-        nc_hat = n - nt_hat
-        diagnostics = {"n_treated_dp": nt_hat}
-
-    st_dp = laplace(s_t, sum_scale, rng)
-    sc_dp = laplace(s_c, sum_scale, rng)
-    qt_dp = laplace(q_t, sq_scale, rng)
-    qc_dp = laplace(q_c, sq_scale, rng)
-
-    tau = st_dp / nt_hat - sc_dp / nc_hat
-    var_t_raw = qt_dp / nt_hat - (st_dp / nt_hat) ** 2
-    var_c_raw = qc_dp / nc_hat - (sc_dp / nc_hat) ** 2
-    noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
-    sampling_raw = var_t_raw / nt_hat + var_c_raw / nc_hat
-    sampling = max(var_t_raw, 0.0) / nt_hat + max(var_c_raw, 0.0) / nc_hat
-    diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
-    return SiteEstimate(
-        estimator="dim",
-        tau=tau,
-        variance=sampling + noise_var,
-        raw_variance=sampling_raw + noise_var,
-        n=n,
-        n_treated=n_t if arm_sizes_public else None,
-        n_control=n_c if arm_sizes_public else None,
-        epsilon=total.epsilon,
-        delta=total.delta,
+    plan = plan_difference_in_means(
+        w,
+        y,
         bound=bound,
-        budget_split=shares.shares,
-        diagnostics=diagnostics,
+        epsilon=epsilon,
+        delta=delta,
+        split=split,
+        arm_sizes_public=arm_sizes_public,
     )
+    return _release(plan, rng)
 
 
 # ---------------------------------------------------------------------------------------------
 # Observational studies: Algorithm 2 and the appendix
-
-
-def _matching_inputs(w, y, x, bound, domain_size):
-    bound = _check_bound(bound)
-    y_arr = np.asarray(y, dtype=np.float64)
-    _check_outcomes(y_arr, bound)
-    stats = matching_statistics(w, y_arr, x, domain_size)
-    if stats.n < 2:
-        raise ValueError(f"a release needs at least 2 records (got {stats.n})")
-    return bound, stats
-
-
-def _private_variance(
-    stats, n, bound, p_var: PrivacyParams, domain_size, rng
-) -> tuple[float, float]:
-    """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate."""
-    e2, d2 = _eps(p_var), _delta(p_var)
-    beta2 = smooth_beta(e2, d2)
-    s_var = matching_variance_smooth_sensitivity(
-        stats.treated_counts, stats.control_counts, n, bound, beta2, domain_size
-    )
-    return laplace(stats.variance, 2.0 * s_var / e2, rng), beta2
 
 
 def _require_delta(total: PrivacyParams, name: str) -> None:
@@ -247,6 +338,114 @@ def _require_delta(total: PrivacyParams, name: str) -> None:
             f"delta ({total.delta}) must be positive: {name} uses smooth sensitivity, which is "
             f"(epsilon, delta)-DP; give a small delta such as 1e-5"
         )
+
+
+def _variance_noise(
+    stats: MatchingStatistics, bound, p_var: PrivacyParams, domain_size
+) -> NoiseSpec:
+    """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate."""
+    e2 = _eps(p_var)
+    beta2 = smooth_beta(e2, _delta(p_var))
+    s_var = matching_variance_smooth_sensitivity(
+        stats.treated_counts, stats.control_counts, stats.n, bound, beta2, domain_size
+    )
+    return NoiseSpec("variance", stats.variance, 2.0 * s_var / e2, "laplace")
+
+
+def plan_matching(
+    estimator: str,
+    stats: MatchingStatistics,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    domain_size: int | None = None,
+    split: Sequence[Number] | None = None,
+) -> MechanismPlan:
+    """The plan of :func:`smooth_dp_matching` or :func:`global_dp_matching` from the one-pass
+    statistics of :func:`dpate_core.estimators.matching_statistics` (see those for the privacy
+    statements). Experiments compute ``stats`` once per data split and reuse it."""
+    bound = _check_bound(bound)
+    total = PrivacyParams.of(epsilon, delta)
+    n = stats.n
+    if n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n})")
+    if estimator == "smooth_matching":
+        _require_delta(total, "SmoothDPMatching")
+        shares = BudgetSplit.of(split, 3)
+        p_ate, p_var, p_sens = shares.apply(total)
+        e1 = _eps(p_ate)
+        beta1 = smooth_beta(e1, _delta(p_ate))
+        s_ate = matching_smooth_sensitivity(
+            stats.treated_counts, stats.control_counts, n, bound, beta1, domain_size
+        )
+        # ln S has global sensitivity beta_1 (S is beta_1-smooth); analytic Gaussian calibration
+        sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
+        noise = (
+            NoiseSpec("tau", stats.tau, 2.0 * s_ate / e1, "laplace"),
+            _variance_noise(stats, bound, p_var, domain_size),
+            NoiseSpec("log_smooth_sensitivity", math.log(s_ate), sigma, "gaussian"),
+        )
+
+        def assemble(v: Mapping[str, Any]) -> Outputs:
+            log_s = v["log_smooth_sensitivity"]
+            s_dp = np.exp(log_s - sigma**2 / 2.0)  # unbiased for S (the Lemma)
+            s2_dp = np.exp(2.0 * log_s - 2.0 * sigma**2)  # unbiased for S^2 (ERRATA 4)
+            noise_var = 8.0 * s2_dp / e1**2
+            v_dp = v["variance"]
+            return Outputs(
+                v["tau"],
+                np.maximum(v_dp, 0.0) + noise_var,
+                v_dp + noise_var,
+                {
+                    "smooth_sensitivity_dp": s_dp,
+                    "sampling_variance_dp": v_dp,
+                    "noise_variance": noise_var,
+                },
+            )
+
+    elif estimator == "global_matching":
+        _require_delta(total, "GlobalDPMatching's variance")
+        shares = BudgetSplit.of(split, 2)
+        p_ate, p_var = shares.apply(total)
+        scale = matching_global_sensitivity(n, bound) / _eps(p_ate)
+        noise_var = 2.0 * scale * scale  # public
+        noise = (
+            NoiseSpec("tau", stats.tau, scale, "laplace"),
+            _variance_noise(stats, bound, p_var, domain_size),
+        )
+
+        def assemble(v: Mapping[str, Any]) -> Outputs:
+            v_dp = v["variance"]
+            return Outputs(
+                v["tau"],
+                np.maximum(v_dp, 0.0) + noise_var,
+                v_dp + noise_var,
+                {"sampling_variance_dp": v_dp, "noise_variance": noise_var},
+            )
+
+    else:
+        raise ValueError(
+            f"estimator ({estimator!r}) is not a matching estimator: use 'smooth_matching' or "
+            f"'global_matching'"
+        )
+    return MechanismPlan(
+        estimator=estimator,
+        n=n,
+        n_treated=None,
+        n_control=None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=noise,
+        assemble=assemble,
+    )
+
+
+def _matching_stats(w, y, x, bound, domain_size) -> MatchingStatistics:
+    y_arr = np.asarray(y, dtype=np.float64)
+    _check_outcomes(y_arr, _check_bound(bound))
+    return matching_statistics(w, y_arr, x, domain_size)
 
 
 def smooth_dp_matching(
@@ -279,47 +478,17 @@ def smooth_dp_matching(
     Public: ``N``, ``B``, ``|X|`` (``domain_size``) and the covariate discretisation.
     Arm sizes are **not** released.
     """
-    total = PrivacyParams.of(epsilon, delta)
-    _require_delta(total, "SmoothDPMatching")
-    bound, stats = _matching_inputs(w, y, x, bound, domain_size)
-    n = stats.n
-    shares = BudgetSplit.of(split, 3)
-    p_ate, p_var, p_sens = shares.apply(total)
-
-    # 1. the ATE
-    e1 = _eps(p_ate)
-    beta1 = smooth_beta(e1, _delta(p_ate))
-    s_ate = matching_smooth_sensitivity(
-        stats.treated_counts, stats.control_counts, n, bound, beta1, domain_size
-    )
-    tau_dp = laplace(stats.tau, 2.0 * s_ate / e1, rng)
-    # 2. the sampling variance
-    v_dp, _ = _private_variance(stats, n, bound, p_var, domain_size, rng)
-    # 3. the smooth sensitivity itself (for the noise-variance term)
-    sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
-    log_s_dp = gaussian(math.log(s_ate), sigma, rng)
-    s_dp = math.exp(log_s_dp - sigma**2 / 2.0)  # unbiased for S (the Lemma)
-    s2_dp = math.exp(2.0 * log_s_dp - 2.0 * sigma**2)  # unbiased for S^2
-    noise_var = 8.0 * s2_dp / e1**2
-
-    return SiteEstimate(
-        estimator="smooth_matching",
-        tau=tau_dp,
-        variance=max(v_dp, 0.0) + noise_var,
-        raw_variance=v_dp + noise_var,
-        n=n,
-        n_treated=None,
-        n_control=None,
-        epsilon=total.epsilon,
-        delta=total.delta,
+    stats = _matching_stats(w, y, x, bound, domain_size)
+    plan = plan_matching(
+        "smooth_matching",
+        stats,
         bound=bound,
-        budget_split=shares.shares,
-        diagnostics={
-            "smooth_sensitivity_dp": s_dp,
-            "sampling_variance_dp": v_dp,
-            "noise_variance": noise_var,
-        },
+        epsilon=epsilon,
+        delta=delta,
+        domain_size=domain_size,
+        split=split,
     )
+    return _release(plan, rng)
 
 
 def global_dp_matching(
@@ -342,28 +511,14 @@ def global_dp_matching(
     ``eps_1``-DP; the ``delta_1`` share it receives is counted but not used. The noise variance
     ``2 (2B/eps_1)^2`` is public.
     """
-    total = PrivacyParams.of(epsilon, delta)
-    _require_delta(total, "GlobalDPMatching's variance")
-    bound, stats = _matching_inputs(w, y, x, bound, domain_size)
-    n = stats.n
-    shares = BudgetSplit.of(split, 2)
-    p_ate, p_var = shares.apply(total)
-    e1 = _eps(p_ate)
-    scale = matching_global_sensitivity(n, bound) / e1
-    tau_dp = laplace(stats.tau, scale, rng)
-    v_dp, _ = _private_variance(stats, n, bound, p_var, domain_size, rng)
-    noise_var = 2.0 * scale * scale
-    return SiteEstimate(
-        estimator="global_matching",
-        tau=tau_dp,
-        variance=max(v_dp, 0.0) + noise_var,
-        raw_variance=v_dp + noise_var,
-        n=n,
-        n_treated=None,
-        n_control=None,
-        epsilon=total.epsilon,
-        delta=total.delta,
+    stats = _matching_stats(w, y, x, bound, domain_size)
+    plan = plan_matching(
+        "global_matching",
+        stats,
         bound=bound,
-        budget_split=shares.shares,
-        diagnostics={"sampling_variance_dp": v_dp, "noise_variance": noise_var},
+        epsilon=epsilon,
+        delta=delta,
+        domain_size=domain_size,
+        split=split,
     )
+    return _release(plan, rng)
