@@ -10,6 +10,7 @@ scale noise is rounded *down*, so the noise is never smaller than the exact para
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -55,14 +56,19 @@ def exact(value: Number, name: str = "value") -> Fraction:
     elif isinstance(value, str):
         text = value.strip()
         try:
-            result = Fraction(text) if "/" in text else Fraction(Decimal(text))
-        except (ValueError, ZeroDivisionError, InvalidOperation) as exc:
+            parsed = None if "/" in text else Decimal(text)
+        except InvalidOperation:
+            parsed = None
+        if parsed is not None and not parsed.is_finite():
+            # checked before the conversion: Fraction(Decimal('Infinity')) raises OverflowError
+            raise ValueError(f"{name} ({value!r}) must be finite")
+        try:
+            result = Fraction(text) if parsed is None else Fraction(parsed)
+        except (ValueError, ZeroDivisionError) as exc:
             raise ValueError(
                 f"{name} ({value!r}) is not a number: write a decimal such as '0.5' or '1e-5', "
                 f"or a fraction such as '1/3'"
             ) from exc
-        if "/" not in text and not Decimal(text).is_finite():
-            raise ValueError(f"{name} ({value!r}) must be finite")
     else:
         raise TypeError(f"{name} ({value!r}) must be an int, float, str, Decimal or Fraction")
     return result
@@ -70,7 +76,11 @@ def exact(value: Number, name: str = "value") -> Fraction:
 
 def to_float(value: Fraction, *, round_up: bool) -> float:
     """The float nearest ``value`` on the safe side: ``>= value`` if ``round_up`` else ``<= value``."""
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:  # beyond the largest float: the nearest safe float is +-inf or +-max
+        big = math.inf if (value > 0) == round_up else sys.float_info.max
+        return big if value > 0 else -big
     if round_up and Fraction(f) < value:
         f = math.nextafter(f, math.inf)
     elif not round_up and Fraction(f) > value:
