@@ -1,0 +1,317 @@
+"""The published site report: the one document a site sends out of its walls.
+
+A report holds the public fields of one :class:`dpate_core.release.SiteEstimate` (a DP output,
+public design constants and post-processing of those: nothing else), the study and site ids, the
+hash of the study spec the site ran, the software version, a release id and the creation time.
+It is versioned (``schema``/``schema_version``) and written as canonical JSON: the same content
+always gives the same bytes. Exact privacy parameters stay exact strings (``"1/3"``).
+
+API::
+
+    report = SiteReport.from_estimate(estimate, spec=spec, site_id="site-a", release_id=rid)
+    data = report.to_json_bytes()                       # publish these bytes
+    report = read_report(data, spec)                    # aggregator side: validate or ReportError
+    estimate = report.to_estimate()                     # back to a SiteEstimate for aggregation
+
+:func:`read_report` refuses (with :class:`ReportError` naming the reason) malformed JSON, a wrong
+schema version, wrong types (no coercion: ``"0.5"`` is not a number), non-finite numbers, ``n < 2``,
+``epsilon <= 0``, a non-positive variance, arm sizes that do not add up to ``n``, another study id,
+another spec hash, a site not in the spec, and a budget or bound that is not the one the spec gives
+that site.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from fractions import Fraction
+from importlib import metadata
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
+from dpate_core.release import ESTIMATORS, SiteEstimate
+from schemas.spec import StudySpec, canonical_json
+
+__all__ = [
+    "REPORT_SCHEMA",
+    "REPORT_SCHEMA_VERSION",
+    "PublicEstimate",
+    "ReportError",
+    "SiteReport",
+    "default_release_id",
+    "read_report",
+    "software_version",
+]
+
+REPORT_SCHEMA = "dpate.site-report"
+REPORT_SCHEMA_VERSION = 1
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+_RELEASE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"
+
+
+class ReportError(ValueError):
+    """A site report cannot be used; the message says why (one reason per line)."""
+
+    def __init__(self, reasons: list[str], source: str | None = None):
+        self.reasons = reasons
+        where = f" {source}" if source else ""
+        super().__init__(
+            f"rejected site report{where}: "
+            + "; ".join(reasons)
+            + " (the report is not aggregated; ask the site to re-publish a valid report)"
+        )
+
+
+def software_version() -> str:
+    """The installed ``dpate`` distribution's version (importlib.metadata)."""
+    try:
+        return metadata.version("dpate")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
+        return "0+unknown"
+
+
+def default_release_id(spec: StudySpec, site_id: str) -> str:
+    """``study_id:release:site_id``: one release per site per study round."""
+    spec.site(site_id)
+    return f"{spec.study_id}:{spec.release}:{site_id}"
+
+
+def _exact_str(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be an exact number written as a string, e.g. '1/3'")
+    return str(exact(value, name))
+
+
+class PublicEstimate(BaseModel):
+    """``SiteEstimate.public_fields()`` as a strict, validated model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    estimator: Literal["dim", "smooth_matching", "global_matching"]
+    tau: float
+    variance: float
+    raw_variance: float
+    n: int
+    n_treated: int | None
+    n_control: int | None
+    epsilon: str
+    delta: str
+    bound: float
+    budget_split: list[str] = Field(min_length=1)
+    diagnostics: dict[str, float]
+
+    @field_validator("epsilon", "delta")
+    @classmethod
+    def _exact(cls, v: str, info: Any) -> str:
+        return _exact_str(v, info.field_name)
+
+    @field_validator("budget_split")
+    @classmethod
+    def _split(cls, v: list[str]) -> list[str]:
+        shares = [_exact_str(s, "budget share") for s in v]
+        BudgetSplit(tuple(Fraction(s) for s in shares))
+        return shares
+
+    @model_validator(mode="after")
+    def _check(self) -> PublicEstimate:
+        assert set(ESTIMATORS) == {"dim", "smooth_matching", "global_matching"}
+        bad = [
+            k
+            for k in ("tau", "variance", "raw_variance", "bound")
+            if not math.isfinite(getattr(self, k))
+        ]
+        bad += [f"diagnostics.{k}" for k, v in self.diagnostics.items() if not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} must be finite")
+        if self.n < 2:
+            raise ValueError(f"n ({self.n}) must be at least 2")
+        if not self.variance > 0:
+            raise ValueError(
+                f"variance ({self.variance}) must be positive: a released variance includes the "
+                f"positive DP-noise term"
+            )
+        if not self.bound > 0:
+            raise ValueError(f"bound ({self.bound}) must be positive")
+        p = PrivacyParams(Fraction(self.epsilon), Fraction(self.delta))
+        if p.epsilon <= 0:
+            raise ValueError(f"epsilon ({p.epsilon}) must be positive")
+        if (self.n_treated is None) != (self.n_control is None):
+            raise ValueError("n_treated and n_control must both be given or both be null")
+        if self.n_treated is not None and self.n_control is not None:
+            if self.n_treated < 1 or self.n_control < 1:
+                raise ValueError("n_treated and n_control must be at least 1")
+            if self.n_treated + self.n_control != self.n:
+                raise ValueError(
+                    f"n_treated ({self.n_treated}) + n_control ({self.n_control}) must equal "
+                    f"n ({self.n})"
+                )
+        return self
+
+
+class SiteReport(BaseModel):
+    """One site's published report (schema ``dpate.site-report``, version 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    schema_: Literal["dpate.site-report"] = Field(default=REPORT_SCHEMA, alias="schema")
+    schema_version: Literal[1] = REPORT_SCHEMA_VERSION
+    study_id: str = Field(pattern=_ID)
+    site_id: str = Field(pattern=_ID)
+    spec_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    software_version: str = Field(min_length=1, max_length=64)
+    release_id: str = Field(pattern=_RELEASE_ID)
+    created_at: datetime
+    estimate: PublicEstimate
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("created_at must carry a time zone (UTC, e.g. 2026-01-31T12:00:00Z)")
+        return v.astimezone(UTC)
+
+    @field_serializer("created_at")
+    def _created_json(self, v: datetime) -> str:
+        return v.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+    # --- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_estimate(
+        cls,
+        estimate: SiteEstimate,
+        *,
+        spec: StudySpec,
+        site_id: str,
+        release_id: str | None = None,
+        created_at: datetime | None = None,
+    ) -> SiteReport:
+        """The report of ``estimate`` released by ``site_id`` under ``spec``.
+
+        ``release_id`` defaults to :func:`default_release_id`; ``created_at`` to now (UTC).
+        The result is checked against ``spec`` exactly as :func:`read_report` would check it.
+        """
+        report = cls.model_validate(
+            {
+                "schema": REPORT_SCHEMA,
+                "schema_version": REPORT_SCHEMA_VERSION,
+                "study_id": spec.study_id,
+                "site_id": site_id,
+                "spec_hash": spec.spec_hash,
+                "software_version": software_version(),
+                "release_id": release_id or default_release_id(spec, site_id),
+                "created_at": created_at or datetime.now(UTC),
+                "estimate": PublicEstimate.model_validate(estimate.public_fields()),
+            }
+        )
+        problems = report.problems_against(spec)
+        if problems:
+            raise ReportError(problems, f"for site {site_id!r}")
+        return report
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_json_bytes(self) -> bytes:
+        """Canonical JSON (sorted keys, no whitespace, UTF-8): same content, same bytes."""
+        return canonical_json(self.to_dict())
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def problems_against(self, spec: StudySpec) -> list[str]:
+        """Why this report does not belong to ``spec`` (empty when it does)."""
+        out: list[str] = []
+        if self.study_id != spec.study_id:
+            out.append(f"study id {self.study_id!r} is not this study's ({spec.study_id!r})")
+        if self.spec_hash != spec.spec_hash:
+            out.append(
+                f"spec hash {self.spec_hash[:12]}... differs from this study spec's "
+                f"{spec.spec_hash[:12]}...: the site ran a different version of the spec"
+            )
+        try:
+            site = spec.site(self.site_id)
+        except KeyError:
+            out.append(f"site {self.site_id!r} is not one of the study's sites")
+            return out
+        e = self.estimate
+        if e.estimator != spec.estimator:
+            out.append(f"estimator {e.estimator!r} is not the study's ({spec.estimator!r})")
+        if Fraction(e.epsilon) != site.epsilon or Fraction(e.delta) != site.delta:
+            out.append(
+                f"privacy (epsilon {e.epsilon}, delta {e.delta}) is not the site's budget in the "
+                f"spec (epsilon {site.epsilon}, delta {site.delta})"
+            )
+        if e.bound != spec.outcome.bound:
+            out.append(f"bound {e.bound} is not the spec's outcome bound {spec.outcome.bound}")
+        want_split = [str(s) for s in spec.budget_split(site.id).shares]
+        if e.budget_split != want_split:
+            out.append(f"budget split {e.budget_split} is not the spec's {want_split}")
+        return out
+
+    def to_estimate(self) -> SiteEstimate:
+        """The :class:`SiteEstimate` this report carries (for the aggregator)."""
+        e = self.estimate
+        return SiteEstimate(
+            estimator=e.estimator,
+            tau=e.tau,
+            variance=e.variance,
+            raw_variance=e.raw_variance,
+            n=e.n,
+            n_treated=e.n_treated,
+            n_control=e.n_control,
+            epsilon=Fraction(e.epsilon),
+            delta=Fraction(e.delta),
+            bound=e.bound,
+            budget_split=tuple(Fraction(s) for s in e.budget_split),
+            diagnostics=dict(e.diagnostics),
+        )
+
+
+def read_report(
+    data: bytes | str, spec: StudySpec, *, site_id: str | None = None, source: str | None = None
+) -> SiteReport:
+    """Parse and validate a published report against ``spec`` (and ``site_id`` if given).
+
+    Raises :class:`ReportError` listing every reason the report cannot be aggregated.
+    ``source`` (e.g. the report's URL) is named in the error.
+    """
+    try:
+        report = SiteReport.model_validate_json(data, strict=True)
+    except ValidationError as exc:
+        raise ReportError(_reasons(exc), source) from None
+    problems = report.problems_against(spec)
+    if site_id is not None and report.site_id != site_id:
+        problems.insert(0, f"site id {report.site_id!r} is not the expected {site_id!r}")
+    if problems:
+        raise ReportError(problems, source)
+    return report
+
+
+def _reasons(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "(document)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "json_invalid":
+            msg = "not valid JSON"
+        elif err["type"] == "literal_error" and loc == "schema_version":
+            msg = f"unsupported report schema version: this software reads version {REPORT_SCHEMA_VERSION}"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field (not part of the report schema)"
+        out.append(f"{loc}: {msg}")
+    return out

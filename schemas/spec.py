@@ -1,0 +1,551 @@
+"""The study spec: one TOML file that says everything public about a multi-site study.
+
+A spec names the design and estimator, the aggregator, the outcome's public bound ``B`` and what to
+do with values outside ``[0, B]``, how the site's columns map to ``(W, Y, X)``, the public covariate
+discretisation (which fixes the strata and the domain size ``|X|``), and per site its data location,
+its per-release privacy budget ``(epsilon, delta)``, the split of that budget among the parts of the
+release, and its lifetime privacy cap. Everything in a spec is public and chosen without looking at
+the data (invariant 4); ``docs/study-spec.md`` walks through a worked example.
+
+API (small on purpose)::
+
+    spec = load_spec("study.toml")          # or StudySpec.from_toml_text(text) / .model_validate(d)
+    spec.spec_hash                           # sha256 of the canonical JSON of the validated spec
+    spec.site("site-a")                      # SiteSpec by id
+    spec.domain_size                         # |X|, the number of possible covariate strata
+    spec.release_parts                       # how many parts the estimator splits a budget into
+
+Exact privacy parameters: ``epsilon``, ``delta`` and budget shares are read with
+:func:`dpate_core.privacy.exact` (write ``"1/3"``, ``"1e-5"``, ``0.5``) and kept as
+:class:`fractions.Fraction`; in JSON they are exact strings (``"1/3"``).
+
+Invalid specs raise :class:`SpecError`, whose message lists every problem as
+``field.path: what is wrong; what would be valid``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from fractions import Fraction
+from functools import cached_property
+from itertools import pairwise
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from dpate_core.aggregation import AGGREGATORS
+from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
+from dpate_core.release import ESTIMATORS
+
+__all__ = [
+    "MAX_DOMAIN_SIZE",
+    "SPEC_VERSION",
+    "CategoricalCovariate",
+    "Covariate",
+    "ExactNumber",
+    "NumericCovariate",
+    "OutcomeSpec",
+    "PrivacyCap",
+    "SiteSpec",
+    "SpecError",
+    "StudySpec",
+    "TreatmentSpec",
+    "canonical_json",
+    "load_spec",
+]
+
+SPEC_VERSION = 1
+#: Largest allowed |X|: stratum ids must fit comfortably in int64 and the smooth sensitivity's
+#: O(N min(|X|, N)) cost must stay sane.
+MAX_DOMAIN_SIZE = 10**9
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+_ID_HINT = "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
+
+
+class SpecError(ValueError):
+    """A study spec is invalid. ``problems`` holds ``(field path, message)`` pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
+        self.problems = problems
+        where = f" in {source}" if source else ""
+        lines = [f"invalid study spec{where} ({len(problems)} problem(s)):"]
+        lines += [f"  - {loc}: {msg}" for loc, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+def _exact_fraction(value: Any) -> Fraction:
+    if isinstance(value, Fraction):
+        return value
+    return exact(value, "value")
+
+
+#: An exact number: accepts ``"1/3"``, ``"1e-5"``, ``0.5``, ``2``; held as a Fraction; written as
+#: its exact string (``"1/3"``).
+ExactNumber = Annotated[
+    Fraction,
+    PlainValidator(_exact_fraction),
+    PlainSerializer(lambda f: str(f), return_type=str),
+    WithJsonSchema({"type": "string", "examples": ["1", "1/3", "1e-5"]}),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# columns
+
+
+class TreatmentSpec(_Model):
+    """The treatment column ``W``.
+
+    Without labels the column must hold 0/1 (integers, floats 0.0/1.0 or booleans). With labels,
+    ``treated`` and ``control`` are the two values the column may hold (e.g. ``"small"`` and
+    ``"regular"``); anything else is an error.
+    """
+
+    column: str = Field(min_length=1)
+    treated: str | int | None = None
+    control: str | int | None = None
+
+    @model_validator(mode="after")
+    def _labels(self) -> TreatmentSpec:
+        if (self.treated is None) != (self.control is None):
+            raise ValueError("give both 'treated' and 'control' labels, or neither (then 0/1)")
+        if self.treated is not None and self.treated == self.control:
+            raise ValueError("'treated' and 'control' labels must differ")
+        if self.treated is not None and type(self.treated) is not type(self.control):
+            raise ValueError("'treated' and 'control' labels must both be strings or both integers")
+        return self
+
+    @property
+    def labels(self) -> tuple[str | int, str | int] | None:
+        """``(treated, control)`` or None for 0/1 coding."""
+        if self.treated is None:
+            return None
+        return (self.treated, self.control)  # type: ignore[return-value]
+
+
+class OutcomeSpec(_Model):
+    """The outcome ``Y`` and its public bound ``B``.
+
+    The value used is ``Y - offset`` (``offset`` is public, default 0), which must lie in
+    ``[0, bound]``. ``policy = "clip"`` (default) clips values outside to the interval and counts
+    them for the site operator; ``"reject"`` refuses the file if any value is outside.
+    """
+
+    column: str = Field(min_length=1)
+    bound: float = Field(description="the public outcome bound B (> 0)")
+    offset: float = 0.0
+    policy: Literal["clip", "reject"] = "clip"
+
+    @field_validator("bound")
+    @classmethod
+    def _bound(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError("the outcome bound B must be positive and finite, e.g. 1.0")
+        return float(v)
+
+    @field_validator("offset")
+    @classmethod
+    def _offset(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("offset must be finite")
+        return float(v)
+
+
+class CategoricalCovariate(_Model):
+    """A categorical covariate with its public levels (one stratum each, in the order given).
+
+    A value not among ``levels`` is an error, unless ``other`` names a level to map it to (either
+    one of ``levels`` or a new level appended after them).
+    """
+
+    kind: Literal["categorical"]
+    column: str = Field(min_length=1)
+    levels: list[str] | list[int] = Field(min_length=1)
+    other: str | int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> CategoricalCovariate:
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"levels of {self.column!r} must be distinct")
+        if self.other is not None and type(self.other) is not type(self.levels[0]):
+            raise ValueError(f"'other' of {self.column!r} must have the same type as its levels")
+        return self
+
+    @property
+    def all_levels(self) -> list[str | int]:
+        """The levels in stratum order, including an appended ``other`` level."""
+        levels: list[str | int] = list(self.levels)
+        if self.other is not None and self.other not in levels:
+            levels.append(self.other)
+        return levels
+
+    @property
+    def size(self) -> int:
+        return len(self.all_levels)
+
+
+class NumericCovariate(_Model):
+    """A numeric covariate cut at fixed public bin edges ``e_0 < e_1 < ... < e_k``.
+
+    Bin ``i`` is ``[e_i, e_{i+1})``; the last bin also holds ``e_k``. The first edge may be
+    ``-inf`` and the last ``inf`` for open-ended bins; a value outside ``[e_0, e_k]`` is an error.
+    """
+
+    kind: Literal["numeric"]
+    column: str = Field(min_length=1)
+    edges: list[float] = Field(min_length=2)
+
+    @field_validator("edges", mode="before")
+    @classmethod
+    def _edges(cls, v: Any) -> list[float]:
+        if not isinstance(v, list | tuple):
+            raise ValueError("edges must be a list of numbers, e.g. [0, 18, 40, 65, inf]")
+        try:
+            v = [float(e) for e in v if not isinstance(e, bool)] if v else []
+        except (TypeError, ValueError):
+            raise ValueError("bin edges must be numbers (or 'inf' / '-inf' at the ends)") from None
+        if any(math.isnan(e) for e in v) or any(math.isinf(e) for e in v[1:-1]):
+            raise ValueError("bin edges must be numbers; only the first may be -inf, the last inf")
+        if v[0] == math.inf or v[-1] == -math.inf:
+            raise ValueError("the first edge may be -inf and the last inf, not the other way round")
+        if any(b <= a for a, b in pairwise(v)):
+            raise ValueError("bin edges must be strictly increasing, e.g. [0, 18, 40, 65, inf]")
+        return v
+
+    @field_serializer("edges")
+    def _edges_json(self, v: list[float]) -> list[float | str]:
+        # JSON has no infinity: open ends are written "inf" / "-inf" (read back by the validator)
+        return [e if math.isfinite(e) else ("inf" if e > 0 else "-inf") for e in v]
+
+    @property
+    def size(self) -> int:
+        return len(self.edges) - 1
+
+
+Covariate = Annotated[CategoricalCovariate | NumericCovariate, Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------------------------------------
+# sites
+
+
+class PrivacyCap(_Model):
+    """A site's lifetime privacy cap: the ledger refuses a release that would pass it."""
+
+    epsilon: ExactNumber
+    delta: ExactNumber = Fraction(0)
+
+    @model_validator(mode="after")
+    def _check(self) -> PrivacyCap:
+        PrivacyParams(self.epsilon, self.delta)  # negative / delta >= 1 -> error
+        if self.epsilon <= 0:
+            raise ValueError("the lifetime epsilon cap must be positive")
+        return self
+
+    @property
+    def params(self) -> PrivacyParams:
+        return PrivacyParams(self.epsilon, self.delta)
+
+
+class SiteSpec(_Model):
+    """One site: its id, where its data is, and what one release of this study may spend.
+
+    ``data`` is a local path or an fsspec URL (``s3://bucket/key.parquet``); a relative path is read
+    relative to the spec file's folder (see :meth:`StudySpec.data_location`). ``format`` is
+    inferred from the suffix (``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``) unless given.
+    ``budget_split`` defaults to the even split over the estimator's parts.
+    ``ledger`` overrides the study-level ledger URL for this site.
+    """
+
+    id: str = Field(pattern=_ID)
+    data: str = Field(min_length=1)
+    format: Literal["csv", "parquet"] | None = None
+    epsilon: ExactNumber
+    delta: ExactNumber = Fraction(0)
+    budget_split: list[ExactNumber] | None = None
+    lifetime_cap: PrivacyCap
+    ledger: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SiteSpec:
+        p = PrivacyParams(self.epsilon, self.delta)
+        if p.epsilon <= 0:
+            raise ValueError(f"epsilon ({p.epsilon}) must be positive for a release, e.g. '1'")
+        if not p <= self.lifetime_cap.params:
+            raise ValueError(
+                f"one release (epsilon {p.epsilon}, delta {p.delta}) exceeds the lifetime cap "
+                f"(epsilon {self.lifetime_cap.epsilon}, delta {self.lifetime_cap.delta}): "
+                f"lower the release budget or raise the cap"
+            )
+        if self.budget_split is not None:
+            BudgetSplit(tuple(self.budget_split))  # positive shares summing to exactly 1
+        return self
+
+    @property
+    def privacy(self) -> PrivacyParams:
+        return PrivacyParams(self.epsilon, self.delta)
+
+    @property
+    def data_format(self) -> Literal["csv", "parquet"]:
+        if self.format is not None:
+            return self.format
+        name = self.data.lower().split("?")[0]
+        if name.endswith((".parquet", ".pq")):
+            return "parquet"
+        if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zst")):
+            return "csv"
+        raise ValueError(
+            f"site {self.id!r}: cannot tell the format of {self.data!r} from its suffix: "
+            f"set format = 'csv' or 'parquet'"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# the study
+
+
+def _parts(estimator: str, arm_sizes_public: bool) -> int:
+    if estimator == "dim":
+        return 2 if arm_sizes_public else 3
+    return 3 if estimator == "smooth_matching" else 2
+
+
+class StudySpec(_Model):
+    """A whole study. See the module docstring and ``docs/study-spec.md``.
+
+    ``missing``: what to do with a row whose treatment, outcome or covariate is missing or not
+    finite: ``"reject"`` (default: refuse the file, naming columns and counts) or ``"drop"`` (drop
+    those rows; the operator's report says how many, and the released ``N`` is the count kept).
+
+    ``require_all_sites``: the aggregation fails unless every site has published a valid report
+    (True, default); otherwise it proceeds with the valid reports and lists the missing sites.
+    ``release``: the round label of this run (e.g. ``"2026-q1"``), part of every release id.
+    ``reports``: base URL (fsspec) where sites publish their reports. ``ledger``: default URL of
+    each site's privacy ledger (a site's own ``ledger`` wins); None leaves it to the pipeline's
+    default.
+    """
+
+    spec_version: Literal[1] = SPEC_VERSION
+    study_id: str = Field(pattern=_ID)
+    title: str = ""
+    design: Literal["randomized", "observational"]
+    estimator: Literal["dim", "smooth_matching", "global_matching"]
+    aggregator: Literal["mvagg", "all", "largest", "inverse_variance", "random_effects"] = "mvagg"
+    arm_sizes_public: bool = True
+    missing: Literal["reject", "drop"] = "reject"
+    treatment: TreatmentSpec
+    outcome: OutcomeSpec
+    covariates: list[Covariate] = Field(default_factory=list)
+    sites: list[SiteSpec] = Field(min_length=1)
+    require_all_sites: bool = True
+    release: str = Field(default="1", pattern=_ID)
+    reports: str = Field(min_length=1)
+    ledger: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> StudySpec:
+        assert set(ESTIMATORS) == {"dim", "smooth_matching", "global_matching"}
+        assert set(AGGREGATORS) == {"mvagg", "all", "largest", "inverse_variance", "random_effects"}
+        problems: list[str] = []
+        if self.design == "observational" and self.estimator == "dim":
+            problems.append(
+                "estimator 'dim' (difference in means) is only unbiased in a randomized design: "
+                "use 'smooth_matching' or 'global_matching' for an observational study"
+            )
+        if self.estimator != "dim" and not self.covariates:
+            problems.append(
+                f"estimator {self.estimator!r} matches on covariates: declare at least one "
+                f"[[covariates]] entry"
+            )
+        cols = [self.treatment.column, self.outcome.column, *(c.column for c in self.covariates)]
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        if dup:
+            problems.append(
+                f"columns {dup} are used more than once: each role needs its own column"
+            )
+        ids = [s.id for s in self.sites]
+        dup_ids = sorted({i for i in ids if ids.count(i) > 1})
+        if dup_ids:
+            problems.append(f"site ids {dup_ids} are repeated: site ids must be unique")
+        parts = self.release_parts
+        for s in self.sites:
+            if s.budget_split is not None and len(s.budget_split) != parts:
+                problems.append(
+                    f"site {s.id!r}: estimator {self.estimator!r} splits its budget into {parts} "
+                    f"parts, but budget_split has {len(s.budget_split)} shares: give exactly {parts}"
+                )
+            if self.estimator != "dim" and s.delta <= 0:
+                problems.append(
+                    f"site {s.id!r}: estimator {self.estimator!r} is (epsilon, delta)-DP and needs "
+                    f"delta > 0: give a small delta such as '1e-5'"
+                )
+        if self.domain_size > MAX_DOMAIN_SIZE:
+            problems.append(
+                f"the covariates define {self.domain_size} strata, more than {MAX_DOMAIN_SIZE}: "
+                f"coarsen the bins or drop a covariate"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # --- derived, public quantities ---------------------------------------------------------
+
+    @property
+    def release_parts(self) -> int:
+        """How many parts one release splits its budget into (the length of a budget split)."""
+        return _parts(self.estimator, self.arm_sizes_public)
+
+    @property
+    def domain_size(self) -> int:
+        """``|X|``: the number of possible strata, the product of the covariates' level counts
+        (1 without covariates). Public: it comes from the spec, never from the data."""
+        return math.prod(c.size for c in self.covariates)
+
+    def site(self, site_id: str) -> SiteSpec:
+        for s in self.sites:
+            if s.id == site_id:
+                return s
+        raise KeyError(
+            f"site {site_id!r} is not in study {self.study_id!r}; its sites are "
+            f"{[s.id for s in self.sites]}"
+        )
+
+    def budget_split(self, site_id: str) -> BudgetSplit:
+        """The site's split (the even split over :attr:`release_parts` when not given)."""
+        return BudgetSplit.of(self.site(site_id).budget_split, self.release_parts)
+
+    def ledger_url(self, site_id: str) -> str | None:
+        """The site's ledger URL: its own ``ledger``, else the study's, else None."""
+        s = self.site(site_id)
+        return s.ledger if s.ledger is not None else self.ledger
+
+    def data_location(self, site_id: str, base_dir: str | Path | None = None) -> str:
+        """The site's data location; a relative local path is joined to ``base_dir`` (by
+        default the folder of the spec file this spec was loaded from, if any)."""
+        loc = self.site(site_id).data
+        if "://" in loc or Path(loc).is_absolute():
+            return loc
+        base = base_dir if base_dir is not None else self._source_dir
+        return str(Path(base) / loc) if base is not None else loc
+
+    # --- canonical form and hash ---------------------------------------------------------------
+
+    def canonical_dict(self) -> dict[str, Any]:
+        """The validated spec as JSON-ready data (exact numbers as strings, defaults filled)."""
+        return self.model_dump(mode="json")
+
+    @cached_property
+    def spec_hash(self) -> str:
+        """sha256 (hex) of :func:`canonical_json` of the validated spec. Two files that validate
+        to the same spec (key order, ``0.5`` vs ``"1/2"``, defaults written or omitted) share a
+        hash; any change to a public parameter changes it. Reports carry it; the aggregator
+        refuses a report whose hash differs from its own spec's."""
+        return hashlib.sha256(canonical_json(self.canonical_dict())).hexdigest()
+
+    # --- loading ----------------------------------------------------------------------------
+
+    _source_dir: str | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str | None = None) -> StudySpec:
+        try:
+            spec = cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(_problems(exc), source) from None
+        return spec
+
+    @classmethod
+    def from_toml_text(cls, text: str, source: str | None = None) -> StudySpec:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError([("(file)", f"not valid TOML: {exc}")], source) from None
+        return cls.from_dict(data, source)
+
+    def to_json_bytes(self) -> bytes:
+        return canonical_json(self.canonical_dict())
+
+    def __eq__(self, other: object) -> bool:
+        # equal when the validated content is equal (where the file was read from does not count)
+        return isinstance(other, StudySpec) and self.spec_hash == other.spec_hash
+
+    def __hash__(self) -> int:
+        return hash(self.spec_hash)
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Read and validate a study spec from a TOML file. Raises :class:`SpecError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError([("(file)", f"cannot read the spec: {exc.strerror}")], str(path)) from None
+    spec = StudySpec.from_toml_text(text, str(path))
+    spec._source_dir = str(path.resolve().parent)
+    return spec
+
+
+def canonical_json(data: Any) -> bytes:
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8, no NaN/inf (they are refused)."""
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+_FIELD_HINTS: dict[str, str] = {
+    "design": "one of 'randomized', 'observational'",
+    "estimator": "one of 'dim', 'smooth_matching', 'global_matching'",
+    "aggregator": "one of 'mvagg', 'all', 'largest', 'inverse_variance', 'random_effects'",
+    "policy": "one of 'clip', 'reject'",
+    "missing": "one of 'reject', 'drop'",
+    "kind": "one of 'categorical', 'numeric'",
+}
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """pydantic's errors as ``(dotted path, message)``, with the valid alternatives spelled out.
+    (A spec holds no patient data, but we still do not echo input values back.)"""
+    out: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc_parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+        # pydantic adds the union member tag to the path: drop it
+        loc_parts = [p for p in loc_parts if p not in ("categorical", "numeric")]
+        loc = ".".join(loc_parts) or "(spec)"
+        msg = err["msg"]
+        typ = err["type"]
+        last = loc_parts[-1] if loc_parts else ""
+        if typ == "extra_forbidden":
+            msg = "unknown field: check its spelling against docs/study-spec.md"
+        elif typ == "missing":
+            msg = "required field is missing"
+        elif typ == "string_pattern_mismatch":
+            msg = f"invalid identifier: use {_ID_HINT}"
+        elif typ in ("literal_error", "union_tag_invalid") and last in _FIELD_HINTS:
+            msg = f"must be {_FIELD_HINTS[last]}"
+        elif typ == "union_tag_not_found":
+            msg = "each covariate needs kind = 'categorical' or 'numeric'"
+        elif msg.startswith("Value error, "):
+            msg = msg.removeprefix("Value error, ")
+        out.append((loc, msg))
+    return out

@@ -1,0 +1,138 @@
+"""The published site report: built from a release, canonical bytes, validated on read."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpate_core import dp_difference_in_means, smooth_dp_matching
+from schemas.report import ReportError, SiteReport, read_report, software_version
+from schemas.spec import StudySpec
+
+from .test_spec import base
+
+T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def spec() -> StudySpec:
+    return StudySpec.from_dict(base())
+
+
+@pytest.fixture(scope="module")
+def estimate():
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 6, 500)
+    w = rng.integers(0, 2, 500)
+    y = rng.random(500)
+    return smooth_dp_matching(w, y, x, bound=1.0, epsilon="1", delta="1e-5", domain_size=6, rng=rng)
+
+
+@pytest.fixture(scope="module")
+def report(spec, estimate) -> SiteReport:
+    return SiteReport.from_estimate(estimate, spec=spec, site_id="a", created_at=T0)
+
+
+def tampered(report: SiteReport, change) -> bytes:
+    d = json.loads(report.to_json_bytes())
+    change(d)
+    return json.dumps(d).encode()
+
+
+def test_report_fields(report, spec, estimate):
+    d = json.loads(report.to_json_bytes())
+    assert d["schema"] == "dpate.site-report" and d["schema_version"] == 1
+    assert d["study_id"] == "s1" and d["site_id"] == "a"
+    assert d["spec_hash"] == spec.spec_hash
+    assert d["software_version"] == software_version() != ""
+    assert d["release_id"] == "s1:1:a"
+    assert d["created_at"] == "2026-01-31T12:00:00.000000Z"
+    assert d["estimate"] == estimate.public_fields()
+    assert d["estimate"]["delta"] == "1/100000"  # exact strings
+
+
+def test_canonical_bytes_and_round_trip(report, spec, estimate):
+    again = SiteReport.from_estimate(
+        estimate, spec=spec, site_id="a", created_at=T0.astimezone(timezone(timedelta(hours=2)))
+    )
+    assert again.to_json_bytes() == report.to_json_bytes()
+    data = report.to_json_bytes()
+    assert (
+        b" " not in data
+        and data == json.dumps(json.loads(data), sort_keys=True, separators=(",", ":")).encode()
+    )
+    read = read_report(data, spec, site_id="a")
+    assert read == report and read.to_json_bytes() == data
+    assert read.to_estimate() == estimate
+
+
+def test_dim_report_with_public_arm_sizes():
+    d = base()
+    d.update(design="randomized", estimator="dim", covariates=[])
+    d["sites"][1].pop("budget_split")
+    spec = StudySpec.from_dict(d)
+    rng = np.random.default_rng(1)
+    w, y = rng.integers(0, 2, 100), rng.random(100)
+    est = dp_difference_in_means(w, y, bound=1.0, epsilon="1/2", delta="1/100000", rng=rng)
+    rep = read_report(SiteReport.from_estimate(est, spec=spec, site_id="b").to_json_bytes(), spec)
+    assert rep.estimate.n_treated + rep.estimate.n_control == 100
+    assert rep.to_estimate().epsilon == Fraction(1, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda d: d.update(study_id="other"), "study id 'other' is not this study's"),
+        (lambda d: d.update(spec_hash="0" * 64), "differs from this study spec's"),
+        (lambda d: d.update(spec_hash="xyz"), "spec_hash"),
+        (lambda d: d.update(site_id="zz"), "site 'zz' is not one of the study's sites"),
+        (lambda d: d.update(schema_version=2), "unsupported report schema version"),
+        (lambda d: d.pop("release_id"), "release_id: required field is missing"),
+        (lambda d: d.update(extra=1), "unknown field"),
+        (lambda d: d.update(created_at="2026-01-31T12:00:00"), "time zone"),
+        (lambda d: d["estimate"].update(tau="0.5"), "estimate.tau"),
+        (lambda d: d["estimate"].update(tau=float("nan")), "tau must be finite"),
+        (lambda d: d["estimate"].update(variance=float("inf")), "variance must be finite"),
+        (lambda d: d["estimate"].update(variance=0.0), "variance (0.0) must be positive"),
+        (
+            lambda d: d["estimate"]["diagnostics"].update(s=float("nan")),
+            "diagnostics.s must be finite",
+        ),
+        (lambda d: d["estimate"].update(n=1), "n (1) must be at least 2"),
+        (lambda d: d["estimate"].update(n=500.0), "estimate.n"),
+        (lambda d: d["estimate"].update(n=True), "estimate.n"),
+        (lambda d: d["estimate"].update(epsilon="0"), "epsilon (0) must be positive"),
+        (
+            lambda d: d["estimate"].update(epsilon=1),
+            "estimate.epsilon: Input should be a valid string",
+        ),
+        (lambda d: d["estimate"].update(epsilon="2"), "is not the site's budget in the spec"),
+        (lambda d: d["estimate"].update(estimator="dim"), "estimator 'dim' is not the study's"),
+        (lambda d: d["estimate"].update(bound=2.0), "not the spec's outcome bound"),
+        (lambda d: d["estimate"].update(budget_split=["1/2", "1/2"]), "not the spec's"),
+        (lambda d: d["estimate"].update(budget_split=["1/2", "1/3"]), "not 1"),
+        (lambda d: d["estimate"].update(n_treated=3, n_control=None), "both be given"),
+        (lambda d: d["estimate"].update(n_treated=3, n_control=4), "must equal n"),
+    ],
+)
+def test_bad_reports_are_rejected_with_a_reason(report, spec, change, reason):
+    with pytest.raises(ReportError) as info:
+        read_report(tampered(report, change), spec, source="s3://r/a.json")
+    assert reason in str(info.value), str(info.value)
+    assert "s3://r/a.json" in str(info.value)
+
+
+def test_not_json_and_wrong_site(report, spec):
+    with pytest.raises(ReportError, match="not valid JSON"):
+        read_report(b"{not json", spec)
+    with pytest.raises(ReportError, match="site id 'a' is not the expected 'b'"):
+        read_report(report.to_json_bytes(), spec, site_id="b")
+
+
+def test_from_estimate_refuses_an_estimate_that_does_not_match_the_spec(spec, estimate):
+    with pytest.raises(ReportError, match="not the site's budget"):
+        SiteReport.from_estimate(estimate, spec=spec, site_id="b")

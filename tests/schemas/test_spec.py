@@ -1,0 +1,191 @@
+"""The study spec: loading, validation messages, derived public quantities, the canonical hash."""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from schemas.spec import SpecError, StudySpec, load_spec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def base() -> dict:
+    return {
+        "study_id": "s1",
+        "design": "observational",
+        "estimator": "smooth_matching",
+        "reports": "file:///tmp/reports",
+        "treatment": {"column": "w"},
+        "outcome": {"column": "y", "bound": 1.0},
+        "covariates": [
+            {"kind": "categorical", "column": "sex", "levels": ["f", "m"]},
+            {"kind": "numeric", "column": "age", "edges": [0, 40, 65, "inf"]},
+        ],
+        "sites": [
+            {
+                "id": "a",
+                "data": "a.csv",
+                "epsilon": "1",
+                "delta": "1e-5",
+                "lifetime_cap": {"epsilon": "3", "delta": "1e-4"},
+            },
+            {
+                "id": "b",
+                "data": "s3://bucket/b.parquet",
+                "epsilon": 0.5,
+                "delta": "1/100000",
+                "budget_split": ["1/2", "1/4", "1/4"],
+                "lifetime_cap": {"epsilon": "1", "delta": "1e-4"},
+            },
+        ],
+    }
+
+
+def problems(d: dict) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(d)
+    return info.value.problems
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.toml")))
+def test_shipped_examples_validate(name):
+    spec = load_spec(EXAMPLES / name)
+    assert len(spec.spec_hash) == 64
+    assert spec.sites
+
+
+def test_derived_public_quantities():
+    spec = StudySpec.from_dict(base())
+    assert spec.domain_size == 2 * 3
+    assert spec.release_parts == 3
+    assert spec.budget_split("a").shares == (Fraction(1, 3),) * 3
+    assert spec.budget_split("b").shares == (Fraction(1, 2), Fraction(1, 4), Fraction(1, 4))
+    assert spec.site("b").epsilon == Fraction(1, 2)
+    assert spec.site("b").delta == Fraction(1, 100000)
+    assert spec.site("a").data_format == "csv" and spec.site("b").data_format == "parquet"
+    assert spec.data_location("a", "/srv") == "/srv/a.csv"
+    assert spec.data_location("b", "/srv") == "s3://bucket/b.parquet"
+    assert spec.ledger_url("a") is None
+    with pytest.raises(KeyError, match="'zz' is not in study"):
+        spec.site("zz")
+
+
+def test_exact_numbers_are_strings_in_json_and_hash_is_canonical():
+    spec = StudySpec.from_dict(base())
+    d = spec.canonical_dict()
+    assert d["sites"][1]["epsilon"] == "1/2"
+    assert d["sites"][0]["delta"] == "1/100000"
+    assert d["covariates"][1]["edges"][-1] == "inf"
+    # same content written differently: same hash
+    other = base()
+    other["sites"][1]["epsilon"] = "1/2"
+    other["sites"][0]["delta"] = 0.00001
+    other["aggregator"] = "mvagg"  # the default, written out
+    other = dict(reversed(list(other.items())))
+    assert StudySpec.from_dict(other).spec_hash == spec.spec_hash
+    # round trip through its canonical JSON
+    again = StudySpec.model_validate_json(spec.to_json_bytes())
+    assert again.spec_hash == spec.spec_hash and again == spec
+    # any public change moves the hash
+    changed = base()
+    changed["sites"][0]["epsilon"] = "1.01"
+    assert StudySpec.from_dict(changed).spec_hash != spec.spec_hash
+    changed = base()
+    changed["outcome"]["bound"] = 2.0
+    assert StudySpec.from_dict(changed).spec_hash != spec.spec_hash
+
+
+def test_load_spec_from_toml(tmp_path):
+    text = (EXAMPLES / "synth-observational-3-sites.toml").read_text()
+    path = tmp_path / "study.toml"
+    path.write_text(text)
+    spec = load_spec(path)
+    assert spec.data_location("site-a") == str(tmp_path / "site-a" / "records.parquet")
+    assert spec.spec_hash == StudySpec.from_toml_text(text).spec_hash
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where", "says"),
+    [
+        (lambda d: d.update(design="trial"), "design", "'randomized', 'observational'"),
+        (lambda d: d.update(estimator="ols"), "estimator", "'dim', 'smooth_matching'"),
+        (lambda d: d.update(aggregator="mean"), "aggregator", "'mvagg'"),
+        (lambda d: d["outcome"].update(bound=-1), "outcome.bound", "positive and finite"),
+        (lambda d: d["outcome"].update(policy="winsorize"), "outcome.policy", "'clip', 'reject'"),
+        (lambda d: d.update(missing="impute"), "missing", "'reject', 'drop'"),
+        (lambda d: d["sites"][0].update(epsilon="0"), "sites.0", "must be positive"),
+        (lambda d: d["sites"][0].update(epsilon="abc"), "sites.0.epsilon", "'1/3'"),
+        (lambda d: d["sites"][0].update(delta="1"), "sites.0", "below 1"),
+        (lambda d: d["sites"][0].update(epsilon="4"), "sites.0", "exceeds the lifetime cap"),
+        (lambda d: d["sites"][0].update(budget_split=["1/2", "1/3"]), "sites.0", "not 1"),
+        (lambda d: d["sites"][0].update(budget_split=["1/2", "1/2"]), "(spec)", "exactly 3"),
+        (lambda d: d["sites"][0].update(delta="0"), "(spec)", "needs delta > 0"),
+        (lambda d: d["sites"][0].update(id="a b"), "sites.0.id", "letters, digits"),
+        (lambda d: d["sites"][1].update(id="a"), "(spec)", "must be unique"),
+        (lambda d: d["sites"][0].update(colour="red"), "sites.0.colour", "unknown field"),
+        (lambda d: d.pop("reports"), "reports", "required field is missing"),
+        (lambda d: d.update(sites=[]), "sites", "at least 1"),
+        (lambda d: d.update(covariates=[]), "(spec)", "declare at least one"),
+        (lambda d: d.update(design="observational", estimator="dim"), "(spec)", "randomized"),
+        (lambda d: d["covariates"][1].update(edges=[0, 65, 40]), "covariates.1.edges", "strictly"),
+        (lambda d: d["covariates"][1].update(edges=[0, "inf", 9]), "covariates.1.edges", "only"),
+        (lambda d: d["covariates"][0].update(levels=["f", "f"]), "covariates.0", "distinct"),
+        (lambda d: d["covariates"][0].update(kind="ordinal"), "covariates.0", "'categorical'"),
+        (lambda d: d["covariates"][0].update(column="w"), "(spec)", "more than once"),
+        (lambda d: d["treatment"].update(treated="yes"), "treatment", "both"),
+        (
+            lambda d: d["covariates"].extend(
+                {"kind": "numeric", "column": f"z{i}", "edges": list(range(10**4))}
+                for i in range(3)
+            ),
+            "(spec)",
+            "strata",
+        ),
+    ],
+)
+def test_invalid_specs_name_the_field_and_what_is_valid(mutate, where, says):
+    d = copy.deepcopy(base())
+    mutate(d)
+    found = problems(d)
+    assert any(loc == where and says in msg for loc, msg in found), found
+
+
+def test_all_problems_at_once_and_readable_message():
+    d = base()
+    d["estimator"] = "ols"
+    d["sites"][0]["epsilon"] = "-1"
+    with pytest.raises(SpecError) as info:
+        StudySpec.from_dict(d, source="study.toml")
+    text = str(info.value)
+    assert "invalid study spec in study.toml (2 problem(s))" in text
+    assert "estimator: must be one of" in text and "sites.0" in text
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="not valid TOML"):
+        StudySpec.from_toml_text("study_id = ")
+    with pytest.raises(SpecError, match="cannot read the spec"):
+        load_spec(tmp_path / "nope.toml")
+
+
+def test_randomized_dim_parts_follow_arm_size_assumption():
+    d = base()
+    d.update(design="randomized", estimator="dim", covariates=[])
+    for s in d["sites"]:
+        s.pop("budget_split", None)
+    spec = StudySpec.from_dict(d)
+    assert spec.release_parts == 2 and spec.domain_size == 1
+    d["arm_sizes_public"] = False
+    assert StudySpec.from_dict(d).release_parts == 3
+
+
+def test_categorical_other_level_extends_the_domain():
+    d = base()
+    d["covariates"][0]["other"] = "unknown"
+    assert StudySpec.from_dict(d).domain_size == 3 * 3
+    d["covariates"][0]["other"] = "f"  # mapping unknowns onto an existing level
+    assert StudySpec.from_dict(d).domain_size == 2 * 3
