@@ -3,10 +3,10 @@
 Algorithm 1 matches, within each covariate stratum ``x``, the ``j``-th treated record (in record
 order) to control ``C_x[j mod |C_x|]`` and the ``j``-th control to treated ``T_x[j mod |T_x|]``;
 strata with an empty arm contribute 0. Everything it needs per record is its *rank* ``j`` inside its
-(stratum, arm) group, and the outcomes of the first ``min(|T_x|, |C_x|)`` records of each group (the
-only ones anybody is matched to). One compiled pass over the records computes the ranks with a
-counter per group (O(N), no sort), a second gathers the partners' outcomes and accumulates
-``tau_hat`` and ``V_hat``.
+(stratum, arm) group. A compiled counting sort (O(N), two passes, the first also validating the
+inputs) lays the outcomes out group by group in record order, so a record's rank is its position in
+its group's block; then each stratum's two blocks are read sequentially to accumulate ``tau_hat``
+and ``V_hat``.
 
 With ``L_i`` the number of records matched to record ``i``, the appendix writes
 ``tau_hat = (1/N) sum_x [sum_{T_x} (1 + L_i) Y_i - sum_{C_x} (1 + L_i) Y_i]`` and
@@ -69,7 +69,7 @@ class DifferenceInMeans:
     n_control: int
 
 
-def _as_inputs(w, y, x=None, domain_size: int | None = None):
+def _as_inputs(w, y):
     w = np.asarray(w)
     y = np.asarray(y, dtype=np.float64)
     if w.ndim != 1 or y.shape != w.shape:
@@ -79,75 +79,106 @@ def _as_inputs(w, y, x=None, domain_size: int | None = None):
             raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
         if w.size and (w.min() < 0 or w.max() > 1):
             raise ValueError("w must hold only 0 and 1")
-    w = w.astype(np.int8, copy=False)
-    if x is None:
-        return w, y
-    x = np.asarray(x)
-    if x.shape != w.shape or not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"x must be integer stratum ids of the same length as w (got {x.shape})")
-    if x.size and x.min() < 0:
-        raise ValueError("stratum ids in x must not be negative")
-    top = int(x.max()) + 1 if x.size else 0
-    if domain_size is None:
-        domain_size = top
-    elif top > domain_size:
-        raise ValueError(
-            f"x holds stratum ids up to {top - 1}, outside the domain of {domain_size} strata: "
-            f"discretise with the study's public covariate spec"
-        )
-    return w, y, x, int(domain_size)
+    return w.astype(np.int8, copy=False), y
+
+
+_OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
 
 
 @numba.njit(cache=True, nogil=True)
-def _match_kernel(w, y, x, n_strata, want_matches):  # pragma: no cover - compiled
+def _match_kernel(w, y, x, n_strata, want_matches, y_max):  # pragma: no cover - compiled
     n = w.shape[0]
-    counts = np.zeros(2 * n_strata, np.int64)  # group g = 2 x + w
+    n_groups = 2 * n_strata  # group g = 2 x + w
+    counts = np.zeros(n_groups, np.int64)
+    empty = np.zeros(0, np.int64)
     for i in range(n):
-        counts[2 * x[i] + w[i]] += 1
-    # table of the outcomes of the first min(T, C) records of each group: the only match partners
-    offsets = np.zeros(2 * n_strata + 1, np.int64)
-    for s in range(n_strata):
-        keep = min(counts[2 * s], counts[2 * s + 1])
-        offsets[2 * s + 1] = offsets[2 * s] + keep
-        offsets[2 * s + 2] = offsets[2 * s + 1] + keep
-    table = np.empty(offsets[2 * n_strata], np.float64)
-    seen = np.zeros(2 * n_strata, np.int64)
+        xi, wi, yi = x[i], w[i], y[i]
+        if xi < 0 or xi >= n_strata:
+            return _BAD_X, 0.0, 0.0, empty, empty
+        if wi != 0 and wi != 1:
+            return _BAD_W, 0.0, 0.0, empty, empty
+        if not (yi >= 0.0 and yi <= y_max):  # also false for NaN
+            return _BAD_Y, 0.0, 0.0, empty, empty
+        counts[2 * xi + wi] += 1
+    # counting sort of the outcomes by group, record order kept inside each group: the rank of a
+    # record in its group is its position in the group's block
+    offsets = np.zeros(n_groups + 1, np.int64)
+    for g in range(n_groups):
+        offsets[g + 1] = offsets[g] + counts[g]
+    sorted_y = np.empty(n, np.float64)
+    origin = np.empty(n if want_matches else 0, np.int64)
+    fill = offsets[:-1].copy()
     for i in range(n):
         g = 2 * x[i] + w[i]
-        r = seen[g]
-        seen[g] = r + 1
-        if r < offsets[g + 1] - offsets[g]:
-            table[offsets[g] + r] = y[i]
+        pos = fill[g]
+        fill[g] = pos + 1
+        sorted_y[pos] = y[i]
+        if want_matches:
+            origin[pos] = i
+    # stratum by stratum, both blocks read sequentially: the j-th treated is matched to control
+    # j mod |C_x|, the j-th control to treated j mod |T_x|; L = q + [j < rem] for each side
     matches = np.zeros(n if want_matches else 0, np.int64)
-    seen[:] = 0
     tau_sum = 0.0
     var_sum = 0.0
-    for i in range(n):
-        wi = w[i]
-        g = 2 * x[i] + wi
-        other = g + 1 - 2 * wi  # the opposite arm of the same stratum
-        r = seen[g]
-        seen[g] = r + 1
-        own = counts[g]
-        opp = counts[other]
-        if opp == 0:
+    for s in range(n_strata):
+        c0, t0 = offsets[2 * s], offsets[2 * s + 1]
+        n_c, n_t = counts[2 * s], counts[2 * s + 1]
+        if n_c == 0 or n_t == 0:
             continue  # no match in this stratum: Yhat(1) = Yhat(0) = Y, contributes 0
-        partner = table[offsets[other] + r % opp]
-        d = y[i] - partner if wi == 1 else partner - y[i]
-        L = opp // own + (1 if r < opp % own else 0)
-        tau_sum += d
-        var_sum += (1.0 + L) * (1.0 + L) * d * d
-        if want_matches:
-            matches[i] = L
-    return tau_sum, var_sum, counts, matches
+        q_t, rem_t = n_c // n_t, n_c % n_t  # controls matched to each treated record
+        q_c, rem_c = n_t // n_c, n_t % n_c  # treated matched to each control record
+        p = 0
+        for j in range(n_t):
+            d = sorted_y[t0 + j] - sorted_y[c0 + p]
+            p = 0 if p + 1 == n_c else p + 1
+            big_l = q_t + (1 if j < rem_t else 0)
+            tau_sum += d
+            var_sum += (1.0 + big_l) * (1.0 + big_l) * d * d
+            if want_matches:
+                matches[origin[t0 + j]] = big_l
+        p = 0
+        for j in range(n_c):
+            d = sorted_y[t0 + p] - sorted_y[c0 + j]
+            p = 0 if p + 1 == n_t else p + 1
+            big_l = q_c + (1 if j < rem_c else 0)
+            tau_sum += d
+            var_sum += (1.0 + big_l) * (1.0 + big_l) * d * d
+            if want_matches:
+                matches[origin[c0 + j]] = big_l
+    return _OK, tau_sum, var_sum, counts, matches
 
 
-def _run_matching(w, y, x, domain_size, want_matches):
-    w, y, x, size = _as_inputs(w, y, x, domain_size)
+def _run_matching(w, y, x, domain_size, want_matches, bound=None):
+    w = np.asarray(w)
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x)
+    if w.ndim != 1 or y.shape != w.shape or x.shape != w.shape:
+        raise ValueError(
+            f"w, y and x must be 1-d arrays of one length (got {w.shape}, {y.shape}, {x.shape})"
+        )
     if w.size == 0:
         raise ValueError("matching needs at least one record")
-    xi = x.astype(np.int64, copy=False)
-    tau_sum, var_sum, counts, matches = _match_kernel(w, y, xi, size, want_matches)
+    if w.dtype == np.bool_:
+        w = w.view(np.int8)
+    elif not np.issubdtype(w.dtype, np.integer):
+        raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"x must be integer stratum ids (dtype {x.dtype})")
+    size = int(x.max()) + 1 if domain_size is None else int(domain_size)
+    y_max = np.inf if bound is None else float(bound)
+    status, tau_sum, var_sum, counts, matches = _match_kernel(w, y, x, size, want_matches, y_max)
+    if status == _BAD_X:
+        raise ValueError(
+            f"stratum ids in x must lie in [0, {size}), the public covariate domain: discretise "
+            f"with the study's covariate spec"
+        )
+    if status == _BAD_W:
+        raise ValueError("w must hold only 0 and 1")
+    if status == _BAD_Y:
+        rule = "be finite and not negative" if bound is None else f"lie in [0, B] with B = {bound}"
+        raise ValueError(
+            f"outcomes must {rule}: clip or reject them with the study's public bound first"
+        )
     n = w.size
     return tau_sum / n, var_sum / (2.0 * n * n), counts, matches
 
@@ -163,9 +194,14 @@ def matching_variance(w, y, x) -> float:
     return float(_run_matching(w, y, x, None, False)[1])
 
 
-def matching_statistics(w, y, x, domain_size: int | None = None) -> MatchingStatistics:
-    """``tau_hat``, ``V_hat`` and the per-stratum arm counts in one pass (what a release needs)."""
-    tau, var, counts, _ = _run_matching(w, y, x, domain_size, False)
+def matching_statistics(
+    w, y, x, domain_size: int | None = None, bound: float | None = None
+) -> MatchingStatistics:
+    """``tau_hat``, ``V_hat`` and the per-stratum arm counts in one pass (what a release needs).
+
+    With ``bound``, outcomes outside ``[0, bound]`` are refused (checked inside the same pass).
+    """
+    tau, var, counts, _ = _run_matching(w, y, x, domain_size, False, bound)
     return MatchingStatistics(
         tau=float(tau),
         variance=float(var),

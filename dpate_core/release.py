@@ -443,9 +443,8 @@ def plan_matching(
 
 
 def _matching_stats(w, y, x, bound, domain_size) -> MatchingStatistics:
-    y_arr = np.asarray(y, dtype=np.float64)
-    _check_outcomes(y_arr, _check_bound(bound))
-    return matching_statistics(w, y_arr, x, domain_size)
+    # the outcome range [0, B] is checked inside the one compiled pass
+    return matching_statistics(w, y, x, domain_size, bound=_check_bound(bound))
 
 
 def smooth_dp_matching(
