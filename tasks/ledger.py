@@ -1,0 +1,588 @@
+"""The site's privacy ledger: append-only, hash-chained, one per site, usable without Prefect.
+
+Every change is a new row (an *event*); nothing is ever UPDATEd or DELETEd:
+
+``CAP``      the site's lifetime cap ``(epsilon, delta)``; the first one is recorded from the first
+             study spec that reserves at the site, later ones only by :meth:`PrivacyLedger.set_cap`
+             (``dpate ledger set-cap``), never implicitly by a spec.
+``RESERVE``  one release's ``(epsilon, delta)`` debited against the cap *before any noise is drawn*.
+``COMMIT``   the release's noisy public output (``SiteEstimate.public_fields()`` as canonical JSON),
+             recorded *before* it is returned, logged or published.
+
+Each row carries ``prev_hash`` (the previous row's ``row_hash``; 64 zeros for the first) and
+``row_hash = sha256(prev_hash + "\\n" + canonical JSON of the row's other columns)``, so
+:meth:`PrivacyLedger.verify` detects an edited, deleted or reordered row (a deleted *last* row is
+detected only against a head hash kept elsewhere: ``verify(expect_head=...)``).
+
+Appends are serialised (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a transaction-scoped advisory lock),
+so concurrent reservations never pass the cap and the chain stays linear. ``UNIQUE(release_id,
+kind)`` allows at most one RESERVE and one COMMIT per release. Spend and cap are compared exactly
+(:class:`fractions.Fraction` parsed from the stored strings). The crash rule is in docs/ledger.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dpate_core.privacy import PrivacyParams, exact, fraction_str
+
+__all__ = [
+    "GENESIS",
+    "BudgetExceededError",
+    "CapMismatchError",
+    "Event",
+    "LedgerError",
+    "PrivacyLedger",
+    "Reservation",
+    "SiteSpend",
+    "VerifyReport",
+    "canonical_json",
+    "release_id",
+]
+
+GENESIS = "0" * 64
+KINDS = ("CAP", "RESERVE", "COMMIT")
+
+
+class LedgerError(RuntimeError):
+    """The ledger refuses an operation; the message says why and what to do next."""
+
+
+class BudgetExceededError(LedgerError):
+    """A reservation would take the site's spend past its lifetime cap."""
+
+
+class CapMismatchError(LedgerError):
+    """A study spec asks for a different lifetime cap than the one recorded in the ledger."""
+
+
+def canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no spaces, floats by ``repr`` (exact round trip)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def release_id(study_id: str, site_id: str, spec_hash: str, round: str) -> str:
+    """Deterministic release id: sha256 of the canonical JSON ``[study, site, spec_hash, round]``."""
+    text = canonical_json([str(study_id), str(site_id), str(spec_hash), str(round)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _row_hash(prev_hash: str, content: Mapping[str, Any]) -> str:
+    return hashlib.sha256((prev_hash + "\n" + canonical_json(dict(content))).encode()).hexdigest()
+
+
+def _privacy(eps: str | None, delta: str | None) -> PrivacyParams:
+    return PrivacyParams(exact(eps or "0", "epsilon"), exact(delta or "0", "delta"))
+
+
+def _fmt(p: PrivacyParams) -> str:
+    return f"epsilon {fraction_str(p.epsilon)}, delta {fraction_str(p.delta)}"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One ledger row, as stored."""
+
+    seq: int
+    kind: str
+    site_id: str
+    release_id: str | None
+    study_id: str | None
+    spec_hash: str | None
+    round: str | None
+    epsilon: str | None
+    delta: str | None
+    cap_epsilon: str | None
+    cap_delta: str | None
+    payload: str
+    created_at: str
+    prev_hash: str
+    row_hash: str
+
+    def content(self) -> dict[str, Any]:
+        """The hashed columns (everything but ``row_hash``)."""
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "site_id": self.site_id,
+            "release_id": self.release_id,
+            "study_id": self.study_id,
+            "spec_hash": self.spec_hash,
+            "round": self.round,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "cap_epsilon": self.cap_epsilon,
+            "cap_delta": self.cap_delta,
+            "payload": self.payload,
+            "created_at": self.created_at,
+            "prev_hash": self.prev_hash,
+        }
+
+    @property
+    def privacy(self) -> PrivacyParams:
+        return _privacy(self.epsilon, self.delta)
+
+    @property
+    def cap(self) -> PrivacyParams:
+        return _privacy(self.cap_epsilon, self.cap_delta)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The state of one release after :meth:`PrivacyLedger.reserve`.
+
+    ``new`` is True when this call debited the budget. ``committed`` holds the recorded public
+    output when the release was already committed (then nothing may be drawn: return it).
+    """
+
+    release_id: str
+    site_id: str
+    study_id: str
+    privacy: PrivacyParams
+    cap: PrivacyParams
+    spent_after: PrivacyParams
+    new: bool
+    committed: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SiteSpend:
+    """A site's budget: the cap in force, the total reserved, per study, and what remains."""
+
+    site_id: str
+    cap: PrivacyParams | None
+    spent: PrivacyParams
+    per_study: dict[str, PrivacyParams]
+    releases: dict[str, tuple[int, int]]  # study -> (reserved, committed)
+
+    @property
+    def remaining(self) -> PrivacyParams | None:
+        if self.cap is None:
+            return None
+        return PrivacyParams(
+            max(self.cap.epsilon - self.spent.epsilon, Fraction(0)),
+            max(self.cap.delta - self.spent.delta, Fraction(0)),
+        )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    rows: int
+    head_hash: str
+    problems: list[str] = field(default_factory=list)
+
+
+class PrivacyLedger:
+    """A privacy ledger at ``url`` (any SQLAlchemy URL; a plain path means a SQLite file).
+
+    ``table_prefix`` names the table (``<prefix>ledger_events``); tests use a unique one per run.
+    """
+
+    def __init__(self, url: str, *, table_prefix: str = "dpate_") -> None:
+        self.url = as_sqlalchemy_url(url)
+        self.table_name = f"{table_prefix}ledger_events"
+        self._engine = _make_engine(self.url)
+        self._dialect = self._engine.dialect.name
+        md = sa.MetaData()
+        self.table = sa.Table(
+            self.table_name,
+            md,
+            sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("kind", sa.String(16), nullable=False),
+            sa.Column("site_id", sa.String(200), nullable=False),
+            sa.Column("release_id", sa.String(64)),
+            sa.Column("study_id", sa.String(200)),
+            sa.Column("spec_hash", sa.String(128)),
+            sa.Column("round", sa.String(200)),
+            sa.Column("epsilon", sa.String(200)),
+            sa.Column("delta", sa.String(200)),
+            sa.Column("cap_epsilon", sa.String(200)),
+            sa.Column("cap_delta", sa.String(200)),
+            sa.Column("payload", sa.Text, nullable=False),
+            sa.Column("created_at", sa.String(40), nullable=False),
+            sa.Column("prev_hash", sa.String(64), nullable=False),
+            sa.Column("row_hash", sa.String(64), nullable=False, unique=True),
+            sa.UniqueConstraint("release_id", "kind", name=f"{self.table_name}_release_kind"),
+            sa.CheckConstraint(
+                "kind IN ('CAP', 'RESERVE', 'COMMIT')", name=f"{self.table_name}_kind"
+            ),
+        )
+        self._metadata = md
+        try:
+            md.create_all(self._engine, checkfirst=True)
+        except sa.exc.OperationalError as exc:
+            raise LedgerError(
+                f"cannot open the privacy ledger at {self._engine.url.render_as_string()}: "
+                f"{exc.orig}; check the ledger URL (DPATE_LEDGER_URL) and that its database is up"
+            ) from None
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            # another process created the table between the check and the CREATE
+            md.create_all(self._engine, checkfirst=True)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> PrivacyLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _append_tx(self) -> Iterator[Connection]:
+        """A transaction holding the ledger's append lock until it ends."""
+        with self._engine.begin() as conn:
+            if self._dialect == "postgresql":
+                key = int.from_bytes(hashlib.sha256(self.table_name.encode()).digest()[:8], "big")
+                key -= 1 << 63 if key >= 1 << 63 else 0
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            elif self._dialect != "sqlite":
+                conn.execute(sa.select(self.table.c.seq).with_for_update().limit(1))
+            yield conn
+
+    def _rows(self, conn: Connection, *where: Any) -> list[Event]:
+        q = sa.select(self.table).where(*where).order_by(self.table.c.seq)
+        return [Event(**row._mapping) for row in conn.execute(q)]
+
+    def _append(self, conn: Connection, **cols: Any) -> Event:
+        head = conn.execute(
+            sa.select(self.table.c.seq, self.table.c.row_hash)
+            .order_by(self.table.c.seq.desc())
+            .limit(1)
+        ).first()
+        seq, prev = (head.seq + 1, head.row_hash) if head else (1, GENESIS)
+        content: dict[str, Any] = {c: None for c in Event.__dataclass_fields__}
+        content.update(cols)
+        content.update(
+            seq=seq,
+            prev_hash=prev,
+            created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
+        )
+        content.pop("row_hash")
+        content.setdefault("payload", "{}")
+        if content["payload"] is None:
+            content["payload"] = "{}"
+        row_hash = _row_hash(prev, content)
+        conn.execute(sa.insert(self.table).values(**content, row_hash=row_hash))
+        return Event(**content, row_hash=row_hash)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def events(self, site_id: str | None = None) -> list[Event]:
+        with self._engine.connect() as conn:
+            where = () if site_id is None else (self.table.c.site_id == site_id,)
+            return self._rows(conn, *where)
+
+    def sites(self) -> list[str]:
+        with self._engine.connect() as conn:
+            q = sa.select(self.table.c.site_id).distinct().order_by(self.table.c.site_id)
+            return [r[0] for r in conn.execute(q)]
+
+    def committed(self, release_id: str) -> dict[str, Any] | None:
+        """The recorded public output of a committed release, else None."""
+        with self._engine.connect() as conn:
+            return self._committed(conn, release_id)
+
+    def _committed(self, conn: Connection, rid: str) -> dict[str, Any] | None:
+        t = self.table
+        row = conn.execute(
+            sa.select(t.c.payload).where(t.c.release_id == rid, t.c.kind == "COMMIT")
+        ).first()
+        return None if row is None else json.loads(row.payload)
+
+    def cap(self, site_id: str) -> PrivacyParams | None:
+        with self._engine.connect() as conn:
+            return self._cap(conn, site_id)
+
+    def _cap(self, conn: Connection, site_id: str) -> PrivacyParams | None:
+        t = self.table
+        row = conn.execute(
+            sa.select(t.c.cap_epsilon, t.c.cap_delta)
+            .where(t.c.site_id == site_id, t.c.kind == "CAP")
+            .order_by(t.c.seq.desc())
+            .limit(1)
+        ).first()
+        return None if row is None else _privacy(row.cap_epsilon, row.cap_delta)
+
+    def _spent(self, conn: Connection, site_id: str) -> PrivacyParams:
+        t = self.table
+        rows = conn.execute(
+            sa.select(t.c.epsilon, t.c.delta).where(t.c.site_id == site_id, t.c.kind == "RESERVE")
+        )
+        total = PrivacyParams(Fraction(0), Fraction(0))
+        for r in rows:
+            total = total + _privacy(r.epsilon, r.delta)
+        return total
+
+    def spend(self, site_id: str) -> SiteSpend:
+        """Cap, total spend and spend per study of one site (exact)."""
+        events = self.events(site_id)
+        cap = None
+        per_study: dict[str, PrivacyParams] = {}
+        releases: dict[str, list[int]] = {}
+        reserve_study: dict[str, str] = {}
+        total = PrivacyParams(Fraction(0), Fraction(0))
+        for e in events:
+            if e.kind == "CAP":
+                cap = e.cap
+            elif e.kind == "RESERVE":
+                s = e.study_id or ""
+                per_study[s] = per_study.get(s, PrivacyParams(Fraction(0))) + e.privacy
+                total = total + e.privacy
+                releases.setdefault(s, [0, 0])[0] += 1
+                reserve_study[e.release_id or ""] = s
+            elif e.kind == "COMMIT":
+                s = reserve_study.get(e.release_id or "", e.study_id or "")
+                releases.setdefault(s, [0, 0])[1] += 1
+        return SiteSpend(
+            site_id, cap, total, per_study, {k: (v[0], v[1]) for k, v in releases.items()}
+        )
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def set_cap(self, site_id: str, cap: PrivacyParams, reason: str) -> Event:
+        """Record a new lifetime cap for ``site_id`` explicitly (a CAP event; never implicit)."""
+        if not reason.strip():
+            raise LedgerError("a cap change needs a reason for the audit trail (--reason '...')")
+        with self._append_tx() as conn:
+            spent = self._spent(conn, site_id)
+            payload = canonical_json({"reason": reason, "spent_at_change": spent.as_strings()})
+            return self._append(
+                conn,
+                kind="CAP",
+                site_id=site_id,
+                cap_epsilon=fraction_str(cap.epsilon),
+                cap_delta=fraction_str(cap.delta),
+                payload=payload,
+            )
+
+    def reserve(
+        self,
+        *,
+        release_id: str,
+        study_id: str,
+        site_id: str,
+        spec_hash: str,
+        round: str,
+        privacy: PrivacyParams,
+        cap: PrivacyParams,
+    ) -> Reservation:
+        """Debit ``privacy`` for ``release_id`` durably, or return the standing reservation.
+
+        Order of checks (one serialised transaction): a committed release returns its recorded
+        output (spends nothing); a reserved one returns its reservation (spends nothing more); a new
+        one needs the spec's ``cap`` to equal the recorded cap (the first reservation records it)
+        and ``spent + privacy <= cap`` in both epsilon and delta, exactly; otherwise it is refused
+        and nothing is written.
+        """
+        if privacy.epsilon <= 0:
+            raise LedgerError(f"a release must spend a positive epsilon (got {privacy.epsilon})")
+        t = self.table
+        with self._append_tx() as conn:
+            mine = self._rows(conn, t.c.release_id == release_id)
+            reserved = next((e for e in mine if e.kind == "RESERVE"), None)
+            if reserved is not None:
+                if reserved.privacy != privacy or reserved.site_id != site_id:
+                    raise LedgerError(
+                        f"release {release_id[:12]} is already reserved at site "
+                        f"{reserved.site_id} for {_fmt(reserved.privacy)}, not {_fmt(privacy)}: "
+                        f"a release id names one spec; change the spec (its hash) or the round"
+                    )
+                committed = next((e for e in mine if e.kind == "COMMIT"), None)
+                return Reservation(
+                    release_id,
+                    site_id,
+                    study_id,
+                    privacy,
+                    self._cap(conn, site_id) or cap,
+                    self._spent(conn, site_id),
+                    new=False,
+                    committed=None if committed is None else json.loads(committed.payload),
+                )
+            recorded = self._cap(conn, site_id)
+            if recorded is None:
+                self._append(
+                    conn,
+                    kind="CAP",
+                    site_id=site_id,
+                    study_id=study_id,
+                    spec_hash=spec_hash,
+                    cap_epsilon=fraction_str(cap.epsilon),
+                    cap_delta=fraction_str(cap.delta),
+                    payload=canonical_json({"reason": f"initial cap from study {study_id}"}),
+                )
+                recorded = cap
+            elif recorded != cap:
+                raise CapMismatchError(
+                    f"site {site_id}: the study spec asks for a lifetime cap of {_fmt(cap)}, but "
+                    f"the ledger records {_fmt(recorded)}; a spec never changes a recorded cap. "
+                    f"Put the recorded cap in the spec, or change it explicitly: dpate ledger "
+                    f"set-cap {site_id} --epsilon E --delta D --reason '...' --ledger URL"
+                )
+            spent = self._spent(conn, site_id)
+            after = spent + privacy
+            if not after <= recorded:
+                remaining = PrivacyParams(
+                    max(recorded.epsilon - spent.epsilon, Fraction(0)),
+                    max(recorded.delta - spent.delta, Fraction(0)),
+                )
+                raise BudgetExceededError(
+                    f"site {site_id}: release of study {study_id} round {round} asks "
+                    f"{_fmt(privacy)} but only {_fmt(remaining)} remains of the lifetime cap "
+                    f"({_fmt(recorded)}; spent {_fmt(spent)}). Nothing was reserved and no noise "
+                    f"was drawn; lower the release's budget or raise the cap explicitly "
+                    f"(dpate ledger set-cap)"
+                )
+            self._append(
+                conn,
+                kind="RESERVE",
+                site_id=site_id,
+                release_id=release_id,
+                study_id=study_id,
+                spec_hash=spec_hash,
+                round=str(round),
+                epsilon=fraction_str(privacy.epsilon),
+                delta=fraction_str(privacy.delta),
+                cap_epsilon=fraction_str(recorded.epsilon),
+                cap_delta=fraction_str(recorded.delta),
+            )
+            return Reservation(release_id, site_id, study_id, privacy, recorded, after, new=True)
+
+    def commit(self, release_id: str, public: Mapping[str, Any]) -> dict[str, Any]:
+        """Record the release's public output; returns what the ledger holds for it.
+
+        Exactly one COMMIT per release: if one exists (a re-run or a racing process won), its
+        recorded output is returned and ``public`` is discarded; the caller must use the returned
+        value and nothing else.
+        """
+        payload = canonical_json(dict(public))
+        t = self.table
+        try:
+            with self._append_tx() as conn:
+                existing = self._committed(conn, release_id)
+                if existing is not None:
+                    return existing
+                res = conn.execute(
+                    sa.select(t.c.site_id, t.c.study_id, t.c.spec_hash, t.c.round).where(
+                        t.c.release_id == release_id, t.c.kind == "RESERVE"
+                    )
+                ).first()
+                if res is None:
+                    raise LedgerError(
+                        f"release {release_id[:12]} has no reservation: reserve before drawing "
+                        f"noise, commit after"
+                    )
+                self._append(
+                    conn,
+                    kind="COMMIT",
+                    site_id=res.site_id,
+                    release_id=release_id,
+                    study_id=res.study_id,
+                    spec_hash=res.spec_hash,
+                    round=res.round,
+                    payload=payload,
+                )
+        except sa.exc.IntegrityError:
+            existing = self.committed(release_id)
+            if existing is None:
+                raise
+            return existing
+        return json.loads(payload)
+
+    # -- audit ---------------------------------------------------------------------------------
+
+    def verify(self, expect_head: str | None = None) -> VerifyReport:
+        """Recompute the chain and the budget rules; list every problem found.
+
+        Detects an edited row (its hash), a deleted or reordered row (a gap in ``seq`` or a broken
+        ``prev_hash`` link), a COMMIT without its RESERVE, and a RESERVE past the cap in force.
+        A deleted last row is caught only with ``expect_head`` (a head hash noted earlier).
+        """
+        problems: list[str] = []
+        prev = GENESIS
+        caps: dict[str, PrivacyParams] = {}
+        spent: dict[str, PrivacyParams] = {}
+        reserved: set[str] = set()
+        events = self.events()
+        for i, e in enumerate(events, start=1):
+            if e.seq != i:
+                problems.append(f"row {e.seq}: expected sequence number {i} (a row is missing)")
+            if e.prev_hash != prev:
+                problems.append(
+                    f"row {e.seq}: prev_hash does not match the previous row's hash "
+                    f"(a row was deleted, inserted or reordered)"
+                )
+            if _row_hash(e.prev_hash, e.content()) != e.row_hash:
+                problems.append(f"row {e.seq}: row_hash does not match its content (edited row)")
+            prev = e.row_hash
+            try:
+                if e.kind == "CAP":
+                    caps[e.site_id] = e.cap
+                elif e.kind == "RESERVE":
+                    total = spent.get(e.site_id, PrivacyParams(Fraction(0))) + e.privacy
+                    spent[e.site_id] = total
+                    reserved.add(e.release_id or "")
+                    cap = caps.get(e.site_id)
+                    if cap is None or not total <= cap:
+                        problems.append(
+                            f"row {e.seq}: site {e.site_id} reserved past its cap in force"
+                        )
+                elif e.kind == "COMMIT":
+                    if (e.release_id or "") not in reserved:
+                        problems.append(f"row {e.seq}: COMMIT without an earlier RESERVE")
+                    json.loads(e.payload)
+                else:
+                    problems.append(f"row {e.seq}: unknown event kind {e.kind!r}")
+            except (ValueError, TypeError) as exc:
+                problems.append(f"row {e.seq}: unreadable field ({type(exc).__name__})")
+        if expect_head is not None and prev != expect_head:
+            problems.append(
+                f"head hash {prev[:16]} differs from the expected {expect_head[:16]} "
+                f"(rows were removed from or added to the end)"
+            )
+        return VerifyReport(not problems, len(events), prev, problems)
+
+
+def as_sqlalchemy_url(url: str) -> str:
+    """A SQLAlchemy URL; a bare path (no ``://``) is a SQLite file."""
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
+    return url
+
+
+def _make_engine(url: str) -> Engine:
+    u = sa.engine.make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return sa.create_engine(u, pool_pre_ping=True)
+    if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
+        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(u, connect_args={"timeout": 60})
+
+    # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN instead, so
+    # read-check-append runs under one lock (the SQLAlchemy recipe for serialisable SQLite).
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _rec: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

@@ -1,0 +1,66 @@
+"""Fixtures of the pipeline tests: ledgers on SQLite and PostgreSQL, one Prefect harness per session."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _pg_reachable() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(
+            "host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3
+        ):
+            return None
+    except Exception as exc:  # the reason is shown in the skip message
+        return f"PostgreSQL at 127.0.0.1:5432/test is unreachable ({type(exc).__name__}: {exc})"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    why = _pg_reachable()
+    if why:
+        pytest.skip(why)
+    return PG_URL
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def ledger_factory(request, tmp_path):
+    """Opens ledgers on one backend; PostgreSQL tables get a unique prefix and are dropped after."""
+    from tasks.ledger import PrivacyLedger
+
+    opened: list[PrivacyLedger] = []
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+        prefix = "dpate_"
+    else:
+        url = request.getfixturevalue("pg_url")
+        prefix = f"t{uuid.uuid4().hex[:10]}_"
+
+    def make() -> PrivacyLedger:
+        led = PrivacyLedger(url, table_prefix=prefix)
+        opened.append(led)
+        return led
+
+    make.url = url  # type: ignore[attr-defined]
+    make.prefix = prefix  # type: ignore[attr-defined]
+    yield make
+    if request.param == "postgres" and opened:
+        opened[0].table.drop(opened[0]._engine, checkfirst=True)
+    for led in opened:
+        led.close()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """One Prefect test server for the whole session (about 20 s to start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,189 @@
+"""The privacy ledger on SQLite and PostgreSQL: reserve/commit, the cap, the chain, concurrency."""
+
+from __future__ import annotations
+
+import threading
+from fractions import Fraction
+
+import pytest
+
+from dpate_core.privacy import PrivacyParams
+from tasks.ledger import (
+    BudgetExceededError,
+    CapMismatchError,
+    LedgerError,
+    release_id,
+)
+
+CAP = PrivacyParams.of("1", "1e-5")
+
+
+def _reserve(led, rid, eps="1/3", delta="1e-6", cap=CAP, site="s1", study="st"):
+    return led.reserve(
+        release_id=rid,
+        study_id=study,
+        site_id=site,
+        spec_hash="h",
+        round="1",
+        privacy=PrivacyParams.of(eps, delta),
+        cap=cap,
+    )
+
+
+def test_release_id_is_deterministic_and_separates_its_inputs():
+    a = release_id("study", "site", "hash", "1")
+    assert a == release_id("study", "site", "hash", "1") and len(a) == 64
+    others = {
+        release_id("study", "site", "hash", "2"),
+        release_id("study", "site2", "hash", "1"),
+        release_id("study", "site", "hash2", "1"),
+        release_id("studysite", "", "hash", "1"),
+    }
+    assert a not in others and len(others) == 4
+
+
+def test_reserve_commit_and_rerun_spends_nothing(ledger_factory):
+    led = ledger_factory()
+    r = _reserve(led, "r1")
+    assert r.new and r.committed is None and r.spent_after == PrivacyParams.of("1/3", "1e-6")
+    again = _reserve(led, "r1")  # crash before commit: the reservation stands, nothing more spent
+    assert not again.new and again.committed is None
+    assert led.spend("s1").spent == PrivacyParams.of("1/3", "1e-6")
+    out = led.commit("r1", {"tau": 0.123456789012345, "n": 10})
+    assert out == {"tau": 0.123456789012345, "n": 10}
+    third = _reserve(led, "r1")
+    assert not third.new and third.committed == out
+    # a second commit (racing process, re-run) returns the first recorded value
+    assert led.commit("r1", {"tau": 9.9, "n": 10}) == out
+    assert led.committed("r1") == out
+    assert [e.kind for e in led.events()] == ["CAP", "RESERVE", "COMMIT"]
+    assert led.verify().ok
+
+
+def test_cap_is_exact_and_refusal_writes_nothing(ledger_factory):
+    led = ledger_factory()
+    for k in range(3):
+        _reserve(led, f"r{k}", eps="1/3", delta="0")  # 1/3 + 1/3 + 1/3 == 1 exactly
+    n_events = len(led.events())
+    with pytest.raises(BudgetExceededError, match="remains") as err:
+        _reserve(led, "r3", eps="1/1000000", delta="0")
+    assert "no noise was drawn" in str(err.value)
+    assert len(led.events()) == n_events
+    spend = led.spend("s1")
+    assert spend.spent.epsilon == 1 and spend.remaining == PrivacyParams(Fraction(0), CAP.delta)
+    # delta is capped too
+    led2 = ledger_factory()
+    with pytest.raises(BudgetExceededError):
+        _reserve(led2, "d1", site="s2", eps="1/10", delta="2e-5")
+
+
+def test_spec_cannot_change_recorded_cap_but_set_cap_can(ledger_factory):
+    led = ledger_factory()
+    _reserve(led, "r1", eps="1", delta="0")
+    with pytest.raises(CapMismatchError, match="set-cap"):
+        _reserve(led, "r2", eps="1", delta="0", cap=PrivacyParams.of("2", "1e-5"))
+    with pytest.raises(LedgerError, match="reason"):
+        led.set_cap("s1", PrivacyParams.of("2", "1e-5"), reason=" ")
+    led.set_cap("s1", PrivacyParams.of("2", "1e-5"), reason="board approval 2026-11")
+    r = _reserve(led, "r2", eps="1", delta="0", cap=PrivacyParams.of("2", "1e-5"))
+    assert r.new and led.spend("s1").remaining.epsilon == 0
+    assert led.verify().ok
+
+
+def test_commit_needs_a_reservation_and_mismatched_reservations_are_refused(ledger_factory):
+    led = ledger_factory()
+    with pytest.raises(LedgerError, match="no reservation"):
+        led.commit("nothing", {"tau": 1.0})
+    _reserve(led, "r1")
+    with pytest.raises(LedgerError, match="already reserved"):
+        _reserve(led, "r1", eps="1/2")
+    with pytest.raises(LedgerError, match="positive epsilon"):
+        _reserve(led, "r0", eps="0")
+
+
+def test_spend_per_study(ledger_factory):
+    led = ledger_factory()
+    _reserve(led, "a1", study="A", eps="1/4")
+    _reserve(led, "a2", study="A", eps="1/4")
+    _reserve(led, "b1", study="B", eps="1/8")
+    led.commit("a1", {"tau": 1.0})
+    s = led.spend("s1")
+    assert s.per_study["A"].epsilon == Fraction(1, 2) and s.per_study["B"].epsilon == Fraction(1, 8)
+    assert s.releases == {"A": (2, 1), "B": (1, 0)}
+    assert s.remaining.epsilon == Fraction(3, 8)
+
+
+def _tamper(led, sql: str) -> None:
+    with led._engine.begin() as conn:
+        conn.exec_driver_sql(sql.format(t=led.table_name))
+
+
+@pytest.mark.parametrize(
+    ("sql", "needle"),
+    [
+        ("UPDATE {t} SET epsilon = '1/100' WHERE seq = 2", "edited row"),
+        ("UPDATE {t} SET payload = '{{\"tau\":0.5}}' WHERE kind = 'COMMIT'", "edited row"),
+        ("DELETE FROM {t} WHERE seq = 3", "missing"),
+        # reorder: swap two rows' positions (their contents keep their hashes)
+        (
+            "UPDATE {t} SET seq = CASE seq WHEN 2 THEN 1002 WHEN 3 THEN 1003 ELSE seq END;"
+            "UPDATE {t} SET seq = CASE seq WHEN 1002 THEN 3 WHEN 1003 THEN 2 ELSE seq END",
+            "prev_hash",
+        ),
+    ],
+    ids=["edit-epsilon", "edit-estimate", "delete", "reorder"],
+)
+def test_verify_detects_tampering(ledger_factory, sql, needle):
+    led = ledger_factory()
+    _reserve(led, "r1")
+    led.commit("r1", {"tau": 0.25})
+    _reserve(led, "r2")
+    assert led.verify().ok
+    for stmt in sql.split(";"):
+        _tamper(led, stmt)
+    report = led.verify()
+    assert not report.ok
+    assert any(needle in p for p in report.problems), report.problems
+
+
+def test_deleting_the_last_row_needs_the_head_hash(ledger_factory):
+    led = ledger_factory()
+    _reserve(led, "r1")
+    head = led.verify().head_hash
+    _reserve(led, "r2")
+    _tamper(led, "DELETE FROM {t} WHERE seq = 3")
+    assert led.verify(expect_head=head).ok  # the chain up to the noted head is intact
+    led.commit("r1", {"tau": 1.0})
+    later = led.verify().head_hash
+    _tamper(led, "DELETE FROM {t} WHERE kind = 'COMMIT'")
+    assert not led.verify(expect_head=later).ok
+
+
+def test_concurrent_reservations_never_pass_the_cap(ledger_factory):
+    """20 threads, each with its own ledger object (own connections), reserve 1/10 against cap 1."""
+    first = ledger_factory()
+    first.set_cap("s1", CAP, reason="test")
+    ledgers = [ledger_factory() for _ in range(20)]
+    barrier = threading.Barrier(20)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        try:
+            _reserve(ledgers[i], f"c{i}", eps="1/10", delta="0")
+            res = "ok"
+        except BudgetExceededError:
+            res = "refused"
+        with lock:
+            outcomes.append(res)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok"] * 10 + ["refused"] * 10
+    assert first.spend("s1").spent.epsilon == 1
+    report = first.verify()
+    assert report.ok and report.rows == 11
