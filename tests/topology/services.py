@@ -290,9 +290,15 @@ class S3Identity:
     actions: tuple[str, ...]
 
 
-def site_identity(site: str, bucket: str, reports_prefix: str = "reports") -> S3Identity:
-    """A site may read and write only objects under ``reports/<site>/``; nothing else."""
-    scope = f"{bucket}/{reports_prefix}/{site}/*"
+def site_identity(site: str, bucket: str, root: str = "studies") -> S3Identity:
+    """A site may read and write only its own reports, ``<root>/<study>/sites/<site>/...`` (the
+    layout of tasks/storage.py), and list the bucket; nothing else.
+
+    SeaweedFS's ``*`` also matches ``/``, so the site could create objects *nested* below another
+    folder that ends in ``sites/<site>/`` (never an object of another site's own folder, which is
+    what the aggregator reads); see docs/deploying.md.
+    """
+    scope = f"{bucket}/{root}/*/sites/{site}/*"
     return S3Identity(
         name=site,
         access_key=f"{site}-{uuid.uuid4().hex[:8]}",
@@ -301,13 +307,13 @@ def site_identity(site: str, bucket: str, reports_prefix: str = "reports") -> S3
     )
 
 
-def aggregator_identity(bucket: str, results_prefix: str = "results") -> S3Identity:
-    """The untrusted server: reads and lists everything in the bucket, writes only results."""
+def aggregator_identity(bucket: str, root: str = "studies") -> S3Identity:
+    """The untrusted server: reads and lists the bucket, writes only ``<root>/<study>/results/``."""
     return S3Identity(
         name="aggregator",
         access_key=f"aggregator-{uuid.uuid4().hex[:8]}",
         secret_key=uuid.uuid4().hex,
-        actions=(f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{results_prefix}/*"),
+        actions=(f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{root}/*/results/*"),
     )
 
 
@@ -327,12 +333,18 @@ class SeaweedS3:
     root: Path
     bucket: str
     identities: dict[str, S3Identity]
+    prefix: str = "studies"  # the publication root inside the bucket
     ports: dict[str, int] = field(default_factory=dict)
     service: Service | None = None
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.ports['s3']}"
+
+    @property
+    def storage_url(self) -> str:
+        """The publication root every site and the aggregator use (DPATE_STORAGE_URL)."""
+        return f"s3://{self.bucket}/{self.prefix}"
 
     def env_for(self, identity: str) -> dict[str, str]:
         """Per-process environment giving fsspec/s3fs/boto3 this identity's credentials."""
