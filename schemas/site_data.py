@@ -203,18 +203,23 @@ def read_site_table(location: str | Path, spec: StudySpec, fmt: str | None = Non
     try:
         with _open(location) as fh:
             if fmt == "parquet":
+                text_cols = _string_columns(spec)
                 pf = pq.ParquetFile(fh)
                 names = pf.schema_arrow.names
                 missing = [c for c in needed if c not in names]
                 if missing:
                     raise _Redacted(_missing_columns(missing))
+                pf = pq.ParquetFile(fh, metadata=pf.metadata, read_dictionary=text_cols)
                 table = pf.read(columns=needed)
+                # text columns as dictionaries: validation and binning then touch each
+                # distinct value once, not every row
+                table = _dictionary_encode(table, text_cols)
             else:
                 string_cols = set(_string_columns(spec))
                 convert = pacsv.ConvertOptions(
                     include_columns=needed,
                     include_missing_columns=True,
-                    column_types={c: pa.string() for c in string_cols},
+                    column_types={c: _DICT_STRING for c in string_cols},
                     strings_can_be_null=True,
                 )
                 read = pacsv.ReadOptions(block_size=1 << 24)
@@ -241,6 +246,18 @@ def read_site_table(location: str | Path, spec: StudySpec, fmt: str | None = Non
         )
     if failure is not None:
         raise failure
+    return table
+
+
+_DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+
+
+def _dictionary_encode(table: pa.Table, columns: list[str]) -> pa.Table:
+    for name in columns:
+        i = table.schema.get_field_index(name)
+        col = table.column(i)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            table = table.set_column(i, name, pc.dictionary_encode(col))
     return table
 
 
@@ -359,7 +376,7 @@ def _as_frame(source: Any, spec: StudySpec, fmt: str | None) -> pd.DataFrame:
         missing = [c for c in _needed_columns(spec) if c not in source.column_names]
         if missing:
             raise _missing_columns(missing)
-        table = source.select(_needed_columns(spec))
+        table = _dictionary_encode(source.select(_needed_columns(spec)), _string_columns(spec))
     else:
         table = read_site_table(source, spec, fmt)
     # text columns stay Arrow-backed strings (fast isin); numbers become numpy
@@ -452,7 +469,9 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
             vals, not_num = _to_float(col)
             problems.add(c.column, _R_NOT_NUMBER, not_num)
             # an infinite value is fine only where an open edge admits it
-            bad = np.isnan(vals) | (np.isinf(vals) & ~_admitted_inf(vals, c))
+            bad = ~np.isfinite(vals)
+            if bad.any():
+                bad &= ~_admitted_inf(vals, c)
             absent[c.column] = bad & ~not_num
             data[c.column] = pd.Series(vals, copy=False)
 
@@ -519,12 +538,16 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
 
 
 def _as_text(col: pd.Series) -> pd.Series:
-    if isinstance(col.dtype, pd.StringDtype):
-        return col
-    if pd.api.types.is_string_dtype(col.dtype) and not pd.api.types.is_object_dtype(col.dtype):
-        return col.astype(pd.StringDtype("pyarrow"))
-    # numbers or objects: compare by their text (a level "1" matches the integer 1)
-    return col.astype(pd.StringDtype("pyarrow"))
+    """Text as a pandas Categorical of strings (numbers compare by their text: a level "1"
+    matches the integer 1). Categorical keeps validation and binning per distinct value."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        if pd.api.types.is_string_dtype(cats.dtype) or cats.empty:
+            return col
+        return col.cat.rename_categories(cats.astype(str))
+    if not pd.api.types.is_string_dtype(col.dtype) or pd.api.types.is_object_dtype(col.dtype):
+        col = col.astype(pd.StringDtype("pyarrow"))
+    return col.astype("category")
 
 
 def _admitted_inf(vals: np.ndarray, c: NumericCovariate) -> np.ndarray:
@@ -583,8 +606,10 @@ def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, in
         if isinstance(c, CategoricalCovariate):
             levels = c.all_levels
             if isinstance(levels[0], str):
-                found = pc.index_in(pa.array(col.array), value_set=pa.array(levels, pa.string()))
-                code = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+                # per distinct value, then gathered by the categorical codes
+                cat = col.cat
+                per_category = pd.Index(levels).get_indexer(cat.categories.astype(str))
+                code = per_category[cat.codes.to_numpy()].astype(np.int64)
             else:
                 index = pd.Index(np.asarray(levels, dtype=np.float64))
                 code = index.get_indexer(col.to_numpy(dtype=np.float64)).astype(np.int64)
@@ -596,7 +621,12 @@ def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, in
         else:
             v = col.to_numpy(dtype=np.float64)
             inner = np.asarray(c.edges[1:-1], dtype=np.float64)
-            code = np.searchsorted(inner, v, side="right").astype(np.int64)
+            if inner.size <= 16:  # a few comparisons beat a binary search per value
+                code = np.zeros(v.shape[0], dtype=np.int64)
+                for e in inner:
+                    code += v >= e
+            else:
+                code = np.searchsorted(inner, v, side="right").astype(np.int64)
         x *= c.size
         x += code
     return x, mapped
