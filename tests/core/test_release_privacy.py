@@ -1,0 +1,388 @@
+"""Empirical privacy of each release on worst-case neighbouring datasets.
+
+For a pair of neighbours D, D' (one record replaced), each release is run many times on both (the
+simulation path: the release's own plan, ``draw_many`` from a seeded Generator and the release's own
+``assemble``; ``test_release.py`` checks that vectorised ``assemble`` equals one release at a time),
+an output statistic is histogrammed into bins, and for every bin with enough mass the estimated
+probability ratio must stay within ``e^eps`` of the part of the budget that statistic consumes, up to
+sampling error: a bin is a violation only when the one-sided Clopper-Pearson lower bound of
+``P_D(bin)`` exceeds ``e^eps`` times the upper bound of ``P_D'(bin)`` plus ``delta`` (both
+directions, Bonferroni over bins). Deliberately broken mechanisms (Laplace at half the scale; the
+paper's global sensitivity ``B`` for GlobalDPMatching, ERRATA section 2) show that the checker
+rejects what it should.
+
+An empirical test cannot prove privacy (the ``delta``-sized failures of ERRATA section 1 are far
+below what 2*10^5 draws can see); it catches calibration errors of a constant factor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpate_core.estimators import matching_statistics
+from dpate_core.privacy import PrivacyParams, to_float
+from dpate_core.release import (
+    MechanismPlan,
+    draw_many,
+    draw_once,
+    global_dp_matching,
+    plan_difference_in_means,
+    plan_matching,
+    smooth_dp_matching,
+)
+from dpate_core.sensitivity import smooth_beta
+
+B = 1.0
+REPS = 200_000
+N_BINS = 40
+MIN_BIN_COUNT = 200  # pooled count below which a bin is not judged
+ALPHA = 1e-6  # family-wise false-alarm rate of the checker
+
+
+# ---------------------------------------------------------------------------------------------
+# the checker
+
+
+@dataclass(frozen=True)
+class PrivacyCheck:
+    violations: list[tuple[float, float, float]]  # (bin low edge, ratio lower bound, allowed)
+    max_ratio: float  # largest estimated probability ratio over judged bins (point estimate)
+    judged_bins: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def _edges(pilot: np.ndarray) -> np.ndarray:
+    inner = np.unique(np.quantile(pilot, np.linspace(0.0, 1.0, N_BINS + 1)[1:-1]))
+    return np.concatenate(([-np.inf], inner, [np.inf]))
+
+
+def _counts(sample: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    # bins [e_i, e_{i+1}); a value equal to an edge (point masses) goes to the bin it opens
+    idx = np.searchsorted(edges, sample, side="right") - 1
+    return np.bincount(idx, minlength=edges.size - 1)
+
+
+def check_privacy(
+    a: np.ndarray, b: np.ndarray, epsilon: float, delta: float, pilot: np.ndarray
+) -> PrivacyCheck:
+    """Histogram test of ``P[M(D) in bin] <= e^eps P[M(D') in bin] + delta`` (and the reverse)."""
+    edges = _edges(pilot)
+    ca, cb = _counts(a, edges), _counts(b, edges)
+    na, nb = a.size, b.size
+    judged = np.flatnonzero(ca + cb >= MIN_BIN_COUNT)
+    level = ALPHA / (4 * max(judged.size, 1))  # two bounds per direction, two directions
+    bound = math.exp(epsilon)
+    violations = []
+    max_ratio = 0.0
+    for i in judged:
+        for k1, n1, k2, n2 in ((ca[i], na, cb[i], nb), (cb[i], nb, ca[i], na)):
+            lower1 = stats.beta.ppf(level, k1, n1 - k1 + 1) if k1 > 0 else 0.0
+            upper2 = stats.beta.ppf(1 - level, k2 + 1, n2 - k2) if k2 < n2 else 1.0
+            if lower1 > bound * upper2 + delta:
+                violations.append((float(edges[i]), float(lower1 / upper2), bound))
+            if k2 > 0:
+                max_ratio = max(max_ratio, (k1 / n1) / (k2 / n2))
+    return PrivacyCheck(violations, max_ratio, int(judged.size))
+
+
+def test_checker_accepts_identical_and_tight_mechanisms_and_rejects_loose_claims():
+    rng = np.random.default_rng(0)
+    # Lap(1) shifted by 1: the exact ratio is e^1 on a large set (both tails)
+    a = rng.laplace(0.0, 1.0, REPS)
+    b = rng.laplace(1.0, 1.0, REPS)
+    pilot = np.concatenate([rng.laplace(0.0, 1.0, 20_000), rng.laplace(1.0, 1.0, 20_000)])
+    tight = check_privacy(a, b, 1.0, 0.0, pilot)
+    assert tight.ok and tight.judged_bins >= 30
+    assert tight.max_ratio == pytest.approx(math.e, rel=0.1)  # the bound is attained
+    assert not check_privacy(a, b, 0.8, 0.0, pilot).ok  # a 20% too small eps is caught
+    same = check_privacy(a, rng.laplace(0.0, 1.0, REPS), 0.05, 0.0, pilot)
+    assert same.ok
+
+
+# ---------------------------------------------------------------------------------------------
+# neighbouring datasets and the mechanisms under test
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    d: tuple[np.ndarray, np.ndarray, np.ndarray]  # (w, y, x)
+    d_prime: tuple[np.ndarray, np.ndarray, np.ndarray]
+    domain_size: int
+
+
+def _data(rows):
+    w, y, x = zip(*rows, strict=True)
+    return np.array(w, np.int64), np.array(y, float), np.array(x, np.int64)
+
+
+def _neighbours(name, rows, index, new_row, domain_size) -> Pair:
+    assert 0 <= index < len(rows)
+    changed = list(rows)
+    changed[index] = new_row
+    return Pair(name, _data(rows), _data(changed), domain_size)
+
+
+def _errata1_smallest() -> Pair:
+    # ERRATA section 1: |X| = 1, N = 2, counts (T, C) = (2, 0) vs (1, 1); tau moves 0 -> B
+    return _neighbours("errata1_N2", [(1, B, 0), (1, 0.0, 0)], 1, (0, 0.0, 0), 1)
+
+
+def _errata2_witness(n: int = 3) -> Pair:
+    # ERRATA section 2: x0 = {N-2 controls Y=0, one treated Y=B}, x1 = {one control Y=B};
+    # the treated record becomes (W=1, Y=0, X=x1): tau goes from (N-1)B/N to -2B/N
+    rows = [(0, 0.0, 0)] * (n - 2) + [(1, B, 0), (0, B, 1)]
+    return _neighbours(f"errata2_N{n}", rows, n - 2, (1, 0.0, 1), 2)
+
+
+def _imbalanced_stratum(change: str) -> Pair:
+    # ERRATA section 1 at realistic size: N = 5000, |X| = 100, a stratum (67, 1) next to balanced
+    # ones. "counts": a treated record of that stratum moves to another stratum, (67,1)->(66,1);
+    # "outcome": the single control's outcome goes 0 -> B (tau moves by 68B/N).
+    rng = np.random.default_rng(2024)
+    rows = [(1, B, 0)] * 67 + [(0, 0.0, 0)]
+    rest = 5000 - len(rows)
+    xs = 1 + np.arange(rest) % 99
+    ws = (np.arange(rest) // 99) % 2
+    ys = np.round(rng.uniform(0, B, rest), 3)
+    rows += [(int(w), float(y), int(x)) for w, y, x in zip(ws, ys, xs, strict=True)]
+    if change == "counts":
+        return _neighbours("imbalanced_counts", rows, 0, (1, 0.0, 5), 100)
+    return _neighbours("imbalanced_outcome", rows, 67, (0, B, 0), 100)
+
+
+MATCHING_PAIRS = [
+    _errata1_smallest(),
+    _errata2_witness(3),
+    _errata2_witness(40),
+    _imbalanced_stratum("counts"),
+    _imbalanced_stratum("outcome"),
+]
+
+
+def _dim_pairs() -> list[tuple[Pair, bool]]:
+    # public arms: one treated outcome goes 0 -> B (the largest change a neighbour can make)
+    rows = [(1, 0.3, 0)] * 9 + [(1, 0.0, 0)] + [(0, 0.6, 0)] * 10
+    public = _neighbours("dim_outcome", rows, 9, (1, B, 0), 1)
+    # private arms: a treated record with Y=B becomes a control with Y=B (both sums and N_t move)
+    rows2 = [(1, 0.2, 0)] * 9 + [(1, B, 0)] + [(0, 0.7, 0)] * 10
+    private = _neighbours("dim_arm_move", rows2, 9, (0, B, 0), 1)
+    return [(public, True), (private, False)]
+
+
+EPS = "1"
+DELTA = "1e-5"
+
+
+def _matching_plan(estimator: str, data, domain_size: int, eps=EPS) -> MechanismPlan:
+    w, y, x = data
+    st = matching_statistics(w, y, x, domain_size, bound=B)
+    return plan_matching(estimator, st, bound=B, epsilon=eps, delta=DELTA, domain_size=domain_size)
+
+
+def _run(plan: MechanismPlan, seed: int, reps: int = REPS):
+    return plan.assemble(draw_many(plan, np.random.default_rng(seed), reps))
+
+
+def _statistic(out, name: str) -> np.ndarray:
+    value = getattr(out, name) if hasattr(out, name) else out.diagnostics[name]
+    return np.broadcast_to(np.asarray(value, dtype=float), (np.size(out.tau),))
+
+
+def _assert_private(
+    plan_d, plan_dp, statistic: str, part: PrivacyParams, tag: str, reps: int = REPS
+):
+    out_d, out_dp = _run(plan_d, 1, reps), _run(plan_dp, 2, reps)
+    a, b = _statistic(out_d, statistic), _statistic(out_dp, statistic)
+    if np.ptp(a) == 0 and np.ptp(b) == 0:  # a public constant (e.g. GlobalDPMatching's noise var)
+        assert a[0] == b[0], f"{tag}: a constant output differs between neighbours"
+        return PrivacyCheck([], 1.0, 0)
+    pilot_d, pilot_dp = _run(plan_d, 3, 20_000), _run(plan_dp, 4, 20_000)
+    pilot = np.concatenate([_statistic(pilot_d, statistic), _statistic(pilot_dp, statistic)])
+    eps, delta = float(part.epsilon), float(part.delta)
+    result = check_privacy(a, b, eps, delta, pilot)
+    assert result.judged_bins >= 10, f"{tag}: too few bins with mass to judge"
+    assert result.ok, f"{tag}: probability ratio beyond e^{eps:.3f}: {result.violations[:3]}"
+    return result
+
+
+def _parts(total: PrivacyParams, shares, *idx) -> PrivacyParams:
+    parts = [total.scale(Fraction(s)) for s in shares]
+    out = PrivacyParams(Fraction(0), Fraction(0))
+    for i in idx:
+        out = out + parts[i]
+    return out
+
+
+TOTAL = PrivacyParams.of(EPS, DELTA)
+
+# ---------------------------------------------------------------------------------------------
+# the releases are private on worst-case neighbours
+
+
+# every released output, and the budget parts (indices into the split) it is computed from
+SMOOTH_OUTPUTS = {
+    "tau": (0,),
+    "variance": (1, 2),  # max(V_dp, 0) + 8 S2_dp / eps_1^2
+    "raw_variance": (1, 2),
+    "sampling_variance_dp": (1,),
+    "smooth_sensitivity_dp": (2,),
+    "noise_variance": (2,),
+}
+GLOBAL_OUTPUTS = {
+    "tau": (0,),
+    "variance": (1,),
+    "raw_variance": (1,),
+    "sampling_variance_dp": (1,),
+    "noise_variance": (),  # public constant
+}
+DIM_PUBLIC_OUTPUTS = {
+    "tau": (0,),  # the arm sums
+    "variance": (0, 1),  # sums and sums of squares
+    "raw_variance": (0, 1),
+    "sampling_variance_dp": (0, 1),
+    "noise_variance": (),
+}
+DIM_PRIVATE_OUTPUTS = {
+    "tau": (0, 2),  # the arm sums and the noisy treated count
+    "variance": (0, 1, 2),
+    "raw_variance": (0, 1, 2),
+    "sampling_variance_dp": (0, 1, 2),
+    "n_treated_dp": (2,),
+    "noise_variance": (2,),
+}
+
+
+def _check_outputs(plan_d, plan_dp, outputs, total, tag):
+    assert set(outputs) >= {"tau", "variance"}
+    results = {}
+    for name, idx in outputs.items():
+        part = _parts(total, plan_d.shares.shares, *idx)
+        results[name] = _assert_private(plan_d, plan_dp, name, part, f"{tag} {name}")
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", MATCHING_PAIRS, ids=lambda p: p.name)
+def test_smooth_dp_matching_is_private_on_worst_case_neighbours(pair):
+    plan_d = _matching_plan("smooth_matching", pair.d, pair.domain_size)
+    plan_dp = _matching_plan("smooth_matching", pair.d_prime, pair.domain_size)
+    assert plan_d.shares.shares == (Fraction(1, 3),) * 3
+    _check_outputs(plan_d, plan_dp, SMOOTH_OUTPUTS, TOTAL, pair.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", MATCHING_PAIRS, ids=lambda p: p.name)
+def test_global_dp_matching_is_private_on_worst_case_neighbours(pair):
+    plan_d = _matching_plan("global_matching", pair.d, pair.domain_size)
+    plan_dp = _matching_plan("global_matching", pair.d_prime, pair.domain_size)
+    _check_outputs(plan_d, plan_dp, GLOBAL_OUTPUTS, TOTAL, pair.name)
+
+
+@pytest.mark.parametrize(("pair", "public"), _dim_pairs(), ids=["public_arms", "private_arms"])
+def test_dp_difference_in_means_is_private_on_worst_case_neighbours(pair, public):
+    plan_d = plan_difference_in_means(*pair.d[:2], bound=B, epsilon=EPS, arm_sizes_public=public)
+    plan_dp = plan_difference_in_means(
+        *pair.d_prime[:2], bound=B, epsilon=EPS, arm_sizes_public=public
+    )
+    outputs = DIM_PUBLIC_OUTPUTS if public else DIM_PRIVATE_OUTPUTS
+    results = _check_outputs(plan_d, plan_dp, outputs, PrivacyParams.of(EPS), pair.name)
+    assert results["tau"].max_ratio > 1.1  # the pair is not trivially close: there is a signal
+
+
+def test_every_released_output_is_checked():
+    w, y, x = _imbalanced_stratum("counts").d
+    for estimator, outputs in (
+        ("smooth_matching", SMOOTH_OUTPUTS),
+        ("global_matching", GLOBAL_OUTPUTS),
+    ):
+        out = _run(_matching_plan(estimator, (w, y, x), 100), 0, 10)
+        assert set(outputs) == {"tau", "variance", "raw_variance", *out.diagnostics}
+    for public, outputs in ((True, DIM_PUBLIC_OUTPUTS), (False, DIM_PRIVATE_OUTPUTS)):
+        plan = plan_difference_in_means(w, y, bound=B, epsilon=EPS, arm_sizes_public=public)
+        out = _run(plan, 0, 10)
+        assert set(outputs) == {"tau", "variance", "raw_variance", *out.diagnostics}
+
+
+def test_the_simulated_mechanism_is_the_release():
+    # what the tests above sample is what the releases compute: same plan, same assemble
+    pair = _errata2_witness(3)
+    for estimator, release in (
+        ("smooth_matching", smooth_dp_matching),
+        ("global_matching", global_dp_matching),
+    ):
+        plan = _matching_plan(estimator, pair.d, pair.domain_size)
+        for seed in range(5):
+            want = release(
+                *pair.d, bound=B, epsilon=EPS, delta=DELTA, domain_size=pair.domain_size,
+                rng=np.random.default_rng(seed),
+            )  # fmt: skip
+            got = plan.estimate(draw_once(plan, np.random.default_rng(seed)))
+            assert got == want
+
+
+# ---------------------------------------------------------------------------------------------
+# the checker rejects broken mechanisms
+
+
+def _half_scale(plan: MechanismPlan, names: set[str]) -> MechanismPlan:
+    noise = tuple(
+        dataclasses.replace(s, scale=s.scale / 2) if s.name in names else s for s in plan.noise
+    )
+    return dataclasses.replace(plan, noise=noise)
+
+
+def _expect_violation(plan_d, plan_dp, statistic, part, tag, reps=REPS):
+    with pytest.raises(AssertionError, match="probability ratio beyond"):
+        _assert_private(plan_d, plan_dp, statistic, part, tag, reps)
+
+
+def test_checker_rejects_difference_in_means_at_half_the_scale():
+    pair, public = _dim_pairs()[0]
+    plan_d = plan_difference_in_means(*pair.d[:2], bound=B, epsilon=EPS, arm_sizes_public=public)
+    plan_dp = plan_difference_in_means(
+        *pair.d_prime[:2], bound=B, epsilon=EPS, arm_sizes_public=public
+    )
+    sums = {"sum_treated", "sum_control"}
+    part = _parts(PrivacyParams.of(EPS), plan_d.shares.shares, 0)
+    _expect_violation(_half_scale(plan_d, sums), _half_scale(plan_dp, sums), "tau", part, "dim")
+
+
+def test_checker_rejects_global_matching_with_the_papers_sensitivity():
+    # ERRATA section 2: GS = B (the paper) instead of 2B is Laplace at half the scale; on the
+    # witness (N = 3) tau moves by 4B/3 > B, and the ratio e^(4 eps_1 / 3) is seen
+    pair = _errata2_witness(3)
+    plan_d = _matching_plan("global_matching", pair.d, pair.domain_size)
+    plan_dp = _matching_plan("global_matching", pair.d_prime, pair.domain_size)
+    part = _parts(TOTAL, plan_d.shares.shares, 0)
+    _expect_violation(
+        _half_scale(plan_d, {"tau"}), _half_scale(plan_dp, {"tau"}), "tau", part, "paper GS"
+    )
+
+
+def test_checker_rejects_the_private_smooth_sensitivity_at_half_sigma():
+    # part 3 (the Gaussian on ln S) is the tightest part of SmoothDPMatching: on the ERRATA
+    # section 1 pair (67, 1) -> (66, 1), ln S moves by exactly beta_1. At half the analytic
+    # Gaussian's sigma the released S_dp breaks e^(eps_3); 2*10^6 draws make it visible.
+    pair = _imbalanced_stratum("counts")
+    plan_d = _matching_plan("smooth_matching", pair.d, pair.domain_size)
+    plan_dp = _matching_plan("smooth_matching", pair.d_prime, pair.domain_size)
+    beta1 = smooth_beta(to_float(Fraction(1, 3), round_up=False), 1e-5 / 3)
+    assert abs(plan_d.noise[2].loc - plan_dp.noise[2].loc) == pytest.approx(beta1, rel=1e-6)
+    part = _parts(TOTAL, plan_d.shares.shares, 2)
+    name = {"log_smooth_sensitivity"}
+    _assert_private(plan_d, plan_dp, "smooth_sensitivity_dp", part, "S_dp", reps=2_000_000)
+    _expect_violation(
+        _half_scale(plan_d, name), _half_scale(plan_dp, name), "smooth_sensitivity_dp", part,
+        "S_dp half sigma", reps=2_000_000,
+    )  # fmt: skip
