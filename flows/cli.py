@@ -6,8 +6,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.cli_data import data_app
+
 app = typer.Typer(help="Differentially private multi-site ATE estimation.", no_args_is_help=True)
 console = Console()
+app.add_typer(data_app, name="data")
 
 
 @app.callback()
