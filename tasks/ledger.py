@@ -139,6 +139,16 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Committed:
+    """A release's recorded public output: the COMMIT row's payload, time and hash."""
+
+    release_id: str
+    payload: dict[str, Any]
+    committed_at: str
+    row_hash: str
+
+
+@dataclass(frozen=True)
 class Reservation:
     """The state of one release after :meth:`PrivacyLedger.reserve`.
 
@@ -153,7 +163,7 @@ class Reservation:
     cap: PrivacyParams
     spent_after: PrivacyParams
     new: bool
-    committed: dict[str, Any] | None = None
+    committed: Committed | None = None
 
 
 @dataclass(frozen=True)
@@ -292,17 +302,21 @@ class PrivacyLedger:
             q = sa.select(self.table.c.site_id).distinct().order_by(self.table.c.site_id)
             return [r[0] for r in conn.execute(q)]
 
-    def committed(self, release_id: str) -> dict[str, Any] | None:
+    def committed(self, release_id: str) -> Committed | None:
         """The recorded public output of a committed release, else None."""
         with self._engine.connect() as conn:
             return self._committed(conn, release_id)
 
-    def _committed(self, conn: Connection, rid: str) -> dict[str, Any] | None:
+    def _committed(self, conn: Connection, rid: str) -> Committed | None:
         t = self.table
         row = conn.execute(
-            sa.select(t.c.payload).where(t.c.release_id == rid, t.c.kind == "COMMIT")
+            sa.select(t.c.payload, t.c.created_at, t.c.row_hash).where(
+                t.c.release_id == rid, t.c.kind == "COMMIT"
+            )
         ).first()
-        return None if row is None else json.loads(row.payload)
+        if row is None:
+            return None
+        return Committed(rid, json.loads(row.payload), row.created_at, row.row_hash)
 
     def cap(self, site_id: str) -> PrivacyParams | None:
         with self._engine.connect() as conn:
@@ -402,7 +416,6 @@ class PrivacyLedger:
                         f"{reserved.site_id} for {_fmt(reserved.privacy)}, not {_fmt(privacy)}: "
                         f"a release id names one spec; change the spec (its hash) or the round"
                     )
-                committed = next((e for e in mine if e.kind == "COMMIT"), None)
                 return Reservation(
                     release_id,
                     site_id,
@@ -411,7 +424,7 @@ class PrivacyLedger:
                     self._cap(conn, site_id) or cap,
                     self._spent(conn, site_id),
                     new=False,
-                    committed=None if committed is None else json.loads(committed.payload),
+                    committed=self._committed(conn, release_id),
                 )
             recorded = self._cap(conn, site_id)
             if recorded is None:
@@ -462,7 +475,7 @@ class PrivacyLedger:
             )
             return Reservation(release_id, site_id, study_id, privacy, recorded, after, new=True)
 
-    def commit(self, release_id: str, public: Mapping[str, Any]) -> dict[str, Any]:
+    def commit(self, release_id: str, public: Mapping[str, Any]) -> Committed:
         """Record the release's public output; returns what the ledger holds for it.
 
         Exactly one COMMIT per release: if one exists (a re-run or a racing process won), its
@@ -486,7 +499,7 @@ class PrivacyLedger:
                         f"release {release_id[:12]} has no reservation: reserve before drawing "
                         f"noise, commit after"
                     )
-                self._append(
+                event = self._append(
                     conn,
                     kind="COMMIT",
                     site_id=res.site_id,
@@ -501,7 +514,7 @@ class PrivacyLedger:
             if existing is None:
                 raise
             return existing
-        return json.loads(payload)
+        return Committed(release_id, json.loads(payload), event.created_at, event.row_hash)
 
     # -- audit ---------------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ def test_reserve_commit_and_rerun_spends_nothing(ledger_factory):
     assert not again.new and again.committed is None
     assert led.spend("s1").spent == PrivacyParams.of("1/3", "1e-6")
     out = led.commit("r1", {"tau": 0.123456789012345, "n": 10})
-    assert out == {"tau": 0.123456789012345, "n": 10}
+    assert out.payload == {"tau": 0.123456789012345, "n": 10}
     third = _reserve(led, "r1")
     assert not third.new and third.committed == out
     # a second commit (racing process, re-run) returns the first recorded value

@@ -1,0 +1,272 @@
+"""The aggregator's tasks (the untrusted server): read, validate, combine, publish.
+
+The server sees only published site reports. Each is validated against the study spec
+(:func:`schemas.report.read_report`); a missing or rejected report is listed with its reason, never
+aggregated. The result document (schema ``dpate.study-result``) holds the estimate, its variance
+and 95% CI, and for every site of the spec whether it was used, left out by the aggregator, missing
+or rejected, and why. Its bytes are a function of the inputs only, so a re-run publishes
+identical bytes.
+
+Result objects: ``<root>/<study>/results/<round>.json`` when every site of the spec reported a
+valid release; otherwise ``<root>/<study>/results/<round>.partial-<digest>.json`` (the digest
+names the set of inputs), so a later run with more sites publishes a new object instead of
+replacing one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+
+from dpate_core.aggregation import aggregate
+from schemas.report import ReportError, read_report, software_version
+from schemas.spec import canonical_json
+from tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
+from tasks.settings import StudyContext, resolve_study
+from tasks.storage import Store
+
+__all__ = [
+    "RESULT_SCHEMA",
+    "StudyIncompleteError",
+    "collect_reports",
+    "combine_reports",
+    "publish_result",
+    "resolve_study_context",
+    "result_key",
+    "show_study_result",
+]
+
+RESULT_SCHEMA = "dpate.study-result"
+_Z95 = 1.959963984540054
+
+_WHY_USED = {
+    "mvagg": "in the subset minimising sum_j (N_j/N_I)^2 var_j (MVAgg, Algorithm 3); weight N_j/N_I",
+    "all": "AggAll uses every valid report; weight N_j/N",
+    "largest": "the largest N_j (AggLargest)",
+    "inverse_variance": "inverse-variance weight 1/var_j",
+    "random_effects": "random-effects weight 1/(var_j + tau^2) (DerSimonian-Laird)",
+}
+_WHY_NOT_USED = {
+    "mvagg": "MVAgg left it out: adding it would raise the variance of the combined estimate",
+    "largest": "AggLargest uses only the site with the largest N_j",
+}
+
+
+class StudyIncompleteError(RuntimeError):
+    """The spec requires every site, and at least one has no valid report."""
+
+
+@task(name="resolve-study", **IO_TASK)
+def resolve_study_context(spec: str, round: str | None, storage_url: str | None) -> StudyContext:
+    return resolve_study(spec, round, storage_url)
+
+
+@task(name="collect-reports", **IO_TASK)
+def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
+    """Read every site's report of this round and validate it against the spec."""
+    store = Store(ctx.storage_url)
+    out = []
+    for site in ctx.site_ids:
+        rid = ctx.release_id(site)
+        key = Store.site_report_key(ctx.study_id, site, rid)
+        entry: dict[str, Any] = {"site_id": site, "release_id": rid, "report": store.uri(key)}
+        data = store.read(key)
+        if data is None:
+            entry.update(status="missing", reason=f"no report published for release {rid[:12]}")
+        else:
+            try:
+                report = read_report(data, ctx.spec, site_id=site, source=store.uri(key))
+                if report.release_id != rid:
+                    raise ReportError([f"release id {report.release_id!r} is not {rid!r}"])
+                entry.update(status="valid", estimate=report.estimate.model_dump(mode="json"))
+            except ReportError as exc:
+                entry.update(status="rejected", reason="; ".join(exc.reasons))
+        out.append(entry)
+    log = get_run_logger()
+    for e in out:
+        log.info(
+            "study %s: site %s report %s%s",
+            ctx.study_id,
+            e["site_id"],
+            e["status"],
+            f" ({e['reason']})" if "reason" in e else "",
+        )
+    return out
+
+
+def _ci(tau: float, variance: float) -> list[float]:
+    half = _Z95 * math.sqrt(variance)
+    return [tau - half, tau + half]
+
+
+@task(name="combine-reports", **PUBLIC_TASK)
+def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Combine the valid reports with the spec's aggregator into the result document."""
+    valid = [e for e in inputs if e["status"] == "valid"]
+    absent = [e for e in inputs if e["status"] != "valid"]
+    if absent and ctx.spec.require_all_sites:
+        lines = [f"{e['site_id']}: {e['status']} ({e['reason']})" for e in absent]
+        _artifact_incomplete(ctx, lines)
+        raise StudyIncompleteError(
+            f"study {ctx.study_id} round {ctx.round} requires every site, but "
+            f"{len(absent)} of {len(inputs)} have no valid report: {'; '.join(lines)}. Re-run "
+            f"the missing sites (a site that already released spends nothing), or set "
+            f"require_all_sites = false in the spec to aggregate the others"
+        )
+    if not valid:
+        raise StudyIncompleteError(
+            f"study {ctx.study_id} round {ctx.round}: no site has a valid report; nothing to "
+            f"aggregate"
+        )
+    method = ctx.spec.aggregator
+    est = [e["estimate"] for e in valid]
+    res = aggregate(
+        method, [e["tau"] for e in est], [e["n"] for e in est], [e["variance"] for e in est]
+    )
+    weight = dict(zip(res.used, res.weights, strict=True))
+    sites = []
+    for j, e in enumerate(valid):
+        s = e["estimate"]
+        entry = {
+            "site_id": e["site_id"],
+            "release_id": e["release_id"],
+            "tau": s["tau"],
+            "variance": s["variance"],
+            "ci95": _ci(s["tau"], s["variance"]),
+            "n": s["n"],
+            "epsilon": s["epsilon"],
+            "delta": s["delta"],
+        }
+        if j in weight:
+            entry.update(status="used", weight=weight[j], reason=_WHY_USED[method])
+        elif j in res.excluded:
+            entry.update(status="excluded", weight=0.0, reason=res.excluded[j])
+        else:
+            entry.update(
+                status="not_used", weight=0.0, reason=_WHY_NOT_USED.get(method, "not used")
+            )
+        sites.append(entry)
+    for e in absent:
+        sites.append(
+            {
+                "site_id": e["site_id"],
+                "release_id": e["release_id"],
+                "status": e["status"],
+                "reason": e["reason"],
+            }
+        )
+    order = {s: i for i, s in enumerate(ctx.site_ids)}
+    sites.sort(key=lambda s: order[s["site_id"]])
+    return {
+        "schema": RESULT_SCHEMA,
+        "schema_version": 1,
+        "study_id": ctx.study_id,
+        "spec_hash": ctx.spec.spec_hash,
+        "round": ctx.round,
+        "aggregator": method,
+        "complete": not absent,
+        "estimate": res.estimate,
+        "variance": res.variance,
+        "ci95": list(res.ci95),
+        "extra": dict(res.extra),
+        "sites": sites,
+        "software_version": software_version(),
+    }
+
+
+def result_key(ctx: StudyContext, result: dict[str, Any]) -> tuple[str, bytes]:
+    """Where the result goes and its canonical bytes."""
+    data = canonical_json(result)
+    key = Store.result_key(ctx.study_id, ctx.round)
+    if not result["complete"]:
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        key = key.removesuffix(".json") + f".partial-{digest}.json"
+    return key, data
+
+
+@task(name="publish-result", **IO_TASK)
+def publish_result(ctx: StudyContext, result: dict[str, Any]) -> str:
+    """Write the result document once; returns its URL."""
+    key, data = result_key(ctx, result)
+    store = Store(ctx.storage_url)
+    status = store.publish(key, data)
+    get_run_logger().info(
+        "study %s round %s: result %s %s (estimate %.6g, 95%% CI %.6g to %.6g)",
+        ctx.study_id,
+        ctx.round,
+        store.uri(key),
+        "published" if status == "written" else "was already published (identical bytes)",
+        result["estimate"],
+        *result["ci95"],
+    )
+    return store.uri(key)
+
+
+def result_markdown(result: dict[str, Any]) -> str:
+    lo, hi = result["ci95"]
+    lines = [
+        f"# Study {result['study_id']}, round {result['round']}",
+        "",
+        f"**{result['aggregator']} estimate {result['estimate']:.6g}** "
+        f"(variance {result['variance']:.4g}; 95% CI {lo:.6g} to {hi:.6g})"
+        + ("" if result["complete"] else " -- partial: not every site reported"),
+        "",
+        "| site | status | tau | 95% CI | N | epsilon | delta | weight | why |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in result["sites"]:
+        if "tau" in s:
+            a, b = s["ci95"]
+            lines.append(
+                f"| {s['site_id']} | {s['status']} | {s['tau']:.6g} | {a:.4g} to {b:.4g} | "
+                f"{s['n']} | {s['epsilon']} | {s['delta']} | {s['weight']:.3f} | {s['reason']} |"
+            )
+        else:
+            lines.append(f"| {s['site_id']} | {s['status']} | | | | | | | {s['reason']} |")
+    return "\n".join(lines)
+
+
+@task(name="show-study-result", **PUBLIC_TASK)
+def show_study_result(ctx: StudyContext, result: dict[str, Any], uri: str) -> None:
+    create_markdown_artifact(
+        result_markdown(result) + f"\n\nPublished: `{uri}`",
+        key=artifact_key("study-result", ctx.study_id),
+        description=f"Result of study {ctx.study_id}, round {ctx.round}",
+    )
+
+
+def _artifact_incomplete(ctx: StudyContext, lines: list[str]) -> None:
+    create_markdown_artifact(
+        f"# Study {ctx.study_id}, round {ctx.round}: not aggregated\n\nThe spec requires every "
+        f"site; these have no valid report:\n\n" + "\n".join(f"- {x}" for x in lines),
+        key=artifact_key("study-result", ctx.study_id),
+        description=f"Study {ctx.study_id} round {ctx.round} is incomplete",
+    )
+
+
+def published_result(ctx: StudyContext) -> tuple[str, dict[str, Any]] | None:
+    """The round's published result: the complete one, else the partial with the most sites
+    reporting (None if nothing was published)."""
+    import json
+
+    store = Store(ctx.storage_url)
+    key = Store.result_key(ctx.study_id, ctx.round)
+    data = store.read(key)
+    if data is not None:
+        return store.uri(key), json.loads(data)
+    prefix = key.removesuffix(".json") + ".partial-"
+    best: tuple[int, str, dict[str, Any]] | None = None
+    for k in store.children(f"{ctx.study_id}/results"):
+        if k.startswith(prefix) and k.endswith(".json"):
+            raw = store.read(k)
+            if raw is None:
+                continue
+            doc = json.loads(raw)
+            score = sum("tau" in s for s in doc.get("sites", []))
+            if best is None or score > best[0]:
+                best = (score, k, doc)
+    return None if best is None else (store.uri(best[1]), best[2])

@@ -1,0 +1,129 @@
+"""The study report: a self-contained HTML page from a published result (public values only).
+
+A forest plot (PNG embedded as base64; matplotlib's Agg backend) of every site's DP estimate
+with its 95% CI, the sites the aggregator chose, the combined estimate and CI, and each site's
+privacy spend: this release's ``(epsilon, delta)`` and, where the site's ledger is reachable from
+here (the site's own machine, or the demo), its lifetime spend against its cap.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from tasks.ledger import SiteSpend
+
+__all__ = ["forest_plot_png", "render_html"]
+
+
+def forest_plot_png(result: Mapping[str, Any]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sites = [s for s in result["sites"] if "tau" in s]
+    rows = len(sites) + 1
+    fig, ax = plt.subplots(figsize=(7.0, 0.55 * rows + 1.2), dpi=110)
+    labels = []
+    for i, s in enumerate(sites):
+        y = rows - 1 - i
+        lo, hi = s["ci95"]
+        used = s["status"] == "used"
+        colour = "#1f5fa8" if used else "#9a9a9a"
+        ax.plot([lo, hi], [y, y], color=colour, lw=2)
+        ax.plot(s["tau"], y, "s", color=colour, ms=6)
+        labels.append(f"{s['site_id']} (N={s['n']}, eps={s['epsilon']})" + ("" if used else " *"))
+    lo, hi = result["ci95"]
+    est = result["estimate"]
+    ax.fill([lo, est, hi, est], [0, 0.25, 0, -0.25], color="#b22222")
+    ax.axvline(est, color="#b22222", lw=0.8, ls=":")
+    ax.axvline(0.0, color="black", lw=0.6)
+    ax.set_yticks([*list(range(rows - 1, 0, -1)), 0])
+    ax.set_yticklabels([*labels, f"{result['aggregator']} (combined)"])
+    ax.set_xlabel("average treatment effect (95% CI)")
+    ax.set_title(f"{result['study_id']}, round {result['round']}  (* = not used)", fontsize=10)
+    ax.set_ylim(-0.7, rows - 0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def render_html(
+    result: Mapping[str, Any], result_uri: str, spends: Mapping[str, SiteSpend | None]
+) -> str:
+    png = base64.b64encode(forest_plot_png(result)).decode()
+    e = html.escape
+    lo, hi = result["ci95"]
+    rows = []
+    for s in result["sites"]:
+        spend = spends.get(s["site_id"])
+        if spend is not None and spend.cap is not None:
+            life = (
+                f"{spend.spent.epsilon} of {spend.cap.epsilon} "
+                f"(delta {spend.spent.delta} of {spend.cap.delta})"
+            )
+        else:
+            life = "ledger not reachable from here"
+        if "tau" in s:
+            a, b = s["ci95"]
+            cells = [
+                s["site_id"],
+                s["status"],
+                _fmt(s["tau"]),
+                f"{_fmt(a)} to {_fmt(b)}",
+                _fmt(s["variance"]),
+                str(s["n"]),
+                f"{s['weight']:.3f}",
+                f"{s['epsilon']} / {s['delta']}",
+                life,
+                s["reason"],
+            ]
+        else:
+            cells = [s["site_id"], s["status"], "", "", "", "", "", "", life, s["reason"]]
+        rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
+    head = [
+        "site",
+        "status",
+        "tau",
+        "95% CI",
+        "variance",
+        "N",
+        "weight",
+        "this release: epsilon / delta",
+        "lifetime spend (ledger)",
+        "why",
+    ]
+    partial = "" if result["complete"] else "<p><b>Partial:</b> not every site reported.</p>"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>dpate report: {e(result["study_id"])} round {e(str(result["round"]))}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 70em; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; }}
+th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
+</style></head><body>
+<h1>Study {e(result["study_id"])}, round {e(str(result["round"]))}</h1>
+<p class="est"><b>{e(result["aggregator"])}</b> estimate <b>{_fmt(result["estimate"])}</b>,
+95% CI {_fmt(lo)} to {_fmt(hi)} (variance {_fmt(result["variance"])})</p>
+{partial}
+<p>Sites used: {e(", ".join(s["site_id"] for s in result["sites"] if s["status"] == "used"))}</p>
+<img alt="forest plot" src="data:image/png;base64,{png}">
+<h2>Sites</h2>
+<table><tr>{"".join(f"<th>{e(h)}</th>" for h in head)}</tr>
+{"".join(rows)}
+</table>
+<p>Every number on this page is a differentially private release or a post-processing of
+releases (spec hash <code>{e(result["spec_hash"])}</code>, software {e(result["software_version"])}).
+Source: <code>{e(result_uri)}</code>.</p>
+</body></html>
+"""

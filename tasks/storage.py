@@ -1,0 +1,159 @@
+"""Publication to object storage (fsspec): write-once objects under one root URL.
+
+Layout under the root (a local folder by default; ``s3://bucket/prefix`` or any fsspec URL)::
+
+    <root>/<study>/sites/<site>/<release_id>.json     one site report per release
+    <root>/<study>/results/<round>.json               one study result per round
+
+Every object is written once (:func:`write_once`): publishing the same bytes again is a no-op,
+publishing different bytes over an existing object is refused with
+:class:`PublicationConflictError`. Only public documents ever reach this module.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = [
+    "PublicationConflictError",
+    "Store",
+    "write_once",
+]
+
+
+class PublicationConflictError(RuntimeError):
+    """An object already exists at the path with different bytes; it is never overwritten."""
+
+
+def write_once(fs: Any, path: str, data: bytes) -> Literal["written", "unchanged"]:
+    """Create ``path`` holding ``data`` unless it exists; the one write-once rule of dpate.
+
+    * absent: written atomically (local: a temporary file hard-linked into place, so a reader
+      never sees a partial object and a crash leaves none; S3: ``PutObject`` with
+      ``If-None-Match: *``, refused by the server if another writer got there first);
+    * present with identical bytes: ``"unchanged"`` (a re-run publishes nothing new);
+    * present with different bytes: :class:`PublicationConflictError`.
+
+    Other fsspec backends fall back to check-then-write (not atomic against a concurrent writer;
+    document which backend a deployment uses).
+    """
+    try:
+        _create_exclusive(fs, path, data)
+        return "written"
+    except FileExistsError:
+        pass
+    existing = fs.cat_file(path)
+    if existing == data:
+        return "unchanged"
+    raise PublicationConflictError(
+        f"{path} already exists with different content ({len(existing)} bytes, the new document "
+        f"has {len(data)}): published objects are written once and never replaced. If this is a "
+        f"new release, it needs a new round or spec; if the stored object is wrong, an operator "
+        f"must investigate before anything is removed"
+    )
+
+
+def _create_exclusive(fs: Any, path: str, data: bytes) -> None:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if isinstance(fs, LocalFileSystem):
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)  # atomic; FileExistsError if the object is there
+        finally:
+            os.unlink(tmp)
+    elif {"s3", "s3a"} & set(protocols):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            # 412 without a Condition field (SeaweedFS, MinIO): s3fs raises OSError(EINVAL)
+            if exc.errno == errno.EINVAL or "precondition" in str(exc).lower().replace("-", ""):
+                raise FileExistsError(path) from None
+            raise
+    else:
+        if fs.exists(path):
+            raise FileExistsError(path)
+        fs.pipe_file(path, data)
+
+
+@dataclass(frozen=True)
+class Store:
+    """The publication root of a study's documents."""
+
+    url: str
+
+    @property
+    def _fs_root(self) -> tuple[Any, str]:
+        fs, root = fsspec.core.url_to_fs(self.url)
+        return fs, root.rstrip("/")
+
+    def path(self, key: str) -> str:
+        return posixpath.join(self._fs_root[1], key)
+
+    def uri(self, key: str) -> str:
+        """A URL naming the object (for messages and artifacts)."""
+        return self.url.rstrip("/") + "/" + key
+
+    @staticmethod
+    def site_report_key(study_id: str, site_id: str, release_id: str) -> str:
+        return f"{study_id}/sites/{site_id}/{release_id}.json"
+
+    @staticmethod
+    def result_key(study_id: str, round: str) -> str:
+        return f"{study_id}/results/{round}.json"
+
+    def publish(self, key: str, data: bytes) -> Literal["written", "unchanged"]:
+        fs, root = self._fs_root
+        return write_once(fs, posixpath.join(root, key), data)
+
+    def read(self, key: str) -> bytes | None:
+        """The object's bytes, or None when it does not exist."""
+        fs, root = self._fs_root
+        try:
+            return fs.cat_file(posixpath.join(root, key))
+        except FileNotFoundError:
+            return None
+
+    def exists(self, key: str) -> bool:
+        fs, root = self._fs_root
+        return fs.exists(posixpath.join(root, key))
+
+    def children(self, key_dir: str) -> list[str]:
+        """Keys of the objects directly under ``key_dir`` (never recursive), sorted."""
+        fs, root = self._fs_root
+        try:
+            names = fs.ls(posixpath.join(root, key_dir), detail=False)
+        except FileNotFoundError:
+            return []
+        leaves = (posixpath.basename(n.rstrip("/")) for n in names)
+        return sorted(f"{key_dir}/{leaf}" for leaf in leaves if not leaf.startswith("."))
+
+    def site_report_keys(self, study_id: str, site_id: str) -> list[str]:
+        """Keys of every report a site published in a study (any round), sorted."""
+        fs, root = self._fs_root
+        base = posixpath.join(root, study_id, "sites", site_id)
+        try:
+            names = fs.ls(base, detail=False)
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            leaf = posixpath.basename(name.rstrip("/"))
+            if leaf.endswith(".json") and not leaf.startswith("."):
+                out.append(f"{study_id}/sites/{site_id}/{leaf}")
+        return sorted(out)
