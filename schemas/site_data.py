@@ -294,11 +294,15 @@ def build_schema(spec: StudySpec) -> pda.DataFrameSchema:
     spec's missing policy drops them (they are gone before validation then)."""
     nullable = False
     t = spec.treatment
+    # (s == a) | (s == b), not isin: pandas' isin on small integer dtypes hashes every row
     if t.labels is None:
-        t_check = _check(lambda s: s.isin([0, 1]), _R_TREATMENT_01)
-    else:
+        t_check = _check(lambda s: (s == 0) | (s == 1), _R_TREATMENT_01)
+    elif isinstance(t.treated, str):
         labels = list(t.labels)
         t_check = _check(lambda s: s.isin(labels), _R_TREATMENT_LABEL)
+    else:
+        a, b = t.labels
+        t_check = _check(lambda s: (s == a) | (s == b), _R_TREATMENT_LABEL)
     o = spec.outcome
     o_checks = [
         _check(lambda s: pd.Series(np.isfinite(s.to_numpy()), index=s.index), _R_NOT_FINITE)
@@ -357,6 +361,8 @@ class _Collector:
 
 def _to_float(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """float64 values and a mask of entries present but not numbers (text that is not a number)."""
+    if col.dtype == np.float64:
+        return col.to_numpy(), np.zeros(len(col), dtype=bool)  # no copy
     if pd.api.types.is_bool_dtype(col.dtype) or pd.api.types.is_numeric_dtype(col.dtype):
         vals = col.to_numpy(dtype=np.float64, na_value=np.nan)
         return vals, np.zeros(len(col), dtype=bool)
@@ -442,6 +448,9 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
         tcol = _as_text(tcol)
         data[t.column] = tcol
         absent[t.column] = tcol.isna().to_numpy()
+    elif tcol.dtype.kind in "iub":  # plain integers / booleans: nothing missing, no conversion
+        data[t.column] = tcol
+        absent[t.column] = np.zeros(n_read, dtype=bool)
     else:
         vals, not_num = _to_float(tcol)
         problems.add(t.column, _R_NOT_NUMBER, not_num)
@@ -506,7 +515,7 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
 
     # 4. (w, y, x)
     if t.labels is None:
-        w = df[t.column].to_numpy().astype(np.int8)
+        w = df[t.column].to_numpy().astype(np.int8, copy=False)
     else:
         w = (df[t.column] == t.treated).to_numpy(dtype=bool, na_value=False).astype(np.int8)
     yv = df[o.column].to_numpy(dtype=np.float64) - o.offset
@@ -621,12 +630,12 @@ def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, in
         else:
             v = col.to_numpy(dtype=np.float64)
             inner = np.asarray(c.edges[1:-1], dtype=np.float64)
-            if inner.size <= 16:  # a few comparisons beat a binary search per value
-                code = np.zeros(v.shape[0], dtype=np.int64)
+            if inner.size < 16:  # a few byte-wide comparisons beat a binary search per value
+                code = np.zeros(v.shape[0], dtype=np.uint8)
                 for e in inner:
-                    code += v >= e
+                    np.add(code, v >= e, out=code, casting="unsafe")
             else:
-                code = np.searchsorted(inner, v, side="right").astype(np.int64)
-        x *= c.size
-        x += code
+                code = np.searchsorted(inner, v, side="right")
+        np.multiply(x, c.size, out=x)
+        np.add(x, code, out=x, casting="unsafe")
     return x, mapped
