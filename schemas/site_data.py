@@ -105,6 +105,8 @@ class SiteDataError(ValueError):
         else:
             lines = ["site data could not be used:"]
         lines += [f"  - {p.describe()}" for p in self.problems]
+        if self.problems:
+            lines.append("(row positions count data rows from 0, in file order, header excluded)")
         lines.append(
             hint
             or "fix the extract, or change the spec's declared levels/bins or its "

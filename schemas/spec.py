@@ -341,7 +341,8 @@ class StudySpec(_Model):
     ``require_all_sites``: the aggregation fails unless every site has published a valid report
     (True, default); otherwise it proceeds with the valid reports and lists the missing sites.
     ``release``: the round label of this run (e.g. ``"2026-q1"``), part of every release id.
-    ``reports``: base URL (fsspec) where sites publish their reports. ``ledger``: default URL of
+    ``reports``: base URL (fsspec) where sites publish their reports (None: the pipeline's
+    default storage). ``ledger``: default URL of
     each site's privacy ledger (a site's own ``ledger`` wins); None leaves it to the pipeline's
     default.
     """
@@ -360,7 +361,7 @@ class StudySpec(_Model):
     sites: list[SiteSpec] = Field(min_length=1)
     require_all_sites: bool = True
     release: str = Field(default="1", pattern=_ID)
-    reports: str = Field(min_length=1)
+    reports: str | None = Field(default=None, min_length=1)
     ledger: str | None = None
 
     @model_validator(mode="after")

@@ -127,7 +127,7 @@ def test_load_spec_from_toml(tmp_path):
         (lambda d: d["sites"][0].update(id="a b"), "sites.0.id", "letters, digits"),
         (lambda d: d["sites"][1].update(id="a"), "(spec)", "must be unique"),
         (lambda d: d["sites"][0].update(colour="red"), "sites.0.colour", "unknown field"),
-        (lambda d: d.pop("reports"), "reports", "required field is missing"),
+        (lambda d: d.pop("study_id"), "study_id", "required field is missing"),
         (lambda d: d.update(sites=[]), "sites", "at least 1"),
         (lambda d: d.update(covariates=[]), "(spec)", "declare at least one"),
         (lambda d: d.update(design="observational", estimator="dim"), "(spec)", "randomized"),
