@@ -10,6 +10,7 @@ scale noise is rounded *down*, so the noise is never smaller than the exact para
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,12 +44,12 @@ def exact(value: Number, name: str = "value") -> Fraction:
         raise TypeError(f"{name} ({value!r}) must be a number, not a boolean")
     if isinstance(value, Fraction):
         result = value
-    elif isinstance(value, int):
-        result = Fraction(value)
+    elif isinstance(value, numbers.Integral):  # int, and numpy's integers (np.int64(1))
+        result = Fraction(int(value))
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{name} ({value!r}) must be finite")
-        result = Fraction(Decimal(repr(value)))
+        result = Fraction(Decimal(repr(float(value))))  # repr(np.float64) is "np.float64(..)"
     elif isinstance(value, Decimal):
         if not value.is_finite():
             raise ValueError(f"{name} ({value}) must be finite")

@@ -8,6 +8,7 @@ import sys
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,6 +34,8 @@ from dpate_core.privacy import BudgetSplit, PrivacyParams, exact, fraction_str, 
         (1 / 3, Fraction(3333333333333333, 10**16)),  # repr(1/3) is what the user sees
         (Decimal("0.25"), Fraction(1, 4)),
         (Fraction(2, 7), Fraction(2, 7)),
+        (np.int64(3), Fraction(3)),  # numpy integers, e.g. read from an array
+        (np.float64(0.1), Fraction(1, 10)),
     ],
 )
 def test_exact_reads_the_typed_number(value, expected):
