@@ -18,12 +18,14 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.cli_data import data_app
+from flows.cli_experiments import experiments
 
 app = typer.Typer(help="Differentially private multi-site ATE estimation.", no_args_is_help=True)
 ledger_app = typer.Typer(help="The site's privacy ledger: spend, audit, cap.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
 console = Console()
 app.add_typer(data_app, name="data")
+app.command("experiments")(experiments)
 err = Console(stderr=True)
 
 
