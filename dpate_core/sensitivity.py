@@ -22,16 +22,15 @@ corrected ``R_x^(k)`` of ERRATA section 1 exactly.
 
 Only strata on the (high ``M``, low ``m``) Pareto front, the empty-arm stratum with the largest
 ``M`` and one absent stratum can attain the maximum (ERRATA section 9), and the terms can stop at
-``k = ln(A_max / S) / beta``: that is what makes the bound cost microseconds per front stratum
+``k = ln(A_max / S) / beta``: one compiled loop over radii and front strata, no temporaries,
 instead of O(N |X|).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 __all__ = [
@@ -46,9 +45,6 @@ __all__ = [
 # every bound is multiplied by this before it is returned, so that float rounding in the formulas
 # (relative error far below 1e-12) can never leave the returned value under the exact bound
 _ROUND_UP = 1.0 + 2.0**-36
-
-Phi = Callable[[np.ndarray, np.ndarray], np.ndarray]
-Phi0 = Callable[[np.ndarray], np.ndarray]
 
 
 def smooth_beta(epsilon: float, delta: float) -> float:
@@ -65,58 +61,89 @@ def smooth_beta(epsilon: float, delta: float) -> float:
     return math.nextafter(beta, 0.0)
 
 
-@dataclass(frozen=True)
-class _Term:
-    """One ``max_x phi`` term of a local-sensitivity bound."""
-
-    phi: Phi  # both arms non-empty, M >= m >= 1
-    phi0: Phi0  # one arm empty, M >= 1
-
-
 # ---------------------------------------------------------------------------------------------
-# The ATE: Theorem 1, LS(D) <= (4B/N) (1 + max_x R_x(D))
-
-
-def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return -((-a) // b)
-
-
-def _ate_phi(big: np.ndarray, small: np.ndarray) -> np.ndarray:
-    # R_x = max(ceil((1+|C|)/|T|), ceil((1+|T|)/|C|)) = ceil((1 + M) / m) when M >= m >= 1
-    return _ceil_div(1 + big, small).astype(np.float64)
-
-
-def _ate_phi0(big: np.ndarray) -> np.ndarray:
-    return big.astype(np.float64)  # R_x = max(|T_x|, |C_x|) when one arm is empty
-
-
-_ATE_TERMS = (_Term(_ate_phi, _ate_phi0),)
-
-# ---------------------------------------------------------------------------------------------
-# The variance estimate (appendix): LS(V_hat) <= B^2/(2N^2) (max_x LS+_x + max_x LS-''_x).
-# The appendix's per-stratum bounds are replaced by monotone upper bounds derived in
-# docs/privacy.md ("variance bound"): for M >= m >= 1, with u = M / m,
+# The per-stratum functions. ``phi(kind, term, M, m)`` for both arms non-empty (M >= m >= 1),
+# ``phi0(kind, term, M)`` for one empty arm (M >= 1).
+#
+# kind _ATE (Theorem 1): LS(D) <= (4B/N) (1 + max_x R_x(D)), one term:
+#   R_x = max(ceil((1+|C|)/|T|), ceil((1+|T|)/|C|)) = ceil((1 + M) / m);  R_x = M with an empty arm.
+# kind _VAR (appendix): LS(V_hat) <= B^2/(2N^2) (max_x LS+_x + max_x LS-''_x), two terms. The
+# appendix's per-stratum bounds are replaced by monotone upper bounds derived in docs/privacy.md
+# ("variance bound"): for M >= m >= 1, with u = M / m,
 #   LS+_x  <= g(M, m) = 2 M u + 34 M + (u + 2)^2
 #   LS-_g  <= h(M, m) = 2 M u + 34 M + 3 (u + 2)^2   (so LS-''_x <= h(M + 1, m))
 # and for a stratum with an empty arm LS+_x = (1 + M)^2 + 4M, LS-''_x <= h(M, 1).
 
-
-def _var_g(big: np.ndarray, small: np.ndarray) -> np.ndarray:
-    big = big.astype(np.float64)
-    u = big / small
-    return 2.0 * big * u + 34.0 * big + (u + 2.0) ** 2
+_ATE, _VAR = 0, 1
+_TERMS = {_ATE: 1, _VAR: 2}
+_TERMS_OF = np.array([_TERMS[_ATE], _TERMS[_VAR]], dtype=np.int64)  # for the compiled loop
 
 
-def _var_h(big: np.ndarray, small: np.ndarray) -> np.ndarray:
-    big = big.astype(np.float64)
+@numba.njit(cache=True)
+def _h(big, small):  # pragma: no cover - compiled
     u = big / small
     return 2.0 * big * u + 34.0 * big + 3.0 * (u + 2.0) ** 2
 
 
-_VAR_TERMS = (
-    _Term(_var_g, lambda big: (1.0 + big) ** 2 + 4.0 * big),
-    _Term(lambda big, small: _var_h(big + 1, small), lambda big: _var_h(big, np.ones_like(big))),
-)
+@numba.njit(cache=True)
+def _phi(kind, term, big, small):  # pragma: no cover - compiled
+    if kind == _ATE:
+        return float(-((-(1 + big)) // small))
+    big_f = float(big)
+    if term == 0:
+        u = big_f / small
+        return 2.0 * big_f * u + 34.0 * big_f + (u + 2.0) ** 2
+    return _h(big_f + 1.0, float(small))
+
+
+@numba.njit(cache=True)
+def _phi0(kind, term, big):  # pragma: no cover - compiled
+    big_f = float(big)
+    if kind == _ATE:
+        return big_f
+    if term == 0:
+        return (1.0 + big_f) ** 2 + 4.0 * big_f
+    return _h(big_f, 1.0)
+
+
+@numba.njit(cache=True)
+def _smooth_kernel(kind, big, small, n, beta, scale, offset, a_max, k_last):  # pragma: no cover
+    """``max_{k <= k_last} e^(-k beta) scale (offset + sum_t max_x ballmax_k phi_t)``.
+
+    For each radius ``k`` and candidate stratum ``(M, m)``, the maximum of ``phi`` over the counts
+    reachable with ``k`` replacements is at one of two corners (module notes): both arms kept,
+    ``m' = max(m - k, 1)``, ``M' = min(M + k, N - m')`` (from an empty arm ``m' = 1`` costs one
+    replacement: ``M' = min(M + k - 1, N - 1)``); or the smaller arm emptied (``k >= m``),
+    ``M' = min(M + k, N)``. Stops once ``a_max e^(-k beta)`` cannot beat the best term so far.
+    """
+    best = 0.0
+    for k in range(k_last + 1):
+        decay = math.exp(-beta * k)
+        if best > 0.0 and a_max * decay <= best:
+            break
+        total = offset
+        for term in range(_TERMS_OF[kind]):
+            r = 0.0
+            for j in range(big.size):
+                M = big[j]
+                m = small[j]
+                if m == 0:
+                    if k >= 1:
+                        mb = min(M + k - 1, n - 1)
+                        if mb >= 1:
+                            r = max(r, _phi(kind, term, mb, 1))
+                else:
+                    lo = max(m - k, 1)
+                    r = max(r, _phi(kind, term, min(M + k, n - lo), lo))
+                if k >= m:
+                    me = min(M + k, n)
+                    if me >= 1:
+                        r = max(r, _phi0(kind, term, me))
+            total += r
+        best = max(best, scale * total * decay)
+    return best
+
+
 
 # ---------------------------------------------------------------------------------------------
 # The engine
@@ -167,69 +194,34 @@ def _candidates(big: np.ndarray, small: np.ndarray, has_absent: bool):
     if has_absent:
         parts_big.append(np.array([0]))
         parts_small.append(np.array([0]))
-    return np.concatenate(parts_big), np.concatenate(parts_small)
+    return (
+        np.ascontiguousarray(np.concatenate(parts_big), dtype=np.int64),
+        np.ascontiguousarray(np.concatenate(parts_small), dtype=np.int64),
+    )
 
 
-def _ball_corners(big, small, k, n):
-    """Per candidate (rows) and radius (columns): the two corners of the reachable counts.
-
-    Returns ``(M_both, m_both, ok_both, M_empty, ok_empty)``.
-    """
-    M = big[:, None]
-    m = small[:, None]
-    kk = k[None, :]
-    # both arms non-empty after k replacements
-    from_empty = m == 0
-    m_both = np.where(from_empty, 1, np.maximum(m - kk, 1))
-    M_both = np.where(from_empty, np.minimum(M + kk - 1, n - 1), np.minimum(M + kk, n - m_both))
-    ok_both = np.where(from_empty, (kk >= 1) & (M_both >= 1), True)
-    # the smaller arm emptied
-    M_empty = np.minimum(M + kk, n)
-    ok_empty = (kk >= m) & (M_empty >= 1)
-    return M_both, m_both, ok_both, M_empty, ok_empty
-
-
-def _ball_max(term: _Term, big, small, k, n) -> np.ndarray:
-    """``max_x max_{counts reachable with k replacements} phi`` for each k (vector over k)."""
-    M_both, m_both, ok_both, M_empty, ok_empty = _ball_corners(big, small, k, n)
-    v_both = np.where(ok_both, term.phi(M_both, np.maximum(m_both, 1)), 0.0)
-    v_empty = np.where(ok_empty, term.phi0(np.maximum(M_empty, 1)), 0.0)
-    return np.maximum(v_both, v_empty).max(axis=0)
-
-
-def _smooth_bound(terms, scale, offset, big, small, has_absent, n, beta, chunk=512) -> float:
-    """``max_k e^(-k beta) scale (offset + sum_t ballmax_k phi_t)`` with early stopping."""
+def _smooth_bound(kind, scale, offset, big, small, has_absent, n, beta) -> float:
     if not (beta > 0 and math.isfinite(beta)):
         raise ValueError(f"beta ({beta}) must be positive and finite")
     cb, cs = _candidates(big, small, has_absent)
-    cap = np.array([n])
     # no A^(k) exceeds a_max: every phi is monotone, M' <= N and m' >= 1
     a_max = scale * (
-        offset
-        + sum(max(float(t.phi(cap, np.ones(1, np.int64))[0]), float(t.phi0(cap)[0])) for t in terms)
+        offset + sum(max(_phi(kind, t, n, 1), _phi0(kind, t, n)) for t in range(_TERMS[kind]))
     )
-    best = 0.0
-    start = 0
-    while start <= n:
-        k = np.arange(start, min(start + chunk, n + 1), dtype=np.int64)
-        a_k = scale * (offset + sum(_ball_max(t, cb, cs, k, n) for t in terms))
-        best = max(best, float(np.max(a_k * np.exp(-beta * k))))
-        start = int(k[-1]) + 1
-        # terms past k_stop are at most a_max e^(-k beta) <= best: stop
-        if best > 0 and a_max * math.exp(-beta * start) <= best:
-            break
-    return best * _ROUND_UP
+    # terms are constant once k >= N (all counts saturate), so k = N is the last that matters
+    return _smooth_kernel(kind, cb, cs, n, beta, scale, offset, a_max, n) * _ROUND_UP
 
 
-def _local_bound(terms, scale, offset, big, small, n) -> float:
-    k = np.zeros(1, np.int64)
-    return scale * (offset + sum(float(_ball_max(t, big, small, k, n)[0]) for t in terms))
+def _local_bound(kind, scale, offset, big, small, n) -> float:
+    cb = np.ascontiguousarray(big, dtype=np.int64)
+    cs = np.ascontiguousarray(small, dtype=np.int64)
+    return _smooth_kernel(kind, cb, cs, n, 1.0, scale, offset, np.inf, 0) * _ROUND_UP
 
 
 def matching_local_sensitivity_bound(treated_counts, control_counts, n: int, bound: float) -> float:
     """Theorem 1: ``LS(D) <= (4B/N) (1 + max_x R_x(D))``."""
     big, small, _ = _as_counts(treated_counts, control_counts, n, None)
-    return _local_bound(_ATE_TERMS, 4.0 * bound / n, 1.0, big, small, n) * _ROUND_UP
+    return _local_bound(_ATE, 4.0 * bound / n, 1.0, big, small, n)
 
 
 def matching_smooth_sensitivity(
@@ -251,7 +243,7 @@ def matching_smooth_sensitivity(
     """
     big, small, has_absent = _as_counts(treated_counts, control_counts, n, domain_size)
     _check_bound(bound)
-    return _smooth_bound(_ATE_TERMS, 4.0 * bound / n, 1.0, big, small, has_absent, n, beta)
+    return _smooth_bound(_ATE, 4.0 * bound / n, 1.0, big, small, has_absent, n, beta)
 
 
 def matching_variance_local_sensitivity_bound(
@@ -261,7 +253,7 @@ def matching_variance_local_sensitivity_bound(
     form used for its smooth version (see the module notes)."""
     big, small, _ = _as_counts(treated_counts, control_counts, n, None)
     scale = bound * bound / (2.0 * n * n)
-    return _local_bound(_VAR_TERMS, scale, 0.0, big, small, n) * _ROUND_UP
+    return _local_bound(_VAR, scale, 0.0, big, small, n)
 
 
 def matching_variance_smooth_sensitivity(
@@ -278,7 +270,7 @@ def matching_variance_smooth_sensitivity(
     big, small, has_absent = _as_counts(treated_counts, control_counts, n, domain_size)
     _check_bound(bound)
     scale = bound * bound / (2.0 * n * n)
-    return _smooth_bound(_VAR_TERMS, scale, 0.0, big, small, has_absent, n, beta)
+    return _smooth_bound(_VAR, scale, 0.0, big, small, has_absent, n, beta)
 
 
 def matching_global_sensitivity(n: int, bound: float) -> float:
