@@ -282,6 +282,16 @@ def test_smooth_dp_matching_is_private_on_worst_case_neighbours(pair):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pair", [MATCHING_PAIRS[2], MATCHING_PAIRS[3]], ids=lambda p: p.name)
+def test_smooth_dp_matching_is_private_at_the_papers_epsilon(pair):
+    # the paper's eps = 5: each part gets 5/3 >= 1, where the classic Gaussian calibration of the
+    # Lemma is invalid and the analytic one is used (ERRATA section 4)
+    plan_d = _matching_plan("smooth_matching", pair.d, pair.domain_size, eps="5")
+    plan_dp = _matching_plan("smooth_matching", pair.d_prime, pair.domain_size, eps="5")
+    _check_outputs(plan_d, plan_dp, SMOOTH_OUTPUTS, PrivacyParams.of("5", DELTA), pair.name)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", MATCHING_PAIRS, ids=lambda p: p.name)
 def test_global_dp_matching_is_private_on_worst_case_neighbours(pair):
     plan_d = _matching_plan("global_matching", pair.d, pair.domain_size)
