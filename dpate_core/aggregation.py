@@ -76,7 +76,7 @@ def _inputs(tau, n, variance):
         if bad_tau[j]:
             why.append("estimate is not finite")
         if bad_n[j]:
-            why.append("sample size is not a positive number")
+            why.append("sample size is not a finite number >= 1")
         if bad_var[j]:
             why.append("variance is not finite and positive")
         excluded[int(j)] = "; ".join(why)
