@@ -4,10 +4,11 @@ Every combiner takes ``tau``, ``n`` and ``variance`` per site and returns an
 :class:`AggregateResult` with the estimate, its variance, a 95% confidence interval and which sites
 were used.
 
-Rule for unusable sites: a site whose ``tau`` or ``variance`` is not finite, or whose variance is
-not positive, is excluded before combining and listed in ``excluded`` with the reason (a released
-variance always includes the positive DP-noise term, so a non-positive one is malformed). If no site
-is usable, :class:`NoUsableSiteError` is raised.
+Rule for unusable sites: a site whose ``tau`` or ``variance`` is not finite, whose variance is not
+positive, or whose ``n`` is not a finite number >= 1, is excluded before combining and listed in
+``excluded`` (site index -> reason; a released variance always includes the positive DP-noise term,
+so a non-positive one is malformed). If no site is usable, :class:`NoUsableSiteError` (a
+``ValueError``) is raised.
 """
 
 from __future__ import annotations
