@@ -7,7 +7,8 @@ levels, two numeric covariates cut at public edges), then times, in the same run
   also with ``to_pandas`` and with the text column read as a dictionary (as preparation reads it);
 - ``prepare_site_data(path, spec)``: read + pandera validation + clipping + discretisation.
 
-Prints the best of ``--repeat`` runs of each and the ratio (target: at most 3x the read).
+Prints the best of ``--repeat`` runs of each and the ratio (target: at most 3x the read). The same
+comparison is made for a CSV file of ``--csv-rows`` rows (baseline ``pyarrow.csv.read_csv``).
 Usage: ``python bench/bench_validation.py [--rows 10000000] [--repeat 3]``.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from schemas.site_data import prepare_site_data
@@ -74,19 +76,39 @@ def write_file(path: Path, rows: int, seed: int = 0) -> None:
     pq.write_table(table, path, row_group_size=1 << 20)
 
 
-def best(fn, repeat: int) -> float:
-    times = []
+def timed(fn) -> tuple[float, float]:
+    """(wall, CPU of all threads) seconds of one call."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def paired(baseline, candidate, repeat: int) -> dict[str, float]:
+    """Run baseline and candidate back to back ``repeat`` times (so both see the same machine
+    load); best times, and the median of the per-pair wall and CPU ratios."""
+    b_wall, c_wall, r_wall, r_cpu = [], [], [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        bw, bc = timed(baseline)
+        cw, cc = timed(candidate)
+        b_wall.append(bw)
+        c_wall.append(cw)
+        r_wall.append(cw / bw)
+        r_cpu.append(cc / bc)
+    return {
+        "base": min(b_wall),
+        "cand": min(c_wall),
+        "ratio_wall": float(np.median(r_wall)),
+        "ratio_cpu": float(np.median(r_cpu)),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--csv-rows", type=int, default=2_000_000, help="rows of the CSV comparison (0: skip)"
+    )
     args = ap.parse_args()
     spec = make_spec()
     cols = ["w", "y", "region", "age", "bmi"]
@@ -97,21 +119,37 @@ def main() -> None:
         size_mb = os.path.getsize(path) / 1e6
         print(f"wrote {args.rows:,} rows ({size_mb:.0f} MB) in {time.perf_counter() - t0:.1f} s")
         prepare_site_data(path, spec)  # warm-up (imports, page cache)
-        t_read = best(lambda: pq.read_table(path, columns=cols), args.repeat)
-        t_read_pd = best(lambda: pq.read_table(path, columns=cols).to_pandas(), args.repeat)
-        t_read_dict = best(
-            lambda: pq.read_table(path, columns=cols, read_dictionary=["region"]), args.repeat
+        prep = lambda: prepare_site_data(path, spec)  # noqa: E731
+        plain = paired(lambda: pq.read_table(path, columns=cols), prep, args.repeat)
+        dictionary = paired(
+            lambda: pq.read_table(path, columns=cols, read_dictionary=["region"]), prep, args.repeat
         )
-        t_prep = best(lambda: prepare_site_data(path, spec), args.repeat)
+        pandas = paired(lambda: pq.read_table(path, columns=cols).to_pandas(), prep, args.repeat)
         data = prepare_site_data(path, spec)
-    print(f"cores: {os.cpu_count()}, best of {args.repeat}")
-    print(f"read Parquet (pyarrow Table)           {t_read:7.3f} s")
-    print(f"read Parquet + to_pandas               {t_read_pd:7.3f} s")
-    print(f"read Parquet, text as dictionary       {t_read_dict:7.3f} s")
-    print(f"prepare_site_data (read+validate+bin)  {t_prep:7.3f} s")
-    print(f"ratio prepare / read                   {t_prep / t_read:7.2f} x   (target <= 3)")
-    print(f"ratio prepare / (read + to_pandas)     {t_prep / t_read_pd:7.2f} x")
-    print(f"ratio prepare / read as dictionary     {t_prep / t_read_dict:7.2f} x")
+        csv = None
+        if args.csv_rows:
+            csv_path = Path(tmp) / "site.csv"
+            pacsv.write_csv(pq.read_table(path).slice(0, args.csv_rows), csv_path)
+            csv = paired(
+                lambda: pacsv.read_csv(csv_path),
+                lambda: prepare_site_data(csv_path, spec),
+                args.repeat,
+            )
+    print(f"cores: {os.cpu_count()}; {args.repeat} back-to-back pairs; best times, median ratios")
+    print("baseline                              read s  prepare s  wall ratio  CPU ratio")
+    rows = [
+        ("read Parquet (pyarrow Table)", plain),
+        ("read Parquet, text as dictionary", dictionary),
+        ("read Parquet + to_pandas", pandas),
+    ]
+    if csv is not None:
+        rows.append((f"read CSV ({args.csv_rows:,} rows, pyarrow)", csv))
+    for label, r in rows:
+        print(
+            f"{label:<36} {r['base']:7.3f}  {r['cand']:9.3f}  {r['ratio_wall']:9.2f}x"
+            f"  {r['ratio_cpu']:8.2f}x"
+        )
+    print("target: prepare <= 3x the read of the same Parquet file")
     print(f"|X| = {data.domain_size}, N = {data.n:,}, clipped {data.report.clipped_high:,}")
 
 

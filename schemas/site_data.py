@@ -139,9 +139,11 @@ class PreparationReport:
     warnings_suppressed: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class SiteData:
-    """A site's records as the core needs them. ``domain_size`` is the public ``|X|``."""
+    """A site's records as the core needs them. ``domain_size`` is the public ``|X|``.
+
+    Its ``repr`` shows sizes only, so logging it by mistake prints no record."""
 
     w: np.ndarray
     y: np.ndarray
@@ -153,6 +155,9 @@ class SiteData:
     @property
     def n(self) -> int:
         return int(self.w.shape[0])
+
+    def __repr__(self) -> str:
+        return f"SiteData(n={self.n}, domain_size={self.domain_size}, bound={self.bound})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,13 +525,16 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
         w = df[t.column].to_numpy().astype(np.int8, copy=False)
     else:
         w = (df[t.column] == t.treated).to_numpy(dtype=bool, na_value=False).astype(np.int8)
-    yv = df[o.column].to_numpy(dtype=np.float64) - o.offset
+    # a new array (never a view of the caller's frame), clipped in place
+    yv = np.subtract(df[o.column].to_numpy(dtype=np.float64), o.offset)
     clipped_low = clipped_high = 0
     if o.policy == "clip":
-        low, high = yv < 0.0, yv > o.bound
-        clipped_low, clipped_high = int(np.count_nonzero(low)), int(np.count_nonzero(high))
-        if clipped_low or clipped_high:
-            yv = np.clip(yv, 0.0, o.bound)
+        clipped_low = int(np.count_nonzero(yv < 0.0))
+        clipped_high = int(np.count_nonzero(yv > o.bound))
+        if clipped_low:
+            np.maximum(yv, 0.0, out=yv)
+        if clipped_high:
+            np.minimum(yv, o.bound, out=yv)
     x, mapped = _strata(df, spec)
     n_used = len(df)
     report = PreparationReport(
@@ -620,7 +628,7 @@ def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, in
                 # per distinct value, then gathered by the categorical codes
                 cat = col.cat
                 per_category = pd.Index(levels).get_indexer(cat.categories.astype(str))
-                code = per_category[cat.codes.to_numpy()].astype(np.int64)
+                code = per_category.take(cat.codes.to_numpy())
             else:
                 index = pd.Index(np.asarray(levels, dtype=np.float64))
                 code = index.get_indexer(col.to_numpy(dtype=np.float64)).astype(np.int64)

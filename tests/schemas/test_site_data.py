@@ -59,6 +59,7 @@ def test_valid_frame_maps_to_w_y_x():
     assert data.domain_size == spec.domain_size == 6
     assert data.n == 200 and data.report.n_read == data.report.n_used == 200
     assert data.report.clipped_low == data.report.clipped_high == 0
+    assert repr(data) == "SiteData(n=200, domain_size=6, bound=1.0)"  # no records in the repr
 
 
 def test_bin_edges_are_half_open_and_the_last_edge_is_in_the_last_bin():
@@ -81,6 +82,14 @@ def test_clip_policy_clips_and_counts_for_the_operator():
     frame["y"] = [4.0, 5.0, 10.0, 15.0, 16.0, 100.0]
     data = prepare_site_data(frame, spec)
     assert data.y.tolist() == [0.0, 0.0, 5.0, 10.0, 10.0, 10.0]
+    assert frame["y"].tolist() == [
+        4.0,
+        5.0,
+        10.0,
+        15.0,
+        16.0,
+        100.0,
+    ]  # the caller's frame is untouched
     assert (data.report.clipped_low, data.report.clipped_high) == (1, 2)
     assert data.bound == 10.0
 
