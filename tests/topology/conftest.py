@@ -23,8 +23,10 @@ from tests.topology.services import (
     weed_binary,
 )
 
-#: Sites that get an S3 identity: the generic test sites and the STAR study's sites.
-TEST_SITES = ("site-a", "site-b", "site-c", "site-d")
+#: Sites that get an S3 identity: the generic test sites and the STAR study's sites
+#: (schemas.datasets.STAR_SITES, the sites of deployments/prefect.yaml).
+STAR_SITES = ("rural", "suburban", "inner-city", "urban")
+TEST_SITES = ("site-a", "site-b", "site-c", "site-d", *STAR_SITES)
 BUCKET = "dpate"
 PG_ADMIN_DSN = os.environ.get("DPATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -114,3 +116,25 @@ def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
         yield s3
     finally:
         s3.stop()
+
+
+@pytest.fixture(scope="session")
+def star(prefect_server, seaweed, tmp_path_factory):
+    """The 4-site STAR study deployed on the SQLite-backed server: pools, deployments from
+    deployments/prefect.yaml, one worker per site plus the coordinator's worker."""
+    from tests.topology.star import StarTopology, write_star_sites
+
+    root = tmp_path_factory.mktemp("star")
+    topo = StarTopology(
+        server=prefect_server,
+        s3=seaweed,
+        root=root,
+        sites=STAR_SITES,
+        data=write_star_sites(root),
+    )
+    try:
+        topo.set_up()
+        _started.extend(topo.workers.values())
+        yield topo
+    finally:
+        topo.tear_down()

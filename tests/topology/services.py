@@ -292,7 +292,8 @@ class S3Identity:
 
 def site_identity(site: str, bucket: str, root: str = "studies") -> S3Identity:
     """A site may read and write only its own reports, ``<root>/<study>/sites/<site>/...`` (the
-    layout of tasks/storage.py), and list the bucket; nothing else.
+    layout of tasks/storage.py), read the study specs under ``specs/``, and list the bucket;
+    nothing else.
 
     SeaweedFS's ``*`` also matches ``/``, so the site could create objects *nested* below another
     folder that ends in ``sites/<site>/`` (never an object of another site's own folder, which is
@@ -303,7 +304,7 @@ def site_identity(site: str, bucket: str, root: str = "studies") -> S3Identity:
         name=site,
         access_key=f"{site}-{uuid.uuid4().hex[:8]}",
         secret_key=uuid.uuid4().hex,
-        actions=(f"Read:{scope}", f"Write:{scope}", f"List:{bucket}"),
+        actions=(f"Read:{scope}", f"Write:{scope}", f"Read:{bucket}/specs/*", f"List:{bucket}"),
     )
 
 

@@ -1,0 +1,203 @@
+"""The ``study-deployed`` flow: a multi-site study run the production way.
+
+Where ``flows/study.py:study`` runs every site in-process (the embedded default: one machine holds
+every site's data), this flow never touches a site's data or ledger. It runs on the coordinator's
+work pool and only *asks* each site to release:
+
+1. triggers the ``site-release/<site>`` deployment of every site of the spec
+   (``run_deployment``; each is bound to the site's own work pool, so only the worker running at
+   the site can pick it up, with the site's local data path, ledger and storage credentials);
+2. waits for them up to ``site_timeout_s``; a site that has not finished by then is recorded as
+   missing and its run, if it never started, is cancelled (a worker that comes back later does
+   not release for a study that was already aggregated; re-running the study asks it again);
+3. triggers the ``aggregate-study/<name>`` deployment, which reads whatever reports were published
+   and records the missing sites (or fails if the spec says ``require_all_sites``);
+4. returns the published result document and each site's run status.
+
+Re-running a study is always safe: a site that already released returns its recorded release
+from its ledger (no budget, no new noise) and re-publishes identical bytes. Trigger and wait are
+idempotent within a flow run (``idempotency_key``), so a retried task never starts a second run.
+
+Deployment: ``deployments/prefect.yaml`` (``study-deployed/<study>``). Parameters are public.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
+from prefect.states import Cancelled, StateType
+
+from tasks.aggregate import published_result
+from tasks.settings import StudyContext, resolve_study
+
+__all__ = ["resolve_round", "study_deployed"]
+
+#: Site runs in these states have not started at the site: safe to cancel at the deadline.
+_NOT_STARTED = {StateType.SCHEDULED, StateType.PENDING, StateType.PAUSED}
+_FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
+
+_TASK: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False}
+
+
+def resolve_round(
+    round: str | None, round_format: str | None, scheduled: datetime | None
+) -> str | None:
+    """The release round: ``round`` if given; else ``round_format`` (a ``strftime`` pattern such as
+    ``"%Y-%m"``) applied to the run's scheduled start time, so a monthly schedule releases once a
+    month and a retry of the same scheduled run keeps its round; else the spec's ``release``."""
+    if round:
+        return round
+    if round_format:
+        when = scheduled or datetime.now(UTC)
+        return when.strftime(round_format)
+    return None
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    p = flow_run.parameters
+    return f"study-{str(p['spec']).rstrip('/').rsplit('/', 1)[-1].removesuffix('.toml')}"
+
+
+@task(name="trigger-site-release", retries=3, retry_delay_seconds=[2, 10, 30], **_TASK)
+def trigger_site(
+    ctx: StudyContext, spec: str, site: str, site_deployment: str, study_run_id: str
+) -> str:
+    """Create the site's flow run (not waiting); returns its id. Idempotent per study run."""
+    run = run_deployment(
+        site_deployment.format(site=site, study=ctx.study_id),
+        parameters={"spec": spec, "site": site, "round": ctx.round},
+        timeout=0,
+        idempotency_key=f"{study_run_id}:{site}:{ctx.round}",
+        tags=["dpate", f"study:{ctx.study_id}", f"site:{site}"],
+    )
+    return str(run.id)
+
+
+@task(name="wait-for-sites", **_TASK)
+def wait_for_sites(
+    runs: dict[str, str], timeout_s: float, poll_interval_s: float
+) -> dict[str, dict[str, Any]]:
+    """Poll the sites' runs until every one is final or ``timeout_s`` passes; cancel the runs that
+    never started by then. Returns each site's status: ``completed``, ``failed`` (state name and
+    message) or ``timed_out``."""
+    log = get_run_logger()
+    deadline = time.monotonic() + timeout_s
+    status: dict[str, dict[str, Any]] = {}
+    with get_client(sync_client=True) as client:
+        while True:
+            pending = []
+            for site, run_id in runs.items():
+                if site in status:
+                    continue
+                state = client.read_flow_run(UUID(run_id)).state
+                if state is not None and state.type in _FINAL:
+                    ok = state.type == StateType.COMPLETED
+                    status[site] = {
+                        "site_id": site,
+                        "flow_run_id": run_id,
+                        "status": "completed" if ok else "failed",
+                        "state": state.name,
+                        **({} if ok else {"message": state.message or ""}),
+                    }
+                    log.info("site %s: run %s", site, state.name)
+                else:
+                    pending.append(site)
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(min(poll_interval_s, max(deadline - time.monotonic(), 0.05)))
+        for site in pending:
+            run_id = runs[site]
+            state = client.read_flow_run(UUID(run_id)).state
+            started = state is not None and state.type not in _NOT_STARTED
+            if not started:
+                client.set_flow_run_state(
+                    UUID(run_id),
+                    Cancelled(message=f"site did not start within the study's {timeout_s:.0f} s"),
+                    force=True,
+                )
+            status[site] = {
+                "site_id": site,
+                "flow_run_id": run_id,
+                "status": "timed_out",
+                "state": state.name if state else "unknown",
+                "message": (
+                    f"no result within {timeout_s:.0f} s; "
+                    + ("still running at the site" if started else "never started: cancelled")
+                ),
+            }
+            log.warning("site %s: %s", site, status[site]["message"])
+    return {site: status[site] for site in runs}
+
+
+@task(name="run-aggregate", retries=2, retry_delay_seconds=[5, 30], **_TASK)
+def run_aggregate(
+    ctx: StudyContext, spec: str, aggregate_deployment: str, timeout_s: float, study_run_id: str
+) -> dict[str, Any]:
+    """Run the aggregate deployment and wait for it; its state, never its (unpersisted) result."""
+    run = run_deployment(
+        aggregate_deployment.format(study=ctx.study_id),
+        parameters={"spec": spec, "round": ctx.round},
+        timeout=timeout_s,
+        idempotency_key=f"{study_run_id}:aggregate:{ctx.round}",
+        tags=["dpate", f"study:{ctx.study_id}"],
+    )
+    state = run.state
+    return {
+        "flow_run_id": str(run.id),
+        "state": state.name if state else "unknown",
+        "completed": bool(state and state.type == StateType.COMPLETED),
+        "message": (state.message or "") if state else "",
+    }
+
+
+@flow(name="study-deployed", flow_run_name=_run_name, persist_result=False)
+def study_deployed(
+    spec: str,
+    round: str | None = None,
+    round_format: str | None = None,
+    site_timeout_s: float = 6 * 3600,
+    aggregate_timeout_s: float = 3600,
+    site_deployment: str = "site-release/{site}",
+    aggregate_deployment: str = "aggregate-study/aggregate",
+    poll_interval_s: float = 5.0,
+) -> dict[str, Any]:
+    """Ask every site to release (its own deployment), wait up to ``site_timeout_s``, aggregate.
+
+    ``spec`` must be readable by the coordinator's worker and by every site's worker (an
+    ``s3://`` or ``https://`` URL, or the same path on every machine). ``site_deployment`` and
+    ``aggregate_deployment`` may contain ``{site}`` and ``{study}``.
+    """
+    from prefect.runtime import flow_run
+
+    round = resolve_round(round, round_format, flow_run.scheduled_start_time)
+    ctx = resolve_study(spec, round)
+    me = str(flow_run.id)
+    runs = {s: trigger_site(ctx, spec, s, site_deployment, me) for s in ctx.site_ids}
+    sites = wait_for_sites(runs, site_timeout_s, poll_interval_s)
+    agg = run_aggregate(ctx, spec, aggregate_deployment, aggregate_timeout_s, me)
+    if not agg["completed"]:
+        raise RuntimeError(
+            f"study {ctx.study_id} round {ctx.round}: the aggregate run {agg['flow_run_id']} "
+            f"ended {agg['state']} ({agg['message']}); site runs: "
+            + ", ".join(f"{s} {v['status']}" for s, v in sites.items())
+            + ". Re-run the study: sites that released spend nothing again"
+        )
+    published = published_result(ctx)
+    uri, result = published if published else (None, None)
+    return {
+        "study_id": ctx.study_id,
+        "round": ctx.round,
+        "sites": list(sites.values()),
+        "aggregate": agg,
+        "result_uri": uri,
+        "result": result,
+    }

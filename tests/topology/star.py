@@ -1,0 +1,261 @@
+"""The deployed 4-site STAR study on real components: data files and ledgers per site, the spec in
+the bucket, work pools, ``prefect deploy`` of deployments/prefect.yaml, one process worker per site
+(its site-local environment only) and the coordinator's worker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.topology.services import (
+    PrefectServer,
+    SeaweedS3,
+    Service,
+    prefect_cli,
+    start_worker,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+STUDY_ID = "star-small-classes"
+SPEC_KEY = "specs/star.toml"  # deployments/prefect.yaml: spec = s3://dpate/specs/star.toml
+COORDINATOR_POOL = "dpate-server"
+SITE_EPSILON = {"rural": "1", "suburban": "1", "inner-city": "1/2", "urban": "1/2"}
+
+
+def star_spec_toml(sites: tuple[str, ...], reports: str) -> str:
+    """The STAR study spec: difference in means (randomised), MVAgg; Y = entry-grade maths score
+    on its declared public scale [200, 800] (offset 200, B = 600)."""
+    lines = [
+        "spec_version = 1",
+        f'study_id = "{STUDY_ID}"',
+        'title = "Small classes and entry-grade maths scores (Tennessee STAR), by urbanicity"',
+        'design = "randomized"',
+        'estimator = "dim"',
+        'aggregator = "mvagg"',
+        'missing = "reject"',
+        'release = "1"',
+        f'reports = "{reports}"',
+        "require_all_sites = false",
+        "",
+        "[treatment]",
+        'column = "small_class"',
+        "",
+        "[outcome]",
+        'column = "math_score"',
+        "offset = 200.0",
+        "bound = 600.0",
+        'policy = "reject"',
+    ]
+    for site in sites:
+        lines += [
+            "",
+            "[[sites]]",
+            f'id = "{site}"',
+            f'data = "{site}/star.parquet"',
+            f'epsilon = "{SITE_EPSILON[site]}"',
+            'delta = "0"',
+            'lifetime_cap = { epsilon = "20", delta = "0" }',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_star_sites(root: Path) -> dict[str, Path]:
+    """Each STAR site's records as the site would hold them (raw scores), one file per site."""
+    import pandas as pd
+
+    from schemas.datasets import STAR_SCORE_RANGE, load_star
+
+    ds = load_star()
+    lo, hi = STAR_SCORE_RANGE
+    paths = {}
+    for name, idx in zip(ds.site_names, ds.site_indices(), strict=True):
+        d = root / name
+        d.mkdir(parents=True, exist_ok=True)
+        frame = pd.DataFrame(
+            {"small_class": ds.w[idx].astype("int64"), "math_score": lo + ds.y[idx] * (hi - lo)}
+        )
+        frame.to_parquet(d / "star.parquet", index=False)
+        paths[name] = d / "star.parquet"
+    return paths
+
+
+@dataclass
+class StarTopology:
+    server: PrefectServer
+    s3: SeaweedS3
+    root: Path
+    sites: tuple[str, ...]
+    data: dict[str, Path]
+    workers: dict[str, Service] = field(default_factory=dict)
+
+    # -- site-local settings: what each site's IT puts in its worker's environment ------------
+
+    def ledger_url(self, site: str) -> str:
+        return f"sqlite:///{self.root / site / 'ledger.sqlite'}"
+
+    def site_env(self, site: str) -> dict[str, str]:
+        return {
+            "DPATE_DATA_PATH": str(self.data[site]),
+            "DPATE_LEDGER_URL": self.ledger_url(site),
+            "DPATE_STORAGE_URL": self.s3.storage_url,
+            **self.s3.env_for(site),
+        }
+
+    def coordinator_env(self) -> dict[str, str]:
+        return {
+            "DPATE_STORAGE_URL": self.s3.storage_url,
+            # until deployments/ is packaged, the coordinator's worker imports it from the repo
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            **self.s3.env_for("aggregator"),
+        }
+
+    # -- components ----------------------------------------------------------------------------
+
+    def start_site_worker(self, site: str) -> Service:
+        self.workers[site] = start_worker(
+            self.server,
+            f"site-{site}",
+            self.root / "logs",
+            extra_env=self.site_env(site),
+            cwd=self.root / site,
+        )
+        return self.workers[site]
+
+    def stop_site_worker(self, site: str) -> None:
+        self.workers[site].stop()
+
+    def start_coordinator_worker(self) -> Service:
+        self.workers[COORDINATOR_POOL] = start_worker(
+            self.server,
+            COORDINATOR_POOL,
+            self.root / "logs",
+            extra_env=self.coordinator_env(),
+            cwd=self.root,
+        )
+        return self.workers[COORDINATOR_POOL]
+
+    def set_up(self) -> StarTopology:
+        spec = star_spec_toml(self.sites, self.s3.storage_url)
+        (self.root / "star.toml").write_text(spec)
+        self.s3.client("admin").put_object(Bucket=self.s3.bucket, Key=SPEC_KEY, Body=spec.encode())
+        for pool in (COORDINATOR_POOL, *(f"site-{s}" for s in self.sites)):
+            prefect_cli(self.server, "work-pool", "create", pool, "--type", "process")
+        prefect_cli(self.server, "deploy", "--all", "--prefect-file", str(PREFECT_YAML), cwd=REPO)
+        for site in self.sites:
+            self.start_site_worker(site)
+        self.start_coordinator_worker()
+        return self
+
+    def tear_down(self) -> None:
+        for w in self.workers.values():
+            with contextlib.suppress(Exception):
+                w.stop()
+
+    # -- running and reading -------------------------------------------------------------------
+
+    def run_study(self, round: str, timeout: float = 300, **params: Any):
+        """Trigger ``study-deployed/star`` through the API and wait; returns the final flow run."""
+        from prefect.deployments import run_deployment
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        parameters = {"round": round, "poll_interval_s": 1.0, "site_timeout_s": 240, **params}
+        with temporary_settings(updates={PREFECT_API_URL: self.server.api_url}):
+            return run_deployment(
+                "study-deployed/star", parameters=parameters, timeout=timeout, poll_interval=1
+            )
+
+    def flow_runs(self, **filters: Any) -> list:
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: self.server.api_url}):
+            with get_client(sync_client=True) as client:
+                return client.read_flow_runs(**filters)
+
+    def result(self, round: str) -> dict[str, Any] | None:
+        """The complete result of a round, else the partial one with the most sites."""
+        fs = self.s3.filesystem("aggregator")
+        base = f"{self.s3.bucket}/{self.s3.prefix}/{STUDY_ID}/results"
+        try:
+            names = fs.ls(base, detail=False, refresh=True)
+        except FileNotFoundError:
+            return None
+        docs = [
+            json.loads(fs.cat_file(n))
+            for n in names
+            if n.rsplit("/", 1)[-1].startswith(f"{round}.") and n.endswith(".json")
+        ]
+        if not docs:
+            return None
+        return max(docs, key=lambda d: (d["complete"], sum("tau" in s for s in d["sites"])))
+
+    def site_reports(self, site: str) -> dict[str, bytes]:
+        fs = self.s3.filesystem("aggregator")
+        base = f"{self.s3.bucket}/{self.s3.prefix}/{STUDY_ID}/sites/{site}"
+        try:
+            names = fs.ls(base, detail=False, refresh=True)
+        except FileNotFoundError:
+            return {}
+        return {n.rsplit("/", 1)[-1]: fs.cat_file(n) for n in names}
+
+    def spend(self, site: str):
+        from tasks.ledger import PrivacyLedger
+
+        with PrivacyLedger(self.ledger_url(site)) as ledger:
+            return ledger.spend(site)
+
+    def events(self, site: str):
+        from tasks.ledger import PrivacyLedger
+
+        with PrivacyLedger(self.ledger_url(site)) as ledger:
+            return ledger.events(site)
+
+
+def run_embedded(spec: Path, data_root: Path, out: Path, round: str) -> tuple[float, dict]:
+    """The same study on the embedded default (``dpate run``: ephemeral Prefect, local storage,
+    SQLite ledgers); returns (wall seconds, result document)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_", "DPATE_"))
+    }
+    env.update(
+        PREFECT_HOME=str(out / "prefect-home"),
+        DPATE_DATA_PATH=str(data_root / "{site}" / "star.parquet"),
+        DO_NOT_TRACK="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+    )
+    storage = out / "published"
+    t0 = time.perf_counter()
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "run",
+            str(spec),
+            "--round",
+            round,
+            "--storage",
+            str(storage),
+            "--ledger",
+            f"sqlite:///{out}/ledgers/{{site}}.sqlite",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"dpate run failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    results = sorted((storage / STUDY_ID / "results").glob(f"{round}*.json"))
+    return wall, json.loads(results[0].read_bytes())
