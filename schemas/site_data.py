@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import pandas as pd
 import pandera.pandas as pda
@@ -331,7 +332,7 @@ def build_schema(spec: StudySpec) -> pda.DataFrameSchema:
             checks = []
             if c.other is None:
                 levels = list(c.levels)
-                checks.append(_check(lambda s, lv=levels: s.isin(lv), _R_LEVEL))
+                checks.append(_check(lambda s, lv=levels: _in_levels(s, lv), _R_LEVEL))
             columns[c.column] = pda.Column(None, checks=checks, nullable=nullable)
         else:
             lo, hi = c.edges[0], c.edges[-1]
@@ -614,9 +615,53 @@ def _merge(problems: list[Problem]) -> list[Problem]:
     return list(merged.values())
 
 
+def _in_levels(s: pd.Series, levels: list) -> pd.Series:
+    """``s.isin(levels)``, decided once per category for a Categorical (pandas' isin on the
+    codes hashes every row)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        ok = np.append(s.cat.categories.isin(levels), False)  # code -1 (missing) -> False
+        return pd.Series(ok.take(s.cat.codes.to_numpy()), index=s.index)
+    return s.isin(levels)
+
+
+@numba.njit(cache=True, nogil=True)
+def _acc_codes(x, size, lut, codes):  # pragma: no cover - compiled
+    """``x = x * size + lut[code]`` per record, one pass (``lut[-1]`` serves code -1)."""
+    for i in range(x.shape[0]):
+        c = codes[i]
+        x[i] = x[i] * size + lut[c if c >= 0 else lut.shape[0] - 1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _acc_bins(x, size, inner, v):  # pragma: no cover - compiled
+    """``x = x * size + bin(v)`` per record, ``bin(v) = #{inner edges <= v}``: a branch-free
+    count over a few edges, a binary search over many."""
+    k = inner.shape[0]
+    if k <= 32:
+        for i in range(x.shape[0]):
+            val = v[i]
+            b = 0
+            for j in range(k):
+                b += val >= inner[j]
+            x[i] = x[i] * size + b
+    else:
+        for i in range(x.shape[0]):
+            lo, hi = 0, k
+            val = v[i]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if val >= inner[mid]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            x[i] = x[i] * size + lo
+
+
 def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, int]]:
     """Stratum id per record from the public covariate spec (mixed radix, first covariate most
-    significant), and how many values each categorical covariate mapped to its 'other' level."""
+    significant), and how many values each categorical covariate mapped to its 'other' level.
+    Each covariate is one compiled pass over the records (a lookup per categorical code, a
+    binary search over the public edges per number)."""
     n = len(df)
     x = np.zeros(n, dtype=np.int64)
     mapped: dict[str, int] = {}
@@ -625,27 +670,23 @@ def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, in
         if isinstance(c, CategoricalCovariate):
             levels = c.all_levels
             if isinstance(levels[0], str):
-                # per distinct value, then gathered by the categorical codes
-                cat = col.cat
-                per_category = pd.Index(levels).get_indexer(cat.categories.astype(str))
-                code = per_category.take(cat.codes.to_numpy())
+                cat = col.cat  # decided per distinct value, gathered by the codes
+                lut = pd.Index(levels).get_indexer(cat.categories.astype(str)).astype(np.int64)
+                codes = cat.codes.to_numpy()
             else:
-                index = pd.Index(np.asarray(levels, dtype=np.float64))
-                code = index.get_indexer(col.to_numpy(dtype=np.float64)).astype(np.int64)
-            unknown = code < 0
-            if unknown.any():
+                codes, cats = pd.factorize(col.to_numpy(dtype=np.float64), use_na_sentinel=True)
+                lut = pd.Index(np.asarray(levels, dtype=np.float64)).get_indexer(cats)
+                lut = lut.astype(np.int64)
+                codes = np.ascontiguousarray(codes)
+            lut = np.append(lut, -1)  # code -1 (missing; never after validation)
+            unknown_cats = lut[:-1] < 0
+            if unknown_cats.any():
                 other = levels.index(c.other)  # validation guarantees 'other' is declared here
-                mapped[c.column] = int(np.count_nonzero(unknown))
-                code[unknown] = other
+                unknown_rows = unknown_cats.take(codes[codes >= 0])
+                mapped[c.column] = int(np.count_nonzero(unknown_rows))
+                lut[:-1][unknown_cats] = other
+            _acc_codes(x, c.size, lut, codes)
         else:
-            v = col.to_numpy(dtype=np.float64)
-            inner = np.asarray(c.edges[1:-1], dtype=np.float64)
-            if inner.size < 16:  # a few byte-wide comparisons beat a binary search per value
-                code = np.zeros(v.shape[0], dtype=np.uint8)
-                for e in inner:
-                    np.add(code, v >= e, out=code, casting="unsafe")
-            else:
-                code = np.searchsorted(inner, v, side="right")
-        np.multiply(x, c.size, out=x)
-        np.add(x, code, out=x, casting="unsafe")
+            v = np.ascontiguousarray(col.to_numpy(dtype=np.float64))
+            _acc_bins(x, c.size, np.asarray(c.edges[1:-1], dtype=np.float64), v)
     return x, mapped

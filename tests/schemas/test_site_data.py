@@ -317,3 +317,27 @@ def test_unparseable_csv_is_redacted(tmp_path):
     assert "could not read" in str(info.value)
     _assert_clean(str(info.value) + "".join(traceback.format_exception(info.value)))
     assert info.value.__context__ is None
+
+
+@pytest.mark.parametrize("n_edges", [3, 33, 200])  # branch-free count and binary search
+def test_binning_matches_digitize(n_edges):
+    rng = np.random.default_rng(n_edges)
+    edges = np.unique(np.round(rng.uniform(0, 100, n_edges), 3)).tolist()
+    spec = make_spec(
+        covariates=[
+            {"kind": "numeric", "column": "v", "edges": edges},
+            {"kind": "categorical", "column": "g", "levels": [7, 5], "other": 9},
+        ]
+    )
+    v = rng.uniform(edges[0], edges[-1], 5000)
+    v[: len(edges)] = edges  # every edge itself
+    g = rng.choice([5, 7, 8, 9], 5000)
+    frame = pd.DataFrame({"w": rng.integers(0, 2, 5000), "y": rng.random(5000), "v": v, "g": g})
+    data = prepare_site_data(frame, spec)
+    bins = np.minimum(np.digitize(v, edges[1:-1], right=False), len(edges) - 2)
+    gcode = np.select([g == 7, g == 5], [0, 1], 2)
+    np.testing.assert_array_equal(data.x, bins * 3 + gcode)
+    assert data.domain_size == (len(edges) - 1) * 3
+    assert data.report.mapped_to_other == {
+        "g": int((g == 8).sum())
+    }  # 9 is the "other" level itself
