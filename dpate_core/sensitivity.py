@@ -239,11 +239,14 @@ def matching_smooth_sensitivity(
     ``min(M + k, N)`` for an empty arm, ``min(k, N)`` for an absent stratum), so that
     ``S(D) <= e^beta S(D')`` for every pair of neighbours. ``domain_size`` is ``|X|``, the number of
     strata of the public covariate domain; ``None`` assumes a neighbour can always bring a stratum
-    not present in the data (the conservative choice).
+    not present in the data (the conservative choice). Capped at the global sensitivity ``2B``.
     """
     big, small, has_absent = _as_counts(treated_counts, control_counts, n, domain_size)
     _check_bound(bound)
-    return _smooth_bound(_ATE, 4.0 * bound / n, 1.0, big, small, has_absent, n, beta)
+    smooth = _smooth_bound(_ATE, 4.0 * bound / n, 1.0, big, small, has_absent, n, beta)
+    # LS <= GS = 2B everywhere, and a constant is beta-smooth: the minimum of two beta-smooth upper
+    # bounds on LS is one too (for tiny sites the ball maximum can pass 2B)
+    return min(smooth, matching_global_sensitivity(n, bound))
 
 
 def matching_variance_local_sensitivity_bound(
