@@ -110,15 +110,33 @@ def _run_study(
 ) -> dict[str, Any]:
     _prefect_env(verbose)
     with console.status("starting Prefect and running the study flow ...", spinner="dots"):
-        from flows.study import study
+        from flows.study import state_error, state_output, study
 
         state = study(
             spec=spec, round=round, storage_url=storage, ledger_url=ledger, return_state=True
         )
     if not state.is_completed():
-        exc = state.result(raise_on_failure=False)
-        raise _fail(exc if isinstance(exc, BaseException) else RuntimeError(state.message))
-    return state.result()
+        raise _fail(RuntimeError(state_error(state)))
+    return state_output(state, lambda: _study_from_storage(spec, round, storage, ledger))
+
+
+def _study_from_storage(spec: str, round: str | None, storage: str | None, ledger: str | None):
+    from tasks.aggregate import published_result
+    from tasks.settings import resolve_site, resolve_study
+    from tasks.site import published_site
+
+    ctx = resolve_study(spec, round, storage)
+    sites = []
+    for site in ctx.site_ids:
+        try:
+            s_ctx = resolve_site(spec, site, round, None, ledger, storage)
+            sites.append({"ok": True, **published_site(s_ctx)})
+        except FileNotFoundError as exc:
+            sites.append({"site_id": site, "ok": False, "error": str(exc)})
+    found = published_result(ctx)
+    if found is None:
+        raise _fail(RuntimeError(f"no result of study {ctx.study_id} round {ctx.round} found"))
+    return {"sites": sites, "result": {**found[1], "uri": found[0]}}
 
 
 @app.command()
@@ -199,10 +217,15 @@ def site_release_cmd(
             storage_url=storage,
             return_state=True,
         )
+    from flows.study import state_error, state_output
+    from tasks.settings import resolve_site
+    from tasks.site import published_site
+
     if not state.is_completed():
-        exc = state.result(raise_on_failure=False)
-        raise _fail(exc if isinstance(exc, BaseException) else RuntimeError(state.message))
-    r = state.result()
+        raise _fail(RuntimeError(state_error(state)))
+    r = state_output(
+        state, lambda: published_site(resolve_site(spec, site, round, data, ledger, storage))
+    )
     verb = "published" if r["status"] == "written" else "already published (recorded release)"
     console.print(
         f"site {site}: tau {r['tau']:.4f}, variance {r['variance']:.3g}, N {r['n']}, "
@@ -223,10 +246,18 @@ def aggregate_cmd(
         from flows.aggregate import aggregate_study
 
         state = aggregate_study(spec=spec, round=round, storage_url=storage, return_state=True)
+    from flows.study import state_error, state_output
+    from tasks.aggregate import published_result
+    from tasks.settings import resolve_study
+
     if not state.is_completed():
-        exc = state.result(raise_on_failure=False)
-        raise _fail(exc if isinstance(exc, BaseException) else RuntimeError(state.message))
-    _print_result(state.result())
+        raise _fail(RuntimeError(state_error(state)))
+
+    def from_storage() -> dict[str, Any]:
+        uri, doc = published_result(resolve_study(spec, round, storage)) or ("", {})
+        return {**doc, "uri": uri}
+
+    _print_result(state_output(state, from_storage))
 
 
 # -- the report -------------------------------------------------------------------------------

@@ -7,15 +7,36 @@ recorded and the aggregation proceeds with the others, unless the spec requires 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, task, unmapped
+from prefect.exceptions import MissingResult
+from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.aggregate import aggregate_study
 from flows.site_release import site_release
-from tasks.aggregate import resolve_study_context
+from tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
 from tasks.common import PUBLIC_TASK
+from tasks.settings import resolve_site
+from tasks.site import published_site
+
+
+def state_output(state: State, fallback: Callable[[], Any]) -> Any:
+    """A completed run's return value; ``fallback()`` (read the published document) when Prefect
+    hands back a state without its data (results are never persisted, by design)."""
+    try:
+        return state.result()
+    except MissingResult:
+        return fallback()
+
+
+def state_error(state: State) -> str:
+    """A failed run's public message (exception type and text: dpate errors hold no values)."""
+    return (state.message or state.name or "failed").removeprefix(
+        "Flow run encountered an exception: "
+    )
 
 
 @task(name="run-site", **PUBLIC_TASK)
@@ -31,11 +52,10 @@ def run_site(
         storage_url=storage_url,
         return_state=True,
     )
-    if state.is_completed():
-        return {"site_id": site, "ok": True, **state.result()}
-    exc = state.result(raise_on_failure=False)
-    why = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else state.message
-    return {"site_id": site, "ok": False, "error": why}
+    if not state.is_completed():
+        return {"site_id": site, "ok": False, "error": state_error(state)}
+    ctx = resolve_site(spec, site, round, None, ledger_url, storage_url)
+    return {"site_id": site, "ok": True, **state_output(state, lambda: published_site(ctx))}
 
 
 def _run_name() -> str:
@@ -63,5 +83,7 @@ def study(
         spec, ctx.site_ids, unmapped(ctx.round), unmapped(ledger_url), unmapped(storage_url)
     )
     sites = [r.result() for r in runs]
-    result = aggregate_study(spec, ctx.round, storage_url)
-    return {"sites": sites, "result": result}
+    state = aggregate_study(spec, ctx.round, storage_url, return_state=True)
+    if not state.is_completed():
+        raise StudyIncompleteError(f"study {ctx.study_id}: {state_error(state)}")
+    return {"sites": sites, "result": state_output(state, lambda: published_result(ctx)[1])}

@@ -42,6 +42,7 @@ __all__ = [
     "load_site_data",
     "plan_release",
     "publish_site_report",
+    "published_site",
     "recorded_release",
     "reserve_budget",
     "resolve_site_context",
@@ -216,19 +217,34 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
         store.uri(key),
         "published" if status == "written" else "was already published (identical bytes)",
     )
-    est = committed.payload["estimate"]
+    return _summary(ctx, store.uri(key), status, committed.payload["estimate"])
+
+
+def _summary(ctx: SiteContext, uri: str, status: str, estimate: dict[str, Any]) -> dict[str, Any]:
     return {
         "site_id": ctx.site_id,
         "release_id": ctx.rid,
-        "report": store.uri(key),
+        "report": uri,
         "status": status,
-        "estimator": est["estimator"],
-        "tau": est["tau"],
-        "variance": est["variance"],
-        "n": est["n"],
-        "epsilon": est["epsilon"],
-        "delta": est["delta"],
+        "estimator": estimate["estimator"],
+        "tau": estimate["tau"],
+        "variance": estimate["variance"],
+        "n": estimate["n"],
+        "epsilon": estimate["epsilon"],
+        "delta": estimate["delta"],
     }
+
+
+def published_site(ctx: SiteContext) -> dict[str, Any]:
+    """The summary of the site's published report of this release, read back from storage."""
+    import json
+
+    store = Store(ctx.storage_url)
+    key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
+    data = store.read(key)
+    if data is None:
+        raise FileNotFoundError(f"site {ctx.site_id}: no report at {store.uri(key)}")
+    return _summary(ctx, store.uri(key), "published", json.loads(data)["estimate"])
 
 
 @task(name="show-site-report", **PUBLIC_TASK)

@@ -1,0 +1,237 @@
+"""End to end on the embedded default (one Prefect test harness per session).
+
+Covers: a full study, a re-run that spends nothing and publishes identical bytes, a cap refusal
+that draws no noise and publishes nothing, a site whose data fails validation, crashes between
+reserve and commit and between commit and publish, and a scan of everything written outside the
+sites for raw outcome values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from dpate_core import release as core_release
+from tasks.ledger import BudgetExceededError, PrivacyLedger
+from tests.pipeline.studies import Site, leaked, write_study
+
+pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
+
+
+class InjectedCrash(RuntimeError):
+    """Stands for a process dying at this point (not transient: never retried)."""
+
+
+def _no_draw(*_a, **_k):
+    raise AssertionError("noise was drawn, but this run must not draw")
+
+
+def _kinds(study, site):
+    with PrivacyLedger(study.ledger_url(site)) as led:
+        return Counter(e.kind for e in led.events(site)), led.spend(site).spent
+
+
+def _paged(read, page=200):
+    out, offset = [], 0
+    while True:
+        got = read(limit=page, offset=offset)
+        out += got
+        if len(got) < page:
+            return out
+        offset += page
+
+
+@pytest.fixture(scope="module")
+def full_study(tmp_path_factory):
+    """A 3-site study (one site's data invalid) run once through the study flow."""
+    from flows.study import study
+
+    st = write_study(
+        tmp_path_factory.mktemp("full"),
+        [
+            Site("alpha", 3000, epsilon="1"),
+            Site("beta", 2000, epsilon="1/2"),
+            Site("gamma", 1500, epsilon="2"),
+            Site("delta", 800, bad_level="zqx-marker-8071"),
+        ],
+    )
+    out = study(spec=str(st.spec))
+    return st, out
+
+
+def test_full_study_publishes_reports_and_result(full_study):
+    st, out = full_study
+    runs = {r["site_id"]: r for r in out["sites"]}
+    assert [runs[s]["ok"] for s in ("alpha", "beta", "gamma", "delta")] == [True, True, True, False]
+    result = out["result"]
+    assert result["complete"] is False  # delta failed validation; the others were aggregated
+    status = {s["site_id"]: s["status"] for s in result["sites"]}
+    assert status["delta"] == "missing" and all(
+        status[s] != "missing" for s in ("alpha", "beta", "gamma")
+    )
+    assert any(s["status"] == "used" for s in result["sites"])
+    lo, hi = result["ci95"]
+    assert lo < result["estimate"] < hi
+    files = st.snapshot()
+    reports = [k for k in files if "/sites/" in k]
+    assert len(reports) == 3
+    results = [k for k in files if "/results/" in k]
+    assert len(results) == 1 and ".partial-" in results[0]
+    doc = json.loads(files[results[0]])
+    assert doc["estimate"] == result["estimate"]
+    for site in ("alpha", "beta", "gamma"):
+        kinds, _ = _kinds(st, site)
+        assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1})
+        with PrivacyLedger(st.ledger_url(site)) as led:
+            assert led.verify().ok
+            committed = led.committed(runs[site]["release_id"])
+        report = json.loads(files[f"test-study/sites/{site}/{runs[site]['release_id']}.json"])
+        assert report["estimate"] == committed.payload["estimate"]  # published = committed
+
+
+def test_invalid_site_data_fails_that_site_only_and_names_no_value(full_study):
+    st, out = full_study
+    delta = next(r for r in out["sites"] if r["site_id"] == "delta")
+    assert "SiteDataError" in delta["error"] and "stratum" in delta["error"]
+    assert "zqx-marker" not in delta["error"]
+    assert (
+        not (st.root / "ledgers" / "delta.sqlite").exists() or _kinds(st, "delta")[0] == Counter()
+    )
+
+
+def test_rerun_spends_nothing_draws_nothing_and_publishes_identical_bytes(full_study, monkeypatch):
+    from flows.study import study
+
+    st, out = full_study
+    before = st.snapshot()
+    spent = {s: _kinds(st, s) for s in ("alpha", "beta", "gamma")}
+    monkeypatch.setattr(core_release, "draw_once", _no_draw)
+    again = study(spec=str(st.spec))
+    assert st.snapshot() == before
+    assert {s: _kinds(st, s) for s in spent} == spent
+    assert [r["status"] for r in again["sites"] if r["ok"]] == ["unchanged"] * 3
+    assert again["result"]["estimate"] == out["result"]["estimate"]
+
+
+def test_nothing_outside_the_sites_holds_a_raw_value(full_study):
+    """Reports, results, Prefect artifacts, logs, flow/task run states and parameters."""
+    import numpy as np
+    from prefect.client.orchestration import get_client
+    from prefect.logging.handlers import APILogWorker
+
+    st, _ = full_study
+    values = np.concatenate(list(st.outcomes.values()))
+    texts = [b.decode() for b in st.snapshot().values()]
+    APILogWorker.drain_all(timeout=10)
+    with get_client(sync_client=True) as client:
+        texts += [log.message for log in _paged(client.read_logs)]
+        arts = _paged(client.read_artifacts)
+        texts += [json.dumps(a.data) + str(a.description) for a in arts]
+        for fr in _paged(client.read_flow_runs):
+            texts.append(
+                json.dumps(fr.parameters, default=str) + str(fr.state and fr.state.message)
+            )
+        for tr in _paged(client.read_task_runs):
+            texts.append(str(tr.state and tr.state.message) + str(tr.name))
+    assert len(texts) > 20 and any("site-report" in a.key for a in arts if a.key)
+    blob = "\n".join(texts)
+    assert leaked(blob, values) == []
+    for marker in st.markers:
+        assert marker not in blob
+
+
+def test_cap_refusal_draws_no_noise_and_publishes_nothing(tmp_path, monkeypatch):
+    from flows.site_release import site_release
+
+    st = write_study(tmp_path, [Site("solo", 1200, epsilon="1", cap="1")])
+    first = site_release(spec=str(st.spec), site="solo")
+    assert first["status"] == "written"
+    before = st.snapshot()
+    monkeypatch.setattr(core_release, "draw_once", _no_draw)
+    state = site_release(spec=str(st.spec), site="solo", round="2", return_state=True)
+    assert state.is_failed()
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, BudgetExceededError) and "no noise was drawn" in str(exc)
+    assert st.snapshot() == before
+    kinds, spent = _kinds(st, "solo")
+    assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1}) and spent.epsilon == 1
+
+
+def test_crash_between_reserve_and_commit_then_rerun(tmp_path, monkeypatch):
+    """Noise drawn, process dies before COMMIT: the reservation stands; the re-run spends nothing
+    more, draws once, commits once; only the committed value is ever published."""
+    from flows.site_release import site_release
+
+    st = write_study(tmp_path, [Site("solo", 1200)])
+    draws = []
+    real_draw = core_release.draw_once
+
+    def counting_draw(plan, rng=None):
+        draws.append(1)
+        return real_draw(plan, rng)
+
+    def crash(*_a, **_k):
+        raise InjectedCrash("process died before the commit")
+
+    monkeypatch.setattr(core_release, "draw_once", counting_draw)
+    monkeypatch.setattr(PrivacyLedger, "commit", crash)
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    assert state.is_failed() and len(draws) == 1
+    assert st.snapshot() == {}
+    kinds, spent = _kinds(st, "solo")
+    assert kinds == Counter({"CAP": 1, "RESERVE": 1}) and spent.epsilon == 1
+
+    monkeypatch.undo()
+    monkeypatch.setattr(core_release, "draw_once", counting_draw)
+    out = site_release(spec=str(st.spec), site="solo")
+    assert out["status"] == "written" and len(draws) == 2
+    kinds, spent = _kinds(st, "solo")
+    assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1}) and spent.epsilon == 1
+    with PrivacyLedger(st.ledger_url("solo")) as led:
+        assert led.committed(out["release_id"]).payload["estimate"]["tau"] == out["tau"]
+
+
+def test_crash_between_commit_and_publish_then_rerun(tmp_path, monkeypatch):
+    from flows.site_release import site_release
+    from tasks import storage
+
+    st = write_study(tmp_path, [Site("solo", 1200)])
+
+    def crash(*_a, **_k):
+        raise InjectedCrash("process died before publishing")
+
+    monkeypatch.setattr(storage, "write_once", crash)
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    assert state.is_failed() and st.snapshot() == {}
+    kinds, _ = _kinds(st, "solo")
+    assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1})
+
+    monkeypatch.undo()
+    monkeypatch.setattr(core_release, "draw_once", _no_draw)
+    out = site_release(spec=str(st.spec), site="solo")
+    published = st.snapshot()
+    assert out["status"] == "written" and len(published) == 1
+    with PrivacyLedger(st.ledger_url("solo")) as led:
+        committed = led.committed(out["release_id"])
+    assert json.loads(next(iter(published.values())))["estimate"] == committed.payload["estimate"]
+    again = site_release(spec=str(st.spec), site="solo")
+    assert again["status"] == "unchanged" and st.snapshot() == published
+    assert _kinds(st, "solo")[0] == kinds
+
+
+def test_required_sites_missing_fails_the_aggregate_and_publishes_nothing(tmp_path):
+    from flows.aggregate import aggregate_study
+    from flows.site_release import site_release
+    from tasks.aggregate import StudyIncompleteError
+
+    st = write_study(tmp_path, [Site("one", 1200), Site("two", 1000)], require_all_sites=True)
+    site_release(spec=str(st.spec), site="one")
+    state = aggregate_study(spec=str(st.spec), return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, StudyIncompleteError) and "two: missing" in str(exc)
+    assert not any("/results/" in k for k in st.snapshot())
+    site_release(spec=str(st.spec), site="two")
+    result = aggregate_study(spec=str(st.spec))
+    assert result["complete"] and result["uri"].endswith("/results/1.json")
