@@ -187,3 +187,67 @@ def test_concurrent_reservations_never_pass_the_cap(ledger_factory):
     assert first.spend("s1").spent.epsilon == 1
     report = first.verify()
     assert report.ok and report.rows == 11
+
+
+def test_racing_commits_record_one_value_and_both_get_it(ledger_factory):
+    first = ledger_factory()
+    _reserve(first, "race")
+    ledgers = [ledger_factory() for _ in range(6)]
+    barrier = threading.Barrier(6)
+    got = [None] * 6
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        got[i] = ledgers[i].commit("race", {"tau": float(i)}).payload
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(g == got[0] for g in got)
+    assert [e.kind for e in first.events()].count("COMMIT") == 1
+    assert first.verify().ok
+
+
+def test_cli_ledger_show_verify_set_cap(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tasks.ledger import PrivacyLedger
+
+    url = f"sqlite:///{tmp_path / 'l.sqlite'}"
+    with PrivacyLedger(url) as led:
+        _reserve(led, "r1", eps="1/3", study="study-x")
+        led.commit("r1", {"tau": 0.5})
+    runner = CliRunner()
+    out = runner.invoke(app, ["ledger", "show", "s1", "--ledger", url])
+    assert out.exit_code == 0, out.output
+    assert "study-x" in out.output and "2/3" in out.output  # remaining epsilon, exact
+    out = runner.invoke(app, ["ledger", "verify", "--ledger", url])
+    assert out.exit_code == 0 and "ledger OK: 3 rows" in out.output
+    out = runner.invoke(
+        app,
+        [
+            "ledger",
+            "set-cap",
+            "s1",
+            "--epsilon",
+            "5",
+            "--delta",
+            "1e-4",
+            "--reason",
+            "board",
+            "--ledger",
+            url,
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    with PrivacyLedger(url) as led:
+        assert led.cap("s1") == PrivacyParams.of("5", "1e-4")
+        with led._engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"UPDATE {led.table_name} SET epsilon = '1/1000' WHERE kind = 'RESERVE'"
+            )
+    out = runner.invoke(app, ["ledger", "verify", "--ledger", url])
+    assert out.exit_code == 1 and "edited row" in out.output

@@ -235,3 +235,22 @@ def test_required_sites_missing_fails_the_aggregate_and_publishes_nothing(tmp_pa
     site_release(spec=str(st.spec), site="two")
     result = aggregate_study(spec=str(st.spec))
     assert result["complete"] and result["uri"].endswith("/results/1.json")
+
+
+def test_html_report_from_the_published_result(full_study, tmp_path):
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    st, out = full_study
+    html_path = tmp_path / "report.html"
+    res = CliRunner().invoke(app, ["report", str(st.spec), "-o", str(html_path)])
+    assert res.exit_code == 0, res.output
+    page = html_path.read_text()
+    assert "data:image/png;base64," in page and "mvagg" in page
+    for site in ("alpha", "beta", "gamma", "delta"):
+        assert site in page
+    assert f"{out['result']['estimate']:.4g}" in page
+    assert "1 of 3" in page  # alpha's lifetime spend from its ledger: epsilon 1 of cap 3
+    assert leaked(page, np.concatenate(list(st.outcomes.values()))) == []
