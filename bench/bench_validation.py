@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -102,6 +104,37 @@ def paired(baseline, candidate, repeat: int) -> dict[str, float]:
     }
 
 
+_PEAK = """
+import sys
+sys.path.insert(0, {bench!r})
+import pyarrow.parquet as pq
+from bench_validation import make_spec
+from schemas.site_data import prepare_site_data
+
+
+def hwm():  # VmHWM of this process image (ru_maxrss would carry the parent's over exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+
+
+spec = make_spec()
+base = hwm()
+if {what!r} == "read":
+    t = pq.read_table({path!r}, columns=["w", "y", "region", "age", "bmi"])
+else:
+    d = prepare_site_data({path!r}, spec)
+print(hwm() - base)
+"""
+
+
+def peak_mib(path: Path, what: str) -> float:
+    """High-water RSS rise (MiB) of reading or preparing the file in a fresh process."""
+    code = _PEAK.format(bench=str(Path(__file__).parent), path=str(path), what=what)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -126,6 +159,7 @@ def main() -> None:
         )
         pandas = paired(lambda: pq.read_table(path, columns=cols).to_pandas(), prep, args.repeat)
         data = prepare_site_data(path, spec)
+        mem_read, mem_prep = peak_mib(path, "read"), peak_mib(path, "prepare")
         csv = None
         if args.csv_rows:
             csv_path = Path(tmp) / "site.csv"
@@ -150,6 +184,11 @@ def main() -> None:
             f"  {r['ratio_cpu']:8.2f}x"
         )
     print("target: prepare <= 3x the read of the same Parquet file")
+    print(
+        f"peak RSS rise: read {mem_read:.0f} MiB, prepare {mem_prep:.0f} MiB "
+        f"({mem_prep / mem_read:.2f}x); output arrays (w, y, x) "
+        f"{(data.w.nbytes + data.y.nbytes + data.x.nbytes) / 2**20:.0f} MiB"
+    )
     print(f"|X| = {data.domain_size}, N = {data.n:,}, clipped {data.report.clipped_high:,}")
 
 
