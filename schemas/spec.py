@@ -79,6 +79,14 @@ _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _ID_HINT = "1-128 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
 
 
+class _CrossFieldProblems(ValueError):
+    """Problems found across fields, each with its own field path (unpacked by SpecError)."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in problems))
+
+
 class SpecError(ValueError):
     """A study spec is invalid. ``problems`` holds ``(field path, message)`` pairs."""
 
@@ -368,46 +376,64 @@ class StudySpec(_Model):
     def _check(self) -> StudySpec:
         assert set(ESTIMATORS) == {"dim", "smooth_matching", "global_matching"}
         assert set(AGGREGATORS) == {"mvagg", "all", "largest", "inverse_variance", "random_effects"}
-        problems: list[str] = []
+        problems: list[tuple[str, str]] = []  # (field path, message)
         if self.design == "observational" and self.estimator == "dim":
             problems.append(
-                "estimator 'dim' (difference in means) is only unbiased in a randomized design: "
-                "use 'smooth_matching' or 'global_matching' for an observational study"
+                (
+                    "estimator",
+                    "'dim' (difference in means) is only unbiased in a randomized design: "
+                    "use 'smooth_matching' or 'global_matching' for an observational study",
+                )
             )
         if self.estimator != "dim" and not self.covariates:
             problems.append(
-                f"estimator {self.estimator!r} matches on covariates: declare at least one "
-                f"[[covariates]] entry"
+                (
+                    "covariates",
+                    f"estimator {self.estimator!r} matches on covariates: declare at least one "
+                    f"[[covariates]] entry",
+                )
             )
         cols = [self.treatment.column, self.outcome.column, *(c.column for c in self.covariates)]
         dup = sorted({c for c in cols if cols.count(c) > 1})
         if dup:
             problems.append(
-                f"columns {dup} are used more than once: each role needs its own column"
+                (
+                    "(columns)",
+                    f"columns {dup} are used more than once: each role needs its own column",
+                )
             )
         ids = [s.id for s in self.sites]
         dup_ids = sorted({i for i in ids if ids.count(i) > 1})
         if dup_ids:
-            problems.append(f"site ids {dup_ids} are repeated: site ids must be unique")
+            problems.append(("sites", f"site ids {dup_ids} are repeated: site ids must be unique"))
         parts = self.release_parts
-        for s in self.sites:
+        for j, s in enumerate(self.sites):
             if s.budget_split is not None and len(s.budget_split) != parts:
                 problems.append(
-                    f"site {s.id!r}: estimator {self.estimator!r} splits its budget into {parts} "
-                    f"parts, but budget_split has {len(s.budget_split)} shares: give exactly {parts}"
+                    (
+                        f"sites.{j}.budget_split",
+                        f"estimator {self.estimator!r} splits its budget into {parts} parts, but "
+                        f"budget_split has {len(s.budget_split)} shares: give exactly {parts}",
+                    )
                 )
             if self.estimator != "dim" and s.delta <= 0:
                 problems.append(
-                    f"site {s.id!r}: estimator {self.estimator!r} is (epsilon, delta)-DP and needs "
-                    f"delta > 0: give a small delta such as '1e-5'"
+                    (
+                        f"sites.{j}.delta",
+                        f"estimator {self.estimator!r} is (epsilon, delta)-DP and needs delta > 0: "
+                        f"give a small delta such as '1e-5'",
+                    )
                 )
         if self.domain_size > MAX_DOMAIN_SIZE:
             problems.append(
-                f"the covariates define {self.domain_size} strata, more than {MAX_DOMAIN_SIZE}: "
-                f"coarsen the bins or drop a covariate"
+                (
+                    "covariates",
+                    f"the covariates define {self.domain_size} strata, more than {MAX_DOMAIN_SIZE}: "
+                    f"coarsen the bins or drop a covariate",
+                )
             )
         if problems:
-            raise ValueError("; ".join(problems))
+            raise _CrossFieldProblems(problems)
         return self
 
     # --- derived, public quantities ---------------------------------------------------------
@@ -529,6 +555,11 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
     (A spec holds no patient data, but we still do not echo input values back.)"""
     out: list[tuple[str, str]] = []
     for err in exc.errors(include_url=False, include_input=False):
+        cross = err.get("ctx", {}).get("error")
+        if isinstance(cross, _CrossFieldProblems):
+            prefix = ".".join(str(p) for p in err["loc"])
+            out += [(f"{prefix}.{loc}" if prefix else loc, msg) for loc, msg in cross.problems]
+            continue
         loc_parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
         # pydantic adds the union member tag to the path: drop it
         loc_parts = [p for p in loc_parts if p not in ("categorical", "numeric")]
