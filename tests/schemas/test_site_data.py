@@ -13,6 +13,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas.site_data import SiteDataError, prepare_site_data
 from schemas.spec import StudySpec
@@ -341,3 +343,71 @@ def test_binning_matches_digitize(n_edges):
     assert data.report.mapped_to_other == {
         "g": int((g == 8).sum())
     }  # 9 is the "other" level itself
+
+
+def test_no_leak_with_labels_integer_levels_and_finite_edges(tmp_path, caplog):
+    spec = make_spec(
+        treatment={"column": "w", "treated": "small", "control": "regular"},
+        outcome={"column": "y", "bound": 1.0, "offset": 0.5, "policy": "reject"},
+        covariates=[
+            {"kind": "categorical", "column": "grade", "levels": [1, 2, 3]},
+            {"kind": "numeric", "column": "age", "edges": [0, 18, 65, 120]},
+        ],
+    )
+    frame = pd.DataFrame(
+        {
+            "w": ["small", f"{MARK_TEXT}L", "regular", "regular"],
+            "y": [0.7, 1.2, 31337.5, 0.4],
+            "grade": [1, 424242, 3, 987654.125],
+            "age": [30.0, 31337.5, -987654.125, 5.0],
+        }
+    )
+    path = tmp_path / "leak2.csv"
+    frame.to_csv(path, index=False)
+    caplog.set_level(logging.DEBUG)
+    for src in (frame, path):
+        with pytest.raises(SiteDataError) as info:
+            prepare_site_data(src, spec)
+        got = {(p.column, p.rule.split(" (")[0]): p.rows for p in info.value.problems}
+        assert got == {
+            ("w", "not one of the two treatment labels in the spec"): (1,),
+            ("y", "outside [0, B] after the offset"): (2, 3),
+            ("grade", "not one of the declared levels"): (1, 3),
+            ("age", "outside the declared bin edges"): (1, 2),
+        }
+        for text in (str(info.value), repr(info.value), caplog.text):
+            _assert_clean(text)
+
+
+@settings(max_examples=40)
+@given(
+    sizes=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    n=st.integers(1, 300),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_strata_are_the_mixed_radix_number_of_the_public_codes(sizes, n, seed):
+    rng = np.random.default_rng(seed)
+    covariates, columns, codes = [], {}, []
+    for k, size in enumerate(sizes):
+        code = rng.integers(0, size, n)
+        if k % 2 == 0:  # categorical, levels in a shuffled order
+            levels = [f"L{k}_{i}" for i in rng.permutation(size)]
+            covariates.append({"kind": "categorical", "column": f"c{k}", "levels": levels})
+            columns[f"c{k}"] = np.array(levels, dtype=object)[code]
+        else:  # numeric, values drawn inside their bins (edges included)
+            edges = np.cumsum(rng.uniform(0.5, 3.0, size + 1)).round(3)
+            covariates.append({"kind": "numeric", "column": f"c{k}", "edges": edges.tolist()})
+            lo, hi = edges[code], edges[code + 1]
+            v = lo + (hi - lo) * rng.uniform(0, 0.999, n)
+            at_edge = rng.random(n) < 0.2
+            v[at_edge] = lo[at_edge]  # lower edges belong to their bin
+            columns[f"c{k}"] = v
+        codes.append(code)
+    spec = make_spec(covariates=covariates)
+    frame = pd.DataFrame({"w": rng.integers(0, 2, n), "y": rng.random(n), **columns})
+    data = prepare_site_data(frame, spec)
+    expected = np.zeros(n, dtype=np.int64)
+    for size, code in zip(sizes, codes, strict=True):
+        expected = expected * size + code
+    np.testing.assert_array_equal(data.x, expected)
+    assert data.domain_size == int(np.prod(sizes))
