@@ -24,7 +24,7 @@ exception from pandas / pyarrow while reading or converting (their texts may ech
 replaced by one naming only the stage, the column and the exception's type. Redacted errors are
 raised outside the ``except`` block, so no original exception rides along as ``__context__``.
 Warnings raised while handling the data are swallowed (their texts may hold values); only their
-count and categories are kept in the operator report.
+count is kept in the operator report.
 
 The counts in :class:`PreparationReport` (rows dropped, values clipped) are computed from the
 private records and are **not** differentially private: they are for the site operator only and
@@ -393,7 +393,8 @@ def _as_frame(source: Any, spec: StudySpec, fmt: str | None) -> pd.DataFrame:
         table = _dictionary_encode(source.select(_needed_columns(spec)), _string_columns(spec))
     else:
         table = read_site_table(source, spec, fmt)
-    # text columns stay Arrow-backed strings (fast isin); numbers become numpy
+    # dictionary-encoded text becomes a pandas Categorical, other text Arrow-backed strings;
+    # numbers become numpy arrays
     return table.to_pandas(
         types_mapper={pa.string(): pd.StringDtype("pyarrow")}.get, split_blocks=True
     )
@@ -456,7 +457,8 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
         tcol = _as_text(tcol)
         data[t.column] = tcol
         absent[t.column] = tcol.isna().to_numpy()
-    elif tcol.dtype.kind in "iub":  # plain integers / booleans: nothing missing, no conversion
+    elif isinstance(tcol.dtype, np.dtype) and tcol.dtype.kind in "iub":
+        # plain numpy integers / booleans: nothing can be missing, no conversion needed
         data[t.column] = tcol
         absent[t.column] = np.zeros(n_read, dtype=bool)
     else:

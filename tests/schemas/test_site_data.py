@@ -411,3 +411,18 @@ def test_strata_are_the_mixed_radix_number_of_the_public_codes(sizes, n, seed):
         expected = expected * size + code
     np.testing.assert_array_equal(data.x, expected)
     assert data.domain_size == int(np.prod(sizes))
+
+
+@pytest.mark.parametrize("missing", ["reject", "drop"])
+def test_nullable_integer_treatment_follows_the_missing_policy(missing):
+    frame = good_frame(5)
+    frame["w"] = pd.array([0, 1, None, 1, 0], dtype="Int64")
+    spec = make_spec(missing=missing)
+    if missing == "drop":
+        data = prepare_site_data(frame, spec)
+        assert data.w.tolist() == [0, 1, 1, 0] and data.report.dropped_missing == 1
+    else:
+        with pytest.raises(SiteDataError) as info:
+            prepare_site_data(frame, spec)
+        (p,) = info.value.problems
+        assert (p.column, p.rows) == ("w", (2,)) and "missing" in p.rule
