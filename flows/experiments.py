@@ -495,7 +495,7 @@ def evaluate_claims(rows: list[dict[str, Any]], sens: list[dict[str, Any]]) -> l
 
     # 2. SmoothDPMatching + MVAgg: MAE below 1 everywhere, about 0.1 or less for alpha >> 1
     sm = _points(rows, estimator="smooth_matching")
-    if sm:
+    if sm and any(a == "8" for _, a, _ in sm):
         worst = max(mae(v, "mvagg") for _, _, v in sm)
         at8 = [mae(v, "mvagg") for k, a, v in sm if a == "8"]
         gl = [mae(v, "mvagg") for _, _, v in _points(rows, estimator="global_matching")]
