@@ -35,7 +35,10 @@ def experiments(
     base = ExperimentSettings.quick() if quick else ExperimentSettings()
     options = {"seed": seed, "figures": figures}
     if reps is not None:
+        if reps < 1:
+            raise typer.BadParameter(f"--reps ({reps}) must be at least 1")
         options["reps"] = reps
+        options["splits"] = min(base.splits, reps)  # at least one repetition per split
     settings = type(base)(**{**base.__dict__, **options})
     result = run_experiments(settings, out)
     table = Table(title="The paper's claims, this run")
