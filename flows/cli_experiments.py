@@ -50,5 +50,6 @@ def experiments(
     t = result["timings"]
     console.print(
         f"{len(result['rows'])} points, {settings.reps} repetitions each, in "
-        f"{t['total_s']:.1f} s; table, claims, timings and figures in {out}/"
+        f"{t['total_s']:.1f} s; table, claims, timings{' and figures' if figures else ''} "
+        f"in {out}/"
     )
