@@ -39,6 +39,10 @@ def _prefect_env(verbose: bool = False) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not os.environ.get("PREFECT_API_URL"):
+        # the embedded server: no automations, no event feed, no vacuum (fewer SQLite writers)
+        for service in ("EVENT_PERSISTER", "TRIGGERS", "DB_VACUUM"):
+            os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
     if not verbose:
         for handler in ("CONSOLE", "CONSOLE_FLOW_RUNS"):
             os.environ.setdefault(f"PREFECT_LOGGING_HANDLERS_{handler}_LEVEL", "WARNING")

@@ -7,6 +7,7 @@ recorded and the aggregation proceeds with the others, unless the spec requires 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -65,10 +66,16 @@ def _run_name() -> str:
     return f"study-{str(p['spec']).rstrip('/').rsplit('/', 1)[-1].removesuffix('.toml')}"
 
 
+#: Sites released at once on this machine. The embedded Prefect server keeps its state in SQLite,
+#: which refuses concurrent writers under load ("database is locked", then client retries with
+#: backoff); against a PostgreSQL-backed server raise it to the number of sites.
+PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
+
+
 @flow(
     name="study",
     flow_run_name=_run_name,
-    task_runner=ThreadPoolTaskRunner(max_workers=8),
+    task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_SITES),
     persist_result=False,
 )
 def study(
