@@ -1,8 +1,9 @@
 """``dpate demo``: a three-site synthetic observational study written to one folder.
 
-The data follow the paper's Synth design (section 5): ``X`` uniform on ``|X|`` equally spaced
-levels of ``[0, 1]``, ``W ~ Bernoulli(sigmoid(a (2X - 1)))`` (confounded: larger ``X`` is treated
-more often), ``Y = b X + 0.5 W + e``, so the true ATE is 0.5. Sites differ in size and budget.
+The data come from the paper's Synth generator (:func:`dpate_core.synth.synth`, section 4): ``X``
+uniform on ``|X|`` equally spaced levels of ``[0, 1]``, ``W ~ Bernoulli(sigmoid(a (2X - 1)))``
+(confounded: larger ``X`` is treated more often), ``Y = b X + 0.5 W + e`` in ``[0, 1]``, so the
+true ATE is 0.5. Sites differ in size and budget.
 Everything lands under the output folder::
 
     <out>/study.toml                  the study spec (public)
@@ -18,10 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DEMO_SITES", "DemoSite", "synth_records", "write_demo_study"]
+from dpate_core.synth import SYNTH_TAU, synth
+
+__all__ = ["DEMO_SITES", "DemoSite", "write_demo_study"]
 
 DOMAIN = 20  # |X|
-TRUE_ATE = 0.5
+TRUE_ATE = SYNTH_TAU
+IMBALANCE = 1.0  # a: treatment more likely at larger X
+SLOPE = 0.4  # b: the outcome grows with X, so ignoring X would bias the estimate
 
 
 @dataclass(frozen=True)
@@ -37,15 +42,6 @@ DEMO_SITES = (
     DemoSite("hospital-b", 40_000, "1/2", "2"),
     DemoSite("hospital-c", 10_000, "2", "6"),
 )
-
-
-def synth_records(rng: np.random.Generator, n: int, *, a: float = 1.0, b: float = 1.0):
-    """``(w, y, x_level)`` of the Synth design; ``x = level / (|X| - 1)``."""
-    level = rng.integers(0, DOMAIN, n)
-    x = level / (DOMAIN - 1)
-    w = (rng.random(n) < 1.0 / (1.0 + np.exp(-a * (2.0 * x - 1.0)))).astype(np.int8)
-    y = b * x + TRUE_ATE * w + rng.normal(0.0, 0.25, n)
-    return w, y, level
 
 
 def _spec_text(sites: tuple[DemoSite, ...]) -> str:
@@ -68,8 +64,7 @@ column = "treated"
 
 [outcome]
 column = "outcome"
-offset = -0.5                    # Y used = outcome + 0.5, publicly bounded by B
-bound = 2.5
+bound = 1.0                      # public: Synth's outcomes lie in [0, 1] by construction
 policy = "clip"
 
 [[covariates]]
@@ -100,10 +95,10 @@ def write_demo_study(out: Path, seed: int = 2026, sites: tuple[DemoSite, ...] = 
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     for s in sites:
-        w, y, level = synth_records(rng, s.n)
+        data = synth(s.n, DOMAIN, a=IMBALANCE, b=SLOPE, seed=rng)
         folder = out / "sites" / s.id
         folder.mkdir(parents=True, exist_ok=True)
-        table = pa.table({"treated": w, "outcome": y, "x_level": level})
+        table = pa.table({"treated": data.w, "outcome": data.y, "x_level": data.x})
         pq.write_table(table, folder / "records.parquet")
     spec = out / "study.toml"
     spec.write_text(_spec_text(sites), encoding="utf-8")
