@@ -421,3 +421,18 @@ def variance_minus_term(t: int, c: int) -> float:
     if small == 0:
         return variance_h(big, 1)
     return variance_h(big + 1, small)
+
+
+def paper_ate_ls_plus(t: int, c: int) -> int:
+    """The proof of Theorem 1: ``LS+_f`` per stratum (one record added), in units of ``B``
+    (``f = N tau_hat``)."""
+    if t == 0 and c == 0:
+        return 0
+    return 2 * (1 + max(_cd(c, t + 1), _cd(t, c + 1)))
+
+
+def paper_ate_ls_minus(t: int, c: int) -> int:
+    """The proof of Theorem 1: ``LS-_f`` per stratum (one record removed), in units of ``B``."""
+    if t == 0 or c == 0:
+        return 0
+    return 2 * (1 + max(_cd(c, t), _cd(t, c)))
