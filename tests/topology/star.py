@@ -161,7 +161,7 @@ class StarTopology:
 
     # -- running and reading -------------------------------------------------------------------
 
-    def run_study(self, round: str, timeout: float = 300, **params: Any):
+    def run_study(self, round: str, timeout: float = 900, **params: Any):
         """Trigger ``study-deployed/star`` through the API and wait; returns the final flow run."""
         from prefect.deployments import run_deployment
         from prefect.settings import PREFECT_API_URL, temporary_settings

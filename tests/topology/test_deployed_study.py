@@ -12,7 +12,7 @@ import pytest
 
 from tests.topology.star import SITE_EPSILON, STUDY_ID, run_embedded
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 PUBLIC_NON_NOISE = ("site_id", "status", "n", "epsilon", "delta")
 
