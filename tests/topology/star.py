@@ -110,12 +110,7 @@ class StarTopology:
         }
 
     def coordinator_env(self) -> dict[str, str]:
-        return {
-            "DPATE_STORAGE_URL": self.s3.storage_url,
-            # until deployments/ is packaged, the coordinator's worker imports it from the repo
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            **self.s3.env_for("aggregator"),
-        }
+        return {"DPATE_STORAGE_URL": self.s3.storage_url, **self.s3.env_for("aggregator")}
 
     # -- components ----------------------------------------------------------------------------
 

@@ -154,11 +154,6 @@ def test_s3_urls_through_fsspec_with_per_process_environment(seaweed, key_suffix
     assert not agg.exists(other.removeprefix("s3://"))
 
 
-@pytest.mark.xfail(
-    raises=OSError,
-    reason="tasks/storage.py misses SeaweedFS's PreconditionFailed (OSError EINVAL); "
-    "fix requested in NOTES.md",
-)
 def test_pipeline_write_once_on_seaweedfs(seaweed, key_suffix):
     """tasks/storage.py's Store on s3://: first publication written, the same bytes again
     "unchanged", different bytes refused, another site's folder denied."""
