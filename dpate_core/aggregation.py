@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ __all__ = [
     "agg_all",
     "agg_largest",
     "aggregate",
+    "combiner",
     "inverse_variance",
     "mvagg",
     "mvagg_brute_force",
@@ -191,10 +193,14 @@ AGGREGATORS: dict[str, Callable[..., AggregateResult]] = {
 }
 
 
+def combiner(table: dict[str, Callable[..., Any]], method: str) -> Callable[..., Any]:
+    """The combiner named ``method`` in ``table``, or an error listing the valid names."""
+    try:
+        return table[method]
+    except KeyError:
+        raise ValueError(f"aggregator ({method!r}) is not one of {sorted(table)}") from None
+
+
 def aggregate(method: str, tau, n, variance) -> AggregateResult:
     """Dispatch by the study spec's aggregator name."""
-    try:
-        fn = AGGREGATORS[method]
-    except KeyError:
-        raise ValueError(f"aggregator ({method!r}) is not one of {sorted(AGGREGATORS)}") from None
-    return fn(tau, n, variance)
+    return combiner(AGGREGATORS, method)(tau, n, variance)

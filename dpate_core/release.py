@@ -442,9 +442,19 @@ def plan_matching(
     )
 
 
-def _matching_stats(w, y, x, bound, domain_size) -> MatchingStatistics:
+def _matching_release(estimator, w, y, x, bound, epsilon, delta, domain_size, split, rng):
     # the outcome range [0, B] is checked inside the one compiled pass
-    return matching_statistics(w, y, x, domain_size, bound=_check_bound(bound))
+    stats = matching_statistics(w, y, x, domain_size, bound=_check_bound(bound))
+    plan = plan_matching(
+        estimator,
+        stats,
+        bound=bound,
+        epsilon=epsilon,
+        delta=delta,
+        domain_size=domain_size,
+        split=split,
+    )
+    return _release(plan, rng)
 
 
 def smooth_dp_matching(
@@ -477,17 +487,9 @@ def smooth_dp_matching(
     Public: ``N``, ``B``, ``|X|`` (``domain_size``) and the covariate discretisation.
     Arm sizes are **not** released.
     """
-    stats = _matching_stats(w, y, x, bound, domain_size)
-    plan = plan_matching(
-        "smooth_matching",
-        stats,
-        bound=bound,
-        epsilon=epsilon,
-        delta=delta,
-        domain_size=domain_size,
-        split=split,
+    return _matching_release(
+        "smooth_matching", w, y, x, bound, epsilon, delta, domain_size, split, rng
     )
-    return _release(plan, rng)
 
 
 def global_dp_matching(
@@ -510,14 +512,6 @@ def global_dp_matching(
     ``eps_1``-DP; the ``delta_1`` share it receives is counted but not used. The noise variance
     ``2 (2B/eps_1)^2`` is public.
     """
-    stats = _matching_stats(w, y, x, bound, domain_size)
-    plan = plan_matching(
-        "global_matching",
-        stats,
-        bound=bound,
-        epsilon=epsilon,
-        delta=delta,
-        domain_size=domain_size,
-        split=split,
+    return _matching_release(
+        "global_matching", w, y, x, bound, epsilon, delta, domain_size, split, rng
     )
-    return _release(plan, rng)

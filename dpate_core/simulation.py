@@ -27,6 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpate_core.aggregation import combiner
 from dpate_core.privacy import Number, exact
 from dpate_core.release import MechanismPlan, draw_many
 
@@ -196,13 +197,7 @@ AGGREGATORS_MANY: dict[str, Callable[..., AggregateMany]] = {
 
 def aggregate_many(method: str, tau, n, variance) -> AggregateMany:
     """Dispatch by the same names as :func:`dpate_core.aggregation.aggregate`."""
-    try:
-        fn = AGGREGATORS_MANY[method]
-    except KeyError:
-        raise ValueError(
-            f"aggregator ({method!r}) is not one of {sorted(AGGREGATORS_MANY)}"
-        ) from None
-    return fn(tau, n, variance)
+    return combiner(AGGREGATORS_MANY, method)(tau, n, variance)
 
 
 # ---------------------------------------------------------------------------------------------
