@@ -144,7 +144,6 @@ def _smooth_kernel(kind, big, small, n, beta, scale, offset, a_max, k_last):  # 
     return best
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The engine
 
