@@ -28,12 +28,13 @@ expressions (ERRATA section 3 reading) on a grid and on random large counts.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpate_core.estimators import exact_matching, matching_variance
@@ -173,10 +174,79 @@ def test_the_exhaustive_checker_fails_a_too_small_bound():
     assert _worst_violation(s_true, 0.4 * s_bound) is not None
 
 
+@st.composite
+def _larger_dataset(draw):
+    """``N`` up to 40, up to 3 strata, skewed arms likely, outcomes at the extremes 0 and B."""
+    n_strata = draw(st.integers(1, 3))
+    n = draw(st.integers(2, 40))
+    p = draw(st.sampled_from([0.03, 0.1, 0.5, 0.9, 0.97]))
+    w = draw(st.lists(st.floats(0, 1).map(lambda u: int(u < p)), min_size=n, max_size=n))
+    y = draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n))
+    x = draw(st.lists(st.integers(0, n_strata - 1), min_size=n, max_size=n))
+    return np.array(w), np.array(y), np.array(x), n_strata
+
+
+def _true_local_sensitivities(w, y, x, n_strata):
+    """``(LS of tau_hat, LS of V_hat)`` over every replace-one neighbour with ``Y in {0, B}``
+    (extreme outcomes: the largest changes), computed with the core's estimators (which the tests
+    above tie to the literal loop)."""
+    from dpate_core.estimators import matching_statistics
+
+    base = matching_statistics(w, y, x, domain_size=n_strata)
+    ls_tau = ls_var = 0.0
+    for i in range(w.size):
+        for wv, yv, xv in itertools.product((0, 1), (0.0, 1.0), range(n_strata)):
+            w2, y2, x2 = w.copy(), y.copy(), x.copy()
+            w2[i], y2[i], x2[i] = wv, yv, xv
+            other = matching_statistics(w2, y2, x2, domain_size=n_strata)
+            ls_tau = max(ls_tau, abs(other.tau - base.tau))
+            ls_var = max(ls_var, abs(other.variance - base.variance))
+    return ls_tau, ls_var, base
+
+
+@pytest.mark.slow
+@settings(max_examples=150)
+@given(_larger_dataset())
+def test_local_bounds_beyond_the_enumeration(data):
+    """Random datasets up to ``N = 40`` (past the exhaustive range), every neighbour: the true
+    local sensitivities stay under Theorem 1's bound and the variance bound."""
+    w, y, x, n_strata = data
+    ls_tau, ls_var, base = _true_local_sensitivities(w, y, x, n_strata)
+    t, c = base.treated_counts, base.control_counts
+    assert ls_tau <= matching_local_sensitivity_bound(t, c, w.size, B) * (1 + REL)
+    assert ls_var <= matching_variance_local_sensitivity_bound(t, c, w.size, B) * (1 + REL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("small", [1, 2, 3])
+def test_local_bounds_on_skewed_strata_at_larger_n(small):
+    """A stratum with ``M = 60`` treated and ``m`` controls, the domain holding a second (empty)
+    stratum: every outcome pattern in ``{0, B}`` of the controls and the first three treated (the
+    only records whose partners change when the smaller arm shrinks), the other treated all 0 or
+    all B, every neighbour. The variance's true LS grows like ``(M / (m - 1))^2`` here (a control
+    leaving hands its partner's weight to another), the closest the bound comes to being reached
+    (a local search found true/bound 0.31 at N = 320, tending to 1/3 for m = 2)."""
+    big = 60
+    n = big + small
+    w = np.array([0] * small + [1] * big)
+    x = np.zeros(n, np.int64)
+    t, c = np.array([big, 0]), np.array([small, 0])
+    ate_bound = matching_local_sensitivity_bound(t, c, n, B)
+    var_bound = matching_variance_local_sensitivity_bound(t, c, n, B)
+    for head in itertools.product((0.0, 1.0), repeat=small + 3):
+        for rest in (0.0, 1.0):
+            y = np.array([*head, *([rest] * (big - 3))])
+            ls_tau, ls_var, _ = _true_local_sensitivities(w, y, x, 2)
+            assert ls_tau <= ate_bound * (1 + REL), (small, head, rest)
+            assert ls_var <= var_bound * (1 + REL), (small, head, rest)
+
+
 # ---------------------------------------------------------------------------------------------
 # Part 2: every count vector; the smooth bounds are exact ball maxima
 
-COUNT_SPACES = [(1, 40), (2, 12), (3, 7)]
+# (|X|, the N enumerated): with one stratum the k >= m corner is hidden by the cap at N, and a
+# smaller arm can only matter at radii near 1/beta, so |X| = 2 also runs at N = 20 and 28
+COUNT_SPACES = [(1, tuple(range(2, 41))), (2, (*range(2, 13), 20, 28)), (3, tuple(range(2, 8)))]
 
 
 @functools.cache
@@ -191,14 +261,14 @@ def _max_over_strata(fn, vectors: np.ndarray) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize(("n_strata", "n_max"), COUNT_SPACES)
-def test_ate_smooth_bound_is_the_exact_ball_maximum_of_theorem_1(n_strata, n_max):
+@pytest.mark.parametrize(("n_strata", "sizes"), COUNT_SPACES, ids=["X1", "X2", "X3"])
+def test_ate_smooth_bound_is_the_exact_ball_maximum_of_theorem_1(n_strata, sizes):
     """``matching_smooth_sensitivity(D) == min(2B, max_k e^(-k beta) max_{ball_k(D)} LS_Thm1)`` for
     every count vector (``domain_size = |X|``), with the ball maxima found by breadth-first search;
     and ``matching_local_sensitivity_bound`` is Theorem 1's formula. (The cap: ``LS <= 2B``
     everywhere, a constant is beta-smooth, and the minimum of two beta-smooth upper bounds is
     one.)"""
-    for n in range(2, n_max + 1):
+    for n in sizes:
         vectors, nbrs = _count_space(n_strata, n)
         ls = np.array([ref.theorem1_local_bound(v[1::2], v[0::2], n, B) for v in vectors])
         for v, value in zip(vectors, ls, strict=True):
@@ -259,12 +329,12 @@ def test_the_papers_R_k_is_not_the_ball_maximum():
     assert (3, (1, 1, 0, 1), 1) in found
 
 
-@pytest.mark.parametrize(("n_strata", "n_max"), COUNT_SPACES)
-def test_variance_smooth_bound_is_the_sum_of_exact_ball_maxima(n_strata, n_max):
+@pytest.mark.parametrize(("n_strata", "sizes"), COUNT_SPACES, ids=["X1", "X2", "X3"])
+def test_variance_smooth_bound_is_the_sum_of_exact_ball_maxima(n_strata, sizes):
     """``matching_variance_smooth_sensitivity(D) == max_k e^(-k beta) B^2/(2N^2)
     (max_{ball_k} max_x term+ + max_{ball_k} max_x term-)`` for every count vector (ERRATA section
     9: each term's ball maximum taken separately), and the local bound is ``k = 0`` of it."""
-    for n in range(2, n_max + 1):
+    for n in sizes:
         vectors, nbrs = _count_space(n_strata, n)
         scale = B * B / (2.0 * n * n)
         plus = _max_over_strata(ref.variance_plus_term, vectors)
