@@ -160,7 +160,7 @@ def test_the_exhaustive_checker_fails_a_too_small_bound():
     same way, is caught, and so is the smooth bound at 0.4 times its size. (The paper's literal
     ``R_x^(k)`` is *not* caught here, it errs by less than the slack of Theorem 1; part 2 and
     ``test_smoothness.py`` catch it.)"""
-    n_strata, n = 2, 6
+    n_strata, n = 2, 5
     tau, _, keys, inverse = _universe(n_strata, n)
     ls = ref.local_sensitivity_over_axes(tau)
     bound = _per_key(lambda t, c: matching_local_sensitivity_bound(t, c, n, B), keys, inverse)
