@@ -119,9 +119,12 @@ def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
 
 
 @pytest.fixture(scope="session")
-def star(prefect_server, seaweed, tmp_path_factory):
-    """The 4-site STAR study deployed on the SQLite-backed server: pools, deployments from
-    deployments/prefect.yaml, one worker per site plus the coordinator's worker."""
+def star(prefect_server_pg, seaweed, tmp_path_factory):
+    """The 4-site STAR study deployed on the PostgreSQL-backed server (what production runs; a
+    SQLite-backed server restarted under concurrent workers was seen stuck for minutes on
+    "database is locked"): pools, deployments from deployments/prefect.yaml, one worker per site
+    plus the coordinator's worker."""
+    prefect_server = prefect_server_pg
     from tests.topology.star import StarTopology, write_star_sites
 
     root = tmp_path_factory.mktemp("star")
