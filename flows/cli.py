@@ -210,26 +210,11 @@ def site_release_cmd(
     """One site's release: validate, reserve budget, draw once, commit, publish."""
     _prefect_env(verbose)
     with console.status(f"releasing site {site} ...", spinner="dots"):
-        from flows.site_release import site_release
+        from flows.study import release_one_site
 
-        state = site_release(
-            spec=spec,
-            site=site,
-            round=round,
-            data_path=data,
-            ledger_url=ledger,
-            storage_url=storage,
-            return_state=True,
-        )
-    from flows.study import state_error, state_output
-    from tasks.settings import resolve_site
-    from tasks.site import published_site
-
-    if not state.is_completed():
-        raise _fail(RuntimeError(state_error(state)))
-    r = state_output(
-        state, lambda: published_site(resolve_site(spec, site, round, data, ledger, storage))
-    )
+        r = release_one_site(spec, site, round, data, ledger, storage)
+    if not r["ok"]:
+        raise _fail(RuntimeError(r["error"]))
     verb = "published" if r["status"] == "written" else "already published (recorded release)"
     console.print(
         f"site {site}: tau {r['tau']:.4f}, variance {r['variance']:.3g}, N {r['n']}, "

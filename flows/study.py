@@ -40,23 +40,37 @@ def state_error(state: State) -> str:
     )
 
 
-@task(name="run-site", **PUBLIC_TASK)
-def run_site(
-    spec: str, site: str, round: str, ledger_url: str | None, storage_url: str | None
+def release_one_site(
+    spec: str,
+    site: str,
+    round: str | None,
+    data_path: str | None,
+    ledger_url: str | None,
+    storage_url: str | None,
 ) -> dict[str, Any]:
-    """One site's ``site_release`` subflow; a failure is returned (public message), not raised."""
+    """Run one site's ``site_release`` flow; its published summary, or a failure with its public
+    message (``ok`` says which). Shared by the ``study`` flow and ``dpate site-release``."""
     state = site_release(
         spec=spec,
         site=site,
         round=round,
+        data_path=data_path,
         ledger_url=ledger_url,
         storage_url=storage_url,
         return_state=True,
     )
     if not state.is_completed():
         return {"site_id": site, "ok": False, "error": state_error(state)}
-    ctx = resolve_site(spec, site, round, None, ledger_url, storage_url)
+    ctx = resolve_site(spec, site, round, data_path, ledger_url, storage_url)
     return {"site_id": site, "ok": True, **state_output(state, lambda: published_site(ctx))}
+
+
+@task(name="run-site", **PUBLIC_TASK)
+def run_site(
+    spec: str, site: str, round: str, ledger_url: str | None, storage_url: str | None
+) -> dict[str, Any]:
+    """One site's ``site_release`` subflow; a failure is returned (public message), not raised."""
+    return release_one_site(spec, site, round, None, ledger_url, storage_url)
 
 
 def _run_name() -> str:
