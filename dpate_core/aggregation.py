@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+
+from dpate_core.intervals import normal_interval
 
 __all__ = [
     "AGGREGATORS",
@@ -34,8 +35,6 @@ __all__ = [
     "mvagg_brute_force",
     "random_effects",
 ]
-
-_Z95 = NormalDist().inv_cdf(0.975)
 
 
 class NoUsableSiteError(ValueError):
@@ -57,9 +56,7 @@ class AggregateResult:
         return self.conf_int(0.95)
 
     def conf_int(self, level: float = 0.95) -> tuple[float, float]:
-        z = _Z95 if level == 0.95 else NormalDist().inv_cdf(0.5 + level / 2.0)
-        half = z * math.sqrt(self.variance)
-        return self.estimate - half, self.estimate + half
+        return normal_interval(self.estimate, self.variance, level)
 
 
 def _inputs(tau, n, variance):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dpate_core.estimators import MatchingStatistics, arm_sums, matching_statistics
+from dpate_core.intervals import normal_interval
 from dpate_core.noise import Rng, analytic_gaussian_sigma, gaussian, laplace
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, to_float
 from dpate_core.sensitivity import (
@@ -76,9 +77,7 @@ class SiteEstimate:
 
     def conf_int(self, level: float = 0.95) -> tuple[float, float]:
         """Normal interval ``tau +- z sqrt(variance)`` (post-processing)."""
-        z = _z(level)
-        half = z * math.sqrt(self.variance)
-        return self.tau - half, self.tau + half
+        return normal_interval(self.tau, self.variance, level)
 
     def public_fields(self) -> dict[str, Any]:
         """JSON-ready dictionary; privacy parameters as exact strings."""
@@ -96,14 +95,6 @@ class SiteEstimate:
             "budget_split": [str(s) for s in self.budget_split],
             "diagnostics": dict(self.diagnostics),
         }
-
-
-def _z(level: float) -> float:
-    from statistics import NormalDist
-
-    if not 0 < level < 1:
-        raise ValueError(f"confidence level ({level}) must lie strictly between 0 and 1")
-    return NormalDist().inv_cdf(0.5 + level / 2.0)
 
 
 def _check_bound(bound: float) -> float:

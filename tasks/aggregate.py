@@ -16,13 +16,13 @@ replacing one.
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from dpate_core.aggregation import aggregate
+from dpate_core.intervals import normal_interval
 from schemas.report import ReportError, read_report, software_version
 from schemas.spec import canonical_json
 from tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 RESULT_SCHEMA = "dpate.study-result"
-_Z95 = 1.959963984540054
 
 _WHY_USED = {
     "mvagg": "in the subset minimising sum_j (N_j/N_I)^2 var_j (MVAgg, Algorithm 3); weight N_j/N_I",
@@ -99,8 +98,7 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
 
 
 def _ci(tau: float, variance: float) -> list[float]:
-    half = _Z95 * math.sqrt(variance)
-    return [tau - half, tau + half]
+    return list(normal_interval(tau, variance))
 
 
 @task(name="combine-reports", **PUBLIC_TASK)

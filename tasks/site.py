@@ -21,6 +21,7 @@ from prefect.artifacts import create_table_artifact
 
 from dpate_core import release as core_release
 from dpate_core.estimators import matching_statistics
+from dpate_core.intervals import normal_interval
 from dpate_core.release import MechanismPlan, SiteEstimate
 from schemas.report import (
     REPORT_SCHEMA,
@@ -250,9 +251,7 @@ def published_site(ctx: SiteContext) -> dict[str, Any]:
 @task(name="show-site-report", **PUBLIC_TASK)
 def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
     """A Prefect table artifact of the site's public report."""
-    import math
-
-    half = 1.959963984540054 * math.sqrt(published["variance"])
+    lo, hi = normal_interval(published["tau"], published["variance"])
     rows = [
         {"field": "study", "value": ctx.study_id},
         {"field": "site", "value": ctx.site_id},
@@ -263,7 +262,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "variance (DP)", "value": f"{published['variance']:.6g}"},
         {
             "field": "95% CI",
-            "value": f"{published['tau'] - half:.6g} to {published['tau'] + half:.6g}",
+            "value": f"{lo:.6g} to {hi:.6g}",
         },
         {"field": "N", "value": str(published["n"])},
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
