@@ -85,6 +85,27 @@ def _as_inputs(w, y):
 _OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _match_side(
+    sorted_y, own0, n_own, opp0, n_opp, sign, origin, matches, want_matches
+):  # pragma: no cover
+    """One arm of a stratum: its ``j``-th record is matched to the other arm's ``j mod n_opp``-th
+    and used by ``L = n_opp // n_own + [j < n_opp % n_own]`` records of the other arm."""
+    q, rem = n_opp // n_own, n_opp % n_own
+    tau_sum = 0.0
+    var_sum = 0.0
+    p = 0
+    for j in range(n_own):
+        d = sign * (sorted_y[own0 + j] - sorted_y[opp0 + p])
+        p = 0 if p + 1 == n_opp else p + 1
+        big_l = q + (1 if j < rem else 0)
+        tau_sum += d
+        var_sum += (1.0 + big_l) * (1.0 + big_l) * d * d
+        if want_matches:
+            matches[origin[own0 + j]] = big_l
+    return tau_sum, var_sum
+
+
 @numba.njit(cache=True, nogil=True)
 def _match_kernel(w, y, x, n_strata, want_matches, y_max):  # pragma: no cover - compiled
     n = w.shape[0]
@@ -125,26 +146,13 @@ def _match_kernel(w, y, x, n_strata, want_matches, y_max):  # pragma: no cover -
         n_c, n_t = counts[2 * s], counts[2 * s + 1]
         if n_c == 0 or n_t == 0:
             continue  # no match in this stratum: Yhat(1) = Yhat(0) = Y, contributes 0
-        q_t, rem_t = n_c // n_t, n_c % n_t  # controls matched to each treated record
-        q_c, rem_c = n_t // n_c, n_t % n_c  # treated matched to each control record
-        p = 0
-        for j in range(n_t):
-            d = sorted_y[t0 + j] - sorted_y[c0 + p]
-            p = 0 if p + 1 == n_c else p + 1
-            big_l = q_t + (1 if j < rem_t else 0)
-            tau_sum += d
-            var_sum += (1.0 + big_l) * (1.0 + big_l) * d * d
-            if want_matches:
-                matches[origin[t0 + j]] = big_l
-        p = 0
-        for j in range(n_c):
-            d = sorted_y[t0 + p] - sorted_y[c0 + j]
-            p = 0 if p + 1 == n_t else p + 1
-            big_l = q_c + (1 if j < rem_c else 0)
-            tau_sum += d
-            var_sum += (1.0 + big_l) * (1.0 + big_l) * d * d
-            if want_matches:
-                matches[origin[c0 + j]] = big_l
+        # treated records (d = own - partner), then controls (d = partner - own)
+        for own0, n_own, opp0, n_opp, sign in ((t0, n_t, c0, n_c, 1.0), (c0, n_c, t0, n_t, -1.0)):
+            t_add, v_add = _match_side(
+                sorted_y, own0, n_own, opp0, n_opp, sign, origin, matches, want_matches
+            )
+            tau_sum += t_add
+            var_sum += v_add
     return _OK, tau_sum, var_sum, counts, matches
 
 
