@@ -7,9 +7,16 @@ Pure and fast: numpy arrays in, numbers out; no I/O, no logging, no orchestratio
 - :mod:`dpate_core.estimators`: exact matching (Algorithm 1), its variance, difference in means.
 - :mod:`dpate_core.sensitivity`: local, smooth and global sensitivities (corrected per ERRATA).
 - :mod:`dpate_core.release`: the private site releases returning :class:`SiteEstimate`.
+- :mod:`dpate_core.adjusted`: DP subclassification ("adjusted"), pure epsilon-DP.
+- :mod:`dpate_core.registry`: every estimator a study may name, declared once.
+- :mod:`dpate_core.inference`: bootstrap and normal intervals from published fields.
+- :mod:`dpate_core.planning`: predicted interval widths from public inputs (``dpate plan``).
+- :mod:`dpate_core.aggregators`: every aggregator a study may name, declared once (one
+  vectorised implementation each).
 - :mod:`dpate_core.aggregation`: MVAgg, AggAll, AggLargest, inverse-variance, random effects.
 """
 
+from dpate_core.adjusted import dp_adjusted
 from dpate_core.aggregation import AGGREGATORS, AggregateResult, aggregate
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
 from dpate_core.release import (
@@ -28,6 +35,7 @@ __all__ = [
     "PrivacyParams",
     "SiteEstimate",
     "aggregate",
+    "dp_adjusted",
     "dp_difference_in_means",
     "exact",
     "global_dp_matching",

@@ -17,9 +17,11 @@ With ``L_i`` the number of records matched to record ``i``, the appendix writes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "DifferenceInMeans",
@@ -47,12 +49,15 @@ class MatchingStatistics:
 
     ``treated_counts[x]`` and ``control_counts[x]`` are ``|T_x|`` and ``|C_x|`` for every stratum of
     the domain. They are private: only the sensitivities computed from them leave, through noise.
+    ``bound`` is the outcome bound ``B`` the pass checked (``None``: not checked; a release refuses
+    such statistics).
     """
 
     tau: float
     variance: float
     treated_counts: np.ndarray
     control_counts: np.ndarray
+    bound: float | None = None
 
     @property
     def n(self) -> int:
@@ -69,7 +74,9 @@ class DifferenceInMeans:
     n_control: int
 
 
-def _as_inputs(w, y):
+def _as_inputs(
+    w: npt.ArrayLike, y: npt.ArrayLike
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64]]:
     w = np.asarray(w)
     y = np.asarray(y, dtype=np.float64)
     if w.ndim != 1 or y.shape != w.shape:
@@ -87,8 +94,16 @@ _OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _match_side(
-    sorted_y, own0, n_own, opp0, n_opp, sign, origin, matches, want_matches
-):  # pragma: no cover
+    sorted_y: Any,
+    own0: int,
+    n_own: int,
+    opp0: int,
+    n_opp: int,
+    sign: float,
+    origin: Any,
+    matches: Any,
+    want_matches: bool,
+) -> Any:  # pragma: no cover
     """One arm of a stratum: its ``j``-th record is matched to the other arm's ``j mod n_opp``-th
     and used by ``L = n_opp // n_own + [j < n_opp % n_own]`` records of the other arm."""
     q, rem = n_opp // n_own, n_opp % n_own
@@ -107,7 +122,9 @@ def _match_side(
 
 
 @numba.njit(cache=True, nogil=True)
-def _match_kernel(w, y, x, n_strata, want_matches, y_max):  # pragma: no cover - compiled
+def _match_kernel(
+    w: Any, y: Any, x: Any, n_strata: int, want_matches: bool, y_max: float
+) -> Any:  # pragma: no cover - compiled
     n = w.shape[0]
     n_groups = 2 * n_strata  # group g = 2 x + w
     counts = np.zeros(n_groups, np.int64)
@@ -156,7 +173,14 @@ def _match_kernel(w, y, x, n_strata, want_matches, y_max):  # pragma: no cover -
     return _OK, tau_sum, var_sum, counts, matches
 
 
-def _run_matching(w, y, x, domain_size, want_matches, bound=None):
+def _run_matching(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    domain_size: int | None,
+    want_matches: bool,
+    bound: float | None = None,
+) -> tuple[Any, Any, npt.NDArray[np.int64], Any]:
     w = np.asarray(w)
     y = np.asarray(y, dtype=np.float64)
     x = np.asarray(x)
@@ -191,19 +215,23 @@ def _run_matching(w, y, x, domain_size, want_matches, bound=None):
     return tau_sum / n, var_sum / (2.0 * n * n), counts, matches
 
 
-def exact_matching(w, y, x) -> MatchingResult:
+def exact_matching(w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike) -> MatchingResult:
     """Algorithm 1 (non-private matching at a site): ``tau_hat`` and ``L_i`` per record."""
     tau, _, _, matches = _run_matching(w, y, x, None, True)
     return MatchingResult(tau=float(tau), matches_used=matches)
 
 
-def matching_variance(w, y, x) -> float:
+def matching_variance(w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike) -> float:
     """The appendix variance estimate ``V_hat = 1/(2N^2) sum_i (1+L_i)^2 (Yhat_i(1)-Yhat_i(0))^2``."""
     return float(_run_matching(w, y, x, None, False)[1])
 
 
 def matching_statistics(
-    w, y, x, domain_size: int | None = None, bound: float | None = None
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    domain_size: int | None = None,
+    bound: float | None = None,
 ) -> MatchingStatistics:
     """``tau_hat``, ``V_hat`` and the per-stratum arm counts in one pass (what a release needs).
 
@@ -215,10 +243,13 @@ def matching_statistics(
         variance=float(var),
         treated_counts=counts[1::2].copy(),
         control_counts=counts[0::2].copy(),
+        bound=None if bound is None else float(bound),
     )
 
 
-def stratum_counts(w, x, domain_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def stratum_counts(
+    w: npt.ArrayLike, x: npt.ArrayLike, domain_size: int | None = None
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """``(|T_x|, |C_x|)`` for every stratum of the domain."""
     w = np.asarray(w).astype(np.int64)
     x = np.asarray(x).astype(np.int64)
@@ -227,7 +258,7 @@ def stratum_counts(w, x, domain_size: int | None = None) -> tuple[np.ndarray, np
     return counts[1::2], counts[0::2]
 
 
-def arm_sums(w, y) -> tuple[int, int, float, float, float, float]:
+def arm_sums(w: npt.ArrayLike, y: npt.ArrayLike) -> tuple[int, int, float, float, float, float]:
     """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)``."""
     w, y = _as_inputs(w, y)
     t = w.astype(bool)
@@ -242,7 +273,7 @@ def arm_sums(w, y) -> tuple[int, int, float, float, float, float]:
     )
 
 
-def difference_in_means(w, y) -> DifferenceInMeans:
+def difference_in_means(w: npt.ArrayLike, y: npt.ArrayLike) -> DifferenceInMeans:
     """Difference in means and its sampling variance ``s_t^2/N_t + s_c^2/N_c``.
 
     ``s^2 = sum Y^2 / n - (sum Y / n)^2`` as in section 3.1.1 of the paper (the divisor is ``n``,

@@ -15,21 +15,24 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "analytic_gaussian_delta",
     "analytic_gaussian_sigma",
     "gaussian",
     "laplace",
+    "laplace_vector",
 ]
 
 Rng = np.random.Generator | None
 
 
 @lru_cache(maxsize=1)
-def _opendp():
+def _opendp() -> tuple[Any, Any]:
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
@@ -50,24 +53,69 @@ def _check_scale(scale: float) -> None:
         raise ValueError(f"noise scale ({scale}) must be positive and finite")
 
 
+_NON_FINITE = (
+    "the value to be noised must be finite (no NaN or infinity): check the statistic before the "
+    "release"
+)
+
+
+def _check_loc(loc: float) -> float:
+    # the value is private: the message names the rule, never the value
+    loc = float(loc)
+    if not math.isfinite(loc):
+        raise ValueError(_NON_FINITE)
+    return loc
+
+
+@lru_cache(maxsize=1)
+def _opendp_vector() -> tuple[Any, Any]:
+    dp, _ = _opendp()
+    return dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float)
+
+
 def laplace(loc: float, scale: float, rng: Rng = None) -> float:
     """``loc + Lap(scale)``: secure (OpenDP) when ``rng`` is None, simulated otherwise."""
     _check_rng(rng)
     _check_scale(scale)
+    loc = _check_loc(loc)
     if rng is not None:
         return float(loc + rng.laplace(0.0, scale))
     dp, space = _opendp()
-    return float(dp.m.make_laplace(*space, scale=scale)(float(loc)))
+    return float(dp.m.make_laplace(*space, scale=scale)(loc))
+
+
+def laplace_vector(loc: npt.ArrayLike, scale: float, rng: Rng = None) -> npt.NDArray[np.float64]:
+    """``loc + Lap(scale)`` independently per entry of the 1-d array ``loc``.
+
+    The secure path (``rng`` None) is ONE OpenDP measurement on a vector domain with the L1
+    distance (``make_laplace`` over ``vector_domain``): the same per-entry sampler as
+    :func:`laplace`, and the privacy of the whole vector is ``L1 sensitivity / scale``.
+    """
+    _check_rng(rng)
+    _check_scale(scale)
+    arr = np.asarray(loc, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"a vector release needs a 1-d array of values (got {arr.ndim} dims)")
+    if not np.isfinite(arr).all():
+        raise ValueError(_NON_FINITE)
+    if rng is not None:
+        return arr + rng.laplace(0.0, scale, arr.shape)
+    if arr.size == 0:
+        return arr.copy()
+    dp, _ = _opendp()
+    measurement = dp.m.make_laplace(*_opendp_vector(), scale=scale)
+    return np.asarray(measurement(arr.tolist()), dtype=np.float64)
 
 
 def gaussian(loc: float, scale: float, rng: Rng = None) -> float:
     """``loc + N(0, scale^2)``: secure (OpenDP) when ``rng`` is None, simulated otherwise."""
     _check_rng(rng)
     _check_scale(scale)
+    loc = _check_loc(loc)
     if rng is not None:
         return float(loc + rng.normal(0.0, scale))
     dp, space = _opendp()
-    return float(dp.m.make_gaussian(*space, scale=scale)(float(loc)))
+    return float(dp.m.make_gaussian(*space, scale=scale)(loc))
 
 
 def _phi(t: float) -> float:

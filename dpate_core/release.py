@@ -21,8 +21,8 @@ import numpy as np
 
 from dpate_core.estimators import MatchingStatistics, arm_sums, matching_statistics
 from dpate_core.intervals import normal_interval
-from dpate_core.noise import Rng, analytic_gaussian_sigma, gaussian, laplace
-from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, to_float
+from dpate_core.noise import Rng, analytic_gaussian_sigma, gaussian, laplace, laplace_vector
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact, to_float
 from dpate_core.sensitivity import (
     matching_global_sensitivity,
     matching_smooth_sensitivity,
@@ -45,7 +45,7 @@ __all__ = [
     "smooth_dp_matching",
 ]
 
-ESTIMATORS = ("dim", "smooth_matching", "global_matching")
+ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.registry
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,14 @@ def _delta(p: PrivacyParams) -> float:
     return to_float(p.delta, round_up=False)
 
 
+def _scale(sensitivity: Number, p: PrivacyParams) -> float:
+    """The Laplace scale ``sensitivity / epsilon`` computed exactly and rounded *up*, so the noise
+    is never smaller than the exact ratio asks for (a float ``B / eps`` is rounded to nearest and
+    can land one ulp below it). ``sensitivity`` is read exactly (a float as its binary value)."""
+    sens = Fraction(sensitivity) if isinstance(sensitivity, float) else exact(sensitivity)
+    return to_float(sens / p.epsilon, round_up=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Mechanism plans: everything computed from the data before noise, and how the noisy values
 # assemble into the outputs. A release draws one secure value per noise site (``draw_once``); a
@@ -132,10 +140,14 @@ def _delta(p: PrivacyParams) -> float:
 
 @dataclass(frozen=True)
 class NoiseSpec:
-    """One noise draw: ``loc + Lap(scale)`` or ``loc + N(0, scale^2)``."""
+    """One noise draw: ``loc + Lap(scale)`` or ``loc + N(0, scale^2)``.
+
+    ``loc`` may be a 1-d float array (Laplace only): one independent draw per entry, released as
+    one vector query (its privacy follows from the vector's L1 sensitivity).
+    """
 
     name: str
-    loc: float
+    loc: float | np.ndarray
     scale: float
     kind: str  # "laplace" | "gaussian"
 
@@ -183,18 +195,41 @@ class MechanismPlan:
 
 
 def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:
-    """One draw per noise site: secure OpenDP noise when ``rng`` is None."""
+    """One draw per noise site: secure OpenDP noise when ``rng`` is None. A vector ``loc`` is
+    drawn through one vector measurement (:func:`dpate_core.noise.laplace_vector`)."""
     sample = {"laplace": laplace, "gaussian": gaussian}
-    return {spec.name: sample[spec.kind](spec.loc, spec.scale, rng) for spec in plan.noise}
+    out: dict[str, Any] = {}
+    for spec in plan.noise:
+        if _is_vector(spec):
+            out[spec.name] = laplace_vector(spec.loc, spec.scale, rng)
+        else:
+            out[spec.name] = sample[spec.kind](spec.loc, spec.scale, rng)
+    return out
+
+
+def _is_vector(spec: NoiseSpec) -> bool:
+    if not isinstance(spec.loc, np.ndarray):
+        return False
+    if spec.kind != "laplace" or spec.loc.ndim != 1:
+        raise ValueError(
+            f"noise site {spec.name!r}: a vector value must be 1-d and use Laplace noise"
+        )
+    return True
 
 
 def draw_many(plan: MechanismPlan, rng: np.random.Generator, reps: int) -> dict[str, np.ndarray]:
-    """``reps`` simulated draws per noise site (simulations only: numpy, not secure)."""
+    """``reps`` simulated draws per noise site (simulations only: numpy, not secure); a vector
+    ``loc`` of ``k`` entries gives an array of shape ``(reps, k)``."""
     if not isinstance(rng, np.random.Generator):
         raise TypeError("draw_many is for simulations: pass a seeded numpy.random.Generator")
     out = {}
     for spec in plan.noise:
-        z = rng.laplace(0.0, 1.0, reps) if spec.kind == "laplace" else rng.normal(0.0, 1.0, reps)
+        if _is_vector(spec):
+            z = rng.laplace(0.0, 1.0, (reps, spec.loc.size))
+        elif spec.kind == "laplace":
+            z = rng.laplace(0.0, 1.0, reps)
+        else:
+            z = rng.normal(0.0, 1.0, reps)
         out[spec.name] = spec.loc + spec.scale * z
     return out
 
@@ -216,13 +251,22 @@ def plan_difference_in_means(
     delta: Number = 0,
     split: Sequence[Number] | None = None,
     arm_sizes_public: bool = True,
+    binary: bool = False,
 ) -> MechanismPlan:
-    """The plan of :func:`dp_difference_in_means` (see there for the privacy statement)."""
+    """The plan of :func:`dp_difference_in_means` (see there for the privacy statement).
+
+    ``binary=True``: every outcome is 0 or ``B`` (checked: an error names the rule). Then
+    ``Y^2 = B Y``, so the arm sums give the variance too (``s^2 = B^2 p (1 - p)`` with
+    ``p = mean / B``): no sums of squares are released and their budget part is dropped (parts:
+    the arm sums, plus the treated count when arm sizes are private)."""
+    if binary:
+        return _plan_binary_dim(w, y, bound, epsilon, delta, split, arm_sizes_public)
     w_arr = np.asarray(w)
     y_arr = np.asarray(y, dtype=np.float64)
     bound = _check_bound(bound)
     _check_outcomes(y_arr, bound)
-    total = PrivacyParams.of(epsilon, delta)
+    given = PrivacyParams.of(epsilon, delta)  # validates delta; the mechanism spends none of it
+    total = PrivacyParams(given.epsilon, Fraction(0))
     if total.epsilon <= 0:
         raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
     n_t, n_c, s_t, s_c, q_t, q_c = arm_sums(w_arr, y_arr)
@@ -236,12 +280,13 @@ def plan_difference_in_means(
             raise ValueError(f"both arms must be non-empty (treated {n_t}, control {n_c})")
         shares = BudgetSplit.of(split, 2)
         p_sum, p_sq = shares.apply(total)
-        sum_scale, sq_scale = bound / _eps(p_sum), bound * bound / _eps(p_sq)
+        sum_scale, sq_scale = _scale(bound, p_sum), _scale(Fraction(bound) ** 2, p_sq)
     else:
         shares = BudgetSplit.of(split, 3)
         p_sum, p_sq, p_cnt = shares.apply(total)
-        sum_scale, sq_scale = 2.0 * bound / _eps(p_sum), 2.0 * bound * bound / _eps(p_sq)
-        noise.append(NoiseSpec("n_treated", float(n_t), 1.0 / _eps(p_cnt), "laplace"))
+        sum_scale = _scale(2 * Fraction(bound), p_sum)
+        sq_scale = _scale(2 * Fraction(bound) ** 2, p_sq)
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
     noise += [
         NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
         NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
@@ -266,6 +311,73 @@ def plan_difference_in_means(
         sampling = np.maximum(var_t_raw, 0.0) / nt_hat + np.maximum(var_c_raw, 0.0) / nc_hat
         diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
         return Outputs(tau, sampling + noise_var, sampling_raw + noise_var, diagnostics)
+
+    return MechanismPlan(
+        estimator="dim",
+        n=n,
+        n_treated=n_t if arm_sizes_public else None,
+        n_control=n_c if arm_sizes_public else None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=tuple(noise),
+        assemble=assemble,
+    )
+
+
+def _plan_binary_dim(w, y, bound, epsilon, delta, split, arm_sizes_public) -> MechanismPlan:
+    """Difference in means of a binary outcome (0 or ``B``): same sums and noise as the general
+    plan, the variance from ``p (1 - p)`` (post-processing of the noisy sums)."""
+    w_arr = np.asarray(w)
+    y_arr = np.asarray(y, dtype=np.float64)
+    bound = _check_bound(bound)
+    _check_outcomes(y_arr, bound)
+    if y_arr.size and not np.all((y_arr == 0.0) | (y_arr == bound)):
+        raise ValueError(
+            "a binary outcome must be exactly 0 or B in every record: map the outcome's two "
+            "labels to 0 and B, or remove outcome.binary from the spec"
+        )
+    given = PrivacyParams.of(epsilon, delta)
+    total = PrivacyParams(given.epsilon, Fraction(0))
+    if total.epsilon <= 0:
+        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
+    n_t, n_c, s_t, s_c, _, _ = arm_sums(w_arr, y_arr)
+    n = n_t + n_c
+    if n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n})")
+    noise: list[NoiseSpec] = []
+    if arm_sizes_public:
+        if n_t == 0 or n_c == 0:
+            raise ValueError(f"both arms must be non-empty (treated {n_t}, control {n_c})")
+        shares = BudgetSplit.of(split, 1)
+        (p_sum,) = shares.apply(total)
+        sum_scale = _scale(bound, p_sum)
+    else:
+        shares = BudgetSplit.of(split, 2)
+        p_sum, p_cnt = shares.apply(total)
+        sum_scale = _scale(2 * Fraction(bound), p_sum)
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
+    noise += [
+        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
+        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
+    ]
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        diagnostics: dict[str, Any] = {"binary_outcome": 1.0}
+        if arm_sizes_public:
+            nt_hat, nc_hat = float(n_t), float(n_c)
+        else:
+            nt_hat = np.clip(v["n_treated"], 1.0, n - 1.0)
+            nc_hat = n - nt_hat
+            diagnostics["n_treated_dp"] = nt_hat
+        st, sc = v["sum_treated"], v["sum_control"]
+        tau = st / nt_hat - sc / nc_hat
+        p_t = np.clip(st / (nt_hat * bound), 0.0, 1.0)
+        p_c = np.clip(sc / (nc_hat * bound), 0.0, 1.0)
+        sampling = bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
+        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
+        diagnostics.update(sampling_variance_dp=sampling, noise_variance=noise_var)
+        return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
 
     return MechanismPlan(
         estimator="dim",
@@ -343,6 +455,43 @@ def _variance_noise(
     return NoiseSpec("variance", stats.variance, 2.0 * s_var / e2, "laplace")
 
 
+def _read_appendix(v: Mapping[str, Any]) -> Any:
+    return v["variance"]
+
+
+def _variance_part(variance, stats, cells, bound, p_var: PrivacyParams, domain_size):
+    """The variance part of a matching plan: its noise sites and how to read ``V_dp`` back.
+
+    ``"appendix"``: one smooth-sensitivity Laplace draw on ``V_hat`` (the paper's). ``"stratified"``:
+    the three per-cell Laplace vectors of :func:`dpate_core.stratified_variance.stratified_noise`,
+    the part's epsilon split by its ``SUBSPLIT`` (sensitivities of
+    :func:`dpate_core.adjusted.sensitivities`); its delta is not spent."""
+    if variance == "appendix":
+        return (_variance_noise(stats, bound, p_var, domain_size),), _read_appendix
+    from dpate_core.adjusted import THRESHOLD_FACTOR, CellStatistics, sensitivities
+    from dpate_core.stratified_variance import SUBSPLIT, stratified_noise
+
+    if not isinstance(cells, CellStatistics):
+        raise ValueError(
+            "variance = 'stratified' needs the per-cell statistics of the same records: pass "
+            "cells=dpate_core.adjusted.cell_statistics(w, y, x, domain_size=..., bound=B)"
+        )
+    if (
+        cells.n != stats.n
+        or cells.bound > bound
+        or cells.counts.size != 2 * stats.treated_counts.size
+    ):
+        raise ValueError(
+            "the per-cell statistics do not match this release (N, the bound B and 2 |X| cells "
+            "must agree): compute them from the same records with the study's domain size"
+        )
+    sens = sensitivities(cells.bound, cells.k, cells.m)
+    p_n, p_s, p_q = BudgetSplit(SUBSPLIT).apply(PrivacyParams(p_var.epsilon, Fraction(0)))
+    scales = (_scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q))
+    noise, estimate = stratified_noise(cells, scales, max(2.0, THRESHOLD_FACTOR * scales[0]))
+    return noise, estimate
+
+
 def plan_matching(
     estimator: str,
     stats: MatchingStatistics,
@@ -352,11 +501,28 @@ def plan_matching(
     delta: Number,
     domain_size: int | None = None,
     split: Sequence[Number] | None = None,
+    variance: str = "appendix",
+    cells: Any = None,
 ) -> MechanismPlan:
     """The plan of :func:`smooth_dp_matching` or :func:`global_dp_matching` from the one-pass
     statistics of :func:`dpate_core.estimators.matching_statistics` (see those for the privacy
-    statements). Experiments compute ``stats`` once per data split and reuse it."""
+    statements). Experiments compute ``stats`` once per data split and reuse it.
+
+    ``variance``: ``"appendix"`` (default, the paper's ``V_hat`` with its smooth sensitivity) or
+    ``"stratified"``: the within-cell sampling variance of :mod:`dpate_core.stratified_variance`,
+    released from noisy per-cell statistics (``cells``, from
+    :func:`dpate_core.adjusted.cell_statistics` on the same records) with the variance part of
+    the budget, pure ``(eps_2, 0)``-DP (``docs/privacy.md``, Stratified variance)."""
+    if variance not in ("appendix", "stratified"):
+        raise ValueError(
+            f"variance ({variance!r}) must be 'appendix' (the paper's) or 'stratified'"
+        )
     bound = _check_bound(bound)
+    if stats.bound is None or stats.bound > bound:
+        raise ValueError(
+            "the matching statistics were not checked against this release's outcome bound B: "
+            "compute them with matching_statistics(..., bound=B)"
+        )
     total = PrivacyParams.of(epsilon, delta)
     n = stats.n
     if n < 2:
@@ -365,6 +531,7 @@ def plan_matching(
         _require_delta(total, "SmoothDPMatching")
         shares = BudgetSplit.of(split, 3)
         p_ate, p_var, p_sens = shares.apply(total)
+        var_noise, var_read = _variance_part(variance, stats, cells, bound, p_var, domain_size)
         e1 = _eps(p_ate)
         beta1 = smooth_beta(e1, _delta(p_ate))
         s_ate = matching_smooth_sensitivity(
@@ -374,7 +541,7 @@ def plan_matching(
         sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
         noise = (
             NoiseSpec("tau", stats.tau, 2.0 * s_ate / e1, "laplace"),
-            _variance_noise(stats, bound, p_var, domain_size),
+            *var_noise,
             NoiseSpec("log_smooth_sensitivity", math.log(s_ate), sigma, "gaussian"),
         )
 
@@ -383,7 +550,7 @@ def plan_matching(
             s_dp = np.exp(log_s - sigma**2 / 2.0)  # unbiased for S (the Lemma)
             s2_dp = np.exp(2.0 * log_s - 2.0 * sigma**2)  # unbiased for S^2 (ERRATA 4)
             noise_var = 8.0 * s2_dp / e1**2
-            v_dp = v["variance"]
+            v_dp = var_read(v)
             return Outputs(
                 v["tau"],
                 np.maximum(v_dp, 0.0) + noise_var,
@@ -399,15 +566,13 @@ def plan_matching(
         _require_delta(total, "GlobalDPMatching's variance")
         shares = BudgetSplit.of(split, 2)
         p_ate, p_var = shares.apply(total)
-        scale = matching_global_sensitivity(n, bound) / _eps(p_ate)
+        var_noise, var_read = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+        scale = _scale(matching_global_sensitivity(n, bound), p_ate)
         noise_var = 2.0 * scale * scale  # public
-        noise = (
-            NoiseSpec("tau", stats.tau, scale, "laplace"),
-            _variance_noise(stats, bound, p_var, domain_size),
-        )
+        noise = (NoiseSpec("tau", stats.tau, scale, "laplace"), *var_noise)
 
         def assemble(v: Mapping[str, Any]) -> Outputs:
-            v_dp = v["variance"]
+            v_dp = var_read(v)
             return Outputs(
                 v["tau"],
                 np.maximum(v_dp, 0.0) + noise_var,

@@ -29,9 +29,11 @@ instead of O(N |X|).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numba
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "matching_global_sensitivity",
@@ -80,13 +82,13 @@ _TERMS_OF = np.array([_TERMS[_ATE], _TERMS[_VAR]], dtype=np.int64)  # for the co
 
 
 @numba.njit(cache=True)
-def _h(big, small):  # pragma: no cover - compiled
+def _h(big: Any, small: Any) -> Any:  # pragma: no cover - compiled
     u = big / small
     return 2.0 * big * u + 34.0 * big + 3.0 * (u + 2.0) ** 2
 
 
 @numba.njit(cache=True)
-def _phi(kind, term, big, small):  # pragma: no cover - compiled
+def _phi(kind: int, term: int, big: Any, small: Any) -> Any:  # pragma: no cover - compiled
     if kind == _ATE:
         return float(-((-(1 + big)) // small))
     big_f = float(big)
@@ -97,7 +99,7 @@ def _phi(kind, term, big, small):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _phi0(kind, term, big):  # pragma: no cover - compiled
+def _phi0(kind: int, term: int, big: Any) -> Any:  # pragma: no cover - compiled
     big_f = float(big)
     if kind == _ATE:
         return big_f
@@ -107,7 +109,17 @@ def _phi0(kind, term, big):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _smooth_kernel(kind, big, small, n, beta, scale, offset, a_max, k_last):  # pragma: no cover
+def _smooth_kernel(  # pragma: no cover
+    kind: int,
+    big: Any,
+    small: Any,
+    n: int,
+    beta: float,
+    scale: float,
+    offset: float,
+    a_max: float,
+    k_last: int,
+) -> Any:
     """``max_{k <= k_last} e^(-k beta) scale (offset + sum_t max_x ballmax_k phi_t)``.
 
     For each radius ``k`` and candidate stratum ``(M, m)``, the maximum of ``phi`` over the counts
@@ -148,7 +160,9 @@ def _smooth_kernel(kind, big, small, n, beta, scale, offset, a_max, k_last):  # 
 # The engine
 
 
-def _as_counts(treated_counts, control_counts, n: int, domain_size: int | None):
+def _as_counts(
+    treated_counts: npt.ArrayLike, control_counts: npt.ArrayLike, n: int, domain_size: int | None
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]:
     t = np.asarray(treated_counts, dtype=np.int64)
     c = np.asarray(control_counts, dtype=np.int64)
     if t.shape != c.shape or t.ndim != 1:
@@ -174,7 +188,9 @@ def _as_counts(treated_counts, control_counts, n: int, domain_size: int | None):
     return big, small, has_absent
 
 
-def _candidates(big: np.ndarray, small: np.ndarray, has_absent: bool):
+def _candidates(
+    big: npt.NDArray[np.int64], small: npt.NDArray[np.int64], has_absent: bool
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Strata that can attain the ball maximum: the Pareto front (high M, low m) of strata with
     both arms, the empty-arm stratum with the largest M, and one absent stratum (0, 0)."""
     both = small > 0
@@ -199,7 +215,16 @@ def _candidates(big: np.ndarray, small: np.ndarray, has_absent: bool):
     )
 
 
-def _smooth_bound(kind, scale, offset, big, small, has_absent, n, beta) -> float:
+def _smooth_bound(
+    kind: int,
+    scale: float,
+    offset: float,
+    big: npt.NDArray[np.int64],
+    small: npt.NDArray[np.int64],
+    has_absent: bool,
+    n: int,
+    beta: float,
+) -> float:
     if not (beta > 0 and math.isfinite(beta)):
         raise ValueError(f"beta ({beta}) must be positive and finite")
     cb, cs = _candidates(big, small, has_absent)
@@ -208,24 +233,33 @@ def _smooth_bound(kind, scale, offset, big, small, has_absent, n, beta) -> float
         offset + sum(max(_phi(kind, t, n, 1), _phi0(kind, t, n)) for t in range(_TERMS[kind]))
     )
     # terms are constant once k >= N (all counts saturate), so k = N is the last that matters
-    return _smooth_kernel(kind, cb, cs, n, beta, scale, offset, a_max, n) * _ROUND_UP
+    return float(_smooth_kernel(kind, cb, cs, n, beta, scale, offset, a_max, n) * _ROUND_UP)
 
 
-def _local_bound(kind, scale, offset, big, small, n) -> float:
+def _local_bound(
+    kind: int,
+    scale: float,
+    offset: float,
+    big: npt.NDArray[np.int64],
+    small: npt.NDArray[np.int64],
+    n: int,
+) -> float:
     cb = np.ascontiguousarray(big, dtype=np.int64)
     cs = np.ascontiguousarray(small, dtype=np.int64)
-    return _smooth_kernel(kind, cb, cs, n, 1.0, scale, offset, np.inf, 0) * _ROUND_UP
+    return float(_smooth_kernel(kind, cb, cs, n, 1.0, scale, offset, np.inf, 0) * _ROUND_UP)
 
 
-def matching_local_sensitivity_bound(treated_counts, control_counts, n: int, bound: float) -> float:
+def matching_local_sensitivity_bound(
+    treated_counts: npt.ArrayLike, control_counts: npt.ArrayLike, n: int, bound: float
+) -> float:
     """Theorem 1: ``LS(D) <= (4B/N) (1 + max_x R_x(D))``."""
     big, small, _ = _as_counts(treated_counts, control_counts, n, None)
     return _local_bound(_ATE, 4.0 * bound / n, 1.0, big, small, n)
 
 
 def matching_smooth_sensitivity(
-    treated_counts,
-    control_counts,
+    treated_counts: npt.ArrayLike,
+    control_counts: npt.ArrayLike,
     n: int,
     bound: float,
     beta: float,
@@ -249,7 +283,7 @@ def matching_smooth_sensitivity(
 
 
 def matching_variance_local_sensitivity_bound(
-    treated_counts, control_counts, n: int, bound: float
+    treated_counts: npt.ArrayLike, control_counts: npt.ArrayLike, n: int, bound: float
 ) -> float:
     """The appendix bound ``LS(V_hat) <= (LS+_g + max LS-_g(D'')) / (2 N^2)``, in the monotone
     form used for its smooth version (see the module notes)."""
@@ -259,8 +293,8 @@ def matching_variance_local_sensitivity_bound(
 
 
 def matching_variance_smooth_sensitivity(
-    treated_counts,
-    control_counts,
+    treated_counts: npt.ArrayLike,
+    control_counts: npt.ArrayLike,
     n: int,
     bound: float,
     beta: float,

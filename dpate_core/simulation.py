@@ -10,9 +10,10 @@ Two halves:
   :class:`~dpate_core.release.MechanismPlan` (``draw_many`` then the plan's own ``assemble``), so a
   simulation measures exactly the mechanism that is released. The plan, and with it the matching
   statistics and the smooth sensitivities, is computed once per site and privacy budget.
-* Combiners on ``(reps, J)`` arrays: :func:`mvagg_many`, :func:`agg_all_many`,
-  :func:`agg_largest_many`, :func:`inverse_variance_many` and :func:`random_effects_many` compute,
-  row by row, the same thing as the scalar functions of :mod:`dpate_core.aggregation` (tests hold
+* Combiners on ``(reps, J)`` arrays: :func:`aggregate_many` (and :func:`mvagg_many`,
+  :func:`agg_all_many`, :func:`agg_largest_many`, :func:`inverse_variance_many`,
+  :func:`random_effects_many`) run the one vectorised implementation each aggregator declares in
+  :mod:`dpate_core.aggregators`, whose one-row case is :mod:`dpate_core.aggregation` (tests hold
   them equal on random inputs), including the rule for unusable sites: a site whose estimate or
   variance is not finite, or whose variance is not positive, is left out of that row. A row with
   no usable site gives NaN (where the scalar function raises :class:`NoUsableSiteError`).
@@ -20,16 +21,20 @@ Two halves:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
-from dpate_core.aggregation import combiner
+from dpate_core import aggregators as _reg
+from dpate_core.aggregators import AggregateMany
 from dpate_core.privacy import Number, exact
 from dpate_core.release import MechanismPlan, draw_many
+
+CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 
 __all__ = [
     "AGGREGATORS_MANY",
@@ -79,125 +84,56 @@ def simulate_sites(
     return tau, n, var
 
 
-@dataclass(frozen=True)
-class AggregateMany:
-    """Per repetition: the combined ``estimate``, its reported ``variance`` and the ``weights``
-    (shape ``(reps, J)``, zero for sites not used; each row sums to 1)."""
+class _ManyView(Mapping[str, CombinerMany]):
+    """``{name: vectorised combiner}`` over the live registry (a registered aggregator appears)."""
 
-    method: str
-    estimate: np.ndarray
-    variance: np.ndarray
-    weights: np.ndarray
+    def __getitem__(self, name: str) -> CombinerMany:
+        return _reg.AGGREGATORS[name].many
 
-    @property
-    def used(self) -> np.ndarray:
-        """Boolean ``(reps, J)``: which sites each repetition used."""
-        return self.weights > 0
+    def __iter__(self) -> Iterator[str]:
+        return iter(_reg.AGGREGATORS)
+
+    def __len__(self) -> int:
+        return len(_reg.AGGREGATORS)
 
 
-def _inputs_many(tau, n, variance):
-    tau = np.asarray(tau, dtype=np.float64)
-    var = np.asarray(variance, dtype=np.float64)
-    if tau.ndim != 2 or var.shape != tau.shape:
-        raise ValueError("tau and variance must be arrays of shape (reps, J)")
-    n = np.broadcast_to(np.asarray(n, dtype=np.float64), tau.shape)
-    ok = np.isfinite(tau) & np.isfinite(var) & (var > 0) & np.isfinite(n) & (n >= 1)
-    return tau, n, var, ok
+#: ``{name: vectorised combiner}`` for every registered aggregator
+AGGREGATORS_MANY: Mapping[str, CombinerMany] = _ManyView()
 
 
-def _weighted_many(method, tau, var, raw_weights, ok) -> AggregateMany:
-    """Normalise ``raw_weights`` (zero outside ``ok``) per row; rows with no usable site -> NaN."""
-    w = np.where(ok, raw_weights, 0.0)
-    total = w.sum(axis=1, keepdims=True)
-    empty = ~ok.any(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        w = w / np.where(empty[:, None], 1.0, total)
-    t = np.where(ok, tau, 0.0)
-    v = np.where(ok, var, 0.0)
-    est = (w * t).sum(axis=1)
-    variance = (w * w * v).sum(axis=1)
-    est[empty] = np.nan
-    variance[empty] = np.nan
-    return AggregateMany(method, est, variance, w)
-
-
-def mvagg_many(tau, n, variance) -> AggregateMany:
+def mvagg_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """MVAgg (Algorithm 3) per row, exact: sort sites by ``N_j var_j`` ascending (stable), take the
     prefix minimising ``sum_{j<=k} N_j^2 var_j / (sum_{j<=k} N_j)^2`` (the first minimum, i.e. the
     shortest optimal prefix; ERRATA section 6), then the ``N_j``-weighted mean over it."""
-    tau, n, var, ok = _inputs_many(tau, n, variance)
-    key = np.where(ok, n * var, np.inf)
-    order = np.argsort(key, axis=1, kind="stable")  # unusable sites sort last
-    n_s = np.take_along_axis(n, order, axis=1)
-    v_s = np.take_along_axis(var, order, axis=1)
-    ok_s = np.take_along_axis(ok, order, axis=1)
-    num = np.cumsum(np.where(ok_s, n_s * n_s * v_s, 0.0), axis=1)
-    den = np.cumsum(np.where(ok_s, n_s, 0.0), axis=1) ** 2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        objective = np.where(ok_s, num / den, np.inf)
-    best = np.argmin(objective, axis=1)  # first minimum
-    chosen_sorted = np.arange(tau.shape[1])[None, :] <= best[:, None]
-    chosen = np.zeros_like(ok)
-    np.put_along_axis(chosen, order, chosen_sorted, axis=1)
-    chosen &= ok
-    return _weighted_many("mvagg", tau, var, n, chosen)
+    return _reg.aggregator_of("mvagg").many(tau, n, variance)
 
 
-def agg_all_many(tau, n, variance) -> AggregateMany:
+def agg_all_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """AggAll per row: the ``N_j``-weighted mean of every usable site."""
-    tau, n, var, ok = _inputs_many(tau, n, variance)
-    return _weighted_many("all", tau, var, n, ok)
+    return _reg.aggregator_of("all").many(tau, n, variance)
 
 
-def agg_largest_many(tau, n, variance) -> AggregateMany:
+def agg_largest_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """AggLargest per row: the usable site with the largest ``N_j`` (the first of equals)."""
-    tau, n, var, ok = _inputs_many(tau, n, variance)
-    j = np.argmax(np.where(ok, n, -np.inf), axis=1)
-    pick = np.zeros_like(ok)
-    pick[np.arange(tau.shape[0]), j] = True
-    return _weighted_many("largest", tau, var, np.ones_like(n), pick & ok)
+    return _reg.aggregator_of("largest").many(tau, n, variance)
 
 
-def inverse_variance_many(tau, n, variance) -> AggregateMany:
+def inverse_variance_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """Fixed-effect inverse-variance weighting per row: weights ``1 / var_j``."""
-    tau, n, var, ok = _inputs_many(tau, n, variance)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(ok, 1.0 / var, 0.0)
-    return _weighted_many("inverse_variance", tau, var, w, ok)
+    return _reg.aggregator_of("inverse_variance").many(tau, n, variance)
 
 
-def random_effects_many(tau, n, variance) -> AggregateMany:
+def random_effects_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """DerSimonian-Laird random effects per row (see :func:`dpate_core.aggregation.random_effects`):
     ``tau^2 = max(0, (Q - (k-1)) / (sum w - sum w^2 / sum w))`` with ``w_j = 1/var_j`` and ``k`` the
     number of usable sites, weights ``1 / (var_j + tau^2)``; reported variance uses
-    ``var_j + tau^2``."""
-    tau, n, var, ok = _inputs_many(tau, n, variance)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = np.where(ok, 1.0 / var, 0.0)
-        sw = w.sum(axis=1)
-        fe = (w * np.where(ok, tau, 0.0)).sum(axis=1) / sw
-        q = (w * np.where(ok, tau - fe[:, None], 0.0) ** 2).sum(axis=1)
-        dof = ok.sum(axis=1) - 1
-        c = sw - (w * w).sum(axis=1) / sw
-        tau2 = np.where(c > 0, np.maximum(0.0, (q - dof) / c), 0.0)
-        tau2 = np.where(np.isfinite(tau2), tau2, 0.0)
-        v_star = var + tau2[:, None]
-        w_star = np.where(ok, 1.0 / v_star, 0.0)
-    return _weighted_many("random_effects", tau, v_star, w_star, ok)
+    ``var_j + tau^2``; ``extra`` holds ``Q``, ``I2`` and ``tau2`` per row."""
+    return _reg.aggregator_of("random_effects").many(tau, n, variance)
 
 
-AGGREGATORS_MANY: dict[str, Callable[..., AggregateMany]] = {
-    "mvagg": mvagg_many,
-    "all": agg_all_many,
-    "largest": agg_largest_many,
-    "inverse_variance": inverse_variance_many,
-    "random_effects": random_effects_many,
-}
-
-
-def aggregate_many(method: str, tau, n, variance) -> AggregateMany:
+def aggregate_many(method: str, tau: Any, n: Any, variance: Any) -> AggregateMany:
     """Dispatch by the same names as :func:`dpate_core.aggregation.aggregate`."""
-    return combiner(AGGREGATORS_MANY, method)(tau, n, variance)
+    return _reg.aggregator_of(method).many(tau, n, variance)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +144,7 @@ def _iroot(value: int, q: int) -> int | None:
     """The exact integer ``q``-th root of ``value >= 0``, or None when there is none."""
     if value < 2**52:
         r = round(value ** (1.0 / q))
-        candidates = (r - 1, r, r + 1)
+        candidates: tuple[int, ...] = (r - 1, r, r + 1)
     else:  # Newton's method on integers: the floor of the root
         x = 1 << ((value.bit_length() + q - 1) // q)
         while True:

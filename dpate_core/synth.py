@@ -19,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "PAPER_PROPORTIONS",
@@ -156,8 +158,8 @@ def split_equal(n: int, sites: int, seed: int | np.random.Generator | None) -> l
 
 
 def split_by_labels(
-    labels: Sequence | np.ndarray, order: Sequence | None = None
-) -> tuple[list[np.ndarray], list]:
+    labels: Sequence[Any] | npt.NDArray[Any], order: Sequence[Any] | None = None
+) -> tuple[list[npt.NDArray[np.intp]], list[Any]]:
     """One site per distinct label (e.g. STAR's urbanicity), indices in record order.
 
     ``order`` fixes the site order; by default sites are ordered by size, largest first (ties by

@@ -326,3 +326,167 @@ def test_confidence_interval_is_estimate_plus_minus_z_sd(method):
     assert (hi90 - lo90) / 2 == pytest.approx(1.6448536269514722 * math.sqrt(res.variance))
     assert math.fsum(res.weights) == pytest.approx(1.0)
     assert len(res.weights) == len(res.used)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry (dpate_core.aggregators) gives the bytes of the implementation it replaced: the
+# scalar combiners as they were before it (commit 5f60934), copied here as the reference.
+
+
+def _old_inputs(tau, n, variance):
+    tau = np.asarray(tau, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    var = np.asarray(variance, dtype=np.float64)
+    if tau.size == 0:
+        raise NoUsableSiteError("no site estimates to aggregate")
+    excluded: dict[int, str] = {}
+    bad_tau = ~np.isfinite(tau)
+    bad_n = ~(np.isfinite(n) & (n >= 1))
+    bad_var = ~np.isfinite(var) | (var <= 0)
+    for j in np.flatnonzero(bad_tau | bad_n | bad_var):
+        why = []
+        if bad_tau[j]:
+            why.append("estimate is not finite")
+        if bad_n[j]:
+            why.append("sample size is not a finite number >= 1")
+        if bad_var[j]:
+            why.append("variance is not finite and positive")
+        excluded[int(j)] = "; ".join(why)
+    ok = np.flatnonzero(~(bad_tau | bad_n | bad_var))
+    if ok.size == 0:
+        raise NoUsableSiteError("none usable")
+    return tau, n, var, ok, excluded
+
+
+def _old_weighted(method, tau, var, idx, weights, excluded, extra=None) -> AggregateResult:
+    w = weights / weights.sum()
+    est = float(w @ tau[idx])
+    variance = float((w * w) @ var[idx])
+    return AggregateResult(
+        method=method,
+        estimate=est,
+        variance=variance,
+        used=tuple(np.asarray(idx, dtype=np.int64).tolist()),
+        weights=tuple(np.asarray(w, dtype=np.float64).tolist()),
+        excluded=excluded,
+        extra=extra or {},
+    )
+
+
+def _old_mvagg(tau, n, variance) -> AggregateResult:
+    tau, n, var, ok, excluded = _old_inputs(tau, n, variance)
+    key = n[ok] * var[ok]
+    order = ok[np.argsort(key, kind="stable")]
+    num = np.cumsum(n[order] ** 2 * var[order])
+    den = np.cumsum(n[order]) ** 2
+    best = int(np.argmin(num / den))
+    idx = np.sort(order[: best + 1])
+    return _old_weighted("mvagg", tau, var, idx, n[idx], excluded)
+
+
+def _old_agg_all(tau, n, variance) -> AggregateResult:
+    tau, n, var, ok, excluded = _old_inputs(tau, n, variance)
+    return _old_weighted("all", tau, var, ok, n[ok], excluded)
+
+
+def _old_agg_largest(tau, n, variance) -> AggregateResult:
+    tau, n, var, ok, excluded = _old_inputs(tau, n, variance)
+    j = ok[int(np.argmax(n[ok]))]
+    return _old_weighted("largest", tau, var, np.array([j]), np.ones(1), excluded)
+
+
+def _old_inverse_variance(tau, n, variance) -> AggregateResult:
+    tau, n, var, ok, excluded = _old_inputs(tau, n, variance)
+    return _old_weighted("inverse_variance", tau, var, ok, 1.0 / var[ok], excluded)
+
+
+def _old_random_effects(tau, n, variance) -> AggregateResult:
+    tau, n, var, ok, excluded = _old_inputs(tau, n, variance)
+    t, v = tau[ok], var[ok]
+    w = 1.0 / v
+    fe = float(w @ t / w.sum())
+    q = float(w @ (t - fe) ** 2)
+    dof = ok.size - 1
+    c = float(w.sum() - (w @ w) / w.sum())
+    tau2 = max(0.0, (q - dof) / c) if c > 0 else 0.0
+    i2 = max(0.0, (q - dof) / q) if q > 0 else 0.0
+    w_star = 1.0 / (v + tau2)
+    extra = {"Q": q, "I2": i2, "tau2": tau2}
+    return _old_weighted("random_effects", tau, var + tau2, ok, w_star, excluded, extra)
+
+
+OLD = {
+    "mvagg": _old_mvagg,
+    "all": _old_agg_all,
+    "largest": _old_agg_largest,
+    "inverse_variance": _old_inverse_variance,
+    "random_effects": _old_random_effects,
+}
+
+
+def _bytes(res: AggregateResult) -> bytes:
+    """Every field, floats as their exact hex form (so -0.0 and the last bit count)."""
+
+    def f(x):
+        return float(x).hex()
+
+    return repr(
+        (
+            res.method,
+            f(res.estimate),
+            f(res.variance),
+            res.used,
+            [f(w) for w in res.weights],
+            sorted(res.excluded.items()),
+            sorted((k, f(v)) for k, v in res.extra.items()),
+        )
+    ).encode()
+
+
+@pytest.mark.parametrize("method", sorted(OLD))
+@pytest.mark.parametrize("case", ["plain", "ties", "bad", "heterogeneous"])
+def test_registry_gives_the_old_bytes(method, case):
+    """aggregate(...) through the vectorised implementation's one-row case is byte-identical to
+    the scalar code it replaced (published result documents keep their bytes)."""
+    rng = np.random.default_rng(zlib_key(method, case))
+    for _ in range(300):
+        J = int(rng.integers(1, 40))
+        tau = rng.normal(0.3, 0.5 if case != "heterogeneous" else 5.0, J)
+        var = np.exp(rng.normal(-6, 3, J))
+        n = rng.integers(1, 5000, J).astype(float)
+        if case == "ties":
+            n[:] = 100.0
+            var[1:] = var[0]
+        if case == "bad":
+            mask = rng.random(J) < 0.25
+            var[mask] = rng.choice([0.0, -1.0, np.nan, np.inf], mask.sum())
+            tau[rng.random(J) < 0.05] = np.nan
+            n[rng.random(J) < 0.05] = 0.0
+        try:
+            want = OLD[method](tau, n, var)
+        except NoUsableSiteError:
+            with pytest.raises(NoUsableSiteError):
+                aggregate(method, tau, n, var)
+            continue
+        assert _bytes(aggregate(method, tau, n, var)) == _bytes(want)
+
+
+def zlib_key(*parts: str) -> int:
+    import zlib
+
+    return zlib.crc32("|".join(parts).encode())
+
+
+def test_registry_declares_each_aggregator_once():
+    """The scalar table, the vectorised table and the registry hold the same names, and each
+    aggregator declares what the spec, the result document and the figures need."""
+    from dpate_core import aggregators
+    from dpate_core.simulation import AGGREGATORS_MANY
+
+    assert list(AGGREGATORS) == list(aggregators.AGGREGATORS) == list(AGGREGATORS_MANY)
+    assert set(aggregators.AGGREGATORS) >= set(OLD)
+    for name, agg in aggregators.AGGREGATORS.items():
+        assert agg.name == name and agg.label and agg.why_used and agg.why_not_used
+        assert {"color", "marker", "ls"} <= set(agg.style)
+    with pytest.raises(ValueError, match="already registered"):
+        aggregators.register(aggregators.AGGREGATORS["mvagg"])

@@ -254,3 +254,64 @@ def test_analytic_sigma_rejects_invalid_parameters(args, pattern):
 def test_module_has_no_hidden_generator():
     # nothing at module level that a release could fall back to
     assert not any(isinstance(v, np.random.Generator) for v in vars(noise).values())
+
+
+# ---------------------------------------------------------------------------------------------
+# the value to be noised must be finite (and the message never carries it)
+
+
+@pytest.mark.parametrize("loc", [math.nan, math.inf, -math.inf, np.float64(np.nan)])
+@pytest.mark.parametrize("rng", [None, np.random.default_rng(0)])
+@pytest.mark.parametrize("sampler", [laplace, gaussian])
+def test_non_finite_value_is_refused_on_both_paths(sampler, rng, loc):
+    with pytest.raises(ValueError, match="the value to be noised must be finite") as info:
+        sampler(loc, 1.0, rng)
+    assert str(info.value) == noise._NON_FINITE  # the rule only, no value
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("rng", [None, np.random.default_rng(0)])
+def test_laplace_vector_refuses_any_non_finite_entry(rng, bad):
+    with pytest.raises(ValueError, match="the value to be noised must be finite"):
+        noise.laplace_vector(np.array([0.25, bad, 1.0]), 1.0, rng)
+    with pytest.raises(ValueError, match="1-d"):
+        noise.laplace_vector(np.zeros((2, 2)), 1.0, rng)
+    with pytest.raises(ValueError, match="noise scale"):
+        noise.laplace_vector(np.zeros(3), 0.0, rng)
+
+
+# ---------------------------------------------------------------------------------------------
+# the vector Laplace sampler: one OpenDP measurement, independent Lap(scale) per entry
+
+
+@pytest.mark.slow
+def test_secure_laplace_vector_fits_its_distribution():
+    loc = np.linspace(-5.0, 5.0, SECURE_DRAWS)
+    x = noise.laplace_vector(loc, 2.5)  # one call, SECURE_DRAWS entries
+    assert x.shape == loc.shape
+    assert np.unique(x - loc).size > 0.99 * x.size
+    _check_fit("laplace", x - loc, 0.0, 2.5)
+
+
+def test_secure_laplace_vector_is_one_measurement(monkeypatch):
+    dp, _ = noise._opendp()
+    calls = []
+    real = dp.m.make_laplace
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("scale"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dp.m, "make_laplace", counting)
+    out = noise.laplace_vector(np.zeros(500), 1.0)
+    assert out.shape == (500,) and len(calls) == 1
+    assert np.unique(out).size == 500
+
+
+def test_simulated_laplace_vector_fits_and_is_reproducible():
+    loc = np.full(SIM_DRAWS, 3.0)
+    x = noise.laplace_vector(loc, 0.4, np.random.default_rng(5))
+    _check_fit("laplace", x, 3.0, 0.4)
+    again = noise.laplace_vector(loc, 0.4, np.random.default_rng(5))
+    assert np.array_equal(x, again)
+    assert noise.laplace_vector(np.zeros(0), 1.0).shape == (0,)

@@ -14,11 +14,12 @@ import pytest
 
 from dpate_core.estimators import matching_statistics
 from dpate_core.noise import analytic_gaussian_sigma
-from dpate_core.privacy import to_float
+from dpate_core.privacy import exact, to_float
 from dpate_core.release import (
     SiteEstimate,
     dp_difference_in_means,
     draw_many,
+    draw_once,
     global_dp_matching,
     plan_difference_in_means,
     plan_matching,
@@ -111,7 +112,7 @@ def test_site_estimate_has_public_fields_only(kind):
 @pytest.mark.parametrize("kind", ["smooth", "global"])
 def test_matching_release_does_not_reveal_the_non_private_estimate(kind):
     w, y, x = _trial()
-    stats = matching_statistics(w, y, x, 5)
+    stats = matching_statistics(w, y, x, 5, bound=B)
     est = RELEASES[kind](w, y, x, np.random.default_rng(2))
     assert est.tau != stats.tau
     assert est.diagnostics["sampling_variance_dp"] != stats.variance
@@ -148,7 +149,7 @@ def test_smooth_noise_variance_is_eight_s2_over_eps1_squared():
         e1 = to_float(Fraction(1, 3), round_up=False)
         # the two diagnostics come from one Gaussian draw: S_dp^2 e^(-sigma^2) = S2_dp
         plan = plan_matching(
-            "smooth_matching", matching_statistics(w, y, x, 5), bound=B, epsilon=1,
+            "smooth_matching", matching_statistics(w, y, x, 5, bound=B), bound=B, epsilon=1,
             delta="1e-5", domain_size=5,
         )  # fmt: skip
         sigma = plan.noise[2].scale
@@ -220,7 +221,7 @@ def test_default_and_wrong_splits(kind, parts):
 
 def test_smooth_matching_noise_scales_follow_the_mechanism():
     w, y, x = _trial()
-    stats = matching_statistics(w, y, x, 5)
+    stats = matching_statistics(w, y, x, 5, bound=B)
     plan = plan_matching(
         "smooth_matching", stats, bound=B, epsilon="0.9", delta="3e-6", domain_size=5,
         split=["1/2", "1/4", "1/4"],
@@ -249,7 +250,7 @@ def test_smooth_matching_noise_scales_follow_the_mechanism():
 
 def test_global_matching_noise_scale_is_2b_over_eps1():
     w, y, x = _trial()
-    stats = matching_statistics(w, y, x, 5)
+    stats = matching_statistics(w, y, x, 5, bound=B)
     plan = plan_matching("global_matching", stats, bound=2.5, epsilon="0.6", delta="1e-6")
     assert plan.noise[0].scale == pytest.approx(2.0 * 2.5 / 0.3, rel=1e-15)
     assert plan.noise[0].scale >= 2.0 * 2.5 / 0.3  # eps rounded down: noise never too small
@@ -269,6 +270,123 @@ def test_dim_noise_scales(public, scales):
     assert got["sum_control"] == got["sum_treated"]
     assert got["sumsq_control"] == got["sumsq_treated"]
     assert all(spec.kind == "laplace" for spec in plan.noise)
+
+
+# ---------------------------------------------------------------------------------------------
+# Laplace scales are rounded up: never one ulp below the exact sensitivity / epsilon
+
+SCALE_BOUNDS = (0.1, 0.3, 0.7, 1.0, 1.1, 2.5, 7.3, 1 / 3)
+SCALE_EPS = ("0.1", "0.3", "0.7", "1", "2", "3", "5", "7/3")
+
+
+def test_dim_noise_scales_are_never_below_the_exact_ratio():
+    # on this grid the float B / eps_down (the old computation, rounded to nearest) falls one ulp
+    # below the exact value for some (B, eps); the exact scales must hold everywhere
+    w, y, _x = _trial(n=40)
+    below_with_float_division = 0
+    for bound in SCALE_BOUNDS:
+        yb = y * bound
+        for eps in SCALE_EPS:
+            half = exact(eps) / 2
+            b = Fraction(bound)
+            for public in (True, False):
+                plan = plan_difference_in_means(
+                    w, yb, bound=bound, epsilon=eps, arm_sizes_public=public
+                )
+                got = {spec.name: spec.scale for spec in plan.noise}
+                if public:
+                    exact_scales = {"sum_treated": b / half, "sumsq_treated": b * b / half}
+                else:
+                    third = exact(eps) / 3
+                    exact_scales = {
+                        "sum_treated": 2 * b / third,
+                        "sumsq_treated": 2 * b * b / third,
+                        "n_treated": 1 / third,
+                    }
+                for name, want in exact_scales.items():
+                    assert Fraction(got[name]) >= want, (name, bound, eps, public)
+                    assert float(want) == pytest.approx(got[name], rel=1e-15)
+            old = bound / to_float(half, round_up=False)
+            below_with_float_division += Fraction(old) < b / half
+    assert below_with_float_division > 0  # the grid exercises the rounding
+
+
+def test_global_matching_scale_is_never_below_the_exact_ratio():
+    w, y, x = _trial(n=40)
+    for bound in SCALE_BOUNDS:
+        stats = matching_statistics(w, y * bound, x, 5, bound=bound)
+        for eps in SCALE_EPS:
+            plan = plan_matching("global_matching", stats, bound=bound, epsilon=eps, delta="1e-6")
+            want = 2 * Fraction(bound) / (exact(eps) / 2)
+            assert Fraction(plan.noise[0].scale) >= want, (bound, eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# matching statistics must have been checked against the release's bound
+
+
+def test_plan_matching_refuses_statistics_not_checked_against_the_bound():
+    w, y, x = _trial(n=60)
+    unchecked = matching_statistics(w, y, x, 5)
+    assert unchecked.bound is None
+    with pytest.raises(ValueError, match=r"matching_statistics\(\.\.\., bound=B\)"):
+        plan_matching("smooth_matching", unchecked, bound=B, epsilon=1, delta="1e-5")
+    looser = matching_statistics(w, y, x, 5, bound=2.0)
+    assert looser.bound == 2.0
+    with pytest.raises(ValueError, match="outcome bound B"):
+        plan_matching("global_matching", looser, bound=B, epsilon=1, delta="1e-5")
+    # checked at a bound at most the release's: accepted
+    plan_matching("global_matching", looser, bound=2.0, epsilon=1, delta="1e-5")
+    plan_matching("global_matching", matching_statistics(w, y, x, 5, bound=B), bound=2.0,
+                  epsilon=1, delta="1e-5")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# vector noise sites: one draw per entry
+
+
+def _vector_plan(loc, scale=2.0):
+    from dpate_core.privacy import BudgetSplit, PrivacyParams
+    from dpate_core.release import MechanismPlan, NoiseSpec
+
+    return MechanismPlan(
+        estimator="test", n=10, n_treated=None, n_control=None, total=PrivacyParams.of(1),
+        bound=B, shares=BudgetSplit.even(1),
+        noise=(NoiseSpec("v", np.asarray(loc, float), scale, "laplace"),
+               NoiseSpec("s", 1.5, scale, "laplace")),
+        assemble=lambda v: None,  # type: ignore[arg-type,return-value]
+    )  # fmt: skip
+
+
+def test_draw_once_and_draw_many_handle_vector_noise_sites():
+    loc = np.array([0.0, 10.0, -3.0, 7.5])
+    plan = _vector_plan(loc)
+    secure = draw_once(plan)
+    assert secure["v"].shape == (4,) and isinstance(secure["s"], float)
+    assert np.unique(secure["v"] - loc).size == 4
+    seeded = draw_once(plan, np.random.default_rng(1))
+    again = draw_once(plan, np.random.default_rng(1))
+    assert np.array_equal(seeded["v"], again["v"]) and seeded["s"] == again["s"]
+    many = draw_many(plan, np.random.default_rng(2), 30_000)
+    assert many["v"].shape == (30_000, 4) and many["s"].shape == (30_000,)
+    assert np.allclose(many["v"].mean(axis=0), loc, atol=0.1)
+    assert np.allclose(np.abs(many["v"] - loc).mean(axis=0), 2.0, rtol=0.03)  # E|Lap(b)| = b
+
+
+def test_scalar_draws_are_unchanged_by_vector_support():
+    # existing releases draw exactly what they drew before: one rng.laplace(0, 1, reps) per site
+    w, y, _x = _trial(n=50)
+    plan = plan_difference_in_means(w, y, bound=B, epsilon=1)
+    rng = np.random.default_rng(8)
+    want = {s.name: s.loc + s.scale * rng.laplace(0.0, 1.0, 7) for s in plan.noise}
+    got = draw_many(plan, np.random.default_rng(8), 7)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_a_gaussian_or_2d_vector_noise_site_is_refused():
+    plan = _vector_plan([[0.0, 1.0]])
+    with pytest.raises(ValueError, match="1-d and use Laplace"):
+        draw_many(plan, np.random.default_rng(0), 3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,11 +455,15 @@ def test_matching_needs_a_positive_delta(fn):
         fn(w, y, x, bound=B, epsilon=1, delta=0, rng=np.random.default_rng(0))
 
 
-def test_dim_accepts_delta_zero_and_records_what_it_is_given():
+def test_dim_accepts_a_delta_and_records_what_it_spends():
+    # pure epsilon-DP: a delta given for a uniform interface is validated but never spent, so
+    # the release (and the ledger) records delta 0
     w, y, x = _trial(n=50)
     assert _dim(w, y, x, np.random.default_rng(0)).delta == 0
     est = dp_difference_in_means(w, y, bound=B, epsilon="0.1", delta="1e-6", rng=None)
-    assert (est.epsilon, est.delta) == (Fraction(1, 10), Fraction(1, 1_000_000))
+    assert (est.epsilon, est.delta) == (Fraction(1, 10), Fraction(0))
+    with pytest.raises(ValueError, match="delta"):
+        dp_difference_in_means(w, y, bound=B, epsilon="0.1", delta="1", rng=None)
 
 
 def test_dim_with_public_arms_needs_both_arms():
@@ -398,7 +520,7 @@ def test_vectorised_assemble_equals_scalar_estimates(kind):
     if kind.startswith("dim"):
         plan = plan_difference_in_means(w, y, bound=B, epsilon=1, arm_sizes_public=(kind == "dim"))
     else:
-        stats = matching_statistics(w, y, x, 5)
+        stats = matching_statistics(w, y, x, 5, bound=B)
         plan = plan_matching(kind, stats, bound=B, epsilon=1, delta="1e-5", domain_size=5)
     noisy = draw_many(plan, np.random.default_rng(5), 50)
     out = plan.assemble(noisy)
@@ -418,7 +540,7 @@ def test_vectorised_assemble_equals_scalar_estimates(kind):
 @pytest.mark.parametrize(("eps", "delta", "n"), [(1, "1e-5", 400), ("0.3", "1e-6", 120)])
 def test_private_smooth_sensitivity_is_unbiased(eps, delta, n):
     w, y, x = _trial(n=n, seed=4)
-    stats = matching_statistics(w, y, x, 5)
+    stats = matching_statistics(w, y, x, 5, bound=B)
     plan = plan_matching("smooth_matching", stats, bound=B, epsilon=eps, delta=delta, domain_size=5)
     s_true = math.exp(plan.noise[2].loc)
     sigma = plan.noise[2].scale

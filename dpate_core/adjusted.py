@@ -1,0 +1,351 @@
+"""The covariate-adjusted release ("adjusted"): DP subclassification from per-cell sufficient
+statistics, pure epsilon-DP.
+
+The estimand is Algorithm 1's (exact matching within strata, an empty arm contributes 0), written as
+subclassification: ``tau = sum_x (n_x / N) (mean_xt - mean_xc)`` over the strata ``x`` with both arms.
+It needs, per cell ``g = (x, arm)``, only the count ``n_g``, the sum of centred outcomes
+``s_g = sum (Y - B/2)`` and the sum of their squares ``q_g = sum (Y - B/2)^2``. One compiled pass
+computes the three vectors; each is released with Laplace noise as ONE vector query (parallel
+composition over cells), and the three share the budget by sequential composition.
+``docs/adjusted.md`` has the design, the proofs and the measurements.
+
+Exactness. Floating-point sums are not exactly additive, so the sensitivity of a float sum can
+exceed the bound proved for real numbers. The pass therefore quantises each record's centred outcome
+on a public grid (``B 2^-k``; its square on ``B^2 2^-m``), a record-wise map whose values stay in
+``[-B/2, B/2]`` and ``[0, B^2/4]``, and sums *integers*: the sums are exact, and ``k``, ``m`` are
+chosen from the public ``N`` so every sum is an integer below ``2^53`` (exact as a float). The noise
+is added to those integers, with scales in grid units; conversion to outcome units is
+post-processing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from dpate_core.noise import Rng
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
+from dpate_core.release import (
+    MechanismPlan,
+    NoiseSpec,
+    Outputs,
+    SiteEstimate,
+    _check_bound,
+    _scale,
+    draw_once,
+)
+
+__all__ = [
+    "COUNT_SENSITIVITY",
+    "DEFAULT_SPLIT",
+    "THRESHOLD_FACTOR",
+    "CellStatistics",
+    "cell_statistics",
+    "dp_adjusted",
+    "grid_bits",
+    "plan_adjusted",
+    "plan_adjusted_from_statistics",
+    "sensitivities",
+]
+
+DEFAULT_SPLIT = ("7/20", "11/20", "1/10")  # counts, centred sums, squares (docs/adjusted.md)
+THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
+COUNT_SENSITIVITY = 2  # one record leaves a cell and one enters another
+_MAX_BITS = 40  # grid resolution cap: B 2^-40 is far below any noise
+
+
+def grid_bits(n: int) -> tuple[int, int]:
+    """``(k, m)``: the public grids ``B 2^-k`` (centred outcomes) and ``B^2 2^-m`` (their squares).
+
+    A centred outcome is an integer in ``[-2^(k-1), 2^(k-1)]``, a square one in ``[0, 2^(m-2)]``;
+    with ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the
+    sums are exact in int64 and exactly representable as floats.
+    """
+    if n < 1:
+        raise ValueError(f"n ({n}) must be at least 1")
+    log_n = max(1, math.ceil(math.log2(n)))
+    k = min(_MAX_BITS, 54 - log_n)
+    m = min(_MAX_BITS, 55 - log_n)
+    if k < 8:
+        raise ValueError(f"n ({n}) is too large for exact integer sums (at most 2^46 records)")
+    return k, m
+
+
+def sensitivities(bound: float, k: int, m: int) -> dict[str, Fraction]:
+    """L1 sensitivities of the three released vectors, in the units they are noised in (grid
+    units for the sums): counts 2, centred sums ``2^k`` (= ``B``), squares ``2^(m-1)`` (= ``B^2/2``).
+    Proofs in docs/adjusted.md; checked exhaustively in tests/core/test_adjusted.py."""
+    return {
+        "counts": Fraction(COUNT_SENSITIVITY),
+        "sums": Fraction(2) ** k,
+        "squares": Fraction(2) ** (m - 1),
+    }
+
+
+@dataclass(frozen=True)
+class CellStatistics:
+    """Per cell ``g = 2 x + w`` (control then treated for each stratum): the count, and the exact
+    integer sums of the quantised centred outcomes (unit ``B 2^-k``) and of their squares (unit
+    ``B^2 2^-m``). Private: they leave only through noise."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+    squares: np.ndarray
+    bound: float
+    k: int
+    m: int
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+
+_OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _cell_kernel(
+    w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int
+) -> Any:  # pragma: no cover - compiled
+    n_cells = 2 * n_strata
+    counts = np.zeros(n_cells, np.int64)
+    sums = np.zeros(n_cells, np.int64)
+    squares = np.zeros(n_cells, np.int64)
+    grid_s = 2.0**k
+    half = np.int64(1) << (k - 1)
+    grid_q = 2.0**m
+    for i in range(w.shape[0]):
+        xi, wi, yi = x[i], w[i], y[i]
+        if xi < 0 or xi >= n_strata:
+            return _BAD_X, counts, sums, squares
+        if wi != 0 and wi != 1:
+            return _BAD_W, counts, sums, squares
+        if not (yi >= 0.0 and yi <= bound):  # also false for NaN
+            return _BAD_Y, counts, sums, squares
+        # t in [0, 1] (division is monotone and B / B = 1); t 2^k is exact, so the quantised
+        # centred outcome lies in [-2^(k-1), 2^(k-1)]; (t - 1/2)^2 in [0, 1/4] likewise
+        t = yi / bound
+        d = t - 0.5
+        g = 2 * xi + wi
+        counts[g] += 1
+        sums[g] += np.int64(np.rint(t * grid_s)) - half
+        squares[g] += np.int64(np.rint(d * d * grid_q))
+    return _OK, counts, sums, squares
+
+
+def cell_statistics(
+    w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike, *, domain_size: int, bound: float
+) -> CellStatistics:
+    """The three per-cell vectors in one compiled pass, which also checks ``0 <= y <= B``,
+    ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value)."""
+    bound = _check_bound(bound)
+    w = np.asarray(w)
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x)
+    if w.ndim != 1 or y.shape != w.shape or x.shape != w.shape:
+        raise ValueError(
+            f"w, y and x must be 1-d arrays of one length (got {w.shape}, {y.shape}, {x.shape})"
+        )
+    if w.dtype == np.bool_:
+        w = w.view(np.int8)
+    elif not np.issubdtype(w.dtype, np.integer):
+        raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"x must be integer stratum ids (dtype {x.dtype})")
+    size = int(domain_size)
+    if size < 1:
+        raise ValueError(f"domain_size ({domain_size}) must be a positive number of strata")
+    k, m = grid_bits(max(w.size, 1))
+    status, counts, sums, squares = _cell_kernel(w, y, x, size, bound, k, m)
+    if status == _BAD_X:
+        raise ValueError(
+            f"stratum ids in x must lie in [0, {size}), the public covariate domain: discretise "
+            f"with the study's covariate spec"
+        )
+    if status == _BAD_W:
+        raise ValueError("w must hold only 0 and 1")
+    if status == _BAD_Y:
+        raise ValueError(
+            f"outcomes must lie in [0, B] with B = {bound}: clip or reject them with the study's "
+            f"public bound first"
+        )
+    return CellStatistics(counts, sums, squares, bound, k, m)
+
+
+def plan_adjusted(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    domain_size: int,
+    split: Sequence[Number] | None = None,
+    min_count: float | None = None,
+) -> MechanismPlan:
+    """The plan of :func:`dp_adjusted` (see there for the privacy statement)."""
+    stats = cell_statistics(w, y, x, domain_size=domain_size, bound=bound)
+    return plan_adjusted_from_statistics(
+        stats, epsilon=epsilon, delta=delta, split=split, min_count=min_count
+    )
+
+
+def plan_adjusted_from_statistics(
+    stats: CellStatistics,
+    *,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    min_count: float | None = None,
+) -> MechanismPlan:
+    """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them)."""
+    given = PrivacyParams.of(epsilon, delta)  # validates delta; none of it is spent
+    total = PrivacyParams(given.epsilon, Fraction(0))
+    if total.epsilon <= 0:
+        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
+    n = stats.n
+    if n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n})")
+    bound, k, m = stats.bound, stats.k, stats.m
+    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
+    p_n, p_s, p_q = shares.apply(total)
+    sens = sensitivities(bound, k, m)
+    scale_n = _scale(sens["counts"], p_n)
+    scale_s = _scale(sens["sums"], p_s)  # grid units
+    scale_q = _scale(sens["squares"], p_q)
+    unit_s = math.ldexp(bound, -k)  # exact: a power-of-two scaling
+    unit_q = math.ldexp(bound * bound, -m)  # post-processing only
+    b_s = scale_s * unit_s  # the sums' Laplace scale in outcome units (>= B / eps_s)
+    if min_count is None:
+        min_count = max(2.0, THRESHOLD_FACTOR * scale_n)
+    min_count = float(min_count)
+    if not (min_count >= 1.0 and math.isfinite(min_count)):
+        raise ValueError(f"min_count ({min_count}) must be a finite count of at least 1")
+    noise = (
+        NoiseSpec("counts", stats.counts.astype(np.float64), scale_n, "laplace"),
+        NoiseSpec("sums", stats.sums.astype(np.float64), scale_s, "laplace"),
+        NoiseSpec("squares", stats.squares.astype(np.float64), scale_q, "laplace"),
+    )
+    half_b = bound / 2.0
+    max_var = bound * bound / 4.0
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        # post-processing of the three noisy vectors; works on (cells,) and on (reps, cells)
+        # each noisy vector is first clipped to the range its true value can take given the public
+        # N and B (counts in [0, N], |s| <= N B/2, |q| <= N B^2/4; q may stay negative for the
+        # raw variance): this can only bring a value closer to the truth, and nothing overflows
+        cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), 0.0, n)
+        s = np.clip(np.asarray(v["sums"], dtype=np.float64) * unit_s, -n * half_b, n * half_b)
+        q = np.clip(np.asarray(v["squares"], dtype=np.float64) * unit_q, -n * max_var, n * max_var)
+        n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
+        usable = (n_t >= min_count) & (n_c >= min_count)
+        nt = np.where(usable, n_t, 1.0)
+        nc = np.where(usable, n_c, 1.0)
+        s_t, s_c = s[..., 1::2], s[..., 0::2]
+        m_t = np.clip(s_t / nt, -half_b, half_b)  # arm means minus B/2, clipped to [0, B]
+        m_c = np.clip(s_c / nc, -half_b, half_b)
+        weight = np.where(usable, (n_t + n_c) / n, 0.0)  # noisy stratum size over public N
+        tau = np.sum(weight * (m_t - m_c), axis=-1)
+        # within-cell variances from the noisy moments (centring does not change a variance)
+        raw_t = q[..., 1::2] / nt - (s_t / nt) ** 2
+        raw_c = q[..., 0::2] / nc - (s_c / nc) ** 2
+        w2 = weight * weight
+        sampling_raw = np.sum(w2 * (raw_t / nt + raw_c / nc), axis=-1)
+        sampling = np.sum(
+            w2 * (np.clip(raw_t, 0.0, max_var) / nt + np.clip(raw_c, 0.0, max_var) / nc), axis=-1
+        )
+        # noise variance (delta method at the noisy point): Var Lap(b) = 2 b^2 per entry
+        diff = (m_t - m_c) / n
+        d_nt = diff - weight * m_t / nt
+        d_nc = diff + weight * m_c / nc
+        per_stratum = 2.0 * b_s**2 * w2 * (1.0 / nt**2 + 1.0 / nc**2) + 2.0 * scale_n**2 * (
+            d_nt**2 + d_nc**2
+        )
+        noise_var = np.sum(np.where(usable, per_stratum, 0.0), axis=-1)
+        # the strata left out (an empty arm, or too few noisy records to use) hold a share u of
+        # the records whose contribution to the estimand lies in [-B u, B u] and is not
+        # estimated: its uncertainty enters as the variance of a uniform on that range, so a
+        # site that could use little of its data reports that (and with nothing usable, an
+        # interval wider than the outcome's range) instead of a falsely precise 0
+        usable_weight = np.sum(weight, axis=-1)
+        unestimated = np.clip(1.0 - usable_weight, 0.0, 1.0)
+        unestimated_var = (bound * unestimated) ** 2 / 3.0
+        diagnostics = {
+            "sampling_variance_dp": sampling_raw,
+            "noise_variance": noise_var,
+            "unestimated_variance": unestimated_var,
+            "usable_strata": np.sum(usable, axis=-1).astype(np.float64),
+            "usable_weight": usable_weight,
+        }
+        return Outputs(
+            tau,
+            sampling + noise_var + unestimated_var,
+            sampling_raw + noise_var + unestimated_var,
+            diagnostics,
+        )
+
+    return MechanismPlan(
+        estimator="adjusted",
+        n=n,
+        n_treated=None,
+        n_control=None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=noise,
+        assemble=assemble,
+    )
+
+
+def dp_adjusted(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    domain_size: int,
+    split: Sequence[Number] | None = None,
+    min_count: float | None = None,
+    rng: Rng = None,
+) -> SiteEstimate:
+    """DP subclassification (the "adjusted" estimator): Algorithm 1's estimand from noisy per-cell
+    counts, centred sums and centred sums of squares.
+
+    Privacy: ``(epsilon, 0)``-DP under replace-one neighbours (a record's ``W``, ``Y`` and ``X`` may
+    all change); ``delta`` is accepted for a uniform interface and not spent (the estimate records
+    ``delta = 0``). Sequential composition of three Laplace vector queries with shares
+    ``(eps_n, eps_s, eps_q)`` (default :data:`DEFAULT_SPLIT`), each parallel over the ``2 |X|``
+    cells: counts ``Lap(2 / eps_n)``, centred sums ``Lap(B / eps_s)``, centred squares
+    ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up; the sums in grid units). Public: ``N``,
+    ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
+    not released.
+
+    Post-processing: each noisy vector clipped to the range the true one can take (counts to
+    ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
+    when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
+    noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
+    arm); arm means clipped to ``[0, B]``; within-cell variances clamped to ``[0, B^2/4]``
+    (``raw_variance`` keeps the unclamped value).
+    """
+    plan = plan_adjusted(
+        w,
+        y,
+        x,
+        bound=bound,
+        epsilon=epsilon,
+        delta=delta,
+        domain_size=domain_size,
+        split=split,
+        min_count=min_count,
+    )
+    return plan.estimate(draw_once(plan, rng))

@@ -1,0 +1,365 @@
+"""The adjusted release (dpate_core.adjusted): exact compiled statistics, exhaustive sensitivities,
+the plan's privacy accounting, post-processing that never yields NaN, and utility on Synth.
+
+The empirical privacy of the whole release is in ``test_adjusted_privacy.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpate_core.adjusted import (
+    DEFAULT_SPLIT,
+    THRESHOLD_FACTOR,
+    cell_statistics,
+    dp_adjusted,
+    grid_bits,
+    plan_adjusted,
+    sensitivities,
+)
+from dpate_core.estimators import matching_statistics
+from dpate_core.privacy import PrivacyParams, to_float
+from dpate_core.release import draw_many, draw_once, plan_matching
+from dpate_core.synth import synth
+
+B = 1.0
+
+
+def _data(n=500, strata=7, seed=0, bound=B):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, strata, n)
+    w = rng.integers(0, 2, n)
+    y = np.clip(rng.normal(0.3 + 0.4 * w + 0.02 * x, 0.3), 0.0, 1.0) * bound
+    y[:3] = [0.0, bound, bound / 2][:n]  # the ends of the range are valid
+    return w, y, x
+
+
+def _reference(w, y, x, strata, bound):
+    """Literal numpy: quantise each record, then add exactly (int64, np.add.at)."""
+    k, m = grid_bits(len(w))
+    t = np.asarray(y, float) / bound
+    z = np.rint(t * 2.0**k).astype(np.int64) - (1 << (k - 1))
+    u = np.rint((t - 0.5) ** 2 * 2.0**m).astype(np.int64)
+    g = 2 * np.asarray(x, np.int64) + np.asarray(w, np.int64)
+    counts = np.zeros(2 * strata, np.int64)
+    sums = np.zeros(2 * strata, np.int64)
+    squares = np.zeros(2 * strata, np.int64)
+    np.add.at(counts, g, 1)
+    np.add.at(sums, g, z)
+    np.add.at(squares, g, u)
+    return counts, sums, squares, k, m
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled statistics
+
+
+@pytest.mark.parametrize(("n", "strata", "bound"), [(1, 1, 1.0), (500, 7, 1.0), (20_000, 50, 3.7)])
+def test_compiled_statistics_equal_a_literal_reference(n, strata, bound):
+    w, y, x = _data(n, strata, seed=n, bound=bound)
+    st = cell_statistics(w, y, x, domain_size=strata, bound=bound)
+    counts, sums, squares, k, m = _reference(w, y, x, strata, bound)
+    assert (st.k, st.m) == (k, m)
+    assert np.array_equal(st.counts, counts)
+    assert np.array_equal(st.sums, sums)
+    assert np.array_equal(st.squares, squares)
+    # and they are the centred sums to within the grid: |error| <= n * unit / 2
+    g = 2 * x + w
+    exact_s = np.bincount(g, y - bound / 2, minlength=2 * strata)
+    exact_q = np.bincount(g, (y - bound / 2) ** 2, minlength=2 * strata)
+    unit_s, unit_q = math.ldexp(bound, -k), math.ldexp(bound * bound, -m)
+    assert np.all(np.abs(st.sums * unit_s - exact_s) <= counts * unit_s + 1e-9 * bound * n)
+    assert np.all(np.abs(st.squares * unit_q - exact_q) <= counts * unit_q + 1e-9 * bound**2 * n)
+
+
+def test_statistics_accept_bool_and_narrow_integer_inputs():
+    w, y, x = _data(300, 4)
+    want = cell_statistics(w, y, x, domain_size=4, bound=B)
+    for ww, xx in ((w.astype(bool), x.astype(np.int16)), (w.astype(np.int8), x.astype(np.uint8))):
+        got = cell_statistics(ww, y, xx, domain_size=4, bound=B)
+        assert np.array_equal(got.counts, want.counts) and np.array_equal(got.sums, want.sums)
+
+
+def test_grid_sums_are_exact_floats_at_the_largest_n():
+    for n in (2, 10**4, 10**7, 2**40):
+        k, m = grid_bits(n)
+        top = 2 ** math.ceil(math.log2(n))
+        assert top * 2 ** (k - 1) <= 2**53 and top * 2 ** (m - 2) <= 2**53
+        assert 8 <= k <= 40 and m <= 40
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        ("x_high", r"stratum ids in x must lie in \[0, 4\)"),
+        ("x_negative", r"stratum ids in x must lie in \[0, 4\)"),
+        ("w", "w must hold only 0 and 1"),
+        ("y_high", r"outcomes must lie in \[0, B\]"),
+        ("y_negative", r"outcomes must lie in \[0, B\]"),
+        ("y_nan", r"outcomes must lie in \[0, B\]"),
+    ],
+)
+def test_invalid_records_are_refused_naming_the_rule_not_the_value(change, pattern):
+    w, y, x = _data(50, 4)
+    w, y, x = w.copy(), y.copy(), x.copy()
+    if change == "x_high":
+        x[7] = 4
+    elif change == "x_negative":
+        x[7] = -3
+    elif change == "w":
+        w[7] = 2
+    elif change == "y_high":
+        y[7] = 1.987654321
+    elif change == "y_negative":
+        y[7] = -0.55555
+    else:
+        y[7] = math.nan
+    with pytest.raises(ValueError, match=pattern) as info:
+        cell_statistics(w, y, x, domain_size=4, bound=B)
+    for token in ("98765", "5555", "-3"):
+        assert token not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# exhaustive sensitivities: every dataset of N <= 4 records (N <= 5 with one stratum), Y on
+# {0, B/2, B}, and every replace-one neighbour (any W, Y and X)
+
+SMALL = [(1, n) for n in range(1, 6)] + [(2, n) for n in range(1, 5)]
+Y_VALUES = (0.0, B / 2, B)
+
+
+def _all_statistics(strata: int, n: int):
+    domain = list(itertools.product((0, 1), Y_VALUES, range(strata)))  # record codes
+    stats = []
+    for rows in itertools.product(range(len(domain)), repeat=n):
+        w, y, x = (np.array(c) for c in zip(*(domain[r] for r in rows), strict=True))
+        st = cell_statistics(w.astype(np.int64), y.astype(float), x.astype(np.int64),
+                             domain_size=strata, bound=B)  # fmt: skip
+        stats.append(np.stack([st.counts, st.sums, st.squares]))
+    return len(domain), np.array(stats), st.k, st.m  # (d^n, 3, cells)
+
+
+@pytest.mark.parametrize(("strata", "n"), SMALL)
+def test_exhaustive_l1_sensitivities_equal_the_claimed_ones(strata, n):
+    d, stats, k, m = _all_statistics(strata, n)
+    worst = np.zeros(3, dtype=object)
+    index = np.arange(d**n)
+    for i in range(n):  # replace record i by every value v of the domain
+        place = d ** (n - 1 - i)
+        code_i = (index // place) % d
+        for v in range(d):
+            other = index + (v - code_i) * place
+            diff = np.abs(stats[other] - stats[index]).sum(axis=2)  # L1 per vector, exact int64
+            worst = np.maximum(worst, diff.max(axis=0))
+    claimed = sensitivities(B, k, m)
+    # equal, not merely below: a smaller claim is a privacy bug, a larger one wastes utility
+    assert worst[0] == claimed["counts"] == 2
+    assert worst[1] == claimed["sums"] == 2**k  # = B in outcome units
+    assert worst[2] == claimed["squares"] == 2 ** (m - 1)  # = B^2 / 2
+    assert math.ldexp(float(worst[1]), -k) == B
+    assert math.ldexp(float(worst[2]), -m) == B * B / 2
+
+
+def test_a_record_that_stays_in_its_cell_moves_each_vector_by_at_most_the_sensitivity():
+    # the same-cell case of the proofs: |z - z'| <= B, |z^2 - z'^2| <= B^2/4, counts unchanged
+    w, x = np.array([1, 1, 0]), np.array([0, 0, 0])
+    lo = cell_statistics(w, np.array([0.0, 0.4, 0.2]), x, domain_size=1, bound=B)
+    hi = cell_statistics(w, np.array([B, 0.4, 0.2]), x, domain_size=1, bound=B)
+    k, m = lo.k, lo.m
+    assert np.array_equal(lo.counts, hi.counts)
+    assert np.abs(hi.sums - lo.sums).sum() == 2**k
+    assert np.abs(hi.squares - lo.squares).sum() == 0  # (0 - B/2)^2 == (B - B/2)^2
+    mid = cell_statistics(w, np.array([B / 2, 0.4, 0.2]), x, domain_size=1, bound=B)
+    assert np.abs(hi.squares - mid.squares).sum() == 2 ** (m - 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan: privacy accounting and noise scales
+
+
+def test_plan_spends_pure_epsilon_with_exact_rounded_up_scales():
+    w, y, x = _data(400, 5)
+    for eps, delta, split in (("1", "1e-5", None), ("0.3", 0, ["1/3", "1/3", "1/3"]),
+                              ("7/3", "1e-6", ["1/10", "4/5", "1/10"])):  # fmt: skip
+        plan = plan_adjusted(w, y, x, bound=B, epsilon=eps, delta=delta, domain_size=5, split=split)
+        assert plan.estimator == "adjusted"
+        assert plan.total == PrivacyParams.of(eps, 0)  # no delta is spent, whatever is passed
+        assert plan.n == 400 and plan.n_treated is None and plan.n_control is None
+        shares = tuple(Fraction(s) for s in (split or DEFAULT_SPLIT))
+        assert plan.shares.shares == shares and sum(shares) == 1
+        st = cell_statistics(w, y, x, domain_size=5, bound=B)
+        sens = sensitivities(B, st.k, st.m)
+        for spec, name, share in zip(
+            plan.noise, ("counts", "sums", "squares"), shares, strict=True
+        ):
+            assert spec.name == name and spec.kind == "laplace" and spec.loc.shape == (10,)
+            want = sens[name] / (PrivacyParams.of(eps).epsilon * share)
+            assert Fraction(spec.scale) >= want
+            assert spec.scale == to_float(want, round_up=True)
+        est = plan.estimate(draw_once(plan, np.random.default_rng(0)))
+        assert est.delta == 0 and est.epsilon == PrivacyParams.of(eps).epsilon
+
+
+def test_outcome_unit_scales_are_the_documented_ones():
+    w, y, x = _data(400, 5)
+    plan = plan_adjusted(w, y, x, bound=2.5, epsilon=1, domain_size=5, split=["1/4", "1/2", "1/4"])
+    st = cell_statistics(w, y * 2.5, x, domain_size=5, bound=2.5)
+    counts, sums, squares = plan.noise
+    assert counts.scale == pytest.approx(2 / 0.25, rel=1e-15)  # Lap(2 / eps_n)
+    assert math.ldexp(sums.scale, -st.k) * 2.5 == pytest.approx(2.5 / 0.5, rel=1e-15)  # B/eps_s
+    assert math.ldexp(squares.scale, -st.m) * 2.5**2 == pytest.approx(2.5**2 / (2 * 0.25))
+
+
+def test_refusals():
+    w, y, x = _data(40, 3)
+    with pytest.raises(ValueError, match="this release has 3 parts"):
+        plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, split=["1/2", "1/2"])
+    with pytest.raises(ValueError, match=r"epsilon .* must be positive"):
+        plan_adjusted(w, y, x, bound=B, epsilon=0, domain_size=3)
+    with pytest.raises(ValueError, match="at least 2 records"):
+        plan_adjusted(w[:1], y[:1], x[:1], bound=B, epsilon=1, domain_size=3)
+    with pytest.raises(ValueError, match="min_count"):
+        plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, min_count=0.5)
+    with pytest.raises(ValueError, match="domain_size"):
+        plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=0)
+    with pytest.raises(ValueError, match="delta"):
+        plan_adjusted(w, y, x, bound=B, epsilon=1, delta=1, domain_size=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# assemble: one release and (reps, cells) simulations agree; post-processing never gives NaN
+
+
+def test_vectorised_assemble_equals_one_release_at_a_time():
+    w, y, x = _data(600, 6)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon="0.5", domain_size=6)
+    noisy = draw_many(plan, np.random.default_rng(4), 40)
+    assert noisy["counts"].shape == (40, 12)
+    out = plan.assemble(noisy)
+    assert out.tau.shape == (40,)
+    for r in range(40):
+        est = plan.estimate({k: v[r] for k, v in noisy.items()})
+        assert est.tau == pytest.approx(out.tau[r], rel=1e-13, abs=1e-15)
+        assert est.variance == pytest.approx(out.variance[r], rel=1e-13)
+        assert est.raw_variance == pytest.approx(out.raw_variance[r], rel=1e-13)
+        for key, value in out.diagnostics.items():
+            assert est.diagnostics[key] == pytest.approx(value[r], rel=1e-13, abs=1e-300)
+
+
+def test_the_seeded_release_is_the_plan_and_the_secure_one_runs():
+    w, y, x = _data(600, 6)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=6)
+    for seed in range(3):
+        want = plan.estimate(draw_once(plan, np.random.default_rng(seed)))
+        got = dp_adjusted(w, y, x, bound=B, epsilon=1, domain_size=6,
+                          rng=np.random.default_rng(seed))  # fmt: skip
+        assert got == want
+    secure = dp_adjusted(w, y, x, bound=B, epsilon=1, delta="1e-5", domain_size=6)
+    assert math.isfinite(secure.tau) and secure.variance > 0 and secure.delta == 0
+    fields = secure.public_fields()
+    assert fields["estimator"] == "adjusted" and fields["n_treated"] is None
+
+
+def test_post_processing_of_extreme_noisy_values():
+    w, y, x = _data(200, 3)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, min_count=5)
+    big = 1e30
+    noisy = {
+        # stratum 0: a negative and a tiny count (unusable); stratum 1: fine counts but sums far
+        # beyond the range (means clipped); stratum 2: usable with negative squares
+        "counts": np.array([-40.0, 3.0, 50.0, 60.0, 20.0, 30.0]),
+        "sums": np.array([big, -big, big, -big, 0.0, 0.0]),
+        "squares": np.array([-big, big, 0.0, 0.0, -big, -big]),
+    }
+    out = plan.assemble(noisy)
+    values = [out.tau, out.variance, out.raw_variance, *out.diagnostics.values()]
+    assert all(np.all(np.isfinite(v)) for v in values)
+    assert out.diagnostics["usable_strata"] == 2
+    # stratum 1: treated mean clipped to 0, control mean clipped to B -> contributes -(110/200) B
+    assert out.tau == pytest.approx(-110 / 200 * B)
+    assert out.variance >= out.diagnostics["noise_variance"] > 0
+    # the clamped variance keeps each cell's variance in [0, B^2/4]; raw keeps the negative
+    assert out.raw_variance < out.variance
+    # everything unusable: tau 0 with the variance of the unestimated range (a uniform on
+    # [-B, B]: B^2 / 3), so the interval is wider than the outcome's range, never falsely exact
+    zero = plan.assemble({k: np.zeros(6) - (k == "counts") * 1.0 for k in noisy})
+    assert zero.tau == 0 and np.isfinite(zero.raw_variance)
+    assert zero.variance == pytest.approx(B * B / 3) and zero.diagnostics["usable_weight"] == 0
+    # and a left-out share u of the records adds (B u)^2 / 3
+    u = 1.0 - out.diagnostics["usable_weight"]
+    assert out.diagnostics["unestimated_variance"] == pytest.approx((B * u) ** 2 / 3)
+    many = {k: np.stack([v, -v, np.full(6, np.nan_to_num(np.inf))]) for k, v in noisy.items()}
+    out = plan.assemble(many)
+    assert all(np.all(np.isfinite(v)) for v in (out.tau, out.variance, out.raw_variance))
+
+
+def test_default_threshold_is_the_count_noise_scale():
+    w, y, x = _data(400, 5)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=5)
+    scale_n = plan.noise[0].scale
+    assert THRESHOLD_FACTOR * scale_n > 2  # so the default min_count is max(2, scale_n)
+    counts = np.full(10, 0.0)
+    counts[2:4] = THRESHOLD_FACTOR * scale_n  # stratum 1 exactly at the threshold: used
+    counts[4:6] = [THRESHOLD_FACTOR * scale_n, math.nextafter(THRESHOLD_FACTOR * scale_n, 0)]
+    out = plan.assemble({"counts": counts, "sums": np.zeros(10), "squares": np.zeros(10)})
+    assert out.diagnostics["usable_strata"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# utility on Synth (N = 10^4, |X| = 100, eps = 1)
+
+
+@pytest.fixture(scope="module")
+def synth_plans():
+    d = synth(10_000, 100, seed=11)
+    stats = matching_statistics(d.w, d.y, d.x, 100, bound=d.bound)
+    adjusted = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=1, domain_size=100)
+    smooth = plan_matching("smooth_matching", stats, bound=d.bound, epsilon=1, delta="1e-5",
+                           domain_size=100)  # fmt: skip
+    return d, stats, adjusted, smooth
+
+
+def test_adjusted_noise_is_many_times_smaller_than_smooth_dp_matching(synth_plans):
+    _d, _stats, adjusted, smooth = synth_plans
+    reps = 4000
+    a = adjusted.assemble(draw_many(adjusted, np.random.default_rng(1), reps))
+    s = smooth.assemble(draw_many(smooth, np.random.default_rng(1), reps))
+    ratio = np.std(s.tau) / np.std(a.tau)
+    assert ratio >= 10, ratio
+    # the reported noise sd agrees: SmoothDPMatching's noise alone is sqrt(2) (2 S / eps_1)
+    reported = np.sqrt(np.median(a.diagnostics["noise_variance"]))
+    assert smooth.noise[0].scale * math.sqrt(2) / reported >= 10
+
+
+def test_adjusted_estimate_is_close_to_the_truth_and_intervals_cover(synth_plans):
+    d, stats, adjusted, _smooth = synth_plans
+    out = adjusted.assemble(draw_many(adjusted, np.random.default_rng(2), 4000))
+    assert abs(np.mean(out.tau) - d.tau) < 0.02
+    assert abs(np.median(out.tau) - stats.tau) < 0.02
+    half = 1.96 * np.sqrt(out.variance)
+    cover = np.mean(np.abs(out.tau - stats.tau) <= half)
+    assert 0.85 <= cover <= 0.995, cover  # nominal 0.95; conservative variance (docs/adjusted.md)
+    assert np.all(out.variance > 0) and np.all(np.isfinite(out.variance))
+
+
+def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
+    # an independent check of the accounting: OpenDP's vector Laplace measurement, built with each
+    # plan scale, maps the claimed L1 sensitivity to at most that vector's share of epsilon
+    from dpate_core import noise
+
+    dp, _ = noise._opendp()
+    w, y, x = _data(400, 5)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon="0.7", domain_size=5)
+    st = cell_statistics(w, y, x, domain_size=5, bound=B)
+    sens = sensitivities(B, st.k, st.m)
+    parts = plan.shares.apply(plan.total)
+    for spec, part in zip(plan.noise, parts, strict=True):
+        measurement = dp.m.make_laplace(*noise._opendp_vector(), scale=spec.scale)
+        spent = measurement.map(float(sens[spec.name]))
+        assert spent <= float(part.epsilon)
+        assert spent == pytest.approx(float(part.epsilon), rel=1e-12)

@@ -1,0 +1,277 @@
+"""Bootstrap intervals from published fields (dpate_core.inference, docs/inference.md).
+
+Coverage is measured by simulation with fixed seeds on small designs where the DP noise dominates:
+releases come from the project's own plans (``draw_many`` + ``assemble``), so they are the released
+mechanism's outputs; every number below is deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpate_core.estimators import matching_statistics
+from dpate_core.inference import (
+    NOISE_MODELS,
+    UNINFORMATIVE,
+    NoiseDraws,
+    clip_interval,
+    combined_bootstrap_interval,
+    combined_normal_interval,
+    public_site,
+    register_noise_model,
+    site_bootstrap_interval,
+    site_draws,
+    site_normal_interval,
+)
+from dpate_core.release import (
+    SiteEstimate,
+    draw_many,
+    plan_difference_in_means,
+    plan_matching,
+)
+from dpate_core.simulation import AGGREGATORS_MANY
+from dpate_core.synth import split_proportions, synth
+
+
+def releases(plan, rng: np.random.Generator, reps: int) -> list[SiteEstimate]:
+    """``reps`` simulated releases of ``plan`` as the SiteEstimates a site would publish."""
+    out = plan.assemble(draw_many(plan, rng, reps))
+
+    def row(v, r):
+        return float(np.broadcast_to(np.asarray(v, dtype=float), (reps,))[r])
+
+    return [
+        SiteEstimate(
+            estimator=plan.estimator,
+            tau=row(out.tau, r),
+            variance=row(out.variance, r),
+            raw_variance=row(out.raw_variance, r),
+            n=plan.n,
+            n_treated=plan.n_treated,
+            n_control=plan.n_control,
+            epsilon=plan.total.epsilon,
+            delta=plan.total.delta,
+            bound=plan.bound,
+            budget_split=plan.shares.shares,
+            diagnostics={k: row(v, r) for k, v in out.diagnostics.items()},
+        )
+        for r in range(reps)
+    ]
+
+
+def _dim_data(rng, n=60, treated=None):
+    t = n // 2 if treated is None else treated
+    w = rng.permutation(np.repeat([0, 1], [n - t, t]))
+    y = np.where(w == 1, 0.2 + 0.8 * rng.random(n), rng.random(n))  # true effect 0.1
+    return w, y
+
+
+def _coverage(pairs, truth):
+    normal = np.mean([a.lo <= truth <= a.hi for a, _ in pairs])
+    boot = np.mean([b.lo <= truth <= b.hi for _, b in pairs])
+    width = np.mean([b.width for _, b in pairs]) / np.mean([a.width for a, _ in pairs])
+    return normal, boot, width
+
+
+def test_dim_site_bootstrap_covers_closer_to_nominal_when_noise_dominates():
+    rng = np.random.default_rng(11)
+    pairs = []
+    for _ in range(300):  # fresh data draws x 10 noise draws; the small arm's Laplace dominates
+        w, y = _dim_data(rng, 60, treated=10)
+        plan = plan_difference_in_means(w, y, bound=1.0, epsilon="1/2", arm_sizes_public=True)
+        for s in releases(plan, rng, 10):
+            pairs.append((site_normal_interval(s), site_bootstrap_interval(s, draws=1000)))
+    normal, boot, width = _coverage(pairs, 0.1)
+    assert abs(boot - 0.95) < abs(normal - 0.95), (normal, boot)
+    assert boot >= 0.94
+    assert 1.0 < width < 1.15  # a little wider than the normal interval
+
+
+def test_smooth_matching_site_bootstrap_covers_closer_to_nominal():
+    rng = np.random.default_rng(12)
+    pairs = []
+    for _ in range(100):
+        d = synth(3000, 20, a=0.0, seed=rng)
+        stats = matching_statistics(d.w, d.y, d.x, 20, bound=1.0)
+        plan = plan_matching(
+            "smooth_matching", stats, bound=1.0, epsilon=1, delta="1e-5", domain_size=20
+        )
+        for s in releases(plan, rng, 15):
+            pairs.append((site_normal_interval(s), site_bootstrap_interval(s, draws=2000)))
+    normal, boot, _ = _coverage(pairs, 0.5)
+    assert normal < 0.945  # the Laplace shape: a normal interval covers a Laplace 93.75%
+    assert abs(boot - 0.95) < abs(normal - 0.95), (normal, boot)
+    assert boot >= 0.94
+
+
+def test_mvagg_under_selection_bootstrap_restores_coverage():
+    """Little budget on the variance: MVAgg drops a site in most releases and its normal interval
+    undercovers; the bootstrap re-does the selection per draw."""
+    rng = np.random.default_rng(13)
+    pairs, dropped = [], 0
+    split = ("7/10", "1/20", "1/4")
+    for _ in range(30):
+        d = synth(6000, 20, a=0.0, seed=rng)
+        plans = []
+        for idx in split_proportions(6000, (1, 1, 1), rng):
+            stats = matching_statistics(d.w[idx], d.y[idx], d.x[idx], 20, bound=1.0)
+            plans.append(
+                plan_matching(
+                    "smooth_matching",
+                    stats,
+                    bound=1.0,
+                    epsilon=1,
+                    delta="1e-5",
+                    domain_size=20,
+                    split=split,
+                )
+            )
+        per_site = [releases(p, rng, 20) for p in plans]
+        for r in range(20):
+            sites = [per_site[j][r] for j in range(3)]
+            normal = combined_normal_interval(sites, "mvagg")
+            pairs.append((normal, combined_bootstrap_interval(sites, "mvagg", draws=1000)))
+            tau = np.array([[s.tau for s in sites]])
+            var = np.array([[s.variance for s in sites]])
+            dropped += int(AGGREGATORS_MANY["mvagg"](tau, [s.n for s in sites], var).used.sum() < 3)
+    normal, boot, _ = _coverage(pairs, 0.5)
+    assert dropped / len(pairs) > 0.5  # the selection is really at work
+    assert normal < 0.91
+    assert boot >= 0.92 and boot - normal >= 0.03, (normal, boot)
+
+
+@pytest.mark.parametrize("estimator", ["dim", "global_matching", "smooth_matching", "adjusted"])
+def test_noise_model_matches_the_mechanism_on_fixed_data(estimator):
+    """With the data fixed, the model's noise draws have the spread of the release's tau."""
+    rng = np.random.default_rng(14)
+    d = synth(4000, 10, a=0.0, seed=rng)
+    if estimator == "dim":
+        plan = plan_difference_in_means(d.w, d.y, bound=1.0, epsilon="1/4", arm_sizes_public=True)
+    elif estimator == "adjusted":
+        from dpate_core.adjusted import plan_adjusted
+
+        plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon="1/4", domain_size=10)
+    else:
+        stats = matching_statistics(d.w, d.y, d.x, 10, bound=1.0)
+        plan = plan_matching(estimator, stats, bound=1.0, epsilon=1, delta="1e-5", domain_size=10)
+    taus = plan.assemble(draw_many(plan, rng, 40_000)).tau
+    q_real = np.quantile(taus - np.mean(taus), [0.025, 0.975])
+    ratios = []
+    for site in releases(plan, rng, 15):  # the model's scale reads each release's public fields
+        model = NOISE_MODELS[estimator](public_site(site), np.random.default_rng(0), 20_000).noise
+        q_model = np.quantile(model, [0.025, 0.975])
+        ratios.append((q_model[1] - q_model[0]) / (q_real[1] - q_real[0]))
+    # smooth: the model also carries the uncertainty of the released S, so it is a little wider
+    # adjusted: its published noise variance is a delta-method value at the noisy point
+    upper = {"smooth_matching": 1.5, "adjusted": 1.15}.get(estimator, 1.05)
+    lower = 0.85 if estimator == "adjusted" else 0.95
+    assert lower < np.median(ratios) < upper, ratios
+
+
+def test_clipping_and_the_uninformative_flag():
+    iv = clip_interval(0.9, 0.5, 1.4, 1.0, 0.95, "normal")
+    assert (iv.estimate, iv.lo, iv.hi, iv.uninformative) == (0.9, 0.5, 1.0, False)
+    iv = clip_interval(1.3, -0.9, 1.2, 1.0, 0.95, "normal")  # 2.1 wide: at least 2B
+    assert (iv.estimate, iv.lo, iv.hi, iv.uninformative) == (1.0, -0.9, 1.0, True)
+    assert iv.note == UNINFORMATIVE == "uninformative at this budget"
+    assert iv.as_dict()["uninformative"] is True
+    with pytest.raises(ValueError, match="bound"):
+        clip_interval(0.0, -1.0, 1.0, 0.0, 0.95, "normal")
+    with pytest.raises(ValueError, match="lo <= hi"):
+        clip_interval(0.0, 1.0, -1.0, 1.0, 0.95, "normal")
+
+
+def test_a_tiny_site_at_a_tiny_budget_is_flagged_uninformative():
+    rng = np.random.default_rng(15)
+    d = synth(200, 10, seed=rng)
+    stats = matching_statistics(d.w, d.y, d.x, 10, bound=1.0)
+    plan = plan_matching(
+        "smooth_matching", stats, bound=1.0, epsilon="1/10", delta="1e-5", domain_size=10
+    )
+    s = releases(plan, rng, 1)[0]
+    for iv in (site_bootstrap_interval(s), site_normal_interval(s)):
+        assert iv.uninformative
+        assert (iv.lo, iv.hi) == (-1.0, 1.0)
+        assert -1.0 <= iv.estimate <= 1.0
+
+
+def test_deterministic_given_the_public_fields():
+    rng = np.random.default_rng(16)
+    w, y = _dim_data(rng, 400)
+    plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, arm_sizes_public=True)
+    a, b = releases(plan, rng, 2)
+    one = site_bootstrap_interval(a)
+    assert one == site_bootstrap_interval(a)
+    assert one == site_bootstrap_interval(a.public_fields())  # the published form gives the same
+    assert one != site_bootstrap_interval(a, seed=1)
+    assert one != site_bootstrap_interval(b)
+    both = combined_bootstrap_interval([a, b], "mvagg")
+    assert both == combined_bootstrap_interval([a.public_fields(), b.public_fields()], "mvagg")
+    assert both.lo <= both.estimate <= both.hi
+
+
+@pytest.mark.parametrize("method", sorted(AGGREGATORS_MANY))
+def test_every_combiner_gets_a_bootstrap_interval(method):
+    rng = np.random.default_rng(17)
+    sites = []
+    for n in (300, 600, 900):
+        w, y = _dim_data(rng, n)
+        plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, arm_sizes_public=True)
+        sites += releases(plan, rng, 1)
+    boot = combined_bootstrap_interval(sites, method, draws=2000)
+    normal = combined_normal_interval(sites, method)
+    assert boot.method == "bootstrap" and normal.method == "normal"
+    assert boot.estimate == pytest.approx(normal.estimate)
+    assert boot.lo < boot.estimate < boot.hi
+    assert 0.7 < boot.width / normal.width < 1.5
+
+
+def test_an_unusable_site_stays_out_of_every_draw():
+    rng = np.random.default_rng(18)
+    w, y = _dim_data(rng, 400)
+    plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, arm_sizes_public=True)
+    good, other = releases(plan, rng, 2)
+    bad = dict(other.public_fields(), variance=float("nan"))
+    with_bad = combined_bootstrap_interval([good, bad], "all")
+    alone = combined_bootstrap_interval([good], "all")
+    assert with_bad.estimate == alone.estimate
+    assert with_bad.width == pytest.approx(alone.width, rel=0.05)
+
+
+def test_private_arm_sizes_have_a_model():
+    rng = np.random.default_rng(19)
+    w, y = _dim_data(rng, 400)
+    plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, arm_sizes_public=False)
+    s = releases(plan, rng, 1)[0]
+    iv = site_bootstrap_interval(s)
+    assert iv.lo < iv.estimate < iv.hi
+
+
+def test_a_new_estimator_needs_one_function():
+    fields = {
+        "estimator": "test_gaussian",
+        "tau": 0.2,
+        "variance": 0.01,
+        "n": 100,
+        "epsilon": "1",
+        "delta": "0",
+        "bound": 1.0,
+        "budget_split": ["1"],
+        "diagnostics": {"noise_variance": 0.0064},
+    }
+    with pytest.raises(ValueError, match="register_noise_model"):
+        site_bootstrap_interval(fields)
+
+    @register_noise_model("test_gaussian")
+    def _model(site, rng, reps):
+        return NoiseDraws(
+            np.sqrt(site.noise_variance) * rng.standard_normal(reps), np.full(reps, site.variance)
+        )
+
+    try:
+        iv = site_bootstrap_interval(fields, draws=20_000)
+        assert iv.width == pytest.approx(2 * 1.96 * 0.1, rel=0.03)  # all normal: the z interval
+        assert site_draws(fields, np.random.default_rng(0), 10).noise.shape == (10,)
+    finally:
+        del NOISE_MODELS["test_gaussian"]

@@ -1,0 +1,181 @@
+"""Budget-split presets ("paper", "default"), the binary-outcome difference in means, and the
+spec options that select them (registry, release, spec; docs/results.md, "Budget split presets")."""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpate_core.estimators import difference_in_means
+from dpate_core.inference import site_bootstrap_interval
+from dpate_core.privacy import BudgetSplit, to_float
+from dpate_core.registry import ESTIMATORS, PlanInputs, estimator_of
+from dpate_core.release import draw_many, plan_difference_in_means
+from schemas.spec import SpecError, StudySpec
+
+THIRD = (Fraction(1, 3),) * 3
+
+
+def test_no_split_keeps_the_papers_even_split_and_presets_resolve():
+    smooth = estimator_of("smooth_matching")
+    assert smooth.split(None).shares == THIRD  # the paper's bytes do not change
+    assert smooth.split("paper").shares == THIRD
+    assert smooth.split("default").shares == (Fraction(11, 20), Fraction(3, 20), Fraction(3, 10))
+    glob = estimator_of("global_matching")
+    assert glob.split("default").shares == glob.split(None).shares == (Fraction(1, 2),) * 2
+    adj = estimator_of("adjusted")
+    assert adj.split("default") == adj.split(None)  # its searched split is already its default
+    assert adj.split("paper").shares == THIRD
+    dim = estimator_of("dim")
+    assert dim.split("paper", True).shares == (Fraction(1, 2),) * 2
+    with pytest.raises(ValueError, match=r"one of \['paper', 'default'\]"):
+        smooth.split("best")
+
+
+def test_binary_parts_in_the_registry():
+    dim = ESTIMATORS["dim"]
+    assert dim.part_names(True, binary=True) == ("arm sums",)
+    assert dim.part_names(False, binary=True) == ("arm sums", "treated count")
+    assert dim.n_parts(True) == 2 and dim.n_parts(False) == 3
+    assert dim.split(None, True, binary=True).shares == (Fraction(1),)
+
+
+def _binary(n=4000, seed=0, bound=1.0):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(0, 2, n)
+    y = bound * (rng.random(n) < np.where(w == 1, 0.6, 0.3))
+    return w, y
+
+
+def test_binary_difference_in_means_releases_only_the_sums():
+    w, y = _binary()
+    plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, binary=True)
+    assert [s.name for s in plan.noise] == ["sum_treated", "sum_control"]
+    # the whole budget on the sums: Lap(B / eps), exact and rounded up
+    assert plan.noise[0].scale == to_float(Fraction(1), round_up=True)
+    private = plan_difference_in_means(
+        w, y, bound=1.0, epsilon=1, binary=True, arm_sizes_public=False
+    )
+    assert [s.name for s in private.noise] == ["n_treated", "sum_treated", "sum_control"]
+    assert private.shares == BudgetSplit.even(2)
+    assert private.noise[1].scale == 4.0  # the pair of sums: 2B / eps_1 with eps_1 = 1/2
+    assert private.noise[0].scale == 2.0  # the count: 1 / eps_2 with eps_2 = 1/2
+
+
+def test_binary_variance_is_p_one_minus_p_and_matches_the_general_estimate():
+    w, y = _binary(bound=2.0)
+    exact = difference_in_means(w, y)
+    plan = plan_difference_in_means(w, y, bound=2.0, epsilon=10**9, binary=True)
+    est = plan.estimate({s.name: s.loc for s in plan.noise})  # no noise: the formula itself
+    assert est.tau == pytest.approx(exact.tau, abs=1e-12)
+    assert est.diagnostics["sampling_variance_dp"] == pytest.approx(exact.variance, rel=1e-12)
+    # at eps = 1 the binary mode's tau is less noisy (all the budget on the sums)
+    general = plan_difference_in_means(w, y, bound=2.0, epsilon=1)
+    binary = plan_difference_in_means(w, y, bound=2.0, epsilon=1, binary=True)
+    rng = np.random.default_rng(1)
+    sd_g = np.std(general.assemble(draw_many(general, rng, 4000)).tau)
+    sd_b = np.std(binary.assemble(draw_many(binary, rng, 4000)).tau)
+    assert sd_b < 0.6 * sd_g
+    # the published fields feed the bootstrap model
+    site = binary.estimate({k: float(v[0]) for k, v in draw_many(binary, rng, 1).items()})
+    assert site_bootstrap_interval(site, draws=2000).lo < site.tau
+
+
+def test_binary_refuses_other_values():
+    w, y = _binary()
+    y = y.copy()
+    y[3] = 0.5
+    with pytest.raises(ValueError, match="exactly 0 or B"):
+        plan_difference_in_means(w, y, bound=1.0, epsilon=1, binary=True)
+
+
+def test_plan_inputs_carry_binary_and_variance_mode():
+    w, y = _binary()
+    p = PlanInputs(w, y, np.zeros_like(w), 1, 1.0, estimator_of("dim").cost(_priv()), None, True)
+    assert estimator_of("dim").plan(p).noise[-1].name == "sumsq_control"
+    pb = PlanInputs(w, y, np.zeros_like(w), 1, 1.0, _priv(), (Fraction(1),), True, binary=True)
+    assert [s.name for s in estimator_of("dim").plan(pb).noise] == ["sum_treated", "sum_control"]
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 4, w.size)
+    pm = PlanInputs(w, y, x, 4, 1.0, _priv(Fraction(1, 10**5)), None, variance="stratified")
+    names = [s.name for s in estimator_of("smooth_matching").plan(pm).noise]
+    assert names == ["tau", "variance_counts", "variance_sums", "variance_squares",
+                     "log_smooth_sensitivity"]  # fmt: skip
+
+
+def _priv(delta=Fraction(0)):
+    from dpate_core.privacy import PrivacyParams
+
+    return PrivacyParams(Fraction(1), delta)
+
+
+BASE = {
+    "study_id": "s",
+    "design": "randomized",
+    "estimator": "dim",
+    "arm_sizes_public": True,
+    "treatment": {"column": "w"},
+    "outcome": {"column": "y", "bound": 1.0},
+    "sites": [
+        {"id": "a", "data": "a.csv", "epsilon": "1", "lifetime_cap": {"epsilon": "10"}},
+    ],
+}
+
+
+def _spec(**changes):
+    d = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        target = d
+        *path, last = key.split(".")
+        for p in path:
+            target = target[int(p)] if isinstance(target, list) else target[p]
+        target[last] = value
+    return StudySpec.from_dict(d)
+
+
+def test_spec_presets_binary_and_variance():
+    plain = _spec()
+    assert "binary" not in plain.canonical_dict()["outcome"]  # old specs hash as before
+    assert "variance" not in plain.canonical_dict()
+    assert plain.budget_split("a").shares == (Fraction(1, 2),) * 2
+    binary = _spec(**{"outcome.binary": True})
+    assert binary.release_parts == 1
+    assert binary.budget_split("a").shares == (Fraction(1),)
+    assert binary.spec_hash != plain.spec_hash
+    paper = _spec(**{"sites.0.budget_split": "paper"})
+    assert paper.budget_split("a").shares == (Fraction(1, 2),) * 2
+    with pytest.raises(SpecError, match="budget_split"):
+        _spec(**{"sites.0.budget_split": "best"})
+    with pytest.raises(SpecError, match="variance"):
+        _spec(variance="stratified")
+    with pytest.raises(SpecError, match=r"budget_split has 2 shares"):
+        _spec(**{"outcome.binary": True, "sites.0.budget_split": ["1/2", "1/2"]})
+    with pytest.raises(SpecError, match="two values"):
+        _spec(**{"outcome.binary": True, "outcome.labels": {"Yes": 1, "Maybe": 0.5}})
+
+
+def test_spec_matching_options():
+    obs = {
+        "design": "observational",
+        "estimator": "smooth_matching",
+        "covariates": [{"column": "x", "kind": "categorical", "levels": ["u", "v"]}],
+    }
+    d = copy.deepcopy(BASE)
+    d.pop("arm_sizes_public")
+    d.update(obs)
+    d["sites"][0]["delta"] = "1e-5"
+    d["sites"][0]["lifetime_cap"] = {"epsilon": "10", "delta": "1e-4"}
+    spec = StudySpec.from_dict(d)
+    assert spec.variance_mode == "appendix"
+    assert spec.budget_split("a").shares == THIRD
+    d["variance"] = "stratified"
+    d["sites"][0]["budget_split"] = "default"
+    spec = StudySpec.from_dict(d)
+    assert spec.variance_mode == "stratified"
+    assert spec.budget_split("a").shares == (Fraction(11, 20), Fraction(3, 20), Fraction(3, 10))
+    d["outcome"]["binary"] = True
+    with pytest.raises(SpecError, match=r"outcome\.binary"):
+        StudySpec.from_dict(d)
