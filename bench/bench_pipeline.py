@@ -125,6 +125,15 @@ def bench_study(tmp: Path, records: int) -> None:
     )
     t = time.perf_counter()
     spec = str(write_demo_study(tmp / "study", 11, sites))
+    # the sites' own configuration; ledgers are created explicitly (docs/ledger.md)
+    from dpate_core.privacy import PrivacyParams
+    from tasks.ledger import PrivacyLedger
+
+    os.environ["DPATE_LEDGER_URL"] = f"sqlite:///{tmp / 'study' / 'ledgers'}/{{site}}.sqlite"
+    os.environ["DPATE_SITE_LOG"] = str(tmp / "study" / "logs" / "{site}.log")
+    for s in sites:
+        url = os.environ["DPATE_LEDGER_URL"].replace("{site}", s.id)
+        PrivacyLedger.init(url, s.id, PrivacyParams.of(s.cap, "1e-4")).close()
     print(
         f"\nstudy: 3 sites x {records:,} records (writing the Parquet files: "
         f"{time.perf_counter() - t:.1f} s)"

@@ -19,7 +19,7 @@ from tasks.aggregate import (
 )
 
 
-@flow(name="aggregate-study", flow_run_name="aggregate", persist_result=False)
+@flow(name="aggregate-study", flow_run_name="aggregate-round-{round}", persist_result=False)
 def aggregate_study(
     spec: str, round: str | None = None, storage_url: str | None = None
 ) -> dict[str, Any]:

@@ -7,9 +7,12 @@ first run's database migrations, Prefect's console logs at WARNING (``--verbose`
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +20,50 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.cli_check import check
 from flows.cli_data import data_app
+from flows.cli_errors import (
+    DEBUG,
+    CliGroup,
+    ExitCode,
+    classify,
+    print_failures,
+    quiet_prefect_console,
+    summary_code,
+)
 from flows.cli_experiments import experiments
+from flows.cli_plan import plan
+from flows.cli_site import anchor_check, site_app
+from schemas.result import interval_text
 
-app = typer.Typer(help="Differentially private multi-site ATE estimation.", no_args_is_help=True)
+app = typer.Typer(
+    help="Differentially private multi-site ATE estimation.", no_args_is_help=True, cls=CliGroup
+)
 ledger_app = typer.Typer(help="The site's privacy ledger: spend, audit, cap.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
 console = Console()
 app.add_typer(data_app, name="data")
 app.command("experiments")(experiments)
+app.command("plan")(plan)
+app.command("check")(check)
+app.add_typer(site_app, name="site")  # dpate site keygen (flows.cli_site)
+ledger_app.command("anchor-check")(anchor_check)
 err = Console(stderr=True)
 
 
 @app.callback()
-def main() -> None:
-    """Differentially private multi-site ATE estimation."""
+def main(
+    debug: bool = typer.Option(
+        False, "--debug", help="show Prefect's logs and the traceback of an unexpected error"
+    ),
+) -> None:
+    """Differentially private multi-site ATE estimation.
+
+    Errors end with one short message and an exit code naming the cause: 3 spec, 4 site data,
+    5 ledger, 6 report, 7 storage, 8 site settings, 10 partial result, 11 sites failed for
+    different causes, 1 unexpected (docs/pipeline.md, "Checking before spending, and exit
+    codes")."""
+    DEBUG["on"] = debug or os.environ.get("DPATE_DEBUG", "").strip() in ("1", "true", "yes")
 
 
 def _prefect_env(verbose: bool = False) -> None:
@@ -43,9 +75,10 @@ def _prefect_env(verbose: bool = False) -> None:
         # the embedded server: no automations, no event feed, no vacuum (fewer SQLite writers)
         for service in ("EVENT_PERSISTER", "TRIGGERS", "DB_VACUUM"):
             os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
-    if not verbose:
+    if not (verbose or DEBUG["on"]):
         for handler in ("CONSOLE", "CONSOLE_FLOW_RUNS"):
             os.environ.setdefault(f"PREFECT_LOGGING_HANDLERS_{handler}_LEVEL", "WARNING")
+        quiet_prefect_console()  # Prefect's console output to a log file, not stderr
 
 
 def _fail(exc: BaseException, code: int = 1) -> typer.Exit:
@@ -63,14 +96,13 @@ def _sites_table(result: dict[str, Any], runs: list[dict[str, Any]] | None = Non
     errors = {r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")}
     for s in result["sites"]:
         if "tau" in s:
-            a, b = s["ci95"]
             table.add_row(
                 s["site_id"],
                 str(s["n"]),
                 s["epsilon"],
                 s["delta"],
                 f"{s['tau']:.4f}",
-                f"{a:.4f} to {b:.4f}",
+                interval_text(s),
                 s["status"].replace("_", " "),
             )
         else:
@@ -90,51 +122,129 @@ def _sites_table(result: dict[str, Any], runs: list[dict[str, Any]] | None = Non
 
 def _print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
     console.print(_sites_table(result, runs))
-    lo, hi = result["ci95"]
     used = ", ".join(s["site_id"] for s in result["sites"] if s["status"] == "used")
     console.print(
         f"[bold]{result['aggregator']} estimate {result['estimate']:.4f}[/bold] "
-        f"(95% CI {lo:.4f} to {hi:.4f}; variance {result['variance']:.3g}); sites used: {used}"
+        f"(95% CI {interval_text(result)}; variance {result['variance']:.3g}); sites used: {used}"
     )
+    if result.get("uninformative"):
+        console.print(
+            "[yellow]the combined interval is wider than the outcome's whole range: the study "
+            "cannot answer its question at this budget (see `dpate plan`)[/yellow]"
+        )
     if "uri" in result:
         console.print(f"result: {result['uri']}")
 
 
-def _print_site_failures(runs: list[dict[str, Any]]) -> None:
-    for r in runs:
-        if not r.get("ok"):
-            err.print(f"[yellow]site {r['site_id']} failed:[/yellow] {r['error']}", highlight=False)
+def _print_site_failures(runs: list[dict[str, Any]]) -> int:
+    """Each failed site's cause, one short block each, on stderr; returns how many failed."""
+    failures = [classify(r.get("error") or "", r["site_id"]) for r in runs if not r.get("ok")]
+    print_failures(failures, err)
+    return len(failures)
 
 
 # -- running studies --------------------------------------------------------------------------
 
 
-def _run_study(
-    spec: str, round: str | None, storage: str | None, ledger: str | None, verbose: bool
-) -> dict[str, Any]:
+@contextmanager
+def _site_settings(**values: str | None):
+    """The local operator's options (``--ledger``, ``--data``, ``--storage``) as this process's
+    site configuration (``DPATE_LEDGER_URL`` ...) for the duration of a command; the flows read
+    nothing else (tasks/settings.py). Restored afterwards."""
+    names = {
+        "ledger": "DPATE_LEDGER_URL",
+        "data": "DPATE_DATA_PATH",
+        "storage": "DPATE_STORAGE_URL",
+        "log": "DPATE_SITE_LOG",
+    }
+    saved = {env: os.environ.get(env) for env in names.values()}
+    try:
+        for key, value in values.items():
+            if value:
+                os.environ[names[key]] = value
+        yield
+    finally:
+        for env, old in saved.items():
+            if old is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = old
+
+
+def _init_ledgers(spec: str) -> None:
+    """Create each site's ledger (where the site configuration puts it) with the spec's lifetime
+    cap, unless it exists; an existing ledger keeps its recorded cap (a different one is refused
+    at the release, CapMismatchError)."""
+    from tasks.ledger import LedgerError, PrivacyLedger, ledger_exists
+    from tasks.settings import site_ledger_url
+
+    try:
+        study = _load_spec(spec)
+        for site in study.sites:
+            url = site_ledger_url(site.id, study.study_id)
+            if ledger_exists(url):
+                continue
+            cap = site.lifetime_cap.params
+            PrivacyLedger.init(url, site.id, cap, reason=f"dpate run --init-ledgers {spec}").close()
+            console.print(
+                f"site {site.id}: ledger created at {url}, lifetime cap epsilon {cap.epsilon}, "
+                f"delta {cap.delta}",
+                soft_wrap=True,
+            )
+    except (LedgerError, ValueError) as exc:
+        raise _fail(exc) from None
+
+
+def _load_spec(spec: str):
+    from tasks.settings import load_study_spec
+
+    return load_study_spec(spec)
+
+
+def _run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
+    _load_spec(spec)  # a spec error ends the command here, before Prefect starts
     _prefect_env(verbose)
     with console.status("starting Prefect and running the study flow ...", spinner="dots"):
         from flows.study import state_error, state_output, study
 
-        state = study(
-            spec=spec, round=round, storage_url=storage, ledger_url=ledger, return_state=True
-        )
+        state = study(spec=spec, round=round, return_state=True)
     if not state.is_completed():
-        raise _fail(RuntimeError(state_error(state)))
-    return state_output(state, lambda: _study_from_storage(spec, round, storage, ledger))
+        raise _study_failed(state_error(state), _sites_of_failed_run(state))
+    return state_output(state, lambda: _study_from_storage(spec, round))
 
 
-def _study_from_storage(spec: str, round: str | None, storage: str | None, ledger: str | None):
+def _sites_of_failed_run(state: Any) -> list[dict[str, Any]]:
+    """The per-site outcomes a failed study run carries (flows.study; public messages)."""
+    try:
+        exc = state.result(raise_on_failure=False)
+    except Exception:  # no result held in this process: the study's message is all we have
+        return []
+    return list(getattr(exc, "sites", None) or [])
+
+
+_INNER_TYPE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception): ")
+
+
+def _study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
+    """One line for the study, then each failed site's cause; the exit code names the cause
+    (the sites' common cause, or SITES_FAILED when they differ)."""
+    study = classify(error)
+    study = type(study)(None, "study failed", _INNER_TYPE.sub("", study.message), study.code)
+    failures = [classify(r.get("error") or "", r["site_id"]) for r in sites if not r.get("ok")]
+    print_failures([study, *failures], err)
+    return typer.Exit(int(summary_code(failures) if failures else study.code))
+
+
+def _study_from_storage(spec: str, round: str | None):
     from tasks.aggregate import published_result
     from tasks.settings import resolve_site, resolve_study
     from tasks.site import published_site
 
-    ctx = resolve_study(spec, round, storage)
+    ctx = resolve_study(spec, round)
     sites = []
     for site in ctx.site_ids:
         try:
-            s_ctx = resolve_site(spec, site, round, None, ledger, storage)
-            sites.append({"ok": True, **published_site(s_ctx)})
+            sites.append({"ok": True, **published_site(resolve_site(spec, site, round))})
         except FileNotFoundError as exc:
             sites.append({"site_id": site, "ok": False, "error": str(exc)})
     found = published_result(ctx)
@@ -155,14 +265,24 @@ def demo(
 
     SmoothDPMatching at each site (its own ledger, budget and size), MVAgg on the reports, an
     HTML report with a forest plot. Re-running it spends nothing: the releases are recorded.
+    Each site's ledger is created under the folder (``<out>/ledgers/<site>.sqlite``, with the
+    spec's lifetime cap) when absent; the operator logs go to ``<out>/logs/<site>.log``.
     """
     from flows.demo import TRUE_ATE, write_demo_study
 
     t0 = time.perf_counter()
-    spec = write_demo_study(out.resolve(), seed)
+    root = out.resolve()
+    spec = write_demo_study(root, seed)
     console.print(f"demo study written to {out}/ (spec {spec.name}, 3 sites' records)")
-    output = _run_study(str(spec), None, None, None, verbose)
-    _print_site_failures(output["sites"])
+    with _site_settings(
+        ledger=str(root / "ledgers" / "{site}.sqlite"),
+        storage=str(root / "published"),
+        log=str(root / "logs" / "{site}.log"),
+    ):
+        _init_ledgers(str(spec))
+        output = _run_study(str(spec), None, verbose)
+        html_path = _write_report(str(spec), None, None, out / "report.html")
+    failed = _print_site_failures(output["sites"])
     result = output["result"]
     _print_result(result, output["sites"])
     again = [r["site_id"] for r in output["sites"] if r.get("status") == "unchanged"]
@@ -171,11 +291,13 @@ def demo(
             f"(already released earlier, re-published from the ledgers, nothing spent: "
             f"{', '.join(again)})"
         )
-    html_path = _write_report(str(spec), None, None, out / "report.html")
     console.print(
         f"true ATE of the synthetic data: {TRUE_ATE}. Report: {html_path}. "
         f"Took {time.perf_counter() - t0:.1f} s."
     )
+    if failed:
+        err.print("partial result: the study was aggregated without the failed site(s) above")
+        raise typer.Exit(int(ExitCode.PARTIAL))
 
 
 @app.command("run")
@@ -183,15 +305,32 @@ def run_cmd(
     spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
     round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
     storage: str = typer.Option(
-        None, help="publication root URL (default: DPATE_STORAGE_URL or the spec's 'reports')"
+        None, help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')"
     ),
-    ledger: str = typer.Option(None, help="ledger URL for every site; may contain {site}"),
+    ledger: str = typer.Option(
+        None,
+        help="ledger URL for every site, may contain {site} (sets DPATE_LEDGER_URL; default "
+        "$DPATE_HOME/ledgers/<site>.sqlite)",
+    ),
+    init_ledgers: bool = typer.Option(
+        False,
+        "--init-ledgers",
+        help="create each missing site ledger first, pinning the spec's lifetime cap",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run a whole study here: every site's release (in parallel), then the aggregation."""
-    output = _run_study(spec, round, storage, ledger, verbose)
-    _print_site_failures(output["sites"])
+    """Run a whole study here: every site's release (in parallel), then the aggregation.
+
+    This machine is every site: its options are the sites' own configuration. A site's ledger
+    must exist (``dpate ledger init``, or ``--init-ledgers``)."""
+    with _site_settings(ledger=ledger, storage=storage):
+        if init_ledgers:
+            _init_ledgers(spec)
+        output = _run_study(spec, round, verbose)
     _print_result(output["result"], output["sites"])
+    if _print_site_failures(output["sites"]):
+        err.print("partial result: the study was aggregated without the failed site(s) above")
+        raise typer.Exit(int(ExitCode.PARTIAL))
 
 
 @app.command("site-release")
@@ -199,22 +338,35 @@ def site_release_cmd(
     spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
     site: str = typer.Option(..., "--site", help="this site's id in the spec"),
     round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
-    data: str = typer.Option(None, help="the site's data (default: DPATE_DATA_PATH or the spec)"),
+    data: str = typer.Option(
+        None,
+        help="the site's data (sets DPATE_DATA_PATH; default: the spec's, if relative and "
+        "inside the spec's folder)",
+    ),
     ledger: str = typer.Option(
         None,
-        help="ledger URL (default: DPATE_LEDGER_URL, the spec, or <spec dir>/ledgers/<site>.sqlite)",
+        help="ledger URL (sets DPATE_LEDGER_URL; default $DPATE_HOME/ledgers/<site>.sqlite); "
+        "it must exist (dpate ledger init)",
     ),
-    storage: str = typer.Option(None, help="publication root URL"),
+    storage: str = typer.Option(
+        None, help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')"
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """One site's release: validate, reserve budget, draw once, commit, publish."""
+    _load_spec(spec).site(site)  # spec error or unknown site: ends here, before Prefect starts
     _prefect_env(verbose)
-    with console.status(f"releasing site {site} ...", spinner="dots"):
+    with (
+        _site_settings(ledger=ledger, data=data, storage=storage),
+        console.status(f"releasing site {site} ...", spinner="dots"),
+    ):
         from flows.study import release_one_site
 
-        r = release_one_site(spec, site, round, data, ledger, storage)
+        r = release_one_site(spec, site, round)
     if not r["ok"]:
-        raise _fail(RuntimeError(r["error"]))
+        failure = classify(r["error"], site)
+        print_failures([failure], err)
+        raise typer.Exit(int(failure.code))
     verb = "published" if r["status"] == "written" else "already published (recorded release)"
     console.print(
         f"site {site}: tau {r['tau']:.4f}, variance {r['variance']:.3g}, N {r['n']}, "
@@ -230,6 +382,7 @@ def aggregate_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Combine the published site reports of a round (the server's step)."""
+    _load_spec(spec)  # a spec error ends the command here, before Prefect starts
     _prefect_env(verbose)
     with console.status("aggregating ...", spinner="dots"):
         from flows.aggregate import aggregate_study
@@ -240,7 +393,9 @@ def aggregate_cmd(
     from tasks.settings import resolve_study
 
     if not state.is_completed():
-        raise _fail(RuntimeError(state_error(state)))
+        failure = classify(state_error(state))
+        print_failures([failure], err)
+        raise typer.Exit(int(failure.code))
 
     def from_storage() -> dict[str, Any]:
         uri, doc = published_result(resolve_study(spec, round, storage)) or ("", {})
@@ -263,14 +418,18 @@ def _write_report(spec: str, round: str | None, storage: str | None, out: Path) 
             RuntimeError(
                 f"no result of study {ctx.study_id} round {ctx.round} is published under "
                 f"{ctx.storage_url}: run `dpate aggregate {spec}` first"
-            )
+            ),
+            int(ExitCode.REPORT),
         )
     uri, result = found
     spends = {}
     for site in ctx.site_ids:
-        spends[site] = _local_spend(
-            resolve_site(spec, site, round, None, None, storage).ledger_url, site
-        )
+        try:
+            url = resolve_site(spec, site, round).ledger_url
+        except (ValueError, KeyError):  # no ledger configured here: not this machine's site
+            spends[site] = None
+            continue
+        spends[site] = _local_spend(url, site)
     from tasks.report import render_html
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -280,13 +439,8 @@ def _write_report(spec: str, round: str | None, storage: str | None, out: Path) 
 
 def _local_spend(url: str, site: str):
     """The site's lifetime spend when its ledger is reachable from here (never created)."""
-    from sqlalchemy.engine import make_url
-
     from tasks.ledger import LedgerError, PrivacyLedger
 
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite" and not (u.database and Path(u.database).exists()):
-        return None
     try:
         with PrivacyLedger(url) as led:
             return led.spend(site)
@@ -302,6 +456,7 @@ def report_cmd(
     out: Path = typer.Option(Path("dpate-report.html"), "--out", "-o", help="HTML file to write"),  # noqa: B008
 ) -> None:
     """A self-contained HTML report: forest plot, chosen sites, estimate and CI, privacy spend."""
+    _load_spec(spec)  # a spec error ends the command here with its own exit code
     path = _write_report(spec, round, storage, out)
     console.print(f"report written: {path}")
 
@@ -309,40 +464,107 @@ def report_cmd(
 # -- the ledger -------------------------------------------------------------------------------
 
 
-def _ledger_url(site: str | None, ledger: str | None, spec: str | None) -> str:
-    from tasks.settings import resolve_site
+def _ledger_url(site: str | None, ledger: str | None) -> str:
+    """``--ledger``, else the site's configuration (DPATE_LEDGER_URL or DPATE_SITE_CONFIG's
+    ``ledger``), else the site's default ``$DPATE_HOME/ledgers/<site>.sqlite``."""
+    from tasks.ledger import as_sqlalchemy_url
+    from tasks.settings import site_ledger_url
 
     if ledger:
-        return ledger.replace("{site}", site or "")
-    if spec:
-        if not site:
-            raise _fail(ValueError("give the site (SITE argument) to find its ledger in the spec"))
-        return resolve_site(spec, site).ledger_url
-    env = os.environ.get("DPATE_LEDGER_URL")
-    if env:
-        return env.replace("{site}", site or "")
-    raise _fail(
-        ValueError("say which ledger: --ledger URL, --spec STUDY.toml, or DPATE_LEDGER_URL")
+        return as_sqlalchemy_url(ledger.replace("{site}", site or ""))
+    if site:
+        try:
+            return site_ledger_url(site, "{study}")
+        except ValueError as exc:
+            raise _fail(exc) from None
+    raise _fail(ValueError("say which ledger: SITE (its configured ledger) or --ledger URL"))
+
+
+def _open(url: str, site: str | None):
+    from tasks.ledger import LedgerError, PrivacyLedger
+
+    try:
+        return PrivacyLedger(url, site=site)
+    except LedgerError as exc:
+        raise _fail(exc) from None
+
+
+def _plain(text: str) -> None:
+    """Print without wrapping (hashes and ids are copied whole)."""
+    console.print(text, soft_wrap=True, highlight=False, markup=False)
+
+
+_LEDGER_OPT = typer.Option(
+    None,
+    "--ledger",
+    help="ledger URL (SQLAlchemy) or SQLite path (default: the site's DPATE_LEDGER_URL, site "
+    "config, or $DPATE_HOME/ledgers/<site>.sqlite)",
+)
+_JSON_OPT = typer.Option(False, "--json", help="machine-readable output")
+
+
+@ledger_app.command("init")
+def ledger_init(
+    site: str = typer.Argument(..., help="site id"),
+    epsilon: str = typer.Option(..., help="lifetime epsilon cap (exact, e.g. '5' or '7/2')"),
+    delta: str = typer.Option(..., help="lifetime delta cap (e.g. '1e-4')"),
+    ledger: str = _LEDGER_OPT,
+    reason: str = typer.Option(
+        "initial lifetime cap (dpate ledger init)", help="kept in the ledger for auditors"
+    ),
+) -> None:
+    """Create the site's ledger and pin its lifetime cap (a CAP event). The only way a ledger
+    is created; running it again with the same cap changes nothing."""
+    from dpate_core.privacy import PrivacyParams
+    from tasks.ledger import LedgerError, PrivacyLedger
+
+    url = _ledger_url(site, ledger)
+    try:
+        cap = PrivacyParams.of(epsilon, delta)
+        with PrivacyLedger.init(url, site, cap, reason=reason) as led:
+            s = led.spend(site)
+    except (TypeError, ValueError, LedgerError) as exc:
+        raise _fail(exc) from None
+    _plain(
+        f"site {site}: ledger {url}: lifetime cap epsilon {cap.epsilon}, delta {cap.delta} "
+        f"(spent epsilon {s.spent.epsilon}, delta {s.spent.delta})"
     )
 
 
-_LEDGER_OPT = typer.Option(None, "--ledger", help="ledger URL (SQLAlchemy) or SQLite path")
-_SPEC_OPT = typer.Option(None, "--spec", help="study spec to find the site's ledger in")
+def _pair(p) -> dict[str, str] | None:
+    return None if p is None else {"epsilon": str(p.epsilon), "delta": str(p.delta)}
 
 
 @ledger_app.command("show")
 def ledger_show(
     site: str = typer.Argument(..., help="site id"),
     ledger: str = _LEDGER_OPT,
-    spec: str = _SPEC_OPT,
+    as_json: bool = _JSON_OPT,
 ) -> None:
     """The site's lifetime cap, spend per study and remaining budget (exact)."""
-    from tasks.ledger import PrivacyLedger
-
-    with PrivacyLedger(_ledger_url(site, ledger, spec)) as led:
+    url = _ledger_url(site, ledger)
+    with _open(url, site) as led:
         s = led.spend(site)
+    if as_json:
+        doc = {
+            "site_id": site,
+            "ledger": url,
+            "cap": _pair(s.cap),
+            "spent": _pair(s.spent),
+            "remaining": _pair(s.remaining),
+            "studies": {
+                study: {
+                    **(_pair(p) or {}),
+                    "reserved": s.releases.get(study, (0, 0))[0],
+                    "committed": s.releases.get(study, (0, 0))[1],
+                }
+                for study, p in sorted(s.per_study.items())
+            },
+        }
+        print(json.dumps(doc, indent=2))
+        return
     if s.cap is None and not s.per_study:
-        console.print(f"site {site}: no events in this ledger")
+        _plain(f"site {site}: no events in the ledger at {url}")
         return
     table = Table(title=f"privacy ledger of site {site}")
     for col in ("study", "epsilon spent", "delta spent", "releases reserved", "committed"):
@@ -353,7 +575,7 @@ def ledger_show(
     table.add_row("[b]total[/b]", str(s.spent.epsilon), str(s.spent.delta), "", "")
     console.print(table)
     if s.cap is not None and s.remaining is not None:
-        console.print(
+        _plain(
             f"lifetime cap: epsilon {s.cap.epsilon}, delta {s.cap.delta}; remaining: "
             f"epsilon {s.remaining.epsilon} (~{float(s.remaining.epsilon):.4g}), "
             f"delta {s.remaining.delta}"
@@ -362,25 +584,41 @@ def ledger_show(
 
 @ledger_app.command("verify")
 def ledger_verify(
-    site: str = typer.Argument(None, help="site id (to find its ledger through --spec)"),
+    site: str = typer.Argument(None, help="site id (to find its configured ledger)"),
     ledger: str = _LEDGER_OPT,
-    spec: str = _SPEC_OPT,
     expect_head: str = typer.Option(
         None, help="a head hash noted earlier (detects removed last rows)"
     ),
+    as_json: bool = _JSON_OPT,
 ) -> None:
     """Recompute the hash chain and the budget rules; exit 1 on any problem."""
-    from tasks.ledger import PrivacyLedger
-
-    with PrivacyLedger(_ledger_url(site, ledger, spec)) as led:
+    url = _ledger_url(site, ledger)
+    with _open(url, site) as led:
         report = led.verify(expect_head=expect_head)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ledger": url,
+                    "ok": report.ok,
+                    "rows": report.rows,
+                    "head_hash": report.head_hash,
+                    "problems": report.problems,
+                },
+                indent=2,
+            )
+        )
+        if not report.ok:
+            raise typer.Exit(1)
+        return
     if report.ok:
-        console.print(f"ledger OK: {report.rows} rows, head {report.head_hash}")
+        _plain(f"ledger OK: {report.rows} rows, head {report.head_hash}")
         return
     for p in report.problems:
-        err.print(f"[red]{p}[/red]", highlight=False)
+        err.print(p, style="red", soft_wrap=True, highlight=False, markup=False)
     err.print(
-        f"ledger FAILED verification: {len(report.problems)} problem(s) in {report.rows} rows"
+        f"ledger FAILED verification: {len(report.problems)} problem(s) in {report.rows} rows",
+        soft_wrap=True,
     )
     raise typer.Exit(1)
 
@@ -392,20 +630,22 @@ def ledger_set_cap(
     delta: str = typer.Option(..., help="new lifetime delta cap (e.g. '1e-4')"),
     reason: str = typer.Option(..., help="why (kept in the ledger for auditors)"),
     ledger: str = _LEDGER_OPT,
-    spec: str = _SPEC_OPT,
 ) -> None:
     """Record a new lifetime cap for the site (an explicit, audited CAP event)."""
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import PrivacyLedger
+    from tasks.ledger import LedgerError
 
     try:
         cap = PrivacyParams.of(epsilon, delta)
     except (TypeError, ValueError) as exc:
         raise _fail(exc) from None
-    with PrivacyLedger(_ledger_url(site, ledger, spec)) as led:
-        led.set_cap(site, cap, reason)
+    with _open(_ledger_url(site, ledger), site) as led:
+        try:
+            led.set_cap(site, cap, reason)
+        except LedgerError as exc:
+            raise _fail(exc) from None
         s = led.spend(site)
-    console.print(
+    _plain(
         f"site {site}: lifetime cap now epsilon {cap.epsilon}, delta {cap.delta} "
         f"(spent epsilon {s.spent.epsilon}, delta {s.spent.delta})"
     )

@@ -1,4 +1,11 @@
-"""``dpate data``: the paper's data sets and their site splits.
+"""``dpate data``: the paper's data sets, how to get them, and their site splits.
+
+``dpate data fetch [NAME...] [--from DIR] [--dest DIR]`` downloads the public data sets (ist, star,
+ihdp, lalonde; default all) from their original sources, checks each file's pinned sha256 and stores
+them in the data directory (``$DPATE_DATA_DIR``, else ``$XDG_DATA_HOME/dpate/data``, else
+``~/.local/share/dpate/data``; ``--dest`` overrides it). ``--from DIR`` copies from a local mirror
+with the same layout (``DIR/<name>/<file>``) instead of the network. A file with another checksum is
+refused and nothing of its data set is written (:mod:`schemas.fetch`).
 
 ``dpate data describe NAME [--split S] [--sites J] [--seed K]`` prints N, N_t, N_c and |X| for a
 data set (ist, star, ihdp, lalonde, synth) and the sizes of each site under a split:
@@ -14,12 +21,58 @@ private records.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 from rich.console import Console
 from rich.table import Table
 
-data_app = typer.Typer(help="The paper's data sets and site splits.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="The paper's data sets: fetch them, describe them and their site splits.",
+    no_args_is_help=True,
+)
 console = Console()
+
+
+@data_app.command("fetch")
+def fetch(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="NAME", help="data sets to fetch: ist, star, ihdp, lalonde (default: all four)"
+        ),
+    ] = None,
+    mirror: Annotated[
+        Path | None,
+        typer.Option(
+            "--from", help="copy from a local mirror DIR/<name>/<file> instead of downloading"
+        ),
+    ] = None,
+    dest: Annotated[
+        Path | None,
+        typer.Option(help="where to store them (default: the data directory the loaders read)"),
+    ] = None,
+) -> None:
+    """Download (or copy from --from DIR) the public data sets, verify their sha256, store them."""
+    from schemas.datasets import data_dir
+    from schemas.fetch import FetchError, fetch_datasets
+
+    target = dest if dest is not None else data_dir()
+    if mirror is not None and not mirror.is_dir():
+        console.print(f"[red]--from {mirror} is not a folder[/red]")
+        raise typer.Exit(2)
+    try:
+        done = fetch_datasets(names, target, mirror=mirror)
+    except (FetchError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    table = Table(title=f"data directory: {target}")
+    for col in ("data set", "file", "sha256", "status"):
+        table.add_column(col)
+    for f in done:
+        table.add_row(f.dataset, f.name, "verified", f.status)
+    console.print(table)
 
 
 @data_app.command("describe")

@@ -40,7 +40,13 @@ def experiments(
         options["reps"] = reps
         options["splits"] = min(base.splits, reps)  # at least one repetition per split
     settings = type(base)(**{**base.__dict__, **options})
-    result = run_experiments(settings, out)
+    from schemas.datasets import DataUnavailableError
+
+    try:
+        result = run_experiments(settings, out)
+    except DataUnavailableError as exc:  # a fresh clone: the one command that gets the data
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     table = Table(title="The paper's claims, this run")
     for col in ("claim", "reproduced", "numbers"):
         table.add_column(col, overflow="fold")

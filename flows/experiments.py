@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from dpate_core.adjusted import cell_statistics, plan_adjusted_from_statistics
+from dpate_core.aggregators import aggregator_of
 from dpate_core.estimators import difference_in_means, matching_statistics
-from dpate_core.release import plan_difference_in_means, plan_matching
+from dpate_core.release import draw_many, plan_difference_in_means, plan_matching
 from dpate_core.sensitivity import (
     matching_global_sensitivity,
     matching_local_sensitivity_bound,
@@ -49,29 +51,33 @@ __all__ = [
     "Claim",
     "ExperimentSettings",
     "Split",
+    "coverage_markdown",
+    "coverage_study",
     "evaluate_claims",
     "paper_literal_smooth_sensitivity",
     "run_experiments",
     "run_split",
+    "search_budget_split",
     "sensitivity_curves",
+    "split_search_markdown",
+    "variance_markdown",
+    "variance_ratio_study",
 ]
 
 ALPHAS: tuple[Fraction, ...] = tuple(Fraction(a) for a in ("1/8", "1/4", "1/2", "1", "2", "4", "8"))
 THREE_SITE_PROPORTIONS: tuple[tuple[int, ...], ...] = ((1, 1, 1), (3, 2, 1), (9, 9, 2), (18, 1, 1))
 DELTA = Fraction(1, 100_000)
+#: the paper's three combiners and the two meta-analysis ones (dpate_core/aggregators.py)
 AGGREGATORS = ("mvagg", "all", "largest", "inverse_variance", "random_effects")
-AGGREGATOR_LABELS = {
-    "mvagg": "MVAgg",
-    "all": "AggAll",
-    "largest": "AggLargest",
-    "inverse_variance": "Inverse variance",
-    "random_effects": "Random effects (DL)",
-}
+AGGREGATOR_LABELS = {a: aggregator_of(a).label for a in AGGREGATORS}
 ESTIMATOR_LABELS = {
     "dim": "DP difference in means",
     "smooth_matching": "SmoothDPMatching",
     "global_matching": "GlobalDPMatching",
+    "adjusted": "DP subclassification (adjusted)",
 }
+#: the paper's mechanisms: the paper's claims are checked on these only
+PAPER_ESTIMATORS = ("dim", "smooth_matching", "global_matching")
 TABLE_COLUMNS = (
     "dataset",
     "J",
@@ -167,6 +173,21 @@ class ExperimentSettings:
     sens_imbalances: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
     sens_seeds: int = 5
     figures: bool = True
+    #: the coverage study (coverage.csv / coverage.md): releases per point (normal intervals,
+    #: vectorised), data draws they are spread over, releases per point given bootstrap
+    #: intervals, and draws per bootstrap; None scales with ``reps`` (20 reps, reps, reps / 10)
+    coverage: bool = True
+    coverage_reps: int | None = None
+    coverage_data: int | None = None
+    coverage_boot: int | None = None
+    coverage_boot_draws: int = 1000
+
+    def coverage_sizes(self) -> tuple[int, int, int]:
+        """``(releases, data draws, bootstrapped releases)`` per coverage point."""
+        reps = self.coverage_reps if self.coverage_reps is not None else 20 * self.reps
+        data = self.coverage_data if self.coverage_data is not None else self.reps
+        boot = self.coverage_boot if self.coverage_boot is not None else max(1, self.reps // 10)
+        return reps, max(1, min(data, reps)), boot
 
     @classmethod
     def quick(cls, **kw: Any) -> ExperimentSettings:
@@ -176,6 +197,10 @@ class ExperimentSettings:
             sens_sizes=(1_000, 5_000, 20_000, 100_000, 200_000),
             sens_imbalances=(0.0, 1.0, 4.0, 8.0),
             sens_seeds=2,
+            coverage_reps=300,
+            coverage_data=10,
+            coverage_boot=6,
+            coverage_boot_draws=400,
         )
         return replace(base, **kw)
 
@@ -240,6 +265,11 @@ def paper_literal_smooth_sensitivity(
 
 
 def _site_plans(split: Split, estimator: str, epsilons: Sequence[Fraction], delta, stats):
+    if estimator == "adjusted":
+        return [
+            plan_adjusted_from_statistics(st, epsilon=e, delta=delta)
+            for st, e in zip(stats[0], epsilons, strict=True)
+        ]
     if estimator == "dim":
         return [
             plan_difference_in_means(s.w, s.y, bound=split.bound, epsilon=e, delta=delta)
@@ -260,10 +290,14 @@ def _site_plans(split: Split, estimator: str, epsilons: Sequence[Fraction], delt
 
 def _tau_noise_sd(plan) -> float:
     """The standard deviation of the DP noise on the site's ATE (Laplace(b) has sd sqrt(2) b);
-    for the difference in means, ``xi_t / N_t - xi_c / N_c``."""
+    for the difference in means, ``xi_t / N_t - xi_c / N_c``; for the adjusted estimator, the
+    square root of its noise-variance formula at the un-noised statistics."""
     specs = {s.name: s for s in plan.noise}
     if "tau" in specs:
         return math.sqrt(2.0) * specs["tau"].scale
+    if plan.estimator == "adjusted":
+        exact = plan.assemble({s.name: s.loc for s in plan.noise})
+        return math.sqrt(float(exact.diagnostics["noise_variance"]))
     b = specs["sum_treated"].scale
     return math.sqrt(2.0) * b * math.sqrt(1 / plan.n_treated**2 + 1 / plan.n_control**2)
 
@@ -291,6 +325,21 @@ def _prepare(split: Split, estimator: str):
     if estimator == "dim":
         stats = None
         site_refs = [difference_in_means(s.w, s.y).tau for s in split.sites]
+    elif estimator == "adjusted":
+        # the adjusted estimator's estimand is Algorithm 1's: its reference is the matching tau
+        # without covariates (a randomized trial's data set) every record is in one stratum
+        xs = [s.x if s.x is not None else np.zeros(s.n, np.int64) for s in split.sites]
+        size = split.domain_size or 1
+        cells = [
+            cell_statistics(s.w, s.y, x, domain_size=size, bound=split.bound)
+            for s, x in zip(split.sites, xs, strict=True)
+        ]
+        matching = [
+            matching_statistics(s.w, s.y, x, size, bound=split.bound)
+            for s, x in zip(split.sites, xs, strict=True)
+        ]
+        stats = (cells, matching)
+        site_refs = [st.tau for st in matching]
     else:
         stats = [
             matching_statistics(s.w, s.y, s.x, split.domain_size, bound=split.bound)
@@ -684,6 +733,55 @@ def evaluate_claims(rows: list[dict[str, Any]], sens: list[dict[str, Any]]) -> l
     return claims
 
 
+def adjusted_claims(rows: list[dict[str, Any]]) -> list[Claim]:
+    """The adjusted estimator's goals (docs/adjusted.md), each checked against this run: MAE at
+    least 10x below SmoothDPMatching's on the observational data (MVAgg, every point), and its
+    DP noise within 2x of the difference in means' on the randomized trials (site 1)."""
+    claims: list[Claim] = []
+    mae = lambda aggs: aggs["mvagg"]["mae_mean"]  # noqa: E731
+    for ds in ("Synth", "IHDP", "Lalonde"):
+        adj = {(k[:3], a): v for k, a, v in _points(rows, dataset=ds, estimator="adjusted")}
+        smooth = {
+            (k[:3], a): v for k, a, v in _points(rows, dataset=ds, estimator="smooth_matching")
+        }
+        keys = [k for k in adj if k in smooth]
+        if not keys:
+            continue
+        r = np.array([mae(smooth[k]) / mae(adj[k]) for k in keys])
+        worst = keys[int(np.argmin(r))]
+        claims.append(
+            Claim(
+                f"{ds}: adjusted MAE at least 10x below SmoothDPMatching's (MVAgg, every point)",
+                bool(r.min() >= 10.0),
+                f"SmoothDPMatching / adjusted MAE over {r.size} points: median {np.median(r):.3g}, "
+                f"min {r.min():.3g} ({worst[0][0]} J={worst[0][1]} {worst[0][2]} "
+                f"alpha={worst[1]}), max {r.max():.3g}; >= 10x at {(r >= 10).mean():.0%}",
+                {"median_ratio": float(np.median(r)), "min_ratio": float(r.min())},
+            )
+        )
+    for ds in ("IST", "STAR"):
+        adj = {(k[:3], a): v for k, a, v in _points(rows, dataset=ds, estimator="adjusted")}
+        dim = {(k[:3], a): v for k, a, v in _points(rows, dataset=ds, estimator="dim")}
+        keys = [k for k in adj if k in dim]
+        if not keys:
+            continue
+        sd = np.array(
+            [adj[k]["mvagg"]["noise_sd_site1"] / dim[k]["mvagg"]["noise_sd_site1"] for k in keys]
+        )
+        r = np.array([mae(adj[k]) / mae(dim[k]) for k in keys])
+        claims.append(
+            Claim(
+                f"{ds}: adjusted noise within 2x of the DP difference in means' (site 1)",
+                bool(sd.max() <= 2.0),
+                f"noise sd ratio adjusted / DiM: {np.median(sd):.3g} (max {sd.max():.3g}); "
+                f"MVAgg MAE ratio median {np.median(r):.3g} (max {r.max():.3g}) over {r.size} "
+                f"points",
+                {"noise_ratio": float(sd.max()), "mae_ratio": float(np.median(r))},
+            )
+        )
+    return claims
+
+
 def combiner_comparison(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Where inverse-variance or random effects beat MVAgg by more than 5%, or lose to it."""
     out = []
@@ -734,13 +832,7 @@ def claims_markdown(claims: Sequence[Claim], comparison: Sequence[dict[str, Any]
 # ---------------------------------------------------------------------------------------------
 # Figures (matplotlib, Agg), laid out like the paper's
 
-_STYLE = {
-    "mvagg": {"color": "#d62728", "marker": "o", "ls": "-"},
-    "all": {"color": "#1f77b4", "marker": "s", "ls": "-"},
-    "largest": {"color": "#2ca02c", "marker": "^", "ls": "-"},
-    "inverse_variance": {"color": "#9467bd", "marker": "v", "ls": "--"},
-    "random_effects": {"color": "#8c564b", "marker": "D", "ls": ":"},
-}
+_STYLE = {a: aggregator_of(a).style for a in AGGREGATORS}
 
 
 def _plt():
@@ -840,30 +932,47 @@ def make_figures(rows, sens, out: Path) -> list[Path]:
     plt = _plt()
     paths = []
     # Figures 3 and 4: IST two sites, STAR four sites
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    _panel(
-        axes[0], _select(rows, dataset="IST", J=2), "IST, J = 2 (equal random split)", legend=True
-    )
-    _panel(axes[1], _select(rows, dataset="STAR"), "STAR, J = 4 (urbanicity)")
+    # rows: the paper's estimator, then the adjusted one beside it (when the run has it)
+    rct = [e for e in ("dim", "adjusted") if _select(rows, dataset="IST", estimator=e)] or ["dim"]
+    fig, axes = plt.subplots(len(rct), 2, figsize=(10, 3.6 * len(rct)), squeeze=False)
+    for r, est in enumerate(rct):
+        name = ESTIMATOR_LABELS[est]
+        _panel(
+            axes[r, 0],
+            _select(rows, dataset="IST", J=2, estimator=est),
+            f"IST, J = 2 (equal random split), {name}",
+            legend=r == 0,
+        )
+        _panel(
+            axes[r, 1],
+            _select(rows, dataset="STAR", estimator=est),
+            f"STAR, J = 4 (urbanicity), {name}",
+        )
     paths.append(_save(fig, out, "fig3_4_ist_two_sites_star.png"))
     # Figure 5 (paper): IST three sites
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    for ax, prop in zip(axes, THREE_SITE_PROPORTIONS, strict=True):
-        label = ":".join(map(str, prop))
-        _panel(
-            ax,
-            _select(rows, dataset="IST", J=3, proportions=label),
-            f"IST, J = 3, {label}",
-            legend=label == "1:1:1",
-        )
+    fig, axes = plt.subplots(len(rct), 4, figsize=(16, 3.6 * len(rct)), squeeze=False)
+    for r, est in enumerate(rct):
+        for c, prop in enumerate(THREE_SITE_PROPORTIONS):
+            label = ":".join(map(str, prop))
+            _panel(
+                axes[r, c],
+                _select(rows, dataset="IST", J=3, proportions=label, estimator=est),
+                f"IST, J = 3, {label}, {ESTIMATOR_LABELS[est]}",
+                legend=(r, c) == (0, 0),
+            )
     paths.append(_save(fig, out, "fig5_ist_three_sites.png"))
     # smooth sensitivity (paper Figures 6 and 7)
     if sens:
         paths.append(_sensitivity_figure(sens, out))
     # observational, two sites: rows Global / Smooth, columns Synth / IHDP / Lalonde
     obs = ("Synth", "IHDP", "Lalonde")
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.6))
-    for r, est in enumerate(("global_matching", "smooth_matching")):
+    obs_est = [
+        e
+        for e in ("global_matching", "smooth_matching", "adjusted")
+        if _select(rows, dataset="Synth", estimator=e)
+    ] or ["global_matching", "smooth_matching"]
+    fig, axes = plt.subplots(len(obs_est), 3, figsize=(13, 3.3 * len(obs_est)), squeeze=False)
+    for r, est in enumerate(obs_est):
         for c, ds in enumerate(obs):
             _panel(
                 axes[r, c],
@@ -874,8 +983,8 @@ def make_figures(rows, sens, out: Path) -> list[Path]:
     paths.append(_save(fig, out, "fig8_obs_two_sites.png"))
     # observational, three sites, one figure per data set (paper Figures 9-11)
     for num, ds in zip((9, 10, 11), obs, strict=True):
-        fig, axes = plt.subplots(2, 4, figsize=(16, 6.6))
-        for r, est in enumerate(("global_matching", "smooth_matching")):
+        fig, axes = plt.subplots(len(obs_est), 4, figsize=(16, 3.3 * len(obs_est)), squeeze=False)
+        for r, est in enumerate(obs_est):
             for c, prop in enumerate(THREE_SITE_PROPORTIONS):
                 label = ":".join(map(str, prop))
                 _panel(
@@ -1011,6 +1120,495 @@ def build_splits(settings: ExperimentSettings, source: DataSource) -> dict[str, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Coverage of the 95% intervals (docs/results.md, "Coverage"; docs/inference.md)
+
+COVERAGE_EPSILONS: tuple[Fraction, ...] = (Fraction(1, 2), Fraction(1), Fraction(5))
+COVERAGE_ALPHAS: tuple[Fraction, ...] = (Fraction(1, 8), Fraction(1), Fraction(8))
+#: (data set, estimator, proportions): the randomized trial with its paper estimator, the
+#: observational Synth with SmoothDPMatching, and the adjusted estimator on both
+COVERAGE_CONFIGS: tuple[tuple[str, str, str], ...] = (
+    ("IST", "dim", "1:1:1"),
+    ("IST", "dim", "18:1:1"),
+    ("IST", "adjusted", "1:1:1"),
+    ("Synth", "smooth_matching", "1:1:1"),
+    ("Synth", "smooth_matching", "18:1:1"),
+    ("Synth", "adjusted", "1:1:1"),
+)
+COVERAGE_COLUMNS = (
+    "dataset",
+    "estimator",
+    "J",
+    "proportions",
+    "epsilon_1",
+    "alpha",
+    "unit",
+    "method",
+    "coverage",
+    "intervals",
+    "median_width",
+    "normal_width_same",
+    "mean_sites_used",
+)
+"""Columns of ``coverage.csv``: the point (``dataset, estimator, J, proportions, epsilon_1,
+alpha``), the ``unit`` (``site 1`` .. ``site J`` or a combiner), the interval ``method``
+(``normal``: ``tau +- 1.96 sqrt(variance)``; ``bootstrap``: :mod:`dpate_core.inference`'s
+parametric bootstrap from the published fields), the share of ``intervals`` that cover the
+non-private estimand, their ``median_width`` (for ``bootstrap`` rows ``normal_width_same`` is the
+median width of the normal interval on the same releases, both clipped to ``[-B, B]``) and,
+for combiners, the mean number of sites used."""
+
+_Z95 = 1.959963984540054
+
+
+def _coverage_plans(split: Split, estimator: str, epsilons, delta, prepared):
+    if estimator == "adjusted":
+        return [
+            plan_adjusted_from_statistics(st, epsilon=e, delta=delta)
+            for st, e in zip(prepared[0], epsilons, strict=True)
+        ]
+    return _site_plans(split, estimator, epsilons, delta, prepared)
+
+
+def _public(plan, out, r: int) -> dict[str, Any]:
+    """Release ``r`` of a simulated site as its published fields (for the bootstrap)."""
+
+    def pick(v) -> float:
+        a = np.asarray(v, dtype=np.float64)
+        return float(a if a.ndim == 0 else a[r])
+
+    return {
+        "estimator": plan.estimator,
+        "tau": pick(out.tau),
+        "variance": pick(out.variance),
+        "raw_variance": pick(out.raw_variance),
+        "n": plan.n,
+        "n_treated": plan.n_treated,
+        "n_control": plan.n_control,
+        "epsilon": str(plan.total.epsilon),
+        "delta": str(plan.total.delta),
+        "bound": plan.bound,
+        "budget_split": [str(x) for x in plan.shares.shares],
+        "diagnostics": {k: pick(v) for k, v in out.diagnostics.items()},
+    }
+
+
+def _coverage_population(ds: str, estimator: str, settings: ExperimentSettings, source):
+    """``(draw(i) -> Split, estimand)``: the i-th data draw of a coverage configuration.
+
+    IST (plasmode): the data set is the population; a draw is a bootstrap sample of its size,
+    split at random into the sites; the estimand is the population's non-private estimate
+    (the difference in means for DiM, Algorithm 1's without covariates for the adjusted one).
+    Synth: a fresh draw of the generator (``a`` and ``b`` redrawn), split at random; the
+    estimand is the true effect 0.5, which every stratum's effect equals."""
+    if ds == "IST":
+        pop = source.load("IST")
+        if estimator == "dim":
+            estimand = difference_in_means(pop.w, pop.y).tau
+        else:
+            zeros = np.zeros(pop.w.size, np.int64)
+            estimand = matching_statistics(pop.w, pop.y, zeros, 1, bound=pop.bound).tau
+
+        def draw(i: int, prop: tuple[int, ...]) -> Split:
+            rng = _generator(settings, "coverage-data", ds, i)
+            idx = np.sort(rng.integers(0, pop.w.size, pop.w.size))
+            sample = Dataset(ds, pop.w[idx], pop.y[idx], pop.bound)
+            parts = source.split(idx.size, prop, _key(settings.seed, "coverage-split", ds, i))
+            return Split(ds, ":".join(map(str, prop)), _sites(sample, parts), pop.bound)
+
+        return draw, float(estimand)
+
+    def draw_synth(i: int, prop: tuple[int, ...]) -> Split:
+        seed = _key(settings.seed, "coverage-synth", i)
+        w, y, x = source.synth(n=settings.synth_n, domain_size=settings.synth_domain, a=None,
+                               seed=seed)  # fmt: skip
+        data = Dataset("Synth", w, y, 1.0, x, settings.synth_domain)
+        parts = source.split(w.size, prop, _key(settings.seed, "coverage-split", ds, i))
+        return Split(ds, ":".join(map(str, prop)), _sites(data, parts), 1.0,
+                     settings.synth_domain, 0.5)  # fmt: skip
+
+    return draw_synth, 0.5
+
+
+def coverage_study(settings: ExperimentSettings, source) -> list[dict[str, Any]]:
+    """95% coverage of the non-private estimand, for every site and every combiner (MVAgg's
+    selection included), normal and parametric-bootstrap intervals, over ``eps_1`` in
+    :data:`COVERAGE_EPSILONS` and ``alpha`` in :data:`COVERAGE_ALPHAS` (J = 3).
+
+    Each point draws ``settings.coverage_data`` data sets (:func:`_coverage_population`: IST
+    resampled, Synth redrawn), and on each ``coverage_reps / coverage_data`` releases of every
+    site through the plans (``draw_many`` and ``assemble``); the combiners run on the ``(reps, J)``
+    arrays. The target of every site and combiner is the population's non-private estimand (an
+    MVAgg or AggLargest that keeps a subset still targets it: its coverage shows what selection
+    costs). The bootstrap (:mod:`dpate_core.inference`, ``coverage_boot_draws`` draws) runs on
+    the first release of the first ``settings.coverage_boot`` data draws of each point.
+    """
+    from dpate_core.inference import combined_bootstrap_interval, site_bootstrap_interval
+    from dpate_core.synth import parse_proportions
+
+    rows: list[dict[str, Any]] = []
+    n_reps, n_data, n_boot = settings.coverage_sizes()
+    per_data = max(1, n_reps // n_data)
+    grid = [(e, a) for e in COVERAGE_EPSILONS for a in COVERAGE_ALPHAS]
+    for ds, estimator, prop in COVERAGE_CONFIGS:
+        draw, estimand = _coverage_population(ds, estimator, settings, source)
+        acc = {g: {"tau": [], "var": [], "boot": []} for g in grid}
+        sizes = None
+        for i in range(n_data):
+            split = draw(i, parse_proportions(prop))
+            sizes = np.array([s.n for s in split.sites], dtype=np.float64)
+            stats = _prepare(split, estimator)[0]
+            for eps_1, alpha in grid:
+                epsilons = site_epsilons(eps_1, alpha, split.n_sites)
+                plans = _coverage_plans(split, estimator, epsilons, settings.delta, stats)
+                rng = _generator(settings, "coverage", ds, estimator, prop, eps_1, alpha, i)
+                outs = [p.assemble(draw_many(p, rng, per_data)) for p in plans]
+                a = acc[(eps_1, alpha)]
+                a["tau"].append(np.stack([np.broadcast_to(o.tau, (per_data,)) for o in outs], 1))
+                a["var"].append(
+                    np.stack([np.broadcast_to(o.variance, (per_data,)) for o in outs], 1)
+                )
+                if i < n_boot:
+                    a["boot"].append([_public(p, o, 0) for p, o in zip(plans, outs, strict=True)])
+        for eps_1, alpha in grid:
+            a = acc[(eps_1, alpha)]
+            key = (ds, estimator, prop, eps_1, alpha)
+            rows += _coverage_rows(
+                settings, key, np.concatenate(a["tau"]), np.concatenate(a["var"]), sizes,
+                estimand, a["boot"], site_bootstrap_interval, combined_bootstrap_interval,
+            )  # fmt: skip
+    return rows
+
+
+def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_boot):
+    ds, estimator, prop, eps_1, alpha = key
+    j_sites = tau.shape[1]
+    base = {
+        "dataset": ds,
+        "estimator": estimator,
+        "J": j_sites,
+        "proportions": prop,
+        "epsilon_1": _frac(eps_1),
+        "alpha": _frac(alpha),
+    }
+    rows = []
+
+    def add(unit, method, covered, width, used=float("nan"), same=None):
+        rows.append(
+            {
+                **base,
+                "unit": unit,
+                "method": method,
+                "coverage": float(np.mean(covered)),
+                "intervals": int(np.size(covered)),
+                "median_width": float(np.nanmedian(width)),
+                "normal_width_same": float("nan") if same is None else float(np.nanmedian(same)),
+                "mean_sites_used": used,
+            }
+        )
+
+    half = _Z95 * np.sqrt(np.maximum(var, 0.0))
+    for j in range(j_sites):
+        add(f"site {j + 1}", "normal", np.abs(tau[:, j] - estimand) <= half[:, j], 2 * half[:, j])
+    for agg in AGGREGATORS:
+        res = aggregate_many(agg, tau, n, var)
+        h = _Z95 * np.sqrt(res.variance)
+        add(AGGREGATOR_LABELS[agg], "normal", np.abs(res.estimate - estimand) <= h, 2 * h,
+            float(res.used.sum(axis=1).mean()))  # fmt: skip
+    if not boot:
+        return rows
+    draws = settings.coverage_boot_draws
+    from dpate_core.inference import combined_normal_interval, site_normal_interval
+
+    site_cov = [[] for _ in range(j_sites)]
+    site_width = [[] for _ in range(j_sites)]
+    site_same = [[] for _ in range(j_sites)]
+    comb_cov = {agg: [] for agg in AGGREGATORS}
+    comb_width = {agg: [] for agg in AGGREGATORS}
+    comb_same = {agg: [] for agg in AGGREGATORS}
+    for b, sites in enumerate(boot):
+        seed = _key(settings.seed, "coverage-boot", *key, b)
+        for j, site in enumerate(sites):
+            iv = site_boot(site, draws=draws, seed=seed + j)
+            site_cov[j].append(iv.lo <= estimand <= iv.hi)
+            site_width[j].append(iv.width)
+            site_same[j].append(site_normal_interval(site).width)
+        for agg in AGGREGATORS:
+            try:
+                iv = comb_boot(sites, agg, draws=draws, seed=seed + 100)
+                same = combined_normal_interval(sites, agg).width
+            except ValueError:  # no usable site in this release: counted as not covering
+                comb_cov[agg].append(False)
+                comb_width[agg].append(float("nan"))
+                comb_same[agg].append(float("nan"))
+                continue
+            comb_cov[agg].append(iv.lo <= estimand <= iv.hi)
+            comb_width[agg].append(iv.width)
+            comb_same[agg].append(same)
+    for j in range(j_sites):
+        add(f"site {j + 1}", "bootstrap", np.array(site_cov[j]), np.array(site_width[j]),
+            same=site_same[j])  # fmt: skip
+    for agg in AGGREGATORS:
+        add(AGGREGATOR_LABELS[agg], "bootstrap", np.array(comb_cov[agg]),
+            np.array(comb_width[agg]), same=comb_same[agg])  # fmt: skip
+    return rows
+
+
+def coverage_markdown(rows: list[dict[str, Any]]) -> str:
+    """The coverage table: per configuration and unit, the mean and the lowest coverage over the
+    (eps_1, alpha) grid for normal and bootstrap intervals, and the bootstrap's median width over
+    the normal interval's on the same releases (sites pooled, combiners one by one)."""
+    import pandas as pd
+
+    if not rows:
+        return "# Coverage\n\n(not run)\n"
+    f = pd.DataFrame(rows)
+    f["unit_kind"] = np.where(f["unit"].str.startswith("site "), "sites", f["unit"])
+    lines = [
+        "# Coverage of the 95% intervals",
+        "",
+        "Target of every site and combiner: the population's non-private estimand (IST: "
+        "the whole data set's estimate, each data draw a bootstrap sample of it; Synth: the "
+        "true effect 0.5, each data draw fresh). Grid: eps_1 in {1/2, 1, 5}, "
+        "alpha in {1/8, 1, 8}, J = 3. `normal`: mean (lowest) coverage over the grid; "
+        "`bootstrap`: the same for the parametric bootstrap of `dpate_core.inference` "
+        f"({int(f[f['method'] == 'bootstrap']['intervals'].max() or 0)} releases per point and "
+        "site); `width`: median bootstrap width over the normal interval's on the same releases "
+        "(both clipped to [-B, B]).",
+        "",
+        "| data | estimator | split | unit | normal | bootstrap | width | sites used |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    keys = ["dataset", "estimator", "proportions", "unit_kind"]
+    order = {label: i for i, label in enumerate(["sites", *AGGREGATOR_LABELS.values()])}
+    groups = sorted(
+        f.groupby(keys, sort=False), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], order[kv[0][3]])
+    )
+    for (ds, est, prop, unit), g in groups:
+        cells = []
+        for method in ("normal", "bootstrap"):
+            m = g[g["method"] == method]
+            if m.empty:
+                cells.append("")
+                continue
+            per_point = m.groupby(["epsilon_1", "alpha"]).apply(
+                lambda d: np.average(d["coverage"], weights=d["intervals"]), include_groups=False
+            )
+            cells.append(f"{per_point.mean():.3f} ({per_point.min():.3f})")
+        boot_rows = g[g["method"] == "bootstrap"]
+        nw = boot_rows["normal_width_same"].median()
+        bw = boot_rows["median_width"].median()
+        width = f"{bw / nw:.2f}" if nw > 0 and np.isfinite(bw) else ""
+        used = g[g["method"] == "normal"]["mean_sites_used"].mean()
+        used_s = "" if not np.isfinite(used) else f"{used:.2f}"
+        lines.append(
+            f"| {ds} | {ESTIMATOR_LABELS.get(est, est)} | {prop} | {unit} | {cells[0]} | "
+            f"{cells[1]} | {width} | {used_s} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The matching estimators' reported sampling variance against the truth (docs/results.md,
+# "Stratified variance"), and the search behind SmoothDPMatching's "default" budget split
+
+
+def variance_ratio_study(
+    settings: ExperimentSettings,
+    sizes: Sequence[int] = (10_000, 100_000, 1_000_000),
+    imbalances: Sequence[float] = (0.02, -0.48, -0.83),
+    reps: int = 4000,
+) -> list[dict[str, Any]]:
+    """Reported over true sampling variance of SmoothDPMatching's release on Synth (``|X|`` of
+    the settings, eps = 1, the even split), for ``variance = "appendix"`` and ``"stratified"``.
+
+    True: ``Var(tau_hat | W, X)`` of Algorithm 1 (:func:`dpate_core.stratified_variance.
+    conditional_variance` with Synth's within-cell variance ``0.1^2 / 12``; ``b`` fixed at 0.2,
+    so each stratum's outcome is a constant plus the uniform error). Reported: the release's
+    ``sampling_variance_dp`` (before clamping, ``raw``) and clamped at 0 (what ``variance``
+    adds to the noise variance), averaged over ``reps`` draws of the plan (``draw_many`` and
+    ``assemble``, seeded); ``rmse`` is the root mean squared error over the truth.
+    """
+    from dpate_core.stratified_variance import conditional_variance, stratified_variance
+    from dpate_core.synth import synth
+
+    sigma2 = 0.1**2 / 12.0
+    domain = settings.synth_domain
+    rows = []
+    for n in sizes:
+        for a in imbalances:
+            d = synth(n, domain, a=a, b=0.2, seed=_key(settings.seed, "variance-ratio", n, a))
+            stats = matching_statistics(d.w, d.y, d.x, domain, bound=1.0)
+            cells = cell_statistics(d.w, d.y, d.x, domain_size=domain, bound=1.0)
+            true = conditional_variance(stats.treated_counts, stats.control_counts, sigma2, sigma2)
+            nonprivate = {
+                "appendix": stats.variance,
+                "stratified": stratified_variance(d.w, d.y, d.x, domain),
+            }
+            for mode in ("appendix", "stratified"):
+                plan = plan_matching(
+                    "smooth_matching",
+                    stats,
+                    bound=1.0,
+                    epsilon=Fraction(1),
+                    delta=settings.delta,
+                    domain_size=domain,
+                    variance=mode,
+                    cells=cells,
+                )
+                rng = _generator(settings, "variance-ratio", n, a, mode)
+                raw = plan.assemble(draw_many(plan, rng, reps)).diagnostics["sampling_variance_dp"]
+                rows.append(
+                    {
+                        "N": n,
+                        "domain": domain,
+                        "a": a,
+                        "variance": mode,
+                        "true_variance": true,
+                        "nonprivate_ratio": nonprivate[mode] / true,
+                        "raw_ratio": float(np.mean(raw)) / true,
+                        "clamped_ratio": float(np.mean(np.maximum(raw, 0.0))) / true,
+                        "rmse_ratio": float(np.sqrt(np.mean((raw - true) ** 2))) / true,
+                        "reps": reps,
+                    }
+                )
+    return rows
+
+
+#: the splits (ATE, sampling variance, ln S) compared by :func:`search_budget_split`
+SPLIT_CANDIDATES: tuple[tuple[str, str, str], ...] = (
+    ("1/3", "1/3", "1/3"),
+    ("1/2", "1/4", "1/4"),
+    ("11/20", "3/20", "3/10"),
+    ("3/5", "1/10", "3/10"),
+    ("7/10", "1/20", "1/4"),
+    ("1/2", "1/10", "2/5"),
+    ("2/5", "1/5", "2/5"),
+)
+
+
+def search_budget_split(
+    settings: ExperimentSettings,
+    candidates: Sequence[Sequence[str]] = SPLIT_CANDIDATES,
+    imbalances: Sequence[float] = (0.02, -0.48, -0.83),
+    seeds: int = 3,
+    reps: int = 2000,
+    epsilon: Fraction = Fraction(1),
+    multi_site: Sequence[tuple[int, ...]] = ((1, 1, 1), (18, 1, 1)),
+    multi_draws: int = 40,
+    multi_reps: int = 50,
+) -> list[dict[str, Any]]:
+    """The search behind SmoothDPMatching's ``budget_split = "default"``
+    (:data:`dpate_core.registry.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split
+    presets"), on Synth (``settings.synth_n``, ``settings.synth_domain``, the given ``epsilon``):
+
+    - one site: ``seeds`` data draws per imbalance ``a``, ``reps`` releases of each candidate;
+      the MSE of ``tau_dp`` against the true effect 0.5 (and over the even split's), the coverage
+      of the normal interval and its median width;
+    - MVAgg over three sites (each proportion of ``multi_site``, ``multi_draws`` fresh data draws
+      with ``a ~ U[-1, 1]``, ``multi_reps`` releases each, every site at ``epsilon``): its MSE over
+      the even split's and the coverage of its interval, where a split that starves the variance
+      part lets MVAgg drop sites on noise and undercover.
+
+    Not run by ``dpate experiments``; ``python -c "from flows.experiments import *;
+    print(split_search_markdown(search_budget_split(ExperimentSettings())))"`` reproduces the
+    table."""
+    from dpate_core.synth import split_proportions, synth
+
+    domain = settings.synth_domain
+    data = []
+    for a in imbalances:
+        for s in range(seeds):
+            d = synth(settings.synth_n, domain, a=a, seed=_key(settings.seed, "split", a, s))
+            data.append((a, s, matching_statistics(d.w, d.y, d.x, domain, bound=1.0)))
+    multi = []
+    for prop in multi_site:
+        for i in range(multi_draws):
+            d = synth(settings.synth_n, domain, seed=_key(settings.seed, "split-multi", i))
+            parts = split_proportions(d.n, prop, _key(settings.seed, "split-multi", prop, i))
+            stats = [matching_statistics(d.w[p], d.y[p], d.x[p], domain, bound=1.0) for p in parts]
+            multi.append((prop, i, stats))
+
+    def plan(stats, shares):
+        return plan_matching(
+            "smooth_matching",
+            stats,
+            bound=1.0,
+            epsilon=epsilon,
+            delta=settings.delta,
+            domain_size=domain,
+            split=list(shares),
+        )
+
+    rows = []
+    for shares in candidates:
+        err, cov, width = [], [], []
+        for a, s, stats in data:
+            pl = plan(stats, shares)
+            out = pl.assemble(draw_many(pl, _generator(settings, "split", a, s), reps))
+            half = _Z95 * np.sqrt(out.variance)
+            err.append(out.tau - 0.5)
+            cov.append(np.abs(out.tau - 0.5) <= half)
+            width.append(2 * half)
+        m_err, m_cov = [], []
+        for prop, i, stats in multi:
+            rng = _generator(settings, "split-multi", prop, i)
+            outs = [
+                (pl := plan(st, shares)).assemble(draw_many(pl, rng, multi_reps)) for st in stats
+            ]
+            tau = np.stack([o.tau for o in outs], axis=1)
+            var = np.stack([o.variance for o in outs], axis=1)
+            res = aggregate_many("mvagg", tau, np.array([st.n for st in stats], float), var)
+            m_err.append(res.estimate - 0.5)
+            m_cov.append(np.abs(res.estimate - 0.5) <= _Z95 * np.sqrt(res.variance))
+        e = np.concatenate(err)
+        rows.append(
+            {
+                "split": ":".join(shares),
+                "mse": float(np.mean(e**2)),
+                "coverage": float(np.mean(np.concatenate(cov))),
+                "median_width": float(np.median(np.concatenate(width))),
+                "releases": int(e.size),
+                "mvagg_mse": float(np.mean(np.concatenate(m_err) ** 2)) if m_err else float("nan"),
+                "mvagg_coverage": float(np.mean(np.concatenate(m_cov))) if m_cov else float("nan"),
+            }
+        )
+    even, even_mv = rows[0]["mse"], rows[0]["mvagg_mse"]
+    for r in rows:
+        r["mse_vs_even"] = r["mse"] / even
+        r["mvagg_mse_vs_even"] = r["mvagg_mse"] / even_mv
+    return rows
+
+
+def split_search_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| split (ATE : variance : ln S) | site MSE | / even | coverage | median width | "
+        "MVAgg MSE / even | MVAgg coverage |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['split']} | {r['mse']:.3g} | {r['mse_vs_even']:.3f} | {r['coverage']:.3f} | "
+            f"{r['median_width']:.3g} | {r['mvagg_mse_vs_even']:.3f} | "
+            f"{r['mvagg_coverage']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def variance_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| N | a | variance | non-private / true | mean raw / true | mean clamped / true | "
+        "RMSE / true |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['N']} | {r['a']} | {r['variance']} | {r['nonprivate_ratio']:.3g} | "
+            f"{r['raw_ratio']:.3g} | {r['clamped_ratio']:.3g} | {r['rmse_ratio']:.3g} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # The run
 
 
@@ -1026,13 +1624,13 @@ def run_experiments(
     timings["load_and_split_s"] = time.perf_counter() - t0
 
     rows: list[dict[str, Any]] = []
-    plan = [("IST", "dim", settings.eps_rct), ("STAR", "dim", settings.eps_rct)]
+    plan = [(ds, est, settings.eps_rct) for ds in ("IST", "STAR") for est in ("dim", "adjusted")]
     for ds, eps in (
         ("Synth", settings.eps_synth),
         ("IHDP", settings.eps_small_obs),
         ("Lalonde", settings.eps_small_obs),
     ):
-        plan += [(ds, "smooth_matching", eps), (ds, "global_matching", eps)]
+        plan += [(ds, est, eps) for est in ("smooth_matching", "global_matching", "adjusted")]
     for ds, estimator, eps in plan:
         t = time.perf_counter()
         for group in splits[ds]:
@@ -1043,10 +1641,24 @@ def run_experiments(
     sens = sensitivity_curves(settings, source.synth)
     timings["sensitivity_s"] = time.perf_counter() - t
 
-    claims = evaluate_claims(rows, sens)
+    coverage: list[dict[str, Any]] = []
+    if settings.coverage:
+        t = time.perf_counter()
+        coverage = coverage_study(settings, source)
+        _write_csv_columns(coverage, out / "coverage.csv", COVERAGE_COLUMNS)
+        (out / "coverage.md").write_text(coverage_markdown(coverage))
+        timings["coverage_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        ratios = variance_ratio_study(settings, reps=settings.coverage_sizes()[0])
+        _write_csv(ratios, out / "variance_ratio.csv")
+        (out / "variance_ratio.md").write_text(variance_markdown(ratios))
+        timings["variance_ratio_s"] = time.perf_counter() - t
+
+    paper_rows = [r for r in rows if r["estimator"] in PAPER_ESTIMATORS]
+    claims = evaluate_claims(paper_rows, sens) + adjusted_claims(rows)
     _write_table(rows, out / "experiments")
     _write_csv(sens, out / "sensitivity.csv")
-    comparison = combiner_comparison(rows)
+    comparison = combiner_comparison(paper_rows)
     (out / "claims.md").write_text(claims_markdown(claims, comparison))
     figures: list[Path] = []
     if settings.figures:
@@ -1074,6 +1686,7 @@ def run_experiments(
         "comparison": comparison,
         "timings": timings,
         "figures": figures,
+        "coverage": coverage,
     }
 
 
@@ -1081,6 +1694,12 @@ def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def _write_csv_columns(rows: list[dict[str, Any]], path: Path, columns: Sequence[str]) -> None:
+    import pandas as pd
+
+    pd.DataFrame(rows, columns=list(columns)).to_csv(path, index=False)
 
 
 def _write_table(rows: list[dict[str, Any]], stem: Path) -> None:

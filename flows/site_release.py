@@ -1,8 +1,10 @@
 """The ``site_release`` flow: one site's private release, run at the site.
 
-Deployment entrypoint: ``flows/site_release.py:site_release``. Parameters are public settings and
-paths, never data; site-local settings default to the worker's environment (``DPATE_DATA_PATH``,
-``DPATE_LEDGER_URL``, ``DPATE_STORAGE_URL``; see :mod:`tasks.settings`).
+Deployment entrypoint: ``flows/site_release.py:site_release``. Its only parameters are what the
+(untrusted) coordinator may choose: ``spec``, ``site`` and ``round`` (validated as a
+:class:`tasks.settings.SiteRun`). The site's data, ledger, publication root and operator log come
+only from the site's own configuration (the worker's environment or ``DPATE_SITE_CONFIG``; see
+:mod:`tasks.settings` and docs/pipeline.md), never from a parameter or the spec in a deployed run.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from typing import Any
 
 from prefect import flow
 
+from tasks.settings import Identifier, SiteRun
 from tasks.site import (
+    check_publication,
     commit_release,
     compute_release,
     load_site_data,
@@ -20,26 +24,29 @@ from tasks.site import (
     reserve_budget,
     resolve_site_context,
     show_site_report,
+    show_site_spend,
 )
 
 
-@flow(name="site-release", flow_run_name="release-{site}", persist_result=False)
-def site_release(
-    spec: str,
-    site: str,
-    round: str | None = None,
-    data_path: str | None = None,
-    ledger_url: str | None = None,
-    storage_url: str | None = None,
-) -> dict[str, Any]:
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    p = flow_run.parameters
+    return f"release-{p.get('site')}-round-{p.get('round') or 'spec'}"
+
+
+@flow(name="site-release", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
+def site_release(spec: str, site: Identifier, round: Identifier | None = None) -> dict[str, Any]:
     """Validate -> reserve (ledger) -> one secure draw -> commit (ledger) -> publish the report.
 
     A committed release is re-published from the ledger (no budget, no noise); a reserved but
-    uncommitted one draws once under its standing reservation (docs/ledger.md).
+    uncommitted one draws once under its standing reservation (docs/ledger.md). A report already
+    published for this release without a COMMIT in this site's ledger is refused before reserving.
     """
-    ctx = resolve_site_context(spec, site, round, data_path, ledger_url, storage_url)
+    ctx = resolve_site_context(SiteRun(spec=spec, site=site, round=round))
     committed = recorded_release(ctx)
     if committed is None:
+        check_publication(ctx)
         data = load_site_data(ctx)
         reservation = reserve_budget(ctx)
         committed = reservation.committed or commit_release(
@@ -48,4 +55,5 @@ def site_release(
         del data
     published = publish_site_report(ctx, committed)
     show_site_report(ctx, published)
+    show_site_spend(ctx)
     return published

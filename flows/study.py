@@ -3,6 +3,8 @@
 Deployment entrypoint: ``flows/study.py:study``. On the embedded default every site runs here
 (one thread per site, each a ``site_release`` subflow); a site that fails after its retries is
 recorded and the aggregation proceeds with the others, unless the spec requires all sites.
+Parameters: ``spec`` and ``round`` only. Ledgers, data and the publication root come from this
+process's site configuration (``dpate run --ledger/--storage`` sets it; docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -40,44 +42,31 @@ def state_error(state: State) -> str:
     )
 
 
-def release_one_site(
-    spec: str,
-    site: str,
-    round: str | None,
-    data_path: str | None,
-    ledger_url: str | None,
-    storage_url: str | None,
-) -> dict[str, Any]:
+def release_one_site(spec: str, site: str, round: str | None) -> dict[str, Any]:
     """Run one site's ``site_release`` flow; its published summary, or a failure with its public
     message (``ok`` says which). Shared by the ``study`` flow and ``dpate site-release``."""
-    state = site_release(
-        spec=spec,
-        site=site,
-        round=round,
-        data_path=data_path,
-        ledger_url=ledger_url,
-        storage_url=storage_url,
-        return_state=True,
-    )
+    state = site_release(spec=spec, site=site, round=round, return_state=True)
     if not state.is_completed():
         return {"site_id": site, "ok": False, "error": state_error(state)}
-    ctx = resolve_site(spec, site, round, data_path, ledger_url, storage_url)
-    return {"site_id": site, "ok": True, **state_output(state, lambda: published_site(ctx))}
+    return {
+        "site_id": site,
+        "ok": True,
+        **state_output(state, lambda: published_site(resolve_site(spec, site, round))),
+    }
 
 
-@task(name="run-site", **PUBLIC_TASK)
-def run_site(
-    spec: str, site: str, round: str, ledger_url: str | None, storage_url: str | None
-) -> dict[str, Any]:
+@task(name="run-site", task_run_name="release-{site}-round-{round}", **PUBLIC_TASK)
+def run_site(spec: str, site: str, round: str) -> dict[str, Any]:
     """One site's ``site_release`` subflow; a failure is returned (public message), not raised."""
-    return release_one_site(spec, site, round, None, ledger_url, storage_url)
+    return release_one_site(spec, site, round)
 
 
 def _run_name() -> str:
     from prefect.runtime import flow_run
 
     p = flow_run.parameters
-    return f"study-{str(p['spec']).rstrip('/').rsplit('/', 1)[-1].removesuffix('.toml')}"
+    name = str(p["spec"]).rstrip("/").rsplit("/", 1)[-1].removesuffix(".toml")
+    return f"study-{name}-round-{p.get('round') or 'spec'}"
 
 
 #: Sites released at once on this machine. The embedded Prefect server keeps its state in SQLite,
@@ -92,19 +81,14 @@ PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
     task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_SITES),
     persist_result=False,
 )
-def study(
-    spec: str,
-    round: str | None = None,
-    storage_url: str | None = None,
-    ledger_url: str | None = None,
-) -> dict[str, Any]:
+def study(spec: str, round: str | None = None) -> dict[str, Any]:
     """Run ``site_release`` for every site of the spec in parallel, then ``aggregate_study``."""
-    ctx = resolve_study_context(spec, round, storage_url)
-    runs = run_site.map(
-        spec, ctx.site_ids, unmapped(ctx.round), unmapped(ledger_url), unmapped(storage_url)
-    )
+    ctx = resolve_study_context(spec, round, None)
+    runs = run_site.map(spec, ctx.site_ids, unmapped(ctx.round))
     sites = [r.result() for r in runs]
-    state = aggregate_study(spec, ctx.round, storage_url, return_state=True)
+    state = aggregate_study(spec, ctx.round, None, return_state=True)
     if not state.is_completed():
-        raise StudyIncompleteError(f"study {ctx.study_id}: {state_error(state)}")
+        exc = StudyIncompleteError(f"study {ctx.study_id}: {state_error(state)}")
+        exc.sites = sites  # public per-site outcomes: the CLI names each failed site's cause
+        raise exc
     return {"sites": sites, "result": state_output(state, lambda: published_result(ctx)[1])}

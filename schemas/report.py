@@ -17,7 +17,15 @@ API::
 schema version, wrong types (no coercion: ``"0.5"`` is not a number), non-finite numbers, ``n < 2``,
 ``epsilon <= 0``, a non-positive variance, arm sizes that do not add up to ``n``, another study id,
 another spec hash, a site not in the spec, and a budget or bound that is not the one the spec gives
-that site.
+that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it,
+numbers the spec's mechanism cannot produce (:mod:`schemas.plausibility`), and, when the spec lists
+a public key for the site (or ``require_signed_reports``), an unsigned or wrongly signed report
+(:mod:`schemas.signing`).
+
+Optional fields (left out of the JSON when absent, so older reports keep their bytes):
+``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
+published heads anchor the ledger, ``dpate ledger anchor-check``) and ``signature``
+(``ed25519:<base64>`` over the canonical JSON of every other field).
 """
 
 from __future__ import annotations
@@ -39,12 +47,15 @@ from pydantic import (
 )
 
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
-from dpate_core.release import ESTIMATORS, SiteEstimate
-from schemas.spec import StudySpec, canonical_json
+from dpate_core.release import SiteEstimate
+from schemas.plausibility import estimate_problems
+from schemas.spec import EstimatorName, StudySpec, canonical_json
 
 __all__ = [
+    "MAX_REPORT_BYTES",
     "REPORT_SCHEMA",
     "REPORT_SCHEMA_VERSION",
+    "LedgerHead",
     "PublicEstimate",
     "ReportError",
     "SiteReport",
@@ -53,11 +64,13 @@ __all__ = [
     "software_version",
 ]
 
-REPORT_SCHEMA = "dpate.site-report"
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA: Literal["dpate.site-report"] = "dpate.site-report"
+REPORT_SCHEMA_VERSION: Literal[1] = 1
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _RELEASE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"
+#: a report is a few hundred bytes; anything past this is refused before it is parsed
+MAX_REPORT_BYTES = 64 * 1024
 
 
 class ReportError(ValueError):
@@ -98,7 +111,7 @@ class PublicEstimate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    estimator: Literal["dim", "smooth_matching", "global_matching"]
+    estimator: EstimatorName
     tau: float
     variance: float
     raw_variance: float
@@ -125,7 +138,6 @@ class PublicEstimate(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PublicEstimate:
-        assert set(ESTIMATORS) == {"dim", "smooth_matching", "global_matching"}
         bad = [
             k
             for k in ("tau", "variance", "raw_variance", "bound")
@@ -159,6 +171,15 @@ class PublicEstimate(BaseModel):
         return self
 
 
+class LedgerHead(BaseModel):
+    """The site ledger's head right after the release's COMMIT row (tasks.ledger)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    seq: int = Field(ge=1)
+    row_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class SiteReport(BaseModel):
     """One site's published report (schema ``dpate.site-report``, version 1)."""
 
@@ -173,6 +194,10 @@ class SiteReport(BaseModel):
     release_id: str = Field(pattern=_RELEASE_ID)
     created_at: datetime
     estimate: PublicEstimate
+    ledger_head: LedgerHead | None = Field(default=None, exclude_if=lambda v: v is None)
+    signature: str | None = Field(
+        default=None, pattern=r"^ed25519:[A-Za-z0-9+/]{86}==$", exclude_if=lambda v: v is None
+    )
 
     @field_validator("created_at")
     @classmethod
@@ -229,6 +254,18 @@ class SiteReport(BaseModel):
         """Canonical JSON (sorted keys, no whitespace, UTF-8): same content, same bytes."""
         return canonical_json(self.to_dict())
 
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of every field but ``signature``."""
+        d = self.to_dict()
+        d.pop("signature", None)
+        return canonical_json(d)
+
+    def signed_with(self, key: Any) -> SiteReport:
+        """This report signed with an Ed25519 private key (deterministic: same bytes again)."""
+        from schemas.signing import sign_bytes
+
+        return self.model_copy(update={"signature": sign_bytes(key, self.signed_bytes())})
+
     # --- reading ----------------------------------------------------------------------------
 
     def problems_against(self, spec: StudySpec) -> list[str]:
@@ -249,16 +286,19 @@ class SiteReport(BaseModel):
         e = self.estimate
         if e.estimator != spec.estimator:
             out.append(f"estimator {e.estimator!r} is not the study's ({spec.estimator!r})")
-        if Fraction(e.epsilon) != site.epsilon or Fraction(e.delta) != site.delta:
+        cost = spec.release_cost(site.id)  # a pure mechanism spends (epsilon, 0)
+        if Fraction(e.epsilon) != cost.epsilon or Fraction(e.delta) != cost.delta:
             out.append(
-                f"privacy (epsilon {e.epsilon}, delta {e.delta}) is not the site's budget in the "
-                f"spec (epsilon {site.epsilon}, delta {site.delta})"
+                f"privacy (epsilon {e.epsilon}, delta {e.delta}) is not what the spec's release "
+                f"spends at this site (epsilon {cost.epsilon}, delta {cost.delta})"
             )
         if e.bound != spec.outcome.bound:
             out.append(f"bound {e.bound} is not the spec's outcome bound {spec.outcome.bound}")
         want_split = [str(s) for s in spec.budget_split(site.id).shares]
         if e.budget_split != want_split:
             out.append(f"budget split {e.budget_split} is not the spec's {want_split}")
+        if not out:  # the mechanism's public values are the spec's: check what they imply
+            out += estimate_problems(e, spec)
         return out
 
     def to_estimate(self) -> SiteEstimate:
@@ -288,6 +328,13 @@ def read_report(
     Raises :class:`ReportError` listing every reason the report cannot be aggregated.
     ``source`` (e.g. the report's URL) is named in the error.
     """
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportError(
+            [
+                f"the document is {len(data)} bytes, more than the {MAX_REPORT_BYTES} a report may be"
+            ],
+            source,
+        )
     try:
         report = SiteReport.model_validate_json(data, strict=True)
     except ValidationError as exc:
@@ -295,9 +342,30 @@ def read_report(
     problems = report.problems_against(spec)
     if site_id is not None and report.site_id != site_id:
         problems.insert(0, f"site id {report.site_id!r} is not the expected {site_id!r}")
+    problems += _signature_problems(data, report.site_id, spec)
     if problems:
         raise ReportError(problems, source)
     return report
+
+
+def _signature_problems(data: bytes | str, site_id: str, spec: StudySpec) -> list[str]:
+    """A site with a public key in the spec must sign (schemas.signing); with
+    ``require_signed_reports`` every site must have a key."""
+    from schemas.signing import signature_problems
+
+    try:
+        key = spec.site(site_id).public_key
+    except KeyError:
+        return []  # already refused: not one of the study's sites
+    if key is None:
+        if spec.require_signed_reports:
+            return [
+                f"the spec requires signed reports but lists no public_key for site {site_id!r}: "
+                f"add the key printed by dpate site keygen to the spec"
+            ]
+        return []
+    raw = data.encode() if isinstance(data, str) else data
+    return [f"signature: {p}" for p in signature_problems(raw, key)]
 
 
 def _reasons(exc: ValidationError) -> list[str]:

@@ -6,8 +6,9 @@ DataFrame or a pyarrow Table into :class:`SiteData`: ``w`` (int8, 0/1), ``y`` (f
 for :mod:`dpate_core.release`. Everything it uses to decide is public and comes from the spec:
 
 - **treatment**: 0/1 (integers, floats or booleans), or the spec's two labels;
-- **outcome**: numeric and finite; ``Y - offset`` must lie in ``[0, B]``: ``policy = "clip"``
-  clips and counts, ``"reject"`` refuses the file;
+- **outcome**: numeric and finite, or one of the spec's outcome ``labels`` (mapped to their
+  public numbers); ``Y - offset`` must lie in ``[0, B]``: ``policy = "clip"`` clips and counts,
+  ``"reject"`` refuses the file;
 - **covariates**: categorical values must be among the declared levels (or are mapped to the
   declared ``other`` level); numeric values are cut at the declared bin edges and must lie within
   them. The stratum id is the mixed-radix number of the covariates' bin/level indices (first
@@ -69,6 +70,7 @@ _R_MISSING = "missing or not finite"
 _R_NOT_NUMBER = "not a number"
 _R_TREATMENT_01 = "not 0/1 (or true/false)"
 _R_TREATMENT_LABEL = "not one of the two treatment labels in the spec"
+_R_OUTCOME_LABEL = "not one of the outcome labels in the spec"
 _R_OUT_OF_BOUNDS = "outside [0, B] after the offset (outcome policy 'reject')"
 _R_LEVEL = "not one of the declared levels (and no 'other' level is declared)"
 _R_EDGES = "outside the declared bin edges"
@@ -174,6 +176,8 @@ def _string_columns(spec: StudySpec) -> list[str]:
     cols = []
     if isinstance(spec.treatment.treated, str):
         cols.append(spec.treatment.column)
+    if spec.outcome.labels is not None:
+        cols.append(spec.outcome.column)
     for c in spec.covariates:
         if isinstance(c, CategoricalCovariate) and isinstance(c.levels[0], str):
             cols.append(c.column)
@@ -241,12 +245,14 @@ def read_site_table(location: str | Path, spec: StudySpec, fmt: str | None = Non
     except _Redacted as exc:
         failure = exc.args[0]
     except FileNotFoundError:
+        loc = _shown(loc)
         failure = SiteDataError(
             [], hint=f"the site's data file was not found at {loc}: check the site's data location"
         )
     except PermissionError:
-        failure = SiteDataError([], hint=f"no permission to read {loc}")
+        failure = SiteDataError([], hint=f"no permission to read {_shown(loc)}")
     except Exception as exc:  # pyarrow / fsspec texts may quote file contents: keep the type only
+        loc = _shown(loc)
         failure = SiteDataError(
             [],
             hint=f"could not read {loc} as {fmt} ({type(exc).__name__}; the reader's message is "
@@ -258,6 +264,13 @@ def read_site_table(location: str | Path, spec: StudySpec, fmt: str | None = Non
 
 
 _DICT_STRING = pa.dictionary(pa.int32(), pa.string())
+
+
+def _shown(location: str) -> str:
+    """The location as a message may show it: no password (schemas/sources.py)."""
+    from schemas.sources import redact_location
+
+    return redact_location(location)
 
 
 def _dictionary_encode(table: pa.Table, columns: list[str]) -> pa.Table:
@@ -411,7 +424,15 @@ def prepare_site_data(
     ``source``: a path or fsspec URL (format from ``fmt`` or the suffix: ``.parquet``/``.pq``,
     otherwise CSV), a DataFrame or a pyarrow Table. Raises :class:`SiteDataError` (every problem
     at once; no data values in it).
+
+    A location is read and validated in batches (:func:`schemas.sources.prepare_source`: bounded
+    working memory, the same result and messages); it may also be a partitioned Parquet dataset
+    (a directory) or a SQL database URL (query in ``DPATE_DATA_QUERY``).
     """
+    if isinstance(source, (str, Path)):
+        from schemas.sources import prepare_source
+
+        return prepare_source(source, spec, fmt=fmt)
     failure: SiteDataError | None = None
     stage = "reading"
     result: SiteData | None = None
@@ -467,8 +488,12 @@ def _prepare(frame: pd.DataFrame, spec: StudySpec) -> SiteData:
         data[t.column] = pd.Series(vals, copy=False)
         absent[t.column] = np.isnan(vals) & ~not_num
 
-    y, not_num = _to_float(frame[o.column])
-    problems.add(o.column, _R_NOT_NUMBER, not_num)
+    if o.labels is not None:
+        y, not_num = _from_labels(_as_text(frame[o.column]), o.labels)
+        problems.add(o.column, _R_OUTCOME_LABEL, not_num)
+    else:
+        y, not_num = _to_float(frame[o.column])
+        problems.add(o.column, _R_NOT_NUMBER, not_num)
     absent[o.column] = ~np.isfinite(y) & ~not_num
     data[o.column] = pd.Series(y, copy=False)
 
@@ -570,6 +595,17 @@ def _as_text(col: pd.Series) -> pd.Series:
     if not pd.api.types.is_string_dtype(col.dtype) or pd.api.types.is_object_dtype(col.dtype):
         col = col.astype(pd.StringDtype("pyarrow"))
     return col.astype("category")
+
+
+def _from_labels(col: pd.Series, labels: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The public number of each text label (decided once per distinct value), and a mask of
+    entries present but not among the labels (NaN there, reported by rule, never by value)."""
+    cats = col.cat.categories.astype(str)
+    lut = np.append(np.array([labels.get(c, np.nan) for c in cats], dtype=np.float64), np.nan)
+    codes = col.cat.codes.to_numpy()
+    vals = lut.take(np.where(codes >= 0, codes, lut.shape[0] - 1))
+    bad = np.isnan(vals) & (codes >= 0)
+    return vals, bad
 
 
 def _admitted_inf(vals: np.ndarray, c: NumericCovariate) -> np.ndarray:
@@ -682,8 +718,10 @@ def _strata(df: pd.DataFrame, spec: StudySpec) -> tuple[np.ndarray, dict[str, in
                 codes = np.ascontiguousarray(codes)
             lut = np.append(lut, -1)  # code -1 (missing; never after validation)
             unknown_cats = lut[:-1] < 0
-            if unknown_cats.any():
-                other = levels.index(c.other)  # validation guarantees 'other' is declared here
+            # without an 'other' level an unknown category can only be unused (its rows dropped
+            # as missing, or in another batch): validation refused any row holding one
+            if unknown_cats.any() and c.other is not None:
+                other = levels.index(c.other)
                 unknown_rows = unknown_cats.take(codes[codes >= 0])
                 mapped[c.column] = int(np.count_nonzero(unknown_rows))
                 lut[:-1][unknown_cats] = other

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -49,9 +50,9 @@ from pydantic import (
     model_validator,
 )
 
-from dpate_core.aggregation import AGGREGATORS
+from dpate_core.aggregators import AGGREGATORS
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
-from dpate_core.release import ESTIMATORS
+from dpate_core.registry import ESTIMATORS, Estimator, estimator_of
 
 __all__ = [
     "MAX_DOMAIN_SIZE",
@@ -70,7 +71,7 @@ __all__ = [
     "load_spec",
 ]
 
-SPEC_VERSION = 1
+SPEC_VERSION: Literal[1] = 1
 #: Largest allowed |X|: stratum ids must fit comfortably in int64 and the smooth sensitivity's
 #: O(N min(|X|, N)) cost must stay sane.
 MAX_DOMAIN_SIZE = 10**9
@@ -158,12 +159,58 @@ class OutcomeSpec(_Model):
     The value used is ``Y - offset`` (``offset`` is public, default 0), which must lie in
     ``[0, bound]``. ``policy = "clip"`` (default) clips values outside to the interval and counts
     them for the site operator; ``"reject"`` refuses the file if any value is outside.
+
+    ``labels`` maps an outcome stored as text to numbers, e.g. ``{ "Yes" = 1, "No" = 0 }``: the
+    column must then hold only those labels (anything else is an error, as for treatment labels)
+    and each label's number goes through ``offset`` and ``bound`` like a numeric value. The
+    numbers are public and must lie in ``[offset, offset + bound]`` (checked here).
     """
 
     column: str = Field(min_length=1)
     bound: float = Field(description="the public outcome bound B (> 0)")
     offset: float = 0.0
     policy: Literal["clip", "reject"] = "clip"
+    labels: dict[str, float] | None = None
+    #: every value is 0 or B after the offset (checked on the data by the release): the
+    #: difference in means then needs no sums of squares (one budget part fewer)
+    binary: bool = Field(default=False, exclude_if=lambda v: not v)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_in(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if not isinstance(v, dict) or not v:
+            raise ValueError(
+                'labels must be a table of text labels to numbers, e.g. { "Yes" = 1, "No" = 0 }'
+            )
+        if any(isinstance(x, bool) or not isinstance(x, int | float) for x in v.values()):
+            raise ValueError('each label maps to a number, e.g. { "Yes" = 1, "No" = 0 }')
+        if any(not k for k in v):
+            raise ValueError("outcome labels must be non-empty text")
+        return v
+
+    @model_validator(mode="after")
+    def _labels_within(self) -> OutcomeSpec:
+        if self.labels is None:
+            return self
+        if not all(math.isfinite(x) for x in self.labels.values()):
+            raise ValueError("outcome label values must be finite numbers")
+        lo, hi = self.offset, self.offset + self.bound
+        if self.binary:
+            other = sorted(k for k, x in self.labels.items() if x not in (lo, hi))
+            if other:
+                raise ValueError(
+                    f"outcome labels {other} map to numbers other than offset and offset + bound "
+                    f"([{lo:g}, {hi:g}]): a binary outcome takes only those two values"
+                )
+        outside = sorted(k for k, x in self.labels.items() if not lo <= x <= hi)
+        if outside:
+            raise ValueError(
+                f"outcome labels {outside} map to numbers outside [offset, offset + bound] = "
+                f"[{lo:g}, {hi:g}]: change the labels' numbers or the bound"
+            )
+        return self
 
     @field_validator("bound")
     @classmethod
@@ -230,16 +277,16 @@ class NumericCovariate(_Model):
         if not isinstance(v, list | tuple):
             raise ValueError("edges must be a list of numbers, e.g. [0, 18, 40, 65, inf]")
         try:
-            v = [float(e) for e in v if not isinstance(e, bool)] if v else []
+            edges = [float(e) for e in v if not isinstance(e, bool)] if v else []
         except (TypeError, ValueError):
             raise ValueError("bin edges must be numbers (or 'inf' / '-inf' at the ends)") from None
-        if any(math.isnan(e) for e in v) or any(math.isinf(e) for e in v[1:-1]):
+        if any(math.isnan(e) for e in edges) or any(math.isinf(e) for e in edges[1:-1]):
             raise ValueError("bin edges must be numbers; only the first may be -inf, the last inf")
-        if v[0] == math.inf or v[-1] == -math.inf:
+        if edges[0] == math.inf or edges[-1] == -math.inf:
             raise ValueError("the first edge may be -inf and the last inf, not the other way round")
-        if any(b <= a for a, b in pairwise(v)):
+        if any(b <= a for a, b in pairwise(edges)):
             raise ValueError("bin edges must be strictly increasing, e.g. [0, 18, 40, 65, inf]")
-        return v
+        return edges
 
     @field_serializer("edges")
     def _edges_json(self, v: list[float]) -> list[float | str]:
@@ -281,19 +328,28 @@ class SiteSpec(_Model):
 
     ``data`` is a local path or an fsspec URL (``s3://bucket/key.parquet``); a relative path is read
     relative to the spec file's folder (see :meth:`StudySpec.data_location`). ``format`` is
-    inferred from the suffix (``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``) unless given.
+    inferred from the suffix (``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``; a trailing ``/``: a
+    partitioned Parquet dataset, ``"parquet-dataset"``) unless given. A site's own data location
+    may also be a database (schemas/sources.py); that is site configuration, never the spec's.
     ``budget_split`` defaults to the even split over the estimator's parts.
     ``ledger`` overrides the study-level ledger URL for this site.
     """
 
     id: str = Field(pattern=_ID)
     data: str = Field(min_length=1)
-    format: Literal["csv", "parquet"] | None = None
+    format: Literal["csv", "parquet", "parquet-dataset"] | None = None
     epsilon: ExactNumber
     delta: ExactNumber = Fraction(0)
-    budget_split: list[ExactNumber] | None = None
+    #: explicit shares, or a preset: "paper" (the even split) or "default" (the estimator's
+    #: searched split, docs/results.md); None: the estimator's default (even for the paper's)
+    budget_split: list[ExactNumber] | Literal["paper", "default"] | None = None
     lifetime_cap: PrivacyCap
     ledger: str | None = None
+    #: the site's Ed25519 report-signing key (``dpate site keygen``); the aggregator then refuses
+    #: a report of this site that is unsigned or wrongly signed (docs/deploying.md, Trust)
+    public_key: str | None = Field(
+        default=None, pattern=r"^ed25519:[A-Za-z0-9+/]{43}=$", exclude_if=lambda v: v is None
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SiteSpec:
@@ -306,7 +362,7 @@ class SiteSpec(_Model):
                 f"(epsilon {self.lifetime_cap.epsilon}, delta {self.lifetime_cap.delta}): "
                 f"lower the release budget or raise the cap"
             )
-        if self.budget_split is not None:
+        if isinstance(self.budget_split, list):
             BudgetSplit(tuple(self.budget_split))  # positive shares summing to exactly 1
         return self
 
@@ -315,17 +371,19 @@ class SiteSpec(_Model):
         return PrivacyParams(self.epsilon, self.delta)
 
     @property
-    def data_format(self) -> Literal["csv", "parquet"]:
+    def data_format(self) -> Literal["csv", "parquet", "parquet-dataset"]:
         if self.format is not None:
             return self.format
         name = self.data.lower().split("?")[0]
+        if name.endswith("/"):
+            return "parquet-dataset"
         if name.endswith((".parquet", ".pq")):
             return "parquet"
         if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zst")):
             return "csv"
         raise ValueError(
             f"site {self.id!r}: cannot tell the format of {self.data!r} from its suffix: "
-            f"set format = 'csv' or 'parquet'"
+            f"set format = 'csv', 'parquet' or 'parquet-dataset'"
         )
 
 
@@ -333,10 +391,33 @@ class SiteSpec(_Model):
 # the study
 
 
-def _parts(estimator: str, arm_sizes_public: bool) -> int:
-    if estimator == "dim":
-        return 2 if arm_sizes_public else 3
-    return 3 if estimator == "smooth_matching" else 2
+def _estimator_name(value: str) -> str:
+    if value not in ESTIMATORS:
+        names = ", ".join(repr(n) for n in ESTIMATORS)
+        raise ValueError(f"must be one of {names}")
+    return value
+
+
+def _aggregator_name(value: str) -> str:
+    if value not in AGGREGATORS:
+        names = ", ".join(repr(n) for n in AGGREGATORS)
+        raise ValueError(f"must be one of {names}")
+    return value
+
+
+#: an aggregator registered in :data:`dpate_core.aggregators.AGGREGATORS`
+AggregatorName = Annotated[
+    str,
+    AfterValidator(_aggregator_name),
+    WithJsonSchema({"type": "string", "enum": sorted(AGGREGATORS)}),
+]
+
+#: an estimator registered in :data:`dpate_core.registry.ESTIMATORS`
+EstimatorName = Annotated[
+    str,
+    AfterValidator(_estimator_name),
+    WithJsonSchema({"type": "string", "enum": sorted(ESTIMATORS)}),
+]
 
 
 class StudySpec(_Model):
@@ -345,6 +426,11 @@ class StudySpec(_Model):
     ``missing``: what to do with a row whose treatment, outcome or covariate is missing or not
     finite: ``"reject"`` (default: refuse the file, naming columns and counts) or ``"drop"`` (drop
     those rows; the operator's report says how many, and the released ``N`` is the count kept).
+
+    ``arm_sizes_public``: required with estimator ``"dim"`` (no silent default: ``true``
+    publishes ``N_t`` and ``N_c`` exactly as public design facts, ``false`` spends a third budget
+    part on a DP treated count, ERRATA section 5); refused with the matching estimators, which
+    publish no arm sizes (and in an observational design arm sizes are never public).
 
     ``require_all_sites``: the aggregation fails unless every site has published a valid report
     (True, default); otherwise it proceeds with the valid reports and lists the missing sites.
@@ -359,40 +445,67 @@ class StudySpec(_Model):
     study_id: str = Field(pattern=_ID)
     title: str = ""
     design: Literal["randomized", "observational"]
-    estimator: Literal["dim", "smooth_matching", "global_matching"]
-    aggregator: Literal["mvagg", "all", "largest", "inverse_variance", "random_effects"] = "mvagg"
-    arm_sizes_public: bool = True
+    estimator: EstimatorName
+    aggregator: AggregatorName = "mvagg"
+    arm_sizes_public: bool | None = None
+    #: the matching estimators' sampling variance: "appendix" (the paper's V_hat, the default) or
+    #: "stratified" (within-cell, docs/inference.md); omitted from the canonical form when unset
+    variance: Literal["appendix", "stratified"] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
     missing: Literal["reject", "drop"] = "reject"
     treatment: TreatmentSpec
     outcome: OutcomeSpec
     covariates: list[Covariate] = Field(default_factory=list)
     sites: list[SiteSpec] = Field(min_length=1)
     require_all_sites: bool = True
+    #: every site must list a public_key and sign its reports (docs/deploying.md, Trust)
+    require_signed_reports: bool = Field(default=False, exclude_if=lambda v: not v)
     release: str = Field(default="1", pattern=_ID)
     reports: str | None = Field(default=None, min_length=1)
     ledger: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
-        assert set(ESTIMATORS) == {"dim", "smooth_matching", "global_matching"}
-        assert set(AGGREGATORS) == {"mvagg", "all", "largest", "inverse_variance", "random_effects"}
+        est = self.estimator_info
         problems: list[tuple[str, str]] = []  # (field path, message)
-        if self.design == "observational" and self.estimator == "dim":
+        if self.design not in est.designs:
+            valid = [e.name for e in ESTIMATORS.values() if self.design in e.designs]
             problems.append(
                 (
                     "estimator",
-                    "'dim' (difference in means) is only unbiased in a randomized design: "
-                    "use 'smooth_matching' or 'global_matching' for an observational study",
+                    f"{est.name!r} ({est.label}) is only valid for a {' or '.join(est.designs)} "
+                    f"design: use one of {valid} for an {self.design} study",
                 )
             )
-        if self.estimator != "dim" and not self.covariates:
+        if self.estimator == "dim" and self.arm_sizes_public is None:
             problems.append(
                 (
-                    "covariates",
-                    f"estimator {self.estimator!r} matches on covariates: declare at least one "
-                    f"[[covariates]] entry",
+                    "arm_sizes_public",
+                    "estimator 'dim' publishes the arm sizes N_t and N_c exactly when they are "
+                    "public design facts: say so explicitly, arm_sizes_public = true (the paper's "
+                    "randomized-trial setting) or false (a DP treated count, a third budget part)",
                 )
             )
+        elif self.estimator != "dim" and self.arm_sizes_public is not None:
+            why = (
+                "arm sizes are not public in an observational design"
+                if self.design == "observational"
+                else f"estimator {self.estimator!r} publishes no arm sizes"
+            )
+            problems.append(
+                (
+                    "arm_sizes_public",
+                    f"{why}: remove arm_sizes_public (it applies to estimator 'dim' only)",
+                )
+            )
+        if (est.needs_covariates or self.design == "observational") and not self.covariates:
+            why = (
+                f"estimator {self.estimator!r} matches on covariates"
+                if est.needs_covariates
+                else "an observational study must adjust for its confounders"
+            )
+            problems.append(("covariates", f"{why}: declare at least one [[covariates]] entry"))
         cols = [self.treatment.column, self.outcome.column, *(c.column for c in self.covariates)]
         dup = sorted({c for c in cols if cols.count(c) > 1})
         if dup:
@@ -406,9 +519,25 @@ class StudySpec(_Model):
         dup_ids = sorted({i for i in ids if ids.count(i) > 1})
         if dup_ids:
             problems.append(("sites", f"site ids {dup_ids} are repeated: site ids must be unique"))
+        if self.variance is not None and self.variance not in est.variance_modes:
+            problems.append(
+                (
+                    "variance",
+                    f"estimator {self.estimator!r} has no variance option: remove variance (it "
+                    f"applies to 'smooth_matching' and 'global_matching')",
+                )
+            )
+        if self.outcome.binary and est.binary_parts is None:
+            problems.append(
+                (
+                    "outcome.binary",
+                    f"estimator {self.estimator!r} has no binary-outcome mode: remove "
+                    f"outcome.binary (it applies to estimator 'dim')",
+                )
+            )
         parts = self.release_parts
         for j, s in enumerate(self.sites):
-            if s.budget_split is not None and len(s.budget_split) != parts:
+            if isinstance(s.budget_split, list) and len(s.budget_split) != parts:
                 problems.append(
                     (
                         f"sites.{j}.budget_split",
@@ -416,7 +545,7 @@ class StudySpec(_Model):
                         f"budget_split has {len(s.budget_split)} shares: give exactly {parts}",
                     )
                 )
-            if self.estimator != "dim" and s.delta <= 0:
+            if not est.pure and s.delta <= 0:
                 problems.append(
                     (
                         f"sites.{j}.delta",
@@ -432,6 +561,16 @@ class StudySpec(_Model):
                     f"coarsen the bins or drop a covariate",
                 )
             )
+        if self.require_signed_reports:  # docs/deploying.md, Trust
+            for j, s in enumerate(self.sites):
+                if s.public_key is None:
+                    problems.append(
+                        (
+                            f"sites.{j}.public_key",
+                            f"require_signed_reports is set but site {s.id!r} has no public_key: "
+                            f"add the line printed by dpate site keygen {s.id}",
+                        )
+                    )
         if problems:
             raise _CrossFieldProblems(problems)
         return self
@@ -439,9 +578,20 @@ class StudySpec(_Model):
     # --- derived, public quantities ---------------------------------------------------------
 
     @property
+    def estimator_info(self) -> Estimator:
+        """The registered estimator this study names (:mod:`dpate_core.registry`)."""
+        return estimator_of(self.estimator)
+
+    @property
     def release_parts(self) -> int:
         """How many parts one release splits its budget into (the length of a budget split)."""
-        return _parts(self.estimator, self.arm_sizes_public)
+        return self.estimator_info.n_parts(self.arm_sizes_public, self.outcome.binary)
+
+    @property
+    def publishes_exact_arm_sizes(self) -> bool:
+        """Whether a release publishes ``N_t`` and ``N_c`` exactly (``dim`` with public arm
+        sizes); every release publishes its ``N`` exactly."""
+        return self.estimator == "dim" and bool(self.arm_sizes_public)
 
     @property
     def domain_size(self) -> int:
@@ -459,8 +609,23 @@ class StudySpec(_Model):
         )
 
     def budget_split(self, site_id: str) -> BudgetSplit:
-        """The site's split (the even split over :attr:`release_parts` when not given)."""
-        return BudgetSplit.of(self.site(site_id).budget_split, self.release_parts)
+        """The site's split (the estimator's default split when not given: the paper's even
+        split for the paper's mechanisms, ``docs/adjusted.md`` for the adjusted one; the presets
+        ``"paper"`` and ``"default"`` per :meth:`dpate_core.registry.Estimator.split`)."""
+        return self.estimator_info.split(
+            self.site(site_id).budget_split, self.arm_sizes_public, self.outcome.binary
+        )
+
+    @property
+    def variance_mode(self) -> str:
+        """The matching estimators' variance mode (``"appendix"`` unless the spec says
+        ``"stratified"``); pass it as ``PlanInputs.variance``."""
+        return self.variance or "appendix"
+
+    def release_cost(self, site_id: str) -> PrivacyParams:
+        """What one release of the site charges its ledger: its ``(epsilon, delta)``, with delta 0
+        for a pure mechanism (it spends none)."""
+        return self.estimator_info.cost(self.site(site_id).privacy)
 
     def ledger_url(self, site_id: str) -> str | None:
         """The site's ledger URL: its own ``ledger``, else the study's, else None."""
@@ -542,8 +707,6 @@ def canonical_json(data: Any) -> bytes:
 
 _FIELD_HINTS: dict[str, str] = {
     "design": "one of 'randomized', 'observational'",
-    "estimator": "one of 'dim', 'smooth_matching', 'global_matching'",
-    "aggregator": "one of 'mvagg', 'all', 'largest', 'inverse_variance', 'random_effects'",
     "policy": "one of 'clip', 'reject'",
     "missing": "one of 'reject', 'drop'",
     "kind": "one of 'categorical', 'numeric'",

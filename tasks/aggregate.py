@@ -1,10 +1,16 @@
 """The aggregator's tasks (the untrusted server): read, validate, combine, publish.
 
-The server sees only published site reports. Each is validated against the study spec
-(:func:`schemas.report.read_report`); a missing or rejected report is listed with its reason, never
-aggregated. The result document (schema ``dpate.study-result``) holds the estimate, its variance
-and 95% CI, and for every site of the spec whether it was used, left out by the aggregator, missing
-or rejected, and why. Its bytes are a function of the inputs only, so a re-run publishes
+The server sees only published site reports and takes nothing at face value. Each is read with a
+size limit (:data:`schemas.report.MAX_REPORT_BYTES`, checked before it is parsed) and validated
+against the study spec (:func:`schemas.report.read_report`: schema, ids, budget, the numbers the
+mechanism can produce, and the site's signature when the spec lists its key); a missing or
+rejected report is listed with its reason, never aggregated. Each used site's entry records the
+ledger head its report carries (``ledger_head``) and whether the report was signed, so the
+published result also anchors the sites' ledgers.
+
+The result document (schema ``dpate.study-result``) holds the estimate, its variance and 95%
+CI, and for every site of the spec whether it was used, left out by the aggregator, missing or
+rejected, and why. Its bytes are a function of the inputs only, so a re-run publishes
 identical bytes.
 
 Result objects: ``<root>/<study>/results/<round>.json`` when every site of the spec reported a
@@ -22,12 +28,20 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from dpate_core.aggregation import aggregate
-from dpate_core.intervals import normal_interval
-from schemas.report import ReportError, read_report, software_version
+from dpate_core.aggregators import aggregator_of
+from dpate_core.inference import (
+    Interval,
+    combined_bootstrap_interval,
+    combined_normal_interval,
+    site_bootstrap_interval,
+    site_normal_interval,
+)
+from schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
+from schemas.result import RESULT_SCHEMA, interval_text
 from schemas.spec import canonical_json
 from tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
 from tasks.settings import StudyContext, resolve_study
-from tasks.storage import Store
+from tasks.storage import ObjectTooLargeError, Store
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -39,20 +53,6 @@ __all__ = [
     "result_key",
     "show_study_result",
 ]
-
-RESULT_SCHEMA = "dpate.study-result"
-
-_WHY_USED = {
-    "mvagg": "in the subset minimising sum_j (N_j/N_I)^2 var_j (MVAgg, Algorithm 3); weight N_j/N_I",
-    "all": "AggAll uses every valid report; weight N_j/N",
-    "largest": "the largest N_j (AggLargest)",
-    "inverse_variance": "inverse-variance weight 1/var_j",
-    "random_effects": "random-effects weight 1/(var_j + tau^2) (DerSimonian-Laird)",
-}
-_WHY_NOT_USED = {
-    "mvagg": "MVAgg left it out: adding it would raise the variance of the combined estimate",
-    "largest": "AggLargest uses only the site with the largest N_j",
-}
 
 
 class StudyIncompleteError(RuntimeError):
@@ -73,7 +73,15 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
         rid = ctx.release_id(site)
         key = Store.site_report_key(ctx.study_id, site, rid)
         entry: dict[str, Any] = {"site_id": site, "release_id": rid, "report": store.uri(key)}
-        data = store.read(key)
+        try:
+            data = store.read(key, max_bytes=MAX_REPORT_BYTES)
+        except ObjectTooLargeError as exc:
+            entry.update(
+                status="rejected",
+                reason=f"the report is {exc.size} bytes, more than the {exc.limit} a report may be",
+            )
+            out.append(entry)
+            continue
         if data is None:
             entry.update(status="missing", reason=f"no report published for release {rid[:12]}")
         else:
@@ -82,6 +90,9 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
                 if report.release_id != rid:
                     raise ReportError([f"release id {report.release_id!r} is not {rid!r}"])
                 entry.update(status="valid", estimate=report.estimate.model_dump(mode="json"))
+                entry["signed"] = report.signature is not None
+                if report.ledger_head is not None:
+                    entry["ledger_head"] = report.ledger_head.model_dump(mode="json")
             except ReportError as exc:
                 entry.update(status="rejected", reason="; ".join(exc.reasons))
         out.append(entry)
@@ -97,8 +108,8 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
     return out
 
 
-def _ci(tau: float, variance: float) -> list[float]:
-    return list(normal_interval(tau, variance))
+def _interval_ends(interval: Interval) -> list[float]:
+    return [interval.lo, interval.hi]
 
 
 @task(name="combine-reports", **PUBLIC_TASK)
@@ -134,19 +145,21 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
             "release_id": e["release_id"],
             "tau": s["tau"],
             "variance": s["variance"],
-            "ci95": _ci(s["tau"], s["variance"]),
+            "ci95": _interval_ends(site_normal_interval(s)),
+            "interval": site_bootstrap_interval(s).as_dict(),
             "n": s["n"],
             "epsilon": s["epsilon"],
             "delta": s["delta"],
+            "signed": e.get("signed", False),
         }
+        if "ledger_head" in e:
+            entry["ledger_head"] = e["ledger_head"]
         if j in weight:
-            entry.update(status="used", weight=weight[j], reason=_WHY_USED[method])
+            entry.update(status="used", weight=weight[j], reason=aggregator_of(method).why_used)
         elif j in res.excluded:
             entry.update(status="excluded", weight=0.0, reason=res.excluded[j])
         else:
-            entry.update(
-                status="not_used", weight=0.0, reason=_WHY_NOT_USED.get(method, "not used")
-            )
+            entry.update(status="not_used", weight=0.0, reason=aggregator_of(method).why_not_used)
         sites.append(entry)
     for e in absent:
         sites.append(
@@ -159,17 +172,24 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         )
     order = {s: i for i, s in enumerate(ctx.site_ids)}
     sites.sort(key=lambda s: order[s["site_id"]])
+    # intervals from the published fields only (post-processing, dpate_core.inference): the
+    # normal one and the parametric bootstrap (MVAgg's selection re-done per draw), both clipped
+    # to [-B, B]; an interval wider than that range is flagged "uninformative at this budget"
+    normal = combined_normal_interval(est, method)
+    boot = combined_bootstrap_interval(est, method)
     return {
         "schema": RESULT_SCHEMA,
-        "schema_version": 1,
+        "schema_version": 2,
         "study_id": ctx.study_id,
         "spec_hash": ctx.spec.spec_hash,
         "round": ctx.round,
         "aggregator": method,
         "complete": not absent,
-        "estimate": res.estimate,
+        "estimate": boot.estimate,
         "variance": res.variance,
-        "ci95": list(res.ci95),
+        "ci95": _interval_ends(normal),
+        "interval": boot.as_dict(),
+        "uninformative": boot.uninformative,
         "extra": dict(res.extra),
         "sites": sites,
         "software_version": software_version(),
@@ -205,12 +225,11 @@ def publish_result(ctx: StudyContext, result: dict[str, Any]) -> str:
 
 
 def result_markdown(result: dict[str, Any]) -> str:
-    lo, hi = result["ci95"]
     lines = [
         f"# Study {result['study_id']}, round {result['round']}",
         "",
         f"**{result['aggregator']} estimate {result['estimate']:.6g}** "
-        f"(variance {result['variance']:.4g}; 95% CI {lo:.6g} to {hi:.6g})"
+        f"(variance {result['variance']:.4g}; 95% CI {interval_text(result, 6)})"
         + ("" if result["complete"] else " -- partial: not every site reported"),
         "",
         "| site | status | tau | 95% CI | N | epsilon | delta | weight | why |",
@@ -218,9 +237,8 @@ def result_markdown(result: dict[str, Any]) -> str:
     ]
     for s in result["sites"]:
         if "tau" in s:
-            a, b = s["ci95"]
             lines.append(
-                f"| {s['site_id']} | {s['status']} | {s['tau']:.6g} | {a:.4g} to {b:.4g} | "
+                f"| {s['site_id']} | {s['status']} | {s['tau']:.6g} | {interval_text(s)} | "
                 f"{s['n']} | {s['epsilon']} | {s['delta']} | {s['weight']:.3f} | {s['reason']} |"
             )
         else:
@@ -232,7 +250,7 @@ def result_markdown(result: dict[str, Any]) -> str:
 def show_study_result(ctx: StudyContext, result: dict[str, Any], uri: str) -> None:
     create_markdown_artifact(
         result_markdown(result) + f"\n\nPublished: `{uri}`",
-        key=artifact_key("study-result", ctx.study_id),
+        key=artifact_key("study-result", ctx.study_id, "round", ctx.round),
         description=f"Result of study {ctx.study_id}, round {ctx.round}",
     )
 
@@ -241,7 +259,7 @@ def _artifact_incomplete(ctx: StudyContext, lines: list[str]) -> None:
     create_markdown_artifact(
         f"# Study {ctx.study_id}, round {ctx.round}: not aggregated\n\nThe spec requires every "
         f"site; these have no valid report:\n\n" + "\n".join(f"- {x}" for x in lines),
-        key=artifact_key("study-result", ctx.study_id),
+        key=artifact_key("study-result", ctx.study_id, "round", ctx.round),
         description=f"Study {ctx.study_id} round {ctx.round} is incomplete",
     )
 

@@ -2,9 +2,9 @@
 
 Every change is a new row (an *event*); nothing is ever UPDATEd or DELETEd:
 
-``CAP``      the site's lifetime cap ``(epsilon, delta)``; the first one is recorded from the first
-             study spec that reserves at the site, later ones only by :meth:`PrivacyLedger.set_cap`
-             (``dpate ledger set-cap``), never implicitly by a spec.
+``CAP``      the site's lifetime cap ``(epsilon, delta)``: pinned when the ledger is created
+             (:meth:`PrivacyLedger.init`, ``dpate ledger init``), changed only by
+             :meth:`PrivacyLedger.set_cap` (``dpate ledger set-cap``), never by a spec.
 ``RESERVE``  one release's ``(epsilon, delta)`` debited against the cap *before any noise is drawn*.
 ``COMMIT``   the release's noisy public output (``SiteEstimate.public_fields()`` as canonical JSON),
              recorded *before* it is returned, logged or published.
@@ -18,6 +18,10 @@ Appends are serialised (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a transaction-sco
 so concurrent reservations never pass the cap and the chain stays linear. ``UNIQUE(release_id,
 kind)`` allows at most one RESERVE and one COMMIT per release. Spend and cap are compared exactly
 (:class:`fractions.Fraction` parsed from the stored strings). The crash rule is in docs/ledger.md.
+
+A ledger is never created implicitly: opening a URL that holds no ledger raises
+:class:`LedgerNotFoundError` (SQLite: the file is not even created), naming the URL and the command
+that creates it. Only :meth:`PrivacyLedger.init` (or ``create=True``) creates one.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ __all__ = [
     "CapMismatchError",
     "Event",
     "LedgerError",
+    "LedgerNotFoundError",
     "PrivacyLedger",
     "Reservation",
     "SiteSpend",
     "VerifyReport",
     "canonical_json",
+    "ledger_exists",
     "release_id",
 ]
 
@@ -57,6 +63,10 @@ KINDS = ("CAP", "RESERVE", "COMMIT")
 
 class LedgerError(RuntimeError):
     """The ledger refuses an operation; the message says why and what to do next."""
+
+
+class LedgerNotFoundError(LedgerError):
+    """No ledger at the URL (SQLite: no file or no ledger table; PostgreSQL: no table)."""
 
 
 class BudgetExceededError(LedgerError):
@@ -140,12 +150,16 @@ class Event:
 
 @dataclass(frozen=True)
 class Committed:
-    """A release's recorded public output: the COMMIT row's payload, time and hash."""
+    """A release's recorded public output: the COMMIT row's payload, time and hash.
+
+    ``seq`` and ``row_hash`` are the ledger head right after this COMMIT; the site report carries
+    them so the public reports anchor the ledger (``dpate ledger anchor-check``)."""
 
     release_id: str
     payload: dict[str, Any]
     committed_at: str
     row_hash: str
+    seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -200,10 +214,19 @@ class PrivacyLedger:
     ``table_prefix`` names the table (``<prefix>ledger_events``); tests use a unique one per run.
     """
 
-    def __init__(self, url: str, *, table_prefix: str = "dpate_") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        table_prefix: str = "dpate_",
+        create: bool = False,
+        site: str | None = None,
+    ) -> None:
         self.url = as_sqlalchemy_url(url)
         self.table_name = f"{table_prefix}ledger_events"
-        self._engine = _make_engine(self.url)
+        if not create and _sqlite_file_missing(self.url):
+            raise LedgerNotFoundError(_not_found(self.url, site))
+        self._engine = _make_engine(self.url, create=create)
         self._dialect = self._engine.dialect.name
         md = sa.MetaData()
         self.table = sa.Table(
@@ -231,15 +254,54 @@ class PrivacyLedger:
         )
         self._metadata = md
         try:
-            md.create_all(self._engine, checkfirst=True)
+            if create:
+                try:
+                    md.create_all(self._engine, checkfirst=True)
+                except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                    # another process created the table between the check and the CREATE
+                    md.create_all(self._engine, checkfirst=True)
+            elif not sa.inspect(self._engine).has_table(self.table_name):
+                self._engine.dispose()
+                raise LedgerNotFoundError(_not_found(self.url, site))
         except sa.exc.OperationalError as exc:
+            self._engine.dispose()
             raise LedgerError(
-                f"cannot open the privacy ledger at {self._engine.url.render_as_string()}: "
+                f"cannot open the privacy ledger at {_shown(self.url)}: "
                 f"{exc.orig}; check the ledger URL (DPATE_LEDGER_URL) and that its database is up"
             ) from None
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-            # another process created the table between the check and the CREATE
-            md.create_all(self._engine, checkfirst=True)
+
+    @classmethod
+    def init(
+        cls,
+        url: str,
+        site_id: str,
+        cap: PrivacyParams,
+        *,
+        reason: str = "initial lifetime cap (dpate ledger init)",
+        table_prefix: str = "dpate_",
+    ) -> PrivacyLedger:
+        """Create the ledger (if absent) and pin ``site_id``'s lifetime cap (a CAP event).
+
+        Idempotent: a ledger already holding the same cap for the site is left unchanged; a
+        different recorded cap is refused (change it with :meth:`set_cap`, audited).
+        """
+        if cap.epsilon <= 0:
+            raise LedgerError(f"the lifetime epsilon cap must be positive (got {cap.epsilon})")
+        led = cls(url, table_prefix=table_prefix, create=True)
+        try:
+            recorded = led.cap(site_id)
+            if recorded is None:
+                led.set_cap(site_id, cap, reason)
+            elif recorded != cap:
+                raise CapMismatchError(
+                    f"site {site_id}: the ledger at {_shown(led.url)} already records a lifetime "
+                    f"cap of {_fmt(recorded)}, not {_fmt(cap)}; change it explicitly: dpate "
+                    f"ledger set-cap {site_id} --epsilon E --delta D --reason '...'"
+                )
+        except BaseException:
+            led.close()
+            raise
+        return led
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -310,13 +372,13 @@ class PrivacyLedger:
     def _committed(self, conn: Connection, rid: str) -> Committed | None:
         t = self.table
         row = conn.execute(
-            sa.select(t.c.payload, t.c.created_at, t.c.row_hash).where(
+            sa.select(t.c.payload, t.c.created_at, t.c.row_hash, t.c.seq).where(
                 t.c.release_id == rid, t.c.kind == "COMMIT"
             )
         ).first()
         if row is None:
             return None
-        return Committed(rid, json.loads(row.payload), row.created_at, row.row_hash)
+        return Committed(rid, json.loads(row.payload), row.created_at, row.row_hash, row.seq)
 
     def cap(self, site_id: str) -> PrivacyParams | None:
         with self._engine.connect() as conn:
@@ -514,7 +576,9 @@ class PrivacyLedger:
             if existing is None:
                 raise
             return existing
-        return Committed(release_id, json.loads(payload), event.created_at, event.row_hash)
+        return Committed(
+            release_id, json.loads(payload), event.created_at, event.row_hash, event.seq
+        )
 
     # -- audit ---------------------------------------------------------------------------------
 
@@ -564,7 +628,7 @@ class PrivacyLedger:
                 problems.append(f"row {e.seq}: unreadable field ({type(exc).__name__})")
         if expect_head is not None and prev != expect_head:
             problems.append(
-                f"head hash {prev[:16]} differs from the expected {expect_head[:16]} "
+                f"head hash {prev} differs from the expected {expect_head} "
                 f"(rows were removed from or added to the end)"
             )
         return VerifyReport(not problems, len(events), prev, problems)
@@ -577,12 +641,55 @@ def as_sqlalchemy_url(url: str) -> str:
     return url
 
 
-def _make_engine(url: str) -> Engine:
+def _shown(url: str) -> str:
+    """The URL for messages (password hidden)."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url
+
+
+def _not_found(url: str, site: str | None) -> str:
+    who = site or "SITE"
+    return (
+        f"no privacy ledger at {_shown(url)} (a ledger is never created implicitly). If this is "
+        f"the right place, create it once, pinning the site's approved lifetime cap: dpate "
+        f"ledger init {who} --epsilon E --delta D --ledger {_shown(url)}; otherwise point "
+        f"DPATE_LEDGER_URL (or the site config's 'ledger') at the site's existing ledger"
+    )
+
+
+def _sqlite_file(url: str) -> Path | None:
+    u = sa.engine.make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return None
+    if not u.database or u.database == ":memory:" or u.database.startswith("file:"):
+        return None
+    return Path(u.database).expanduser()
+
+
+def _sqlite_file_missing(url: str) -> bool:
+    path = _sqlite_file(url)
+    return path is not None and not path.is_file()
+
+
+def ledger_exists(url: str, *, table_prefix: str = "dpate_") -> bool:
+    """Whether ``url`` holds a ledger (SQLite: the file exists and has the ledger table;
+    otherwise: the table exists). Never creates anything."""
+    try:
+        PrivacyLedger(url, table_prefix=table_prefix).close()
+    except LedgerNotFoundError:
+        return False
+    return True
+
+
+def _make_engine(url: str, *, create: bool = False) -> Engine:
     u = sa.engine.make_url(url)
     if u.get_backend_name() != "sqlite":
         return sa.create_engine(u, pool_pre_ping=True)
-    if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
-        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = _sqlite_file(url)
+    if path is not None and create:
+        path.parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(u, connect_args={"timeout": 60})
 
     # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN instead, so

@@ -12,11 +12,14 @@ import base64
 import html
 import io
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from schemas.result import interval_ends, interval_text
 from tasks.ledger import SiteSpend
 
-__all__ = ["forest_plot_png", "render_html"]
+__all__ = ["forest_plot_png", "render_html", "source_label"]
 
 
 def forest_plot_png(result: Mapping[str, Any]) -> bytes:
@@ -31,13 +34,13 @@ def forest_plot_png(result: Mapping[str, Any]) -> bytes:
     labels = []
     for i, s in enumerate(sites):
         y = rows - 1 - i
-        lo, hi = s["ci95"]
+        lo, hi = interval_ends(s)
         used = s["status"] == "used"
         colour = "#1f5fa8" if used else "#9a9a9a"
         ax.plot([lo, hi], [y, y], color=colour, lw=2)
         ax.plot(s["tau"], y, "s", color=colour, ms=6)
         labels.append(f"{s['site_id']} (N={s['n']}, eps={s['epsilon']})" + ("" if used else " *"))
-    lo, hi = result["ci95"]
+    lo, hi = interval_ends(result)
     est = result["estimate"]
     ax.fill([lo, est, hi, est], [0, 0.25, 0, -0.25], color="#b22222")
     ax.axvline(est, color="#b22222", lw=0.8, ls=":")
@@ -63,7 +66,6 @@ def render_html(
 ) -> str:
     png = base64.b64encode(forest_plot_png(result)).decode()
     e = html.escape
-    lo, hi = result["ci95"]
     rows = []
     for s in result["sites"]:
         spend = spends.get(s["site_id"])
@@ -75,12 +77,11 @@ def render_html(
         else:
             life = "ledger not reachable from here"
         if "tau" in s:
-            a, b = s["ci95"]
             cells = [
                 s["site_id"],
                 s["status"],
                 _fmt(s["tau"]),
-                f"{_fmt(a)} to {_fmt(b)}",
+                interval_text(s),
                 _fmt(s["variance"]),
                 str(s["n"]),
                 f"{s['weight']:.3f}",
@@ -104,6 +105,13 @@ def render_html(
         "why",
     ]
     partial = "" if result["complete"] else "<p><b>Partial:</b> not every site reported.</p>"
+    uninformative = (
+        "<p><b>Uninformative at this budget:</b> the combined interval is wider than the "
+        "outcome's whole range; the study cannot answer its question with this privacy budget "
+        "(<code>dpate plan</code> predicts the budget it would need).</p>"
+        if result.get("uninformative")
+        else ""
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>dpate report: {e(result["study_id"])} round {e(str(result["round"]))}</title>
@@ -114,16 +122,44 @@ th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
 </style></head><body>
 <h1>Study {e(result["study_id"])}, round {e(str(result["round"]))}</h1>
 <p class="est"><b>{e(result["aggregator"])}</b> estimate <b>{_fmt(result["estimate"])}</b>,
-95% CI {_fmt(lo)} to {_fmt(hi)} (variance {_fmt(result["variance"])})</p>
-{partial}
+95% CI {e(interval_text(result))} (variance {_fmt(result["variance"])})</p>
+{uninformative}{partial}
 <p>Sites used: {e(", ".join(s["site_id"] for s in result["sites"] if s["status"] == "used"))}</p>
 <img alt="forest plot" src="data:image/png;base64,{png}">
 <h2>Sites</h2>
 <table><tr>{"".join(f"<th>{e(h)}</th>" for h in head)}</tr>
 {"".join(rows)}
 </table>
-<p>Every number on this page is a differentially private release or a post-processing of
-releases (spec hash <code>{e(result["spec_hash"])}</code>, software {e(result["software_version"])}).
-Source: <code>{e(result_uri)}</code>.</p>
+<h2>What these numbers are</h2>
+<ul>
+<li><b>Differentially private releases</b>: each site's estimate (tau), its variance and its 95%
+interval. The combined estimate, its variance and interval, the weights and the choice of sites
+are computed from those releases only (post-processing: no further privacy cost).</li>
+<li><b>Public design constants</b>, fixed before any data were seen and not noised: each site's
+N, each release's epsilon and delta, and the outcome bound B and covariate bins of the study
+spec.</li>
+<li><b>The site's own ledger</b>: the lifetime spend, read from the site's privacy ledger where it
+is reachable from here; it is the site's accounting, not a release.</li>
+</ul>
+<p>Study spec hash <code>{e(result["spec_hash"])}</code>, software
+{e(result["software_version"])}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>
 </body></html>
 """
+
+
+def source_label(result: Mapping[str, Any], result_uri: str) -> str:
+    """How the footer names the result document: a URL (``s3://...``, ``https://...``) as is,
+    without any user or password; a local path (or ``file://``) only as the object's key under
+    the storage root (``<study>/results/<round>.json``), else its basename, so that no local
+    absolute path is embedded in a page meant to be shared."""
+    parts = urlsplit(result_uri)
+    if len(parts.scheme) > 1 and parts.scheme != "file":  # one letter: a Windows drive
+        host = parts.hostname or ""
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    path = parts.path if parts.scheme == "file" else result_uri
+    path = path.replace("\\", "/")
+    key = f"{result['study_id']}/results/{result['round']}.json"
+    if path == key or path.endswith("/" + key):
+        return key
+    return PurePosixPath(path).name

@@ -6,23 +6,30 @@ one secure draw) -> commit it to the ledger -> publish the report built from the
 value. Raw records and the un-committed noisy output live only in this process's memory (no
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
-Operator-only counts (rows dropped, values clipped) are not private releases: they go to the local
-``dpate.site`` logger at the site, never to Prefect, a report or an artifact.
+Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
+counts and row positions) are not private releases: they go to the site-local operator log file
+(``dpate.site.<site>`` logger, file from ``DPATE_SITE_LOG``; :func:`operator_logger`), which never
+propagates to Prefect's handlers. Prefect gets a redacted error naming columns and rules only.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
+import threading
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate_core import release as core_release
-from dpate_core.estimators import matching_statistics
-from dpate_core.intervals import normal_interval
+from dpate_core.inference import site_bootstrap_interval
+from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan, SiteEstimate
+from schemas.preflight import FeasibilityError, feasibility_problems
 from schemas.report import (
     REPORT_SCHEMA,
     REPORT_SCHEMA_VERSION,
@@ -31,16 +38,21 @@ from schemas.report import (
     SiteReport,
     software_version,
 )
-from schemas.site_data import SiteData, prepare_site_data
+from schemas.result import interval_text
+from schemas.signing import seal_site_report, site_signing_key
+from schemas.site_data import SiteData, SiteDataError, prepare_site_data
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
-from tasks.ledger import Committed, PrivacyLedger, Reservation
-from tasks.settings import SiteContext, resolve_site
-from tasks.storage import Store
+from tasks.ledger import Committed, LedgerError, PrivacyLedger, Reservation
+from tasks.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
+from tasks.storage import PublicationConflictError, Store
 
 __all__ = [
+    "SiteDataRejected",
+    "check_publication",
     "commit_release",
     "compute_release",
     "load_site_data",
+    "operator_logger",
     "plan_release",
     "publish_site_report",
     "published_site",
@@ -48,29 +60,91 @@ __all__ = [
     "reserve_budget",
     "resolve_site_context",
     "show_site_report",
+    "show_site_spend",
     "site_report_bytes",
 ]
 
-operator_log = logging.getLogger("dpate.site")
+#: The parent of every site's operator logger; never propagates (to Prefect or the root logger).
+_OPERATOR_ROOT = logging.getLogger("dpate.site")
+_OPERATOR_ROOT.propagate = False
+_OPERATOR_ROOT.addHandler(logging.NullHandler())
+_handlers_lock = threading.Lock()
+
+
+def operator_logger(ctx: SiteContext) -> logging.Logger:
+    """The site's operator logger: writes to the site-local file ``ctx.log_path`` only (never
+    to a Prefect handler; ``propagate`` is off). Counts and row positions go here."""
+    log = logging.getLogger(f"dpate.site.{ctx.site_id}")
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    path = str(Path(ctx.log_path).expanduser().resolve())
+    with _handlers_lock:
+        if not any(getattr(h, "baseFilename", None) == path for h in log.handlers):
+            for h in list(log.handlers):
+                log.removeHandler(h)
+                h.close()
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(path, encoding="utf-8")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            log.addHandler(handler)
+    return log
+
+
+class SiteDataRejected(ValueError):
+    """The site's data failed the spec's checks. Public: names columns and rules only; the counts
+    and row positions are in the site's operator log."""
+
+
+def _redacted(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
+    seen: list[str] = []
+    for p in exc.problems:
+        line = f"column {p.column!r}: {p.rule}"
+        if line not in seen:
+            seen.append(line)
+    what = "; ".join(seen) or "the data could not be read"
+    return SiteDataRejected(
+        f"site {ctx.site_id}: its data does not satisfy the study spec ({what}). Nothing was "
+        f"reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details; fix the "
+        f"extract, or the spec's levels/bins or 'missing'/'policy' settings if the data is right"
+    )
+
+
+def _deployed_run() -> bool:
+    if is_deployed_process():
+        return True
+    from prefect.runtime import flow_run
+
+    try:
+        return flow_run.deployment_id is not None
+    except Exception:
+        return False
 
 
 @task(name="resolve-site", **IO_TASK)
-def resolve_site_context(
-    spec: str,
-    site: str,
-    round: str | None,
-    data_path: str | None,
-    ledger_url: str | None,
-    storage_url: str | None,
-) -> SiteContext:
-    """Read the study spec and settle where this site's data, ledger and reports are."""
-    return resolve_site(spec, site, round, data_path, ledger_url, storage_url)
+def resolve_site_context(run: SiteRun) -> SiteContext:
+    """Read the study spec and settle, from the site's own configuration only, where this
+    site's data, ledger, reports and operator log are."""
+    ctx = resolve_site(run.spec, run.site, run.round, deployed=_deployed_run())
+    operator_logger(ctx)
+    return ctx
+
+
+def _open_ledger(ctx: SiteContext) -> PrivacyLedger:
+    """The site's existing ledger (never created here)."""
+    return PrivacyLedger(ctx.ledger_url, site=ctx.site_id)
 
 
 @task(name="recorded-release", **IO_TASK)
 def recorded_release(ctx: SiteContext) -> Committed | None:
-    """The release's committed output if the ledger has one (then nothing is computed)."""
-    with PrivacyLedger(ctx.ledger_url) as ledger:
+    """The release's committed output if the ledger has one (then nothing is computed).
+    Refuses a missing ledger, or one without the site's lifetime cap."""
+    with _open_ledger(ctx) as ledger:
+        if ledger.cap(ctx.site_id) is None:
+            raise LedgerError(
+                f"site {ctx.site_id}: the ledger has no lifetime cap for this site; pin the "
+                f"approved cap first: dpate ledger init {ctx.site_id} --epsilon E --delta D "
+                f"--ledger URL"
+            )
         committed = ledger.committed(ctx.rid)
     if committed is not None:
         get_run_logger().info(
@@ -83,12 +157,56 @@ def recorded_release(ctx: SiteContext) -> Committed | None:
     return committed
 
 
+@task(name="check-publication", **IO_TASK)
+def check_publication(ctx: SiteContext) -> None:
+    """Before reserving: refuse when this release's report already exists in storage although
+    the ledger has no COMMIT for it (another ledger released it: nothing is spent here).
+    Also refuses a missing or wrong signing key (DPATE_SITE_KEY) when the spec lists one."""
+    site_signing_key(ctx.site_id, ctx.spec.site(ctx.site_id).public_key)
+    store = Store(ctx.storage_url)
+    key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
+    if store.exists(key):
+        with _open_ledger(ctx) as ledger:
+            if ledger.committed(ctx.rid) is not None:
+                return  # a racing run of this site committed and published it meanwhile
+        raise PublicationConflictError(
+            f"site {ctx.site_id}: a report for release {ctx.rid} is already published at "
+            f"{store.uri(key)}, but this site's ledger has no COMMIT for it (a different ledger "
+            f"released it). Nothing was reserved or drawn; check DPATE_LEDGER_URL points at the "
+            f"site's one ledger"
+        )
+
+
 @task(name="load-site-data", **PRIVATE_TASK)
 def load_site_data(ctx: SiteContext) -> SiteData:
-    """Read, validate and discretise the site's records (schemas). Raw: never leaves memory."""
-    data = prepare_site_data(ctx.data_location, ctx.spec, fmt=ctx.spec.site(ctx.site_id).format)
+    """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
+
+    A failed check's full text (counts, row positions) goes to the operator log only; Prefect
+    gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no
+    exception chain carries the original."""
+    oplog = operator_logger(ctx)
+    failure: SiteDataRejected | None = None
+    try:
+        data = prepare_site_data(ctx.data_location, ctx.spec, fmt=ctx.spec.site(ctx.site_id).format)
+    except SiteDataError as exc:
+        oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
+        failure = _redacted(ctx, exc)
+        del exc
+    except Exception as exc:  # a reader's message may quote a value: keep it at the site
+        oplog.error("site %s: reading the data failed: %r", ctx.site_id, exc)
+        failure = SiteDataRejected(
+            f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
+            f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
+        )
+        del exc
+    if failure is not None:
+        raise failure
+    problems = feasibility_problems(data, ctx.spec)
+    if problems:  # before anything is reserved; public wording (rules, no counts)
+        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(problems))
+        raise FeasibilityError(ctx.site_id, problems)
     r = data.report
-    operator_log.info(
+    oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
         "%d clipped low, %d clipped high, mapped to 'other': %s",
         ctx.site_id,
@@ -109,14 +227,14 @@ def load_site_data(ctx: SiteContext) -> SiteData:
 def reserve_budget(ctx: SiteContext) -> Reservation:
     """Debit the release's budget in the site's ledger, durably, before any noise is drawn."""
     site = ctx.spec.site(ctx.site_id)
-    with PrivacyLedger(ctx.ledger_url) as ledger:
+    with _open_ledger(ctx) as ledger:
         res = ledger.reserve(
             release_id=ctx.rid,
             study_id=ctx.study_id,
             site_id=ctx.site_id,
             spec_hash=ctx.spec.spec_hash,
             round=ctx.round,
-            privacy=site.privacy,
+            privacy=ctx.spec.release_cost(ctx.site_id),  # a pure mechanism spends no delta
             cap=site.lifetime_cap.params,
         )
     what = "reserved" if res.new else "already reserved (nothing more spent)"
@@ -131,30 +249,34 @@ def reserve_budget(ctx: SiteContext) -> Reservation:
     return res
 
 
+def data_independent_order(n: int) -> np.ndarray:
+    """A uniformly random permutation of ``range(n)``, independent of the data (seeded from the
+    operating system's secure source). Algorithm 1 pairs records by rank, and its sensitivity
+    bounds need an order that does not depend on the data set (docs/privacy.md, Record order);
+    the file's order might (an extract sorted by outcome, a data-seeded shuffle)."""
+    return np.random.default_rng(secrets.randbits(256)).permutation(n)
+
+
 def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
     """The spec's mechanism on the site's data (pre-noise values: private)."""
-    spec, site = ctx.spec, ctx.spec.site(ctx.site_id)
-    split = spec.budget_split(ctx.site_id).shares
-    bound = spec.outcome.bound
-    if spec.estimator == "dim":
-        return core_release.plan_difference_in_means(
-            data.w,
-            data.y,
-            bound=bound,
-            epsilon=site.epsilon,
-            delta=site.delta,
-            split=split,
+    spec = ctx.spec
+    w, y, x = data.w, data.y, data.x
+    if spec.estimator_info.order_dependent:
+        order = data_independent_order(data.n)
+        w, y, x = w[order], y[order], x[order]
+    return spec.estimator_info.plan(
+        PlanInputs(
+            w=w,
+            y=y,
+            x=x,
+            domain_size=data.domain_size,
+            bound=spec.outcome.bound,
+            privacy=spec.site(ctx.site_id).privacy,
+            split=spec.budget_split(ctx.site_id).shares,
             arm_sizes_public=spec.arm_sizes_public,
+            variance=spec.variance_mode,
+            binary=spec.outcome.binary,
         )
-    stats = matching_statistics(data.w, data.y, data.x, data.domain_size, bound=bound)
-    return core_release.plan_matching(
-        spec.estimator,
-        stats,
-        bound=bound,
-        epsilon=site.epsilon,
-        delta=site.delta,
-        domain_size=data.domain_size,
-        split=split,
     )
 
 
@@ -176,7 +298,7 @@ def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
     """Record the release's output in the ledger; returns the recorded value (the first commit's
     if another run committed first): only that value is ever published."""
     payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
-    with PrivacyLedger(ctx.ledger_url) as ledger:
+    with _open_ledger(ctx) as ledger:
         committed = ledger.commit(ctx.rid, payload)
     get_run_logger().info("site %s: release %s committed", ctx.site_id, ctx.rid[:12])
     return committed
@@ -202,7 +324,8 @@ def site_report_bytes(ctx: SiteContext, committed: Committed) -> bytes:
     problems = report.problems_against(ctx.spec)
     if problems:
         raise ReportError(problems, f"for site {ctx.site_id!r}")
-    return report.to_json_bytes()
+    # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
+    return seal_site_report(report, ctx.spec, ctx.site_id, committed).to_json_bytes()
 
 
 @task(name="publish-site-report", **IO_TASK)
@@ -233,6 +356,8 @@ def _summary(ctx: SiteContext, uri: str, status: str, estimate: dict[str, Any]) 
         "n": estimate["n"],
         "epsilon": estimate["epsilon"],
         "delta": estimate["delta"],
+        # post-processing of the public fields: the bootstrap interval, clipped to [-B, B]
+        "interval": site_bootstrap_interval(estimate).as_dict(),
     }
 
 
@@ -251,7 +376,6 @@ def published_site(ctx: SiteContext) -> dict[str, Any]:
 @task(name="show-site-report", **PUBLIC_TASK)
 def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
     """A Prefect table artifact of the site's public report."""
-    lo, hi = normal_interval(published["tau"], published["variance"])
     rows = [
         {"field": "study", "value": ctx.study_id},
         {"field": "site", "value": ctx.site_id},
@@ -260,16 +384,38 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "estimator", "value": published["estimator"]},
         {"field": "tau (DP ATE)", "value": f"{published['tau']:.6g}"},
         {"field": "variance (DP)", "value": f"{published['variance']:.6g}"},
-        {
-            "field": "95% CI",
-            "value": f"{lo:.6g} to {hi:.6g}",
-        },
+        {"field": "95% CI (bootstrap)", "value": interval_text(published, 6)},
         {"field": "N", "value": str(published["n"])},
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},
     ]
     create_table_artifact(
         rows,
-        key=artifact_key("site-report", ctx.study_id, ctx.site_id),
+        key=artifact_key("site-report", ctx.study_id, ctx.site_id, "round", ctx.round),
         description=f"Public report of site {ctx.site_id}, study {ctx.study_id}, round {ctx.round}",
     )
+
+
+@task(name="show-site-spend", **PUBLIC_TASK)
+def show_site_spend(ctx: SiteContext) -> None:
+    """A Prefect table artifact of the site's lifetime spend and remaining cap (public amounts:
+    the sum of the privacy parameters of the site's releases; no data, no ledger location)."""
+    with _open_ledger(ctx) as ledger:
+        s = ledger.spend(ctx.site_id)
+    rows = [
+        {"field": "site", "value": ctx.site_id},
+        {"field": "lifetime cap", "value": _pair(s.cap)},
+        {"field": "spent (all studies)", "value": _pair(s.spent)},
+        {"field": "remaining", "value": _pair(s.remaining)},
+        {"field": f"spent by study {ctx.study_id}", "value": _pair(s.per_study.get(ctx.study_id))},
+    ]
+    create_table_artifact(
+        rows,
+        key=artifact_key("site-spend", ctx.site_id),
+        description=f"Privacy budget of site {ctx.site_id} after study {ctx.study_id} round "
+        f"{ctx.round}",
+    )
+
+
+def _pair(p: Any) -> str:
+    return "none" if p is None else f"epsilon {p.epsilon}, delta {p.delta}"

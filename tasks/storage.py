@@ -5,6 +5,11 @@ Layout under the root (a local folder by default; ``s3://bucket/prefix`` or any 
     <root>/<study>/sites/<site>/<release_id>.json     one site report per release
     <root>/<study>/results/<round>.json               one study result per round
 
+Keys are checked before any I/O (:func:`check_key`): no ``..`` or ``.`` segment, no leading
+``/``, no empty segment, no backslash or control character, and each id that names a folder or an
+object (study, site, release id, round) is one plain segment (:func:`check_part`), so no id, not
+even an unvalidated round from a command line, can make a key point outside its own folder.
+
 Every object is written once (:func:`write_once`): publishing the same bytes again is a no-op,
 publishing different bytes over an existing object is refused with
 :class:`PublicationConflictError`. Only public documents ever reach this module.
@@ -15,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,14 +29,59 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 __all__ = [
+    "InvalidKeyError",
+    "ObjectTooLargeError",
     "PublicationConflictError",
     "Store",
+    "check_key",
+    "check_part",
     "write_once",
 ]
+
+_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$")
+_BAD_CHARS = re.compile(r"[\\\x00-\x1f\x7f]")
+
+
+class InvalidKeyError(ValueError):
+    """A storage key or one of its ids could point outside its folder; nothing was read or
+    written."""
+
+
+def check_part(value: str, what: str) -> str:
+    """``value`` as one key segment: starts with a letter or digit, then letters, digits,
+    ``_ . : -`` (no ``/``, so no ``..`` traversal), at most 256 characters."""
+    if not isinstance(value, str) or not _PART.match(value):
+        raise InvalidKeyError(
+            f"{what} {str(value)[:80]!r} cannot name a storage object: use letters, digits and "
+            f"'_', '.', ':', '-' (starting with a letter or digit; no '/' or '..')"
+        )
+    return value
+
+
+def check_key(key: str) -> str:
+    """Refuse a key that is empty, absolute, has an empty, ``.`` or ``..`` segment, or holds a
+    backslash or control character."""
+    if not isinstance(key, str) or not key or key.startswith("/") or _BAD_CHARS.search(key):
+        raise InvalidKeyError(
+            f"storage key {str(key)[:80]!r} is empty, absolute or has bad characters"
+        )
+    if any(seg in ("", ".", "..") for seg in key.split("/")):
+        raise InvalidKeyError(
+            f"storage key {key[:80]!r} has an empty, '.' or '..' segment (path traversal)"
+        )
+    return key
 
 
 class PublicationConflictError(RuntimeError):
     """An object already exists at the path with different bytes; it is never overwritten."""
+
+
+class ObjectTooLargeError(ValueError):
+    """An object is larger than its reader accepts; it was not read."""
+
+    def __init__(self, key: str, size: int, limit: int):
+        self.key, self.size, self.limit = key, size, limit
+        super().__init__(f"{key} is {size} bytes, more than the {limit} accepted here")
 
 
 def write_once(fs: Any, path: str, data: bytes) -> Literal["written", "unchanged"]:
@@ -103,7 +154,7 @@ class Store:
         return fs, root.rstrip("/")
 
     def path(self, key: str) -> str:
-        return posixpath.join(self._fs_root[1], key)
+        return posixpath.join(self._fs_root[1], check_key(key))
 
     def uri(self, key: str) -> str:
         """A URL naming the object (for messages and artifacts)."""
@@ -111,41 +162,64 @@ class Store:
 
     @staticmethod
     def site_report_key(study_id: str, site_id: str, release_id: str) -> str:
+        check_part(study_id, "study id")
+        check_part(site_id, "site id")
+        check_part(release_id, "release id")
         return f"{study_id}/sites/{site_id}/{release_id}.json"
 
     @staticmethod
     def result_key(study_id: str, round: str) -> str:
+        check_part(study_id, "study id")
+        check_part(round, "round")
         return f"{study_id}/results/{round}.json"
 
     def publish(self, key: str, data: bytes) -> Literal["written", "unchanged"]:
         fs, root = self._fs_root
-        return write_once(fs, posixpath.join(root, key), data)
+        return write_once(fs, posixpath.join(root, check_key(key)), data)
 
-    def read(self, key: str) -> bytes | None:
-        """The object's bytes, or None when it does not exist."""
+    def read(self, key: str, *, max_bytes: int | None = None) -> bytes | None:
+        """The object's bytes, or None when it does not exist.
+
+        With ``max_bytes``, an object larger than that is not read: :class:`ObjectTooLargeError`
+        (its size is checked first, and at most ``max_bytes + 1`` bytes are ever read).
+        """
         fs, root = self._fs_root
+        path = posixpath.join(root, check_key(key))
         try:
-            return fs.cat_file(posixpath.join(root, key))
+            if max_bytes is None:
+                return fs.cat_file(path)
+            size = fs.size(path)
+            if size is not None and size > max_bytes:
+                raise ObjectTooLargeError(key, size, max_bytes)
+            data = fs.cat_file(path, start=0, end=max_bytes + 1)
         except FileNotFoundError:
             return None
+        if len(data) > max_bytes:
+            raise ObjectTooLargeError(key, len(data), max_bytes)
+        return data
 
     def exists(self, key: str) -> bool:
         fs, root = self._fs_root
-        return fs.exists(posixpath.join(root, key))
+        return fs.exists(posixpath.join(root, check_key(key)))
 
     def children(self, key_dir: str) -> list[str]:
-        """Keys of the objects directly under ``key_dir`` (never recursive), sorted."""
+        """Keys of the objects directly under ``key_dir`` (never recursive), sorted; ``""``
+        lists the root (e.g. the studies)."""
         fs, root = self._fs_root
+        where = posixpath.join(root, check_key(key_dir)) if key_dir else root
         try:
-            names = fs.ls(posixpath.join(root, key_dir), detail=False)
+            names = fs.ls(where, detail=False)
         except FileNotFoundError:
             return []
         leaves = (posixpath.basename(n.rstrip("/")) for n in names)
-        return sorted(f"{key_dir}/{leaf}" for leaf in leaves if not leaf.startswith("."))
+        prefix = f"{key_dir}/" if key_dir else ""
+        return sorted(f"{prefix}{leaf}" for leaf in leaves if not leaf.startswith("."))
 
     def site_report_keys(self, study_id: str, site_id: str) -> list[str]:
         """Keys of every report a site published in a study (any round), sorted."""
         fs, root = self._fs_root
+        check_part(study_id, "study id")
+        check_part(site_id, "site id")
         base = posixpath.join(root, study_id, "sites", site_id)
         try:
             names = fs.ls(base, detail=False)

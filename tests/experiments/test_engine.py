@@ -48,8 +48,9 @@ def test_writes_the_tidy_table_and_its_companions(small_run):
     table = pd.read_csv(out / "experiments.csv")
     assert tuple(table.columns) == TABLE_COLUMNS
     assert pd.read_parquet(out / "experiments.parquet").shape == table.shape
-    # IST 5 configurations, STAR 1, three observational sets x 5 configurations x 2 estimators
-    configs = 5 + 1 + 3 * 5 * 2
+    # IST 5 configurations and STAR 1, each with DiM and adjusted; three observational sets x 5
+    # configurations x 3 estimators (GlobalDPMatching, SmoothDPMatching, adjusted)
+    configs = (5 + 1) * 2 + 3 * 5 * 3
     assert len(table) == configs * len(SMALL.alphas) * len(AGGREGATORS)
     assert (table["reps"] == SMALL.reps).all()
     assert set(table["alpha"]) == {"1/8", "1", "8"}

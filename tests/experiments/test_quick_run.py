@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.experiments import PAPER_ESTIMATORS
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,9 @@ def quick(tmp_path_factory):
 
 
 def _wide(table, **f):
-    sel = table
+    """The paper's mechanisms only (its claims are about them); the adjusted estimator has its
+    own tests below."""
+    sel = table[table["estimator"].isin(PAPER_ESTIMATORS)]
     for k, v in f.items():
         sel = sel[sel[k] == v]
     return sel.pivot_table(
@@ -115,3 +118,25 @@ def test_smooth_sensitivity_shape(quick):
     s_a = imb.groupby(imb["a"].astype(float))["smooth_sensitivity"].mean()
     assert s_a.iloc[-1] > 2 * s_a.iloc[0]  # grows with imbalance
     assert s_a.max() < 1.0  # and stays below the global sensitivity (2B = 2; paper B = 1)
+
+
+def test_adjusted_estimator_is_drawn_beside_the_papers_and_beats_smooth_matching(quick):
+    _, table, _, _ = quick
+    assert set(table.loc[table["estimator"] == "adjusted", "dataset"]) == {
+        "IST",
+        "STAR",
+        "Synth",
+        "IHDP",
+        "Lalonde",
+    }
+    mv = table[table["aggregator"] == "mvagg"].pivot_table(
+        index=["dataset", "J", "proportions", "alpha"], columns="estimator", values="mae_mean"
+    )
+    ratio = mv["smooth_matching"] / mv["adjusted"]
+    # Synth (N = 10,000, |X| = 100): lower MAE at every point, several times lower at the median
+    # (the issue's 10x goal is met only where noise, not sampling error, dominates: docs/results.md)
+    assert ratio.loc["Synth"].min() > 1
+    assert ratio.loc["Synth"].median() >= 3
+    # randomized trials: the adjusted estimator stays near the difference in means
+    rct = mv.loc[["IST", "STAR"]]
+    assert (rct["adjusted"] / rct["dim"]).median() < 2

@@ -90,7 +90,7 @@ def test_simulated_release_is_the_released_mechanism():
     x = rng.integers(0, 10, n)
     w = (rng.random(n) < 0.4).astype(np.int8)
     y = np.clip(0.1 * x / 9 + 0.5 * w + 0.1 * rng.random(n), 0, 1)
-    stats = matching_statistics(w, y, x, 10)
+    stats = matching_statistics(w, y, x, 10, bound=1.0)
     plans = [
         plan_matching("smooth_matching", stats, bound=1.0, epsilon=1, delta="1e-5", domain_size=10),
         plan_matching("global_matching", stats, bound=1.0, epsilon=1, delta="1e-5", domain_size=10),
@@ -111,7 +111,7 @@ def test_simulated_release_is_the_released_mechanism():
 
 def test_simulation_refuses_a_missing_generator():
     stats = matching_statistics(
-        np.array([0, 1, 0, 1]), np.array([0.1, 0.2, 0.3, 0.4]), np.zeros(4, int)
+        np.array([0, 1, 0, 1]), np.array([0.1, 0.2, 0.3, 0.4]), np.zeros(4, int), bound=1.0
     )
     plan = plan_matching("global_matching", stats, bound=1.0, epsilon=1, delta="1e-5")
     with pytest.raises(TypeError, match="Generator"):
@@ -162,3 +162,16 @@ def test_site_epsilons_rejects_nonsense():
     with pytest.raises(ValueError, match="alpha"):
         site_epsilons(1, 0, 3)
     assert site_epsilons("5", 2, 1) == (Fraction(5),)
+
+
+def test_random_effects_many_reports_the_scalar_extra_statistics():
+    """The vectorised implementation is the only one: its per-row Q, I^2 and tau^2 are the scalar
+    call's (the scalar call is its one-row case)."""
+    rng = np.random.default_rng(11)
+    tau, n, var = _random_rows(rng, 100, 5)
+    many = aggregate_many("random_effects", tau, n, var)
+    assert set(many.extra) == {"Q", "I2", "tau2"}
+    for r in range(tau.shape[0]):
+        one = aggregation.random_effects(tau[r], n, var[r])
+        for k, v in one.extra.items():
+            np.testing.assert_allclose(many.extra[k][r], v, rtol=1e-9, atol=1e-12)

@@ -44,7 +44,7 @@ def ledger_factory(request, tmp_path):
         prefix = f"t{uuid.uuid4().hex[:10]}_"
 
     def make() -> PrivacyLedger:
-        led = PrivacyLedger(url, table_prefix=prefix)
+        led = PrivacyLedger(url, table_prefix=prefix, create=True)
         opened.append(led)
         return led
 
@@ -55,6 +55,25 @@ def ledger_factory(request, tmp_path):
         opened[0].table.drop(opened[0]._engine, checkfirst=True)
     for led in opened:
         led.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def dpate_home(tmp_path_factory) -> Iterator[None]:
+    """Default ledgers and operator logs under a temporary DPATE_HOME, never the user's; and no
+    site configuration inherited from the environment running the tests."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DPATE_HOME", str(tmp_path_factory.mktemp("dpate-home")))
+        for name in (
+            "DPATE_LEDGER_URL",
+            "DPATE_DATA_PATH",
+            "DPATE_STORAGE_URL",
+            "DPATE_SITE_LOG",
+            "DPATE_SITE_CONFIG",
+            "DPATE_ALLOW_SPEC_DATA",
+            "DPATE_SITES",
+        ):
+            mp.delenv(name, raising=False)
+        yield
 
 
 @pytest.fixture(scope="session")

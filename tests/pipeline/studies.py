@@ -19,6 +19,7 @@ class Site:
     epsilon: str = "1"
     cap: str = "3"
     bad_level: str | None = None  # a marker value put in the covariate of a few rows (invalid)
+    bad_rows: tuple[int, ...] = (3, 11, 17)  # where the marker goes
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Study:
     root: Path
     outcomes: dict[str, np.ndarray] = field(default_factory=dict)
     markers: list[str] = field(default_factory=list)
+    caps: dict[str, str] = field(default_factory=dict)
 
     @property
     def published(self) -> Path:
@@ -34,6 +36,25 @@ class Study:
 
     def ledger_url(self, site: str) -> str:
         return f"sqlite:///{self.root / 'ledgers' / f'{site}.sqlite'}"
+
+    def operator_log(self, site: str) -> Path:
+        return self.root / "logs" / f"{site}.log"
+
+    def site_env(self) -> dict[str, str]:
+        """The sites' own configuration for this study (what a site's worker environment holds)."""
+        return {
+            "DPATE_LEDGER_URL": f"sqlite:///{self.root / 'ledgers'}/{{site}}.sqlite",
+            "DPATE_SITE_LOG": str(self.root / "logs" / "{site}.log"),
+        }
+
+    def init_ledgers(self, *sites: str) -> None:
+        """``dpate ledger init`` for each site (default: all), with the spec's cap."""
+        from dpate_core.privacy import PrivacyParams
+        from tasks.ledger import PrivacyLedger
+
+        for site in sites or tuple(self.caps):
+            cap = PrivacyParams.of(self.caps[site], "1e-4")
+            PrivacyLedger.init(self.ledger_url(site), site, cap).close()
 
     def snapshot(self) -> dict[str, bytes]:
         return {
@@ -64,9 +85,10 @@ def write_study(
         y = y + rng.uniform(1e-9, 1e-8, s.n)  # many distinctive digits
         y = np.minimum(y, 0.999999)
         study.outcomes[s.id] = y
+        study.caps[s.id] = s.cap
         levels = [str(v) for v in level]
         if s.bad_level is not None:
-            for j in (3, 11, 17):
+            for j in s.bad_rows:
                 levels[j] = s.bad_level
             study.markers.append(s.bad_level)
         folder = root / "sites" / s.id

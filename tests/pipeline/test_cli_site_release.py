@@ -1,6 +1,7 @@
 """``dpate site-release``: one site's release from the command line (the same path as a study's
-site subflow): the first call publishes, a second spends nothing and says it was recorded, and a
-refused release exits non-zero with a public message."""
+site subflow): without a ledger it refuses (and creates none); after ``dpate ledger init`` the
+first call publishes, a second spends nothing and says it was recorded, and a refused release
+exits non-zero with a public message. ``--ledger`` is the site operator's own setting."""
 
 from __future__ import annotations
 
@@ -20,7 +21,15 @@ def _text(result) -> str:
 def test_site_release_cli_publishes_once_then_reports_the_recorded_release(tmp_path):
     study = write_study(tmp_path / "cli", [Site("north", 400, "1", "1")], study_id="cli-study")
     runner = CliRunner()
-    args = ["site-release", str(study.spec), "--site", "north"]
+    ledger = study.ledger_url("north")
+    args = ["site-release", str(study.spec), "--site", "north", "--ledger", ledger]
+
+    missing = runner.invoke(app, args)
+    assert missing.exit_code != 0
+    assert "no privacy ledger at" in _text(missing) and "dpate ledger init north" in _text(missing)
+    assert not (study.root / "ledgers").exists() and study.snapshot() == {}
+    init = ["ledger", "init", "north", "--epsilon", "1", "--delta", "1e-4", "--ledger", ledger]
+    assert runner.invoke(app, init).exit_code == 0
 
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
@@ -38,3 +47,33 @@ def test_site_release_cli_publishes_once_then_reports_the_recorded_release(tmp_p
     assert study.snapshot() == published
     for out in (first.output, second.output, third.output):
         assert not leaked(out, study.outcomes["north"])
+    # the option was this command's setting only: the process environment is as before
+    import os
+
+    assert "DPATE_LEDGER_URL" not in os.environ
+
+
+def test_run_creates_ledgers_only_when_asked(tmp_path):
+    """``dpate run`` refuses sites without a ledger (creating none); ``--init-ledgers`` creates
+    them with the spec's caps; a second run spends nothing."""
+    from tasks.ledger import PrivacyLedger
+
+    study = write_study(tmp_path / "run", [Site("east", 300), Site("west", 300, cap="2")])
+    runner = CliRunner()
+    args = ["run", str(study.spec), "--ledger", f"sqlite:///{study.root}/ledgers/{{site}}.sqlite"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code != 0
+    assert "dpate ledger init" in _text(refused)
+    assert not (study.root / "ledgers").exists()
+
+    first = runner.invoke(app, [*args, "--init-ledgers"])
+    assert first.exit_code == 0, first.output
+    with PrivacyLedger(study.ledger_url("west")) as led:
+        assert led.spend("west").cap.epsilon == 2 and led.spend("west").spent.epsilon == 1
+        n_events = len(led.events())
+    published = study.snapshot()
+    again = runner.invoke(app, [*args, "--init-ledgers"])
+    assert again.exit_code == 0, again.output
+    assert study.snapshot() == published
+    with PrivacyLedger(study.ledger_url("west")) as led:
+        assert len(led.events()) == n_events

@@ -210,22 +210,97 @@ def test_racing_commits_record_one_value_and_both_get_it(ledger_factory):
     assert first.verify().ok
 
 
-def test_cli_ledger_show_verify_set_cap(tmp_path):
+def test_a_ledger_is_never_created_by_opening_it(tmp_path):
+    from tasks.ledger import LedgerNotFoundError, PrivacyLedger, ledger_exists
+
+    path = tmp_path / "sub" / "l.sqlite"
+    url = f"sqlite:///{path}"
+    with pytest.raises(LedgerNotFoundError, match="dpate ledger init site-a") as err:
+        PrivacyLedger(url, site="site-a")
+    assert str(path) in str(err.value)
+    assert not path.exists() and not path.parent.exists() and not ledger_exists(url)
+    # a SQLite file without the ledger table is not a ledger either (and is left as it was)
+    other = tmp_path / "other.sqlite"
+    import sqlite3
+
+    sqlite3.connect(other).execute("CREATE TABLE x (a)").connection.close()
+    with pytest.raises(LedgerNotFoundError):
+        PrivacyLedger(f"sqlite:///{other}")
+    # init creates it and pins the cap; again with the same cap: unchanged; another cap: refused
+    PrivacyLedger.init(url, "site-a", CAP).close()
+    PrivacyLedger.init(url, "site-a", CAP).close()
+    with pytest.raises(CapMismatchError, match="set-cap"):
+        PrivacyLedger.init(url, "site-a", PrivacyParams.of("2", "1e-5"))
+    with PrivacyLedger(url) as led:
+        assert [e.kind for e in led.events()] == ["CAP"] and led.cap("site-a") == CAP
+    assert ledger_exists(url)
+
+
+def test_postgres_ledger_is_not_created_by_opening_it(pg_url):
+    import uuid
+
+    from tasks.ledger import LedgerNotFoundError, PrivacyLedger
+
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    with pytest.raises(LedgerNotFoundError):
+        PrivacyLedger(pg_url, table_prefix=prefix)
+    led = PrivacyLedger.init(pg_url, "s1", CAP, table_prefix=prefix)
+    try:
+        with PrivacyLedger(pg_url, table_prefix=prefix) as again:
+            assert again.cap("s1") == CAP
+    finally:
+        led.table.drop(led._engine, checkfirst=True)
+        led.close()
+
+
+def test_cli_ledger_init_show_verify_set_cap(tmp_path, monkeypatch):
+    import json
+
     from typer.testing import CliRunner
 
     from flows.cli import app
     from tasks.ledger import PrivacyLedger
 
     url = f"sqlite:///{tmp_path / 'l.sqlite'}"
+    runner = CliRunner()
+    # show and verify refuse a ledger that does not exist, naming it and the command to create it
+    for cmd in (["show", "s1"], ["verify"]):
+        out = runner.invoke(app, ["ledger", *cmd, "--ledger", url])
+        assert out.exit_code != 0
+        text = " ".join(out.output.split())
+        assert "no privacy ledger at" in text and "dpate ledger init" in text
+        assert not (tmp_path / "l.sqlite").exists()
+    out = runner.invoke(
+        app, ["ledger", "init", "s1", "--epsilon", "1", "--delta", "1e-5", "--ledger", url]
+    )
+    assert out.exit_code == 0, out.output
     with PrivacyLedger(url) as led:
         _reserve(led, "r1", eps="1/3", study="study-x")
         led.commit("r1", {"tau": 0.5})
-    runner = CliRunner()
     out = runner.invoke(app, ["ledger", "show", "s1", "--ledger", url])
     assert out.exit_code == 0, out.output
     assert "study-x" in out.output and "2/3" in out.output  # remaining epsilon, exact
+    out = runner.invoke(app, ["ledger", "show", "s1", "--ledger", url, "--json"])
+    doc = json.loads(out.output)
+    assert doc["remaining"]["epsilon"] == "2/3" and doc["studies"]["study-x"]["committed"] == 1
     out = runner.invoke(app, ["ledger", "verify", "--ledger", url])
     assert out.exit_code == 0 and "ledger OK: 3 rows" in out.output
+    with PrivacyLedger(url) as led:
+        head = led.verify().head_hash
+    assert f"head {head}" in out.output  # whole, on one line
+    out = runner.invoke(app, ["ledger", "verify", "--ledger", url, "--json"])
+    assert json.loads(out.output) == {
+        "ledger": url,
+        "ok": True,
+        "rows": 3,
+        "head_hash": head,
+        "problems": [],
+    }
+    # the site's default ledger: $DPATE_HOME/ledgers/<site>.sqlite, or its DPATE_LEDGER_URL
+    monkeypatch.setenv("DPATE_LEDGER_URL", url)
+    out = runner.invoke(app, ["ledger", "verify", "s1", "--json"])
+    assert json.loads(out.output)["head_hash"] == head
+    monkeypatch.delenv("DPATE_LEDGER_URL")
     out = runner.invoke(
         app,
         [

@@ -2,8 +2,13 @@
 
 Covers: a full study, a re-run that spends nothing and publishes identical bytes, a cap refusal
 that draws no noise and publishes nothing, a site whose data fails validation, crashes between
-reserve and commit and between commit and publish, and a scan of everything written outside the
-sites for raw outcome values.
+reserve and commit and between commit and publish, a scan of everything written outside the
+sites (including for the failed site: its counts and row positions), a missing ledger and a
+conflicting publication refused before reserving.
+
+Each study's sites are configured the way a site's worker is: ``DPATE_LEDGER_URL`` and
+``DPATE_SITE_LOG`` in the environment (``Study.site_env``), ledgers created explicitly
+(``Study.init_ledgers``, as ``dpate ledger init``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from tests.pipeline.studies import Site, leaked, write_study
 
 pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
 
+#: where the invalid site's marker values are (a distinctive count and distinctive positions)
+BAD_ROWS = (101, 223, 347, 419, 523, 617, 733, 761, 787, 797, 599, 661, 683)
+
 
 class InjectedCrash(RuntimeError):
     """Stands for a process dying at this point (not transient: never retried)."""
@@ -26,6 +34,14 @@ class InjectedCrash(RuntimeError):
 
 def _no_draw(*_a, **_k):
     raise AssertionError("noise was drawn, but this run must not draw")
+
+
+def _configure(study, mp, *, init: bool = True):
+    for k, v in study.site_env().items():
+        mp.setenv(k, v)
+    if init:
+        study.init_ledgers()
+    return study
 
 
 def _kinds(study, site):
@@ -54,11 +70,19 @@ def full_study(tmp_path_factory):
             Site("alpha", 3000, epsilon="1"),
             Site("beta", 2000, epsilon="1/2"),
             Site("gamma", 1500, epsilon="2"),
-            Site("delta", 800, bad_level="zqx-marker-8071"),
+            Site("delta", 800, bad_level="zqx-marker-8071", bad_rows=BAD_ROWS),
         ],
     )
-    out = study(spec=str(st.spec))
-    return st, out
+    with pytest.MonkeyPatch.context() as mp:
+        _configure(st, mp)
+        out = study(spec=str(st.spec))
+        yield st, out
+
+
+@pytest.fixture
+def site_env(monkeypatch):
+    """Configure a study's sites (environment + ledgers) for one test."""
+    return lambda study, init=True: _configure(study, monkeypatch, init=init)
 
 
 def test_full_study_publishes_reports_and_result(full_study):
@@ -91,14 +115,38 @@ def test_full_study_publishes_reports_and_result(full_study):
         assert report["estimate"] == committed.payload["estimate"]  # published = committed
 
 
+def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
+    """Result schema 2: the combined estimate and every reporting site carry the normal interval
+    (``ci95``) and the parametric bootstrap (``interval``), both inside [-B, B] (B = 1 here), the
+    bootstrap flagged uninformative exactly when it was at least 2B wide before clipping."""
+    from schemas.result import interval_text
+
+    _, out = full_study
+    result = out["result"]
+    assert result["schema_version"] == 2
+    docs = [result, *(s for s in result["sites"] if "tau" in s)]
+    assert len(docs) == 4
+    for doc in docs:
+        iv = doc["interval"]
+        assert iv["method"] == "bootstrap" and iv["level"] == 0.95
+        assert -1.0 <= iv["lo"] <= iv["hi"] <= 1.0
+        assert -1.0 <= doc["ci95"][0] <= doc["ci95"][1] <= 1.0
+        assert iv["note"] == ("uninformative at this budget" if iv["uninformative"] else "")
+        assert ("uninformative" in interval_text(doc)) == iv["uninformative"]
+    assert result["uninformative"] == result["interval"]["uninformative"]
+    assert result["interval"]["lo"] <= result["estimate"] <= result["interval"]["hi"]
+
+
 def test_invalid_site_data_fails_that_site_only_and_names_no_value(full_study):
     st, out = full_study
     delta = next(r for r in out["sites"] if r["site_id"] == "delta")
-    assert "SiteDataError" in delta["error"] and "stratum" in delta["error"]
-    assert "zqx-marker" not in delta["error"]
-    assert (
-        not (st.root / "ledgers" / "delta.sqlite").exists() or _kinds(st, "delta")[0] == Counter()
-    )
+    assert "SiteDataRejected" in delta["error"] and "stratum" in delta["error"]
+    assert "zqx-marker" not in delta["error"] and "row" not in delta["error"]
+    assert str(len(BAD_ROWS)) not in delta["error"]
+    assert _kinds(st, "delta")[0] == Counter({"CAP": 1})  # nothing reserved
+    # the details stay at the site, in its operator log
+    oplog = st.operator_log("delta").read_text()
+    assert f"{len(BAD_ROWS)} row(s)" in oplog and "rows 101, 223, 347" in oplog
 
 
 def test_rerun_spends_nothing_draws_nothing_and_publishes_identical_bytes(full_study, monkeypatch):
@@ -116,10 +164,13 @@ def test_rerun_spends_nothing_draws_nothing_and_publishes_identical_bytes(full_s
 
 
 def test_nothing_outside_the_sites_holds_a_raw_value(full_study):
-    """Reports, results, Prefect artifacts, logs, flow/task run states and parameters."""
+    """Reports, results, Prefect artifacts, logs, flow/task run states and parameters, and
+    Prefect's result storage: no raw value, and for the site whose data failed its checks, no
+    count, no row position, no marker value (its column and rule may appear)."""
     import numpy as np
     from prefect.client.orchestration import get_client
     from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_HOME, PREFECT_LOCAL_STORAGE_PATH
 
     st, _ = full_study
     values = np.concatenate(list(st.outcomes.values()))
@@ -136,16 +187,25 @@ def test_nothing_outside_the_sites_holds_a_raw_value(full_study):
         for tr in _paged(client.read_task_runs):
             texts.append(str(tr.state and tr.state.message) + str(tr.name))
     assert len(texts) > 20 and any("site-report" in a.key for a in arts if a.key)
+    for root in {PREFECT_LOCAL_STORAGE_PATH.value(), PREFECT_HOME.value() / "storage"}:
+        if root.exists():
+            for f in root.rglob("*"):
+                if f.is_file():
+                    texts.append(f.read_bytes().decode("utf-8", "replace"))
     blob = "\n".join(texts)
     assert leaked(blob, values) == []
     for marker in st.markers:
         assert marker not in blob
+    assert "not one of the declared levels" in blob  # the rule reached Prefect: a failed run
+    positions = ", ".join(map(str, sorted(BAD_ROWS)[:3]))
+    for needle in ("row(s)", f"{len(BAD_ROWS)} row", positions, "rows 101", "of 800 rows"):
+        assert needle not in blob, needle
 
 
-def test_cap_refusal_draws_no_noise_and_publishes_nothing(tmp_path, monkeypatch):
+def test_cap_refusal_draws_no_noise_and_publishes_nothing(tmp_path, monkeypatch, site_env):
     from flows.site_release import site_release
 
-    st = write_study(tmp_path, [Site("solo", 1200, epsilon="1", cap="1")])
+    st = site_env(write_study(tmp_path, [Site("solo", 1200, epsilon="1", cap="1")]))
     first = site_release(spec=str(st.spec), site="solo")
     assert first["status"] == "written"
     before = st.snapshot()
@@ -159,12 +219,12 @@ def test_cap_refusal_draws_no_noise_and_publishes_nothing(tmp_path, monkeypatch)
     assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1}) and spent.epsilon == 1
 
 
-def test_crash_between_reserve_and_commit_then_rerun(tmp_path, monkeypatch):
+def test_crash_between_reserve_and_commit_then_rerun(tmp_path, site_env):
     """Noise drawn, process dies before COMMIT: the reservation stands; the re-run spends nothing
     more, draws once, commits once; only the committed value is ever published."""
     from flows.site_release import site_release
 
-    st = write_study(tmp_path, [Site("solo", 1200)])
+    st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     draws = []
     real_draw = core_release.draw_once
 
@@ -175,17 +235,18 @@ def test_crash_between_reserve_and_commit_then_rerun(tmp_path, monkeypatch):
     def crash(*_a, **_k):
         raise InjectedCrash("process died before the commit")
 
-    monkeypatch.setattr(core_release, "draw_once", counting_draw)
-    monkeypatch.setattr(PrivacyLedger, "commit", crash)
-    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core_release, "draw_once", counting_draw)
+        mp.setattr(PrivacyLedger, "commit", crash)
+        state = site_release(spec=str(st.spec), site="solo", return_state=True)
     assert state.is_failed() and len(draws) == 1
     assert st.snapshot() == {}
     kinds, spent = _kinds(st, "solo")
     assert kinds == Counter({"CAP": 1, "RESERVE": 1}) and spent.epsilon == 1
 
-    monkeypatch.undo()
-    monkeypatch.setattr(core_release, "draw_once", counting_draw)
-    out = site_release(spec=str(st.spec), site="solo")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core_release, "draw_once", counting_draw)
+        out = site_release(spec=str(st.spec), site="solo")
     assert out["status"] == "written" and len(draws) == 2
     kinds, spent = _kinds(st, "solo")
     assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1}) and spent.epsilon == 1
@@ -193,24 +254,25 @@ def test_crash_between_reserve_and_commit_then_rerun(tmp_path, monkeypatch):
         assert led.committed(out["release_id"]).payload["estimate"]["tau"] == out["tau"]
 
 
-def test_crash_between_commit_and_publish_then_rerun(tmp_path, monkeypatch):
+def test_crash_between_commit_and_publish_then_rerun(tmp_path, site_env):
     from flows.site_release import site_release
     from tasks import storage
 
-    st = write_study(tmp_path, [Site("solo", 1200)])
+    st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
 
     def crash(*_a, **_k):
         raise InjectedCrash("process died before publishing")
 
-    monkeypatch.setattr(storage, "write_once", crash)
-    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(storage, "write_once", crash)
+        state = site_release(spec=str(st.spec), site="solo", return_state=True)
     assert state.is_failed() and st.snapshot() == {}
     kinds, _ = _kinds(st, "solo")
     assert kinds == Counter({"CAP": 1, "RESERVE": 1, "COMMIT": 1})
 
-    monkeypatch.undo()
-    monkeypatch.setattr(core_release, "draw_once", _no_draw)
-    out = site_release(spec=str(st.spec), site="solo")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(core_release, "draw_once", _no_draw)
+        out = site_release(spec=str(st.spec), site="solo")
     published = st.snapshot()
     assert out["status"] == "written" and len(published) == 1
     with PrivacyLedger(st.ledger_url("solo")) as led:
@@ -221,12 +283,14 @@ def test_crash_between_commit_and_publish_then_rerun(tmp_path, monkeypatch):
     assert _kinds(st, "solo")[0] == kinds
 
 
-def test_required_sites_missing_fails_the_aggregate_and_publishes_nothing(tmp_path):
+def test_required_sites_missing_fails_the_aggregate_and_publishes_nothing(tmp_path, site_env):
     from flows.aggregate import aggregate_study
     from flows.site_release import site_release
     from tasks.aggregate import StudyIncompleteError
 
-    st = write_study(tmp_path, [Site("one", 1200), Site("two", 1000)], require_all_sites=True)
+    st = site_env(
+        write_study(tmp_path, [Site("one", 1200), Site("two", 1000)], require_all_sites=True)
+    )
     site_release(spec=str(st.spec), site="one")
     state = aggregate_study(spec=str(st.spec), return_state=True)
     exc = state.result(raise_on_failure=False)
@@ -254,3 +318,84 @@ def test_html_report_from_the_published_result(full_study, tmp_path):
     assert f"{out['result']['estimate']:.4g}" in page
     assert "1 of 3" in page  # alpha's lifetime spend from its ledger: epsilon 1 of cap 3
     assert leaked(page, np.concatenate(list(st.outcomes.values()))) == []
+
+
+def test_a_site_run_refuses_a_missing_ledger_and_creates_none(tmp_path, site_env):
+    from flows.site_release import site_release
+    from tasks.ledger import LedgerNotFoundError
+
+    st = site_env(write_study(tmp_path, [Site("solo", 1200)]), init=False)
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, LedgerNotFoundError) and "dpate ledger init solo" in str(exc)
+    assert not (st.root / "ledgers").exists() and st.snapshot() == {}
+
+
+def test_run_parameters_cannot_choose_the_ledger_data_or_storage(tmp_path, site_env):
+    """The coordinator's run parameters are spec, site and round only."""
+    from flows.site_release import site_release
+
+    st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
+    fresh = tmp_path / "fresh.sqlite"
+    for extra in (
+        {"ledger_url": f"sqlite:///{fresh}"},
+        {"data_path": str(tmp_path / "x.parquet")},
+        {"storage_url": str(tmp_path / "elsewhere")},
+    ):
+        with pytest.raises(TypeError):
+            site_release(spec=str(st.spec), site="solo", **extra)
+    state = site_release(spec=str(st.spec), site="solo", round="../1", return_state=True)
+    assert state.is_failed()
+    assert not fresh.exists() and st.snapshot() == {}
+    assert _kinds(st, "solo")[0] == Counter({"CAP": 1})
+
+
+def test_a_report_published_without_this_ledgers_commit_is_refused_before_reserving(
+    tmp_path, site_env, monkeypatch
+):
+    """A copy of the ledger (or another ledger) cannot release the same release id again."""
+    from flows.site_release import site_release
+    from tasks.storage import PublicationConflictError
+
+    st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
+    site_release(spec=str(st.spec), site="solo")
+    before = st.snapshot()
+    other = tmp_path / "other-ledgers"
+    monkeypatch.setenv("DPATE_LEDGER_URL", f"sqlite:///{other}/{{site}}.sqlite")
+    from dpate_core.privacy import PrivacyParams
+
+    PrivacyLedger.init(f"sqlite:///{other}/solo.sqlite", "solo", PrivacyParams.of("3", "1e-4"))
+    monkeypatch.setattr(core_release, "draw_once", _no_draw)
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, PublicationConflictError) and "Nothing was reserved" in str(exc)
+    with PrivacyLedger(f"sqlite:///{other}/solo.sqlite") as led:
+        assert [e.kind for e in led.events()] == ["CAP"]
+    assert st.snapshot() == before
+
+
+def test_a_deployed_run_refuses_without_the_sites_own_ledger_setting(
+    tmp_path, site_env, monkeypatch
+):
+    """In a worker's flow-run process nothing falls back to a default ledger (which would live
+    in Prefect's working folder or a fresh home), to the spec's data or to its 'reports'."""
+    import os
+
+    from flows.site_release import site_release
+    from tasks.settings import SettingsError, dpate_home
+
+    st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
+    monkeypatch.setattr("tasks.site.is_deployed_process", lambda: True)
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, SettingsError) and "DPATE_DATA_PATH" in str(exc)
+    monkeypatch.setenv("DPATE_DATA_PATH", str(st.root / "sites" / "{site}" / "records.parquet"))
+    monkeypatch.setenv("DPATE_STORAGE_URL", str(st.published))
+    monkeypatch.delenv("DPATE_LEDGER_URL")
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, SettingsError) and "DPATE_LEDGER_URL" in str(exc)
+    assert not (dpate_home() / "ledgers").exists() and st.snapshot() == {}
+    monkeypatch.setenv("DPATE_LEDGER_URL", st.ledger_url("solo"))
+    out = site_release(spec=str(st.spec), site="solo")
+    assert out["status"] == "written" and "DPATE_ALLOW_SPEC_DATA" not in os.environ

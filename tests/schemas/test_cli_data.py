@@ -54,4 +54,6 @@ def test_missing_data_dir(tmp_path, name):
     res = runner.invoke(
         app, ["data", "describe", name], env={"DPATE_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
     )
-    assert res.exit_code == 2 and "DPATE_DATA_DIR" in res.output
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "DPATE_DATA_DIR" in text
+    assert "run `dpate data fetch`" in text and "shared" not in text

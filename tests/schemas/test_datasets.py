@@ -18,7 +18,7 @@ from schemas.datasets import (
 
 needs_data = pytest.mark.skipif(
     not (data_dir() / "ist" / "IST_corrected.csv").is_file(),
-    reason=f"paper data sets not found in {data_dir()} (set DPATE_DATA_DIR)",
+    reason=f"paper data sets not found in {data_dir()} (run `dpate data fetch`)",
 )
 
 
@@ -39,7 +39,7 @@ def test_ist():
     assert counts(d) == (19_408, 9_705, 9_703)
     assert d.domain_size == 1 and set(np.unique(d.y)) == {0.0, 1.0}
     dim = d.y[d.w == 1].mean() - d.y[d.w == 0].mean()
-    assert dim == pytest.approx(-0.00938, abs=5e-6)  # PROVENANCE.md
+    assert dim == pytest.approx(-0.00938, abs=5e-6)  # the trial's non-private difference
 
 
 @needs_data
@@ -88,7 +88,7 @@ def test_lalonde_age_strata_and_earnings_cap():
     t = np.bincount(d.x[d.w == 1], minlength=39)
     c = np.bincount(d.x[d.w == 0], minlength=39)
     one_arm = (t > 0) != (c > 0)
-    assert one_arm.sum() == 9 and (t + c)[one_arm].sum() == 23  # PROVENANCE.md
+    assert one_arm.sum() == 9 and (t + c)[one_arm].sum() == 23  # docs/data.md
     # unmatched strata contribute 0 to Algorithm 1's estimate: removing them and rescaling by N
     res = exact_matching(d.w, d.y, d.x)
     keep = ~one_arm[d.x]
@@ -98,8 +98,9 @@ def test_lalonde_age_strata_and_earnings_cap():
 
 def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("DPATE_DATA_DIR", str(tmp_path))
-    with pytest.raises(DataUnavailableError, match="DPATE_DATA_DIR"):
+    with pytest.raises(DataUnavailableError, match="DPATE_DATA_DIR") as err:
         load_ist()
+    assert "run `dpate data fetch`" in str(err.value) and "shared" not in str(err.value)
     with pytest.raises(ValueError, match="not one of"):
         load_dataset("mnist")
 

@@ -72,7 +72,7 @@ def test_canonical_bytes_and_round_trip(report, spec, estimate):
 
 def test_dim_report_with_public_arm_sizes():
     d = base()
-    d.update(design="randomized", estimator="dim", covariates=[])
+    d.update(design="randomized", estimator="dim", covariates=[], arm_sizes_public=True)
     d["sites"][1].pop("budget_split")
     spec = StudySpec.from_dict(d)
     rng = np.random.default_rng(1)
@@ -110,7 +110,7 @@ def test_dim_report_with_public_arm_sizes():
             lambda d: d["estimate"].update(epsilon=1),
             "estimate.epsilon: Input should be a valid string",
         ),
-        (lambda d: d["estimate"].update(epsilon="2"), "is not the site's budget in the spec"),
+        (lambda d: d["estimate"].update(epsilon="2"), "is not what the spec's release spends at this site"),
         (lambda d: d["estimate"].update(estimator="dim"), "estimator 'dim' is not the study's"),
         (lambda d: d["estimate"].update(bound=2.0), "not the spec's outcome bound"),
         (lambda d: d["estimate"].update(budget_split=["1/2", "1/2"]), "not the spec's"),
@@ -134,5 +134,5 @@ def test_not_json_and_wrong_site(report, spec):
 
 
 def test_from_estimate_refuses_an_estimate_that_does_not_match_the_spec(spec, estimate):
-    with pytest.raises(ReportError, match="not the site's budget"):
+    with pytest.raises(ReportError, match="not what the spec's release spends"):
         SiteReport.from_estimate(estimate, spec=spec, site_id="b")

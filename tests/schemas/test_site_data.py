@@ -426,3 +426,26 @@ def test_nullable_integer_treatment_follows_the_missing_policy(missing):
             prepare_site_data(frame, spec)
         (p,) = info.value.problems
         assert (p.column, p.rows) == ("w", (2,)) and "missing" in p.rule
+
+
+@pytest.mark.parametrize("policy", ["reject", "drop"])
+def test_outcome_labels_are_mapped_and_unknown_labels_reported_without_values(tmp_path, policy):
+    spec = make_spec(outcome={"labels": {"Yes": 1, "No": 0}}, missing=policy)
+    frame = good_frame(50)
+    frame["y"] = np.where(frame["w"] == 1, "Yes", "No")
+    data = prepare_site_data(frame, spec)
+    np.testing.assert_array_equal(data.y, (frame["w"] == 1).to_numpy().astype(float))
+    path = tmp_path / "labels.csv"
+    frame.to_csv(path, index=False)
+    np.testing.assert_array_equal(prepare_site_data(path, spec).y, data.y)
+    frame.loc[[4, 9], "y"] = "Maybe-7391"
+    with pytest.raises(SiteDataError) as info:
+        prepare_site_data(frame, spec)
+    [p] = info.value.problems
+    assert (p.column, p.rule, p.count, p.rows) == (
+        "y",
+        "not one of the outcome labels in the spec",
+        2,
+        (4, 9),
+    )
+    assert "Maybe" not in str(info.value) and "7391" not in str(info.value)

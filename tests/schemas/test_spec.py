@@ -178,7 +178,7 @@ def test_bad_toml_and_missing_file(tmp_path):
 
 def test_randomized_dim_parts_follow_arm_size_assumption():
     d = base()
-    d.update(design="randomized", estimator="dim", covariates=[])
+    d.update(design="randomized", estimator="dim", covariates=[], arm_sizes_public=True)
     for s in d["sites"]:
         s.pop("budget_split", None)
     spec = StudySpec.from_dict(d)
@@ -193,3 +193,36 @@ def test_categorical_other_level_extends_the_domain():
     assert StudySpec.from_dict(d).domain_size == 3 * 3
     d["covariates"][0]["other"] = "f"  # mapping unknowns onto an existing level
     assert StudySpec.from_dict(d).domain_size == 2 * 3
+
+
+def test_arm_sizes_public_is_required_for_dim_and_refused_otherwise():
+    d = base()
+    d.update(design="randomized", estimator="dim", covariates=[])
+    for s in d["sites"]:
+        s.pop("budget_split", None)
+    [(loc, msg)] = problems(d)
+    assert loc == "arm_sizes_public" and "say so explicitly" in msg
+    d["arm_sizes_public"] = True
+    assert StudySpec.from_dict(d).publishes_exact_arm_sizes
+    d["arm_sizes_public"] = False
+    assert not StudySpec.from_dict(d).publishes_exact_arm_sizes
+    obs = base()
+    obs["arm_sizes_public"] = True
+    [(loc, msg)] = problems(obs)
+    assert loc == "arm_sizes_public" and "observational" in msg and "remove" in msg
+    obs["arm_sizes_public"] = False  # refused either way: the field does not apply
+    assert problems(obs)[0][0] == "arm_sizes_public"
+    assert not StudySpec.from_dict(base()).publishes_exact_arm_sizes
+
+
+def test_outcome_labels_map_to_public_numbers_within_the_bound():
+    d = base()
+    d["outcome"]["labels"] = {"Yes": 1, "No": 0}
+    spec = StudySpec.from_dict(d)
+    assert spec.outcome.labels == {"Yes": 1.0, "No": 0.0}
+    d["outcome"]["labels"] = {"Yes": 2, "No": 0}
+    [(loc, msg)] = problems(d)
+    assert loc == "outcome" and "['Yes']" in msg and "outside [offset, offset + bound]" in msg
+    for bad in ({}, {"Yes": "1"}, {"Yes": True}):
+        d["outcome"]["labels"] = bad
+        assert problems(d)[0][0].startswith("outcome.labels")

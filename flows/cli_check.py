@@ -1,0 +1,265 @@
+"""``dpate check``: what a release would do at a site, before anything is spent.
+
+It reads the study spec, validates the site's records with the same code as a release
+(:func:`schemas.site_data.prepare_site_data`), discretises them, runs the feasibility rules
+(:func:`schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
+a missing ledger is reported, never created). It prints the study's public facts, what a release
+would publish exactly, the budget it would spend and what the ledger has left, and, for the site
+operator's eyes only, the counts preparation produced (rows read, dropped, clipped): those are
+**not** private and are printed to this terminal only.
+
+It spends nothing, draws no noise and contacts no Prefect server (Prefect is never imported).
+Exit status: 0 when every checked site could release; otherwise the code of the problem found
+(:class:`flows.cli_errors.ExitCode`; several different problems: SITES_FAILED).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from flows.cli_errors import ExitCode, Failure, from_exception, print_failures, summary_code
+
+__all__ = ["check"]
+
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def check(
+    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    site: str = typer.Option(
+        None,
+        "--site",
+        help="check only this site (default: every site whose data is reachable from here)",
+    ),
+    data: str = typer.Option(
+        None, "--data", help="the site's data (with --site; default: the site's configuration)"
+    ),
+    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
+) -> None:
+    """Check a study spec and a site's data before any release: spends nothing, draws nothing.
+
+    Prints the public facts of the study, what a release would publish exactly, the budget it
+    would spend and what the site's ledger has left (read-only), and operator-only counts."""
+    from tasks.settings import load_study_spec
+
+    study = load_study_spec(spec)  # SpecError: one message, exit 3 (flows.cli_errors)
+    if data and not site:
+        raise typer.BadParameter("--data needs --site (whose data it is)", param_hint="--data")
+    site_ids = [study.site(site).id] if site else [s.id for s in study.sites]
+    _print_study(study)
+    failures: list[Failure] = []
+    checked = 0
+    with _data_override(data):
+        for site_id in site_ids:
+            result = _check_site(spec, study, site_id, round, explicit=bool(site))
+            if result is None:
+                continue
+            checked += 1
+            failures += result
+    if not checked:
+        failures.append(
+            Failure(
+                None,
+                "no site data reachable",
+                "none of the study's sites has its data reachable from here: give --site and "
+                "--data, or set DPATE_DATA_PATH",
+                ExitCode.SETTINGS,
+            )
+        )
+    if failures:
+        out.print()
+        print_failures(failures, err)
+        raise typer.Exit(int(summary_code(failures)))
+    out.print(f"\n[green]OK[/green]: {checked} site(s) checked; nothing was spent or drawn.")
+
+
+@contextmanager
+def _data_override(data: str | None):
+    """``--data`` as this process's DPATE_DATA_PATH (the site configuration's data setting)."""
+    old = os.environ.get("DPATE_DATA_PATH")
+    if data:
+        os.environ["DPATE_DATA_PATH"] = data
+    try:
+        yield
+    finally:
+        if data:
+            if old is None:
+                os.environ.pop("DPATE_DATA_PATH", None)
+            else:
+                os.environ["DPATE_DATA_PATH"] = old
+
+
+def _print_study(study: Any) -> None:
+    out.print(f"[bold]study {study.study_id}[/bold] (spec hash {study.spec_hash[:12]}), public:")
+    out.print(
+        f"  design {study.design}, estimator {study.estimator}, aggregator {study.aggregator}; "
+        f"outcome bound B = {study.outcome.bound:g} (offset {study.outcome.offset:g}, "
+        f"policy {study.outcome.policy}); missing values: {study.missing}"
+    )
+    out.print(
+        f"  strata: |X| = {study.domain_size} from {len(study.covariates)} covariate(s); "
+        f"a release splits its budget into {study.release_parts} part(s)"
+    )
+    exact = "N (the number of records used)"
+    if study.publishes_exact_arm_sizes:
+        exact += " and the arm sizes N_t, N_c (arm_sizes_public = true)"
+    elif study.estimator == "dim":
+        exact += "; the arm sizes are not published (arm_sizes_public = false: a DP treated count)"
+    out.print(
+        f"  a site's report publishes exactly: {exact}; the estimate and its variance are "
+        f"differentially private"
+    )
+
+
+def _reachable(location: str) -> bool:
+    if "://" not in location or location.startswith("file://"):
+        return Path(location.removeprefix("file://")).exists()
+    try:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(location)
+        return bool(fs.exists(path))
+    except Exception:  # no credentials, no network, unknown protocol: not reachable from here
+        return False
+
+
+def _check_site(
+    spec: str, study: Any, site_id: str, round: str | None, *, explicit: bool
+) -> list[Failure] | None:
+    """The site's problems (empty: it could release), or None when its data is not reachable
+    from here and the site was not asked for explicitly."""
+    from tasks.settings import resolve_site
+
+    out.print(f"\n[bold]site {site_id}[/bold]")
+    try:
+        ctx = resolve_site(spec, site_id, round, deployed=False)
+    except Exception as exc:  # SettingsError & co.: a problem of this site's configuration
+        return [from_exception(exc, site_id)]
+    if not _reachable(ctx.data_location):
+        if not explicit:
+            out.print(
+                "  data not reachable from here: skipped (give --site and --data to check it)"
+            )
+            return None
+        return [
+            Failure(
+                site_id,
+                "site data not found",
+                f"no data at {ctx.data_location}: check --data / DPATE_DATA_PATH",
+                ExitCode.SITE_DATA,
+            )
+        ]
+    problems = _check_data(ctx, study, site_id)
+    problems += _check_budget(ctx, study, site_id)
+    return problems
+
+
+def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
+    from schemas.preflight import feasibility_problems
+    from schemas.site_data import SiteDataError, prepare_site_data
+
+    try:
+        data = prepare_site_data(ctx.data_location, study, fmt=study.site(site_id).format)
+    except SiteDataError as exc:
+        # the full message (counts, row positions) is for this terminal: the operator's own
+        return [from_exception(exc, site_id)]
+    r = data.report
+    out.print(f"  data: {escape(ctx.data_location)} validated against the spec")
+    out.print(
+        f"  N after the missing-value policy: {data.n} (published exactly in the site's report)"
+    )
+    out.print(
+        f"  [yellow]operator only, not private, do not share:[/yellow] {r.n_read} rows read, "
+        f"{r.dropped_missing} dropped as missing"
+        + (f" {r.missing_by_column}" if r.missing_by_column else "")
+        + f", {r.clipped_low} clipped low, {r.clipped_high} clipped high"
+        + (f", mapped to 'other': {r.mapped_to_other}" if r.mapped_to_other else "")
+    )
+    found = feasibility_problems(data, study)
+    del data
+    if found:
+        return [Failure(site_id, "release not feasible", "; ".join(found), ExitCode.SITE_DATA)]
+    out.print("  feasible: the estimator's rules hold on these records")
+    return []
+
+
+def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
+    from sqlalchemy.engine import make_url
+
+    from tasks.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
+
+    s = study.site(site_id)
+    cost = study.release_cost(site_id)  # a pure mechanism charges no delta
+    split = ", ".join(str(x) for x in study.budget_split(site_id).shares)
+    out.print(
+        f"  this release would spend: epsilon {cost.epsilon}, delta {cost.delta} (split {split}); "
+        f"lifetime cap in the spec: epsilon {s.lifetime_cap.epsilon}, "
+        f"delta {s.lifetime_cap.delta}"
+    )
+    url = ctx.ledger_url
+    missing = Failure(
+        site_id,
+        "no privacy ledger",
+        f"no ledger at {url}: a release would be refused; create it with `dpate ledger init "
+        f"{site_id} --epsilon E --delta D` (or `dpate run --init-ledgers`)",
+        ExitCode.LEDGER,
+    )
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and not (u.database and Path(u.database).is_file()):
+        return [missing]  # never created by a check
+    try:
+        with PrivacyLedger(url) as led:
+            spend = led.spend(site_id)
+            recorded = led.committed(ctx.rid)
+    except LedgerNotFoundError:
+        return [missing]
+    except LedgerError as exc:
+        return [from_exception(exc, site_id)]
+    if recorded is not None:
+        out.print(
+            f"  ledger {url}: this release was committed at {recorded.committed_at}: a run "
+            f"re-publishes the recorded value and spends nothing"
+        )
+        return []
+    rem = spend.remaining
+    out.print(
+        f"  ledger {url}: spent epsilon {spend.spent.epsilon}, delta {spend.spent.delta}; "
+        + (
+            f"cap epsilon {spend.cap.epsilon}, delta {spend.cap.delta}; remaining epsilon "
+            f"{rem.epsilon}, delta {rem.delta}"
+            if spend.cap is not None and rem is not None
+            else "no cap recorded"
+        )
+    )
+    problems = []
+    if spend.cap is not None and spend.cap != s.lifetime_cap.params:
+        problems.append(
+            Failure(
+                site_id,
+                "privacy ledger cap",
+                f"the ledger's cap (epsilon {spend.cap.epsilon}, delta {spend.cap.delta}) is not "
+                f"the spec's lifetime cap: a release would be refused; change one of them "
+                f"(`dpate ledger set-cap` is audited)",
+                ExitCode.LEDGER,
+            )
+        )
+    if rem is not None and not cost <= rem:
+        problems.append(
+            Failure(
+                site_id,
+                "privacy budget refused",
+                f"this release (epsilon {cost.epsilon}, delta {cost.delta}) exceeds what the ledger has "
+                f"left (epsilon {rem.epsilon}, delta {rem.delta}): lower the release budget or "
+                f"raise the cap with `dpate ledger set-cap`",
+                ExitCode.LEDGER,
+            )
+        )
+    return problems

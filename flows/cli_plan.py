@@ -1,0 +1,153 @@
+"""``dpate plan STUDY.toml --n SITE=N ...``: predicted interval widths before anything is spent.
+
+Reads only the study spec (:func:`tasks.settings.load_study_spec`) and the public site sizes given
+with ``--n`` (the spec holds no ``N``). No record is read, no noise drawn, no ledger touched, no
+Prefect import. The prediction and its assumptions are described in :mod:`dpate_core.planning` and
+``docs/inference.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["plan"]
+
+out = Console(soft_wrap=True, highlight=False)
+
+
+def _sizes(values: list[str], site_ids: list[str]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for v in values:
+        site, sep, n = v.partition("=")
+        if not sep or not site:
+            raise typer.BadParameter(f"{v!r} is not SITE=N (e.g. site-a=5000)", param_hint="--n")
+        if site not in site_ids:
+            raise typer.BadParameter(
+                f"site {site!r} is not in the study; its sites are {site_ids}", param_hint="--n"
+            )
+        try:
+            sizes[site] = int(n)
+        except ValueError:
+            raise typer.BadParameter(
+                f"the size of site {site!r} must be a whole number of records", param_hint="--n"
+            ) from None
+        if sizes[site] < 2:
+            raise typer.BadParameter(f"site {site!r}: N must be at least 2", param_hint="--n")
+    missing = [s for s in site_ids if s not in sizes]
+    if missing:
+        raise typer.BadParameter(
+            f"give the public record count of every site: missing {missing} "
+            f"(e.g. --n {missing[0]}=5000)",
+            param_hint="--n",
+        )
+    return sizes
+
+
+def plan(
+    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    n: Annotated[
+        list[str] | None,
+        typer.Option("--n", help="a site's public record count, SITE=N (repeat for every site)"),
+    ] = None,
+    target_width: float = typer.Option(
+        None, "--target-width", help="the full width of the combined 95% interval you need"
+    ),
+    outcome_sd: float = typer.Option(
+        None,
+        "--outcome-sd",
+        help="assumed outcome sd within an arm and stratum (default B/2, the worst case)",
+    ),
+    arm_share: float = typer.Option(0.5, "--arm-share", help="assumed treated share per site"),
+    effect: float = typer.Option(
+        0.0, "--effect", help="assumed effect (enters the matching variance estimate only)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+) -> None:
+    """Predict each site's and the combined 95% interval width from public inputs only (spends
+    nothing), the epsilon per site a target width needs, a recommended estimator and split, and
+    warn when the study cannot answer its question at its budget."""
+    from dpate_core.planning import Assumptions, SiteDesign, plan_study
+    from tasks.settings import load_study_spec
+
+    study = load_study_spec(spec)  # SpecError: one message, exit 3 (flows.cli_errors)
+    sizes = _sizes(n or [], [s.id for s in study.sites])
+    if not 0 < arm_share < 1:
+        raise typer.BadParameter("must lie strictly between 0 and 1", param_hint="--arm-share")
+    if outcome_sd is not None and not outcome_sd >= 0:
+        raise typer.BadParameter("must be at least 0", param_hint="--outcome-sd")
+    arms_public = bool(study.arm_sizes_public) if study.estimator == "dim" else True
+    designs = [
+        SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
+        for s in study.sites
+    ]
+    result = plan_study(
+        study.estimator,
+        study.aggregator,
+        designs,
+        domain_size=study.domain_size,
+        bound=study.outcome.bound,
+        design=study.design,
+        arm_sizes_public=arms_public,
+        assumptions=Assumptions(arm_share=arm_share, outcome_sd=outcome_sd, effect=effect),
+        target_width=target_width,
+    )
+    doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
+    if as_json:
+        out.print_json(json.dumps(doc))
+        return
+    _print(doc)
+
+
+def _print(doc: dict[str, Any]) -> None:
+    table = Table(
+        title=f"{doc['study_id']}: predicted 95% intervals ({doc['estimator']}, "
+        f"{doc['aggregator']}; B = {doc['bound']:g})"
+    )
+    for col in ("site", "N", "epsilon", "delta", "split", "95% ±", "rmse", "note"):
+        left = col in ("site", "split", "note")
+        table.add_column(col, justify="left" if left else "right", no_wrap=col != "note")
+    b = doc["bound"]
+    for s in doc["sites"]:
+        table.add_row(
+            s["site_id"],
+            str(s["n"]),
+            s["epsilon"],
+            s["delta"],
+            " ".join(s["split"]),
+            f"{s['half_width']:.4g}",
+            f"{s['rmse']:.4g}",
+            "uninformative" if s["width"] >= 2 * b else "",
+        )
+    c = doc["combined"]
+    table.add_row(
+        "[bold]all[/bold]",
+        "",
+        "",
+        "",
+        f"uses {', '.join(c['used'])}",
+        f"{c['half_width']:.4g}",
+        "",
+        "uninformative" if c["width"] >= 2 * b else "",
+    )
+    out.print(table)
+    if doc["epsilon_needed"]:
+        need = ", ".join(f"{k} {float(Fraction(v)):g}" for k, v in doc["epsilon_needed"].items())
+        out.print(f"epsilon per site for a width of {doc['target_width']:g}: {escape(need)}")
+    rec = doc["recommendation"]
+    if rec:
+        out.print(
+            f"recommended: {rec['estimator']} with split ({', '.join(rec['split'])}): predicted "
+            f"combined width {rec['combined_width']:.4g} ({escape(rec['reason'])})"
+        )
+    for note in doc["notes"]:
+        out.print(f"note: {escape(note)}")
+    out.print("assumptions: " + escape("; ".join(doc["assumptions"])))
+    for w in doc["warnings"]:
+        out.print(f"[yellow]warning:[/yellow] {escape(w)}")

@@ -1,0 +1,207 @@
+"""What the public fields of a site report make checkable, per estimator, in one place.
+
+A report is a DP output, so the aggregator cannot check the estimate itself; it can check that
+the numbers are ones the spec's mechanism *can* produce from the public values (the bound ``B``,
+the site's ``(epsilon, delta)`` and budget split, ``N`` and, when public, the arm sizes). Each
+rule below cites the mechanism in :mod:`dpate_core.release` it follows from.
+
+``TAIL`` is how many Laplace scales of noise the range check allows: ``P(|Lap(b)| > 40 b) =
+e^-40 ~ 4e-18``, so a genuine release is refused with negligible probability while a forged
+``tau = 1e308`` is refused always. Float comparisons allow a relative ``RTOL`` (the site and the
+aggregator compute the same formula from the same public values).
+
+API::
+
+    problems = estimate_problems(report.estimate, spec)   # [] when plausible
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from dpate_core.privacy import PrivacyParams, to_float
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schemas.report import PublicEstimate
+    from schemas.spec import StudySpec
+
+__all__ = ["RTOL", "TAIL", "estimate_problems", "required_diagnostics"]
+
+TAIL = 40.0
+RTOL = 1e-9
+
+
+def required_diagnostics(estimator: str, arm_sizes_public: bool | None) -> tuple[str, ...]:
+    """The diagnostics each mechanism's ``assemble`` always publishes (dpate_core.release)."""
+    if estimator == "dim":
+        base = ("noise_variance", "sampling_variance_dp")
+        return base if arm_sizes_public else (*base, "n_treated_dp")
+    if estimator == "smooth_matching":
+        return ("noise_variance", "sampling_variance_dp", "smooth_sensitivity_dp")
+    if estimator == "global_matching":
+        return ("noise_variance", "sampling_variance_dp")
+    if estimator == "adjusted":
+        return ("noise_variance", "sampling_variance_dp", "usable_strata", "usable_weight")
+    return ()
+
+
+def _scale(sensitivity: Fraction, epsilon: Fraction) -> float:
+    """Laplace scale ``sensitivity / epsilon`` rounded up, as ``dpate_core.release._scale``."""
+    return to_float(sensitivity / epsilon, round_up=True)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=RTOL, abs_tol=0.0)
+
+
+def _at_least(value: float, floor: float) -> bool:
+    return value >= floor * (1.0 - RTOL)
+
+
+def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
+    """Why ``e`` cannot be an output of ``spec``'s mechanism (empty when it can).
+
+    Assumes ``e`` already matches the spec's estimator, budget, bound and split
+    (:meth:`schemas.report.SiteReport.problems_against` checks those first).
+    """
+    out: list[str] = []
+    bound = Fraction(e.bound)
+    total = PrivacyParams(Fraction(e.epsilon), Fraction(e.delta))
+    shares = [Fraction(s) for s in e.budget_split]
+    eps_1 = total.epsilon * shares[0]  # the ATE's share is always the first part
+    diag = e.diagnostics
+    if e.estimator not in ("dim", "smooth_matching", "global_matching", "adjusted"):
+        return []  # no mechanism-specific rules for this estimator here yet
+    missing = [k for k in required_diagnostics(e.estimator, spec.arm_sizes_public) if k not in diag]
+    if missing:
+        return [f"diagnostics {missing} are missing: the {e.estimator} release always has them"]
+    if e.estimator == "adjusted":
+        return _adjusted(e, spec)
+    noise_diag = diag["noise_variance"]
+
+    # every estimator: variance = max(sampling, 0) + noise >= raw_variance, noise > 0
+    if not noise_diag > 0:
+        out.append(f"diagnostics.noise_variance ({noise_diag}) must be positive (DP noise)")
+    if not _at_least(e.variance, noise_diag):
+        out.append(
+            f"variance ({e.variance}) is below the report's own noise variance ({noise_diag}): "
+            f"a released variance is max(sampling, 0) + noise variance"
+        )
+    if not _at_least(e.variance, e.raw_variance):
+        out.append(
+            f"variance ({e.variance}) is below raw_variance ({e.raw_variance}): the released "
+            f"variance only clamps the sampling part up at 0"
+        )
+
+    if e.estimator == "dim":
+        out += _dim(e, spec, bound, eps_1, noise_diag)
+    elif e.estimator == "global_matching":
+        # plan_matching(global_matching): tau_hat + Lap(2B/eps_1), |tau_hat| <= B
+        # (ERRATA 2: sensitivity 2B); noise variance 2 (2B/eps_1)^2, public
+        b = _scale(2 * bound, eps_1)
+        out += _noise_matches(2.0 * b * b, noise_diag, e.variance, "2 (2B/eps_1)^2")
+        out += _tau_range(e.tau, float(bound) + TAIL * b, "B + 40 * 2B/eps_1")
+        if e.n_treated is not None:
+            out.append("n_treated/n_control must be null: matching does not publish arm sizes")
+    else:  # smooth_matching (the last estimator with rules here)
+        # plan_matching(smooth_matching): tau_hat + (2 S/eps_1) Lap(1) with the beta-smooth
+        # sensitivity S <= GS = 2B (sensitivity.matching_smooth_sensitivity caps it), |tau_hat| <= B
+        if not diag["smooth_sensitivity_dp"] > 0:
+            out.append("diagnostics.smooth_sensitivity_dp must be positive (exp of a DP value)")
+        b_max = to_float(4 * bound / eps_1, round_up=True)
+        out += _tau_range(e.tau, float(bound) + TAIL * b_max, "B + 40 * 4B/eps_1 (S <= 2B)")
+        if e.n_treated is not None:
+            out.append("n_treated/n_control must be null: matching does not publish arm sizes")
+    return out
+
+
+def _dim(
+    e: PublicEstimate, spec: StudySpec, bound: Fraction, eps_1: Fraction, noise_diag: float
+) -> list[str]:
+    """plan_difference_in_means: tau = S_t/N_t - S_c/N_c with each arm sum + Lap(b)."""
+    out: list[str] = []
+    if spec.arm_sizes_public:
+        if e.n_treated is None or e.n_control is None:
+            return ["n_treated/n_control are missing: the spec treats arm sizes as public"]
+        # public arms: b = B/eps_1 (a neighbour changes one outcome within its arm);
+        # noise variance 2 b^2 (1/N_t^2 + 1/N_c^2); |S_t/N_t - S_c/N_c| <= B
+        nt, nc = float(e.n_treated), float(e.n_control)
+        b = _scale(bound, eps_1)
+        reach = float(bound) + TAIL * b * (1.0 / nt + 1.0 / nc)
+        rule = "B + 40 (B/eps_1)(1/N_t + 1/N_c)"
+    else:
+        if e.n_treated is not None:
+            return [
+                "n_treated/n_control are published but the spec treats arm sizes as private "
+                "(arm_sizes_public = false): they must be null"
+            ]
+        # private arms (ERRATA 5): b = 2B/eps_1; N_t_dp is post-processed into [1, N-1]
+        nt = diag_nt = e.diagnostics["n_treated_dp"]
+        if not 1.0 <= diag_nt <= e.n - 1.0:
+            return [f"diagnostics.n_treated_dp ({diag_nt}) must lie in [1, N-1] (post-processing)"]
+        nc = e.n - nt
+        b = _scale(2 * bound, eps_1)
+        # |S_t| <= N_t B <= N B, so |tau| <= (N B + 40 b)(1/N_t_dp + 1/N_c_dp)
+        reach = (e.n * float(bound) + TAIL * b) * (1.0 / nt + 1.0 / nc)
+        rule = "(N B + 40 (2B/eps_1))(1/N_t_dp + 1/N_c_dp)"
+    noise_var = 2.0 * b * b * (1.0 / nt**2 + 1.0 / nc**2)
+    out += _noise_matches(noise_var, noise_diag, e.variance, "2 b^2 (1/N_t^2 + 1/N_c^2)")
+    out += _tau_range(e.tau, reach, rule)
+    return out
+
+
+def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
+    """dpate_core.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
+    Each usable stratum's arm means are clipped to ``[0, B]`` and its weight is its noisy size
+    (counts clipped to ``[0, N]``) over the public ``N``, in ``[0, 2]``; so ``|tau| <= B *
+    usable_weight``. The noise variance is a sum of non-negative terms (0 with no usable stratum)."""
+    out: list[str] = []
+    d = e.diagnostics
+    nv, strata, weight = d["noise_variance"], d["usable_strata"], d["usable_weight"]
+    if not (strata == math.floor(strata) and 0 <= strata <= spec.domain_size):
+        out.append(
+            f"diagnostics.usable_strata ({strata}) must be a whole number of strata in "
+            f"[0, |X| = {spec.domain_size}]"
+        )
+    if not 0 <= weight <= 2.0 * strata * (1.0 + RTOL):
+        out.append(
+            f"diagnostics.usable_weight ({weight}) must lie in [0, 2 * usable_strata]: each "
+            f"stratum's weight is a clipped noisy count over N"
+        )
+    if not nv >= 0:
+        out.append(f"diagnostics.noise_variance ({nv}) must not be negative")
+    if not _at_least(e.variance, nv):
+        out.append(
+            f"variance ({e.variance}) is below the report's own noise variance ({nv}): a "
+            f"released variance is the clipped sampling part + noise variance"
+        )
+    # (no variance >= raw_variance rule: the within-cell variances are clipped to [0, B^2/4])
+    reach = float(e.bound) * weight * (1.0 + RTOL) + float(e.bound) * 1e-12
+    out += _tau_range(e.tau, reach, "B * usable_weight (arm means clipped to [0, B])")
+    if e.n_treated is not None:
+        out.append("n_treated/n_control must be null: the adjusted release does not publish them")
+    return out
+
+
+def _noise_matches(expected: float, reported: float, variance: float, rule: str) -> list[str]:
+    out = []
+    if not _close(reported, expected):
+        out.append(
+            f"diagnostics.noise_variance ({reported}) is not the mechanism's noise variance "
+            f"{rule} = {expected} from the public values"
+        )
+    if not _at_least(variance, expected):
+        out.append(
+            f"variance ({variance}) is below the mechanism's noise variance {rule} = {expected}"
+        )
+    return out
+
+
+def _tau_range(tau: float, reach: float, rule: str) -> list[str]:
+    if abs(tau) <= reach:
+        return []
+    return [
+        f"tau ({tau}) is outside the range the mechanism can produce, |tau| <= {rule} = {reach:.6g}"
+    ]

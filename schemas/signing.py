@@ -1,0 +1,198 @@
+"""Ed25519 signatures of site reports (docs/deploying.md, Trust).
+
+A site makes a key pair once (``dpate site keygen SITE --out DIR``): the private key stays at the
+site (a PEM file, mode 0600, named by ``DPATE_SITE_KEY``); the public key goes into the study
+spec (``[[sites]] public_key = "ed25519:<base64>"``).
+
+What is signed: the report's canonical JSON *without* its ``signature`` field. The signature
+travels inside the report as ``"signature": "ed25519:<base64>"``, so a report stays one
+write-once object and the published document is canonical JSON of the signed content plus that
+field. Ed25519 is deterministic, so re-publishing a committed release gives identical bytes.
+
+The aggregator checks (:func:`signature_problems`) that the published bytes are exactly the
+canonical JSON of their content (one byte changed is either not canonical or changes the signed
+content) and that the signature verifies under the spec's key for that site.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from schemas.spec import canonical_json
+
+__all__ = [
+    "SITE_KEY_ENV",
+    "SigningError",
+    "generate_key_pair",
+    "load_private_key",
+    "parse_public_key",
+    "public_key_text",
+    "sign_bytes",
+    "signature_problems",
+    "site_signing_key",
+]
+
+SITE_KEY_ENV = "DPATE_SITE_KEY"
+_PREFIX = "ed25519:"
+
+
+class SigningError(ValueError):
+    """A key or signature cannot be used; the message says what to do next."""
+
+
+def _b64(text: str) -> bytes:
+    """Strict base64: only the one canonical encoding of the bytes is accepted (the unused low
+    bits of the last character must be zero), so a signature has exactly one text."""
+    raw = base64.b64decode(text, validate=True)
+    if base64.b64encode(raw).decode() != text:
+        raise ValueError("not the canonical base64 encoding")
+    return raw
+
+
+def public_key_text(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """``ed25519:<base64 of the 32 raw bytes>``: the form the spec's ``public_key`` takes."""
+    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    raw = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return _PREFIX + base64.b64encode(raw).decode()
+
+
+def parse_public_key(text: str) -> Ed25519PublicKey:
+    if not text.startswith(_PREFIX):
+        raise SigningError(f"public key {text[:20]!r}... must start with {_PREFIX!r}")
+    try:
+        return Ed25519PublicKey.from_public_bytes(_b64(text[len(_PREFIX) :]))
+    except ValueError:
+        raise SigningError(
+            "public key is not 32 bytes of base64 after 'ed25519:'; paste the line printed by "
+            "dpate site keygen"
+        ) from None
+
+
+def generate_key_pair(site_id: str, out_dir: str | Path) -> tuple[Path, str]:
+    """Write ``<out_dir>/<site_id>.ed25519.pem`` (mode 0600, refused if it exists); returns the
+    file and the public key text."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{site_id}.ed25519.pem"
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise SigningError(
+            f"{path} already exists: a site keeps one signing key (its public half is in the "
+            f"spec); remove it deliberately first if you really mean to replace it"
+        ) from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    os.chmod(path, 0o600)
+    return path, public_key_text(key)
+
+
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+    """The site's private key; refused when others can read the file (like ssh)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        data = p.read_bytes()
+    except OSError as exc:
+        raise SigningError(
+            f"cannot read the site signing key {p} ({exc.strerror}); set {SITE_KEY_ENV} to the "
+            f"file written by dpate site keygen"
+        ) from None
+    if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SigningError(
+            f"the site signing key {p} is readable by other users (mode {oct(mode & 0o777)}); "
+            f"chmod 600 it (Kubernetes secrets: defaultMode 0400)"
+        )
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise SigningError(f"{p} is not an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningError(f"{p} is not an Ed25519 key; make one with dpate site keygen")
+    return key
+
+
+def site_signing_key(site_id: str, public_key: str | None) -> Ed25519PrivateKey | None:
+    """The key a site signs with: ``DPATE_SITE_KEY`` (None when unset and the spec lists no key).
+
+    Refuses, before anything is published, a missing key when the spec lists one, and a key
+    whose public half is not the spec's.
+    """
+    path = os.environ.get(SITE_KEY_ENV, "").strip()
+    if not path:
+        if public_key is not None:
+            raise SigningError(
+                f"the study spec lists a public key for site {site_id}, so its reports must be "
+                f"signed: set {SITE_KEY_ENV} to the site's private key file (dpate site keygen)"
+            )
+        return None
+    key = load_private_key(path)
+    if public_key is not None and public_key_text(key) != public_key:
+        raise SigningError(
+            f"{SITE_KEY_ENV} holds the key {public_key_text(key)}, but the spec lists "
+            f"{public_key} for site {site_id}: use the matching key or update the spec"
+        )
+    return key
+
+
+def sign_bytes(key: Ed25519PrivateKey, message: bytes) -> str:
+    return _PREFIX + base64.b64encode(key.sign(message)).decode()
+
+
+def signature_problems(data: bytes, public_key: str) -> list[str]:
+    """Why ``data`` (a published report) is not signed by ``public_key`` (empty when it is)."""
+    try:
+        doc: Any = json.loads(data)
+    except ValueError:
+        return ["not valid JSON"]
+    if not isinstance(doc, dict):
+        return ["not a JSON object"]
+    sig = doc.pop("signature", None)
+    if sig is None:
+        return ["the report is unsigned, but the spec lists a public key for this site"]
+    try:
+        canonical = canonical_json({**doc, "signature": sig})
+    except ValueError:
+        return ["not canonical JSON (non-finite number)"]
+    if canonical != (data.encode() if isinstance(data, str) else bytes(data)):
+        return ["the report is not canonical JSON, so its bytes are not the signed ones"]
+    if not isinstance(sig, str) or not sig.startswith(_PREFIX):
+        return ["signature must be a string 'ed25519:<base64>'"]
+    try:
+        raw = _b64(sig[len(_PREFIX) :])
+        parse_public_key(public_key).verify(raw, canonical_json(doc))
+    except (ValueError, InvalidSignature):
+        return [
+            "the signature does not verify under the site's public key in the spec (forged, "
+            "tampered with, or signed with another key)"
+        ]
+    return []
+
+
+def seal_site_report(report: Any, spec: Any, site_id: str, committed: Any) -> Any:
+    """The site's report as published: with the ledger head of its COMMIT row
+    (``committed.seq``, ``committed.row_hash``) and signed with ``DPATE_SITE_KEY`` when set or
+    when the spec lists a key for the site (:func:`site_signing_key`). Deterministic."""
+    from schemas.report import LedgerHead
+
+    seq = getattr(committed, "seq", None)
+    if seq is not None:
+        head = LedgerHead(seq=seq, row_hash=committed.row_hash)
+        report = report.model_copy(update={"ledger_head": head})
+    key = site_signing_key(site_id, spec.site(site_id).public_key)
+    return report if key is None else report.signed_with(key)

@@ -1,0 +1,175 @@
+"""`dpate check`: public facts, operator-only counts, feasibility and the ledger, read-only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.cli_errors import ExitCode
+
+runner = CliRunner()
+
+
+def write_study(root: Path, sites: dict[str, dict], **top: str) -> Path:
+    """CSV sites; ``sites[id]`` may set n, all_treated, one_stratum_per_arm, bad_outcome."""
+    rng = np.random.default_rng(5)
+    blocks = []
+    for site, opts in sites.items():
+        n = opts.get("n", 100)
+        level = rng.integers(0, 3, n)
+        w = (rng.random(n) < 0.5).astype(int)
+        if opts.get("all_treated"):
+            w[:] = 1
+        if opts.get("one_stratum_per_arm"):
+            level = np.where(w == 1, 0, 1)
+        y = [f"{v:.4f}" for v in rng.random(n)]
+        if opts.get("bad_outcome"):
+            y[2] = "oops-5521"
+        folder = root / site
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = ["w,y,x"] + [f"{w[i]},{y[i]},{level[i]}" for i in range(n)]
+        (folder / "data.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        blocks.append(
+            f'\n[[sites]]\nid = "{site}"\ndata = "{site}/data.csv"\nepsilon = "1"\n'
+            f'delta = "1e-5"\nlifetime_cap = {{ epsilon = "2", delta = "1e-4" }}\n'
+        )
+    head = {
+        "design": '"observational"',
+        "estimator": '"smooth_matching"',
+        **top,
+    }
+    spec = root / "study.toml"
+    spec.write_text(
+        'spec_version = 1\nstudy_id = "check-study"\nreports = "published"\n'
+        + "".join(f"{k} = {v}\n" for k, v in head.items())
+        + '\n[treatment]\ncolumn = "w"\n\n[outcome]\ncolumn = "y"\nbound = 1.0\n\n'
+        '[[covariates]]\nkind = "categorical"\ncolumn = "x"\nlevels = [0, 1, 2]\n'
+        + "".join(blocks),
+        encoding="utf-8",
+    )
+    return spec
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    for k in list(os.environ):
+        if k.startswith("DPATE_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_check_prints_public_facts_and_operator_counts_and_creates_no_ledger(tmp_path, home):
+    spec = write_study(tmp_path, {"a": {"n": 80}})
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert r.exit_code == ExitCode.LEDGER, r.output  # no ledger yet: a release would be refused
+    out = r.output
+    assert "|X| = 3" in out and "publishes exactly: N" in out and "N_t" not in out
+    assert "N after the missing-value policy: 80" in out
+    assert "operator only, not private" in out and "80 rows read" in out
+    assert "epsilon 1, delta 1/100000" in out and "no ledger at" in out
+    assert not (home / "ledgers").exists()  # never created by a check
+
+    from dpate_core.privacy import PrivacyParams
+    from tasks.ledger import PrivacyLedger
+
+    url = f"sqlite:///{home / 'ledgers' / 'a.sqlite'}"
+    PrivacyLedger.init(url, "a", PrivacyParams.of("2", "1e-4"), reason="test").close()
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert r.exit_code == 0, r.output
+    assert "remaining epsilon 2, delta 1/10000" in r.output and "nothing was spent" in r.output
+    with PrivacyLedger(url) as led:  # read-only: nothing reserved
+        assert led.spend("a").spent == PrivacyParams.of(0, 0)
+
+
+def test_check_reports_budget_past_the_cap(tmp_path, home):
+    from dpate_core.privacy import PrivacyParams
+    from tasks.ledger import PrivacyLedger
+
+    spec = write_study(tmp_path, {"a": {}})
+    url = f"sqlite:///{home / 'ledgers' / 'a.sqlite'}"
+    with PrivacyLedger.init(url, "a", PrivacyParams.of("2", "1e-4"), reason="t") as led:
+        led.reserve(
+            release_id="r" * 64,
+            study_id="other",
+            site_id="a",
+            spec_hash="0" * 64,
+            round="1",
+            privacy=PrivacyParams.of("3/2", "1e-5"),
+            cap=PrivacyParams.of("2", "1e-4"),
+        )
+    r = runner.invoke(app, ["check", str(spec)])
+    assert r.exit_code == ExitCode.LEDGER, r.output
+    assert "exceeds what the ledger has left" in r.output
+
+
+def test_check_finds_data_and_feasibility_problems_per_site(tmp_path, home):
+    spec = write_study(
+        tmp_path,
+        {
+            "bad": {"bad_outcome": True},
+            "onearm": {"all_treated": True},
+            "nosupport": {"one_stratum_per_arm": True},
+        },
+    )
+    r = runner.invoke(app, ["check", str(spec)])
+    assert r.exit_code == ExitCode.SITES_FAILED, r.output  # data problems and no ledgers
+    out = r.output
+    assert "error: site bad: invalid site data" in out and "column 'y'" in out
+    assert "oops" not in out and "5521" not in out
+    assert "error: site onearm: release not feasible: empty control arm" in out
+    assert "error: site nosupport: release not feasible: no common support" in out
+
+
+def test_check_says_when_arm_sizes_are_published_and_skips_unreachable_data(tmp_path, home):
+    spec = write_study(
+        tmp_path,
+        {"a": {}},
+        design='"randomized"',
+        estimator='"dim"',
+        arm_sizes_public="true",
+    )
+    text = spec.read_text().replace('id = "a"', 'id = "a"', 1)
+    text += (
+        '\n[[sites]]\nid = "far"\ndata = "far/none.csv"\nepsilon = "1"\n'
+        'lifetime_cap = { epsilon = "2" }\n'
+    )
+    spec.write_text(text, encoding="utf-8")
+    r = runner.invoke(app, ["check", str(spec)])
+    assert "N_t, N_c (arm_sizes_public = true)" in r.output
+    assert "site far" in r.output and "skipped" in r.output
+    r = runner.invoke(app, ["check", str(spec), "--site", "far"])
+    assert r.exit_code == ExitCode.SITE_DATA and "no data at" in r.output
+    r = runner.invoke(
+        app, ["check", str(spec), "--site", "far", "--data", str(tmp_path / "a" / "data.csv")]
+    )
+    assert "N after the missing-value policy: 100" in r.output
+
+
+def test_check_spec_error_and_no_prefect_import(tmp_path, home):
+    spec = write_study(tmp_path, {"a": {}}, arm_sizes_public="true")  # refused: observational
+    r = runner.invoke(app, ["check", str(spec)])
+    assert r.exit_code == ExitCode.SPEC and "arm_sizes_public" in r.output
+    good = write_study(tmp_path / "g", {"a": {}})
+    code = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom flows.cli import app\n"
+        f"r = CliRunner().invoke(app, ['check', {str(good)!r}])\n"
+        "assert 'prefect' not in sys.modules, 'prefect imported'\nprint('exit', r.exit_code)\n"
+    )
+    env = {**os.environ, "DPATE_HOME": str(home)}
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert p.returncode == 0, p.stderr
+    assert f"exit {int(ExitCode.LEDGER)}" in p.stdout

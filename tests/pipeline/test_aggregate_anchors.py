@@ -1,0 +1,153 @@
+"""The published reports anchor the site's ledger: four tamperings, each caught with no extra input.
+
+Each tampering also recomputes the hash chain (a careful attacker with write access to the
+database), so ``PrivacyLedger.verify()`` alone passes: only the published heads catch it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from dpate_core import smooth_dp_matching
+from dpate_core.privacy import PrivacyParams
+from schemas.report import SiteReport, read_report
+from schemas.signing import SITE_KEY_ENV, seal_site_report
+from schemas.spec import StudySpec
+from tasks.anchors import check_anchors, published_heads
+from tasks.ledger import GENESIS, PrivacyLedger, _row_hash, release_id
+from tasks.storage import Store
+from tests.schemas.test_spec import base
+
+ROUNDS = ("r1", "r2", "r3")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """Site 'a' released three rounds; each report published with its ledger head.
+    Rows: 1 CAP, then RESERVE/COMMIT pairs at (2, 3), (4, 5), (6, 7)."""
+    monkeypatch.delenv(SITE_KEY_ENV, raising=False)
+    spec = StudySpec.from_dict(base())
+    s = spec.site("a")
+    url = f"sqlite:///{tmp_path / 'a.sqlite'}"
+    store = Store(str(tmp_path / "published"))
+    rng = np.random.default_rng(3)
+    with PrivacyLedger.init(url, "a", PrivacyParams.of("3", "1e-4")) as led:
+        for rnd in ROUNDS:
+            rid = release_id(spec.study_id, "a", spec.spec_hash, rnd)
+            led.reserve(
+                release_id=rid,
+                study_id=spec.study_id,
+                site_id="a",
+                spec_hash=spec.spec_hash,
+                round=rnd,
+                privacy=s.privacy,
+                cap=s.lifetime_cap.params,
+            )
+            n = 300
+            est = smooth_dp_matching(
+                rng.integers(0, 2, n),
+                rng.random(n),
+                rng.integers(0, 6, n),
+                bound=1.0,
+                epsilon=s.epsilon,
+                delta=s.delta,
+                domain_size=6,
+                rng=rng,
+            )
+            committed = led.commit(rid, {"estimate": est.public_fields()})
+            report = SiteReport.from_estimate(est, spec=spec, site_id="a", release_id=rid)
+            data = seal_site_report(report, spec, "a", committed).to_json_bytes()
+            assert read_report(data, spec).ledger_head.seq == committed.seq
+            store.publish(Store.site_report_key(spec.study_id, "a", rid), data)
+    return url, store
+
+
+def rewrite(url: str, change) -> None:
+    """Apply ``change`` to the rows' content, renumber and recompute the whole chain."""
+    with PrivacyLedger(url) as led:
+        rows = change([e.content() for e in led.events()])
+        prev, new = GENESIS, []
+        for i, r in enumerate(rows, start=1):
+            r = dict(r, seq=i, prev_hash=prev)
+            prev = _row_hash(prev, r)
+            new.append(dict(r, row_hash=prev))
+        with led._engine.begin() as conn:
+            conn.execute(led.table.delete())
+            for r in new:
+                conn.execute(sa.insert(led.table).values(**r))
+
+
+def check(url: str, store: Store):
+    heads, bare, bad = published_heads(store, "a")
+    assert [h.seq for h in heads] == [3, 5, 7] and bare == [] and bad == []
+    with PrivacyLedger(url) as led:
+        return led.verify(), check_anchors(led, heads)
+
+
+def test_untouched_ledger_matches_every_published_head(site):
+    chain, anchors = check(*site)
+    assert chain.ok and anchors.ok, anchors.problems
+
+
+def _drop(seq):
+    return lambda rows: [r for r in rows if r["seq"] != seq]
+
+
+def _edit_amount(rows):
+    rows[1] = dict(rows[1], epsilon="1/10")  # row 2: the first RESERVE spent less, it says
+    return rows
+
+
+def _swap(rows):
+    return rows[:3] + rows[5:7] + rows[3:5]  # round 3's pair moved before round 2's
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (_drop(7), "the ledger has no row 7 (it ends at row 6): rows were removed"),
+        (_drop(3), "published ledger row 3 with hash"),
+        (_edit_amount, "published ledger row 3 with hash"),
+        (_swap, "published ledger row 5 with hash"),
+    ],
+    ids=["last-row-deleted", "middle-row-deleted", "amount-edited", "rows-reordered"],
+)
+def test_tampering_is_caught_by_the_published_heads(site, change, expected):
+    url, store = site
+    rewrite(url, change)
+    chain, anchors = check(url, store)
+    assert chain.ok, chain.problems  # the recomputed chain fools verify() alone
+    assert not anchors.ok
+    assert any(expected in p for p in anchors.problems), anchors.problems
+
+
+def test_cli_anchor_check(site):
+    from flows.cli import app
+
+    url, store = site
+    args = ["ledger", "anchor-check", "a", "--ledger", url, "--storage", store.url]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0, ok.output
+    assert "ledger OK against 3 published head(s)" in ok.output
+    rewrite(url, _drop(7))
+    bad = CliRunner().invoke(app, [*args, "--json"])
+    assert bad.exit_code == 1
+    assert "rows were removed" in bad.output
+
+
+def test_cli_site_keygen(tmp_path):
+    from flows.cli import app
+    from schemas.signing import load_private_key, public_key_text
+
+    res = CliRunner().invoke(app, ["site", "keygen", "north", "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    pem = tmp_path / "k" / "north.ed25519.pem"
+    assert pem.stat().st_mode & 0o777 == 0o600
+    assert res.stdout.strip().splitlines()[-1] == public_key_text(load_private_key(pem))
+    again = CliRunner().invoke(app, ["site", "keygen", "north", "--out", str(tmp_path / "k")])
+    assert again.exit_code == 1 and "already exists" in again.output
+    bad = CliRunner().invoke(app, ["site", "keygen", "../x", "--out", str(tmp_path / "k")])
+    assert bad.exit_code == 1 and "site id" in bad.output

@@ -1,0 +1,93 @@
+"""The aggregator takes nothing at face value: signed reports end to end, forged, oversized and
+unsigned reports rejected with a reason, ledger heads recorded in the result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas.report import SiteReport
+from schemas.signing import SITE_KEY_ENV, SigningError, generate_key_pair, load_private_key
+from tasks.ledger import PrivacyLedger
+from tests.pipeline.studies import Site, write_study
+
+pytestmark = [
+    pytest.mark.prefect,
+    pytest.mark.usefixtures("prefect_harness"),
+    # collect-reports is called as a bare task here (outside a flow run)
+    pytest.mark.filterwarnings("ignore:Logger 'prefect.task_runs' attempted to send logs"),
+]
+
+
+def test_signed_reports_end_to_end(tmp_path, monkeypatch):
+    from flows.aggregate import aggregate_study
+    from flows.site_release import site_release
+    from tasks.aggregate import collect_reports
+    from tasks.settings import resolve_study
+
+    st = write_study(tmp_path, [Site("one", 1200), Site("two", 1000)])
+    key, public = generate_key_pair("one", tmp_path / "keys")
+    forger, _ = generate_key_pair("one", tmp_path / "forger")
+    text = st.spec.read_text().replace('id = "one"\n', f'id = "one"\npublic_key = "{public}"\n')
+    st.spec.write_text(text)
+    for k, v in st.site_env().items():
+        monkeypatch.setenv(k, v)
+    st.init_ledgers()
+    monkeypatch.delenv(SITE_KEY_ENV, raising=False)
+
+    # the spec lists a key for 'one': without its private key nothing is reserved or published
+    state = site_release(spec=str(st.spec), site="one", return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, SigningError) and "DPATE_SITE_KEY" in str(exc)
+    assert not any(k.startswith("test-study/sites/one/") for k in st.snapshot())
+    with PrivacyLedger(st.ledger_url("one")) as led:
+        assert [e.kind for e in led.events("one")] == ["CAP"]
+    # with it, the release is made and published, signed
+    monkeypatch.setenv(SITE_KEY_ENV, str(key))
+    site_release(spec=str(st.spec), site="one")
+    monkeypatch.delenv(SITE_KEY_ENV)
+    site_release(spec=str(st.spec), site="two")  # no key in the spec: unsigned is fine
+
+    result = aggregate_study(spec=str(st.spec))
+    sites = {s["site_id"]: s for s in result["sites"]}
+    assert result["complete"] and {s["status"] for s in sites.values()} <= {"used", "not_used"}
+    assert sites["one"]["signed"] is True and sites["two"]["signed"] is False
+    for name in ("one", "two"):
+        with PrivacyLedger(st.ledger_url(name)) as led:
+            commit = [e for e in led.events(name) if e.kind == "COMMIT"]
+        assert len(commit) == 1
+        assert sites[name]["ledger_head"] == {"seq": commit[0].seq, "row_hash": commit[0].row_hash}
+
+    # someone with write access to the bucket replaces site one's report
+    (path,) = (st.published / "test-study" / "sites" / "one").glob("*.json")
+    genuine = path.read_bytes()
+    report = SiteReport.model_validate_json(genuine)
+    ctx = resolve_study(str(st.spec))
+
+    def status_after(data: bytes) -> dict:
+        path.write_bytes(data)
+        (entry,) = [e for e in collect_reports(ctx) if e["site_id"] == "one"]
+        return entry
+
+    forged = report.model_copy(update={"signature": None}).signed_with(load_private_key(forger))
+    e = status_after(forged.to_json_bytes())
+    assert e["status"] == "rejected" and "does not verify" in e["reason"]
+    e = status_after(report.model_copy(update={"signature": None}).to_json_bytes())
+    assert e["status"] == "rejected" and "unsigned" in e["reason"]
+    d = json.loads(genuine)
+    d["estimate"]["tau"] = 1e308
+    e = status_after(json.dumps(d).encode())
+    assert e["status"] == "rejected" and "tau (1e+308) is outside the range" in e["reason"]
+    e = status_after(b"[" + b"0," * 40_000 + b"0]")
+    assert e["status"] == "rejected" and "more than the 65536 a report may be" in e["reason"]
+    assert status_after(genuine)["status"] == "valid"
+
+
+def test_a_round_that_is_no_plain_id_writes_nowhere(tmp_path, monkeypatch):
+    from flows.aggregate import aggregate_study
+
+    st = write_study(tmp_path, [Site("one", 600)])
+    state = aggregate_study(spec=str(st.spec), round="../sites/one/x", return_state=True)
+    assert state.is_failed()
+    assert st.snapshot() == {}

@@ -1,0 +1,113 @@
+"""Only the site decides where its ledger, data and publication root are (tasks/settings.py):
+the precedence environment > site config file > (local runs only) spec or default."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tasks.settings import SettingsError, SiteRun, dpate_home, resolve_site
+from tests.pipeline.studies import Site, write_study
+
+
+@pytest.fixture
+def study(tmp_path):
+    return write_study(tmp_path / "a", [Site("north", 50), Site("south", 50)])
+
+
+def test_default_ledger_is_per_site_per_machine_not_per_spec_folder(study, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
+    copy = tmp_path / "b"
+    shutil.copytree(study.root, copy)
+    a = resolve_site(str(study.spec), "north")
+    b = resolve_site(str(copy / "study.toml"), "north")
+    assert a.ledger_url == b.ledger_url == f"sqlite:///{tmp_path / 'home/ledgers/north.sqlite'}"
+    assert a.log_path == str(tmp_path / "home" / "logs" / "north.log")
+    assert a.data_location == str(study.root / "sites" / "north" / "records.parquet")
+    assert a.storage_url == str(study.root / "published")
+
+
+def test_dpate_home_defaults_to_xdg_data_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("DPATE_HOME")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert dpate_home() == tmp_path / "xdg" / "dpate"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    assert dpate_home() == tmp_path / "h" / ".local" / "share" / "dpate"
+
+
+def test_environment_over_config_file_and_templates(study, tmp_path, monkeypatch):
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(
+        f'ledger = "sqlite:///{tmp_path}/cfg/{{site}}.sqlite"\n'
+        f'data = "{tmp_path}/data/{{study}}-{{site}}.parquet"\n'
+        f'storage = "{tmp_path}/pub"\nlog = "{tmp_path}/log/{{site}}.log"\n'
+    )
+    monkeypatch.setenv("DPATE_SITE_CONFIG", str(cfg))
+    ctx = resolve_site(str(study.spec), "north", deployed=True)
+    assert ctx.ledger_url == f"sqlite:///{tmp_path}/cfg/north.sqlite"
+    assert ctx.data_location == f"{tmp_path}/data/test-study-north.parquet"
+    assert ctx.storage_url == f"{tmp_path}/pub" and ctx.log_path == f"{tmp_path}/log/north.log"
+    monkeypatch.setenv("DPATE_LEDGER_URL", f"sqlite:///{tmp_path}/env.sqlite")
+    assert resolve_site(str(study.spec), "north").ledger_url == f"sqlite:///{tmp_path}/env.sqlite"
+    cfg.write_text('ledger_url = "x"\n')
+    with pytest.raises(SettingsError, match="unknown keys"):
+        resolve_site(str(study.spec), "north")
+
+
+def test_deployed_run_takes_nothing_from_the_spec_or_defaults(study, monkeypatch):
+    with pytest.raises(SettingsError, match="data location only from the site"):
+        resolve_site(str(study.spec), "north", deployed=True)
+    monkeypatch.setenv("DPATE_DATA_PATH", "/srv/{site}.parquet")
+    with pytest.raises(SettingsError, match="DPATE_LEDGER_URL"):
+        resolve_site(str(study.spec), "north", deployed=True)
+    monkeypatch.setenv("DPATE_LEDGER_URL", "sqlite:////var/dpate/{site}.sqlite")
+    with pytest.raises(SettingsError, match="DPATE_STORAGE_URL"):
+        resolve_site(str(study.spec), "north", deployed=True)
+    monkeypatch.setenv("DPATE_STORAGE_URL", "s3://bucket/studies")
+    ctx = resolve_site(str(study.spec), "north", deployed=True)
+    assert ctx.data_location == "/srv/north.parquet" and ctx.storage_url == "s3://bucket/studies"
+    assert ctx.ledger_url == "sqlite:////var/dpate/north.sqlite"
+    monkeypatch.delenv("DPATE_DATA_PATH")
+    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")  # the site's own choice
+    assert resolve_site(str(study.spec), "north", deployed=True).data_location.endswith(
+        "sites/north/records.parquet"
+    )
+
+
+@pytest.mark.parametrize(
+    "data", ["../outside.parquet", "/etc/records.parquet", "s3://b/x.parquet", "a/../../x.csv"]
+)
+def test_spec_data_must_stay_in_the_spec_folder_unless_the_site_allows(study, monkeypatch, data):
+    text = study.spec.read_text().replace(
+        'data = "sites/north/records.parquet"', f'data = "{data}"'
+    )
+    study.spec.write_text(text)
+    with pytest.raises(SettingsError, match="DPATE_ALLOW_SPEC_DATA"):
+        resolve_site(str(study.spec), "north")
+    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
+    resolve_site(str(study.spec), "north")
+    monkeypatch.delenv("DPATE_ALLOW_SPEC_DATA")
+    monkeypatch.setenv("DPATE_DATA_PATH", "/srv/north.parquet")  # the site's own setting wins
+    assert resolve_site(str(study.spec), "north").data_location == "/srv/north.parquet"
+
+
+def test_spec_ledger_fields_choose_nothing(study, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
+    text = study.spec.read_text().replace(
+        'release = "1"', f'release = "1"\nledger = "sqlite:///{tmp_path}/spec-ledger.sqlite"'
+    )
+    study.spec.write_text(text)
+    ctx = resolve_site(str(study.spec), "north")
+    assert "spec-ledger" not in ctx.ledger_url and "home/ledgers/north.sqlite" in ctx.ledger_url
+
+
+def test_a_worker_serves_only_its_sites_and_ids_are_validated(study, monkeypatch):
+    monkeypatch.setenv("DPATE_SITES", "north")
+    resolve_site(str(study.spec), "north")
+    with pytest.raises(SettingsError, match="serves sites"):
+        resolve_site(str(study.spec), "south")
+    for bad in ({"round": "../x"}, {"site": "a/b"}, {"round": "1", "ledger_url": "x"}):
+        with pytest.raises(ValueError):
+            SiteRun.model_validate({"spec": "s.toml", "site": "north", **bad})

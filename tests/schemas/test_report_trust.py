@@ -1,0 +1,279 @@
+"""The aggregator takes nothing at face value: plausibility of the numbers, size, signatures."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
+from dpate_core.adjusted import dp_adjusted
+from schemas.plausibility import estimate_problems
+from schemas.report import MAX_REPORT_BYTES, ReportError, SiteReport, read_report
+from schemas.signing import (
+    SITE_KEY_ENV,
+    SigningError,
+    generate_key_pair,
+    load_private_key,
+    seal_site_report,
+    site_signing_key,
+)
+from schemas.spec import SpecError, StudySpec
+
+from .test_spec import base
+
+T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
+
+
+def spec_for(estimator: str, *, arm_sizes_public: bool = True, **extra) -> StudySpec:
+    d = base()
+    d["estimator"] = estimator
+    if estimator == "dim":
+        d["design"] = "randomized"
+        d["covariates"] = []
+        d["arm_sizes_public"] = arm_sizes_public
+        for s in d["sites"]:
+            s["delta"] = "0"
+        d["sites"][1]["budget_split"] = None if arm_sizes_public else ["1/2", "1/4", "1/4"]
+    elif estimator == "global_matching":
+        d["sites"][1]["budget_split"] = ["1/2", "1/2"]
+    elif estimator == "adjusted":
+        d["sites"][1]["budget_split"] = None
+    d.update(extra)
+    return StudySpec.from_dict(d)
+
+
+def release(spec: StudySpec, site: str, rng) -> SiteReport:
+    s = spec.site(site)
+    split = [str(x) for x in spec.budget_split(site).shares]
+    n = 400
+    w = np.r_[np.ones(n // 4, int), np.zeros(n - n // 4, int)]
+    y = rng.random(n)
+    x = rng.integers(0, spec.domain_size, n)
+    kw = dict(bound=1.0, epsilon=s.epsilon, delta=s.delta, split=split, rng=rng)
+    if spec.estimator == "dim":
+        est = dp_difference_in_means(w, y, arm_sizes_public=spec.arm_sizes_public, **kw)
+    elif spec.estimator == "smooth_matching":
+        est = smooth_dp_matching(w, y, x, domain_size=spec.domain_size, **kw)
+    elif spec.estimator == "adjusted":
+        est = dp_adjusted(w, y, x, domain_size=spec.domain_size, **kw)
+    else:
+        est = global_dp_matching(w, y, x, domain_size=spec.domain_size, **kw)
+    return SiteReport.from_estimate(est, spec=spec, site_id=site, created_at=T0)
+
+
+SPECS = {
+    "dim-public-arms": lambda: spec_for("dim"),
+    "dim-private-arms": lambda: spec_for("dim", arm_sizes_public=False),
+    "smooth_matching": lambda: spec_for("smooth_matching"),
+    "global_matching": lambda: spec_for("global_matching"),
+    "adjusted": lambda: spec_for("adjusted"),
+}
+
+
+def edited(report: SiteReport, change) -> bytes:
+    d = json.loads(report.to_json_bytes())
+    change(d["estimate"])
+    return json.dumps(d).encode()
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_genuine_releases_of_every_estimator_pass_the_checks(name):
+    spec = SPECS[name]()
+    rng = np.random.default_rng(11)
+    for site in ("a", "b"):
+        for _ in range(20):
+            report = release(spec, site, rng)
+            assert read_report(report.to_json_bytes(), spec).estimate == report.estimate
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_huge_tau_with_tiny_variance_is_rejected(name):
+    spec = SPECS[name]()
+    report = release(spec, "a", np.random.default_rng(1))
+    data = edited(report, lambda e: e.update(tau=1e308, variance=1e-300, raw_variance=1e-300))
+    with pytest.raises(ReportError) as info:
+        read_report(data, spec)
+    text = str(info.value)
+    assert "tau (1e+308) is outside the range" in text
+    assert "is below the report's own noise variance" in text
+
+
+@pytest.mark.parametrize("name", ["dim-public-arms", "dim-private-arms", "global_matching"])
+def test_variance_below_the_public_noise_variance_is_rejected(name):
+    """DiM: 2 (B/eps_1)^2 (1/N_t^2 + 1/N_c^2); GlobalDPMatching: 2 (2B/eps_1)^2, from the spec."""
+    spec = SPECS[name]()
+    report = release(spec, "a", np.random.default_rng(2))
+    nv = report.estimate.diagnostics["noise_variance"]
+
+    def lie(e):  # consistent with its own diagnostic, but not with the public values
+        e.update(variance=nv / 4, raw_variance=nv / 4)
+        e["diagnostics"]["noise_variance"] = nv / 4
+
+    with pytest.raises(ReportError, match="is not the mechanism's noise variance"):
+        read_report(edited(report, lie), spec)
+
+
+def test_smooth_matching_noise_variance_must_be_positive_and_within_the_variance():
+    spec = SPECS["smooth_matching"]()
+    report = release(spec, "a", np.random.default_rng(3))
+    neg = edited(report, lambda e: e["diagnostics"].update(noise_variance=-1.0))
+    with pytest.raises(ReportError, match=r"noise_variance .* must be positive"):
+        read_report(neg, spec)
+    big = edited(report, lambda e: e["diagnostics"].update(noise_variance=e["variance"] * 2))
+    with pytest.raises(ReportError, match="below the report's own noise variance"):
+        read_report(big, spec)
+    gone = edited(report, lambda e: e["diagnostics"].pop("smooth_sensitivity_dp"))
+    with pytest.raises(ReportError, match="missing"):
+        read_report(gone, spec)
+
+
+def test_arm_sizes_must_follow_the_spec():
+    public, private = SPECS["dim-public-arms"](), SPECS["dim-private-arms"]()
+    r = release(private, "a", np.random.default_rng(4))
+    # a report publishing arm sizes the spec keeps private is refused (not a DP output)
+    leak = edited(r, lambda e: e.update(n_treated=100, n_control=e["n"] - 100))
+    with pytest.raises(ReportError, match="treats arm sizes as private"):
+        read_report(leak, private)
+    r = release(public, "a", np.random.default_rng(4))
+    gone = edited(r, lambda e: e.update(n_treated=None, n_control=None))
+    with pytest.raises(ReportError, match="treats arm sizes as public"):
+        read_report(gone, public)
+
+
+def test_adjusted_post_processing_bounds_are_checked():
+    spec = SPECS["adjusted"]()
+    report = release(spec, "a", np.random.default_rng(9))
+    d = report.estimate.diagnostics
+    assert 0 < d["usable_strata"] <= spec.domain_size
+    over = edited(report, lambda e: e.update(tau=1.01 * e["bound"] * d["usable_weight"] + 0.1))
+    with pytest.raises(ReportError, match=r"B \* usable_weight"):
+        read_report(over, spec)
+    many = edited(report, lambda e: e["diagnostics"].update(usable_strata=spec.domain_size + 1.0))
+    with pytest.raises(ReportError, match="usable_strata"):
+        read_report(many, spec)
+
+
+def test_estimate_problems_is_empty_for_a_genuine_estimate():
+    spec = SPECS["global_matching"]()
+    assert estimate_problems(release(spec, "b", np.random.default_rng(5)).estimate, spec) == []
+
+
+def test_a_report_larger_than_the_limit_is_refused_before_parsing():
+    spec = SPECS["smooth_matching"]()
+    data = b"{" + b" " * MAX_REPORT_BYTES + b"}"
+    with pytest.raises(ReportError, match="more than the 65536 a report may be"):
+        read_report(data, spec)
+
+
+# --- signatures ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def keys(tmp_path):
+    a = generate_key_pair("a", tmp_path / "a")
+    other = generate_key_pair("a", tmp_path / "forger")
+    return a, other
+
+
+def keyed_spec(public_key: str, **extra) -> StudySpec:
+    d = base()
+    d["sites"][0]["public_key"] = public_key
+    d.update(extra)
+    return StudySpec.from_dict(d)
+
+
+def test_keygen_writes_a_private_file_and_refuses_to_overwrite(keys, tmp_path):
+    (path, pub), _ = keys
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert pub.startswith("ed25519:") and len(pub) == 52
+    assert load_private_key(path) is not None
+    with pytest.raises(SigningError, match="already exists"):
+        generate_key_pair("a", tmp_path / "a")
+
+
+def test_signed_report_is_accepted_forged_unsigned_and_tampered_are_not(keys):
+    (path, pub), (forger_path, _) = keys
+    spec = keyed_spec(pub)
+    report = release(spec, "a", np.random.default_rng(6))
+    good = report.signed_with(load_private_key(path)).to_json_bytes()
+    assert read_report(good, spec).signature is not None
+    assert good == report.signed_with(load_private_key(path)).to_json_bytes()  # deterministic
+
+    forged = report.signed_with(load_private_key(forger_path)).to_json_bytes()
+    with pytest.raises(ReportError, match="does not verify under the site's public key"):
+        read_report(forged, spec)
+    with pytest.raises(ReportError, match="unsigned, but the spec lists a public key"):
+        read_report(report.to_json_bytes(), spec)
+
+    # one byte changed anywhere: refused (bad JSON, not canonical, or bad signature)
+    for i in range(len(good)):
+        flipped = bytearray(good)
+        flipped[i] = ord("0") if good[i] != ord("0") else ord("1")
+        with pytest.raises(ReportError):
+            read_report(bytes(flipped), spec)
+    # same content, other bytes (not canonical): refused
+    with pytest.raises(ReportError, match="not canonical JSON"):
+        read_report(json.dumps(json.loads(good), indent=1).encode(), spec)
+
+
+def test_unkeyed_site_may_stay_unsigned_unless_the_spec_requires_signatures(keys, tmp_path):
+    (_, pub), _ = keys
+    spec = keyed_spec(pub)
+    report_b = release(spec, "b", np.random.default_rng(7))
+    assert read_report(report_b.to_json_bytes(), spec).site_id == "b"
+    # require_signed_reports: every site needs a key, checked when the spec is read
+    with pytest.raises(SpecError) as info:
+        keyed_spec(pub, require_signed_reports=True)
+    assert [p for p, _ in info.value.problems] == ["sites.1.public_key"]
+    (_, pub_b) = generate_key_pair("b", tmp_path / "b")
+    d = base()
+    d["sites"][0]["public_key"], d["sites"][1]["public_key"] = pub, pub_b
+    strict = StudySpec.from_dict({**d, "require_signed_reports": True})
+    report_b = release(strict, "b", np.random.default_rng(7))
+    with pytest.raises(ReportError, match="unsigned, but the spec lists a public key"):
+        read_report(report_b.to_json_bytes(), strict)
+
+
+def test_spec_hash_is_unchanged_for_specs_without_keys(keys):
+    (_, pub), _ = keys
+    plain = StudySpec.from_dict(base())
+    assert "public_key" not in json.dumps(plain.canonical_dict())
+    assert "require_signed_reports" not in json.dumps(plain.canonical_dict())
+    assert keyed_spec(pub).spec_hash != plain.spec_hash
+
+
+def test_site_signing_key_from_the_site_configuration(keys, monkeypatch):
+    (path, pub), (forger_path, _) = keys
+    monkeypatch.delenv(SITE_KEY_ENV, raising=False)
+    assert site_signing_key("a", None) is None
+    with pytest.raises(SigningError, match="set DPATE_SITE_KEY"):
+        site_signing_key("a", pub)
+    monkeypatch.setenv(SITE_KEY_ENV, str(forger_path))
+    with pytest.raises(SigningError, match="but the spec lists"):
+        site_signing_key("a", pub)
+    monkeypatch.setenv(SITE_KEY_ENV, str(path))
+    assert site_signing_key("a", pub) is not None
+    os.chmod(path, 0o644)
+    with pytest.raises(SigningError, match="readable by other users"):
+        site_signing_key("a", pub)
+
+
+def test_sealed_report_carries_the_ledger_head_and_verifies(keys, monkeypatch):
+    (path, pub), _ = keys
+    spec = keyed_spec(pub)
+    monkeypatch.setenv(SITE_KEY_ENV, str(path))
+
+    class Committed:
+        seq, row_hash = 7, "ab" * 32
+
+    report = release(spec, "a", np.random.default_rng(8))
+    data = seal_site_report(report, spec, "a", Committed()).to_json_bytes()
+    back = read_report(data, spec)
+    assert back.ledger_head is not None and back.ledger_head.seq == 7
+    # the head is covered by the signature
+    with pytest.raises(ReportError, match="does not verify"):
+        read_report(data.replace(b'"seq":7', b'"seq":6'), spec)

@@ -1,0 +1,31 @@
+"""A site's release without a ledger or a flow: plan, one simulated draw, a committed payload,
+the published report (what ``flows.site_release`` does, minus the budget)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpate_core.release import draw_once
+from schemas.report import software_version
+from tasks.ledger import Committed
+from tasks.settings import SiteContext, resolve_site
+from tasks.site import load_site_data, plan_release, site_report_bytes
+from tasks.storage import Store
+
+COMMITTED_AT = "2026-01-31T12:00:00.000000+00:00"
+
+
+def committed_release(ctx: SiteContext, seed: int = 0, seq: int = 3) -> Committed:
+    """The ledger's COMMIT row of one simulated release (numpy noise: a test, not a release)."""
+    plan = plan_release(ctx, load_site_data.fn(ctx))
+    estimate = plan.estimate(draw_once(plan, np.random.default_rng(seed)))
+    payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
+    return Committed(ctx.rid, payload, COMMITTED_AT, f"{seq:064x}", seq)
+
+
+def publish_site(spec: str, site: str, seed: int = 0) -> bytes:
+    """Publish ``site``'s report where the aggregator reads it; returns its bytes."""
+    ctx = resolve_site(spec, site)
+    data = site_report_bytes(ctx, committed_release(ctx, seed))
+    Store(ctx.storage_url).publish(Store.site_report_key(ctx.study_id, site, ctx.rid), data)
+    return data

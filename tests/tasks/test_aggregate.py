@@ -1,0 +1,126 @@
+"""The server's task logic through ``.fn``: collect_reports, combine_reports, result_key, the
+result markdown and the HTML report (tasks/report.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpate_core.aggregators import aggregator_of
+from schemas.report import MAX_REPORT_BYTES
+from tasks.aggregate import (
+    StudyIncompleteError,
+    collect_reports,
+    combine_reports,
+    result_key,
+    result_markdown,
+)
+from tasks.report import render_html, source_label
+from tasks.settings import resolve_study
+from tasks.storage import Store
+
+from .helpers import publish_site
+
+
+def _by_site(entries):
+    return {e["site_id"]: e for e in entries}
+
+
+def test_collect_reports_validates_each_and_says_why(study):
+    publish_site(str(study.spec), "north")
+    ctx = resolve_study(str(study.spec))
+    store = Store(ctx.storage_url)
+    # south: a report that does not parse; east: nothing published
+    south_key = Store.site_report_key(ctx.study_id, "south", ctx.release_id("south"))
+    store.publish(south_key, b'{"schema": "dpate.site-report"}')
+    got = _by_site(collect_reports.fn(ctx))
+    assert [e["site_id"] for e in collect_reports.fn(ctx)] == ctx.site_ids
+    assert got["north"]["status"] == "valid" and "estimate" in got["north"]
+    assert got["north"]["ledger_head"]["seq"] == 3 and got["north"]["signed"] is False
+    assert got["south"]["status"] == "rejected" and got["south"]["reason"]
+    assert got["east"]["status"] == "missing"
+    assert "no report published" in got["east"]["reason"]
+
+
+def test_collect_reports_refuses_an_oversized_report_before_parsing(study):
+    ctx = resolve_study(str(study.spec))
+    key = Store.site_report_key(ctx.study_id, "north", ctx.release_id("north"))
+    Store(ctx.storage_url).publish(key, b" " * (MAX_REPORT_BYTES + 1))
+    got = _by_site(collect_reports.fn(ctx))
+    assert got["north"]["status"] == "rejected"
+    assert f"more than the {MAX_REPORT_BYTES}" in got["north"]["reason"]
+
+
+def test_combine_reports_uses_the_registry_wording_and_weights(study):
+    for i, site in enumerate(("north", "south", "east")):
+        publish_site(str(study.spec), site, seed=i)
+    ctx = resolve_study(str(study.spec))
+    result = combine_reports.fn(ctx, collect_reports.fn(ctx))
+    agg = aggregator_of(ctx.spec.aggregator)
+    assert result["aggregator"] == "mvagg" and result["complete"] is True
+    assert [s["site_id"] for s in result["sites"]] == ctx.site_ids
+    used = [s for s in result["sites"] if s["status"] == "used"]
+    assert used and sum(s["weight"] for s in used) == pytest.approx(1.0)
+    for s in result["sites"]:
+        want = {"used": agg.why_used, "not_used": agg.why_not_used}.get(s["status"])
+        if want is not None:
+            assert s["reason"] == want
+        lo, hi = s["ci95"]
+        assert lo <= hi
+    assert result["variance"] > 0 and len(result["ci95"]) == 2
+    # the bytes are a function of the inputs: a re-run publishes identical bytes
+    again = combine_reports.fn(ctx, collect_reports.fn(ctx))
+    assert result_key(ctx, result) == result_key(ctx, again)
+    key, data = result_key(ctx, result)
+    assert key == Store.result_key(ctx.study_id, ctx.round)
+    assert json.loads(data) == result
+
+
+def test_combine_reports_partial_or_refused(study, monkeypatch):
+    publish_site(str(study.spec), "north")
+    ctx = resolve_study(str(study.spec))
+    inputs = collect_reports.fn(ctx)
+    result = combine_reports.fn(ctx, inputs)  # require_all_sites = false in this spec
+    assert result["complete"] is False
+    status = {s["site_id"]: s["status"] for s in result["sites"]}
+    assert status == {"north": "used", "south": "missing", "east": "missing"}
+    key, _ = result_key(ctx, result)
+    assert ".partial-" in key  # a later run with more sites publishes a new object
+    strict = ctx.spec.model_copy(update={"require_all_sites": True})
+    monkeypatch.setattr("tasks.aggregate._artifact_incomplete", lambda ctx, lines: None)
+    with pytest.raises(StudyIncompleteError, match="requires every site"):
+        combine_reports.fn(type(ctx)(strict, ctx.spec_source, ctx.round, ctx.storage_url), inputs)
+    none = [dict(e, status="missing", reason="x") for e in inputs]
+    with pytest.raises(StudyIncompleteError, match="no site has a valid report"):
+        combine_reports.fn(ctx, none)
+
+
+@pytest.fixture
+def result(study):
+    for i, site in enumerate(("north", "south")):
+        publish_site(str(study.spec), site, seed=i)
+    ctx = resolve_study(str(study.spec))
+    return combine_reports.fn(ctx, collect_reports.fn(ctx))
+
+
+def test_result_markdown_has_a_row_per_site(result):
+    md = result_markdown(result)
+    assert md.startswith(f"# Study {result['study_id']}, round {result['round']}")
+    assert "partial: not every site reported" in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(result["sites"])  # header + one per site
+    assert any("| east | missing |" in r for r in rows)
+    assert f"{result['estimate']:.6g}" in md
+
+
+def test_render_html_is_self_contained_and_public(result):
+    page = render_html(result, "/home/someone/private/path/test-study/results/1.json", {})
+    assert page.startswith("<!doctype html>") or page.lstrip().lower().startswith("<!doctype")
+    assert "data:image/png;base64," in page
+    for s in result["sites"]:
+        assert s["site_id"] in page
+    assert "ledger not reachable from here" in page
+    assert "/home/someone" not in page  # a local path is shown as its key only
+    assert source_label(result, "/x/test-study/results/1.json") == "test-study/results/1.json"
+    assert source_label(result, "s3://u:p@host:9000/b/r.json") == "s3://host:9000/b/r.json"
