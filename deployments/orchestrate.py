@@ -7,9 +7,14 @@ work pool and only *asks* each site to release:
 1. triggers the ``site-release/<site>`` deployment of every site of the spec
    (``run_deployment``; each is bound to the site's own work pool, so only the worker running at
    the site can pick it up, with the site's local data path, ledger and storage credentials);
-2. waits for them up to ``site_timeout_s``; a site that has not finished by then is recorded as
-   missing and its run, if it never started, is cancelled (a worker that comes back later does
-   not release for a study that was already aggregated; re-running the study asks it again);
+2. waits for them up to ``site_timeout_s`` (default 1 h); a site that has not finished by then is
+   recorded as missing and its run, if it never started, is cancelled (a worker that comes back
+   later does not release for a study that was already aggregated; re-running the study asks it
+   again). A site whose machine dies mid-run does not hold the study to the deadline: its run
+   stops sending heartbeats and the server's zombie automation (``deployments/automations.py``)
+   sets it ``Crashed`` within about 90 s. The timeout therefore only bounds a worker that is down
+   or a release that is slow; longer waits a maintenance window out, shorter publishes sooner
+   (a late site is in the next run of the same round, spending nothing twice);
 3. triggers the ``aggregate-study/<name>`` deployment, which reads whatever reports were published
    and records the missing sites (or fails if the spec says ``require_all_sites``);
 4. returns the published result document and each site's run status.
@@ -19,6 +24,9 @@ from its ledger (no budget, no new noise) and re-publishes identical bytes. Trig
 idempotent within a flow run (``idempotency_key``), so a retried task never starts a second run.
 
 Deployment: ``deployments/prefect.yaml`` (``study-deployed/<study>``). Parameters are public.
+A site's run gets only ``spec``, ``site`` and ``round``: its data, ledger and publication root
+are the site worker's own configuration (docs/deploying.md), so nothing the coordinator sends can
+point a site at another ledger.
 """
 
 from __future__ import annotations
@@ -64,10 +72,18 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     p = flow_run.parameters
-    return f"study-{str(p['spec']).rstrip('/').rsplit('/', 1)[-1].removesuffix('.toml')}"
+    name = str(p["spec"]).rstrip("/").rsplit("/", 1)[-1].removesuffix(".toml")
+    round = p.get("round") or (p.get("round_format") and "scheduled") or "spec"
+    return f"study-{name}-round-{round}"
 
 
-@task(name="trigger-site-release", retries=3, retry_delay_seconds=[2, 10, 30], **_TASK)
+@task(
+    name="trigger-site-release",
+    task_run_name="trigger-site-release-{site}",
+    retries=3,
+    retry_delay_seconds=[2, 10, 30],
+    **_TASK,
+)
 def trigger_site(
     ctx: StudyContext, spec: str, site: str, site_deployment: str, study_run_id: str
 ) -> str:
@@ -77,7 +93,7 @@ def trigger_site(
         parameters={"spec": spec, "site": site, "round": ctx.round},
         timeout=0,
         idempotency_key=f"{study_run_id}:{site}:{ctx.round}",
-        tags=["dpate", f"study:{ctx.study_id}", f"site:{site}"],
+        tags=["dpate", f"study:{ctx.study_id}", f"site:{site}", f"round:{ctx.round}"],
     )
     return str(run.id)
 
@@ -148,7 +164,7 @@ def run_aggregate(
         parameters={"spec": spec, "round": ctx.round},
         timeout=timeout_s,
         idempotency_key=f"{study_run_id}:aggregate:{ctx.round}",
-        tags=["dpate", f"study:{ctx.study_id}"],
+        tags=["dpate", f"study:{ctx.study_id}", f"round:{ctx.round}"],
     )
     state = run.state
     return {
@@ -164,7 +180,7 @@ def study_deployed(
     spec: str,
     round: str | None = None,
     round_format: str | None = None,
-    site_timeout_s: float = 6 * 3600,
+    site_timeout_s: float = 3600,
     aggregate_timeout_s: float = 3600,
     site_deployment: str = "site-release/{site}",
     aggregate_deployment: str = "aggregate-study/aggregate",

