@@ -35,13 +35,10 @@ from dpate_core.adjusted import (
     plan_adjusted,
     plan_adjusted_from_statistics,
 )
+from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
-from dpate_core.release import (
-    draw_many,
-    draw_once,
-    plan_difference_in_means,
-    plan_matching,
-)
+from dpate_core.matching import plan_matching
+from dpate_core.release import draw_many, draw_once
 from dpate_core.synth import synth
 
 SIM_REPS = 4000

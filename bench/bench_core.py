@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from dpate_core.aggregation import mvagg, mvagg_brute_force
-from dpate_core.release import smooth_dp_matching
+from dpate_core.matching import smooth_dp_matching
 from dpate_core.sensitivity import (
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,

@@ -66,7 +66,7 @@ def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float
     from dpate_core import release as core_release
     from dpate_core.aggregation import aggregate
     from schemas.report import read_report, software_version
-    from schemas.site_data import prepare_site_data
+    from schemas.site_preparation import prepare_site_data
     from tasks.ledger import PrivacyLedger
     from tasks.settings import resolve_site
     from tasks.site import plan_release, site_report_bytes

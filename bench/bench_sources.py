@@ -140,11 +140,12 @@ def child(mode: str, target: str) -> dict:
 
         rows = pq.read_table(target, columns=cols, read_dictionary=["region"]).num_rows
     elif mode == "table-then-prepare":
-        from schemas.site_data import prepare_site_data, read_site_table
+        from schemas.site_preparation import prepare_site_data
+        from schemas.site_reading import read_site_table
 
         rows = prepare_site_data(read_site_table(target, spec), spec).n
     elif mode in ("prepare", "pg-prepare"):
-        from schemas.site_data import prepare_site_data
+        from schemas.site_preparation import prepare_site_data
 
         rows = prepare_site_data(target, spec).n
     elif mode == "dataset-stream":
@@ -164,7 +165,7 @@ def child(mode: str, target: str) -> dict:
         for b in pacsv.open_csv(target, convert_options=convert):
             rows += b.num_rows
     elif mode == "csv-prepare":
-        from schemas.site_data import prepare_site_data
+        from schemas.site_preparation import prepare_site_data
 
         rows = prepare_site_data(target, spec).n
     elif mode == "csv-stream":

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from schemas.site_data import prepare_site_data
+from schemas.site_preparation import prepare_site_data
 from schemas.spec import StudySpec
 
 LEVELS = ["north", "south", "east", "west", "centre"]
@@ -109,7 +109,7 @@ import sys
 sys.path.insert(0, {bench!r})
 import pyarrow.parquet as pq
 from bench_validation import make_spec
-from schemas.site_data import prepare_site_data
+from schemas.site_preparation import prepare_site_data
 
 
 def hwm():  # VmHWM of this process image (ru_maxrss would carry the parent's over exec)

@@ -6,7 +6,10 @@ Pure and fast: numpy arrays in, numbers out; no I/O, no logging, no orchestratio
 - :mod:`dpate_core.noise`: secure (OpenDP) and simulation samplers; analytic Gaussian calibration.
 - :mod:`dpate_core.estimators`: exact matching (Algorithm 1), its variance, difference in means.
 - :mod:`dpate_core.sensitivity`: local, smooth and global sensitivities (corrected per ERRATA).
-- :mod:`dpate_core.release`: the private site releases returning :class:`SiteEstimate`.
+- :mod:`dpate_core.release`: what every release shares: the mechanism plan, its draws (secure or
+  simulated) and the public :class:`SiteEstimate`.
+- :mod:`dpate_core.difference_in_means`: DP difference in means (randomized trials).
+- :mod:`dpate_core.matching`: SmoothDPMatching (Algorithm 2) and GlobalDPMatching.
 - :mod:`dpate_core.adjusted`: DP subclassification ("adjusted"), pure epsilon-DP.
 - :mod:`dpate_core.registry`: every estimator a study may name, declared once.
 - :mod:`dpate_core.inference`: bootstrap and normal intervals from published fields.
@@ -18,14 +21,10 @@ Pure and fast: numpy arrays in, numbers out; no I/O, no logging, no orchestratio
 
 from dpate_core.adjusted import dp_adjusted
 from dpate_core.aggregation import AGGREGATORS, AggregateResult, aggregate
+from dpate_core.difference_in_means import dp_difference_in_means
+from dpate_core.matching import global_dp_matching, smooth_dp_matching
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
-from dpate_core.release import (
-    ESTIMATORS,
-    SiteEstimate,
-    dp_difference_in_means,
-    global_dp_matching,
-    smooth_dp_matching,
-)
+from dpate_core.release import ESTIMATORS, SiteEstimate
 
 __all__ = [
     "AGGREGATORS",

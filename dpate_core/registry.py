@@ -149,7 +149,7 @@ class Estimator:
 
 
 def _plan_dim(p: PlanInputs) -> MechanismPlan:
-    from dpate_core.release import plan_difference_in_means
+    from dpate_core.difference_in_means import plan_difference_in_means
 
     return plan_difference_in_means(
         p.w,
@@ -167,7 +167,7 @@ def _plan_matching(name: str) -> Callable[[PlanInputs], MechanismPlan]:
     def build(p: PlanInputs) -> MechanismPlan:
         from dpate_core.adjusted import cell_statistics
         from dpate_core.estimators import matching_statistics
-        from dpate_core.release import plan_matching
+        from dpate_core.matching import plan_matching
 
         stats = matching_statistics(p.w, p.y, p.x, p.domain_size, bound=p.bound)
         cells = None

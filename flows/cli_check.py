@@ -1,7 +1,7 @@
 """``dpate check``: what a release would do at a site, before anything is spent.
 
 It reads the study spec, validates the site's records with the same code as a release
-(:func:`schemas.site_data.prepare_site_data`), discretises them, runs the feasibility rules
+(:func:`schemas.site_preparation.prepare_site_data`), discretises them, runs the feasibility rules
 (:func:`schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
 a missing ledger is reported, never created). It prints the study's public facts, what a release
 would publish exactly, the budget it would spend and what the ledger has left, and, for the site
@@ -164,7 +164,8 @@ def _check_site(
 
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from schemas.preflight import feasibility_problems
-    from schemas.site_data import SiteDataError, prepare_site_data
+    from schemas.site_errors import SiteDataError
+    from schemas.site_preparation import prepare_site_data
 
     try:
         data = prepare_site_data(ctx.data_location, study, fmt=study.site(site_id).format)

@@ -1,7 +1,8 @@
 """Section 4 of the paper, reproduced: ``dpate experiments [--quick] [--out DIR]``.
 
 Every point of every figure runs the mechanisms that are released, through their plans
-(:func:`dpate_core.release.plan_difference_in_means`, :func:`~dpate_core.release.plan_matching`):
+(:func:`dpate_core.difference_in_means.plan_difference_in_means`,
+:func:`dpate_core.matching.plan_matching`):
 the matching statistics and the smooth sensitivities are computed once per site and budget, then
 :func:`dpate_core.simulation.simulate_sites` draws all repetitions at once with the plan's
 ``draw_many`` and ``assemble``, and the ``(reps, J)`` combiners of :mod:`dpate_core.simulation`
@@ -35,8 +36,10 @@ import numpy as np
 
 from dpate_core.adjusted import cell_statistics, plan_adjusted_from_statistics
 from dpate_core.aggregators import aggregator_of
+from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import difference_in_means, matching_statistics
-from dpate_core.release import draw_many, plan_difference_in_means, plan_matching
+from dpate_core.matching import plan_matching
+from dpate_core.release import draw_many
 from dpate_core.sensitivity import (
     matching_global_sensitivity,
     matching_local_sensitivity_bound,

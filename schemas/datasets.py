@@ -246,21 +246,6 @@ class PaperDataset:
     def n_control(self) -> int:
         return self.n - self.n_treated
 
-    def subset(self, idx: np.ndarray) -> PaperDataset:
-        """The records ``idx`` (e.g. one site of a split), in the given order."""
-        return PaperDataset(
-            name=self.name,
-            design=self.design,
-            w=self.w[idx],
-            y=self.y[idx],
-            x=self.x[idx],
-            domain_size=self.domain_size,
-            bound=self.bound,
-            sites=None if self.sites is None else self.sites[idx],
-            site_names=self.site_names,
-            note=self.note,
-        )
-
     def site_indices(self) -> list[np.ndarray]:
         """Indices of each natural site (STAR), in :attr:`site_names` order."""
         if self.sites is None:

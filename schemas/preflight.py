@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.site_data import SiteData
+from schemas.site_preparation import SiteData
 from schemas.spec import StudySpec
 
 __all__ = ["FeasibilityError", "feasibility_problems"]

@@ -28,14 +28,14 @@ driver's own environment (libpq's ``PGPASSWORD`` / ``PGPASSFILE`` / ``PGSERVICE`
 from a Prefect Secret block named by ``DPATE_DATA_SECRET``, resolved at the site when the source is
 opened. A driver's error text is withheld (only its type is kept): it may quote a record value.
 
-**Batches and memory.** Validation (schemas/site_data.py) is per row, so it runs per batch of
+**Batches and memory.** Validation (schemas/site_preparation.py) is per row, so it runs per batch of
 ``batch_rows`` rows (default :data:`BATCH_ROWS`): problems are collected across batches, their
 counts added and their first row positions kept (positions count from 0 over the whole source, in
-its order), and one :class:`~schemas.site_data.SiteDataError` is raised after the last batch, with
+its order), and one :class:`~schemas.site_errors.SiteDataError` is raised after the last batch, with
 exactly the text a single pass gives. Peak memory is one batch's working set (a few hundred bytes a
 row, for the pandas/pandera conversions) plus what the consumer keeps:
 
-- :func:`prepare_source` (the release path, :func:`~schemas.site_data.prepare_site_data` for a
+- :func:`prepare_source` (the release path, :func:`~schemas.site_preparation.prepare_site_data` for a
   location) keeps ``(w, y, x)``: 17 bytes a row (int8, float64, int64), preallocated when the
   source knows its row count;
 - :func:`iter_site_batches` yields each validated batch's ``(w, y, x)`` and keeps nothing;
@@ -64,8 +64,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from schemas.site_data import (
-    _DICT_STRING,
+from schemas.site_errors import (
     _R_EDGES,
     _R_LEVEL,
     _R_MISSING,
@@ -75,18 +74,19 @@ from schemas.site_data import (
     _R_OUTCOME_LABEL,
     _R_TREATMENT_01,
     _R_TREATMENT_LABEL,
-    PreparationReport,
     Problem,
-    SiteData,
     SiteDataError,
-    _csv_header,
-    _dictionary_encode,
     _merge,
     _missing_columns,
+    _Redacted,
+)
+from schemas.site_preparation import PreparationReport, SiteData, _prepare
+from schemas.site_reading import (
+    _DICT_STRING,
+    _csv_header,
+    _dictionary_encode,
     _needed_columns,
     _open,
-    _prepare,
-    _Redacted,
     _string_columns,
     read_site_table,
 )
@@ -260,7 +260,7 @@ class CsvSource:
     """A CSV file (local path or fsspec URL; ``.gz``/``.bz2``/``.zst`` decompressed), streamed in
     blocks of ``block_size`` bytes when that gives exactly what one read gives.
 
-    :func:`~schemas.site_data.read_site_table` (one read) infers each column's type from all its
+    :func:`~schemas.site_reading.read_site_table` (one read) infers each column's type from all its
     blocks, widening it where a later block needs it; a streaming reader fixes it from the first
     block and fails on a later block that does not fit. So a file larger than one block is first
     parsed once in a streaming pass that keeps nothing (the spec's columns only): if it parses,
@@ -418,7 +418,7 @@ class ParquetFileSource:
 def _open_plain(location: str) -> Any:
     """A local file is read with plain reads, not memory-mapped: a mapping's pages count in the
     process's resident memory (up to the file's size) although only a batch is in use.
-    (Compressed CSV and URLs: as :func:`~schemas.site_data.read_site_table` opens them.)"""
+    (Compressed CSV and URLs: as :func:`~schemas.site_reading.read_site_table` opens them.)"""
     low = location.lower()
     local = "://" not in location or location.startswith("file://")
     if local and not low.endswith((".gz", ".bz2", ".zst")):
@@ -834,7 +834,7 @@ class SiteBatch:
 
 
 def _frame(batch: pa.RecordBatch) -> pd.DataFrame:
-    # as site_data._as_frame: dictionary text -> Categorical, other text -> Arrow strings
+    # as site_reading._as_frame: dictionary text -> Categorical, other text -> Arrow strings
     return batch.to_pandas(
         types_mapper={pa.string(): pd.StringDtype("pyarrow")}.get, split_blocks=True
     )
@@ -914,9 +914,9 @@ def iter_site_batches(
 ) -> Iterator[SiteBatch]:
     """The site's validated ``(w, y, x)``, one batch at a time (nothing kept between batches).
 
-    Every batch is validated as :func:`~schemas.site_data.prepare_site_data` validates a file.
+    Every batch is validated as :func:`~schemas.site_preparation.prepare_site_data` validates a file.
     Once a batch fails no more batches are yielded; the remaining ones are still validated and a
-    :class:`~schemas.site_data.SiteDataError` with every problem is raised after the last one.
+    :class:`~schemas.site_errors.SiteDataError` with every problem is raised after the last one.
     **A consumer must therefore discard what it accumulated unless the iteration ends normally**
     (:func:`stream_cell_statistics` does). Warnings are swallowed; reader errors redacted."""
     src = (
@@ -941,7 +941,7 @@ def prepare_source(
     query: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> SiteData:
-    """:func:`~schemas.site_data.prepare_site_data` for a location, in batches: the same
+    """:func:`~schemas.site_preparation.prepare_site_data` for a location, in batches: the same
     ``SiteData``, report (its counts summed over batches) and errors, word for word. Keeps
     ``(w, y, x)`` (17 bytes a row, preallocated when the source knows its row count) and one
     batch's working set."""

@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 GENESIS = "0" * 64
-KINDS = ("CAP", "RESERVE", "COMMIT")
 
 
 class LedgerError(RuntimeError):

@@ -40,7 +40,8 @@ from schemas.report import (
 )
 from schemas.result import interval_text
 from schemas.signing import seal_site_report, site_signing_key
-from schemas.site_data import SiteData, SiteDataError, prepare_site_data
+from schemas.site_errors import SiteDataError
+from schemas.site_preparation import SiteData, prepare_site_data
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from tasks.ledger import Committed, LedgerError, PrivacyLedger, Reservation
 from tasks.settings import SiteContext, SiteRun, is_deployed_process, resolve_site

@@ -153,9 +153,6 @@ class Store:
         fs, root = fsspec.core.url_to_fs(self.url)
         return fs, root.rstrip("/")
 
-    def path(self, key: str) -> str:
-        return posixpath.join(self._fs_root[1], check_key(key))
-
     def uri(self, key: str) -> str:
         """A URL naming the object (for messages and artifacts)."""
         return self.url.rstrip("/") + "/" + key
@@ -199,6 +196,7 @@ class Store:
         return data
 
     def exists(self, key: str) -> bool:
+        """Whether an object is stored at ``key`` (the check before reserving a release)."""
         fs, root = self._fs_root
         return fs.exists(posixpath.join(root, check_key(key)))
 

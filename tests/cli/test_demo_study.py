@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from dpate_core.estimators import matching_statistics
 from flows.cli import app
 from flows.demo import DEMO_SITES, TRUE_ATE, write_demo_study
-from schemas.site_data import prepare_site_data
+from schemas.site_preparation import prepare_site_data
 from schemas.spec import load_spec
 
 

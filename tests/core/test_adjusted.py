@@ -23,8 +23,9 @@ from dpate_core.adjusted import (
     sensitivities,
 )
 from dpate_core.estimators import matching_statistics
+from dpate_core.matching import plan_matching
 from dpate_core.privacy import PrivacyParams, to_float
-from dpate_core.release import draw_many, draw_once, plan_matching
+from dpate_core.release import draw_many, draw_once
 from dpate_core.synth import synth
 
 B = 1.0

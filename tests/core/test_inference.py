@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
 from dpate_core.inference import (
     NOISE_MODELS,
@@ -24,12 +25,8 @@ from dpate_core.inference import (
     site_draws,
     site_normal_interval,
 )
-from dpate_core.release import (
-    SiteEstimate,
-    draw_many,
-    plan_difference_in_means,
-    plan_matching,
-)
+from dpate_core.matching import plan_matching
+from dpate_core.release import SiteEstimate, draw_many
 from dpate_core.simulation import AGGREGATORS_MANY
 from dpate_core.synth import split_proportions, synth
 

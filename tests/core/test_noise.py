@@ -117,7 +117,7 @@ def test_secure_path_leaves_numpy_global_state_untouched():
 
 
 def test_secure_path_never_calls_numpy_random(monkeypatch):
-    from dpate_core.release import smooth_dp_matching
+    from dpate_core.matching import smooth_dp_matching
 
     def forbidden(*args, **kwargs):
         raise AssertionError("numpy.random was used on the secure path")

@@ -13,7 +13,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
+from dpate_core.matching import plan_matching
 from dpate_core.planning import (
     Assumptions,
     SiteDesign,
@@ -22,7 +24,7 @@ from dpate_core.planning import (
     plan_study,
     predict_site,
 )
-from dpate_core.release import draw_many, plan_difference_in_means, plan_matching
+from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, simulate_sites
 from dpate_core.synth import split_equal, split_proportions, synth
 from schemas.datasets import DataUnavailableError, load_ist, load_star

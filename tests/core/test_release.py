@@ -12,19 +12,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dpate_core.difference_in_means import dp_difference_in_means, plan_difference_in_means
 from dpate_core.estimators import matching_statistics
+from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
 from dpate_core.noise import analytic_gaussian_sigma
 from dpate_core.privacy import exact, to_float
-from dpate_core.release import (
-    SiteEstimate,
-    dp_difference_in_means,
-    draw_many,
-    draw_once,
-    global_dp_matching,
-    plan_difference_in_means,
-    plan_matching,
-    smooth_dp_matching,
-)
+from dpate_core.release import SiteEstimate, draw_many, draw_once
 from dpate_core.sensitivity import (
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,

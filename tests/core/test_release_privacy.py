@@ -26,17 +26,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
+from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
 from dpate_core.privacy import PrivacyParams, to_float
-from dpate_core.release import (
-    MechanismPlan,
-    draw_many,
-    draw_once,
-    global_dp_matching,
-    plan_difference_in_means,
-    plan_matching,
-    smooth_dp_matching,
-)
+from dpate_core.release import MechanismPlan, draw_many, draw_once
 from dpate_core.sensitivity import smooth_beta
 
 B = 1.0

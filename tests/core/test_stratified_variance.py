@@ -14,8 +14,9 @@ import pytest
 
 from dpate_core.adjusted import cell_statistics
 from dpate_core.estimators import exact_matching, matching_statistics
+from dpate_core.matching import plan_matching
 from dpate_core.privacy import to_float
-from dpate_core.release import draw_many, plan_matching
+from dpate_core.release import draw_many
 from dpate_core.stratified_variance import (
     SUBSPLIT,
     conditional_variance,

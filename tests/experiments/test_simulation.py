@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from dpate_core import aggregation
+from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
-from dpate_core.release import draw_many, plan_difference_in_means, plan_matching
+from dpate_core.matching import plan_matching
+from dpate_core.release import draw_many
 from dpate_core.simulation import (
     AGGREGATORS_MANY,
     aggregate_many,

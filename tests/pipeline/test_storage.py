@@ -10,7 +10,9 @@ from tasks.storage import PublicationConflictError, Store
 def test_write_once_is_idempotent_for_identical_bytes_and_refuses_others(tmp_path):
     store = Store(str(tmp_path / "root"))
     key = Store.site_report_key("study", "site", "abc")
+    assert not store.exists(key)
     assert store.publish(key, b'{"a":1}') == "written"
+    assert store.exists(key)
     assert store.publish(key, b'{"a":1}') == "unchanged"
     with pytest.raises(PublicationConflictError, match="never replaced"):
         store.publish(key, b'{"a":2}')
@@ -39,7 +41,11 @@ def test_store_keys_refuse_path_traversal(tmp_path, key):
     from tasks.storage import InvalidKeyError
 
     store = Store(str(tmp_path / "root"))
-    for op in (lambda: store.publish(key, b"x"), lambda: store.read(key)):
+    for op in (
+        lambda: store.publish(key, b"x"),
+        lambda: store.read(key),
+        lambda: store.exists(key),
+    ):
         with pytest.raises(InvalidKeyError):
             op()
     assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*"))

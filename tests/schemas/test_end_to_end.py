@@ -8,7 +8,7 @@ import pandas as pd
 from dpate_core import aggregate, smooth_dp_matching
 from dpate_core.synth import split_proportions, synth
 from schemas.report import SiteReport, read_report
-from schemas.site_data import prepare_site_data
+from schemas.site_preparation import prepare_site_data
 from schemas.spec import load_spec
 
 from .test_spec import EXAMPLES

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from schemas.preflight import FeasibilityError, feasibility_problems
-from schemas.site_data import prepare_site_data
+from schemas.site_preparation import prepare_site_data
 from schemas.spec import StudySpec
 
 from .test_spec import base

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.site_data import SiteDataError, prepare_site_data
+from schemas.site_errors import SiteDataError
+from schemas.site_preparation import prepare_site_data
 from schemas.spec import StudySpec
 
 from .test_spec import base

@@ -14,7 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpate_core.adjusted import cell_statistics
-from schemas.site_data import SiteDataError, prepare_site_data, read_site_table
+from schemas.site_errors import SiteDataError
+from schemas.site_preparation import prepare_site_data
+from schemas.site_reading import read_site_table
 from schemas.sources import (
     CsvSource,
     ParquetDatasetSource,

@@ -1,0 +1,332 @@
+"""DP matching for observational studies: SmoothDPMatching (Algorithm 2) with its private
+variance (the appendix, as corrected), and the GlobalDPMatching baseline.
+
+:func:`smooth_dp_matching` and :func:`global_dp_matching` state the privacy costs;
+:func:`plan_matching` builds their :class:`~dpate_core.release.MechanismPlan` from the one-pass
+statistics of :func:`dpate_core.estimators.matching_statistics` (one plan serves the release and
+the simulations, see :mod:`dpate_core.release`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpate_core.estimators import MatchingStatistics, matching_statistics
+from dpate_core.noise import Rng, analytic_gaussian_sigma
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
+from dpate_core.release import (
+    MechanismPlan,
+    NoiseSpec,
+    Outputs,
+    SiteEstimate,
+    _check_bound,
+    _delta,
+    _eps,
+    _release,
+    _scale,
+)
+from dpate_core.sensitivity import (
+    matching_global_sensitivity,
+    matching_smooth_sensitivity,
+    matching_variance_smooth_sensitivity,
+    smooth_beta,
+)
+
+__all__ = ["global_dp_matching", "plan_matching", "smooth_dp_matching"]
+
+Assemble = Callable[[Mapping[str, Any]], Outputs]
+ReadVariance = Callable[[Mapping[str, Any]], Any]
+
+
+def _require_delta(total: PrivacyParams, name: str) -> None:
+    if total.epsilon <= 0:
+        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
+    if total.delta <= 0:
+        raise ValueError(
+            f"delta ({total.delta}) must be positive: {name} uses smooth sensitivity, which is "
+            f"(epsilon, delta)-DP; give a small delta such as 1e-5"
+        )
+
+
+def _variance_noise(
+    stats: MatchingStatistics, bound: float, p_var: PrivacyParams, domain_size: int | None
+) -> NoiseSpec:
+    """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate."""
+    e2 = _eps(p_var)
+    beta2 = smooth_beta(e2, _delta(p_var))
+    s_var = matching_variance_smooth_sensitivity(
+        stats.treated_counts, stats.control_counts, stats.n, bound, beta2, domain_size
+    )
+    return NoiseSpec("variance", stats.variance, 2.0 * s_var / e2, "laplace")
+
+
+def _read_appendix(v: Mapping[str, Any]) -> Any:
+    return v["variance"]
+
+
+def _variance_part(
+    variance: str,
+    stats: MatchingStatistics,
+    cells: Any,
+    bound: float,
+    p_var: PrivacyParams,
+    domain_size: int | None,
+) -> tuple[tuple[NoiseSpec, ...], ReadVariance]:
+    """The variance part of a matching plan: its noise sites and how to read ``V_dp`` back.
+
+    ``"appendix"``: one smooth-sensitivity Laplace draw on ``V_hat`` (the paper's). ``"stratified"``:
+    the three per-cell Laplace vectors of :func:`dpate_core.stratified_variance.stratified_noise`,
+    the part's epsilon split by its ``SUBSPLIT`` (sensitivities of
+    :func:`dpate_core.adjusted.sensitivities`); its delta is not spent."""
+    if variance == "appendix":
+        return (_variance_noise(stats, bound, p_var, domain_size),), _read_appendix
+    from dpate_core.adjusted import THRESHOLD_FACTOR, CellStatistics, sensitivities
+    from dpate_core.stratified_variance import SUBSPLIT, stratified_noise
+
+    if not isinstance(cells, CellStatistics):
+        raise ValueError(
+            "variance = 'stratified' needs the per-cell statistics of the same records: pass "
+            "cells=dpate_core.adjusted.cell_statistics(w, y, x, domain_size=..., bound=B)"
+        )
+    if (
+        cells.n != stats.n
+        or cells.bound > bound
+        or cells.counts.size != 2 * stats.treated_counts.size
+    ):
+        raise ValueError(
+            "the per-cell statistics do not match this release (N, the bound B and 2 |X| cells "
+            "must agree): compute them from the same records with the study's domain size"
+        )
+    sens = sensitivities(cells.bound, cells.k, cells.m)
+    p_n, p_s, p_q = BudgetSplit(SUBSPLIT).apply(PrivacyParams(p_var.epsilon, Fraction(0)))
+    scales = (_scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q))
+    noise, estimate = stratified_noise(cells, scales, max(2.0, THRESHOLD_FACTOR * scales[0]))
+    return noise, estimate
+
+
+def plan_matching(
+    estimator: str,
+    stats: MatchingStatistics,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    domain_size: int | None = None,
+    split: Sequence[Number] | None = None,
+    variance: str = "appendix",
+    cells: Any = None,
+) -> MechanismPlan:
+    """The plan of :func:`smooth_dp_matching` or :func:`global_dp_matching` from the one-pass
+    statistics of :func:`dpate_core.estimators.matching_statistics` (see those for the privacy
+    statements). Experiments compute ``stats`` once per data split and reuse it.
+
+    ``variance``: ``"appendix"`` (default, the paper's ``V_hat`` with its smooth sensitivity) or
+    ``"stratified"``: the within-cell sampling variance of :mod:`dpate_core.stratified_variance`,
+    released from noisy per-cell statistics (``cells``, from
+    :func:`dpate_core.adjusted.cell_statistics` on the same records) with the variance part of
+    the budget, pure ``(eps_2, 0)``-DP (``docs/privacy.md``, Stratified variance)."""
+    if variance not in ("appendix", "stratified"):
+        raise ValueError(
+            f"variance ({variance!r}) must be 'appendix' (the paper's) or 'stratified'"
+        )
+    bound = _check_bound(bound)
+    if stats.bound is None or stats.bound > bound:
+        raise ValueError(
+            "the matching statistics were not checked against this release's outcome bound B: "
+            "compute them with matching_statistics(..., bound=B)"
+        )
+    total = PrivacyParams.of(epsilon, delta)
+    if stats.n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {stats.n})")
+    if estimator == "smooth_matching":
+        parts = _smooth_parts(stats, total, bound, domain_size, split, variance, cells)
+    elif estimator == "global_matching":
+        parts = _global_parts(stats, total, bound, domain_size, split, variance, cells)
+    else:
+        raise ValueError(
+            f"estimator ({estimator!r}) is not a matching estimator: use 'smooth_matching' or "
+            f"'global_matching'"
+        )
+    shares, noise, assemble = parts
+    return MechanismPlan(
+        estimator=estimator,
+        n=stats.n,
+        n_treated=None,
+        n_control=None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=noise,
+        assemble=assemble,
+    )
+
+
+def _smooth_parts(
+    stats: MatchingStatistics,
+    total: PrivacyParams,
+    bound: float,
+    domain_size: int | None,
+    split: Sequence[Number] | None,
+    variance: str,
+    cells: Any,
+) -> tuple[BudgetSplit, tuple[NoiseSpec, ...], Assemble]:
+    """SmoothDPMatching's three parts (see :func:`smooth_dp_matching`): its split, its noise
+    sites and the assembly of its outputs."""
+    _require_delta(total, "SmoothDPMatching")
+    shares = BudgetSplit.of(split, 3)
+    p_ate, p_var, p_sens = shares.apply(total)
+    var_noise, var_read = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+    e1 = _eps(p_ate)
+    beta1 = smooth_beta(e1, _delta(p_ate))
+    s_ate = matching_smooth_sensitivity(
+        stats.treated_counts, stats.control_counts, stats.n, bound, beta1, domain_size
+    )
+    # ln S has global sensitivity beta_1 (S is beta_1-smooth); analytic Gaussian calibration
+    sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
+    noise = (
+        NoiseSpec("tau", stats.tau, 2.0 * s_ate / e1, "laplace"),
+        *var_noise,
+        NoiseSpec("log_smooth_sensitivity", math.log(s_ate), sigma, "gaussian"),
+    )
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        log_s = v["log_smooth_sensitivity"]
+        s_dp = np.exp(log_s - sigma**2 / 2.0)  # unbiased for S (the Lemma)
+        s2_dp = np.exp(2.0 * log_s - 2.0 * sigma**2)  # unbiased for S^2 (ERRATA 4)
+        noise_var = 8.0 * s2_dp / e1**2
+        v_dp = var_read(v)
+        return Outputs(
+            v["tau"],
+            np.maximum(v_dp, 0.0) + noise_var,
+            v_dp + noise_var,
+            {
+                "smooth_sensitivity_dp": s_dp,
+                "sampling_variance_dp": v_dp,
+                "noise_variance": noise_var,
+            },
+        )
+
+    return shares, noise, assemble
+
+
+def _global_parts(
+    stats: MatchingStatistics,
+    total: PrivacyParams,
+    bound: float,
+    domain_size: int | None,
+    split: Sequence[Number] | None,
+    variance: str,
+    cells: Any,
+) -> tuple[BudgetSplit, tuple[NoiseSpec, ...], Assemble]:
+    """GlobalDPMatching's two parts (see :func:`global_dp_matching`): its split, its noise
+    sites and the assembly of its outputs."""
+    _require_delta(total, "GlobalDPMatching's variance")
+    shares = BudgetSplit.of(split, 2)
+    p_ate, p_var = shares.apply(total)
+    var_noise, var_read = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+    scale = _scale(matching_global_sensitivity(stats.n, bound), p_ate)
+    noise_var = 2.0 * scale * scale  # public
+    noise = (NoiseSpec("tau", stats.tau, scale, "laplace"), *var_noise)
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        v_dp = var_read(v)
+        return Outputs(
+            v["tau"],
+            np.maximum(v_dp, 0.0) + noise_var,
+            v_dp + noise_var,
+            {"sampling_variance_dp": v_dp, "noise_variance": noise_var},
+        )
+
+    return shares, noise, assemble
+
+
+def _matching_release(
+    estimator: str,
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    domain_size: int | None,
+    split: Sequence[Number] | None,
+    rng: Rng,
+) -> SiteEstimate:
+    # the outcome range [0, B] is checked inside the one compiled pass
+    stats = matching_statistics(w, y, x, domain_size, bound=_check_bound(bound))
+    plan = plan_matching(
+        estimator,
+        stats,
+        bound=bound,
+        epsilon=epsilon,
+        delta=delta,
+        domain_size=domain_size,
+        split=split,
+    )
+    return _release(plan, rng)
+
+
+def smooth_dp_matching(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    domain_size: int | None = None,
+    split: Sequence[Number] | None = None,
+    rng: Rng = None,
+) -> SiteEstimate:
+    """SmoothDPMatching (Algorithm 2) with its private variance (appendix), as corrected.
+
+    Privacy: ``(epsilon, delta)``-DP by sequential composition of three parts (even split by
+    default, the paper's ``eps/3, delta/3``):
+
+    1. ``tau_dp = tau_hat + (2 S / eps_1) eta``, ``eta ~ Lap(1)``, ``S`` the beta_1-smooth bound of
+       ERRATA section 1, ``beta_1 = eps_1 / (2 ln(2/delta_1))``: ``(eps_1, delta_1)``-DP.
+    2. ``V_dp = V_hat + (2 S_V / eps_2) eta'`` with the variance's beta_2-smooth bound
+       (ERRATA section 3): ``(eps_2, delta_2)``-DP.
+    3. ``ln S_dp = ln S + z``, ``z ~ N(0, sigma^2)``; ``ln S`` has global sensitivity ``beta_1``
+       because ``S`` is beta_1-smooth, and ``sigma`` is calibrated by the analytic Gaussian
+       mechanism (ERRATA section 4): ``(eps_3, delta_3)``-DP.
+
+    The reported variance is ``max(V_dp, 0) + 8 S2_dp / eps_1^2`` with
+    ``S2_dp = exp(2 ln S + 2z - 2 sigma^2)``, unbiased for ``S^2`` (ERRATA section 4).
+    Public: ``N``, ``B``, ``|X|`` (``domain_size``) and the covariate discretisation.
+    Arm sizes are **not** released.
+    """
+    return _matching_release(
+        "smooth_matching", w, y, x, bound, epsilon, delta, domain_size, split, rng
+    )
+
+
+def global_dp_matching(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    domain_size: int | None = None,
+    split: Sequence[Number] | None = None,
+    rng: Rng = None,
+) -> SiteEstimate:
+    """GlobalDPMatching, the baseline: ``tau_hat + Lap(2B / eps_1)`` (ERRATA section 2: the global
+    sensitivity is ``2B``, not the paper's ``B``), with the private variance of step 2 of
+    :func:`smooth_dp_matching`.
+
+    Privacy: ``(epsilon, delta)``-DP; even split in two by default. The Laplace step is pure
+    ``eps_1``-DP; the ``delta_1`` share it receives is counted but not used. The noise variance
+    ``2 (2B/eps_1)^2`` is public.
+    """
+    return _matching_release(
+        "global_matching", w, y, x, bound, epsilon, delta, domain_size, split, rng
+    )
