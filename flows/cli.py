@@ -34,7 +34,7 @@ from flows.cli_errors import (
 from flows.cli_experiments import experiments
 from flows.cli_plan import plan
 from flows.cli_site import anchor_check, site_app
-from schemas.result import interval_text
+from schemas.result import StudyResult
 
 app = typer.Typer(
     help="Differentially private multi-site ATE estimation.", no_args_is_help=True, cls=CliGroup
@@ -89,45 +89,21 @@ def _fail(exc: BaseException, code: int = 1) -> typer.Exit:
 # -- printing ---------------------------------------------------------------------------------
 
 
-def _sites_table(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> Table:
-    table = Table(title=f"{result['study_id']}, round {result['round']}: sites")
-    for col in ("site", "N", "epsilon", "delta", "tau (DP)", "95% CI", "status"):
-        table.add_column(col, justify="right" if col not in ("site", "status") else "left")
-    errors = {r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")}
-    for s in result["sites"]:
-        if "tau" in s:
-            table.add_row(
-                s["site_id"],
-                str(s["n"]),
-                s["epsilon"],
-                s["delta"],
-                f"{s['tau']:.4f}",
-                interval_text(s),
-                s["status"].replace("_", " "),
-            )
-        else:
-            table.add_row(s["site_id"], "", "", "", "", "", s["status"])
-    notes = [
-        f"{s['site_id']}: {errors.get(s['site_id']) or s['reason']}"
-        for s in result["sites"]
-        if s["status"] in ("missing", "rejected", "excluded")
-    ]
-    not_used = [s for s in result["sites"] if s["status"] == "not_used"]
-    if not_used:
-        notes.append(f"not used: {not_used[0]['reason']}")
-    if notes:
-        table.caption = "\n".join(notes)
-    return table
+def _sites_table(result: StudyResult, runs: list[dict[str, Any]] | None = None) -> Table:
+    """The result's table of sites, a failed run's error in place of the published reason."""
+    return result.table({r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")})
 
 
 def _print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
-    console.print(_sites_table(result, runs))
-    used = ", ".join(s["site_id"] for s in result["sites"] if s["status"] == "used")
+    """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
+    typed = StudyResult.of(result)
+    console.print(_sites_table(typed, runs))
     console.print(
-        f"[bold]{result['aggregator']} estimate {result['estimate']:.4f}[/bold] "
-        f"(95% CI {interval_text(result)}; variance {result['variance']:.3g}); sites used: {used}"
+        f"[bold]{typed.aggregator} estimate {typed.estimate:.4f}[/bold] "
+        f"(95% CI {typed.interval_text()}; variance {typed.variance:.3g}); sites used: "
+        f"{', '.join(typed.used)}"
     )
-    if result.get("uninformative"):
+    if typed.uninformative:
         console.print(
             "[yellow]the combined interval is wider than the outcome's whole range: the study "
             "cannot answer its question at this budget (see `dpate plan`)[/yellow]"
@@ -433,7 +409,7 @@ def _write_report(spec: str, round: str | None, storage: str | None, out: Path) 
     from tasks.report import render_html
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(result, uri, spends), encoding="utf-8")
+    out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")
     return out
 
 

@@ -195,6 +195,7 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from sqlalchemy.engine import make_url
 
+    from dpate_core.budget import check_budget
     from tasks.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
 
     s = study.site(site_id)
@@ -230,13 +231,14 @@ def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
             f"re-publishes the recorded value and spends nothing"
         )
         return []
-    rem = spend.remaining
+    # the ledger's own rule (dpate_core.budget): what this check predicts is what a run does
+    budget = None if spend.cap is None else check_budget(spend.cap, spend.spent, cost)
     out.print(
         f"  ledger {url}: spent epsilon {spend.spent.epsilon}, delta {spend.spent.delta}; "
         + (
-            f"cap epsilon {spend.cap.epsilon}, delta {spend.cap.delta}; remaining epsilon "
-            f"{rem.epsilon}, delta {rem.delta}"
-            if spend.cap is not None and rem is not None
+            f"cap epsilon {budget.cap.epsilon}, delta {budget.cap.delta}; remaining epsilon "
+            f"{budget.remaining.epsilon}, delta {budget.remaining.delta}"
+            if budget is not None
             else "no cap recorded"
         )
     )
@@ -252,7 +254,8 @@ def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
                 ExitCode.LEDGER,
             )
         )
-    if rem is not None and not cost <= rem:
+    if budget is not None and not budget.fits:
+        rem = budget.remaining
         problems.append(
             Failure(
                 site_id,

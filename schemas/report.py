@@ -40,6 +40,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_serializer,
     field_validator,
@@ -107,7 +108,12 @@ def _exact_str(value: Any, name: str) -> str:
 
 
 class PublicEstimate(BaseModel):
-    """``SiteEstimate.public_fields()`` as a strict, validated model."""
+    """The public form of a :class:`SiteEstimate` (``SiteEstimate.public_fields()``) as a strict,
+    validated model: the same fields under the same names, exact numbers as exact strings, the
+    estimator one of the registry's names. It is converted from and back to a
+    :class:`SiteEstimate` only through that dataclass's own definition (:meth:`of`,
+    :meth:`to_estimate`), never field by field; ``tests/schemas/test_report.py`` holds the field
+    names equal to the dataclass's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -123,6 +129,16 @@ class PublicEstimate(BaseModel):
     bound: float
     budget_split: list[str] = Field(min_length=1)
     diagnostics: dict[str, float]
+
+    @classmethod
+    def of(cls, estimate: SiteEstimate) -> PublicEstimate:
+        """The public form of ``estimate``: its ``public_fields()``, validated."""
+        return cls.model_validate(estimate.public_fields())
+
+    def to_estimate(self) -> SiteEstimate:
+        """The :class:`SiteEstimate` these public fields describe, read through the dataclass's
+        own annotations (exact strings back to :class:`~fractions.Fraction`)."""
+        return _SITE_ESTIMATE.validate_python(self.model_dump())
 
     @field_validator("epsilon", "delta")
     @classmethod
@@ -171,6 +187,10 @@ class PublicEstimate(BaseModel):
         return self
 
 
+#: reads a SiteEstimate from its public fields through the dataclass's own annotations
+_SITE_ESTIMATE: TypeAdapter[SiteEstimate] = TypeAdapter(SiteEstimate)
+
+
 class LedgerHead(BaseModel):
     """The site ledger's head right after the release's COMMIT row (tasks.ledger)."""
 
@@ -215,18 +235,22 @@ class SiteReport(BaseModel):
     @classmethod
     def from_estimate(
         cls,
-        estimate: SiteEstimate,
+        estimate: SiteEstimate | PublicEstimate,
         *,
         spec: StudySpec,
         site_id: str,
         release_id: str | None = None,
         created_at: datetime | None = None,
+        software: str | None = None,
     ) -> SiteReport:
         """The report of ``estimate`` released by ``site_id`` under ``spec``.
 
-        ``release_id`` defaults to :func:`default_release_id`; ``created_at`` to now (UTC).
-        The result is checked against ``spec`` exactly as :func:`read_report` would check it.
+        ``estimate`` is the release itself or its public form (a ledger's COMMIT payload,
+        validated); ``release_id`` defaults to :func:`default_release_id`, ``created_at`` to now
+        (UTC) and ``software`` to this :func:`software_version`. The result is checked against
+        ``spec`` exactly as :func:`read_report` would check it.
         """
+        public = estimate if isinstance(estimate, PublicEstimate) else PublicEstimate.of(estimate)
         report = cls.model_validate(
             {
                 "schema": REPORT_SCHEMA,
@@ -234,10 +258,10 @@ class SiteReport(BaseModel):
                 "study_id": spec.study_id,
                 "site_id": site_id,
                 "spec_hash": spec.spec_hash,
-                "software_version": software_version(),
+                "software_version": software or software_version(),
                 "release_id": release_id or default_release_id(spec, site_id),
                 "created_at": created_at or datetime.now(UTC),
-                "estimate": PublicEstimate.model_validate(estimate.public_fields()),
+                "estimate": public,
             }
         )
         problems = report.problems_against(spec)
@@ -303,21 +327,7 @@ class SiteReport(BaseModel):
 
     def to_estimate(self) -> SiteEstimate:
         """The :class:`SiteEstimate` this report carries (for the aggregator)."""
-        e = self.estimate
-        return SiteEstimate(
-            estimator=e.estimator,
-            tau=e.tau,
-            variance=e.variance,
-            raw_variance=e.raw_variance,
-            n=e.n,
-            n_treated=e.n_treated,
-            n_control=e.n_control,
-            epsilon=Fraction(e.epsilon),
-            delta=Fraction(e.delta),
-            bound=e.bound,
-            budget_split=tuple(Fraction(s) for s in e.budget_split),
-            diagnostics=dict(e.diagnostics),
-        )
+        return self.estimate.to_estimate()
 
 
 def read_report(

@@ -1,20 +1,46 @@
-"""The study result document (schema ``dpate.study-result``): its views shared by the CLI table,
-the Prefect artifact and the HTML report.
+"""The study result document (schema ``dpate.study-result``) as one typed object, and its views.
+
+:class:`StudyResult` parses the document the aggregator publishes (``tasks.aggregate``) and is
+the one thing every view is built from: the CLI's table (:meth:`StudyResult.table`), the Prefect
+artifact's markdown (:meth:`StudyResult.markdown`), and the HTML page with its forest plot
+(``tasks.report.render_html`` / ``forest_plot_png``, which also read the site ledgers' spend).
+Parsing does not change the document: ``to_document()`` gives back the same JSON values
+(``tests/schemas/test_result.py``), so a view never sees anything the published bytes do not say.
 
 Version 2 carries, for the combined estimate and for each site, the normal interval (``ci95``) and
 the parametric-bootstrap interval (``interval``: ``lo``, ``hi``, ``level``, ``method``,
 ``uninformative``, ``note``), both clipped to the outcome's feasible range ``[-B, B]``
-(:mod:`dpate_core.inference`). Version 1 documents (``ci95`` only) are still read.
+(:mod:`dpate_core.inference`). Version 1 documents (``ci95`` only) are still read. Fields this
+software does not know are ignored when reading (a view of a newer document still renders).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-__all__ = ["RESULT_SCHEMA", "interval_ends", "interval_text"]
+from pydantic import BaseModel, ConfigDict, Field
 
-RESULT_SCHEMA = "dpate.study-result"
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = [
+    "RESULT_SCHEMA",
+    "AbsentSite",
+    "ReleasedSite",
+    "ResultInterval",
+    "SiteResult",
+    "StudyResult",
+    "interval_ends",
+    "interval_text",
+]
+
+RESULT_SCHEMA: Literal["dpate.study-result"] = "dpate.study-result"
+
+
+def _interval_text(lo: float, hi: float, note: str | None, digits: int) -> str:
+    text = f"{lo:.{digits}g} to {hi:.{digits}g}"
+    return f"{text} ({note})" if note else text
 
 
 def interval_ends(doc: Mapping[str, Any]) -> tuple[float, float]:
@@ -28,7 +54,8 @@ def interval_ends(doc: Mapping[str, Any]) -> tuple[float, float]:
 
 def interval_text(doc: Mapping[str, Any], digits: int = 4) -> str:
     """``lo to hi`` of the 95% interval, followed by "(uninformative at this budget)" when it was
-    wider than the outcome's whole range before clipping.
+    wider than the outcome's whole range before clipping (for a plain dict; a
+    :class:`StudyResult` and its sites have the same as a method).
 
     >>> interval_text({"ci95": [0.1, 0.3]})
     '0.1 to 0.3'
@@ -37,6 +64,167 @@ def interval_text(doc: Mapping[str, Any], digits: int = 4) -> str:
     '-1 to 1 (uninformative at this budget)'
     """
     lo, hi = interval_ends(doc)
-    text = f"{lo:.{digits}g} to {hi:.{digits}g}"
     iv = doc.get("interval") or {}
-    return f"{text} ({iv['note']})" if iv.get("uninformative") else text
+    return _interval_text(lo, hi, iv["note"] if iv.get("uninformative") else None, digits)
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class ResultInterval(_Document):
+    """A published bootstrap interval (``dpate_core.inference.Interval.as_dict()``)."""
+
+    estimate: float
+    lo: float
+    hi: float
+    level: float
+    method: str
+    uninformative: bool
+    note: str
+
+
+class _WithInterval(_Document):
+    ci95: tuple[float, float]
+    interval: ResultInterval | None = None
+
+    def interval_ends(self) -> tuple[float, float]:
+        """``(lo, hi)`` of the 95% interval: the bootstrap one when present, else ``ci95``."""
+        if self.interval is None:
+            return self.ci95
+        return self.interval.lo, self.interval.hi
+
+    def interval_text(self, digits: int = 4) -> str:
+        """``lo to hi``, with the interval's note when it is uninformative at this budget."""
+        iv = self.interval
+        note = iv.note if iv is not None and iv.uninformative else None
+        return _interval_text(*self.interval_ends(), note, digits)
+
+
+class _LedgerHead(_Document):
+    seq: int
+    row_hash: str
+
+
+class ReleasedSite(_WithInterval):
+    """A site whose valid report was read: used, not used, or excluded by the aggregator."""
+
+    site_id: str
+    release_id: str | None = None  # absent from some version-1 documents
+    status: Literal["used", "not_used", "excluded"]
+    reason: str
+    tau: float
+    variance: float
+    n: int
+    epsilon: str
+    delta: str
+    weight: float
+    signed: bool | None = None
+    ledger_head: _LedgerHead | None = None
+
+
+class AbsentSite(_Document):
+    """A site of the spec with no usable report: missing or rejected, and why."""
+
+    site_id: str
+    release_id: str | None = None
+    status: Literal["missing", "rejected"]
+    reason: str
+
+
+SiteResult = Annotated[ReleasedSite | AbsentSite, Field(discriminator="status")]
+
+
+class StudyResult(_WithInterval):
+    """One published study result: the combined estimate and every site of the spec."""
+
+    schema_: Literal["dpate.study-result"] = Field(default=RESULT_SCHEMA, alias="schema")
+    schema_version: Literal[1, 2] = 2
+    study_id: str
+    spec_hash: str
+    round: str
+    aggregator: str
+    complete: bool
+    estimate: float
+    variance: float
+    uninformative: bool = False
+    extra: dict[str, Any] = Field(default_factory=dict)
+    sites: list[SiteResult]
+    software_version: str
+
+    @classmethod
+    def of(cls, doc: StudyResult | Mapping[str, Any]) -> StudyResult:
+        """``doc`` as a :class:`StudyResult` (a parsed document is returned as it is)."""
+        return doc if isinstance(doc, StudyResult) else cls.model_validate(doc)
+
+    def to_document(self) -> dict[str, Any]:
+        """The JSON values this object was read from (fields it was not given stay out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    @property
+    def released(self) -> list[ReleasedSite]:
+        """The sites whose report was read, in the spec's order."""
+        return [s for s in self.sites if isinstance(s, ReleasedSite)]
+
+    @property
+    def used(self) -> list[str]:
+        """The ids of the sites the aggregator combined."""
+        return [s.site_id for s in self.sites if s.status == "used"]
+
+    # --- views --------------------------------------------------------------------------------
+
+    def markdown(self) -> str:
+        """The Prefect artifact's text: the estimate, then one table row per site."""
+        lines = [
+            f"# Study {self.study_id}, round {self.round}",
+            "",
+            f"**{self.aggregator} estimate {self.estimate:.6g}** "
+            f"(variance {self.variance:.4g}; 95% CI {self.interval_text(6)})"
+            + ("" if self.complete else " -- partial: not every site reported"),
+            "",
+            "| site | status | tau | 95% CI | N | epsilon | delta | weight | why |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in self.sites:
+            if isinstance(s, ReleasedSite):
+                lines.append(
+                    f"| {s.site_id} | {s.status} | {s.tau:.6g} | {s.interval_text()} | "
+                    f"{s.n} | {s.epsilon} | {s.delta} | {s.weight:.3f} | {s.reason} |"
+                )
+            else:
+                lines.append(f"| {s.site_id} | {s.status} | | | | | | | {s.reason} |")
+        return "\n".join(lines)
+
+    def table(self, errors: Mapping[str, str | None] | None = None) -> Table:
+        """The CLI's table of sites (rich); ``errors`` (site -> message) replaces the published
+        reason of a site whose run failed here."""
+        from rich.table import Table
+
+        table = Table(title=f"{self.study_id}, round {self.round}: sites")
+        for col in ("site", "N", "epsilon", "delta", "tau (DP)", "95% CI", "status"):
+            table.add_column(col, justify="right" if col not in ("site", "status") else "left")
+        for s in self.sites:
+            if isinstance(s, ReleasedSite):
+                table.add_row(
+                    s.site_id,
+                    str(s.n),
+                    s.epsilon,
+                    s.delta,
+                    f"{s.tau:.4f}",
+                    s.interval_text(),
+                    s.status.replace("_", " "),
+                )
+            else:
+                table.add_row(s.site_id, "", "", "", "", "", s.status)
+        errors = errors or {}
+        notes = [
+            f"{s.site_id}: {errors.get(s.site_id) or s.reason}"
+            for s in self.sites
+            if s.status in ("missing", "rejected", "excluded")
+        ]
+        not_used = [s for s in self.sites if s.status == "not_used"]
+        if not_used:
+            notes.append(f"not used: {not_used[0].reason}")
+        if notes:
+            table.caption = "\n".join(notes)
+        return table

@@ -37,7 +37,7 @@ from dpate_core.inference import (
     site_normal_interval,
 )
 from schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
-from schemas.result import RESULT_SCHEMA, interval_text
+from schemas.result import RESULT_SCHEMA, StudyResult
 from schemas.spec import canonical_json
 from tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
 from tasks.settings import StudyContext, resolve_study
@@ -224,32 +224,10 @@ def publish_result(ctx: StudyContext, result: dict[str, Any]) -> str:
     return store.uri(key)
 
 
-def result_markdown(result: dict[str, Any]) -> str:
-    lines = [
-        f"# Study {result['study_id']}, round {result['round']}",
-        "",
-        f"**{result['aggregator']} estimate {result['estimate']:.6g}** "
-        f"(variance {result['variance']:.4g}; 95% CI {interval_text(result, 6)})"
-        + ("" if result["complete"] else " -- partial: not every site reported"),
-        "",
-        "| site | status | tau | 95% CI | N | epsilon | delta | weight | why |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for s in result["sites"]:
-        if "tau" in s:
-            lines.append(
-                f"| {s['site_id']} | {s['status']} | {s['tau']:.6g} | {interval_text(s)} | "
-                f"{s['n']} | {s['epsilon']} | {s['delta']} | {s['weight']:.3f} | {s['reason']} |"
-            )
-        else:
-            lines.append(f"| {s['site_id']} | {s['status']} | | | | | | | {s['reason']} |")
-    return "\n".join(lines)
-
-
 @task(name="show-study-result", **PUBLIC_TASK)
 def show_study_result(ctx: StudyContext, result: dict[str, Any], uri: str) -> None:
     create_markdown_artifact(
-        result_markdown(result) + f"\n\nPublished: `{uri}`",
+        StudyResult.of(result).markdown() + f"\n\nPublished: `{uri}`",
         key=artifact_key("study-result", ctx.study_id, "round", ctx.round),
         description=f"Result of study {ctx.study_id}, round {ctx.round}",
     )

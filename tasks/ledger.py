@@ -39,6 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from dpate_core.budget import NOTHING, check_budget
 from dpate_core.privacy import PrivacyParams, exact, fraction_str
 
 __all__ = [
@@ -191,12 +192,10 @@ class SiteSpend:
 
     @property
     def remaining(self) -> PrivacyParams | None:
+        """What the cap leaves (:func:`dpate_core.budget.check_budget`); None without a cap."""
         if self.cap is None:
             return None
-        return PrivacyParams(
-            max(self.cap.epsilon - self.spent.epsilon, Fraction(0)),
-            max(self.cap.delta - self.spent.delta, Fraction(0)),
-        )
+        return check_budget(self.cap, self.spent).remaining
 
 
 @dataclass(frozen=True)
@@ -508,15 +507,11 @@ class PrivacyLedger:
                     f"set-cap {site_id} --epsilon E --delta D --reason '...' --ledger URL"
                 )
             spent = self._spent(conn, site_id)
-            after = spent + privacy
-            if not after <= recorded:
-                remaining = PrivacyParams(
-                    max(recorded.epsilon - spent.epsilon, Fraction(0)),
-                    max(recorded.delta - spent.delta, Fraction(0)),
-                )
+            budget = check_budget(recorded, spent, privacy)
+            if not budget.fits:
                 raise BudgetExceededError(
                     f"site {site_id}: release of study {study_id} round {round} asks "
-                    f"{_fmt(privacy)} but only {_fmt(remaining)} remains of the lifetime cap "
+                    f"{_fmt(privacy)} but only {_fmt(budget.remaining)} remains of the lifetime cap "
                     f"({_fmt(recorded)}; spent {_fmt(spent)}). Nothing was reserved and no noise "
                     f"was drawn; lower the release's budget or raise the cap explicitly "
                     f"(dpate ledger set-cap)"
@@ -534,6 +529,7 @@ class PrivacyLedger:
                 cap_epsilon=fraction_str(recorded.epsilon),
                 cap_delta=fraction_str(recorded.delta),
             )
+            after = spent + privacy  # within the cap (checked above)
             return Reservation(release_id, site_id, study_id, privacy, recorded, after, new=True)
 
     def commit(self, release_id: str, public: Mapping[str, Any]) -> Committed:
@@ -609,11 +605,11 @@ class PrivacyLedger:
                 if e.kind == "CAP":
                     caps[e.site_id] = e.cap
                 elif e.kind == "RESERVE":
-                    total = spent.get(e.site_id, PrivacyParams(Fraction(0))) + e.privacy
-                    spent[e.site_id] = total
+                    before = spent.get(e.site_id, NOTHING)
+                    spent[e.site_id] = before + e.privacy
                     reserved.add(e.release_id or "")
                     cap = caps.get(e.site_id)
-                    if cap is None or not total <= cap:
+                    if cap is None or not check_budget(cap, before, e.privacy).fits:
                         problems.append(
                             f"row {e.seq}: site {e.site_id} reserved past its cap in force"
                         )

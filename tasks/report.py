@@ -13,42 +13,43 @@ import html
 import io
 from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from schemas.result import interval_ends, interval_text
+from schemas.result import ReleasedSite, SiteResult, StudyResult
 from tasks.ledger import SiteSpend
 
 __all__ = ["forest_plot_png", "render_html", "source_label"]
 
 
-def forest_plot_png(result: Mapping[str, Any]) -> bytes:
+def forest_plot_png(result: StudyResult) -> bytes:
+    """Every released site's DP estimate with its 95% interval (grey: not used), and the combined
+    estimate and interval as a diamond (PNG, matplotlib's Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sites = [s for s in result["sites"] if "tau" in s]
+    sites = result.released
     rows = len(sites) + 1
     fig, ax = plt.subplots(figsize=(7.0, 0.55 * rows + 1.2), dpi=110)
     labels = []
     for i, s in enumerate(sites):
         y = rows - 1 - i
-        lo, hi = interval_ends(s)
-        used = s["status"] == "used"
+        lo, hi = s.interval_ends()
+        used = s.status == "used"
         colour = "#1f5fa8" if used else "#9a9a9a"
         ax.plot([lo, hi], [y, y], color=colour, lw=2)
-        ax.plot(s["tau"], y, "s", color=colour, ms=6)
-        labels.append(f"{s['site_id']} (N={s['n']}, eps={s['epsilon']})" + ("" if used else " *"))
-    lo, hi = interval_ends(result)
-    est = result["estimate"]
+        ax.plot(s.tau, y, "s", color=colour, ms=6)
+        labels.append(f"{s.site_id} (N={s.n}, eps={s.epsilon})" + ("" if used else " *"))
+    lo, hi = result.interval_ends()
+    est = result.estimate
     ax.fill([lo, est, hi, est], [0, 0.25, 0, -0.25], color="#b22222")
     ax.axvline(est, color="#b22222", lw=0.8, ls=":")
     ax.axvline(0.0, color="black", lw=0.6)
     ax.set_yticks([*list(range(rows - 1, 0, -1)), 0])
-    ax.set_yticklabels([*labels, f"{result['aggregator']} (combined)"])
+    ax.set_yticklabels([*labels, f"{result.aggregator} (combined)"])
     ax.set_xlabel("average treatment effect (95% CI)")
-    ax.set_title(f"{result['study_id']}, round {result['round']}  (* = not used)", fontsize=10)
+    ax.set_title(f"{result.study_id}, round {result.round}  (* = not used)", fontsize=10)
     ax.set_ylim(-0.7, rows - 0.3)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -61,36 +62,42 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _lifetime(spend: SiteSpend | None) -> str:
+    if spend is None or spend.cap is None:
+        return "ledger not reachable from here"
+    return (
+        f"{spend.spent.epsilon} of {spend.cap.epsilon} "
+        f"(delta {spend.spent.delta} of {spend.cap.delta})"
+    )
+
+
+def _site_cells(s: SiteResult, spend: SiteSpend | None) -> list[str]:
+    if isinstance(s, ReleasedSite):
+        return [
+            s.site_id,
+            s.status,
+            _fmt(s.tau),
+            s.interval_text(),
+            _fmt(s.variance),
+            str(s.n),
+            f"{s.weight:.3f}",
+            f"{s.epsilon} / {s.delta}",
+            _lifetime(spend),
+            s.reason,
+        ]
+    return [s.site_id, s.status, "", "", "", "", "", "", _lifetime(spend), s.reason]
+
+
 def render_html(
-    result: Mapping[str, Any], result_uri: str, spends: Mapping[str, SiteSpend | None]
+    result: StudyResult, result_uri: str, spends: Mapping[str, SiteSpend | None]
 ) -> str:
+    """The self-contained page of ``result``; ``spends`` holds each site's lifetime spend where
+    its ledger is reachable from here (None, or no entry, where it is not)."""
     png = base64.b64encode(forest_plot_png(result)).decode()
     e = html.escape
     rows = []
-    for s in result["sites"]:
-        spend = spends.get(s["site_id"])
-        if spend is not None and spend.cap is not None:
-            life = (
-                f"{spend.spent.epsilon} of {spend.cap.epsilon} "
-                f"(delta {spend.spent.delta} of {spend.cap.delta})"
-            )
-        else:
-            life = "ledger not reachable from here"
-        if "tau" in s:
-            cells = [
-                s["site_id"],
-                s["status"],
-                _fmt(s["tau"]),
-                interval_text(s),
-                _fmt(s["variance"]),
-                str(s["n"]),
-                f"{s['weight']:.3f}",
-                f"{s['epsilon']} / {s['delta']}",
-                life,
-                s["reason"],
-            ]
-        else:
-            cells = [s["site_id"], s["status"], "", "", "", "", "", "", life, s["reason"]]
+    for s in result.sites:
+        cells = _site_cells(s, spends.get(s.site_id))
         rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
     head = [
         "site",
@@ -104,27 +111,27 @@ def render_html(
         "lifetime spend (ledger)",
         "why",
     ]
-    partial = "" if result["complete"] else "<p><b>Partial:</b> not every site reported.</p>"
+    partial = "" if result.complete else "<p><b>Partial:</b> not every site reported.</p>"
     uninformative = (
         "<p><b>Uninformative at this budget:</b> the combined interval is wider than the "
         "outcome's whole range; the study cannot answer its question with this privacy budget "
         "(<code>dpate plan</code> predicts the budget it would need).</p>"
-        if result.get("uninformative")
+        if result.uninformative
         else ""
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<title>dpate report: {e(result["study_id"])} round {e(str(result["round"]))}</title>
+<title>dpate report: {e(result.study_id)} round {e(result.round)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 70em; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; }}
 th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
 </style></head><body>
-<h1>Study {e(result["study_id"])}, round {e(str(result["round"]))}</h1>
-<p class="est"><b>{e(result["aggregator"])}</b> estimate <b>{_fmt(result["estimate"])}</b>,
-95% CI {e(interval_text(result))} (variance {_fmt(result["variance"])})</p>
+<h1>Study {e(result.study_id)}, round {e(result.round)}</h1>
+<p class="est"><b>{e(result.aggregator)}</b> estimate <b>{_fmt(result.estimate)}</b>,
+95% CI {e(result.interval_text())} (variance {_fmt(result.variance)})</p>
 {uninformative}{partial}
-<p>Sites used: {e(", ".join(s["site_id"] for s in result["sites"] if s["status"] == "used"))}</p>
+<p>Sites used: {e(", ".join(result.used))}</p>
 <img alt="forest plot" src="data:image/png;base64,{png}">
 <h2>Sites</h2>
 <table><tr>{"".join(f"<th>{e(h)}</th>" for h in head)}</tr>
@@ -141,13 +148,13 @@ spec.</li>
 <li><b>The site's own ledger</b>: the lifetime spend, read from the site's privacy ledger where it
 is reachable from here; it is the site's accounting, not a release.</li>
 </ul>
-<p>Study spec hash <code>{e(result["spec_hash"])}</code>, software
-{e(result["software_version"])}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>
+<p>Study spec hash <code>{e(result.spec_hash)}</code>, software
+{e(result.software_version)}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>
 </body></html>
 """
 
 
-def source_label(result: Mapping[str, Any], result_uri: str) -> str:
+def source_label(result: StudyResult, result_uri: str) -> str:
     """How the footer names the result document: a URL (``s3://...``, ``https://...``) as is,
     without any user or password; a local path (or ``file://``) only as the object's key under
     the storage root (``<study>/results/<round>.json``), else its basename, so that no local
@@ -159,7 +166,7 @@ def source_label(result: Mapping[str, Any], result_uri: str) -> str:
         return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     path = parts.path if parts.scheme == "file" else result_uri
     path = path.replace("\\", "/")
-    key = f"{result['study_id']}/results/{result['round']}.json"
+    key = f"{result.study_id}/results/{result.round}.json"
     if path == key or path.endswith("/" + key):
         return key
     return PurePosixPath(path).name

@@ -173,3 +173,40 @@ def test_check_spec_error_and_no_prefect_import(tmp_path, home):
     )
     assert p.returncode == 0, p.stderr
     assert f"exit {int(ExitCode.LEDGER)}" in p.stdout
+
+
+def test_check_refuses_what_the_ledger_refuses_a_pure_release_under_a_lowered_delta_cap(
+    tmp_path, home
+):
+    """A cap lowered below the delta already spent: a pure release asks no delta, yet the ledger
+    refuses it (spent + ask passes the cap); the check uses the same rule (dpate_core.budget)."""
+    from dpate_core.privacy import PrivacyParams
+    from tasks.ledger import BudgetExceededError, PrivacyLedger
+
+    spec = write_study(tmp_path, {"a": {}}, estimator='"adjusted"')
+    url = f"sqlite:///{home / 'ledgers' / 'a.sqlite'}"
+    with PrivacyLedger.init(url, "a", PrivacyParams.of("2", "1e-3"), reason="t") as led:
+        led.reserve(
+            release_id="r" * 64,
+            study_id="other",
+            site_id="a",
+            spec_hash="0" * 64,
+            round="1",
+            privacy=PrivacyParams.of("1/2", "1e-3"),
+            cap=PrivacyParams.of("2", "1e-3"),
+        )
+        led.set_cap("a", PrivacyParams.of("2", "1e-4"), "lowered by the board")  # the spec's cap
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert r.exit_code == ExitCode.LEDGER, r.output
+    assert "exceeds what the ledger has left (epsilon 3/2, delta 0)" in r.output
+    assert "privacy ledger cap" not in r.output  # the caps agree; only the budget refuses
+    with PrivacyLedger(url) as led, pytest.raises(BudgetExceededError):
+        led.reserve(
+            release_id="s" * 64,
+            study_id="check-study",
+            site_id="a",
+            spec_hash="0" * 64,
+            round="1",
+            privacy=PrivacyParams.of("1", "0"),
+            cap=PrivacyParams.of("2", "1e-4"),
+        )

@@ -9,35 +9,39 @@ from fractions import Fraction
 import pytest
 
 from dpate_core.privacy import PrivacyParams
+from schemas.result import StudyResult
 from tasks.ledger import SiteSpend
 from tasks.report import render_html, source_label
 
-RESULT = {
-    "study_id": "s1",
-    "round": "2",
-    "aggregator": "mvagg",
-    "complete": True,
-    "estimate": 0.12,
-    "variance": 0.0004,
-    "ci95": [0.0808, 0.1592],
-    "spec_hash": "abc123",
-    "software_version": "0.1.0",
-    "sites": [
-        {
-            "site_id": "alpha",
-            "status": "used",
-            "tau": 0.1,
-            "variance": 0.001,
-            "ci95": [0.038, 0.162],
-            "n": 800,
-            "weight": 0.8,
-            "epsilon": "1",
-            "delta": "1/100000",
-            "reason": "in the minimum-variance set",
-        },
-        {"site_id": "beta", "status": "missing", "reason": "no report"},
-    ],
-}
+RESULT = StudyResult.of(
+    {
+        "study_id": "s1",
+        "round": "2",
+        "aggregator": "mvagg",
+        "complete": True,
+        "estimate": 0.12,
+        "variance": 0.0004,
+        "ci95": [0.0808, 0.1592],
+        "spec_hash": "abc123",
+        "software_version": "0.1.0",
+        "sites": [
+            {
+                "site_id": "alpha",
+                "status": "used",
+                "tau": 0.1,
+                "variance": 0.001,
+                "ci95": [0.038, 0.162],
+                "n": 800,
+                "weight": 0.8,
+                "epsilon": "1",
+                "delta": "1/100000",
+                "reason": "in the minimum-variance set",
+            },
+            {"site_id": "beta", "status": "missing", "reason": "no report"},
+        ],
+    }
+)
+
 SPENDS = {
     "alpha": SiteSpend(
         "alpha",

@@ -110,7 +110,10 @@ def test_dim_report_with_public_arm_sizes():
             lambda d: d["estimate"].update(epsilon=1),
             "estimate.epsilon: Input should be a valid string",
         ),
-        (lambda d: d["estimate"].update(epsilon="2"), "is not what the spec's release spends at this site"),
+        (
+            lambda d: d["estimate"].update(epsilon="2"),
+            "is not what the spec's release spends at this site",
+        ),
         (lambda d: d["estimate"].update(estimator="dim"), "estimator 'dim' is not the study's"),
         (lambda d: d["estimate"].update(bound=2.0), "not the spec's outcome bound"),
         (lambda d: d["estimate"].update(budget_split=["1/2", "1/2"]), "not the spec's"),
@@ -136,3 +139,32 @@ def test_not_json_and_wrong_site(report, spec):
 def test_from_estimate_refuses_an_estimate_that_does_not_match_the_spec(spec, estimate):
     with pytest.raises(ReportError, match="not what the spec's release spends"):
         SiteReport.from_estimate(estimate, spec=spec, site_id="b")
+
+
+def test_public_estimate_is_the_site_estimate_in_public_form(spec, estimate):
+    """PublicEstimate has exactly SiteEstimate's fields, and converts both ways through the
+    dataclass's definition: a field added to SiteEstimate fails here until the report has it."""
+    import dataclasses
+
+    from dpate_core.release import SiteEstimate
+    from schemas.report import PublicEstimate
+
+    assert list(PublicEstimate.model_fields) == [f.name for f in dataclasses.fields(SiteEstimate)]
+    public = PublicEstimate.of(estimate)
+    assert public.model_dump(mode="json") == estimate.public_fields()
+    back = public.to_estimate()
+    assert back == estimate and type(back.epsilon) is Fraction
+    assert all(type(s) is Fraction for s in back.budget_split)
+    assert isinstance(back.budget_split, tuple)
+
+
+def test_from_estimate_takes_the_public_form_and_the_recorded_software(spec, estimate):
+    from schemas.report import PublicEstimate
+
+    public = PublicEstimate.model_validate(json.loads(json.dumps(estimate.public_fields())))
+    built = SiteReport.from_estimate(
+        public, spec=spec, site_id="a", created_at=T0, software="0.0.1"
+    )
+    direct = SiteReport.from_estimate(estimate, spec=spec, site_id="a", created_at=T0)
+    assert built.software_version == "0.0.1"
+    assert built.model_copy(update={"software_version": direct.software_version}) == direct

@@ -1,5 +1,5 @@
 """The server's task logic through ``.fn``: collect_reports, combine_reports, result_key, the
-result markdown and the HTML report (tasks/report.py)."""
+typed result (schemas.result.StudyResult), its markdown and the HTML report (tasks/report.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import pytest
 
 from dpate_core.aggregators import aggregator_of
 from schemas.report import MAX_REPORT_BYTES
+from schemas.result import StudyResult
+from schemas.spec import canonical_json
 from tasks.aggregate import (
     StudyIncompleteError,
     collect_reports,
     combine_reports,
     result_key,
-    result_markdown,
 )
 from tasks.report import render_html, source_label
 from tasks.settings import resolve_study
@@ -104,8 +105,14 @@ def result(study):
     return combine_reports.fn(ctx, collect_reports.fn(ctx))
 
 
+def test_the_typed_result_keeps_the_published_document(result):
+    typed = StudyResult.of(result)
+    assert typed.to_document() == result
+    assert canonical_json(typed.to_document()) == canonical_json(result)  # the published bytes
+
+
 def test_result_markdown_has_a_row_per_site(result):
-    md = result_markdown(result)
+    md = StudyResult.of(result).markdown()
     assert md.startswith(f"# Study {result['study_id']}, round {result['round']}")
     assert "partial: not every site reported" in md
     rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
@@ -115,12 +122,13 @@ def test_result_markdown_has_a_row_per_site(result):
 
 
 def test_render_html_is_self_contained_and_public(result):
-    page = render_html(result, "/home/someone/private/path/test-study/results/1.json", {})
+    typed = StudyResult.of(result)
+    page = render_html(typed, "/home/someone/private/path/test-study/results/1.json", {})
     assert page.startswith("<!doctype html>") or page.lstrip().lower().startswith("<!doctype")
     assert "data:image/png;base64," in page
     for s in result["sites"]:
         assert s["site_id"] in page
     assert "ledger not reachable from here" in page
     assert "/home/someone" not in page  # a local path is shown as its key only
-    assert source_label(result, "/x/test-study/results/1.json") == "test-study/results/1.json"
-    assert source_label(result, "s3://u:p@host:9000/b/r.json") == "s3://host:9000/b/r.json"
+    assert source_label(typed, "/x/test-study/results/1.json") == "test-study/results/1.json"
+    assert source_label(typed, "s3://u:p@host:9000/b/r.json") == "s3://host:9000/b/r.json"

@@ -1,0 +1,112 @@
+"""The typed study result (schemas.result.StudyResult) and its views.
+
+The reference views in ``tests/schemas/result_views/`` were rendered from the documents in
+``result_docs.py`` by the dict-based renderers this object replaced (commit 4bc3286:
+``tasks.aggregate.result_markdown``, ``flows.cli._print_result``, ``tasks.report.render_html``;
+the HTML with its embedded PNG replaced by ``PNG``); the typed views must give the same text, and
+the page must embed exactly the forest plot ``forest_plot_png`` draws.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from rich.console import Console
+
+from dpate_core.privacy import PrivacyParams
+from schemas.result import AbsentSite, ReleasedSite, StudyResult, interval_text
+from tasks.ledger import SiteSpend
+from tasks.report import forest_plot_png, render_html
+
+from .result_docs import DOCS, V2
+
+VIEWS = Path(__file__).parent / "result_views"
+PNG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
+SPENDS = {
+    "alpha": SiteSpend("alpha", PrivacyParams.of(3, "1/10000"), PrivacyParams.of(1, "1/100000"),
+                       {}, {}),
+    "beta": None,
+    "gamma": SiteSpend("gamma", None, PrivacyParams.of(1, 0), {}, {}),
+}  # fmt: skip
+
+
+def reference(name: str) -> str:
+    return (VIEWS / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_parsing_keeps_the_document(name):
+    doc = DOCS[name]
+    result = StudyResult.of(doc)
+    assert result.to_document() == doc
+    assert StudyResult.of(result) is result
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_markdown_is_the_reference(name):
+    assert StudyResult.of(DOCS[name]).markdown() == reference(f"{name}.md")
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_cli_table_and_summary_are_the_reference(name, monkeypatch):
+    import flows.cli as cli
+
+    console = Console(record=True, width=140, file=io.StringIO(), color_system=None)
+    monkeypatch.setattr(cli, "console", console)
+    runs = [
+        {"site_id": "delta", "ok": False, "error": "boom at delta"},
+        {"site_id": "alpha", "ok": True},
+    ]
+    cli._print_result(dict(DOCS[name], uri="s3://b/s1/results/2.json"), runs)
+    assert console.export_text() == reference(f"{name}.cli.txt")
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_html_is_the_reference_with_the_forest_plot_embedded(name):
+    result = StudyResult.of(DOCS[name])
+    page = render_html(result, "/home/x/store/s1/results/2.json", SPENDS)
+    (png,) = PNG.findall(page)
+    assert base64.b64decode(png) == forest_plot_png(result)
+    assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
+    assert PNG.sub("data:image/png;base64,PNG", page) == reference(f"{name}.html")
+
+
+def test_sites_are_typed_by_status():
+    result = StudyResult.of(V2)
+    kinds = {s.site_id: type(s) for s in result.sites}
+    assert kinds["alpha"] is ReleasedSite and kinds["gamma"] is ReleasedSite
+    assert kinds["delta"] is AbsentSite and kinds["eps<&>"] is AbsentSite
+    assert [s.site_id for s in result.released] == ["alpha", "beta", "gamma", "zeta"]
+    assert result.used == ["alpha", "zeta"]
+    alpha = result.sites[0]
+    assert isinstance(alpha, ReleasedSite) and alpha.ledger_head is not None
+    assert alpha.ledger_head.seq == 3
+    bad = dict(V2, sites=[{"site_id": "x", "status": "used", "reason": "r"}])
+    with pytest.raises(ValidationError, match="tau"):
+        StudyResult.of(bad)  # a used site carries its release
+    with pytest.raises(ValidationError):
+        StudyResult.of(dict(V2, sites=[{"site_id": "x", "status": "lost", "reason": "r"}]))
+
+
+def test_interval_methods_agree_with_the_dict_helpers():
+    result = StudyResult.of(V2)
+    assert result.interval_text(6) == interval_text(V2, 6)
+    for typed, raw in zip(result.released, [s for s in V2["sites"] if "tau" in s], strict=True):
+        assert typed.interval_text() == interval_text(raw)
+        assert typed.interval_ends() == (raw["interval"]["lo"], raw["interval"]["hi"])
+    v1 = StudyResult.of(DOCS["v1"])
+    assert v1.interval is None and v1.interval_ends() == (0.0808, 0.1592)
+    assert not v1.uninformative and v1.schema_version == 2  # defaults, not written back
+    assert "schema_version" not in v1.to_document()
+
+
+def test_unknown_fields_are_ignored_when_reading():
+    result = StudyResult.of(dict(V2, uri="s3://b/x.json", future_field=1))
+    assert result.to_document() == V2
+    assert Fraction(result.released[0].epsilon) == 1
