@@ -689,6 +689,12 @@ def ledger_verify(
         err.print(p, style="red", soft_wrap=True, highlight=False, markup=False)
     what = "verification against the published heads" if anchored is not None else "verification"
     err.print(f"ledger FAILED {what}: {len(problems)} problem(s) in {rows} rows", soft_wrap=True)
+    err.print(
+        "Stop this site's releases until the cause is found: a ledger missing rows would refund "
+        "budget already spent. Restore the newest backup that passes this check "
+        "(docs/ledger.md, Backups).",
+        soft_wrap=True,
+    )
     raise typer.Exit(1)
 
 
