@@ -156,3 +156,60 @@ def test_systemd_accepts_the_release_units(tmp_path):
         timeout=60,
     )
     assert res.returncode == 0 and "ignoring" not in res.stderr, res.stderr
+
+
+def test_release_service_releases_with_the_sites_own_configuration(tmp_path, monkeypatch):
+    """The service's command, as the timer starts it: the example environment (an embedded
+    Prefect, no PREFECT_API_URL), the site's settings from its site.toml only. It releases the
+    month's round once, publishes under the site's own storage (not the spec's `reports`), and the
+    ledger then verifies against the published head."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tests.pipeline.studies import Site, write_study
+
+    study = write_study(tmp_path / "study", [Site("rural", 400)], study_id="svc-study")
+    study.init_ledgers()
+    site_root = tmp_path / "site"
+    config = site_root / "site.toml"
+    site_root.mkdir()
+    config.write_text(
+        f'sites = ["rural"]\n'
+        f'data = "{study.root / "sites" / "rural" / "records.parquet"}"\n'
+        f'ledger = "{study.ledger_url("rural")}"\n'
+        f'storage = "{site_root / "published"}"\n'
+        f'log = "{site_root / "rural.log"}"\n'
+    )
+    env = _env_file(SYSTEMD / "release.env.example")
+    env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    env.update(
+        DPATE_SPEC=str(study.spec),
+        DPATE_SITE_CONFIG=str(config),
+        DPATE_HOME=str(site_root / "home"),
+        PREFECT_HOME=str(site_root / "prefect"),
+        HOME=str(site_root),
+        PATH=os.environ["PATH"],
+    )
+    (line,) = _unit(SYSTEMD / "dpate-release.service")["Service"]["ExecStart"]
+    argv = shlex.split(line.replace("$$", "$").replace("%%", "%"))
+    script = argv[2].replace("/opt/dpate/bin/dpate", str(Path(sys.executable).parent / "dpate"))
+    res = subprocess.run(
+        ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "report published" in " ".join(res.stdout.split())
+    (report,) = (site_root / "published" / "svc-study" / "sites" / "rural").glob("*.json")
+    assert not study.published.exists()  # the spec's `reports` was not used
+    from tasks.ledger import PrivacyLedger
+
+    with PrivacyLedger(study.ledger_url("rural")) as led:
+        (reserve,) = [e for e in led.events("rural") if e.kind == "RESERVE"]
+    assert re.fullmatch(r"\d{4}-\d{2}", reserve.round or ""), reserve.round  # the UTC month
+    assert report.stem == reserve.release_id
+
+    for name, value in env.items():
+        if name.startswith("DPATE_"):
+            monkeypatch.setenv(name, value)
+    checked = CliRunner().invoke(app, ["ledger", "verify", "rural", "--against-reports"])
+    assert checked.exit_code == 0, checked.output
+    assert "matches all 1 published head(s)" in checked.output
