@@ -33,7 +33,7 @@ from flows.cli_errors import (
 )
 from flows.cli_experiments import experiments
 from flows.cli_plan import plan
-from flows.cli_site import anchor_check, site_app
+from flows.cli_site import site_app
 from schemas.result import StudyResult
 
 app = typer.Typer(
@@ -47,7 +47,6 @@ app.command("experiments")(experiments)
 app.command("plan")(plan)
 app.command("check")(check)
 app.add_typer(site_app, name="site")  # dpate site keygen (flows.cli_site)
-ledger_app.command("anchor-check")(anchor_check)
 err = Console(stderr=True)
 
 
@@ -558,6 +557,27 @@ def ledger_show(
         )
 
 
+def _storage_root(site: str, storage: str | None) -> str:
+    """``--storage``, else the site's own publication root (DPATE_STORAGE_URL or the site
+    config's ``storage``): the root holding ``<study>/sites/<site>/``."""
+    from tasks.settings import SettingsError, site_config
+
+    try:
+        root = storage or site_config(site, "{study}").storage
+    except SettingsError as exc:
+        raise _fail(exc) from None
+    if not root or "{study}" in root:
+        raise _fail(
+            ValueError(
+                f"say where site {site} publishes: --storage URL, the root holding "
+                f"<study>/sites/{site}/ (default: the site's DPATE_STORAGE_URL or 'storage' in "
+                f"its site config, without {{study}}); found {root!r}"
+            ),
+            2,
+        )
+    return root
+
+
 @ledger_app.command("verify")
 def ledger_verify(
     site: str = typer.Argument(None, help="site id (to find its configured ledger)"),
@@ -565,35 +585,90 @@ def ledger_verify(
     expect_head: str = typer.Option(
         None, help="a head hash noted earlier (detects removed last rows)"
     ),
+    against_reports: bool = typer.Option(
+        False,
+        "--against-reports",
+        help="also check every ledger head the site has published (its reports, and the "
+        "results that used them): detects removed last rows, and rows rewritten with a "
+        "recomputed chain; needs SITE",
+    ),
+    storage: str = typer.Option(
+        None,
+        "--storage",
+        help="with --against-reports: the publication root (default: the site's configured "
+        "storage)",
+    ),
+    study: list[str] = typer.Option(  # noqa: B008
+        None, "--study", help="with --against-reports: only these studies (default: all)"
+    ),
     as_json: bool = _JSON_OPT,
 ) -> None:
-    """Recompute the hash chain and the budget rules; exit 1 on any problem."""
+    """Recompute the hash chain and the budget rules; exit 1 on any problem.
+
+    With ``--against-reports`` the ledger is also compared with every head the site has
+    published (each report carries its COMMIT row's number and hash): a removed last row, a
+    removed middle row, an edited amount or reordered rows no longer match a published head,
+    even when the whole chain was recomputed to hide them. No other input is needed."""
+    from tasks.anchors import verify_against_reports
+    from tasks.storage import Store
+
+    if against_reports and not site:
+        raise _fail(ValueError("--against-reports needs the SITE whose reports to read"), 2)
     url = _ledger_url(site, ledger)
+    root = _storage_root(site, storage) if against_reports else None
     with _open(url, site) as led:
-        report = led.verify(expect_head=expect_head)
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "ledger": url,
-                    "ok": report.ok,
-                    "rows": report.rows,
-                    "head_hash": report.head_hash,
-                    "problems": report.problems,
-                },
-                indent=2,
+        if root is None:
+            plain = led.verify(expect_head=expect_head)
+            ok, rows, head, problems = plain.ok, plain.rows, plain.head_hash, plain.problems
+            anchored = None
+        else:
+            anchored = verify_against_reports(
+                led, Store(root), site, study or None, expect_head=expect_head
             )
-        )
-        if not report.ok:
+            ok, rows, head, problems = (
+                anchored.ok,
+                anchored.rows,
+                anchored.head_hash,
+                anchored.problems,
+            )
+    if as_json:
+        doc: dict[str, Any] = {
+            "ledger": url,
+            "ok": ok,
+            "rows": rows,
+            "head_hash": head,
+            "problems": problems,
+        }
+        if anchored is not None:
+            doc.update(
+                storage=root,
+                heads=[h.__dict__ for h in anchored.heads],
+                reports_without_head=anchored.unanchored,
+                unreadable=anchored.unreadable,
+            )
+        print(json.dumps(doc, indent=2))
+        if not ok:
             raise typer.Exit(1)
         return
-    if report.ok:
-        _plain(f"ledger OK: {report.rows} rows, head {report.head_hash}")
+    if ok:
+        _plain(f"ledger OK: {rows} rows, head {head}")
+        if anchored is not None and anchored.heads:
+            newest = anchored.heads[-1]
+            _plain(
+                f"matches all {len(anchored.heads)} published head(s) under {root}; newest: row "
+                f"{newest.seq} {newest.row_hash}"
+            )
+        elif anchored is not None:
+            _plain(f"no published head under {root} yet (the ledger has no committed release)")
         return
-    for p in report.problems:
+    for p in problems:
         err.print(p, style="red", soft_wrap=True, highlight=False, markup=False)
+    what = "verification against the published heads" if anchored is not None else "verification"
+    err.print(f"ledger FAILED {what}: {len(problems)} problem(s) in {rows} rows", soft_wrap=True)
     err.print(
-        f"ledger FAILED verification: {len(report.problems)} problem(s) in {report.rows} rows",
+        "Stop this site's releases until the cause is found: a ledger missing rows would refund "
+        "budget already spent. Restore the newest backup that passes this check "
+        "(docs/ledger.md, Backups).",
         soft_wrap=True,
     )
     raise typer.Exit(1)

@@ -24,7 +24,7 @@ a public key for the site (or ``require_signed_reports``), an unsigned or wrongl
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
 ``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
-published heads anchor the ledger, ``dpate ledger anchor-check``) and ``signature``
+published heads anchor the ledger, ``dpate ledger verify --against-reports``) and ``signature``
 (``ed25519:<base64>`` over the canonical JSON of every other field).
 """
 

@@ -1,8 +1,10 @@
-"""The public reports anchor the site's ledger (docs/deploying.md, Trust).
+"""The public documents anchor the site's ledger (docs/ledger.md, "Anchored by the reports").
 
-Every site report carries ``ledger_head``: the ``seq`` and ``row_hash`` of its release's COMMIT row.
-A row hash chains every earlier row (tasks.ledger), and a published report is write-once and
-outside the site's database, so the heads a site has published pin its ledger's history:
+Every site report carries ``ledger_head``: the ``seq`` and ``row_hash`` of its release's COMMIT row,
+and the aggregator copies the head of every report it used into its result document
+(``sites[].ledger_head``). A row hash chains every earlier row (tasks.ledger), and both documents
+are write-once and outside the site's database, so the heads a site has published pin its
+ledger's history:
 
 * the last row deleted: a published ``seq`` has no row any more;
 * a middle row deleted, an amount edited, rows reordered: either :meth:`PrivacyLedger.verify`
@@ -10,35 +12,53 @@ outside the site's database, so the heads a site has published pin its ledger's 
   ``seq`` no longer has the published hash.
 
 Only rows up to the newest published head are pinned; rows after it (a reservation not yet
-published) are checked by the chain alone. No input is needed beyond the ledger and the storage
-root the site publishes to.
+published) are checked by the chain alone. Reading the result documents too means that deleting
+the site's own newest report (its storage identity may delete its own objects) does not unpin
+the rows it anchored. No input is needed beyond the ledger and the storage root the site
+publishes to. One code path, :func:`verify_against_reports`, serves ``dpate ledger verify
+--against-reports``.
 
 API::
 
-    heads, bare, unreadable = published_heads(Store(url), "site-a")  # every published head
-    report = check_anchors(ledger, heads)                  # ledger.verify() + the anchors
+    report = verify_against_reports(ledger, Store(url), "site-a")  # chain + every published head
+    heads, bare, unreadable = published_heads(Store(url), "site-a")
+    report = check_anchors(ledger, heads)                          # ledger.verify() + the anchors
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from schemas.report import MAX_REPORT_BYTES
 from tasks.ledger import PrivacyLedger
 from tasks.storage import ObjectTooLargeError, Store
 
-__all__ = ["AnchorReport", "PublishedHead", "check_anchors", "published_heads"]
+__all__ = [
+    "MAX_RESULT_BYTES",
+    "AnchorReport",
+    "PublishedHead",
+    "check_anchors",
+    "published_heads",
+    "verify_against_reports",
+]
+
+#: A result document larger than this is not read (it lists one entry of a few hundred bytes per
+#: site): reported as unreadable.
+MAX_RESULT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class PublishedHead:
-    """One ledger head as a published report states it."""
+    """One ledger head as a published document states it: the site's own report, or the
+    aggregator's result document that used that report (``source``)."""
 
-    report: str  # the report's URL
+    report: str  # the document's URL
     release_id: str
     seq: int
     row_hash: str
+    source: Literal["report", "result"] = "report"
 
 
 @dataclass(frozen=True)
@@ -49,14 +69,38 @@ class AnchorReport:
     heads: list[PublishedHead]
     problems: list[str] = field(default_factory=list)
     unanchored: list[str] = field(default_factory=list)  # reports without a ledger head
+    unreadable: list[str] = field(default_factory=list)  # documents that could not be read
+
+
+def _head(uri: str, rid: object, head: Any, source: Literal["report", "result"]) -> PublishedHead:
+    return PublishedHead(uri, str(rid), int(head["seq"]), str(head["row_hash"]), source)
+
+
+def _result_heads(
+    store: Store, study: str, site_id: str, heads: list[PublishedHead], bad: list[str]
+) -> None:
+    """The heads the aggregator recorded for ``site_id`` in every result of ``study``."""
+    for key in store.children(f"{study}/results"):
+        if not key.endswith(".json"):
+            continue
+        uri = store.uri(key)
+        try:
+            doc = json.loads(store.read(key, max_bytes=MAX_RESULT_BYTES) or b"null")
+            for entry in doc["sites"]:
+                if entry.get("site_id") == site_id and entry.get("ledger_head") is not None:
+                    heads.append(_head(uri, entry["release_id"], entry["ledger_head"], "result"))
+        except (ObjectTooLargeError, ValueError, TypeError, KeyError, AttributeError):
+            bad.append(uri)
 
 
 def published_heads(
     store: Store, site_id: str, study_ids: list[str] | None = None
 ) -> tuple[list[PublishedHead], list[str], list[str]]:
-    """Every ledger head ``site_id`` published under ``store`` (all studies found at the root
-    unless ``study_ids``): ``(heads, reports without a head, unreadable reports)``."""
-    studies = study_ids if study_ids is not None else [k for k in store.children("")]
+    """Every ledger head of ``site_id`` published under ``store`` (all studies found at the root
+    unless ``study_ids``), from its reports and from the results that used them:
+    ``(heads, reports without a head, unreadable documents)``. Heads are sorted by ``seq``; the
+    same head stated by a report and a result is kept once (the report's)."""
+    studies = study_ids if study_ids is not None else store.children("")
     heads: list[PublishedHead] = []
     bare: list[str] = []
     bad: list[str] = []
@@ -68,30 +112,36 @@ def published_heads(
         for key in keys:
             uri = store.uri(key)
             try:
-                data = store.read(key, max_bytes=MAX_REPORT_BYTES)
-                doc = json.loads(data or b"null")
-                head = doc.get("ledger_head")
-                if head is None:
+                doc = json.loads(store.read(key, max_bytes=MAX_REPORT_BYTES) or b"null")
+                if doc.get("ledger_head") is None:
                     bare.append(uri)
                     continue
-                heads.append(
-                    PublishedHead(uri, str(doc["release_id"]), int(head["seq"]), head["row_hash"])
-                )
+                heads.append(_head(uri, doc["release_id"], doc["ledger_head"], "report"))
             except (ObjectTooLargeError, ValueError, TypeError, KeyError, AttributeError):
                 bad.append(uri)
-    heads.sort(key=lambda h: h.seq)
-    return heads, bare, bad
+        _result_heads(store, study, site_id, heads, bad)
+    seen: set[tuple[int, str, str]] = set()
+    unique = []
+    for h in heads:  # reports first: a result repeating a report's head adds nothing
+        if (h.seq, h.row_hash, h.release_id) not in seen:
+            seen.add((h.seq, h.row_hash, h.release_id))
+            unique.append(h)
+    unique.sort(key=lambda h: h.seq)
+    return unique, bare, bad
 
 
-def check_anchors(ledger: PrivacyLedger, heads: list[PublishedHead]) -> AnchorReport:
+def check_anchors(
+    ledger: PrivacyLedger, heads: list[PublishedHead], *, expect_head: str | None = None
+) -> AnchorReport:
     """The ledger's own verification plus every published head checked against its row."""
-    verified = ledger.verify()
+    verified = ledger.verify(expect_head=expect_head)
     problems = list(verified.problems)
     by_seq = {e.seq: e for e in ledger.events()}
     last = max(by_seq, default=0)
     for h in heads:
+        doc = "report" if h.source == "report" else "result (the aggregator's copy)"
+        where = f"{doc} {h.report} (release {h.release_id}) published ledger row {h.seq}"
         e = by_seq.get(h.seq)
-        where = f"report {h.report} (release {h.release_id[:12]}) published ledger row {h.seq}"
         if e is None:
             problems.append(
                 f"{where}, but the ledger has no row {h.seq} (it ends at row {last}): rows were "
@@ -99,10 +149,40 @@ def check_anchors(ledger: PrivacyLedger, heads: list[PublishedHead]) -> AnchorRe
             )
         elif e.row_hash != h.row_hash:
             problems.append(
-                f"{where} with hash {h.row_hash[:16]}, but that row's hash is now "
-                f"{e.row_hash[:16]}: a row at or before {h.seq} was edited, removed, inserted or "
-                f"reordered (and the chain recomputed)"
+                f"{where} with hash {h.row_hash}, but that row's hash is now {e.row_hash}: a row "
+                f"at or before {h.seq} was edited, removed, inserted or reordered (and the chain "
+                f"recomputed)"
             )
         elif e.kind != "COMMIT" or e.release_id != h.release_id:
             problems.append(f"{where}, but row {h.seq} is not that release's COMMIT row")
     return AnchorReport(not problems, verified.rows, verified.head_hash, heads, problems)
+
+
+def verify_against_reports(
+    ledger: PrivacyLedger,
+    store: Store,
+    site_id: str,
+    study_ids: list[str] | None = None,
+    *,
+    expect_head: str | None = None,
+) -> AnchorReport:
+    """``ledger.verify()`` plus every head ``site_id`` has published under ``store``.
+
+    Also a problem: a document that could not be read (it may have been replaced), and a
+    ledger with committed releases of which no head is found (nothing anchors it: a wrong storage
+    root, or every document gone). Reports without a head (written before heads were published)
+    are listed, not problems.
+    """
+    heads, bare, bad = published_heads(store, site_id, study_ids)
+    found = check_anchors(ledger, heads, expect_head=expect_head)
+    problems = found.problems + [f"unreadable published document {u}" for u in bad]
+    commits = sum(1 for e in ledger.events(site_id) if e.kind == "COMMIT")
+    if commits and not heads:
+        problems.append(
+            f"the ledger holds {commits} committed release(s) of site {site_id}, but no report "
+            f"or result under {store.url} carries a ledger head: nothing anchors this ledger "
+            f"(check the storage root, --storage)"
+        )
+    return AnchorReport(
+        not problems, found.rows, found.head_hash, heads, problems, unanchored=bare, unreadable=bad
+    )

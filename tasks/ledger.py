@@ -153,7 +153,7 @@ class Committed:
     """A release's recorded public output: the COMMIT row's payload, time and hash.
 
     ``seq`` and ``row_hash`` are the ledger head right after this COMMIT; the site report carries
-    them so the public reports anchor the ledger (``dpate ledger anchor-check``)."""
+    them so the public reports anchor the ledger (``dpate ledger verify --against-reports``)."""
 
     release_id: str
     payload: dict[str, Any]

@@ -1,10 +1,16 @@
-"""The published reports anchor the site's ledger: four tamperings, each caught with no extra input.
+"""The published reports anchor the site's ledger: four tamperings, each caught with no extra input
+(``dpate ledger verify --against-reports`` with only the site's own configuration).
 
 Each tampering also recomputes the hash chain (a careful attacker with write access to the
-database), so ``PrivacyLedger.verify()`` alone passes: only the published heads catch it.
+database), so ``PrivacyLedger.verify()`` alone passes: only the published heads catch it. The
+aggregator's result documents repeat the heads it used, so deleting the site's newest report as
+well does not hide a truncation.
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 import numpy as np
 import pytest
@@ -16,7 +22,7 @@ from dpate_core.privacy import PrivacyParams
 from schemas.report import SiteReport, read_report
 from schemas.signing import SITE_KEY_ENV, seal_site_report
 from schemas.spec import StudySpec
-from tasks.anchors import check_anchors, published_heads
+from tasks.anchors import check_anchors, published_heads, verify_against_reports
 from tasks.ledger import GENESIS, PrivacyLedger, _row_hash, release_id
 from tasks.storage import Store
 from tests.schemas.test_spec import base
@@ -26,7 +32,8 @@ ROUNDS = ("r1", "r2", "r3")
 
 @pytest.fixture
 def site(tmp_path, monkeypatch):
-    """Site 'a' released three rounds; each report published with its ledger head.
+    """Site 'a' released three rounds; each report published with its ledger head, and the
+    aggregator's result of the last round repeats that head.
     Rows: 1 CAP, then RESERVE/COMMIT pairs at (2, 3), (4, 5), (6, 7)."""
     monkeypatch.delenv(SITE_KEY_ENV, raising=False)
     spec = StudySpec.from_dict(base())
@@ -62,6 +69,9 @@ def site(tmp_path, monkeypatch):
             data = seal_site_report(report, spec, "a", committed).to_json_bytes()
             assert read_report(data, spec).ledger_head.seq == committed.seq
             store.publish(Store.site_report_key(spec.study_id, "a", rid), data)
+    head = {"seq": committed.seq, "row_hash": committed.row_hash}  # round r3's, as aggregated
+    result = {"sites": [{"site_id": "a", "release_id": rid, "status": "used", "ledger_head": head}]}
+    store.publish(Store.result_key(spec.study_id, "r3"), json.dumps(result).encode())
     return url, store
 
 
@@ -124,18 +134,109 @@ def test_tampering_is_caught_by_the_published_heads(site, change, expected):
     assert any(expected in p for p in anchors.problems), anchors.problems
 
 
-def test_cli_anchor_check(site):
+def test_the_aggregators_copy_still_anchors_when_the_newest_report_is_deleted(site):
+    """The site's storage identity may delete its own objects: the last report gone and the
+    last pair of rows removed, the result document still pins row 7."""
+    url, store = site
+    (study,) = store.children("")
+    (newest,) = [
+        k
+        for k in store.site_report_keys(study, "a")
+        if json.loads(store.read(k) or b"{}")["ledger_head"]["seq"] == 7
+    ]
+    os.remove(store.path(newest))  # a local store: the file behind the key
+    rewrite(url, lambda rows: rows[:5])
+    with PrivacyLedger(url) as led:
+        assert led.verify().ok
+        found = verify_against_reports(led, store, "a")
+    assert not found.ok
+    assert [(h.seq, h.source) for h in found.heads] == [(3, "report"), (5, "report"), (7, "result")]
+    assert any("the aggregator's copy" in p and "rows were removed" in p for p in found.problems)
+
+
+def test_unreadable_document_and_missing_heads_are_problems(site, tmp_path):
+    url, store = site
+    with PrivacyLedger(url) as led:
+        empty = verify_against_reports(led, Store(str(tmp_path / "elsewhere")), "a")
+    assert not empty.ok and "nothing anchors this ledger" in empty.problems[-1]
+    study = store.children("")[0]
+    store.publish(f"{study}/sites/a/{'f' * 64}.json", b"{not json")
+    with PrivacyLedger(url) as led:
+        found = verify_against_reports(led, store, "a")
+    assert not found.ok and found.unreadable == [store.uri(f"{study}/sites/a/{'f' * 64}.json")]
+    assert any("unreadable published document" in p for p in found.problems)
+
+
+def test_a_ledger_without_releases_needs_no_head(tmp_path):
+    url = f"sqlite:///{tmp_path / 'new.sqlite'}"
+    with PrivacyLedger.init(url, "a", PrivacyParams.of("3", "1e-4")) as led:
+        found = verify_against_reports(led, Store(str(tmp_path / "published")), "a")
+    assert found.ok and found.heads == [], found.problems
+
+
+@pytest.fixture
+def site_env(site, monkeypatch):
+    """The site's own configuration names its ledger and publication root: the command needs
+    nothing else."""
+    url, store = site
+    monkeypatch.setenv("DPATE_LEDGER_URL", url)
+    monkeypatch.setenv("DPATE_STORAGE_URL", store.url)
+    monkeypatch.delenv("DPATE_SITE_CONFIG", raising=False)
+    return url, store
+
+
+def _verify(*extra: str):
     from flows.cli import app
 
-    url, store = site
-    args = ["ledger", "anchor-check", "a", "--ledger", url, "--storage", store.url]
-    ok = CliRunner().invoke(app, args)
+    return CliRunner().invoke(app, ["ledger", "verify", "a", "--against-reports", *extra])
+
+
+def test_cli_verify_against_reports_passes_an_untouched_ledger(site_env):
+    ok = _verify()
     assert ok.exit_code == 0, ok.output
-    assert "ledger OK against 3 published head(s)" in ok.output
-    rewrite(url, _drop(7))
-    bad = CliRunner().invoke(app, [*args, "--json"])
+    assert "ledger OK: 7 rows" in ok.output
+    assert "matches all 3 published head(s)" in ok.output
+    doc = json.loads(_verify("--json").stdout)
+    assert doc["ok"] and [h["seq"] for h in doc["heads"]] == [3, 5, 7]
+    assert doc["storage"] == site_env[1].url and doc["unreadable"] == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (_drop(7), "rows were removed"),
+        (_drop(3), "published ledger row 3 with hash"),
+        (_edit_amount, "published ledger row 3 with hash"),
+        (_swap, "published ledger row 5 with hash"),
+    ],
+    ids=["last-row-deleted", "middle-row-deleted", "amount-edited", "rows-reordered"],
+)
+def test_cli_verify_against_reports_catches_each_tampering(site_env, change, expected):
+    from flows.cli import app
+
+    url, _ = site_env
+    rewrite(url, change)
+    plain = CliRunner().invoke(app, ["ledger", "verify", "a"])
+    assert plain.exit_code == 0, plain.output  # the recomputed chain fools the chain check
+    bad = _verify()
     assert bad.exit_code == 1
-    assert "rows were removed" in bad.output
+    assert expected in bad.output
+    assert "FAILED verification against the published heads" in bad.output
+    doc = json.loads(_verify("--json").stdout)
+    assert not doc["ok"] and any(expected in p for p in doc["problems"])
+
+
+def test_cli_verify_against_reports_needs_a_site_and_a_root(site, monkeypatch):
+    from flows.cli import app
+
+    url, _ = site
+    monkeypatch.delenv("DPATE_STORAGE_URL", raising=False)
+    monkeypatch.delenv("DPATE_SITE_CONFIG", raising=False)
+    res = CliRunner().invoke(app, ["ledger", "verify", "--ledger", url, "--against-reports"])
+    assert res.exit_code == 2 and "needs the SITE" in res.output
+    res = _verify("--ledger", url)
+    assert res.exit_code == 2 and "--storage URL" in res.output
+    assert "anchor-check" not in CliRunner().invoke(app, ["ledger", "--help"]).output
 
 
 def test_cli_site_keygen(tmp_path):

@@ -1,8 +1,14 @@
 """The guide installs everything from the package ("nothing to clone"): the built wheel holds
-the deployments, the example spec the guide deploys, and the storage and systemd files."""
+the deployments, the example spec the guide deploys, and the storage and systemd files; the
+site-scheduled release units (timer + service) parse and run the command they claim to."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -27,7 +33,11 @@ SHIPPED = [
     "deployments/systemd/dpate-worker.service",
     "deployments/systemd/prefect-server.service",
     "deployments/systemd/worker.env.example",
+    "deployments/systemd/dpate-release.service",
+    "deployments/systemd/dpate-release.timer",
+    "deployments/systemd/release.env.example",
 ]
+SYSTEMD = REPO / "deployments" / "systemd"
 
 
 def test_wheel_ships_the_deployment_files(tmp_path):
@@ -57,3 +67,149 @@ def test_files_lists_and_copies_the_shipped_files(tmp_path):
         REPO / "deployments" / "prefect.yaml"
     ).read_bytes()
     assert main(["--copy", str(tmp_path)]) == 1  # never overwrites an edited copy
+
+
+def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
+    """A systemd unit file as {section: {key: [values]}} (keys may repeat); fails on a line that
+    is neither a comment, a section header nor ``Key=value``."""
+    out: dict[str, dict[str, list[str]]] = {}
+    section = None
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if re.fullmatch(r"\[[A-Za-z]+\]", line):
+            section = line[1:-1]
+            out.setdefault(section, {})
+            continue
+        key, eq, value = line.partition("=")
+        assert eq and section and re.fullmatch(r"[A-Za-z]+", key), f"{path.name}:{n}: {line!r}"
+        out[section].setdefault(key, []).append(value)
+    return out
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return dict(ln.split("=", 1) for ln in lines)
+
+
+def test_release_timer_and_service_parse():
+    timer = _unit(SYSTEMD / "dpate-release.timer")
+    assert timer["Timer"]["Unit"] == ["dpate-release.service"]
+    assert timer["Timer"]["OnCalendar"] == ["*-*-01 06:00:00 UTC"]  # prefect.yaml's monthly cron
+    assert timer["Install"]["WantedBy"] == ["timers.target"]
+    service = _unit(SYSTEMD / "dpate-release.service")["Service"]
+    assert service["Type"] == ["oneshot"] and service["User"] == ["dpate"]
+    assert service["EnvironmentFile"] == ["/etc/dpate/release.env"]
+    assert service["ProtectSystem"] == ["strict"] and service["NoNewPrivileges"] == ["true"]
+    env = _env_file(SYSTEMD / "release.env.example")
+    assert (
+        "PREFECT_API_URL" not in env
+    )  # an embedded Prefect: the coordinator's server is not asked
+    assert {"DPATE_SITE", "DPATE_SPEC", "DPATE_SITE_CONFIG", "PREFECT_HOME"} <= set(env)
+
+
+def test_release_service_runs_dpate_site_release(tmp_path):
+    """ExecStart, unescaped as systemd does ($$ and %% are $ and %), run through its shell with
+    the example environment and a stand-in for /opt/dpate/bin/dpate: the arguments reach
+    ``dpate site-release`` intact and its command line accepts them."""
+    from typer.main import get_command
+
+    from flows.cli import app
+
+    (line,) = _unit(SYSTEMD / "dpate-release.service")["Service"]["ExecStart"]
+    argv = shlex.split(line.replace("$$", "$").replace("%%", "%"))
+    assert argv[:2] == ["/bin/sh", "-c"] and "/opt/dpate/bin/dpate site-release" in argv[2]
+    stub = tmp_path / "dpate"
+    stub.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    stub.chmod(0o755)
+    env = {**_env_file(SYSTEMD / "release.env.example"), "PATH": os.environ["PATH"]}
+    env["DPATE_SPEC"] = "s3://dpate/specs/a study.toml"  # a space survives the quoting
+    script = argv[2].replace("/opt/dpate/bin/dpate", str(stub))
+    res = subprocess.run(
+        [shutil.which("sh") or "/bin/sh", "-c", script], env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    args = json.loads(res.stdout)
+    assert args[:4] == ["site-release", env["DPATE_SPEC"], "--site", "rural"]
+    assert args[4] == "--round" and re.fullmatch(r"\d{4}-\d{2}", args[5]), args
+    command = get_command(app).commands["site-release"]  # type: ignore[attr-defined]
+    ctx = command.make_context("site-release", args[1:])
+    assert ctx.params["site"] == "rural" and ctx.params["round"] == args[5]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_accepts_the_release_units(tmp_path):
+    for name in ("dpate-release.service", "dpate-release.timer"):
+        shutil.copy(SYSTEMD / name, tmp_path / name)
+    res = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            "--man=no",
+            "./dpate-release.service",
+            "./dpate-release.timer",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0 and "ignoring" not in res.stderr, res.stderr
+
+
+def test_release_service_releases_with_the_sites_own_configuration(tmp_path, monkeypatch):
+    """The service's command, as the timer starts it: the example environment (an embedded
+    Prefect, no PREFECT_API_URL), the site's settings from its site.toml only. It releases the
+    month's round once, publishes under the site's own storage (not the spec's `reports`), and the
+    ledger then verifies against the published head."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tests.pipeline.studies import Site, write_study
+
+    study = write_study(tmp_path / "study", [Site("rural", 400)], study_id="svc-study")
+    study.init_ledgers()
+    site_root = tmp_path / "site"
+    config = site_root / "site.toml"
+    site_root.mkdir()
+    config.write_text(
+        f'sites = ["rural"]\n'
+        f'data = "{study.root / "sites" / "rural" / "records.parquet"}"\n'
+        f'ledger = "{study.ledger_url("rural")}"\n'
+        f'storage = "{site_root / "published"}"\n'
+        f'log = "{site_root / "rural.log"}"\n'
+    )
+    env = _env_file(SYSTEMD / "release.env.example")
+    env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    env.update(
+        DPATE_SPEC=str(study.spec),
+        DPATE_SITE_CONFIG=str(config),
+        DPATE_HOME=str(site_root / "home"),
+        PREFECT_HOME=str(site_root / "prefect"),
+        HOME=str(site_root),
+        PATH=os.environ["PATH"],
+    )
+    (line,) = _unit(SYSTEMD / "dpate-release.service")["Service"]["ExecStart"]
+    argv = shlex.split(line.replace("$$", "$").replace("%%", "%"))
+    script = argv[2].replace("/opt/dpate/bin/dpate", str(Path(sys.executable).parent / "dpate"))
+    res = subprocess.run(
+        ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "report published" in " ".join(res.stdout.split())
+    (report,) = (site_root / "published" / "svc-study" / "sites" / "rural").glob("*.json")
+    assert not study.published.exists()  # the spec's `reports` was not used
+    from tasks.ledger import PrivacyLedger
+
+    with PrivacyLedger(study.ledger_url("rural")) as led:
+        (reserve,) = [e for e in led.events("rural") if e.kind == "RESERVE"]
+    assert re.fullmatch(r"\d{4}-\d{2}", reserve.round or ""), reserve.round  # the UTC month
+    assert report.stem == reserve.release_id
+
+    for name, value in env.items():
+        if name.startswith("DPATE_"):
+            monkeypatch.setenv(name, value)
+    checked = CliRunner().invoke(app, ["ledger", "verify", "rural", "--against-reports"])
+    assert checked.exit_code == 0, checked.output
+    assert "matches all 1 published head(s)" in checked.output
