@@ -24,9 +24,11 @@ CSV file                    anything else (``.csv``, ``.csv.gz``, ...)    stream
 **Credentials** never come from the spec (a spec's data location is confined to its own folder,
 tasks/settings.py) and never appear in a message: every location shown in an error goes through
 :func:`redact_location` (no password, no query string). A SQL source takes its password from the
-driver's own environment (libpq's ``PGPASSWORD`` / ``PGPASSFILE`` / ``PGSERVICE`` for PostgreSQL), or
-from a Prefect Secret block named by ``DPATE_DATA_SECRET``, resolved at the site when the source is
-opened. A driver's error text is withheld (only its type is kept): it may quote a record value.
+driver's own environment (libpq's ``PGPASSWORD`` / ``PGPASSFILE`` / ``PGSERVICE`` for PostgreSQL),
+or from a Prefect Secret block named by ``DPATE_DATA_SECRET`` (or the site config's
+``data_secret``, passed as ``secret``), loaded at the site when the source is opened and held in
+memory only. A driver's error text is withheld (only its type is kept): it may quote a record
+value.
 
 **Batches and memory.** Validation (schemas/site_data.py) is per row, so it runs per batch of
 ``batch_rows`` rows (default :data:`BATCH_ROWS`): problems are collected across batches, their
@@ -35,12 +37,13 @@ its order), and one :class:`~schemas.site_data.SiteDataError` is raised after th
 exactly the text a single pass gives. Peak memory is one batch's working set (a few hundred bytes a
 row, for the pandas/pandera conversions) plus what the consumer keeps:
 
-- :func:`prepare_source` (the release path, :func:`~schemas.site_data.prepare_site_data` for a
-  location) keeps ``(w, y, x)``: 17 bytes a row (int8, float64, int64), preallocated when the
-  source knows its row count;
+- :func:`prepare_source` (the release path of the estimators that need the records, and
+  :func:`~schemas.site_data.prepare_site_data` for a location) keeps ``(w, y, x)``: 17 bytes a
+  row (int8, float64, int64), preallocated when the source knows its row count;
 - :func:`iter_site_batches` yields each validated batch's ``(w, y, x)`` and keeps nothing;
-- :func:`stream_cell_statistics` accumulates the adjusted estimator's per-cell sufficient
-  statistics (:func:`dpate_core.adjusted.cell_statistics`) batch by batch: memory ``O(batch + |X|)``
+- :func:`stream_cell_statistics` (the release path of the adjusted estimator,
+  ``tasks.site.read_site_records``) accumulates its per-cell sufficient statistics
+  (:func:`dpate_core.adjusted.cell_statistics`) batch by batch: memory ``O(batch + |X|)``
   whatever ``N``.
 
 Algorithm 1 (matching) cannot stream this way: it pairs records by their rank inside their
@@ -910,6 +913,7 @@ def iter_site_batches(
     *,
     fmt: str | None = None,
     query: str | None = None,
+    secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[SiteBatch]:
     """The site's validated ``(w, y, x)``, one batch at a time (nothing kept between batches).
@@ -922,7 +926,7 @@ def iter_site_batches(
     src = (
         source
         if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query)
+        else open_source(source, spec, fmt, query=query, secret=secret)
     )
     stage = _Stage()
     it = _validated(src, spec, batch_rows, stage)
@@ -939,6 +943,7 @@ def prepare_source(
     *,
     fmt: str | None = None,
     query: str | None = None,
+    secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> SiteData:
     """:func:`~schemas.site_data.prepare_site_data` for a location, in batches: the same
@@ -948,7 +953,7 @@ def prepare_source(
     src = (
         source
         if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query)
+        else open_source(source, spec, fmt, query=query, secret=secret)
     )
     stage = _Stage()
 
@@ -1053,6 +1058,7 @@ def stream_cell_statistics(
     *,
     fmt: str | None = None,
     query: str | None = None,
+    secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
     n_hint: int | None = None,
 ) -> tuple[CellStatistics, PreparationReport]:
@@ -1070,13 +1076,13 @@ def stream_cell_statistics(
     src = (
         source
         if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query)
+        else open_source(source, spec, fmt, query=query, secret=secret)
     )
     if n_hint is None and isinstance(src, CsvSource):
         src.probe(spec)
     guess = n_hint if n_hint is not None else src.count_rows()
     if guess is None and isinstance(src, SqlSource):
-        guess = src.count_rows_exact()
+        guess = _count_exact(src)
     grid = grid_bits(max(guess or 1, 1))
     while True:
         stats, report = _accumulate(src, spec, batch_rows, grid)
@@ -1087,6 +1093,18 @@ def stream_cell_statistics(
     k, m = grid
     counts, sums, squares = stats
     return CellStatistics(counts, sums, squares, spec.outcome.bound, k, m), report
+
+
+def _count_exact(src: SqlSource) -> int:
+    """``src.count_rows_exact()`` with the driver's error redacted as a read's."""
+    failure: SiteDataError | None = None
+    try:
+        return src.count_rows_exact()
+    except SiteDataError as exc:  # a Secret block that cannot be loaded
+        failure = exc
+    except Exception as exc:  # the driver's text may quote values or credentials
+        failure = _read_failure(src.name, src.fmt, exc)
+    raise failure
 
 
 def _accumulate(

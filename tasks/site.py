@@ -6,6 +6,15 @@ one secure draw) -> commit it to the ledger -> publish the report built from the
 value. Raw records and the un-committed noisy output live only in this process's memory (no
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
+**Memory.** The estimators whose statistics are sums of per-record terms that add exactly
+(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's integer per-cell sums) are released in one
+streaming pass: :func:`read_site_records` returns their statistics
+(:class:`SiteStatistics`, from :func:`schemas.sources.stream_cell_statistics`), never the
+records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set
+plus ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the
+statistics are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)``
+(17 bytes a record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
+
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
 counts and row positions) are not private releases: they go to the site-local operator log file
 (``dpate.site.<site>`` logger, file from ``DPATE_SITE_LOG``; :func:`operator_logger`), which never
@@ -17,6 +26,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +36,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate_core import release as core_release
+from dpate_core.adjusted import CellStatistics, plan_adjusted_from_statistics
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan, SiteEstimate
@@ -40,22 +51,28 @@ from schemas.report import (
 )
 from schemas.result import interval_text
 from schemas.signing import seal_site_report, site_signing_key
-from schemas.site_data import SiteData, SiteDataError, prepare_site_data
+from schemas.site_data import PreparationReport, SiteData, SiteDataError
+from schemas.sources import open_source, prepare_source, stream_cell_statistics
+from schemas.spec import StudySpec
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from tasks.ledger import Committed, LedgerError, PrivacyLedger, Reservation
 from tasks.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from tasks.storage import PublicationConflictError, Store
 
 __all__ = [
+    "STREAMED_ESTIMATORS",
     "SiteDataRejected",
+    "SiteStatistics",
     "check_publication",
     "commit_release",
     "compute_release",
     "load_site_data",
     "operator_logger",
+    "plan_from_records",
     "plan_release",
     "publish_site_report",
     "published_site",
+    "read_site_records",
     "recorded_release",
     "reserve_budget",
     "resolve_site_context",
@@ -177,17 +194,75 @@ def check_publication(ctx: SiteContext) -> None:
         )
 
 
+#: Estimators released from streamed statistics (one pass, memory independent of N), with the
+#: plan built from them. Only statistics whose batch sums equal the whole data's *exactly*
+#: qualify, so the release is the materialising path's bit for bit: the adjusted estimator's
+#: per-cell counts and integer (quantised) sums do; the difference in means' float sums do not
+#: (numpy's pairwise sum of a whole array is not the sum of its batches' sums), so it stays on
+#: the materialising path until its sums are accumulated exactly.
+STREAMED_ESTIMATORS = frozenset({"adjusted"})
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class SiteStatistics:
+    """A streamed release's private input: the per-cell sufficient statistics of the site's
+    validated records and the operator-only report. No record is kept. ``repr`` shows nothing
+    computed from the records."""
+
+    cells: CellStatistics
+    report: PreparationReport
+
+    @property
+    def n(self) -> int:
+        return self.cells.n
+
+    @property
+    def domain_size(self) -> int:
+        return int(self.cells.counts.size // 2)
+
+    def __repr__(self) -> str:
+        return f"SiteStatistics(cells={self.cells.counts.size})"
+
+
+def read_site_records(
+    spec: StudySpec,
+    site_id: str,
+    location: str,
+    *,
+    query: str | None = None,
+    secret: str | None = None,
+) -> SiteData | SiteStatistics:
+    """The site's validated records as the spec's estimator needs them (no Prefect here):
+    streamed statistics for :data:`STREAMED_ESTIMATORS`, else ``(w, y, x)`` in memory. Read in
+    batches either way (:mod:`schemas.sources`); raises
+    :class:`~schemas.site_data.SiteDataError`. ``query``/``secret``: a SQL source's query and
+    Prefect Secret block name (else ``DPATE_DATA_QUERY``/``DPATE_DATA_SECRET``)."""
+    source = open_source(location, spec, spec.site(site_id).format, query=query, secret=secret)
+    if spec.estimator in STREAMED_ESTIMATORS:
+        cells, report = stream_cell_statistics(source, spec)
+        return SiteStatistics(cells, report)
+    return prepare_source(source, spec)
+
+
 @task(name="load-site-data", **PRIVATE_TASK)
-def load_site_data(ctx: SiteContext) -> SiteData:
+def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
     """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
+    For a streamed estimator only its per-cell statistics are kept (:func:`read_site_records`).
 
     A failed check's full text (counts, row positions) goes to the operator log only; Prefect
     gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no
-    exception chain carries the original."""
+    exception chain carries the original. The feasibility rules run here, before anything is
+    reserved, on the records or on the statistics (the same rules, the same words)."""
     oplog = operator_logger(ctx)
     failure: SiteDataRejected | None = None
     try:
-        data = prepare_site_data(ctx.data_location, ctx.spec, fmt=ctx.spec.site(ctx.site_id).format)
+        data = read_site_records(
+            ctx.spec,
+            ctx.site_id,
+            ctx.data_location,
+            query=ctx.data_query,
+            secret=ctx.data_secret,
+        )
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
         failure = _redacted(ctx, exc)
@@ -201,14 +276,16 @@ def load_site_data(ctx: SiteContext) -> SiteData:
         del exc
     if failure is not None:
         raise failure
-    problems = feasibility_problems(data, ctx.spec)
+    problems = feasibility_problems(
+        data.cells if isinstance(data, SiteStatistics) else data, ctx.spec
+    )
     if problems:  # before anything is reserved; public wording (rules, no counts)
         oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(problems))
         raise FeasibilityError(ctx.site_id, problems)
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
-        "%d clipped low, %d clipped high, mapped to 'other': %s",
+        "%d clipped low, %d clipped high, mapped to 'other': %s%s",
         ctx.site_id,
         r.n_read,
         r.n_used,
@@ -216,6 +293,7 @@ def load_site_data(ctx: SiteContext) -> SiteData:
         r.clipped_low,
         r.clipped_high,
         r.mapped_to_other,
+        " (streamed: per-cell statistics only)" if isinstance(data, SiteStatistics) else "",
     )
     get_run_logger().info(
         "site %s: data validated against spec %s", ctx.site_id, ctx.spec.spec_hash[:12]
@@ -257,9 +335,25 @@ def data_independent_order(n: int) -> np.ndarray:
     return np.random.default_rng(secrets.randbits(256)).permutation(n)
 
 
-def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
-    """The spec's mechanism on the site's data (pre-noise values: private)."""
-    spec = ctx.spec
+def plan_from_records(
+    spec: StudySpec, site_id: str, data: SiteData | SiteStatistics
+) -> MechanismPlan:
+    """The spec's mechanism on the site's records or streamed statistics (pre-noise values:
+    private). An order-dependent estimator (Algorithm 1) gets its records in a fresh
+    data-independent order."""
+    if isinstance(data, SiteStatistics):
+        if spec.estimator not in STREAMED_ESTIMATORS:
+            raise ValueError(
+                f"estimator {spec.estimator!r} is planned from the records, not from streamed "
+                f"statistics (streamed: {sorted(STREAMED_ESTIMATORS)})"
+            )
+        privacy = spec.site(site_id).privacy
+        return plan_adjusted_from_statistics(
+            data.cells,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
+            split=spec.budget_split(site_id).shares,
+        )
     w, y, x = data.w, data.y, data.x
     if spec.estimator_info.order_dependent:
         order = data_independent_order(data.n)
@@ -271,8 +365,8 @@ def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
             x=x,
             domain_size=data.domain_size,
             bound=spec.outcome.bound,
-            privacy=spec.site(ctx.site_id).privacy,
-            split=spec.budget_split(ctx.site_id).shares,
+            privacy=spec.site(site_id).privacy,
+            split=spec.budget_split(site_id).shares,
             arm_sizes_public=spec.arm_sizes_public,
             variance=spec.variance_mode,
             binary=spec.outcome.binary,
@@ -280,8 +374,15 @@ def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
     )
 
 
+def plan_release(ctx: SiteContext, data: SiteData | SiteStatistics) -> MechanismPlan:
+    """The spec's mechanism on the site's data (pre-noise values: private)."""
+    return plan_from_records(ctx.spec, ctx.site_id, data)
+
+
 @task(name="compute-release", **PRIVATE_TASK)
-def compute_release(ctx: SiteContext, data: SiteData, reservation: Reservation) -> SiteEstimate:
+def compute_release(
+    ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
+) -> SiteEstimate:
     """One secure draw (OpenDP) of the spec's mechanism. Not retried; the output is not logged
     or returned anywhere but to :func:`commit_release`."""
     plan = plan_release(ctx, data)
