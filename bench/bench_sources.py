@@ -136,10 +136,10 @@ def release(spec, target: str) -> int:
     or materialised as the estimator needs), feasibility rules, plan, one secure draw."""
     from dpate_core.release import draw_once
     from schemas.preflight import feasibility_problems
-    from tasks.site import SiteStatistics, plan_from_records, read_site_records
+    from tasks.site import plan_from_records, read_site_records
 
     data = read_site_records(spec, "a", target)
-    found = feasibility_problems(data.cells if isinstance(data, SiteStatistics) else data, spec)
+    found = feasibility_problems(data, spec)
     assert not found, found
     plan = plan_from_records(spec, "a", data)
     estimate = plan.estimate(draw_once(plan))
@@ -162,9 +162,9 @@ def child(mode: str, target: str) -> dict:
     elif mode in ("release", "pg-release", "release-matching"):
         rows = release(spec, target)
     elif mode == "release-records":
-        import tasks.site
+        import schemas.sources
 
-        tasks.site.STREAMED_ESTIMATORS = frozenset()  # this process only: the records path
+        schemas.sources.STREAMED_ESTIMATORS = frozenset()  # this process only: the records path
         rows = release(spec, target)
     elif mode == "pyarrow":
         import pyarrow.parquet as pq

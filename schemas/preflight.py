@@ -28,12 +28,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from schemas.site_data import SiteData
+from schemas.sources import SiteStatistics
 from schemas.spec import StudySpec
 
 if TYPE_CHECKING:
     from dpate_core.adjusted import CellStatistics
 
 __all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problems"]
+
+#: Records' feasibility is checked from per-cell counts (``O(|X|)`` memory) up to this many
+#: strata, else from sorted stratum ids (``O(N)``: ``|X|`` may be 10^9)
+COUNT_CELLS_UP_TO = 1 << 24
 
 _LEAVE_OUT = "or leave this site out of the study (require_all_sites = false)"
 
@@ -54,14 +59,22 @@ class FeasibilityError(ValueError):
         return (FeasibilityError, (self.site_id, self.problems))
 
 
-def feasibility_problems(data: SiteData | CellStatistics, spec: StudySpec) -> list[str]:
+def feasibility_problems(
+    data: SiteData | SiteStatistics | CellStatistics, spec: StudySpec
+) -> list[str]:
     """The rules the site's records break for ``spec``'s estimator (empty: feasible).
 
     ``data``: the validated records, or their per-cell statistics (a streamed release:
     :func:`cell_feasibility_problems`). Public wording only: each message names the rule and what
     to do, never a count."""
+    if isinstance(data, SiteStatistics):
+        return cell_feasibility_problems(data.cells.counts, spec)
     if not isinstance(data, SiteData):
         return cell_feasibility_problems(data.counts, spec)
+    if 0 < data.domain_size <= COUNT_CELLS_UP_TO:
+        # per-cell counts in chunks: O(|X|) memory, no per-record temporary (the masks and
+        # sorted copies below cost ~10 bytes a record at the peak)
+        return cell_feasibility_problems(_cell_counts(data), spec)
     w = np.asarray(data.w)
     treated = w == 1
     return _problems(
@@ -119,6 +132,15 @@ def _problems(
             f"be pure noise; coarsen the covariate bins or levels in a new spec, {_LEAVE_OUT}"
         )
     return out
+
+
+def _cell_counts(data: SiteData, chunk: int = 1 << 20) -> np.ndarray:
+    counts = np.zeros(2 * data.domain_size, np.int64)
+    w, x = np.asarray(data.w), np.asarray(data.x)
+    for start in range(0, data.n, chunk):
+        cells = 2 * x[start : start + chunk].astype(np.int64) + (w[start : start + chunk] == 1)
+        counts += np.bincount(cells, minlength=counts.size)
+    return counts
 
 
 def _some_stratum_has_both_arms(x: np.ndarray, treated: np.ndarray) -> bool:

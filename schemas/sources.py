@@ -101,16 +101,19 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_ROWS",
     "SQL_DIALECTS",
+    "STREAMED_ESTIMATORS",
     "CsvSource",
     "DataSource",
     "ParquetDatasetSource",
     "ParquetFileSource",
     "SiteBatch",
+    "SiteStatistics",
     "SqlSource",
     "is_sql_url",
     "iter_site_batches",
     "open_source",
     "prepare_source",
+    "read_site_records",
     "redact_location",
     "stream_cell_statistics",
 ]
@@ -745,18 +748,24 @@ def _rows_to_batch(rows: list[Any], names: list[str], text_cols: list[str]) -> p
 
 
 def _secret_value(block: str) -> str:
-    """The password held by the Prefect Secret block ``block`` (loaded at the site)."""
+    """The password held by the Prefect Secret block ``block`` (loaded at the site). A block that
+    cannot be loaded is named with its error's type only, raised outside the ``except`` (no
+    chained original: its text might quote the value)."""
+    failure: SiteDataError | None = None
+    value: object = None
     try:
         from prefect.blocks.system import Secret
 
         value = Secret.load(block).get()  # type: ignore[union-attr]
     except Exception as exc:
-        raise SiteDataError(
+        failure = SiteDataError(
             [],
-            hint=f"could not load the Prefect Secret block {block!r} named by {SECRET_ENV} "
-            f"({type(exc).__name__}): create it at the site (prefect block register / Secret("
-            f"value=...).save({block!r}))",
-        ) from None
+            hint=f"could not load the Prefect Secret block {block!r} named by {SECRET_ENV} (or "
+            f"the site config's data_secret) ({type(exc).__name__}): create it at the site, "
+            f"e.g. Secret(value=...).save({block!r}) with prefect.blocks.system.Secret",
+        )
+    if failure is not None:
+        raise failure
     return str(value)
 
 
@@ -1132,3 +1141,57 @@ def _accumulate(
     if max(np.abs(sums).max(initial=0), squares.max(initial=0)) > limit:  # pragma: no cover
         raise ValueError("cell sums exceed 2^53: the grid was chosen for fewer records")
     return (counts, sums, squares), _sum_reports(reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# what a release reads
+
+
+#: Estimators released from streamed statistics (one pass, memory independent of N), with the
+#: plan built from them. Only statistics whose batch sums equal the whole data's *exactly*
+#: qualify, so the release is the materialising path's bit for bit: the adjusted estimator's
+#: per-cell counts and integer (quantised) sums do; the difference in means' float sums do not
+#: (numpy's pairwise sum of a whole array is not the sum of its batches' sums), so it stays on
+#: the materialising path until its sums are accumulated exactly.
+STREAMED_ESTIMATORS = frozenset({"adjusted"})
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class SiteStatistics:
+    """A streamed release's private input: the per-cell sufficient statistics of the site's
+    validated records and the operator-only report. No record is kept. ``repr`` shows nothing
+    computed from the records."""
+
+    cells: CellStatistics
+    report: PreparationReport
+
+    @property
+    def n(self) -> int:
+        return self.cells.n
+
+    @property
+    def domain_size(self) -> int:
+        return int(self.cells.counts.size // 2)
+
+    def __repr__(self) -> str:
+        return f"SiteStatistics(cells={self.cells.counts.size})"
+
+
+def read_site_records(
+    spec: StudySpec,
+    site_id: str,
+    location: str | Path,
+    *,
+    query: str | None = None,
+    secret: str | None = None,
+) -> SiteData | SiteStatistics:
+    """The site's validated records as the spec's estimator needs them (no Prefect here):
+    streamed statistics for :data:`STREAMED_ESTIMATORS`, else ``(w, y, x)`` in memory. Read in
+    batches either way; raises
+    :class:`~schemas.site_data.SiteDataError`. ``query``/``secret``: a SQL source's query and
+    Prefect Secret block name (else ``DPATE_DATA_QUERY``/``DPATE_DATA_SECRET``)."""
+    source = open_source(str(location), spec, spec.site(site_id).format, query=query, secret=secret)
+    if spec.estimator in STREAMED_ESTIMATORS:
+        cells, report = stream_cell_statistics(source, spec)
+        return SiteStatistics(cells, report)
+    return prepare_source(source, spec)

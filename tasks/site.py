@@ -8,8 +8,8 @@ cache, no persisted result, never logged); everything logged to Prefect is publi
 
 **Memory.** The estimators whose statistics are sums of per-record terms that add exactly
 (:data:`STREAMED_ESTIMATORS`: the adjusted estimator's integer per-cell sums) are released in one
-streaming pass: :func:`read_site_records` returns their statistics
-(:class:`SiteStatistics`, from :func:`schemas.sources.stream_cell_statistics`), never the
+streaming pass: :func:`~schemas.sources.read_site_records` returns their statistics
+(:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
 records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set
 plus ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the
 statistics are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)``
@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate_core import release as core_release
-from dpate_core.adjusted import CellStatistics, plan_adjusted_from_statistics
+from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan, SiteEstimate
@@ -51,8 +50,8 @@ from schemas.report import (
 )
 from schemas.result import interval_text
 from schemas.signing import seal_site_report, site_signing_key
-from schemas.site_data import PreparationReport, SiteData, SiteDataError
-from schemas.sources import open_source, prepare_source, stream_cell_statistics
+from schemas.site_data import SiteData, SiteDataError
+from schemas.sources import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
 from schemas.spec import StudySpec
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from tasks.ledger import Committed, LedgerError, PrivacyLedger, Reservation
@@ -194,60 +193,11 @@ def check_publication(ctx: SiteContext) -> None:
         )
 
 
-#: Estimators released from streamed statistics (one pass, memory independent of N), with the
-#: plan built from them. Only statistics whose batch sums equal the whole data's *exactly*
-#: qualify, so the release is the materialising path's bit for bit: the adjusted estimator's
-#: per-cell counts and integer (quantised) sums do; the difference in means' float sums do not
-#: (numpy's pairwise sum of a whole array is not the sum of its batches' sums), so it stays on
-#: the materialising path until its sums are accumulated exactly.
-STREAMED_ESTIMATORS = frozenset({"adjusted"})
-
-
-@dataclass(frozen=True, repr=False, eq=False)
-class SiteStatistics:
-    """A streamed release's private input: the per-cell sufficient statistics of the site's
-    validated records and the operator-only report. No record is kept. ``repr`` shows nothing
-    computed from the records."""
-
-    cells: CellStatistics
-    report: PreparationReport
-
-    @property
-    def n(self) -> int:
-        return self.cells.n
-
-    @property
-    def domain_size(self) -> int:
-        return int(self.cells.counts.size // 2)
-
-    def __repr__(self) -> str:
-        return f"SiteStatistics(cells={self.cells.counts.size})"
-
-
-def read_site_records(
-    spec: StudySpec,
-    site_id: str,
-    location: str,
-    *,
-    query: str | None = None,
-    secret: str | None = None,
-) -> SiteData | SiteStatistics:
-    """The site's validated records as the spec's estimator needs them (no Prefect here):
-    streamed statistics for :data:`STREAMED_ESTIMATORS`, else ``(w, y, x)`` in memory. Read in
-    batches either way (:mod:`schemas.sources`); raises
-    :class:`~schemas.site_data.SiteDataError`. ``query``/``secret``: a SQL source's query and
-    Prefect Secret block name (else ``DPATE_DATA_QUERY``/``DPATE_DATA_SECRET``)."""
-    source = open_source(location, spec, spec.site(site_id).format, query=query, secret=secret)
-    if spec.estimator in STREAMED_ESTIMATORS:
-        cells, report = stream_cell_statistics(source, spec)
-        return SiteStatistics(cells, report)
-    return prepare_source(source, spec)
-
-
 @task(name="load-site-data", **PRIVATE_TASK)
 def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
     """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
-    For a streamed estimator only its per-cell statistics are kept (:func:`read_site_records`).
+    For a streamed estimator only its per-cell statistics are kept
+    (:func:`schemas.sources.read_site_records`).
 
     A failed check's full text (counts, row positions) goes to the operator log only; Prefect
     gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no
@@ -276,9 +226,7 @@ def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
         del exc
     if failure is not None:
         raise failure
-    problems = feasibility_problems(
-        data.cells if isinstance(data, SiteStatistics) else data, ctx.spec
-    )
+    problems = feasibility_problems(data, ctx.spec)
     if problems:  # before anything is reserved; public wording (rules, no counts)
         oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(problems))
         raise FeasibilityError(ctx.site_id, problems)

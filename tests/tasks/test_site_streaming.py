@@ -86,10 +86,10 @@ def test_streamed_report_bytes_equal_the_materialising_paths(adjusted, monkeypat
     bytes, also when the file is read in many small batches and rows are dropped as missing."""
     path = _with_missing_values_as_csv(adjusted, "north")
     if batch_rows is not None:
-        import tasks.site
+        import schemas.sources
 
         monkeypatch.setattr(
-            tasks.site,
+            schemas.sources,
             "stream_cell_statistics",
             functools.partial(stream_cell_statistics, batch_rows=batch_rows),
         )
@@ -183,14 +183,16 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
     for name in ("DPATE_DATA_QUERY", "DPATE_DATA_SECRET"):
         monkeypatch.delenv(name, raising=False)
     seen = []
-    real = tasks.site.open_source
+    import schemas.sources
+
+    real = schemas.sources.open_source
 
     def spy(*args, **kwargs):
         src = real(*args, **kwargs)
         seen.append(src)
         return src
 
-    monkeypatch.setattr(tasks.site, "open_source", spy)
+    monkeypatch.setattr(schemas.sources, "open_source", spy)
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.data_query == "SELECT * FROM records" and ctx.data_secret is None
     data = load_site_data.fn(ctx)
@@ -199,8 +201,6 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
 
     # a Secret block named in the site config is loaded at the site and set as the password
     # (SQLite takes none, so the connection is refused): its value is never shown or logged
-    import schemas.sources
-
     monkeypatch.setattr(schemas.sources, "_secret_value", lambda block: f"pw-of-{block}-hunter2")
     cfg.write_text(cfg.read_text() + 'data_secret = "site-db-password"\n', encoding="utf-8")
     ctx = resolve_site(str(adjusted.spec), "north")
