@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -283,6 +284,23 @@ def data_independent_order(n: int) -> np.ndarray:
     return np.random.default_rng(secrets.randbits(256)).permutation(n)
 
 
+def _plan_adjusted(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
+    # the registry's adjusted plan (dpate_core.registry) with the cells computed by the stream
+    privacy = spec.site(site_id).privacy
+    return plan_adjusted_from_statistics(
+        data.cells,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        split=spec.budget_split(site_id).shares,
+    )
+
+
+#: the plan of each estimator in STREAMED_ESTIMATORS from its streamed statistics
+_FROM_STATISTICS: dict[str, Callable[[StudySpec, str, SiteStatistics], MechanismPlan]] = {
+    "adjusted": _plan_adjusted,
+}
+
+
 def plan_from_records(
     spec: StudySpec, site_id: str, data: SiteData | SiteStatistics
 ) -> MechanismPlan:
@@ -290,18 +308,13 @@ def plan_from_records(
     private). An order-dependent estimator (Algorithm 1) gets its records in a fresh
     data-independent order."""
     if isinstance(data, SiteStatistics):
-        if spec.estimator not in STREAMED_ESTIMATORS:
+        build = _FROM_STATISTICS.get(spec.estimator)
+        if build is None:
             raise ValueError(
                 f"estimator {spec.estimator!r} is planned from the records, not from streamed "
                 f"statistics (streamed: {sorted(STREAMED_ESTIMATORS)})"
             )
-        privacy = spec.site(site_id).privacy
-        return plan_adjusted_from_statistics(
-            data.cells,
-            epsilon=privacy.epsilon,
-            delta=privacy.delta,
-            split=spec.budget_split(site_id).shares,
-        )
+        return build(spec, site_id, data)
     w, y, x = data.w, data.y, data.x
     if spec.estimator_info.order_dependent:
         order = data_independent_order(data.n)

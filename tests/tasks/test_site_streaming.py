@@ -113,6 +113,9 @@ def test_materialising_estimators_keep_the_records(study):
     ctx = resolve_site(str(study.spec), "north")
     assert ctx.spec.estimator_info.order_dependent
     assert ctx.spec.estimator not in STREAMED_ESTIMATORS
+    from tasks.site import _FROM_STATISTICS
+
+    assert set(_FROM_STATISTICS) == set(STREAMED_ESTIMATORS)  # every streamed one has its plan
     assert isinstance(load_site_data.fn(ctx), SiteData)
     with pytest.raises(ValueError, match="planned from the records"):
         plan_from_records(ctx.spec, "north", SiteStatistics(*_cells(ctx)))
