@@ -19,11 +19,20 @@ Measured, in the same run:
 - ``pyarrow-csv``: ``pyarrow.csv.open_csv`` alone (streaming) on the same data as CSV
   (``--csv-rows``), then ``csv-prepare`` and ``csv-stream`` (a parsing pass, then the stream);
 - ``psycopg-copy`` / ``psycopg-fetch``: the PostgreSQL table through psycopg alone (COPY to
-  STDOUT; a server-side cursor fetching tuples), then ``pg-prepare`` and ``pg-stream``.
+  STDOUT; a server-side cursor fetching tuples), then ``pg-prepare`` and ``pg-stream``;
+- the site's release end to end, without the ledger and Prefect's run machinery: what
+  ``tasks.site.load_site_data`` and ``compute_release`` do (``read_site_records``, the
+  feasibility rules, ``plan_from_records``, one secure draw): ``release`` (the adjusted estimator,
+  streamed), ``release-records`` (the same estimator planned from the materialised records, the
+  path every other estimator takes), ``release-matching`` (SmoothDPMatching: materialised, in a
+  data-independent order; only up to ``--matching-rows``), ``pg-release`` (streamed from
+  PostgreSQL). ``release-imports`` is their RSS baseline (it also imports Prefect).
 
 Prints rows per second and peak RSS per line; no assertion. Usage:
-``python bench/bench_sources.py [--rows 10000000] [--pg-rows 1000000] [--dir /tmp/...]``
-(``--rows 100000000`` needs about 1.8 GB of disk and 3 GB of memory for ``prepare``).
+``python bench/bench_sources.py [--rows 10000000] [--pg-rows 1000000] [--dir /tmp/...] [--only
+MODES] [--repeat 3]`` (``--rows 100000000`` needs about 1.8 GB of disk, and 3 GB of memory for
+``prepare``; ``--only release-imports,release,stream --csv-rows 0 --pg-rows 0 --repeat 1`` keeps
+it to the bounded-memory lines).
 """
 
 from __future__ import annotations
@@ -43,14 +52,14 @@ PG = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
-def make_spec():
+def make_spec(estimator: str = "adjusted"):
     from schemas.spec import StudySpec
 
     return StudySpec.from_dict(
         {
             "study_id": "bench",
             "design": "observational",
-            "estimator": "adjusted",
+            "estimator": estimator,
             "reports": "file:///tmp/reports",
             "treatment": {"column": "w"},
             "outcome": {"column": "y", "bound": 1.0, "policy": "clip"},
@@ -64,7 +73,8 @@ def make_spec():
                     "id": "a",
                     "data": "a.parquet",
                     "epsilon": "1",
-                    "lifetime_cap": {"epsilon": "1"},
+                    "delta": "1e-6",
+                    "lifetime_cap": {"epsilon": "1", "delta": "1e-6"},
                 }
             ],
         }
@@ -121,14 +131,41 @@ def _preload() -> None:
     del psycopg, pyarrow, sqlalchemy, dpate_core, schemas
 
 
+def release(spec, target: str) -> int:
+    """The site task's release path without ledger or Prefect run (tasks/site.py): read (streamed
+    or materialised as the estimator needs), feasibility rules, plan, one secure draw."""
+    from dpate_core.release import draw_once
+    from schemas.preflight import feasibility_problems
+    from tasks.site import plan_from_records, read_site_records
+
+    data = read_site_records(spec, "a", target)
+    found = feasibility_problems(data, spec)
+    assert not found, found
+    plan = plan_from_records(spec, "a", data)
+    estimate = plan.estimate(draw_once(plan))
+    assert estimate.n == data.n
+    return data.n
+
+
 def child(mode: str, target: str) -> dict:
-    spec = make_spec()
+    spec = make_spec("smooth_matching" if mode == "release-matching" else "adjusted")
     cols = ["w", "y", "region", "age", "bmi"]
     _preload()  # module imports are not the reading cost (the imports line shows them)
+    if "release" in mode:
+        import tasks.site  # Prefect too: the site task's module
+
+        del tasks
     t0 = time.perf_counter()
     rows = 0
-    if mode == "imports":
+    if mode in ("imports", "release-imports"):
         pass
+    elif mode in ("release", "pg-release", "release-matching"):
+        rows = release(spec, target)
+    elif mode == "release-records":
+        import schemas.sources
+
+        schemas.sources.STREAMED_ESTIMATORS = frozenset()  # this process only: the records path
+        rows = release(spec, target)
     elif mode == "pyarrow":
         import pyarrow.parquet as pq
 
@@ -258,6 +295,15 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/dpate-bench-sources")
     ap.add_argument("--skip-old", action="store_true", help="skip table-then-prepare")
     ap.add_argument("--repeat", type=int, default=3, help="fresh processes per line (best time)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated modes to run (default: all); e.g. "
+        "release-imports,pyarrow,release,pg-release for a large N",
+    )
+    ap.add_argument(
+        "--matching-rows", type=float, default=1e7, help="largest N for release-matching"
+    )
     ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -278,20 +324,32 @@ def main() -> None:
         f"Parquet, {rows:,} rows, {size:.0f} MiB ({os.cpu_count()} cores, load {os.getloadavg()})"
     )
     r = args.repeat
+    only = {m.strip() for m in args.only.split(",") if m.strip()}
+
+    def wanted(mode: str) -> bool:
+        return not only or mode in only
+
     print(f"best of {r} fresh processes per line; ratio: time / the first line's")
-    show(best("imports", str(path)), None)
+    for mode in ("imports", "release-imports"):
+        if wanted(mode):
+            show(best(mode, str(path)), None)
     base = best("pyarrow", str(path), repeat=r)
     show(base, base)
     modes = ["pyarrow-table"] + ([] if args.skip_old else ["table-then-prepare"])
-    for mode in [*modes, "prepare", "stream"]:
-        show(best(mode, str(path), repeat=r), base)
+    modes += ["prepare", "stream", "release", "release-records"]
+    if rows <= args.matching_rows:
+        modes.append("release-matching")
+    for mode in modes:
+        if wanted(mode):
+            show(best(mode, str(path), repeat=r), base)
     ds_dir = folder / f"dataset-{rows}"  # the same file as a one-file dataset
     ds_dir.mkdir(exist_ok=True)
     if not (ds_dir / "part-0.parquet").exists():
         (ds_dir / "part-0.parquet").symlink_to(path)
-    show(best("dataset-stream", str(ds_dir), repeat=r), base)
+    if wanted("dataset-stream"):
+        show(best("dataset-stream", str(ds_dir), repeat=r), base)
     csv_rows = int(args.csv_rows)
-    if csv_rows:
+    if csv_rows and (not only or only & {"pyarrow-csv", "csv-prepare", "csv-stream"}):
         csv = folder / f"site-{csv_rows}.csv"
         if not csv.exists():
             import pyarrow.csv as pacsv
@@ -309,7 +367,8 @@ def main() -> None:
         for mode in ("csv-prepare", "csv-stream"):
             show(best(mode, str(csv), repeat=r), base)
     pg_rows = int(args.pg_rows)
-    if pg_rows:
+    pg_modes = ("psycopg-copy", "psycopg-fetch", "pyarrow", "pg-prepare", "pg-stream", "pg-release")
+    if pg_rows and (not only or only & set(pg_modes)):
         small = folder / f"site-{pg_rows}.parquet"
         if not small.exists():
             write_parquet(small, pg_rows)
@@ -319,10 +378,9 @@ def main() -> None:
             print(f"PostgreSQL, {pg_rows:,} rows (table {name}, ORDER BY id)")
             base = best("psycopg-copy", PG_URL, env, r)
             show(base, base)
-            show(best("psycopg-fetch", PG_URL, env, r), base)
-            show(best("pyarrow", str(small), repeat=r), base)
-            for mode in ("pg-prepare", "pg-stream"):
-                show(best(mode, PG_URL, env, r), base)
+            for mode in ("psycopg-fetch", "pyarrow", "pg-prepare", "pg-stream", "pg-release"):
+                if wanted(mode):
+                    show(best(mode, str(small) if mode == "pyarrow" else PG_URL, env, r), base)
         finally:
             import psycopg
 

@@ -165,10 +165,12 @@ def _check_site(
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from schemas.preflight import feasibility_problems
     from schemas.site_errors import SiteDataError
-    from schemas.site_preparation import prepare_site_data
+    from schemas.sources import read_site_records
 
-    try:
-        data = prepare_site_data(ctx.data_location, study, fmt=study.site(site_id).format)
+    try:  # as the release reads them (streamed for the adjusted estimator; SQL query and secret)
+        data = read_site_records(
+            study, site_id, ctx.data_location, query=ctx.data_query, secret=ctx.data_secret
+        )
     except SiteDataError as exc:
         # the full message (counts, row positions) is for this terminal: the operator's own
         return [from_exception(exc, site_id)]

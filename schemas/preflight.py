@@ -1,7 +1,10 @@
 """Feasibility of a site's release, checked before any budget is reserved.
 
-:func:`feasibility_problems` looks at a site's validated records (:class:`SiteData`) and says
-whether the spec's estimator can release anything useful from them. It is pure (no I/O, no
+:func:`feasibility_problems` looks at a site's validated records (:class:`SiteData`), or at the
+per-cell counts a streamed release keeps instead of them (:class:`~dpate_core.adjusted.CellStatistics`
+from ``schemas.sources.stream_cell_statistics``), and says whether the spec's estimator can
+release anything useful from them: both give the same answer, word for word, for the same
+records. It is pure (no I/O, no
 noise, no ledger) and its messages are **public wording**: they name the rule that fails and what
 to do, never a count or any other number computed from the records, so they may appear in a
 Prefect state or a log like any other public error.
@@ -19,12 +22,23 @@ Used by the site's release task (before reserving) and by ``dpate check``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from schemas.site_preparation import SiteData
+from schemas.sources import SiteStatistics
 from schemas.spec import StudySpec
 
-__all__ = ["FeasibilityError", "feasibility_problems"]
+if TYPE_CHECKING:
+    from dpate_core.adjusted import CellStatistics
+
+__all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problems"]
+
+#: Records' feasibility is checked from per-cell counts (``O(|X|)`` memory) up to this many
+#: strata, else from sorted stratum ids (``O(N)``: ``|X|`` may be 10^9)
+COUNT_CELLS_UP_TO = 1 << 24
 
 _LEAVE_OUT = "or leave this site out of the study (require_all_sites = false)"
 
@@ -45,18 +59,61 @@ class FeasibilityError(ValueError):
         return (FeasibilityError, (self.site_id, self.problems))
 
 
-def feasibility_problems(data: SiteData, spec: StudySpec) -> list[str]:
+def feasibility_problems(
+    data: SiteData | SiteStatistics | CellStatistics, spec: StudySpec
+) -> list[str]:
     """The rules the site's records break for ``spec``'s estimator (empty: feasible).
 
-    Public wording only: each message names the rule and what to do, never a count."""
-    if data.n < 2:
+    ``data``: the validated records, or their per-cell statistics (a streamed release:
+    :func:`cell_feasibility_problems`). Public wording only: each message names the rule and what
+    to do, never a count."""
+    if isinstance(data, SiteStatistics):
+        return cell_feasibility_problems(data.cells.counts, spec)
+    if not isinstance(data, SiteData):
+        return cell_feasibility_problems(data.counts, spec)
+    if 0 < data.domain_size <= COUNT_CELLS_UP_TO:
+        # per-cell counts in chunks: O(|X|) memory, no per-record temporary (the masks and
+        # sorted copies below cost ~10 bytes a record at the peak)
+        return cell_feasibility_problems(_cell_counts(data), spec)
+    w = np.asarray(data.w)
+    treated = w == 1
+    return _problems(
+        data.n,
+        lambda: (bool(treated.any()), bool((~treated).any())),
+        lambda: _some_stratum_has_both_arms(np.asarray(data.x), treated),
+        spec,
+    )
+
+
+def cell_feasibility_problems(counts: np.ndarray, spec: StudySpec) -> list[str]:
+    """:func:`feasibility_problems` from the records' counts per cell ``g = 2 x + w`` (control
+    then treated for each stratum, as :class:`~dpate_core.adjusted.CellStatistics` holds them):
+    ``N`` is their sum, an arm is empty when its cells sum to 0, and a stratum has both arms when
+    both its cells are positive. ``O(|X|)``, nothing per record."""
+    c = np.asarray(counts)
+    if c.ndim != 1 or c.size % 2:
+        raise ValueError(f"counts must be a 1-d array of 2 |X| cells (got shape {c.shape})")
+    control, treated = c[0::2], c[1::2]
+    return _problems(
+        int(c.sum()),
+        lambda: (bool(treated.any()), bool(control.any())),
+        lambda: bool(((treated > 0) & (control > 0)).any()),
+        spec,
+    )
+
+
+def _problems(
+    n: int,
+    arms: Callable[[], tuple[bool, bool]],
+    common_support: Callable[[], bool],
+    spec: StudySpec,
+) -> list[str]:
+    if n < 2:
         return [
             "too few records: a release needs at least 2 records after the missing-value "
             f"policy; check the extract and the spec's 'missing' setting, {_LEAVE_OUT}"
         ]
-    w = np.asarray(data.w)
-    treated = w == 1
-    has_treated, has_control = bool(treated.any()), bool((~treated).any())
+    has_treated, has_control = arms()
     out: list[str] = []
     for present, arm in ((has_treated, "treated"), (has_control, "control")):
         if not present:
@@ -68,13 +125,22 @@ def feasibility_problems(data: SiteData, spec: StudySpec) -> list[str]:
     # difference in means ignores strata
     if out or spec.estimator == "dim":
         return out
-    if not _some_stratum_has_both_arms(np.asarray(data.x), treated):
+    if not common_support():
         out.append(
-            f"no common support: estimator {spec.estimator!r} compares arms within covariate strata and "
-            "no stratum holds both treated and control records, so the release would be pure "
-            f"noise; coarsen the covariate bins or levels in a new spec, {_LEAVE_OUT}"
+            f"no common support: estimator {spec.estimator!r} compares arms within covariate "
+            "strata and no stratum holds both treated and control records, so the release would "
+            f"be pure noise; coarsen the covariate bins or levels in a new spec, {_LEAVE_OUT}"
         )
     return out
+
+
+def _cell_counts(data: SiteData, chunk: int = 1 << 20) -> np.ndarray:
+    counts = np.zeros(2 * data.domain_size, np.int64)
+    w, x = np.asarray(data.w), np.asarray(data.x)
+    for start in range(0, data.n, chunk):
+        cells = 2 * x[start : start + chunk].astype(np.int64) + (w[start : start + chunk] == 1)
+        counts += np.bincount(cells, minlength=counts.size)
+    return counts
 
 
 def _some_stratum_has_both_arms(x: np.ndarray, treated: np.ndarray) -> bool:

@@ -24,9 +24,11 @@ CSV file                    anything else (``.csv``, ``.csv.gz``, ...)    stream
 **Credentials** never come from the spec (a spec's data location is confined to its own folder,
 tasks/settings.py) and never appear in a message: every location shown in an error goes through
 :func:`redact_location` (no password, no query string). A SQL source takes its password from the
-driver's own environment (libpq's ``PGPASSWORD`` / ``PGPASSFILE`` / ``PGSERVICE`` for PostgreSQL), or
-from a Prefect Secret block named by ``DPATE_DATA_SECRET``, resolved at the site when the source is
-opened. A driver's error text is withheld (only its type is kept): it may quote a record value.
+driver's own environment (libpq's ``PGPASSWORD`` / ``PGPASSFILE`` / ``PGSERVICE`` for PostgreSQL),
+or from a Prefect Secret block named by ``DPATE_DATA_SECRET`` (or the site config's
+``data_secret``, passed as ``secret``), loaded at the site when the source is opened and held in
+memory only. A driver's error text is withheld (only its type is kept): it may quote a record
+value.
 
 **Batches and memory.** Validation (schemas/site_preparation.py) is per row, so it runs per batch of
 ``batch_rows`` rows (default :data:`BATCH_ROWS`): problems are collected across batches, their
@@ -35,12 +37,13 @@ its order), and one :class:`~schemas.site_errors.SiteDataError` is raised after 
 exactly the text a single pass gives. Peak memory is one batch's working set (a few hundred bytes a
 row, for the pandas/pandera conversions) plus what the consumer keeps:
 
-- :func:`prepare_source` (the release path, :func:`~schemas.site_preparation.prepare_site_data` for a
-  location) keeps ``(w, y, x)``: 17 bytes a row (int8, float64, int64), preallocated when the
-  source knows its row count;
+- :func:`prepare_source` (the release path of the estimators that need the records, and
+  :func:`~schemas.site_preparation.prepare_site_data` for a location) keeps ``(w, y, x)``: 17 bytes a
+  row (int8, float64, int64), preallocated when the source knows its row count;
 - :func:`iter_site_batches` yields each validated batch's ``(w, y, x)`` and keeps nothing;
-- :func:`stream_cell_statistics` accumulates the adjusted estimator's per-cell sufficient
-  statistics (:func:`dpate_core.adjusted.cell_statistics`) batch by batch: memory ``O(batch + |X|)``
+- :func:`stream_cell_statistics` (the release path of the adjusted estimator,
+  ``tasks.site.read_site_records``) accumulates its per-cell sufficient statistics
+  (:func:`dpate_core.adjusted.cell_statistics`) batch by batch: memory ``O(batch + |X|)``
   whatever ``N``.
 
 Algorithm 1 (matching) cannot stream this way: it pairs records by their rank inside their
@@ -98,16 +101,19 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_ROWS",
     "SQL_DIALECTS",
+    "STREAMED_ESTIMATORS",
     "CsvSource",
     "DataSource",
     "ParquetDatasetSource",
     "ParquetFileSource",
     "SiteBatch",
+    "SiteStatistics",
     "SqlSource",
     "is_sql_url",
     "iter_site_batches",
     "open_source",
     "prepare_source",
+    "read_site_records",
     "redact_location",
     "stream_cell_statistics",
 ]
@@ -742,18 +748,24 @@ def _rows_to_batch(rows: list[Any], names: list[str], text_cols: list[str]) -> p
 
 
 def _secret_value(block: str) -> str:
-    """The password held by the Prefect Secret block ``block`` (loaded at the site)."""
+    """The password held by the Prefect Secret block ``block`` (loaded at the site). A block that
+    cannot be loaded is named with its error's type only, raised outside the ``except`` (no
+    chained original: its text might quote the value)."""
+    failure: SiteDataError | None = None
+    value: object = None
     try:
         from prefect.blocks.system import Secret
 
         value = Secret.load(block).get()  # type: ignore[union-attr]
     except Exception as exc:
-        raise SiteDataError(
+        failure = SiteDataError(
             [],
-            hint=f"could not load the Prefect Secret block {block!r} named by {SECRET_ENV} "
-            f"({type(exc).__name__}): create it at the site (prefect block register / Secret("
-            f"value=...).save({block!r}))",
-        ) from None
+            hint=f"could not load the Prefect Secret block {block!r} named by {SECRET_ENV} (or "
+            f"the site config's data_secret) ({type(exc).__name__}): create it at the site, "
+            f"e.g. Secret(value=...).save({block!r}) with prefect.blocks.system.Secret",
+        )
+    if failure is not None:
+        raise failure
     return str(value)
 
 
@@ -910,6 +922,7 @@ def iter_site_batches(
     *,
     fmt: str | None = None,
     query: str | None = None,
+    secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[SiteBatch]:
     """The site's validated ``(w, y, x)``, one batch at a time (nothing kept between batches).
@@ -922,7 +935,7 @@ def iter_site_batches(
     src = (
         source
         if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query)
+        else open_source(source, spec, fmt, query=query, secret=secret)
     )
     stage = _Stage()
     it = _validated(src, spec, batch_rows, stage)
@@ -939,6 +952,7 @@ def prepare_source(
     *,
     fmt: str | None = None,
     query: str | None = None,
+    secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> SiteData:
     """:func:`~schemas.site_preparation.prepare_site_data` for a location, in batches: the same
@@ -948,7 +962,7 @@ def prepare_source(
     src = (
         source
         if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query)
+        else open_source(source, spec, fmt, query=query, secret=secret)
     )
     stage = _Stage()
 
@@ -1053,6 +1067,7 @@ def stream_cell_statistics(
     *,
     fmt: str | None = None,
     query: str | None = None,
+    secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
     n_hint: int | None = None,
 ) -> tuple[CellStatistics, PreparationReport]:
@@ -1070,13 +1085,13 @@ def stream_cell_statistics(
     src = (
         source
         if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query)
+        else open_source(source, spec, fmt, query=query, secret=secret)
     )
     if n_hint is None and isinstance(src, CsvSource):
         src.probe(spec)
     guess = n_hint if n_hint is not None else src.count_rows()
     if guess is None and isinstance(src, SqlSource):
-        guess = src.count_rows_exact()
+        guess = _count_exact(src)
     grid = grid_bits(max(guess or 1, 1))
     while True:
         stats, report = _accumulate(src, spec, batch_rows, grid)
@@ -1087,6 +1102,18 @@ def stream_cell_statistics(
     k, m = grid
     counts, sums, squares = stats
     return CellStatistics(counts, sums, squares, spec.outcome.bound, k, m), report
+
+
+def _count_exact(src: SqlSource) -> int:
+    """``src.count_rows_exact()`` with the driver's error redacted as a read's."""
+    failure: SiteDataError | None = None
+    try:
+        return src.count_rows_exact()
+    except SiteDataError as exc:  # a Secret block that cannot be loaded
+        failure = exc
+    except Exception as exc:  # the driver's text may quote values or credentials
+        failure = _read_failure(src.name, src.fmt, exc)
+    raise failure
 
 
 def _accumulate(
@@ -1114,3 +1141,57 @@ def _accumulate(
     if max(np.abs(sums).max(initial=0), squares.max(initial=0)) > limit:  # pragma: no cover
         raise ValueError("cell sums exceed 2^53: the grid was chosen for fewer records")
     return (counts, sums, squares), _sum_reports(reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# what a release reads
+
+
+#: Estimators released from streamed statistics (one pass, memory independent of N), with the
+#: plan built from them. Only statistics whose batch sums equal the whole data's *exactly*
+#: qualify, so the release is the materialising path's bit for bit: the adjusted estimator's
+#: per-cell counts and integer (quantised) sums do; the difference in means' float sums do not
+#: (numpy's pairwise sum of a whole array is not the sum of its batches' sums), so it stays on
+#: the materialising path until its sums are accumulated exactly.
+STREAMED_ESTIMATORS = frozenset({"adjusted"})
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class SiteStatistics:
+    """A streamed release's private input: the per-cell sufficient statistics of the site's
+    validated records and the operator-only report. No record is kept. ``repr`` shows nothing
+    computed from the records."""
+
+    cells: CellStatistics
+    report: PreparationReport
+
+    @property
+    def n(self) -> int:
+        return self.cells.n
+
+    @property
+    def domain_size(self) -> int:
+        return int(self.cells.counts.size // 2)
+
+    def __repr__(self) -> str:
+        return f"SiteStatistics(cells={self.cells.counts.size})"
+
+
+def read_site_records(
+    spec: StudySpec,
+    site_id: str,
+    location: str | Path,
+    *,
+    query: str | None = None,
+    secret: str | None = None,
+) -> SiteData | SiteStatistics:
+    """The site's validated records as the spec's estimator needs them (no Prefect here):
+    streamed statistics for :data:`STREAMED_ESTIMATORS`, else ``(w, y, x)`` in memory. Read in
+    batches either way; raises
+    :class:`~schemas.site_errors.SiteDataError`. ``query``/``secret``: a SQL source's query and
+    Prefect Secret block name (else ``DPATE_DATA_QUERY``/``DPATE_DATA_SECRET``)."""
+    source = open_source(str(location), spec, spec.site(site_id).format, query=query, secret=secret)
+    if spec.estimator in STREAMED_ESTIMATORS:
+        cells, report = stream_cell_statistics(source, spec)
+        return SiteStatistics(cells, report)
+    return prepare_source(source, spec)

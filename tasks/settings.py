@@ -15,6 +15,10 @@ site data         ``DPATE_DATA_PATH``       ``data``            the spec's ``dat
                                                                 with ``allow_spec_data``);
                                                                 deployed: only with
                                                                 ``allow_spec_data``
+SQL query         ``DPATE_DATA_QUERY``      ``data_query``      none (a SQL data location needs
+                                                                one)
+SQL password      ``DPATE_DATA_SECRET``     ``data_secret``     none: the driver's environment
+(Secret block)                                                  (``PGPASSWORD``, ``PGPASSFILE``)
 publication root  ``DPATE_STORAGE_URL``     ``storage``         local: the spec's ``reports``;
                                                                 deployed: refused
 operator log      ``DPATE_SITE_LOG``        ``log``             ``$DPATE_HOME/logs/<site>.log``
@@ -146,6 +150,10 @@ class SiteConfig:
 
     ledger: str | None = None
     data: str | None = None
+    #: the SQL source's query (a ``SELECT`` or a table name); used when ``data`` is a database URL
+    data_query: str | None = None
+    #: the name of the Prefect Secret block holding the database password (never the password)
+    data_secret: str | None = None
     storage: str | None = None
     log: str | None = None
     allow_spec_data: bool = False
@@ -159,6 +167,8 @@ class SiteConfig:
 _ENV = {
     "ledger": "DPATE_LEDGER_URL",
     "data": "DPATE_DATA_PATH",
+    "data_query": "DPATE_DATA_QUERY",
+    "data_secret": "DPATE_DATA_SECRET",
     "storage": "DPATE_STORAGE_URL",
     "log": "DPATE_SITE_LOG",
     "allow_spec_data": "DPATE_ALLOW_SPEC_DATA",
@@ -207,6 +217,8 @@ def site_config(site: str, study: str) -> SiteConfig:
     return SiteConfig(
         ledger=_str(values.get("ledger")),
         data=_str(values.get("data")),
+        data_query=_str(values.get("data_query")),
+        data_secret=_str(values.get("data_secret")),
         storage=_str(values.get("storage")),
         log=_str(values.get("log")),
         allow_spec_data=_truthy(values.get("allow_spec_data", False)),
@@ -242,14 +254,17 @@ class StudyContext:
 
 @dataclass(frozen=True)
 class SiteContext(StudyContext):
-    """One site's release settings. ``data_location``, ``ledger_url`` and ``log_path`` stay at
-    the site (never logged to Prefect, never a parameter)."""
+    """One site's release settings. ``data_location``, ``data_query``, ``ledger_url`` and
+    ``log_path`` stay at the site (never logged to Prefect, never a parameter); ``data_secret`` is
+    the *name* of a Prefect Secret block, loaded at the site when the data source is opened."""
 
     site_id: str
     data_location: str
     ledger_url: str
     log_path: str
     deployed: bool = False
+    data_query: str | None = None
+    data_secret: str | None = None
 
     @property
     def rid(self) -> str:
@@ -343,6 +358,8 @@ def resolve_site(
         ledger_url=ledger,
         log_path=log,
         deployed=deployed,
+        data_query=cfg.data_query,
+        data_secret=cfg.data_secret,
     )
 
 

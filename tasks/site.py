@@ -6,6 +6,15 @@ one secure draw) -> commit it to the ledger -> publish the report built from the
 value. Raw records and the un-committed noisy output live only in this process's memory (no
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
+**Memory.** The estimators whose statistics are sums of per-record terms that add exactly
+(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's integer per-cell sums) are released in one
+streaming pass: :func:`~schemas.sources.read_site_records` returns their statistics
+(:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
+records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set
+plus ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the
+statistics are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)``
+(17 bytes a record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
+
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
 counts and row positions) are not private releases: they go to the site-local operator log file
 (``dpate.site.<site>`` logger, file from ``DPATE_SITE_LOG``; :func:`operator_logger`), which never
@@ -17,6 +26,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +36,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate_core import release as core_release
+from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan, SiteEstimate
@@ -41,22 +52,28 @@ from schemas.report import (
 from schemas.result import interval_text
 from schemas.signing import seal_site_report, site_signing_key
 from schemas.site_errors import SiteDataError
-from schemas.site_preparation import SiteData, prepare_site_data
+from schemas.site_preparation import SiteData
+from schemas.sources import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
+from schemas.spec import StudySpec
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from tasks.ledger import Committed, LedgerError, PrivacyLedger, Reservation
 from tasks.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from tasks.storage import PublicationConflictError, Store
 
 __all__ = [
+    "STREAMED_ESTIMATORS",
     "SiteDataRejected",
+    "SiteStatistics",
     "check_publication",
     "commit_release",
     "compute_release",
     "load_site_data",
     "operator_logger",
+    "plan_from_records",
     "plan_release",
     "publish_site_report",
     "published_site",
+    "read_site_records",
     "recorded_release",
     "reserve_budget",
     "resolve_site_context",
@@ -179,16 +196,25 @@ def check_publication(ctx: SiteContext) -> None:
 
 
 @task(name="load-site-data", **PRIVATE_TASK)
-def load_site_data(ctx: SiteContext) -> SiteData:
+def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
     """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
+    For a streamed estimator only its per-cell statistics are kept
+    (:func:`schemas.sources.read_site_records`).
 
     A failed check's full text (counts, row positions) goes to the operator log only; Prefect
     gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no
-    exception chain carries the original."""
+    exception chain carries the original. The feasibility rules run here, before anything is
+    reserved, on the records or on the statistics (the same rules, the same words)."""
     oplog = operator_logger(ctx)
     failure: SiteDataRejected | None = None
     try:
-        data = prepare_site_data(ctx.data_location, ctx.spec, fmt=ctx.spec.site(ctx.site_id).format)
+        data = read_site_records(
+            ctx.spec,
+            ctx.site_id,
+            ctx.data_location,
+            query=ctx.data_query,
+            secret=ctx.data_secret,
+        )
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
         failure = _redacted(ctx, exc)
@@ -209,7 +235,7 @@ def load_site_data(ctx: SiteContext) -> SiteData:
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
-        "%d clipped low, %d clipped high, mapped to 'other': %s",
+        "%d clipped low, %d clipped high, mapped to 'other': %s%s",
         ctx.site_id,
         r.n_read,
         r.n_used,
@@ -217,6 +243,7 @@ def load_site_data(ctx: SiteContext) -> SiteData:
         r.clipped_low,
         r.clipped_high,
         r.mapped_to_other,
+        " (streamed: per-cell statistics only)" if isinstance(data, SiteStatistics) else "",
     )
     get_run_logger().info(
         "site %s: data validated against spec %s", ctx.site_id, ctx.spec.spec_hash[:12]
@@ -258,9 +285,37 @@ def data_independent_order(n: int) -> np.ndarray:
     return np.random.default_rng(secrets.randbits(256)).permutation(n)
 
 
-def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
-    """The spec's mechanism on the site's data (pre-noise values: private)."""
-    spec = ctx.spec
+def _plan_adjusted(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
+    # the registry's adjusted plan (dpate_core.registry) with the cells computed by the stream
+    privacy = spec.site(site_id).privacy
+    return plan_adjusted_from_statistics(
+        data.cells,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        split=spec.budget_split(site_id).shares,
+    )
+
+
+#: the plan of each estimator in STREAMED_ESTIMATORS from its streamed statistics
+_FROM_STATISTICS: dict[str, Callable[[StudySpec, str, SiteStatistics], MechanismPlan]] = {
+    "adjusted": _plan_adjusted,
+}
+
+
+def plan_from_records(
+    spec: StudySpec, site_id: str, data: SiteData | SiteStatistics
+) -> MechanismPlan:
+    """The spec's mechanism on the site's records or streamed statistics (pre-noise values:
+    private). An order-dependent estimator (Algorithm 1) gets its records in a fresh
+    data-independent order."""
+    if isinstance(data, SiteStatistics):
+        build = _FROM_STATISTICS.get(spec.estimator)
+        if build is None:
+            raise ValueError(
+                f"estimator {spec.estimator!r} is planned from the records, not from streamed "
+                f"statistics (streamed: {sorted(STREAMED_ESTIMATORS)})"
+            )
+        return build(spec, site_id, data)
     w, y, x = data.w, data.y, data.x
     if spec.estimator_info.order_dependent:
         order = data_independent_order(data.n)
@@ -272,8 +327,8 @@ def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
             x=x,
             domain_size=data.domain_size,
             bound=spec.outcome.bound,
-            privacy=spec.site(ctx.site_id).privacy,
-            split=spec.budget_split(ctx.site_id).shares,
+            privacy=spec.site(site_id).privacy,
+            split=spec.budget_split(site_id).shares,
             arm_sizes_public=spec.arm_sizes_public,
             variance=spec.variance_mode,
             binary=spec.outcome.binary,
@@ -281,8 +336,15 @@ def plan_release(ctx: SiteContext, data: SiteData) -> MechanismPlan:
     )
 
 
+def plan_release(ctx: SiteContext, data: SiteData | SiteStatistics) -> MechanismPlan:
+    """The spec's mechanism on the site's data (pre-noise values: private)."""
+    return plan_from_records(ctx.spec, ctx.site_id, data)
+
+
 @task(name="compute-release", **PRIVATE_TASK)
-def compute_release(ctx: SiteContext, data: SiteData, reservation: Reservation) -> SiteEstimate:
+def compute_release(
+    ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
+) -> SiteEstimate:
     """One secure draw (OpenDP) of the spec's mechanism. Not retried; the output is not logged
     or returned anywhere but to :func:`commit_release`."""
     plan = plan_release(ctx, data)

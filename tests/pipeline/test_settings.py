@@ -111,3 +111,30 @@ def test_a_worker_serves_only_its_sites_and_ids_are_validated(study, monkeypatch
     for bad in ({"round": "../x"}, {"site": "a/b"}, {"round": "1", "ledger_url": "x"}):
         with pytest.raises(ValueError):
             SiteRun.model_validate({"spec": "s.toml", "site": "north", **bad})
+
+
+def test_sql_query_and_secret_block_name_are_site_settings(study, tmp_path, monkeypatch):
+    """``data_query`` and ``data_secret`` in the site config file, like DPATE_DATA_QUERY and
+    DPATE_DATA_SECRET (the environment wins); ``{site}`` and ``{study}`` are filled in."""
+    for name in ("DPATE_DATA_QUERY", "DPATE_DATA_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
+    assert resolve_site(str(study.spec), "north").data_query is None
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(
+        'data = "postgresql+psycopg://reader@db.local/cdm"\n'
+        "data_query = \"SELECT * FROM cohorts WHERE site = '{site}'\"\n"
+        'data_secret = "{study}-db"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DPATE_SITE_CONFIG", str(cfg))
+    ctx = resolve_site(str(study.spec), "north")
+    assert ctx.data_location == "postgresql+psycopg://reader@db.local/cdm"
+    assert ctx.data_query == "SELECT * FROM cohorts WHERE site = 'north'"
+    assert ctx.data_secret == "test-study-db"
+    monkeypatch.setenv("DPATE_DATA_QUERY", "cdm.cohort")
+    monkeypatch.setenv("DPATE_DATA_SECRET", "env-block")
+    ctx = resolve_site(str(study.spec), "north")
+    assert (ctx.data_query, ctx.data_secret) == ("cdm.cohort", "env-block")
+    # a block's name, never its value, is in the context (a task parameter of the site flow)
+    assert "env-block" in repr(ctx) and "password" not in repr(ctx)

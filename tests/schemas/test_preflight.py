@@ -78,3 +78,39 @@ def test_messages_hold_no_numbers_and_the_error_pickles():
     err = FeasibilityError("a", found)
     again = pickle.loads(pickle.dumps(err))
     assert str(again) == str(err) and again.problems == found and again.site_id == "a"
+
+
+CASES = [
+    ([0, 1, 0, 1], ["f", "f", "m", "m"]),  # feasible
+    ([1], ["f"]),  # too few
+    ([0, 0, 0], ["f", "m", "f"]),  # no treated
+    ([1, 1, 1], ["f", "m", "f"]),  # no control
+    ([1, 1, 0, 0, 0], ["f", "f", "m", "m", "m"]),  # no common support
+    ([], []),  # no record at all
+]
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize(("w", "sex"), CASES)
+def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex, monkeypatch):
+    """A streamed release checks its per-cell counts (cell 2 x + w): the same answer, word for
+    word, as the records give (checked through sorted stratum ids, the path for a huge |X|)."""
+    import schemas.preflight
+    from dpate_core.adjusted import cell_statistics
+    from schemas.preflight import cell_feasibility_problems
+
+    monkeypatch.setattr(schemas.preflight, "COUNT_CELLS_UP_TO", 0)
+    spec = spec_for(estimator)
+    records = data(w, sex, spec)
+    cells = cell_statistics(
+        records.w, records.y, records.x, domain_size=records.domain_size, bound=records.bound
+    )
+    want = feasibility_problems(records, spec)
+    assert feasibility_problems(cells, spec) == want
+    monkeypatch.setattr(schemas.preflight, "COUNT_CELLS_UP_TO", 1 << 24)  # records, by counts
+    assert feasibility_problems(records, spec) == want
+    assert cell_feasibility_problems(cells.counts, spec) == want
+    if len(w) == 4:
+        assert want == []
+    with pytest.raises(ValueError, match=re.escape("2 |X| cells")):
+        cell_feasibility_problems(np.zeros(3), spec)

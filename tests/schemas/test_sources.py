@@ -370,6 +370,44 @@ def test_password_from_a_prefect_secret_block(tmp_path, monkeypatch):
     assert "hunter2" not in text
 
 
+def test_secret_block_is_loaded_by_name_and_its_value_never_shown(monkeypatch):
+    """``_secret_value`` loads the Prefect Secret block named by the site (DPATE_DATA_SECRET or
+    the site config's ``data_secret``); a block that cannot be loaded is named, its error's type
+    only is kept, and the value never appears in a message."""
+    from prefect.blocks.system import Secret
+
+    import schemas.sources as sources
+
+    class Loaded:
+        def get(self):
+            return "hunter2-from-block"
+
+    def load(name, *args, **kwargs):
+        if name == "site-db":
+            return Loaded()
+        raise ValueError(f"Unable to find block document named {name}: hunter2-from-block")
+
+    monkeypatch.setattr(Secret, "load", load)
+    assert sources._secret_value("site-db") == "hunter2-from-block"
+    with pytest.raises(SiteDataError) as info:
+        sources._secret_value("absent-block")
+    text = str(info.value)
+    assert "'absent-block'" in text and "ValueError" in text and "DPATE_DATA_SECRET" in text
+    assert "hunter2" not in text and info.value.__context__ is None
+    # through a source: the engine's URL carries the value, messages never do
+    monkeypatch.setenv("DPATE_DATA_SECRET", "site-db")
+    src = open_source("postgresql+psycopg://alice@127.0.0.1:1/test", make_spec(), query="t")
+    assert src.secret == "site-db" and src._engine().url.password == "hunter2-from-block"
+    text = error_text(src, make_spec())
+    assert "hunter2" not in text and "as sql" in text
+    monkeypatch.setenv("DPATE_DATA_SECRET", "absent-block")
+    text = error_text(
+        open_source("postgresql+psycopg://alice@127.0.0.1:1/test", make_spec(), query="t"),
+        make_spec(),
+    )
+    assert "'absent-block'" in text and "hunter2" not in text
+
+
 def test_source_kinds():
     spec = make_spec()
     assert isinstance(open_source("a.csv.gz", spec), CsvSource)
