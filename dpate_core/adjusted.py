@@ -308,6 +308,8 @@ def plan_adjusted_from_statistics(
         )
         floor_v = n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
         noise_var = np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
+        # second order of E[1/D_hat^2] = (1/D^2)(1 + 3 Var(D)/D^2 + ...): the ratio's own spread
+        noise_var = noise_var * (1.0 + 3.0 * var_d / d_safe**2)
         # sampling variance: sum (n_t n_c)^2 (sigma_t^2 / n_t + sigma_c^2 / n_c) / D^2, with each
         # arm's variance bounded by its total variance over all strata (noisy moments pooled over
         # the strata, so the noise averages out; between-strata spread makes it conservative)
