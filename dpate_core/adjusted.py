@@ -1,12 +1,19 @@
 """The covariate-adjusted release ("adjusted"): DP subclassification from per-cell sufficient
 statistics, pure epsilon-DP.
 
-The estimand is Algorithm 1's (exact matching within strata, an empty arm contributes 0), written as
-subclassification: ``tau = sum_x (n_x / N) (mean_xt - mean_xc)`` over the strata ``x`` with both arms.
 It needs, per cell ``g = (x, arm)``, only the count ``n_g``, the sum of centred outcomes
 ``s_g = sum (Y - B/2)`` and the sum of their squares ``q_g = sum (Y - B/2)^2``. One compiled pass
 computes the three vectors; each is released with Laplace noise as ONE vector query (parallel
 composition over cells), and the three share the budget by sequential composition.
+
+Two post-processings of the same three noisy vectors (``weighting``; the privacy proof is the same):
+``"subclassification"``, Algorithm 1's estimand ``sum_x (n_x / N) (mean_xt - mean_xc)`` over the
+strata with both arms (a stratum with an empty arm, or too few noisy records, contributes 0), and
+``"fixed_effects"``, the ratio of sums ``sum (s_xt n_xc - s_xc n_xt) / sum n_xt n_xc``: the
+stratum effects averaged with weights ``n_xt n_xc`` (strata without both arms weigh 0), with no
+threshold and no per-stratum ratio, so unbiased where strata hold few records per arm against the
+count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighting`). Both equal
+the common effect when every stratum has the same effect (Synth: 0.5).
 ``docs/adjusted.md`` has the design, the proofs and the measurements.
 
 Exactness. Floating-point sums are not exactly additive, so the sensitivity of a float sum can
@@ -43,21 +50,33 @@ from dpate_core.release import (
 )
 
 __all__ = [
+    "AUTO_RATIO",
     "COUNT_SENSITIVITY",
     "DEFAULT_SPLIT",
+    "RESOLVE_Z",
     "THRESHOLD_FACTOR",
+    "WEIGHTINGS",
     "CellStatistics",
     "cell_statistics",
     "dp_adjusted",
     "grid_bits",
     "plan_adjusted",
     "plan_adjusted_from_statistics",
+    "resolve_weighting",
     "sensitivities",
 ]
 
 DEFAULT_SPLIT = ("7/20", "11/20", "1/10")  # counts, centred sums, squares (docs/adjusted.md)
 THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
 COUNT_SENSITIVITY = 2  # one record leaves a cell and one enters another
+#: the post-processings of the same three noisy vectors (docs/adjusted.md, "Two weightings")
+WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
+#: "auto" uses subclassification when the public design gives at least this many records per arm
+#: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
+AUTO_RATIO = 10
+#: fixed effects: the estimate is used when its noisy denominator exceeds this many of its own
+#: (estimated) noise sds; below, the release is "uninformative" (tau 0, variance B^2 / 3)
+RESOLVE_Z = 2.0
 _MAX_BITS = 40  # grid resolution cap: B 2^-40 is far below any noise
 
 
@@ -190,12 +209,27 @@ def plan_adjusted(
     domain_size: int,
     split: Sequence[Number] | None = None,
     min_count: float | None = None,
+    weighting: str = "auto",
 ) -> MechanismPlan:
     """The plan of :func:`dp_adjusted` (see there for the privacy statement)."""
     stats = cell_statistics(w, y, x, domain_size=domain_size, bound=bound)
     return plan_adjusted_from_statistics(
-        stats, epsilon=epsilon, delta=delta, split=split, min_count=min_count
+        stats, epsilon=epsilon, delta=delta, split=split, min_count=min_count, weighting=weighting
     )
+
+
+def resolve_weighting(weighting: str, n: int, domain_size: int, count_scale: float) -> str:
+    """The weighting a plan uses: ``weighting`` itself, or for ``"auto"`` subclassification when
+    the public design has at least :data:`AUTO_RATIO` count-noise scales of records per arm per
+    stratum (``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``), else fixed effects. Public values only."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(
+            f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)} (docs/adjusted.md)"
+        )
+    if weighting != "auto":
+        return weighting
+    per_arm = n / (2.0 * domain_size)
+    return "subclassification" if per_arm >= AUTO_RATIO * count_scale else "fixed_effects"
 
 
 def plan_adjusted_from_statistics(
@@ -205,6 +239,7 @@ def plan_adjusted_from_statistics(
     delta: Number = 0,
     split: Sequence[Number] | None = None,
     min_count: float | None = None,
+    weighting: str = "auto",
 ) -> MechanismPlan:
     """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them)."""
     given = PrivacyParams.of(epsilon, delta)  # validates delta; none of it is spent
@@ -236,8 +271,85 @@ def plan_adjusted_from_statistics(
     )
     half_b = bound / 2.0
     max_var = bound * bound / 4.0
+    n_strata = stats.counts.size // 2
+    mode = resolve_weighting(weighting, n, n_strata, scale_n)
+    v_n = 2.0 * scale_n**2  # variance of one noisy count
+    v_s = 2.0 * b_s**2  # variance of one noisy sum (outcome units)
+    sd_q = math.sqrt(2.0) * scale_q * unit_q  # sd of one noisy sum of squares (outcome units)
 
-    def assemble(v: Mapping[str, Any]) -> Outputs:
+    def assemble_fixed_effects(v: Mapping[str, Any]) -> Outputs:
+        # the stratum fixed-effects (product-weighted) estimate: a ratio of two sums over every
+        # stratum, A = sum (s_t n_c - s_c n_t), D = sum n_t n_c; with independent zero-mean noise
+        # both noisy sums are unbiased for their true values (no threshold, no per-stratum ratio).
+        # Counts are clipped to [-N, N] only (clipping at 0 would bias the products upwards).
+        cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -float(n), float(n))
+        s = np.clip(np.asarray(v["sums"], dtype=np.float64) * unit_s, -n * half_b, n * half_b)
+        q = np.clip(np.asarray(v["squares"], dtype=np.float64) * unit_q, -n * max_var, n * max_var)
+        n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
+        s_c, s_t = s[..., 0::2], s[..., 1::2]
+        big_a = np.sum(s_t * n_c - s_c * n_t, axis=-1)
+        big_d = np.sum(n_t * n_c, axis=-1)
+        # Var(D) = sum v_n (n_t^2 + n_c^2) + v_n^2, estimated without bias (E n_hat^2 = n^2 + v_n)
+        # and never below its pure-noise part
+        floor_d = n_strata * v_n**2
+        var_d = np.maximum(np.sum(v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
+        resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
+        d_safe = np.where(resolved, big_d, 1.0)
+        tau = np.where(resolved, np.clip(big_a / d_safe, -bound, bound), 0.0)
+        # noise variance: tau_hat - tau = (1/D) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c)
+        # + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t e_c] (e count, h sum noise), exact
+        # for these bilinear terms; squares of noisy values are corrected by their noise variance
+        t = tau[..., None]
+        per_stratum = (
+            v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
+            + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
+            + 2.0 * v_s * v_n
+            + t * t * v_n**2
+        )
+        floor_v = n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
+        noise_var = np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
+        # second order of E[1/D_hat^2] = (1/D^2)(1 + 3 Var(D)/D^2 + ...): the ratio's own spread
+        noise_var = noise_var * (1.0 + 3.0 * var_d / d_safe**2)
+        # sampling variance: sum (n_t n_c)^2 (sigma_t^2 / n_t + sigma_c^2 / n_c) / D^2, with each
+        # arm's variance bounded by its total variance over all strata (noisy moments pooled over
+        # the strata, so the noise averages out; between-strata spread makes it conservative)
+        pos_t, pos_c = np.maximum(n_t, 0.0), np.maximum(n_c, 0.0)
+
+        def arm_variance(nn: Any, ss: Any, qq: Any) -> Any:
+            tot = np.maximum(np.sum(nn, axis=-1), 1.0)
+            return (np.sum(qq, axis=-1) - np.sum(ss, axis=-1) ** 2 / tot) / tot
+
+        raw_t = arm_variance(n_t, s_t, q[..., 1::2])[..., None]
+        raw_c = arm_variance(n_c, s_c, q[..., 0::2])[..., None]
+        w_t, w_c = pos_c**2 * pos_t, pos_t**2 * pos_c
+
+        def sampling_of(var_t: Any, var_c: Any) -> Any:
+            return np.sum(w_t * var_t + w_c * var_c, axis=-1) / d_safe**2
+
+        sampling_raw = sampling_of(raw_t, raw_c)
+        sampling = sampling_of(np.clip(raw_t, 0.0, max_var), np.clip(raw_c, 0.0, max_var))
+        zero = np.zeros_like(tau)
+        # unresolved: nothing is estimated; tau 0 with the variance of a uniform on [-B, B]
+        unestimated_var = np.where(resolved, 0.0, bound * bound / 3.0)
+        noise_var = np.where(resolved, noise_var, zero)
+        sampling = np.where(resolved, sampling, zero)
+        sampling_raw = np.where(resolved, sampling_raw, zero)
+        used = resolved.astype(np.float64)
+        diagnostics = {
+            "sampling_variance_dp": sampling_raw,
+            "noise_variance": noise_var,
+            "unestimated_variance": unestimated_var,
+            "usable_strata": used * n_strata,
+            "usable_weight": used,
+        }
+        return Outputs(
+            tau,
+            sampling + noise_var + unestimated_var,
+            sampling_raw + noise_var + unestimated_var,
+            diagnostics,
+        )
+
+    def assemble_subclassification(v: Mapping[str, Any]) -> Outputs:
         # post-processing of the three noisy vectors; works on (cells,) and on (reps, cells)
         # each noisy vector is first clipped to the range its true value can take given the public
         # N and B (counts in [0, N], |s| <= N B/2, |q| <= N B^2/4; q may stay negative for the
@@ -254,9 +366,20 @@ def plan_adjusted_from_statistics(
         m_c = np.clip(s_c / nc, -half_b, half_b)
         weight = np.where(usable, (n_t + n_c) / n, 0.0)  # noisy stratum size over public N
         tau = np.sum(weight * (m_t - m_c), axis=-1)
-        # within-cell variances from the noisy moments (centring does not change a variance)
-        raw_t = q[..., 1::2] / nt - (s_t / nt) ** 2
-        raw_c = q[..., 0::2] / nc - (s_c / nc) ** 2
+
+        # within-cell variance of each arm, pooled over the usable strata (sum of within-cell
+        # squared deviations over their records; centring does not change a variance): the noise
+        # of the squares averages out over the strata instead of being clamped cell by cell
+        # (plus one sd of the squares' noise in that sum, public: an upper estimate, so that a
+        # noisy sum of squares does not understate the sampling part where noise is small)
+        def pooled(nn: Any, ss: Any, qq: Any) -> Any:
+            dev = np.sum(np.where(usable, qq - ss * ss / nn, 0.0), axis=-1)
+            total = np.maximum(np.sum(np.where(usable, nn, 0.0), axis=-1), 1.0)
+            margin = sd_q * np.sqrt(np.sum(usable, axis=-1))
+            return ((dev + margin) / total)[..., None]
+
+        raw_t = pooled(nt, s_t, q[..., 1::2])
+        raw_c = pooled(nc, s_c, q[..., 0::2])
         w2 = weight * weight
         sampling_raw = np.sum(w2 * (raw_t / nt + raw_c / nc), axis=-1)
         sampling = np.sum(
@@ -301,7 +424,7 @@ def plan_adjusted_from_statistics(
         bound=bound,
         shares=shares,
         noise=noise,
-        assemble=assemble,
+        assemble=assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification,
     )
 
 
@@ -316,6 +439,7 @@ def dp_adjusted(
     domain_size: int,
     split: Sequence[Number] | None = None,
     min_count: float | None = None,
+    weighting: str = "auto",
     rng: Rng = None,
 ) -> SiteEstimate:
     """DP subclassification (the "adjusted" estimator): Algorithm 1's estimand from noisy per-cell
@@ -330,11 +454,16 @@ def dp_adjusted(
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
     not released.
 
-    Post-processing: each noisy vector clipped to the range the true one can take (counts to
+    Post-processing (``weighting``, see :func:`resolve_weighting` and docs/adjusted.md): with
+    ``"fixed_effects"`` the ratio of sums ``sum (s_t n_c - s_c n_t) / sum n_t n_c`` over every
+    stratum (uninformative, ``tau = 0`` with variance ``B^2/3``, when the noisy denominator is
+    below ``RESOLVE_Z`` of its noise sds). With ``"subclassification"``: each noisy vector clipped
+    to the range the true one can take (counts to
     ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
     when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
     noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
-    arm); arm means clipped to ``[0, B]``; within-cell variances clamped to ``[0, B^2/4]``
+    arm); arm means clipped to ``[0, B]``; each arm's within-cell variance pooled over the usable
+    strata (plus one noise sd of its sum of squares) and clamped to ``[0, B^2/4]``
     (``raw_variance`` keeps the unclamped value).
     """
     plan = plan_adjusted(
@@ -347,5 +476,6 @@ def dp_adjusted(
         domain_size=domain_size,
         split=split,
         min_count=min_count,
+        weighting=weighting,
     )
     return plan.estimate(draw_once(plan, rng))

@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 
 from dpate_core.adjusted import (
+    AUTO_RATIO,
     DEFAULT_SPLIT,
     THRESHOLD_FACTOR,
     cell_statistics,
     dp_adjusted,
     grid_bits,
     plan_adjusted,
+    resolve_weighting,
     sensitivities,
 )
 from dpate_core.estimators import matching_statistics
@@ -236,9 +238,10 @@ def test_refusals():
 # assemble: one release and (reps, cells) simulations agree; post-processing never gives NaN
 
 
-def test_vectorised_assemble_equals_one_release_at_a_time():
+@pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
+def test_vectorised_assemble_equals_one_release_at_a_time(weighting):
     w, y, x = _data(600, 6)
-    plan = plan_adjusted(w, y, x, bound=B, epsilon="0.5", domain_size=6)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon="0.5", domain_size=6, weighting=weighting)
     noisy = draw_many(plan, np.random.default_rng(4), 40)
     assert noisy["counts"].shape == (40, 12)
     out = plan.assemble(noisy)
@@ -268,7 +271,8 @@ def test_the_seeded_release_is_the_plan_and_the_secure_one_runs():
 
 def test_post_processing_of_extreme_noisy_values():
     w, y, x = _data(200, 3)
-    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, min_count=5)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, min_count=5,
+                         weighting="subclassification")  # fmt: skip
     big = 1e30
     noisy = {
         # stratum 0: a negative and a tiny count (unusable); stratum 1: fine counts but sums far
@@ -301,7 +305,7 @@ def test_post_processing_of_extreme_noisy_values():
 
 def test_default_threshold_is_the_count_noise_scale():
     w, y, x = _data(400, 5)
-    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=5)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=5, weighting="subclassification")
     scale_n = plan.noise[0].scale
     assert THRESHOLD_FACTOR * scale_n > 2  # so the default min_count is max(2, scale_n)
     counts = np.full(10, 0.0)
@@ -364,3 +368,92 @@ def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
         spent = measurement.map(float(sens[spec.name]))
         assert spent <= float(part.epsilon)
         assert spent == pytest.approx(float(part.epsilon), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the weightings (docs/adjusted.md, "Two weightings"): the public rule, fixed effects' edge cases,
+# and the bias that made pooled intervals fail (issue 9)
+
+
+def test_auto_weighting_is_a_public_rule_and_names_are_checked():
+    # N / (2 |X|) records per arm per stratum against AUTO_RATIO count-noise scales
+    assert resolve_weighting("auto", 2000, 10, 100 / AUTO_RATIO) == "subclassification"
+    assert resolve_weighting("auto", 2000, 10, math.nextafter(100 / AUTO_RATIO, 1e9)) == (
+        "fixed_effects"
+    )
+    assert resolve_weighting("subclassification", 10, 10, 1e9) == "subclassification"
+    with pytest.raises(ValueError, match=r"weighting .* must be one of"):
+        resolve_weighting("regression", 10, 1, 1.0)
+    # one stratum (a randomized trial) at any usual size: subclassification, as before
+    w, y, x = _data(2000, 1)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon="1/8", domain_size=1)
+    assert resolve_weighting("auto", 2000, 1, plan.noise[0].scale) == "subclassification"
+
+
+def test_fixed_effects_on_one_stratum_is_the_difference_of_noisy_means():
+    w, y, x = _data(400, 1)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=1, weighting="fixed_effects")
+    k, m = grid_bits(plan.n)  # the sums are noised in grid units (B 2^-k, B^2 2^-m)
+    noisy = {"counts": np.array([190.0, 215.0]), "sums": np.array([-3.0, 40.0]) * 2.0**k,
+             "squares": np.array([5.0, 6.0]) * 2.0**m}  # fmt: skip
+    out = plan.assemble(noisy)
+    assert out.tau == pytest.approx(40.0 / 215.0 - (-3.0) / 190.0, rel=1e-12)
+    assert (
+        out.diagnostics["usable_weight"] == 1 and out.variance > out.diagnostics["noise_variance"]
+    )
+
+
+def test_fixed_effects_unresolved_and_extreme_values():
+    w, y, x = _data(200, 3)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, weighting="fixed_effects")
+    # counts all zero: the denominator is not resolved -> tau 0 with the variance of U[-B, B]
+    zero = plan.assemble({k: np.zeros(6) for k in ("counts", "sums", "squares")})
+    assert zero.tau == 0 and zero.variance == pytest.approx(B * B / 3)
+    assert zero.diagnostics["usable_weight"] == 0 and zero.diagnostics["noise_variance"] == 0
+    big = 1e30
+    many = {
+        "counts": np.array([[-big, big, 50, 60, 20, 30], [big] * 6, [60.0] * 6]),
+        "sums": np.array([[big, -big, big, -big, 0, 0], [-big] * 6, [0.0] * 6]),
+        "squares": np.array([[-big, big, 0, 0, -big, -big], [big] * 6, [-big] * 6]),
+    }
+    out = plan.assemble(many)
+    for v in (out.tau, out.variance, out.raw_variance, *out.diagnostics.values()):
+        assert np.all(np.isfinite(v))
+    assert np.all(np.abs(out.tau) <= B) and np.all(
+        out.variance >= out.diagnostics["noise_variance"]
+    )
+
+
+@pytest.mark.parametrize("eps", ["1/2", 1])
+def test_site_sized_synth_is_unbiased_when_pooled(eps):
+    # the coverage study's Synth sites (N_j ~ 3,300, |X| = 100, ~17 records per arm per stratum):
+    # the previous post-processing (subclassification, left-out strata 0) was biased by -0.29
+    # (eps 1/2) and -0.11 (eps 1) at every site, so pooled intervals failed; the default now
+    # resolves to fixed effects here, whose mean over releases and sites is the effect 0.5
+    reps, taus, variances = 400, [], []
+    for site in range(3):
+        d = synth(3333, 100, seed=40 + site)
+        plan = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=eps, domain_size=100)
+        out = plan.assemble(draw_many(plan, np.random.default_rng(site), reps))
+        taus.append(out.tau)
+        variances.append(out.variance)
+    tau, var = np.stack(taus, 1), np.stack(variances, 1)
+    sd = float(np.std(tau))
+    assert abs(float(np.median(tau)) - 0.5) < 0.1 * sd + 0.002, (np.median(tau), sd)
+    assert abs(float(np.mean(tau)) - 0.5) < 0.25 * sd, (np.mean(tau), sd)
+    # the inverse-variance combination of the three sites covers 0.5
+    wts = 1.0 / var
+    pooled = np.sum(wts * tau, 1) / np.sum(wts, 1)
+    cover = np.mean(np.abs(pooled - 0.5) <= 1.96 / np.sqrt(np.sum(wts, 1)))
+    assert cover >= 0.9, cover
+    # the variance each site reports is its spread (within 20%)
+    assert 0.8 < np.sqrt(np.median(var)) / sd < 1.25
+
+
+def test_old_weighting_fails_the_pooled_check():
+    # the check above can fail: subclassification (the previous behaviour) is biased here
+    d = synth(3333, 100, seed=40)
+    plan = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=1, domain_size=100,
+                         weighting="subclassification")  # fmt: skip
+    out = plan.assemble(draw_many(plan, np.random.default_rng(0), 400))
+    assert np.mean(out.tau) - 0.5 < -0.05

@@ -39,6 +39,12 @@ ADJUSTED_OUTPUTS = {
     "usable_weight": (0,),
 }
 DISCRETE_OUTPUTS = {"usable_strata": (0,)}  # a few values only: judged on its own histogram
+# fixed effects: tau and the variances read the same parts; whether the estimate is resolved (the
+# usable_* and unestimated_variance outputs) reads the counts only and takes two values
+FE_OUTPUTS = {
+    k: v for k, v in ADJUSTED_OUTPUTS.items() if k not in ("unestimated_variance", "usable_weight")
+}
+FE_DISCRETE = {"usable_strata": (0,), "usable_weight": (0,), "unestimated_variance": (0,)}
 
 
 def _arrays(rows):
@@ -70,11 +76,13 @@ PAIRS = {
 }
 
 
-def _plans(name, split=None):
+def _plans(name, split=None, weighting="subclassification"):
     (d, dp_) = PAIRS[name]
     strata = int(max(d[2].max(), dp_[2].max())) + 1
     return tuple(
-        plan_adjusted(*data, bound=B, epsilon=EPS, domain_size=strata, split=split)
+        plan_adjusted(
+            *data, bound=B, epsilon=EPS, domain_size=strata, split=split, weighting=weighting
+        )
         for data in (d, dp_)
     )
 
@@ -94,11 +102,13 @@ def test_pairs_move_the_statistics_they_claim():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
 @pytest.mark.parametrize("name", sorted(PAIRS))
-def test_adjusted_release_is_private_on_worst_case_neighbours(name):
-    plan_d, plan_dp = _plans(name)
-    _check_outputs(plan_d, plan_dp, ADJUSTED_OUTPUTS, TOTAL, name)
-    for stat, idx in DISCRETE_OUTPUTS.items():
+def test_adjusted_release_is_private_on_worst_case_neighbours(name, weighting):
+    plan_d, plan_dp = _plans(name, weighting=weighting)
+    fe = weighting == "fixed_effects"
+    _check_outputs(plan_d, plan_dp, FE_OUTPUTS if fe else ADJUSTED_OUTPUTS, TOTAL, name)
+    for stat, idx in (FE_DISCRETE if fe else DISCRETE_OUTPUTS).items():
         part = _parts(TOTAL, plan_d.shares.shares, *idx)
         a = _statistic(_run(plan_d, 5), stat)
         b = _statistic(_run(plan_dp, 6), stat)
@@ -106,15 +116,20 @@ def test_adjusted_release_is_private_on_worst_case_neighbours(name):
         assert result.judged_bins >= 1 and result.ok, (name, stat, result.violations[:3])
 
 
-def test_every_released_output_is_checked():
-    plan_d, _ = _plans("cell_move_extreme")
+@pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
+def test_every_released_output_is_checked(weighting):
+    plan_d, _ = _plans("cell_move_extreme", weighting=weighting)
     out = _run(plan_d, 0, 10)
-    assert {*ADJUSTED_OUTPUTS, *DISCRETE_OUTPUTS} == {
-        "tau",
-        "variance",
-        "raw_variance",
-        *out.diagnostics,
-    }
+    assert (
+        {*ADJUSTED_OUTPUTS, *DISCRETE_OUTPUTS}
+        == {*FE_OUTPUTS, *FE_DISCRETE}
+        == {
+            "tau",
+            "variance",
+            "raw_variance",
+            *out.diagnostics,
+        }
+    )
 
 
 def test_checker_rejects_the_sums_at_half_the_scale():
