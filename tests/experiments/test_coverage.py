@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from flows.experiments import (
+from dpate.experiments.harness import (
     AGGREGATOR_LABELS,
     COVERAGE_ALPHAS,
     COVERAGE_COLUMNS,

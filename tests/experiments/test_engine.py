@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpate_core.sensitivity import matching_smooth_sensitivity, smooth_beta
-from flows.experiments import (
+from dpate.experiments.harness import (
     AGGREGATORS,
     TABLE_COLUMNS,
     ExperimentSettings,
@@ -23,6 +22,7 @@ from flows.experiments import (
     run_experiments,
     run_split,
 )
+from dpate_core.sensitivity import matching_smooth_sensitivity, smooth_beta
 from tests.experiments.inline_data import SOURCE, synth
 
 SMALL = ExperimentSettings(

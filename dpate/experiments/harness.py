@@ -1509,7 +1509,7 @@ def search_budget_split(
       the even split's and the coverage of its interval, where a split that starves the variance
       part lets MVAgg drop sites on noise and undercover.
 
-    Not run by ``dpate experiments``; ``python -c "from flows.experiments import *;
+    Not run by ``dpate experiments``; ``python -c "from dpate.experiments.harness import *;
     print(split_search_markdown(search_budget_split(ExperimentSettings())))"`` reproduces the
     table."""
     from dpate_core.synth import split_proportions, synth
