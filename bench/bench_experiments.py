@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpate.experiments.harness import ALPHAS, ExperimentSettings, run_experiments
+from dpate.experiments.run import run_experiments
+from dpate.experiments.settings import ALPHAS, ExperimentSettings
 from dpate_core.aggregation import AGGREGATORS
 from dpate_core.estimators import matching_statistics
 from dpate_core.release import plan_matching, smooth_dp_matching

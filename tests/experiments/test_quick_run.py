@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from dpate.experiments.harness import PAPER_ESTIMATORS
+from dpate.experiments.settings import PAPER_ESTIMATORS
 from flows.cli import app
 
 pytestmark = pytest.mark.slow
