@@ -14,15 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpate.experiments.claims import (
-    adjusted_claims,
-    claims_markdown,
-    combiner_comparison,
-    evaluate_claims,
-)
+from dpate.experiments.adjusted_claims import adjusted_claims
+from dpate.experiments.claim import claims_markdown
+from dpate.experiments.comparison import combiner_comparison
 from dpate.experiments.coverage import COVERAGE_COLUMNS, coverage_markdown, coverage_study
 from dpate.experiments.data import DataSource, Split, build_splits, default_source
 from dpate.experiments.figures import make_figures
+from dpate.experiments.paper_claims import evaluate_claims
 from dpate.experiments.sensitivity import sensitivity_curves
 from dpate.experiments.settings import PAPER_ESTIMATORS, ExperimentSettings, frac
 from dpate.experiments.sweep import TABLE_COLUMNS, run_split

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpate.experiments.claims import evaluate_claims
 from dpate.experiments.data import Site, Split
+from dpate.experiments.paper_claims import evaluate_claims
 from dpate.experiments.run import run_experiments
 from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
 from dpate.experiments.settings import AGGREGATORS, ExperimentSettings
