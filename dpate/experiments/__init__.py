@@ -15,7 +15,10 @@ Modules, by what they hold:
 - :mod:`~dpate.experiments.coverage`: coverage of the 95% intervals;
 - :mod:`~dpate.experiments.variance_ratio`: reported over true sampling variance;
 - :mod:`~dpate.experiments.split_search`: the search behind SmoothDPMatching's default split;
-- :mod:`~dpate.experiments.claims`: the paper's claims and ours, checked with numbers;
+- :mod:`~dpate.experiments.paper_claims` and :mod:`~dpate.experiments.adjusted_claims`: each of
+  the paper's claims and of the adjusted estimator's goals as one function, checked with
+  numbers (:mod:`~dpate.experiments.claim`: what a checked claim is; ``claims.md``);
+- :mod:`~dpate.experiments.comparison`: the meta-analysis combiners against MVAgg;
 - :mod:`~dpate.experiments.figures`: the PNG figures;
 - :mod:`~dpate.experiments.tables`: writing the tidy tables;
 - :mod:`~dpate.experiments.run`: the whole run (:func:`~dpate.experiments.run.run_experiments`);

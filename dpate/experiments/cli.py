@@ -1,6 +1,7 @@
 """``dpate experiments [--quick] [--out DIR]``: section 4 of the paper, reproduced.
 
-Light at import (the ``dpate`` command line stays quick); the work is in :mod:`dpate.experiments.run`.
+Light at import (the ``dpate`` command line stays quick); the work is in
+:mod:`dpate.experiments.run`.
 Simulations only: the noise comes from a seeded numpy generator (``--seed``), not a secure source,
 and nothing here is a release.
 """
