@@ -27,12 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
+from dpate.experiments.run import run_experiments
+from dpate.experiments.settings import ALPHAS, ExperimentSettings
 from dpate_core.aggregation import AGGREGATORS
 from dpate_core.estimators import matching_statistics
 from dpate_core.matching import plan_matching, smooth_dp_matching
 from dpate_core.simulation import aggregate_many, simulate_sites, site_epsilons
 from dpate_core.synth import split_proportions, synth
-from flows.experiments import ALPHAS, ExperimentSettings, run_experiments
 
 DELTA = Fraction(1, 100_000)
 

@@ -6,7 +6,7 @@ An :class:`Aggregator` holds
 - ``name`` (the spec's ``aggregator = "..."``) and ``label`` (tables and figures);
 - ``why_used`` / ``why_not_used``: the reason the result document gives for a site the combiner
   used, or left out although its report was valid (``tasks/aggregate.py``);
-- ``style``: its matplotlib line style in the experiments' figures (``flows/experiments.py``);
+- ``style``: its matplotlib line style in the experiments' figures (``dpate/experiments/figures.py``);
 - ``combine``: the combiner on ``(reps, J)`` arrays (:class:`Rows` in, :class:`Combination` out):
   which sites each row uses, their raw (unnormalised) weights, the per-site variance the reported
   variance is computed from, and per-row extra statistics.

@@ -210,7 +210,7 @@ def _adjusted_default() -> tuple[str, ...]:
 
 
 #: SmoothDPMatching's searched split (ATE, sampling variance, ln S): the best MSE of the search in
-#: flows/experiments.py (search_budget_split; docs/results.md, "Budget split presets")
+#: dpate/experiments/split_search.py (search_budget_split; docs/results.md, "Budget split presets")
 SMOOTH_MATCHING_SEARCHED = ("11/20", "3/20", "3/10")
 
 ESTIMATORS: dict[str, Estimator] = {

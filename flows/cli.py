@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpate.experiments.cli import experiments
 from flows.cli_check import check
 from flows.cli_data import data_app
 from flows.cli_errors import (
@@ -31,7 +32,6 @@ from flows.cli_errors import (
     quiet_prefect_console,
     summary_code,
 )
-from flows.cli_experiments import experiments
 from flows.cli_plan import plan
 from flows.cli_site import site_app
 from schemas.result import StudyResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flows.experiments import Dataset, DataSource
+from dpate.experiments.data import Dataset, DataSource
 
 
 def synth(n, domain_size, a, seed):

@@ -1,5 +1,5 @@
 """The coverage study, the variance-ratio study and the budget-split search of
-flows/experiments.py on small inline data: what they produce, that it is reproducible, and that
+dpate.experiments on small inline data: what they produce, that it is reproducible, and that
 the intervals behave as the mechanisms promise where the answer is known."""
 
 from __future__ import annotations
@@ -9,20 +9,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from flows.experiments import (
-    AGGREGATOR_LABELS,
+from dpate.experiments.coverage import (
     COVERAGE_ALPHAS,
     COVERAGE_COLUMNS,
     COVERAGE_CONFIGS,
     COVERAGE_EPSILONS,
-    ExperimentSettings,
     coverage_markdown,
     coverage_study,
-    search_budget_split,
-    split_search_markdown,
-    variance_markdown,
-    variance_ratio_study,
 )
+from dpate.experiments.settings import AGGREGATOR_LABELS, ExperimentSettings
+from dpate.experiments.split_search import search_budget_split, split_search_markdown
+from dpate.experiments.variance_ratio import variance_markdown, variance_ratio_study
 from tests.experiments.inline_data import SOURCE
 
 SMALL = ExperimentSettings(

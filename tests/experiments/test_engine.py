@@ -11,18 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpate.experiments.data import Site, Split
+from dpate.experiments.paper_claims import evaluate_claims
+from dpate.experiments.run import run_experiments
+from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
+from dpate.experiments.settings import AGGREGATORS, ExperimentSettings
+from dpate.experiments.sweep import TABLE_COLUMNS, run_split
 from dpate_core.sensitivity import matching_smooth_sensitivity, smooth_beta
-from flows.experiments import (
-    AGGREGATORS,
-    TABLE_COLUMNS,
-    ExperimentSettings,
-    Site,
-    Split,
-    evaluate_claims,
-    paper_literal_smooth_sensitivity,
-    run_experiments,
-    run_split,
-)
 from tests.experiments.inline_data import SOURCE, synth
 
 SMALL = ExperimentSettings(

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from dpate.experiments.settings import PAPER_ESTIMATORS
 from flows.cli import app
-from flows.experiments import PAPER_ESTIMATORS
 
 pytestmark = pytest.mark.slow
 

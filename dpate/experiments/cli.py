@@ -1,6 +1,7 @@
 """``dpate experiments [--quick] [--out DIR]``: section 4 of the paper, reproduced.
 
-Light at import (the ``dpate`` command line stays quick); the work is in :mod:`flows.experiments`.
+Light at import (the ``dpate`` command line stays quick); the work is in
+:mod:`dpate.experiments.run`.
 Simulations only: the noise comes from a seeded numpy generator (``--seed``), not a secure source,
 and nothing here is a release.
 """
@@ -30,7 +31,8 @@ def experiments(
 ) -> None:
     """Reproduce the paper's experiments (IST, STAR, Synth, IHDP, Lalonde): MAE per alpha and
     combiner, smooth sensitivity on Synth, and each claim of the paper checked with numbers."""
-    from flows.experiments import ExperimentSettings, run_experiments
+    from dpate.experiments.run import run_experiments
+    from dpate.experiments.settings import ExperimentSettings
 
     base = ExperimentSettings.quick() if quick else ExperimentSettings()
     options = {"seed": seed, "figures": figures}
