@@ -120,7 +120,8 @@ def test_a_run_whose_machine_dies_is_set_crashed(prefect_server, tmp_path):
     )
     prefect_cli(prefect_server, "deploy", "--all", "--prefect-file", str(spec), cwd=REPO)
     with prefect_server.settings():
-        ensure_zombie_automation()
+        # 50 s: above the 30 s heartbeat interval with margin, shorter than production's 90 s
+        ensure_zombie_automation(within_s=50)
         worker = start_worker(prefect_server, pool, tmp_path, cwd=REPO)
         try:
             run = run_deployment("sleeper/zombie", parameters={"seconds": 900}, timeout=0)
