@@ -2,7 +2,8 @@
 removal of issue 10 (commit d16f222): every release plan (difference in means, general and binary,
 public and private arms; both matching estimators with both variance modes; both weightings of the
 adjusted estimator) assembled over seeded draws, the sensitivity bounds, the simulated Laplace and
-Gaussian draws, and the bootstrap intervals of sites and combiners. ``pinned_outputs.json`` holds
+Gaussian draws, the bootstrap intervals of sites and combiners, and two study plans with their
+recommendations. ``pinned_outputs.json`` holds
 the recorded values; a relative tolerance of 1e-12 allows only last-bit differences of the
 platform's maths library, not a change of formula."""
 
@@ -20,6 +21,7 @@ from dpate_core.adjusted import cell_statistics, plan_adjusted
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import exact_matching, matching_statistics, matching_variance
 from dpate_core.matching import plan_matching
+from dpate_core.planning import SiteDesign, plan_study
 from dpate_core.release import draw_many
 from dpate_core.synth import synth
 
@@ -81,6 +83,17 @@ def outputs() -> dict[str, Any]:
     for agg in ("mvagg", "all", "random_effects"):
         ci = inference.combined_bootstrap_interval(sites, agg, draws=2000)
         out["comb" + agg] = list(ci.as_dict().values())
+    designs = [
+        SiteDesign.of("a", 8000, "1/2", "1e-5", None, 3),
+        SiteDesign.of("b", 4000, 1, "1e-5", None, 3),
+    ]
+    for design, public in (("observational", True), ("randomized", False)):
+        p = plan_study(
+            "smooth_matching", "mvagg", designs, domain_size=50, bound=1.0, design=design,
+            arm_sizes_public=public, target_width=0.1,
+        )  # fmt: skip
+        rec = p.recommendation.as_dict() if p.recommendation else None
+        out["plan" + design] = [p.combined_variance, p.used, p.epsilon_needed, rec]
     out["exact"] = exact_matching(d.w, d.y, d.x).tau
     out["mvar"] = matching_variance(d.w, d.y, d.x)
     for fn in ("laplace", "gaussian"):
