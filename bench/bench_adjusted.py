@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+from _inputs import site_data
+from _timing import line, memory_child_result, peak_rise, print_peak, timed
 
 from dpate_core.adjusted import (
     cell_statistics,
@@ -42,30 +39,6 @@ from dpate_core.release import draw_many, draw_once
 from dpate_core.synth import synth
 
 SIM_REPS = 4000
-
-
-def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """(best, median) wall time over ``repeats`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), statistics.median(times)
-
-
-def site_data(n: int, strata: int, seed: int = 0):
-    """A site: w int8 (40% treated), y float64 in [0, 1], x int64 stratum ids."""
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, strata, n, dtype=np.int64)
-    w = (rng.random(n) < 0.4).astype(np.int8)
-    y = rng.random(n)
-    return w, y, x
-
-
-def line(label: str, value: str, note: str = "") -> None:
-    print(f"  {label:<58} {value:>14}  {note}")
 
 
 def bench_release(n: int, strata: int, repeats: int) -> None:
@@ -92,43 +65,20 @@ def bench_release(n: int, strata: int, repeats: int) -> None:
          f"{whole / base:.1f}x bincount (median {whole_med * 1e3:.1f} ms)")  # fmt: skip
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for row in fh:
-            if row.startswith(field + ":"):
-                return int(row.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def memory_child(n: int, strata: int) -> None:
     """Runs in a fresh process: inputs, warm-up, reset the high-water mark, one release."""
     w, y, x = site_data(n, strata)
     kw = {"bound": 1.0, "epsilon": 1, "domain_size": strata}
     dp_adjusted(w[:1000], y[:1000], x[:1000], **kw)  # numba's cache and OpenDP loaded first
     input_bytes = w.nbytes + y.nbytes + x.nbytes
-    with open("/proc/self/clear_refs", "w") as fh:  # reset VmHWM to the current RSS
-        fh.write("5")
-    rss0 = _status_kb("VmRSS")
-    hwm0 = _status_kb("VmHWM")
-    dp_adjusted(w, y, x, **kw)
-    hwm1 = _status_kb("VmHWM")
-    print(json.dumps({"input_bytes": input_bytes, "hwm_reset_ok": hwm0 <= rss0 + 1024,
-                      "peak_rise": (hwm1 - rss0) * 1024}))  # fmt: skip
+    m = peak_rise(lambda: dp_adjusted(w, y, x, **kw), input_bytes)
+    print(json.dumps({k: m[k] for k in ("input_bytes", "hwm_reset_ok", "peak_rise")}))
 
 
 def bench_memory(n: int, strata: int) -> None:
     print(f"adjusted release peak memory, N = {n:.0e}, |X| = {strata:.0e} (fresh subprocess)")
-    out = subprocess.run(
-        [sys.executable, __file__, "--memory-child", str(n), str(strata)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    m = json.loads(out.stdout.strip().splitlines()[-1])
-    mb = 1 / 2**20
-    line("input arrays (w int8 + y float64 + x int64)", f"{m['input_bytes'] * mb:.0f} MiB")
-    line("peak RSS rise during the release (VmHWM)", f"{m['peak_rise'] * mb:.1f} MiB",
-         "" if m["hwm_reset_ok"] else "(VmHWM reset failed: figure is an upper bound)")  # fmt: skip
+    m = memory_child_result(__file__, n, strata)
+    print_peak(m, digits=1)
     line("ratio peak rise / inputs", f"{m['peak_rise'] / m['input_bytes']:.3f}x")
 
 

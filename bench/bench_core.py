@@ -24,14 +24,12 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _inputs import site_data
+from _timing import line, memory_child_result, peak_rise, print_peak, timed
 
 from dpate_core.aggregation import mvagg, mvagg_brute_force
 from dpate_core.matching import smooth_dp_matching
@@ -46,34 +44,10 @@ EPSILON, DELTA = 1, "1e-5"
 BETA = smooth_beta(1 / 3, 1e-5 / 3)
 
 
-def timed(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """(best, median) wall time over ``repeats`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), statistics.median(times)
-
-
-def site_data(n: int, strata: int, seed: int = 0):
-    """A site: w int8 (40% treated), y float64 in [0, 1], x int64 stratum ids."""
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, strata, n, dtype=np.int64)
-    w = (rng.random(n) < 0.4).astype(np.int8)
-    y = rng.random(n)
-    return w, y, x
-
-
 def release(w, y, x, strata):
     return smooth_dp_matching(
         w, y, x, bound=1.0, epsilon=EPSILON, delta=DELTA, domain_size=strata, rng=None
     )
-
-
-def line(label: str, value: str, note: str = "") -> None:
-    print(f"  {label:<58} {value:>14}  {note}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,57 +64,20 @@ def bench_release(n: int, strata: int, repeats: int) -> None:
          f"median {rel_med / base_med:.1f}x")  # fmt: skip
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for row in fh:
-            if row.startswith(field + ":"):
-                return int(row.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def memory_child(n: int, strata: int) -> None:
     """Runs in a fresh process: inputs, warm-up, reset the high-water mark, one release."""
-    import tracemalloc
-
     w, y, x = site_data(n, strata)
     release(w[:1000], y[:1000], x[:1000], strata)  # load numba's cache and OpenDP first
     input_bytes = w.nbytes + y.nbytes + x.nbytes
-    with open("/proc/self/clear_refs", "w") as fh:  # reset VmHWM to the current RSS
-        fh.write("5")
-    rss0 = _status_kb("VmRSS")
-    hwm0 = _status_kb("VmHWM")
-    tracemalloc.start()
-    release(w, y, x, strata)
-    _, traced_peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    hwm1 = _status_kb("VmHWM")
-    print(
-        json.dumps(
-            {
-                "input_bytes": input_bytes,
-                "rss_before": rss0 * 1024,
-                "hwm_reset_ok": hwm0 <= rss0 + 1024,
-                "peak_rise": (hwm1 - rss0) * 1024,
-                "traced_peak": traced_peak,
-            }
-        )
-    )
+    print(json.dumps(peak_rise(lambda: release(w, y, x, strata), input_bytes, traced=True)))
 
 
 def bench_memory(n: int, strata: int) -> None:
     print(f"smooth_dp_matching peak memory, N = {n:.0e}, |X| = {strata:.0e} (fresh subprocess)")
-    out = subprocess.run(
-        [sys.executable, __file__, "--memory-child", str(n), str(strata)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    m = json.loads(out.stdout.strip().splitlines()[-1])
+    m = memory_child_result(__file__, n, strata)
     mb = 1 / 2**20
     inputs = m["input_bytes"]
-    line("input arrays (w int8 + y float64 + x int64)", f"{inputs * mb:.0f} MiB")
-    line("peak RSS rise during the release (VmHWM)", f"{m['peak_rise'] * mb:.0f} MiB",
-         "" if m["hwm_reset_ok"] else "(VmHWM reset failed: figure is an upper bound)")  # fmt: skip
+    print_peak(m, digits=0)
     line("  of which numpy-visible (tracemalloc peak)", f"{m['traced_peak'] * mb:.0f} MiB")
     line("ratio peak rise / inputs (target <= 3)", f"{m['peak_rise'] / inputs:.2f}x")
     line("ratio inputs + peak rise / inputs", f"{(inputs + m['peak_rise']) / inputs:.2f}x")

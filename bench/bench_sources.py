@@ -46,39 +46,15 @@ import time
 import uuid
 from pathlib import Path
 
+from _inputs import LEVELS, bench_spec
+
 REPO = Path(__file__).resolve().parents[1]
-LEVELS = ["north", "south", "east", "west", "centre"]
 PG = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def make_spec(estimator: str = "adjusted"):
-    from schemas.spec import StudySpec
-
-    return StudySpec.from_dict(
-        {
-            "study_id": "bench",
-            "design": "observational",
-            "estimator": estimator,
-            "reports": "file:///tmp/reports",
-            "treatment": {"column": "w"},
-            "outcome": {"column": "y", "bound": 1.0, "policy": "clip"},
-            "covariates": [
-                {"kind": "categorical", "column": "region", "levels": LEVELS},
-                {"kind": "numeric", "column": "age", "edges": [0, 18, 30, 45, 60, 75, "inf"]},
-                {"kind": "numeric", "column": "bmi", "edges": ["-inf", 18.5, 25, 30, "inf"]},
-            ],
-            "sites": [
-                {
-                    "id": "a",
-                    "data": "a.parquet",
-                    "epsilon": "1",
-                    "delta": "1e-6",
-                    "lifetime_cap": {"epsilon": "1", "delta": "1e-6"},
-                }
-            ],
-        }
-    )
+    return bench_spec(estimator, delta="1e-6")
 
 
 def _chunk(rng, n: int, start: int):

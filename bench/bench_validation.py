@@ -26,38 +26,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from _inputs import LEVELS, bench_spec
 
 from schemas.site_preparation import prepare_site_data
 from schemas.spec import StudySpec
 
-LEVELS = ["north", "south", "east", "west", "centre"]
-
 
 def make_spec() -> StudySpec:
-    return StudySpec.from_dict(
-        {
-            "study_id": "bench",
-            "design": "observational",
-            "estimator": "smooth_matching",
-            "reports": "file:///tmp/reports",
-            "treatment": {"column": "w"},
-            "outcome": {"column": "y", "bound": 1.0, "policy": "clip"},
-            "covariates": [
-                {"kind": "categorical", "column": "region", "levels": LEVELS},
-                {"kind": "numeric", "column": "age", "edges": [0, 18, 30, 45, 60, 75, "inf"]},
-                {"kind": "numeric", "column": "bmi", "edges": ["-inf", 18.5, 25, 30, "inf"]},
-            ],
-            "sites": [
-                {
-                    "id": "a",
-                    "data": "a.parquet",
-                    "epsilon": "1",
-                    "delta": "1e-5",
-                    "lifetime_cap": {"epsilon": "1", "delta": "1e-5"},
-                }
-            ],
-        }
-    )
+    spec: StudySpec = bench_spec("smooth_matching", delta="1e-5")
+    return spec
 
 
 def write_file(path: Path, rows: int, seed: int = 0) -> None:

@@ -37,6 +37,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.estimators import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -126,9 +127,6 @@ class CellStatistics:
         return int(self.counts.sum())
 
 
-_OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
-
-
 @numba.njit(cache=True, nogil=True)
 def _cell_kernel(
     w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int
@@ -165,36 +163,13 @@ def cell_statistics(
     """The three per-cell vectors in one compiled pass, which also checks ``0 <= y <= B``,
     ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value)."""
     bound = _check_bound(bound)
-    w = np.asarray(w)
-    y = np.asarray(y, dtype=np.float64)
-    x = np.asarray(x)
-    if w.ndim != 1 or y.shape != w.shape or x.shape != w.shape:
-        raise ValueError(
-            f"w, y and x must be 1-d arrays of one length (got {w.shape}, {y.shape}, {x.shape})"
-        )
-    if w.dtype == np.bool_:
-        w = w.view(np.int8)
-    elif not np.issubdtype(w.dtype, np.integer):
-        raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
-    if not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"x must be integer stratum ids (dtype {x.dtype})")
+    w, y, x = record_arrays(w, y, x)
     size = int(domain_size)
     if size < 1:
         raise ValueError(f"domain_size ({domain_size}) must be a positive number of strata")
     k, m = grid_bits(max(w.size, 1))
     status, counts, sums, squares = _cell_kernel(w, y, x, size, bound, k, m)
-    if status == _BAD_X:
-        raise ValueError(
-            f"stratum ids in x must lie in [0, {size}), the public covariate domain: discretise "
-            f"with the study's covariate spec"
-        )
-    if status == _BAD_W:
-        raise ValueError("w must hold only 0 and 1")
-    if status == _BAD_Y:
-        raise ValueError(
-            f"outcomes must lie in [0, B] with B = {bound}: clip or reject them with the study's "
-            f"public bound first"
-        )
+    check_status(status, size, bound)
     return CellStatistics(counts, sums, squares, bound, k, m)
 
 
@@ -335,18 +310,8 @@ def plan_adjusted_from_statistics(
         sampling = np.where(resolved, sampling, zero)
         sampling_raw = np.where(resolved, sampling_raw, zero)
         used = resolved.astype(np.float64)
-        diagnostics = {
-            "sampling_variance_dp": sampling_raw,
-            "noise_variance": noise_var,
-            "unestimated_variance": unestimated_var,
-            "usable_strata": used * n_strata,
-            "usable_weight": used,
-        }
-        return Outputs(
-            tau,
-            sampling + noise_var + unestimated_var,
-            sampling_raw + noise_var + unestimated_var,
-            diagnostics,
+        return _outputs(
+            tau, sampling, sampling_raw, noise_var, unestimated_var, used * n_strata, used
         )
 
     def assemble_subclassification(v: Mapping[str, Any]) -> Outputs:
@@ -401,18 +366,9 @@ def plan_adjusted_from_statistics(
         usable_weight = np.sum(weight, axis=-1)
         unestimated = np.clip(1.0 - usable_weight, 0.0, 1.0)
         unestimated_var = (bound * unestimated) ** 2 / 3.0
-        diagnostics = {
-            "sampling_variance_dp": sampling_raw,
-            "noise_variance": noise_var,
-            "unestimated_variance": unestimated_var,
-            "usable_strata": np.sum(usable, axis=-1).astype(np.float64),
-            "usable_weight": usable_weight,
-        }
-        return Outputs(
-            tau,
-            sampling + noise_var + unestimated_var,
-            sampling_raw + noise_var + unestimated_var,
-            diagnostics,
+        usable_strata = np.sum(usable, axis=-1).astype(np.float64)
+        return _outputs(
+            tau, sampling, sampling_raw, noise_var, unestimated_var, usable_strata, usable_weight
         )
 
     return MechanismPlan(
@@ -425,6 +381,32 @@ def plan_adjusted_from_statistics(
         shares=shares,
         noise=noise,
         assemble=assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification,
+    )
+
+
+def _outputs(
+    tau: Any,
+    sampling: Any,
+    sampling_raw: Any,
+    noise_var: Any,
+    unestimated_var: Any,
+    usable_strata: Any,
+    usable_weight: Any,
+) -> Outputs:
+    """Both weightings' outputs: the variance is the sampling part (clamped; ``raw_variance``
+    unclamped) plus the noise variance plus the variance of what is not estimated."""
+    diagnostics = {
+        "sampling_variance_dp": sampling_raw,
+        "noise_variance": noise_var,
+        "unestimated_variance": unestimated_var,
+        "usable_strata": usable_strata,
+        "usable_weight": usable_weight,
+    }
+    return Outputs(
+        tau,
+        sampling + noise_var + unestimated_var,
+        sampling_raw + noise_var + unestimated_var,
+        diagnostics,
     )
 
 

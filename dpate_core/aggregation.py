@@ -20,7 +20,7 @@ so a non-positive one is malformed). If no site is usable, :class:`NoUsableSiteE
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from itertools import combinations
 from typing import Any
 
@@ -46,21 +46,8 @@ __all__ = [
 Combiner = Callable[[Any, Any, Any], AggregateResult]
 
 
-class _ScalarView(Mapping[str, Combiner]):
-    """``{name: scalar combiner}`` over the live registry (a registered aggregator appears)."""
-
-    def __getitem__(self, name: str) -> Combiner:
-        return _reg.AGGREGATORS[name].one
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_reg.AGGREGATORS)
-
-    def __len__(self) -> int:
-        return len(_reg.AGGREGATORS)
-
-
 #: ``{name: combiner}`` for every registered aggregator (:data:`dpate_core.aggregators.AGGREGATORS`)
-AGGREGATORS: Mapping[str, Combiner] = _ScalarView()
+AGGREGATORS: Mapping[str, Combiner] = _reg.RegistryView(lambda a: a.one)
 
 
 def mvagg(tau: Any, n: Any, variance: Any) -> AggregateResult:

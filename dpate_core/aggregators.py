@@ -25,10 +25,10 @@ spec's choices, the aggregation task's wording and the experiments' labels and s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,7 @@ __all__ = [
     "Aggregator",
     "Combination",
     "NoUsableSiteError",
+    "RegistryView",
     "Rows",
     "aggregator_of",
     "register",
@@ -49,6 +50,7 @@ __all__ = [
     "unregister",
 ]
 
+T = TypeVar("T")
 Array = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 
@@ -333,6 +335,23 @@ _REGISTRY: dict[str, Aggregator] = {}
 
 #: every aggregator a study may name, by name (read-only; add one with :func:`register`)
 AGGREGATORS: Mapping[str, Aggregator] = MappingProxyType(_REGISTRY)
+
+
+class RegistryView(Mapping[str, T]):
+    """``{name: pick(aggregator)}`` over the live registry (a registered aggregator appears), e.g.
+    the scalar combiners ``RegistryView(lambda a: a.one)``."""
+
+    def __init__(self, pick: Callable[[Aggregator], T]) -> None:
+        self._pick = pick
+
+    def __getitem__(self, name: str) -> T:
+        return self._pick(_REGISTRY[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
 
 
 def register(aggregator: Aggregator) -> Aggregator:

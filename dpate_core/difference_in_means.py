@@ -8,7 +8,7 @@ only and derives the variance from ``p (1 - p)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -51,43 +51,71 @@ def plan_difference_in_means(
     ``Y^2 = B Y``, so the arm sums give the variance too (``s^2 = B^2 p (1 - p)`` with
     ``p = mean / B``): no sums of squares are released and their budget part is dropped (parts:
     the arm sums, plus the treated count when arm sizes are private)."""
-    if binary:
-        return _plan_binary_dim(w, y, bound, epsilon, delta, split, arm_sizes_public)
-    bound, total, (n_t, n_c, s_t, s_c, q_t, q_c) = _dim_inputs(w, y, bound, epsilon, delta, False)
-
-    noise: list[NoiseSpec] = []
+    bound, total, (n_t, n_c, s_t, s_c, q_t, q_c) = _dim_inputs(w, y, bound, epsilon, delta, binary)
     if arm_sizes_public:
         _require_both_arms(n_t, n_c)
-        shares = BudgetSplit.of(split, 2)
-        p_sum, p_sq = shares.apply(total)
-        sum_scale, sq_scale = _scale(bound, p_sum), _scale(Fraction(bound) ** 2, p_sq)
-    else:
-        shares = BudgetSplit.of(split, 3)
-        p_sum, p_sq, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * Fraction(bound), p_sum)
-        sq_scale = _scale(2 * Fraction(bound) ** 2, p_sq)
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
+    # parts: the arm sums, the arm sums of squares (unless binary), the treated count (if private)
+    shares = BudgetSplit.of(split, (1 if binary else 2) + (0 if arm_sizes_public else 1))
+    parts = shares.apply(total)
+    # L1 sensitivity of a pair of arm sums: B, or 2B when a record may move between arms
+    width = 1 if arm_sizes_public else 2
+    sum_scale = _scale(width * Fraction(bound), parts[0])
+    noise: list[NoiseSpec] = []
+    if not arm_sizes_public:
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, parts[-1]), "laplace"))
     noise += [
         NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
         NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
-        NoiseSpec("sumsq_treated", q_t, sq_scale, "laplace"),
-        NoiseSpec("sumsq_control", q_c, sq_scale, "laplace"),
     ]
+    if not binary:
+        sq_scale = _scale(width * Fraction(bound) ** 2, parts[1])
+        noise += [
+            NoiseSpec("sumsq_treated", q_t, sq_scale, "laplace"),
+            NoiseSpec("sumsq_control", q_c, sq_scale, "laplace"),
+        ]
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
-        diagnostics: dict[str, Any] = {}
+        diagnostics: dict[str, Any] = {"binary_outcome": 1.0} if binary else {}
         nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
         st, sc = v["sum_treated"], v["sum_control"]
         tau = st / nt_hat - sc / nc_hat
-        var_t_raw = v["sumsq_treated"] / nt_hat - (st / nt_hat) ** 2
-        var_c_raw = v["sumsq_control"] / nc_hat - (sc / nc_hat) ** 2
+        if binary:
+            sampling = sampling_raw = _binary_sampling(st, sc, nt_hat, nc_hat, bound)
+        else:
+            sampling, sampling_raw = _sampling(v, st, sc, nt_hat, nc_hat)
         noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
-        sampling_raw = var_t_raw / nt_hat + var_c_raw / nc_hat
-        sampling = np.maximum(var_t_raw, 0.0) / nt_hat + np.maximum(var_c_raw, 0.0) / nc_hat
         diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
         return Outputs(tau, sampling + noise_var, sampling_raw + noise_var, diagnostics)
 
-    return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
+    return MechanismPlan(
+        estimator="dim",
+        n=n_t + n_c,
+        n_treated=n_t if arm_sizes_public else None,
+        n_control=n_c if arm_sizes_public else None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=tuple(noise),
+        assemble=assemble,
+    )
+
+
+def _sampling(v: Mapping[str, Any], st: Any, sc: Any, nt: Any, nc: Any) -> tuple[Any, Any]:
+    """The sampling variance ``s_t^2 / N_t + s_c^2 / N_c`` from the noisy sums and sums of
+    squares: each arm's ``s^2`` clamped at 0, and unclamped (the raw variance)."""
+    var_t_raw = v["sumsq_treated"] / nt - (st / nt) ** 2
+    var_c_raw = v["sumsq_control"] / nc - (sc / nc) ** 2
+    sampling_raw = var_t_raw / nt + var_c_raw / nc
+    sampling = np.maximum(var_t_raw, 0.0) / nt + np.maximum(var_c_raw, 0.0) / nc
+    return sampling, sampling_raw
+
+
+def _binary_sampling(st: Any, sc: Any, nt: Any, nc: Any, bound: float) -> Any:
+    """A binary outcome's sampling variance ``B^2 (p_t (1 - p_t) / N_t + p_c (1 - p_c) / N_c)``
+    with ``p = mean / B`` clipped to ``[0, 1]`` (post-processing of the noisy sums)."""
+    p_t = np.clip(st / (nt * bound), 0.0, 1.0)
+    p_c = np.clip(sc / (nc * bound), 0.0, 1.0)
+    return bound * bound * (p_t * (1.0 - p_t) / nt + p_c * (1.0 - p_c) / nc)
 
 
 def _dim_inputs(
@@ -138,72 +166,6 @@ def _arm_sizes(
     nc_hat = n - nt_hat
     diagnostics["n_treated_dp"] = nt_hat
     return nt_hat, nc_hat
-
-
-def _dim_plan(
-    n_t: int,
-    n_c: int,
-    arm_sizes_public: bool,
-    total: PrivacyParams,
-    bound: float,
-    shares: BudgetSplit,
-    noise: list[NoiseSpec],
-    assemble: Callable[[Mapping[str, Any]], Outputs],
-) -> MechanismPlan:
-    return MechanismPlan(
-        estimator="dim",
-        n=n_t + n_c,
-        n_treated=n_t if arm_sizes_public else None,
-        n_control=n_c if arm_sizes_public else None,
-        total=total,
-        bound=bound,
-        shares=shares,
-        noise=tuple(noise),
-        assemble=assemble,
-    )
-
-
-def _plan_binary_dim(
-    w: npt.ArrayLike,
-    y: npt.ArrayLike,
-    bound: float,
-    epsilon: Number,
-    delta: Number,
-    split: Sequence[Number] | None,
-    arm_sizes_public: bool,
-) -> MechanismPlan:
-    """Difference in means of a binary outcome (0 or ``B``): same sums and noise as the general
-    plan, the variance from ``p (1 - p)`` (post-processing of the noisy sums)."""
-    bound, total, (n_t, n_c, s_t, s_c, _, _) = _dim_inputs(w, y, bound, epsilon, delta, True)
-    noise: list[NoiseSpec] = []
-    if arm_sizes_public:
-        _require_both_arms(n_t, n_c)
-        shares = BudgetSplit.of(split, 1)
-        (p_sum,) = shares.apply(total)
-        sum_scale = _scale(bound, p_sum)
-    else:
-        shares = BudgetSplit.of(split, 2)
-        p_sum, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * Fraction(bound), p_sum)
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
-    noise += [
-        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
-        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
-    ]
-
-    def assemble(v: Mapping[str, Any]) -> Outputs:
-        diagnostics: dict[str, Any] = {"binary_outcome": 1.0}
-        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
-        st, sc = v["sum_treated"], v["sum_control"]
-        tau = st / nt_hat - sc / nc_hat
-        p_t = np.clip(st / (nt_hat * bound), 0.0, 1.0)
-        p_c = np.clip(sc / (nc_hat * bound), 0.0, 1.0)
-        sampling = bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
-        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
-        diagnostics.update(sampling_variance_dp=sampling, noise_variance=noise_var)
-        return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
-
-    return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
 
 
 def dp_difference_in_means(

@@ -89,7 +89,50 @@ def _as_inputs(
     return w.astype(np.int8, copy=False), y
 
 
+#: what a compiled pass over the records reports (it cannot raise): :func:`check_status` raises
 _OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
+
+
+def record_arrays(
+    w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike, empty: str | None = None
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[Any]]:
+    """``w``, ``y`` (float64) and ``x`` as a compiled pass takes them: 1-d arrays of one length,
+    ``w`` integers (booleans viewed as int8), ``x`` integer stratum ids. ``empty``: the error
+    for no records (``None``: allowed). The values themselves are checked in the pass
+    (:func:`check_status`); errors name the rule, never a value."""
+    w = np.asarray(w)
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x)
+    if w.ndim != 1 or y.shape != w.shape or x.shape != w.shape:
+        raise ValueError(
+            f"w, y and x must be 1-d arrays of one length (got {w.shape}, {y.shape}, {x.shape})"
+        )
+    if empty is not None and w.size == 0:
+        raise ValueError(empty)
+    if w.dtype == np.bool_:
+        w = w.view(np.int8)
+    elif not np.issubdtype(w.dtype, np.integer):
+        raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"x must be integer stratum ids (dtype {x.dtype})")
+    return w, y, x
+
+
+def check_status(status: int, size: int, bound: float | None) -> None:
+    """Raise the error a compiled pass's ``status`` stands for (``size``: the public ``|X|``;
+    ``bound``: the outcome bound B, or None for "finite and not negative")."""
+    if status == _BAD_X:
+        raise ValueError(
+            f"stratum ids in x must lie in [0, {size}), the public covariate domain: discretise "
+            f"with the study's covariate spec"
+        )
+    if status == _BAD_W:
+        raise ValueError("w must hold only 0 and 1")
+    if status == _BAD_Y:
+        rule = "be finite and not negative" if bound is None else f"lie in [0, B] with B = {bound}"
+        raise ValueError(
+            f"outcomes must {rule}: clip or reject them with the study's public bound first"
+        )
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -181,36 +224,11 @@ def _run_matching(
     want_matches: bool,
     bound: float | None = None,
 ) -> tuple[Any, Any, npt.NDArray[np.int64], Any]:
-    w = np.asarray(w)
-    y = np.asarray(y, dtype=np.float64)
-    x = np.asarray(x)
-    if w.ndim != 1 or y.shape != w.shape or x.shape != w.shape:
-        raise ValueError(
-            f"w, y and x must be 1-d arrays of one length (got {w.shape}, {y.shape}, {x.shape})"
-        )
-    if w.size == 0:
-        raise ValueError("matching needs at least one record")
-    if w.dtype == np.bool_:
-        w = w.view(np.int8)
-    elif not np.issubdtype(w.dtype, np.integer):
-        raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
-    if not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"x must be integer stratum ids (dtype {x.dtype})")
+    w, y, x = record_arrays(w, y, x, empty="matching needs at least one record")
     size = int(x.max()) + 1 if domain_size is None else int(domain_size)
     y_max = np.inf if bound is None else float(bound)
     status, tau_sum, var_sum, counts, matches = _match_kernel(w, y, x, size, want_matches, y_max)
-    if status == _BAD_X:
-        raise ValueError(
-            f"stratum ids in x must lie in [0, {size}), the public covariate domain: discretise "
-            f"with the study's covariate spec"
-        )
-    if status == _BAD_W:
-        raise ValueError("w must hold only 0 and 1")
-    if status == _BAD_Y:
-        rule = "be finite and not negative" if bound is None else f"lie in [0, B] with B = {bound}"
-        raise ValueError(
-            f"outcomes must {rule}: clip or reject them with the study's public bound first"
-        )
+    check_status(status, size, bound)
     n = w.size
     return tau_sum / n, var_sum / (2.0 * n * n), counts, matches
 

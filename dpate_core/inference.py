@@ -34,7 +34,8 @@ import numpy as np
 from dpate_core.aggregation import aggregate
 from dpate_core.intervals import normal_interval
 from dpate_core.noise import analytic_gaussian_sigma
-from dpate_core.privacy import BudgetSplit, PrivacyParams, to_float
+from dpate_core.privacy import PrivacyParams, to_float
+from dpate_core.release import SiteEstimate
 from dpate_core.sensitivity import smooth_beta
 from dpate_core.simulation import aggregate_many
 
@@ -134,59 +135,15 @@ def clip_interval(
 # A site's public fields
 
 
-@dataclass(frozen=True)
-class PublicSite:
-    """The published fields of one site's release that the models read (all public)."""
-
-    estimator: str
-    tau: float
-    variance: float
-    raw_variance: float
-    n: int
-    n_treated: int | None
-    n_control: int | None
-    epsilon: Fraction
-    delta: Fraction
-    bound: float
-    budget_split: tuple[Fraction, ...]
-    diagnostics: Mapping[str, float]
-
-    @property
-    def noise_variance(self) -> float:
-        return float(self.diagnostics["noise_variance"])
-
-    @property
-    def sampling_variance(self) -> float:
-        """The released sampling part of the variance (``variance - noise_variance``, >= 0)."""
-        return max(self.variance - self.noise_variance, 0.0)
-
-    def shares(self) -> tuple[PrivacyParams, ...]:
-        """The budget of each part, as the release split it."""
-        return BudgetSplit(self.budget_split).apply(PrivacyParams(self.epsilon, self.delta))
-
-    def fields(self) -> dict[str, Any]:
-        """Canonical JSON-ready form (for the seed)."""
-        return {
-            "estimator": self.estimator,
-            "tau": self.tau,
-            "variance": self.variance,
-            "raw_variance": self.raw_variance,
-            "n": self.n,
-            "n_treated": self.n_treated,
-            "n_control": self.n_control,
-            "epsilon": str(self.epsilon),
-            "delta": str(self.delta),
-            "bound": self.bound,
-            "budget_split": [str(s) for s in self.budget_split],
-            "diagnostics": {k: float(v) for k, v in sorted(self.diagnostics.items())},
-        }
+#: the published fields of one site's release that the noise models read (all public): a
+#: :class:`~dpate_core.release.SiteEstimate` with its diagnostics as floats (:func:`public_site`)
+PublicSite = SiteEstimate
 
 
-def public_site(site: Any) -> PublicSite:
-    """A :class:`PublicSite` from a :class:`~dpate_core.release.SiteEstimate`, its
-    ``public_fields()`` dictionary, or a pydantic model of it (``schemas.report.PublicEstimate``)."""
-    if isinstance(site, PublicSite):
-        return site
+def public_site(site: Any) -> SiteEstimate:
+    """A :class:`~dpate_core.release.SiteEstimate` as published (diagnostics as floats, a missing
+    ``raw_variance`` read as ``variance``) from a ``SiteEstimate``, its ``public_fields()``
+    dictionary, or a pydantic model of it (``schemas.report.PublicEstimate``)."""
     if hasattr(site, "public_fields"):
         d = site.public_fields()
     elif hasattr(site, "model_dump"):
@@ -198,7 +155,7 @@ def public_site(site: Any) -> PublicSite:
             f"a site release must be a SiteEstimate or its public fields, not {type(site).__name__}"
         )
     try:
-        return PublicSite(
+        return SiteEstimate(
             estimator=str(d["estimator"]),
             tau=float(d["tau"]),
             variance=float(d["variance"]),
@@ -232,7 +189,7 @@ class NoiseDraws:
     variance: np.ndarray
 
 
-NoiseModel = Callable[[PublicSite, np.random.Generator, int], NoiseDraws]
+NoiseModel = Callable[[SiteEstimate, np.random.Generator, int], NoiseDraws]
 
 #: estimator name -> its noise model from public fields
 NOISE_MODELS: dict[str, NoiseModel] = {}
@@ -256,12 +213,12 @@ def _eps(p: PrivacyParams) -> float:
     return to_float(p.epsilon, round_up=False)
 
 
-def _held(site: PublicSite, reps: int) -> np.ndarray:
+def _held(site: SiteEstimate, reps: int) -> np.ndarray:
     return np.full(reps, site.variance)
 
 
 @register_noise_model("dim")
-def _dim_model(site: PublicSite, rng: np.random.Generator, reps: int) -> NoiseDraws:
+def _dim_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
     """Difference in means (section 3.1.1): ``Lap(s)/N_t - Lap(s)/N_c`` with ``s`` the public
     sum scale, read back from ``noise_variance = 2 s^2 (1/N_t^2 + 1/N_c^2)``; the re-run's
     sampling variance moves by the sums of squares' ``Lap(q)`` (``q = B^2/eps_2``, or ``2B^2``
@@ -297,7 +254,7 @@ def _dim_model(site: PublicSite, rng: np.random.Generator, reps: int) -> NoiseDr
 
 
 @register_noise_model("global_matching")
-def _global_model(site: PublicSite, rng: np.random.Generator, reps: int) -> NoiseDraws:
+def _global_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
     """GlobalDPMatching: ``Lap(2B/eps_1)``, scale ``sqrt(noise_variance / 2)`` (public). The
     variance's noise scale ``2 S_V/eps_2`` is data-dependent and not published: the released
     variance is held."""
@@ -306,7 +263,7 @@ def _global_model(site: PublicSite, rng: np.random.Generator, reps: int) -> Nois
 
 
 @register_noise_model("smooth_matching")
-def _smooth_model(site: PublicSite, rng: np.random.Generator, reps: int) -> NoiseDraws:
+def _smooth_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
     """SmoothDPMatching (Algorithm 2): ``Lap(2 S_dp / eps_1)`` with ``S_dp`` the released smooth
     sensitivity (diagnostic ``smooth_sensitivity_dp``). A re-run releases
     ``ln S + z``, ``z ~ N(0, sigma^2)`` with the public ``sigma`` of the analytic Gaussian
@@ -331,7 +288,7 @@ def _smooth_model(site: PublicSite, rng: np.random.Generator, reps: int) -> Nois
 
 
 @register_noise_model("adjusted")
-def _adjusted_model(site: PublicSite, rng: np.random.Generator, reps: int) -> NoiseDraws:
+def _adjusted_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
     """DP subclassification (``dpate_core.adjusted``, ``docs/adjusted.md``): the error is a sum of
     Laplace terms over the usable strata's cells (sums and counts, delta method), whose total
     variance is the published ``noise_variance``. Per-cell counts are not published, so the
@@ -415,7 +372,7 @@ def site_bootstrap_interval(
     _check_level(level)
     _check_draws(draws)
     s = public_site(site)
-    rng = _rng(seed, "site", s.fields(), level, draws)
+    rng = _rng(seed, "site", s.public_fields(), level, draws)
     err = site_draws(s, rng, draws).noise
     lo, hi = _pivot(s.tau, err, level)
     return clip_interval(s.tau, lo, hi, s.bound, level, "bootstrap")
@@ -425,7 +382,7 @@ def site_bootstrap_interval(
 # Combined intervals
 
 
-def _sites(sites: Sequence[Any]) -> list[PublicSite]:
+def _sites(sites: Sequence[Any]) -> list[SiteEstimate]:
     out = [public_site(s) for s in sites]
     if not out:
         raise ValueError("no site releases to combine")
@@ -463,7 +420,7 @@ def combined_bootstrap_interval(
     n = np.array([float(s.n) for s in ps])
     var = np.array([s.variance for s in ps])
     res = aggregate(method, tau, n, var)
-    rng = _rng(seed, "combined", method, [s.fields() for s in ps], level, draws)
+    rng = _rng(seed, "combined", method, [s.public_fields() for s in ps], level, draws)
     usable = [j not in res.excluded for j in range(len(ps))]
     truth = np.full((draws, len(ps)), res.estimate)
     if method == "random_effects" and res.extra.get("tau2", 0.0) > 0:

@@ -40,8 +40,9 @@ from dpate_core.sensitivity import (
 
 __all__ = ["global_dp_matching", "plan_matching", "smooth_dp_matching"]
 
-Assemble = Callable[[Mapping[str, Any]], Outputs]
 ReadVariance = Callable[[Mapping[str, Any]], Any]
+#: the noise variance of an ATE part and its diagnostics, from the noisy values
+ReadNoise = Callable[[Mapping[str, Any]], tuple[Any, dict[str, Any]]]
 
 
 def _require_delta(total: PrivacyParams, name: str) -> None:
@@ -144,16 +145,33 @@ def plan_matching(
     total = PrivacyParams.of(epsilon, delta)
     if stats.n < 2:
         raise ValueError(f"a release needs at least 2 records (got {stats.n})")
-    if estimator == "smooth_matching":
-        parts = _smooth_parts(stats, total, bound, domain_size, split, variance, cells)
-    elif estimator == "global_matching":
-        parts = _global_parts(stats, total, bound, domain_size, split, variance, cells)
-    else:
+    if estimator not in ("smooth_matching", "global_matching"):
         raise ValueError(
             f"estimator ({estimator!r}) is not a matching estimator: use 'smooth_matching' or "
             f"'global_matching'"
         )
-    shares, noise, assemble = parts
+    smooth = estimator == "smooth_matching"
+    _require_delta(total, "SmoothDPMatching" if smooth else "GlobalDPMatching's variance")
+    # SmoothDPMatching: ATE, variance, ln S; GlobalDPMatching: ATE, variance
+    shares = BudgetSplit.of(split, 3 if smooth else 2)
+    p_ate, p_var, *p_sens = shares.apply(total)
+    var_noise, read_variance = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+    if smooth:
+        ate_noise, read_noise = _smooth_ate(stats, bound, domain_size, p_ate, p_sens[0])
+    else:
+        ate_noise, read_noise = _global_ate(stats, bound, p_ate)
+    noise = (ate_noise[0], *var_noise, *ate_noise[1:])
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        noise_var, diagnostics = read_noise(v)
+        v_dp = read_variance(v)
+        return Outputs(
+            v["tau"],
+            np.maximum(v_dp, 0.0) + noise_var,
+            v_dp + noise_var,
+            {**diagnostics, "sampling_variance_dp": v_dp, "noise_variance": noise_var},
+        )
+
     return MechanismPlan(
         estimator=estimator,
         n=stats.n,
@@ -167,21 +185,16 @@ def plan_matching(
     )
 
 
-def _smooth_parts(
+def _smooth_ate(
     stats: MatchingStatistics,
-    total: PrivacyParams,
     bound: float,
     domain_size: int | None,
-    split: Sequence[Number] | None,
-    variance: str,
-    cells: Any,
-) -> tuple[BudgetSplit, tuple[NoiseSpec, ...], Assemble]:
-    """SmoothDPMatching's three parts (see :func:`smooth_dp_matching`): its split, its noise
-    sites and the assembly of its outputs."""
-    _require_delta(total, "SmoothDPMatching")
-    shares = BudgetSplit.of(split, 3)
-    p_ate, p_var, p_sens = shares.apply(total)
-    var_noise, var_read = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+    p_ate: PrivacyParams,
+    p_sens: PrivacyParams,
+) -> tuple[tuple[NoiseSpec, ...], ReadNoise]:
+    """SmoothDPMatching's ATE parts (steps 1 and 3 of :func:`smooth_dp_matching`): the noise sites
+    of ``tau`` and ``ln S``, and how the noise variance ``8 S2_dp / eps_1^2`` and the
+    ``smooth_sensitivity_dp`` diagnostic are read back."""
     e1 = _eps(p_ate)
     beta1 = smooth_beta(e1, _delta(p_ate))
     s_ate = matching_smooth_sensitivity(
@@ -191,59 +204,26 @@ def _smooth_parts(
     sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
     noise = (
         NoiseSpec("tau", stats.tau, 2.0 * s_ate / e1, "laplace"),
-        *var_noise,
         NoiseSpec("log_smooth_sensitivity", math.log(s_ate), sigma, "gaussian"),
     )
 
-    def assemble(v: Mapping[str, Any]) -> Outputs:
+    def read(v: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         log_s = v["log_smooth_sensitivity"]
         s_dp = np.exp(log_s - sigma**2 / 2.0)  # unbiased for S (the Lemma)
         s2_dp = np.exp(2.0 * log_s - 2.0 * sigma**2)  # unbiased for S^2 (ERRATA 4)
-        noise_var = 8.0 * s2_dp / e1**2
-        v_dp = var_read(v)
-        return Outputs(
-            v["tau"],
-            np.maximum(v_dp, 0.0) + noise_var,
-            v_dp + noise_var,
-            {
-                "smooth_sensitivity_dp": s_dp,
-                "sampling_variance_dp": v_dp,
-                "noise_variance": noise_var,
-            },
-        )
+        return 8.0 * s2_dp / e1**2, {"smooth_sensitivity_dp": s_dp}
 
-    return shares, noise, assemble
+    return noise, read
 
 
-def _global_parts(
-    stats: MatchingStatistics,
-    total: PrivacyParams,
-    bound: float,
-    domain_size: int | None,
-    split: Sequence[Number] | None,
-    variance: str,
-    cells: Any,
-) -> tuple[BudgetSplit, tuple[NoiseSpec, ...], Assemble]:
-    """GlobalDPMatching's two parts (see :func:`global_dp_matching`): its split, its noise
-    sites and the assembly of its outputs."""
-    _require_delta(total, "GlobalDPMatching's variance")
-    shares = BudgetSplit.of(split, 2)
-    p_ate, p_var = shares.apply(total)
-    var_noise, var_read = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+def _global_ate(
+    stats: MatchingStatistics, bound: float, p_ate: PrivacyParams
+) -> tuple[tuple[NoiseSpec, ...], ReadNoise]:
+    """GlobalDPMatching's ATE part (see :func:`global_dp_matching`): ``tau + Lap(2B / eps_1)``;
+    its noise variance ``2 (2B / eps_1)^2`` is public."""
     scale = _scale(matching_global_sensitivity(stats.n, bound), p_ate)
     noise_var = 2.0 * scale * scale  # public
-    noise = (NoiseSpec("tau", stats.tau, scale, "laplace"), *var_noise)
-
-    def assemble(v: Mapping[str, Any]) -> Outputs:
-        v_dp = var_read(v)
-        return Outputs(
-            v["tau"],
-            np.maximum(v_dp, 0.0) + noise_var,
-            v_dp + noise_var,
-            {"sampling_variance_dp": v_dp, "noise_variance": noise_var},
-        )
-
-    return shares, noise, assemble
+    return (NoiseSpec("tau", stats.tau, scale, "laplace"),), lambda v: (noise_var, {})
 
 
 def _matching_release(

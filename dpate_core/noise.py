@@ -75,13 +75,21 @@ def _opendp_vector() -> tuple[Any, Any]:
 
 def laplace(loc: float, scale: float, rng: Rng = None) -> float:
     """``loc + Lap(scale)``: secure (OpenDP) when ``rng`` is None, simulated otherwise."""
+    return _scalar("laplace", loc, scale, rng)
+
+
+def _scalar(kind: str, loc: float, scale: float, rng: Rng) -> float:
+    """``loc`` plus one draw of ``kind`` (``"laplace"`` or ``"gaussian"``) noise of ``scale``:
+    OpenDP's ``make_laplace`` / ``make_gaussian`` when ``rng`` is None, else ``rng``'s."""
     _check_rng(rng)
     _check_scale(scale)
     loc = _check_loc(loc)
     if rng is not None:
-        return float(loc + rng.laplace(0.0, scale))
+        draw = rng.laplace(0.0, scale) if kind == "laplace" else rng.normal(0.0, scale)
+        return float(loc + draw)
     dp, space = _opendp()
-    return float(dp.m.make_laplace(*space, scale=scale)(loc))
+    make = dp.m.make_laplace if kind == "laplace" else dp.m.make_gaussian
+    return float(make(*space, scale=scale)(loc))
 
 
 def laplace_vector(loc: npt.ArrayLike, scale: float, rng: Rng = None) -> npt.NDArray[np.float64]:
@@ -109,13 +117,7 @@ def laplace_vector(loc: npt.ArrayLike, scale: float, rng: Rng = None) -> npt.NDA
 
 def gaussian(loc: float, scale: float, rng: Rng = None) -> float:
     """``loc + N(0, scale^2)``: secure (OpenDP) when ``rng`` is None, simulated otherwise."""
-    _check_rng(rng)
-    _check_scale(scale)
-    loc = _check_loc(loc)
-    if rng is not None:
-        return float(loc + rng.normal(0.0, scale))
-    dp, space = _opendp()
-    return float(dp.m.make_gaussian(*space, scale=scale)(loc))
+    return _scalar("gaussian", loc, scale, rng)
 
 
 def _phi(t: float) -> float:

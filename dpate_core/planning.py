@@ -607,9 +607,7 @@ def plan_study(
 
     recommendation = None
     if recommend:
-        recommendation = _recommend(
-            design, designs, aggregator, domain_size, bound, arm_sizes_public, assumptions, level
-        )
+        recommendation = _recommend(design, designs, aggregator, arm_sizes_public, predict, level)
     return StudyPlan(
         estimator=estimator,
         aggregator=aggregator,
@@ -668,12 +666,12 @@ def _recommend(
     design: str,
     designs: Sequence[SiteDesign],
     aggregator: str,
-    domain_size: int,
-    bound: float,
     arm_sizes_public: bool,
-    assumptions: Assumptions,
+    predict: Callable[[str, Sequence[SiteDesign]], list[SitePrediction]],
     level: float,
 ) -> Recommendation | None:
+    """The estimator and split with the narrowest predicted combined interval; ``predict``: the
+    site predictions of an estimator (:func:`plan_study`'s, so both predict alike)."""
     best: tuple[float, str, tuple[Fraction, ...]] | None = None
     valid = _valid_estimators(design)
     for est in valid:
@@ -684,19 +682,7 @@ def _recommend(
             (_default_split(est, arm_sizes_public), *CANDIDATE_SPLITS.get((est, parts), ()))
         )
         for split in splits:
-            ds = [replace(d, split=split) for d in designs]
-            preds = [
-                predict_site(
-                    est,
-                    d,
-                    domain_size=domain_size,
-                    bound=bound,
-                    arm_sizes_public=arm_sizes_public,
-                    assumptions=assumptions,
-                    level=level,
-                )
-                for d in ds
-            ]
+            preds = predict(est, [replace(d, split=split) for d in designs])
             try:
                 w = 2.0 * _z(level) * math.sqrt(_combine(aggregator, preds).variance)
             except NoUsableSiteError:

@@ -70,6 +70,20 @@ class SiteEstimate:
     def privacy(self) -> PrivacyParams:
         return PrivacyParams(self.epsilon, self.delta)
 
+    @property
+    def noise_variance(self) -> float:
+        """The released variance of the DP noise (``diagnostics["noise_variance"]``)."""
+        return float(self.diagnostics["noise_variance"])
+
+    @property
+    def sampling_variance(self) -> float:
+        """The released sampling part of the variance (``variance - noise_variance``, >= 0)."""
+        return max(self.variance - self.noise_variance, 0.0)
+
+    def shares(self) -> tuple[PrivacyParams, ...]:
+        """The budget of each part, as the release split it."""
+        return BudgetSplit(self.budget_split).apply(self.privacy)
+
     def conf_int(self, level: float = 0.95) -> tuple[float, float]:
         """Normal interval ``tau +- z sqrt(variance)`` (post-processing)."""
         return normal_interval(self.tau, self.variance, level)

@@ -160,9 +160,12 @@ def _smooth_kernel(  # pragma: no cover
 # The engine
 
 
+_Counts = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]  # big, small, has_absent
+
+
 def _as_counts(
     treated_counts: npt.ArrayLike, control_counts: npt.ArrayLike, n: int, domain_size: int | None
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], bool]:
+) -> _Counts:
     t = np.asarray(treated_counts, dtype=np.int64)
     c = np.asarray(control_counts, dtype=np.int64)
     if t.shape != c.shape or t.ndim != 1:
@@ -215,19 +218,19 @@ def _candidates(
     )
 
 
-def _smooth_bound(
-    kind: int,
-    scale: float,
-    offset: float,
-    big: npt.NDArray[np.int64],
-    small: npt.NDArray[np.int64],
-    has_absent: bool,
-    n: int,
-    beta: float,
-) -> float:
+def _terms(kind: int, bound: float, n: int) -> tuple[float, float]:
+    """``(scale, offset)`` of a kind's bound: ``4B/N`` and 1 for the ATE (Theorem 1),
+    ``B^2/(2N^2)`` and 0 for the variance (appendix)."""
+    if kind == _ATE:
+        return 4.0 * bound / n, 1.0
+    return bound * bound / (2.0 * n * n), 0.0
+
+
+def _smooth_bound(kind: int, bound: float, n: int, beta: float, counts: _Counts) -> float:
     if not (beta > 0 and math.isfinite(beta)):
         raise ValueError(f"beta ({beta}) must be positive and finite")
-    cb, cs = _candidates(big, small, has_absent)
+    scale, offset = _terms(kind, bound, n)
+    cb, cs = _candidates(*counts)
     # no A^(k) exceeds a_max: every phi is monotone, M' <= N and m' >= 1
     a_max = scale * (
         offset + sum(max(_phi(kind, t, n, 1), _phi0(kind, t, n)) for t in range(_TERMS[kind]))
@@ -236,16 +239,10 @@ def _smooth_bound(
     return float(_smooth_kernel(kind, cb, cs, n, beta, scale, offset, a_max, n) * _ROUND_UP)
 
 
-def _local_bound(
-    kind: int,
-    scale: float,
-    offset: float,
-    big: npt.NDArray[np.int64],
-    small: npt.NDArray[np.int64],
-    n: int,
-) -> float:
-    cb = np.ascontiguousarray(big, dtype=np.int64)
-    cs = np.ascontiguousarray(small, dtype=np.int64)
+def _local_bound(kind: int, bound: float, n: int, counts: _Counts) -> float:
+    scale, offset = _terms(kind, bound, n)
+    cb = np.ascontiguousarray(counts[0], dtype=np.int64)
+    cs = np.ascontiguousarray(counts[1], dtype=np.int64)
     return float(_smooth_kernel(kind, cb, cs, n, 1.0, scale, offset, np.inf, 0) * _ROUND_UP)
 
 
@@ -253,8 +250,7 @@ def matching_local_sensitivity_bound(
     treated_counts: npt.ArrayLike, control_counts: npt.ArrayLike, n: int, bound: float
 ) -> float:
     """Theorem 1: ``LS(D) <= (4B/N) (1 + max_x R_x(D))``."""
-    big, small, _ = _as_counts(treated_counts, control_counts, n, None)
-    return _local_bound(_ATE, 4.0 * bound / n, 1.0, big, small, n)
+    return _local_bound(_ATE, bound, n, _as_counts(treated_counts, control_counts, n, None))
 
 
 def matching_smooth_sensitivity(
@@ -274,9 +270,9 @@ def matching_smooth_sensitivity(
     strata of the public covariate domain; ``None`` assumes a neighbour can always bring a stratum
     not present in the data (the conservative choice). Capped at the global sensitivity ``2B``.
     """
-    big, small, has_absent = _as_counts(treated_counts, control_counts, n, domain_size)
+    counts = _as_counts(treated_counts, control_counts, n, domain_size)
     _check_bound(bound)
-    smooth = _smooth_bound(_ATE, 4.0 * bound / n, 1.0, big, small, has_absent, n, beta)
+    smooth = _smooth_bound(_ATE, bound, n, beta, counts)
     # LS <= GS = 2B everywhere, and a constant is beta-smooth: the minimum of two beta-smooth upper
     # bounds on LS is one too (for tiny sites the ball maximum can pass 2B)
     return min(smooth, matching_global_sensitivity(n, bound))
@@ -287,9 +283,7 @@ def matching_variance_local_sensitivity_bound(
 ) -> float:
     """The appendix bound ``LS(V_hat) <= (LS+_g + max LS-_g(D'')) / (2 N^2)``, in the monotone
     form used for its smooth version (see the module notes)."""
-    big, small, _ = _as_counts(treated_counts, control_counts, n, None)
-    scale = bound * bound / (2.0 * n * n)
-    return _local_bound(_VAR, scale, 0.0, big, small, n)
+    return _local_bound(_VAR, bound, n, _as_counts(treated_counts, control_counts, n, None))
 
 
 def matching_variance_smooth_sensitivity(
@@ -303,10 +297,9 @@ def matching_variance_smooth_sensitivity(
     """``beta``-smooth upper bound on the local sensitivity of ``V_hat`` (ERRATA section 3): the
     ball maxima of the two terms ``max_x LS+_x`` and ``max_x LS-''_x``, each exact for its monotone
     per-stratum bound, added (ERRATA section 9)."""
-    big, small, has_absent = _as_counts(treated_counts, control_counts, n, domain_size)
+    counts = _as_counts(treated_counts, control_counts, n, domain_size)
     _check_bound(bound)
-    scale = bound * bound / (2.0 * n * n)
-    return _smooth_bound(_VAR, scale, 0.0, big, small, has_absent, n, beta)
+    return _smooth_bound(_VAR, bound, n, beta, counts)
 
 
 def matching_global_sensitivity(n: int, bound: float) -> float:

@@ -21,7 +21,7 @@ Two halves:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
@@ -84,21 +84,8 @@ def simulate_sites(
     return tau, n, var
 
 
-class _ManyView(Mapping[str, CombinerMany]):
-    """``{name: vectorised combiner}`` over the live registry (a registered aggregator appears)."""
-
-    def __getitem__(self, name: str) -> CombinerMany:
-        return _reg.AGGREGATORS[name].many
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_reg.AGGREGATORS)
-
-    def __len__(self) -> int:
-        return len(_reg.AGGREGATORS)
-
-
 #: ``{name: vectorised combiner}`` for every registered aggregator
-AGGREGATORS_MANY: Mapping[str, CombinerMany] = _ManyView()
+AGGREGATORS_MANY: Mapping[str, CombinerMany] = _reg.RegistryView(lambda a: a.many)
 
 
 def mvagg_many(tau: Any, n: Any, variance: Any) -> AggregateMany:

@@ -259,6 +259,19 @@ def _scale(values: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, int]:
     return np.clip(y, 0.0, 1.0), clipped
 
 
+def _randomized(name: str, w: np.ndarray, y: np.ndarray, **fields: Any) -> PaperDataset:
+    """A randomized trial's data set: no covariates (one stratum for every record)."""
+    return PaperDataset(
+        name=name,
+        design="randomized",
+        w=w,
+        y=y,
+        x=np.zeros(w.size, np.int64),
+        domain_size=1,
+        **fields,
+    )
+
+
 def load_ist() -> PaperDataset:
     """IST: rows with ``DRSISC in {Y, N}``; W = aspirin (``RXASP == 'Y'``); Y = ``DRSISC == 'Y'``."""
     path = _file("ist", "IST_corrected.csv")
@@ -268,14 +281,8 @@ def load_ist() -> PaperDataset:
     df = df[df["DRSISC"].isin(["Y", "N"])]
     w = (df["RXASP"] == "Y").to_numpy().astype(np.int8)
     y = (df["DRSISC"] == "Y").to_numpy().astype(np.float64)
-    return PaperDataset(
-        name="ist",
-        design="randomized",
-        w=w,
-        y=y,
-        x=np.zeros(w.size, np.int64),
-        domain_size=1,
-        note="Y = recurrent ischaemic/unknown stroke within 14 days (binary, B = 1)",
+    return _randomized(
+        "ist", w, y, note="Y = recurrent ischaemic/unknown stroke within 14 days (binary, B = 1)"
     )
 
 
@@ -304,13 +311,10 @@ def load_star() -> PaperDataset:
     if unknown:
         raise ValueError(f"STAR urbanicity values {unknown} are not among {list(STAR_SITES)}")
     sites = np.array([site_of[u] for u in urban], dtype=np.int64)
-    return PaperDataset(
-        name="star",
-        design="randomized",
-        w=w,
-        y=y,
-        x=np.zeros(w.size, np.int64),
-        domain_size=1,
+    return _randomized(
+        "star",
+        w,
+        y,
         sites=sites,
         site_names=STAR_SITES,
         clipped=clipped,

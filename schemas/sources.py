@@ -916,6 +916,19 @@ def _redacted_run(run: Any, stage: _Stage) -> Any:
     return result, len(caught)
 
 
+def _as_source(
+    source: str | Path | DataSource,
+    spec: StudySpec,
+    fmt: str | None,
+    query: str | None,
+    secret: str | None,
+) -> DataSource:
+    """``source`` itself, or the source at that location (:func:`open_source`)."""
+    if isinstance(source, (str, Path)):
+        return open_source(source, spec, fmt, query=query, secret=secret)
+    return source
+
+
 def iter_site_batches(
     source: str | Path | DataSource,
     spec: StudySpec,
@@ -932,11 +945,7 @@ def iter_site_batches(
     :class:`~schemas.site_errors.SiteDataError` with every problem is raised after the last one.
     **A consumer must therefore discard what it accumulated unless the iteration ends normally**
     (:func:`stream_cell_statistics` does). Warnings are swallowed; reader errors redacted."""
-    src = (
-        source
-        if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query, secret=secret)
-    )
+    src = _as_source(source, spec, fmt, query, secret)
     stage = _Stage()
     it = _validated(src, spec, batch_rows, stage)
     while True:
@@ -959,11 +968,7 @@ def prepare_source(
     ``SiteData``, report (its counts summed over batches) and errors, word for word. Keeps
     ``(w, y, x)`` (17 bytes a row, preallocated when the source knows its row count) and one
     batch's working set."""
-    src = (
-        source
-        if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query, secret=secret)
-    )
+    src = _as_source(source, spec, fmt, query, secret)
     stage = _Stage()
 
     def run() -> SiteData:
@@ -1082,11 +1087,7 @@ def stream_cell_statistics(
     identical to one pass over all records)."""
     from dpate_core.adjusted import CellStatistics, grid_bits
 
-    src = (
-        source
-        if not isinstance(source, (str, Path))
-        else open_source(source, spec, fmt, query=query, secret=secret)
-    )
+    src = _as_source(source, spec, fmt, query, secret)
     if n_hint is None and isinstance(src, CsvSource):
         src.probe(spec)
     guess = n_hint if n_hint is not None else src.count_rows()
