@@ -312,8 +312,9 @@ def _random_effects(r: Rows) -> Combination:
     ``Q = sum w_j (tau_j - tau_FE)^2`` with ``w_j = 1/var_j``;
     ``tau^2 = max(0, (Q - (k-1)) / (sum w - sum w^2 / sum w))``; weights ``1/(var_j + tau^2)``;
     ``I^2 = max(0, (Q - (k-1)) / Q)``. The reported variance uses ``var_j + tau^2``.
+    (A subnormal ``Q`` overflows ``(Q - (k-1)) / Q`` to ``-inf``: ``I^2`` is then 0, as it should.)
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         w = np.where(r.ok, 1.0 / r.var, 0.0)
         t = np.where(r.ok, r.tau, 0.0)
         sw = w.sum(axis=1)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dpate_core.aggregation import (
@@ -248,6 +248,7 @@ def _dl_loop(tau, var):
         max_size=30,
     )
 )
+@example([(0.0, 1.0), (3.1e-157, 1.0)])  # Q subnormal: (Q - (k-1)) / Q overflows
 def test_random_effects_matches_a_loop_implementation(rows):
     tau = [r[0] for r in rows]
     var = [r[1] for r in rows]
