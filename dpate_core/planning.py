@@ -407,6 +407,14 @@ def _laplace_kept(n: np.ndarray, m: float, b: float) -> tuple[np.ndarray, np.nda
     return p, mean
 
 
+def _positive_square(mu: float, sd: float) -> float:
+    """``E[max(U, 0)^2]`` for ``U ~ N(mu, sd^2)``."""
+    if sd <= 0:
+        return max(mu, 0.0) ** 2
+    a = mu / sd
+    return (mu * mu + sd * sd) * NormalDist().cdf(a) + mu * sd * NormalDist().pdf(a)
+
+
 def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
     """A stratum is used when both noisy arm counts reach ``m = max(2, 2/eps_n)``: with the
     assumed counts ``n`` and Laplace count noise, with probability ``p_x`` (the product of the two
@@ -414,9 +422,9 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
     noise's mean given that it reached ``m`` (the selection the release makes). Noise variance:
     the release's own delta-method formula, each stratum weighted by ``p_x``; the reported
     sampling part clamps each cell's ``s^2`` after ``Lap(B^2/(2 eps_q))/n_cell``; the strata left
-    out add the release's unestimated variance ``B^2 E[u^2] / 3``, ``u`` one minus the used
-    strata's noisy weight (its mean and the variance of the ``p_x`` draws and of the counts'
-    noise). No stratum with both arms in the assumed counts: infinite (the release would
+    out add the release's unestimated variance ``B^2 E[max(u, 0)^2] / 3``, ``u`` one minus the
+    used strata's noisy weight (normal, with the mean and variance of the ``p_x`` draws and of the
+    counts' noise). No stratum with both arms in the assumed counts: infinite (the release would
     estimate 0 from nothing)."""
     from dpate_core.adjusted import COUNT_SENSITIVITY, THRESHOLD_FACTOR
 
@@ -448,9 +456,11 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
         (p * w**2 * (clamp(sd2, b_q / t) / t + clamp(sd2, b_q / c) / c)).sum()
     )
     used_w = (t + c + g_t + g_c) / n
-    u = min(max(1.0 - float((p * used_w).sum()), 0.0), 1.0)
+    # u = 1 - (used strata's noisy weight), clipped at 0 by the release: E[max(u, 0)^2] for a
+    # normal u with the mean and variance of the p_x draws and of the counts' noise
+    mu = 1.0 - float((p * used_w).sum())
     var_u = float((p * (1.0 - p) * used_w**2 + p * 2.0 * (2.0 * scale_n**2) / n**2).sum())
-    unestimated = b * b * (u * u + var_u) / 3.0
+    unestimated = b * b * _positive_square(mu, math.sqrt(var_u)) / 3.0
     return sampling, noise, reported_sampling + noise + unestimated
 
 
