@@ -16,7 +16,9 @@ estimator): the sampling variance, the DP noise variance, the expected *reported
 release clamps a noisy sampling part at 0, which inflates it: ``E max(v + Lap(b), 0) = v +
 (b/2) e^(-v/b)``) and the normal interval's half-width ``z sqrt(E reported variance)``. For the
 matching estimators the smooth sensitivities are computed by :mod:`dpate_core.sensitivity` on the
-assumed count vector (public, given the assumption). The combined prediction runs the spec's
+assumed count vector (public, given the assumption). The adjusted estimator is predicted for the
+weighting the release would use (the spec's ``adjusted_weighting``, ``"auto"`` resolved by the
+release's own public rule: :func:`adjusted_weighting`). The combined prediction runs the spec's
 combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
 its predicted choice of sites (in a release the choice is made on noisy variances).
 
