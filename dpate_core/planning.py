@@ -16,7 +16,9 @@ estimator): the sampling variance, the DP noise variance, the expected *reported
 release clamps a noisy sampling part at 0, which inflates it: ``E max(v + Lap(b), 0) = v +
 (b/2) e^(-v/b)``) and the normal interval's half-width ``z sqrt(E reported variance)``. For the
 matching estimators the smooth sensitivities are computed by :mod:`dpate_core.sensitivity` on the
-assumed count vector (public, given the assumption). The combined prediction runs the spec's
+assumed count vector (public, given the assumption). The adjusted estimator is predicted for the
+weighting the release would use (the spec's ``adjusted_weighting``, ``"auto"`` resolved by the
+release's own public rule: :func:`adjusted_weighting`). The combined prediction runs the spec's
 combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
 its predicted choice of sites (in a release the choice is made on noisy variances).
 
@@ -51,6 +53,7 @@ __all__ = [
     "SiteDesign",
     "SitePrediction",
     "StudyPlan",
+    "adjusted_weighting",
     "balanced_counts",
     "clamped_mean",
     "plan_study",
@@ -131,6 +134,8 @@ class SitePrediction:
     noise_variance: float
     reported_variance: float
     half_width: float
+    #: the adjusted estimator's weighting this release would use (None for the others)
+    weighting: str | None = None
 
     @property
     def rmse(self) -> float:
@@ -258,6 +263,7 @@ class _Inputs:
     bound: float
     arm_sizes_public: bool
     assumptions: Assumptions
+    weighting: str = "auto"
 
     def parts(self) -> tuple[PrivacyParams, ...]:
         total = PrivacyParams(self.design.epsilon, self.design.delta)
@@ -355,15 +361,73 @@ def _global(inp: _Inputs) -> tuple[float, float, float]:
     return sampling, noise, clamped_mean(v_hat, _variance_scale(inp, tc, cc, p_var)) + noise
 
 
+def adjusted_weighting(
+    weighting: str,
+    n: int,
+    domain_size: int,
+    epsilon: Number,
+    split: Sequence[Number] | None = None,
+) -> str:
+    """The weighting an adjusted release with these public values uses: ``weighting``, or for
+    ``"auto"`` the rule of :func:`dpate_core.adjusted.resolve_weighting` (subclassification when
+    ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``) with the count scale computed exactly as the
+    release computes it. Public values only: ``N`` is published in the site's report, the rest is
+    in the spec."""
+    from dpate_core.adjusted import COUNT_SENSITIVITY, DEFAULT_SPLIT, resolve_weighting
+    from dpate_core.release import _scale
+
+    total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
+    p_n = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)[0]
+    return resolve_weighting(
+        weighting, int(n), max(int(domain_size), 1), _scale(COUNT_SENSITIVITY, p_n)
+    )
+
+
 @register_predictor("adjusted")
 def _adjusted(inp: _Inputs) -> tuple[float, float, float]:
-    """DP subclassification (``dpate_core.adjusted``): Laplace ``2/eps_n`` on every cell count,
-    ``B/eps_s`` on every centred sum, ``B^2/(2 eps_q)`` on every sum of squares (the module's
-    sensitivities in outcome units). A stratum is used when both assumed arm counts reach
-    ``max(2, 2/eps_n)``. Noise variance: the release's own delta-method formula at the assumed
-    counts and centred arm means ``+-effect/2`` (arm means ``B/2 +- effect/2``); the reported
-    sampling part clamps each cell's ``s^2`` after ``Lap(B^2/(2 eps_q))/n_cell``. No usable
-    stratum: infinite (the release would estimate 0 from nothing)."""
+    """The adjusted release (``dpate_core.adjusted``) with the weighting it would use
+    (:func:`adjusted_weighting`): Laplace ``2/eps_n`` on every cell count, ``B/eps_s`` on every
+    centred sum, ``B^2/(2 eps_q)`` on every sum of squares (the module's sensitivities in outcome
+    units), at the assumed counts and centred arm means ``+-effect/2`` (arm means
+    ``B/2 +- effect/2``). Subclassification: :func:`_adjusted_subclassification`; fixed effects:
+    :func:`_adjusted_fixed_effects`."""
+    d = inp.design
+    mode = adjusted_weighting(inp.weighting, d.n, inp.domain_size, d.epsilon, d.split)
+    if mode == "fixed_effects":
+        return _adjusted_fixed_effects(inp)
+    return _adjusted_subclassification(inp)
+
+
+def _laplace_kept(n: np.ndarray, m: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """For true counts ``n`` released as ``n + Lap(b)``: the probability that the noisy count
+    reaches ``m``, and the noise's mean given that it does (``E[L | L >= m - n]``)."""
+    c = m - n
+    below = c <= 0
+    tail = 0.5 * np.exp(-np.abs(c) / b)  # P(L >= c) for c > 0; P(L < c) for c <= 0
+    p = np.where(below, 1.0 - tail, tail)
+    mean = np.where(below, tail * (b - c) / np.maximum(p, 1e-300), c + b)
+    return p, mean
+
+
+def _positive_square(mu: float, sd: float) -> float:
+    """``E[max(U, 0)^2]`` for ``U ~ N(mu, sd^2)``."""
+    if sd <= 0:
+        return max(mu, 0.0) ** 2
+    a = mu / sd
+    return (mu * mu + sd * sd) * NormalDist().cdf(a) + mu * sd * NormalDist().pdf(a)
+
+
+def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
+    """A stratum is used when both noisy arm counts reach ``m = max(2, 2/eps_n)``: with the
+    assumed counts ``n`` and Laplace count noise, with probability ``p_x`` (the product of the two
+    arms' tail probabilities); a used stratum's noisy size is, on average, its size plus the
+    noise's mean given that it reached ``m`` (the selection the release makes). Noise variance:
+    the release's own delta-method formula, each stratum weighted by ``p_x``; the reported
+    sampling part clamps each cell's ``s^2`` after ``Lap(B^2/(2 eps_q))/n_cell``; the strata left
+    out add the release's unestimated variance ``B^2 E[max(u, 0)^2] / 3``, ``u`` one minus the
+    used strata's noisy weight (normal, with the mean and variance of the ``p_x`` draws and of the
+    counts' noise). No stratum with both arms in the assumed counts: infinite (the release would
+    estimate 0 from nothing)."""
     from dpate_core.adjusted import COUNT_SENSITIVITY, THRESHOLD_FACTOR
 
     p_n, p_s, p_q = inp.parts()
@@ -373,24 +437,84 @@ def _adjusted(inp: _Inputs) -> tuple[float, float, float]:
     b_q = b * b / 2.0 / _eps(p_q)
     n = inp.design.n
     tc, cc = balanced_counts(n, inp.domain_size, inp.assumptions.arm_share)
-    usable = (tc >= max(2.0, THRESHOLD_FACTOR * scale_n)) & (
-        cc >= max(2.0, THRESHOLD_FACTOR * scale_n)
-    )
-    if not usable.any():
+    both = (tc > 0) & (cc > 0)
+    if not both.any():
         return math.inf, math.inf, math.inf
-    t, c = tc[usable].astype(float), cc[usable].astype(float)
+    t, c = tc[both].astype(float), cc[both].astype(float)
+    m = max(2.0, THRESHOLD_FACTOR * scale_n)
+    p_t, g_t = _laplace_kept(t, m, scale_n)
+    p_c, g_c = _laplace_kept(c, m, scale_n)
+    p = p_t * p_c
     w = (t + c) / n
     sd2 = inp.assumptions.sd(b) ** 2
     m_t, m_c = inp.assumptions.effect / 2.0, -inp.assumptions.effect / 2.0
     diff = (m_t - m_c) / n
     d_nt, d_nc = diff - w * m_t / t, diff + w * m_c / c
-    noise = float(
-        (2.0 * b_s**2 * w**2 * (1 / t**2 + 1 / c**2) + 2.0 * scale_n**2 * (d_nt**2 + d_nc**2)).sum()
-    )
-    sampling = float((w**2 * sd2 * (1 / t + 1 / c)).sum())
+    per_noise = 2.0 * b_s**2 * w**2 * (1 / t**2 + 1 / c**2) + 2.0 * scale_n**2 * (d_nt**2 + d_nc**2)
+    noise = float((p * per_noise).sum())
+    sampling = float((p * w**2 * sd2 * (1 / t + 1 / c)).sum())
     clamp = np.vectorize(clamped_mean)
-    reported = float((w**2 * (clamp(sd2, b_q / t) / t + clamp(sd2, b_q / c) / c)).sum()) + noise
-    return sampling, noise, reported
+    reported_sampling = float(
+        (p * w**2 * (clamp(sd2, b_q / t) / t + clamp(sd2, b_q / c) / c)).sum()
+    )
+    used_w = (t + c + g_t + g_c) / n
+    # u = 1 - (used strata's noisy weight), clipped at 0 by the release: E[max(u, 0)^2] for a
+    # normal u with the mean and variance of the p_x draws and of the counts' noise
+    mu = 1.0 - float((p * used_w).sum())
+    var_u = float((p * (1.0 - p) * used_w**2 + p * 2.0 * (2.0 * scale_n**2) / n**2).sum())
+    unestimated = b * b * _positive_square(mu, math.sqrt(var_u)) / 3.0
+    return sampling, noise, reported_sampling + noise + unestimated
+
+
+def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
+    """``tau = A / D`` with ``A = sum (S_t n_c - S_c n_t)``, ``D = sum n_t n_c`` over every stratum
+    (docs/adjusted.md). With count noise variance ``v_n = 2 (2/eps_n)^2``, sum noise variance
+    ``v_s = 2 (B/eps_s)^2`` and centred means ``m_t = effect/2``, ``m_c = -effect/2``
+    (``S_t - tau n_t = n_t m_c``, ``S_c + tau n_c = n_c m_t``), the release's own noise variance
+    at the assumed counts: ``sum [v_n (n_t^2 m_c^2 + n_c^2 m_t^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n
+    + tau^2 v_n^2] / D^2 (1 + 3 Var(D) / D^2)``, ``Var(D) = sum v_n (n_t^2 + n_c^2) + |X| v_n^2``.
+    Sampling: ``sum n_t n_c (n_c + n_t) sd^2 / D^2`` (the release bounds each arm's variance by its
+    total variance over the strata, so ``sd`` stands for that). The release is uninformative
+    (variance ``B^2/3``) when its noisy ``D`` is at most ``RESOLVE_Z`` sds: with probability
+    ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the one whose normal
+    half-width is the expected half-width, ``(p sqrt(v) + (1 - p) sqrt(B^2/3))^2``."""
+    from dpate_core.adjusted import COUNT_SENSITIVITY, RESOLVE_Z
+
+    p_n, p_s, _ = inp.parts()
+    b = inp.bound
+    v_n = 2.0 * (COUNT_SENSITIVITY / _eps(p_n)) ** 2
+    v_s = 2.0 * (b / _eps(p_s)) ** 2
+    tc, cc = balanced_counts(inp.design.n, inp.domain_size, inp.assumptions.arm_share)
+    t, c = tc.astype(float), cc.astype(float)
+    big_d = float((t * c).sum())
+    var_d = float((v_n * (t * t + c * c)).sum()) + t.size * v_n * v_n
+    if big_d <= 0:
+        return math.inf, math.inf, b * b / 3.0
+    tau = inp.assumptions.effect
+    m_t, m_c = tau / 2.0, -tau / 2.0
+    noise = float(
+        (
+            v_n * (t * t * m_c * m_c + c * c * m_t * m_t)
+            + v_s * (t * t + c * c)
+            + 2.0 * v_s * v_n
+            + tau * tau * v_n * v_n
+        ).sum()
+    )
+    sd2 = inp.assumptions.sd(b) ** 2
+    sampling_num = float((t * c * (t + c)).sum()) * sd2
+    sd_d = math.sqrt(var_d)
+    alpha = RESOLVE_Z - big_d / sd_d
+    p = 1.0 - NormalDist().cdf(alpha)
+    # a released variance divides by the noisy D, which is >= RESOLVE_Z sd(D) when resolved:
+    # its mean given that (a normal tail), so a budget near the edge is not overstated
+    d_kept = big_d + sd_d * NormalDist().pdf(alpha) / max(p, 1e-300)
+
+    def at(d: float) -> float:
+        return (noise * (1.0 + 3.0 * var_d / d**2) + sampling_num) / d**2
+
+    reported = (p * math.sqrt(at(d_kept)) + (1.0 - p) * b / math.sqrt(3.0)) ** 2
+    noise = noise / big_d**2 * (1.0 + 3.0 * var_d / big_d**2)
+    return sampling_num / big_d**2, noise, reported
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,8 +548,10 @@ def predict_site(
     arm_sizes_public: bool = True,
     assumptions: Assumptions = Assumptions(),
     level: float = 0.95,
+    weighting: str = "auto",
 ) -> SitePrediction:
-    """One site's predicted variances and normal-interval half-width (public inputs only)."""
+    """One site's predicted variances and normal-interval half-width (public inputs only).
+    ``weighting``: the adjusted estimator's (the spec's ``adjusted_weighting``)."""
     predictor = _predictor(estimator)
     if _needs_delta(estimator) and design.delta <= 0:
         raise ValueError(
@@ -439,8 +565,15 @@ def predict_site(
         )
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
-    inp = _Inputs(design, max(int(domain_size), 1), float(bound), arm_sizes_public, assumptions)
+    inp = _Inputs(
+        design, max(int(domain_size), 1), float(bound), arm_sizes_public, assumptions, weighting
+    )
     sampling, noise, reported = predictor(inp)
+    mode = None
+    if estimator == "adjusted":
+        mode = adjusted_weighting(
+            weighting, design.n, inp.domain_size, design.epsilon, design.split
+        )
     return SitePrediction(
         site_id=design.site_id,
         n=design.n,
@@ -452,6 +585,7 @@ def predict_site(
         noise_variance=noise,
         reported_variance=reported,
         half_width=_z(level) * math.sqrt(reported),
+        weighting=mode,
     )
 
 
@@ -530,11 +664,14 @@ def plan_study(
     target_width: float | None = None,
     level: float = 0.95,
     recommend: bool = True,
+    weighting: str = "auto",
 ) -> StudyPlan:
     """Predicted site and combined intervals; with ``target_width`` (the full width of the
     combined interval) the per-site epsilon that reaches it (every site's epsilon times one
     common factor, splits kept); a recommendation of estimator and split among those valid for the
-    ``design``; and warnings when the study cannot answer its question at its budget."""
+    ``design``; and warnings when the study cannot answer its question at its budget.
+    ``weighting``: the adjusted estimator's (the spec's ``adjusted_weighting``); the weighting
+    each site would use is in its prediction and, for the adjusted estimator, in the notes."""
     if not designs:
         raise ValueError("a plan needs at least one site")
     if target_width is not None and not (target_width > 0 and math.isfinite(target_width)):
@@ -550,6 +687,7 @@ def plan_study(
                 arm_sizes_public=arm_sizes_public,
                 assumptions=assumptions,
                 level=level,
+                weighting=weighting,
             )
             for d in ds
         ]
@@ -575,6 +713,14 @@ def plan_study(
             f"the combined interval (predicted width {2 * half:.3g}) is at least as wide as the "
             f"outcome range 2B = {2 * bound:g}: the study cannot answer its question at this "
             f"budget; raise epsilon, add records, or narrow B"
+        )
+    if estimator == "adjusted":
+        notes.append(
+            "adjusted weighting (adjusted_weighting = "
+            + f"{weighting!r}): "
+            + ", ".join(f"{p.site_id} {p.weighting}" for p in preds)
+            + " (docs/adjusted.md: subclassification targets Algorithm 1's estimand, fixed "
+            "effects the overlap-weighted average of the stratum effects)"
         )
     if len(used) < len(preds) and aggregator == "mvagg":
         notes.append(

@@ -60,6 +60,8 @@ class PlanInputs:
     variance: str = "appendix"
     #: the outcome is 0 or B in every record (the difference in means drops its squares)
     binary: bool = False
+    #: the adjusted estimator's post-processing: "auto", "subclassification" or "fixed_effects"
+    weighting: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,7 @@ def _plan_adjusted(p: PlanInputs) -> MechanismPlan:
         delta=p.privacy.delta,
         domain_size=p.domain_size,
         split=p.split,
+        weighting=p.weighting,
     )
 
 

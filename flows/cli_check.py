@@ -179,6 +179,9 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     out.print(
         f"  N after the missing-value policy: {data.n} (published exactly in the site's report)"
     )
+    if study.estimator == "adjusted":  # a public rule on N, |X| and eps (docs/adjusted.md)
+        mode = study.resolved_weighting(site_id, data.n)
+        out.print(f"  weighting: {mode} (adjusted_weighting = {study.weighting!r})")
     out.print(
         f"  [yellow]operator only, not private, do not share:[/yellow] {r.n_read} rows read, "
         f"{r.dropped_missing} dropped as missing"

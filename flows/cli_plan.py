@@ -97,6 +97,7 @@ def plan(
         arm_sizes_public=arms_public,
         assumptions=Assumptions(arm_share=arm_share, outcome_sd=outcome_sd, effect=effect),
         target_width=target_width,
+        weighting=study.weighting,
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     if as_json:

@@ -453,6 +453,12 @@ class StudySpec(_Model):
     variance: Literal["appendix", "stratified"] | None = Field(
         default=None, exclude_if=lambda v: v is None
     )
+    #: the adjusted estimator's post-processing (docs/adjusted.md, "Two weightings"): "auto" (the
+    #: default: a public rule on N, |X| and eps), "subclassification" or "fixed_effects"; omitted
+    #: from the canonical form when unset, so specs without it keep their hash
+    adjusted_weighting: Literal["auto", "subclassification", "fixed_effects"] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
     missing: Literal["reject", "drop"] = "reject"
     treatment: TreatmentSpec
     outcome: OutcomeSpec
@@ -525,6 +531,14 @@ class StudySpec(_Model):
                     "variance",
                     f"estimator {self.estimator!r} has no variance option: remove variance (it "
                     f"applies to 'smooth_matching' and 'global_matching')",
+                )
+            )
+        if self.adjusted_weighting is not None and self.estimator != "adjusted":
+            problems.append(
+                (
+                    "adjusted_weighting",
+                    f"estimator {self.estimator!r} has no weighting option: remove "
+                    f"adjusted_weighting (it applies to estimator 'adjusted' only)",
                 )
             )
         if self.outcome.binary and est.binary_parts is None:
@@ -621,6 +635,27 @@ class StudySpec(_Model):
         """The matching estimators' variance mode (``"appendix"`` unless the spec says
         ``"stratified"``); pass it as ``PlanInputs.variance``."""
         return self.variance or "appendix"
+
+    @property
+    def weighting(self) -> str:
+        """The adjusted estimator's weighting as written (``"auto"`` unless the spec says
+        otherwise); pass it as ``PlanInputs.weighting``. :meth:`resolved_weighting` gives the one
+        a site's release uses."""
+        return self.adjusted_weighting or "auto"
+
+    def resolved_weighting(self, site_id: str, n: int) -> str | None:
+        """The weighting the site's adjusted release would use with ``n`` records (its public,
+        published ``N``): :attr:`weighting`, or for ``"auto"`` the public rule
+        ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` (:func:`dpate_core.planning.adjusted_weighting`).
+        None for the other estimators."""
+        if self.estimator != "adjusted":
+            return None
+        from dpate_core.planning import adjusted_weighting
+
+        s = self.site(site_id)
+        return adjusted_weighting(
+            self.weighting, n, self.domain_size, s.epsilon, self.budget_split(site_id).shares
+        )
 
     def release_cost(self, site_id: str) -> PrivacyParams:
         """What one release of the site charges its ledger: its ``(epsilon, delta)``, with delta 0

@@ -293,6 +293,7 @@ def _plan_adjusted(spec: StudySpec, site_id: str, data: SiteStatistics) -> Mecha
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         split=spec.budget_split(site_id).shares,
+        weighting=spec.weighting,
     )
 
 
@@ -332,6 +333,7 @@ def plan_from_records(
             arm_sizes_public=spec.arm_sizes_public,
             variance=spec.variance_mode,
             binary=spec.outcome.binary,
+            weighting=spec.weighting,
         )
     )
 

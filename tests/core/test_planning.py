@@ -104,6 +104,98 @@ def test_synth_adjusted_site_width_within_25_percent(n, k, eps):
     assert pred.width == pytest.approx(realised, rel=0.25)
 
 
+# Synth sites where "auto" picks fixed effects (N / (2|X|) below ten count-noise scales), one
+# where the denominator is often unresolved (eps 1/4: the release then reports B^2/3), sparse
+# strata forced to subclassification (strata dropped on their noisy counts), and both forced
+# where "auto" would not pick them
+@pytest.mark.parametrize(
+    ("n", "k", "eps", "weighting", "expected"),
+    [
+        (3333, 100, 1, "auto", "fixed_effects"),
+        (3333, 100, "1/4", "auto", "fixed_effects"),
+        (20_000, 100, "1/2", "auto", "fixed_effects"),
+        (10_000, 20, "1/4", "auto", "subclassification"),
+        (10_000, 50, 2, "fixed_effects", "fixed_effects"),
+        (3333, 100, 1, "subclassification", "subclassification"),
+    ],
+)
+@pytest.mark.parametrize("a", [0.0, -0.5])
+def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, expected, a):
+    from dpate_core.adjusted import plan_adjusted, resolve_weighting
+
+    d = synth(n, k, a=a, b=0.2, seed=6)
+    plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k, weighting=weighting)
+    # the release's own rule on its own count scale picks what the prediction assumes
+    assert resolve_weighting(weighting, n, k, plan.noise[0].scale) == expected
+    realised = _realised_width(
+        plan.assemble(draw_many(plan, np.random.default_rng(0), 4000)).variance
+    )
+    design = SiteDesign(
+        "s", n, Fraction(eps), Fraction(0), tuple(Fraction(x) for x in plan.shares.shares)
+    )
+    pred = predict_site(
+        "adjusted",
+        design,
+        domain_size=k,
+        bound=1.0,
+        assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5, arm_share=float(d.w.mean())),
+        weighting=weighting,
+    )
+    assert pred.weighting == expected
+    assert pred.width == pytest.approx(realised, rel=0.25)
+
+
+def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
+    from dpate_core.adjusted import AUTO_RATIO, plan_adjusted, resolve_weighting
+    from dpate_core.planning import adjusted_weighting
+
+    # |X| = 10, eps 1, default split (eps_n = 7/20): subclassification iff N >= 20 * 10 * 40/7
+    edge = 20 * AUTO_RATIO * 40 / 7
+    rng = np.random.default_rng(2)
+    for n in (int(edge), int(edge) + 1):
+        w, y, x = rng.integers(0, 2, n), rng.random(n), rng.integers(0, 10, n)
+        plan = plan_adjusted(w, y, x, bound=1.0, epsilon=1, domain_size=10)
+        release = resolve_weighting("auto", n, 10, plan.noise[0].scale)
+        assert adjusted_weighting("auto", n, 10, 1) == release
+        assert release == ("subclassification" if n > edge else "fixed_effects")
+    assert adjusted_weighting("subclassification", 100, 50, "1/10") == "subclassification"
+    with pytest.raises(ValueError, match="weighting"):
+        adjusted_weighting("regression", 100, 5, 1)
+
+
+def test_study_plan_names_each_site_s_weighting():
+    designs = [
+        SiteDesign.of("big", 100_000, 1, 0, None, 3),
+        SiteDesign.of("small", 2000, 1, 0, None, 3),
+    ]
+    plan = plan_study("adjusted", "mvagg", designs, domain_size=100, bound=1.0, recommend=False)
+    assert [s.weighting for s in plan.sites] == ["subclassification", "fixed_effects"]
+    assert any("big subclassification, small fixed_effects" in note for note in plan.notes)
+    forced = plan_study(
+        "adjusted",
+        "all",
+        designs,
+        domain_size=100,
+        bound=1.0,
+        recommend=False,
+        weighting="fixed_effects",
+    )
+    assert {s.weighting for s in forced.sites} == {"fixed_effects"}
+    assert (
+        plan_study(
+            "smooth_matching",
+            "all",
+            [SiteDesign.of("a", 5000, 1, "1e-5", None, 3)],
+            domain_size=10,
+            bound=1.0,
+            recommend=False,
+        )
+        .sites[0]
+        .weighting
+        is None
+    )
+
+
 def test_synth_combined_width_within_25_percent():
     n, k, eps = 12_000, 50, 1
     rng = np.random.default_rng(4)
