@@ -405,16 +405,21 @@ def ledger_spend(ctx: SiteContext, committed: Committed) -> LifetimeSpend:
 
 
 def site_report_bytes(
-    ctx: SiteContext, committed: Committed, spend: LifetimeSpend | None = None
+    ctx: SiteContext,
+    committed: Committed,
+    spend: LifetimeSpend | None = None,
+    *,
+    schema_version: int = REPORT_SCHEMA_VERSION,
 ) -> bytes:
     """The published report of a committed release: a function of the ledger's COMMIT row,
     the spec and ``spend`` (the ledger's totals after the release, :func:`ledger_spend`; left
-    out of the report when None), so every re-publication gives identical bytes."""
+    out of the report when None), so every re-publication gives identical bytes.
+    ``schema_version=1`` gives the bytes the previous software published (no ``spend``)."""
     payload = committed.payload
     report = SiteReport.model_validate(
         {
             "schema": REPORT_SCHEMA,
-            "schema_version": REPORT_SCHEMA_VERSION,
+            "schema_version": schema_version,
             "study_id": ctx.study_id,
             "site_id": ctx.site_id,
             "spec_hash": ctx.spec.spec_hash,
@@ -439,7 +444,13 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
     data = site_report_bytes(ctx, committed, ledger_spend(ctx, committed))
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
-    status = store.publish(key, data)
+    try:
+        status = store.publish(key, data)
+    except PublicationConflictError:
+        # this release, published before the upgrade as version 1 (no lifetime spend): keep it
+        if store.read(key) != site_report_bytes(ctx, committed, schema_version=1):
+            raise
+        status = "unchanged"
     get_run_logger().info(
         "site %s: report %s %s",
         ctx.site_id,

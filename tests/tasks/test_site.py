@@ -155,3 +155,30 @@ def test_spend_at_reservation_needs_the_releases_reservation(study):
     assert spend_at_reservation(events, "other-study:1:north").spent.epsilon == "1/4"
     with pytest.raises(LedgerError, match="no reservation under a cap for release"):
         spend_at_reservation(events, ctx.rid)
+
+
+def test_a_release_published_as_version_1_before_the_upgrade_is_left_as_it_is(study):
+    """Re-publishing a release whose version-1 report (no lifetime spend) the previous software
+    already wrote is not a conflict: the published bytes stay; other bytes still conflict."""
+    from tasks.site import publish_site_report
+    from tasks.storage import PublicationConflictError, Store
+
+    study.init_ledgers("north")
+    ctx = resolve_site(str(study.spec), "north")
+    committed = _release_with_ledger(ctx)
+    store = Store(ctx.storage_url)
+    key = Store.site_report_key(ctx.study_id, "north", ctx.rid)
+    old = site_report_bytes(ctx, committed, schema_version=1)
+    assert json.loads(old)["schema_version"] == 1 and b"lifetime_spend" not in old
+    store.publish(key, old)
+    assert publish_site_report.fn(ctx, committed)["status"] == "unchanged"
+    assert store.read(key) == old
+    assert read_report(old, ctx.spec, site_id="north").schema_version == 1
+
+    other = resolve_site(str(study.spec), "south")
+    study.init_ledgers("south")
+    committed_south = _release_with_ledger(other)
+    key_south = Store.site_report_key(other.study_id, "south", other.rid)
+    store.publish(key_south, b"{}")  # something else at the key: still a conflict
+    with pytest.raises(PublicationConflictError):
+        publish_site_report.fn(other, committed_south)
