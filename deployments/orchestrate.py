@@ -6,7 +6,10 @@ work pool and only *asks* each site to release:
 
 1. triggers the ``site-release/<site>`` deployment of every site of the spec
    (``run_deployment``; each is bound to the site's own work pool, so only the worker running at
-   the site can pick it up, with the site's local data path, ledger and storage credentials);
+   the site can pick it up, with the site's local data path, ledger and storage credentials).
+   A site with no such deployment releases on its own schedule (``dpate-release.timer``,
+   docs/deploying.md): it is not triggered, and its report of the round is awaited in storage
+   instead, within the same timeout (:func:`wait_for_sites`);
 2. waits for them up to ``site_timeout_s`` (default 1 h); a site that has not finished by then is
    recorded as missing and its run, if it never started, is cancelled (a worker that comes back
    later does not release for a study that was already aggregated; re-running the study asks it
@@ -32,6 +35,7 @@ point a site at another ledger.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -40,12 +44,14 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, StateType
 
 from tasks.aggregate import published_result
 from tasks.settings import StudyContext, resolve_study
+from tasks.storage import Store
 
-__all__ = ["resolve_round", "study_deployed"]
+__all__ = ["resolve_round", "study_deployed", "trigger_site", "wait_for_sites"]
 
 #: Site runs in these states have not started at the site: safe to cancel at the deadline.
 _NOT_STARTED = {StateType.SCHEDULED, StateType.PENDING, StateType.PAUSED}
@@ -86,29 +92,62 @@ def _run_name() -> str:
 )
 def trigger_site(
     ctx: StudyContext, spec: str, site: str, site_deployment: str, study_run_id: str
-) -> str:
-    """Create the site's flow run (not waiting); returns its id. Idempotent per study run."""
-    run = run_deployment(
-        site_deployment.format(site=site, study=ctx.study_id),
-        parameters={"spec": spec, "site": site, "round": ctx.round},
-        timeout=0,
-        idempotency_key=f"{study_run_id}:{site}:{ctx.round}",
-        tags=["dpate", f"study:{ctx.study_id}", f"site:{site}", f"round:{ctx.round}"],
-    )
+) -> str | None:
+    """Create the site's flow run (not waiting); returns its id. Idempotent per study run.
+
+    None when the site has no such deployment: it releases on its own schedule, and its report
+    is awaited in storage instead (:func:`wait_for_sites`)."""
+    name = site_deployment.format(site=site, study=ctx.study_id)
+    try:
+        run = run_deployment(
+            name,
+            parameters={"spec": spec, "site": site, "round": ctx.round},
+            timeout=0,
+            idempotency_key=f"{study_run_id}:{site}:{ctx.round}",
+            tags=["dpate", f"study:{ctx.study_id}", f"site:{site}", f"round:{ctx.round}"],
+        )
+    except ObjectNotFound:
+        get_run_logger().info(
+            "site %s: no deployment %r, so it is not triggered; its report of round %s is awaited "
+            "in storage (a site releasing on its own schedule)",
+            site,
+            name,
+            ctx.round,
+        )
+        return None
     return str(run.id)
 
 
 @task(name="wait-for-sites", **_TASK)
 def wait_for_sites(
-    runs: dict[str, str], timeout_s: float, poll_interval_s: float
+    runs: dict[str, str],
+    timeout_s: float,
+    poll_interval_s: float,
+    ctx: StudyContext | None = None,
+    awaited: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Poll the sites' runs until every one is final or ``timeout_s`` passes; cancel the runs that
     never started by then. Returns each site's status: ``completed``, ``failed`` (state name and
-    message) or ``timed_out``."""
+    message) or ``timed_out``.
+
+    The ``awaited`` sites (no deployment: they release on their own schedule) are not runs here:
+    their report of ``ctx``'s round is looked for in storage at each poll, within the same
+    timeout, giving ``published`` or ``timed_out``. Only the object's existence is checked; the
+    aggregate validates it like every report. Sites are returned in ``ctx``'s order."""
     log = get_run_logger()
     deadline = time.monotonic() + timeout_s
     status: dict[str, dict[str, Any]] = {}
-    with get_client(sync_client=True) as client:
+    awaited = list(awaited or [])
+    if awaited and ctx is None:
+        raise ValueError("awaited sites need the study context (where their reports are)")
+    store = Store(ctx.storage_url) if ctx is not None and awaited else None
+    keys = {
+        site: Store.site_report_key(ctx.study_id, site, ctx.release_id(site))
+        for site in awaited
+        if ctx is not None
+    }
+    client_cm: Any = get_client(sync_client=True) if runs else nullcontext(None)
+    with client_cm as client:
         while True:
             pending = []
             for site, run_id in runs.items():
@@ -127,7 +166,22 @@ def wait_for_sites(
                     log.info("site %s: run %s", site, state.name)
                 else:
                     pending.append(site)
-            if not pending or time.monotonic() >= deadline:
+            waiting = []
+            for site in awaited:
+                if site in status:
+                    continue
+                if store is not None and store.exists(keys[site]):
+                    status[site] = {
+                        "site_id": site,
+                        "flow_run_id": None,
+                        "status": "published",
+                        "state": "published",
+                        "message": "no deployment: the site's own release published its report",
+                    }
+                    log.info("site %s: report published (released on its own schedule)", site)
+                else:
+                    waiting.append(site)
+            if not (pending or waiting) or time.monotonic() >= deadline:
                 break
             time.sleep(min(poll_interval_s, max(deadline - time.monotonic(), 0.05)))
         for site in pending:
@@ -151,7 +205,20 @@ def wait_for_sites(
                 ),
             }
             log.warning("site %s: %s", site, status[site]["message"])
-    return {site: status[site] for site in runs}
+    for site in waiting:
+        status[site] = {
+            "site_id": site,
+            "flow_run_id": None,
+            "status": "timed_out",
+            "state": "not published",
+            "message": (
+                f"no deployment, and no report published within {timeout_s:.0f} s; a later run "
+                f"of the same round includes it once the site's own release has published"
+            ),
+        }
+        log.warning("site %s: %s", site, status[site]["message"])
+    order = ctx.site_ids if ctx is not None else list(runs)
+    return {site: status[site] for site in order if site in status}
 
 
 @task(name="run-aggregate", retries=2, retry_delay_seconds=[5, 30], **_TASK)
@@ -187,6 +254,8 @@ def study_deployed(
     poll_interval_s: float = 5.0,
 ) -> dict[str, Any]:
     """Ask every site to release (its own deployment), wait up to ``site_timeout_s``, aggregate.
+    A site without a deployment is not asked: its report is awaited in storage (it releases on
+    its own schedule), within the same timeout.
 
     ``spec`` must be readable by the coordinator's worker and by every site's worker (an
     ``s3://`` or ``https://`` URL, or the same path on every machine). ``site_deployment`` and
@@ -197,8 +266,10 @@ def study_deployed(
     round = resolve_round(round, round_format, flow_run.scheduled_start_time)
     ctx = resolve_study(spec, round)
     me = str(flow_run.id)
-    runs = {s: trigger_site(ctx, spec, s, site_deployment, me) for s in ctx.site_ids}
-    sites = wait_for_sites(runs, site_timeout_s, poll_interval_s)
+    triggered = {s: trigger_site(ctx, spec, s, site_deployment, me) for s in ctx.site_ids}
+    runs = {s: run_id for s, run_id in triggered.items() if run_id is not None}
+    awaited = [s for s, run_id in triggered.items() if run_id is None]
+    sites = wait_for_sites(runs, site_timeout_s, poll_interval_s, ctx, awaited)
     agg = run_aggregate(ctx, spec, aggregate_deployment, aggregate_timeout_s, me)
     if not agg["completed"]:
         raise RuntimeError(

@@ -10,9 +10,13 @@ e^-40 ~ 4e-18``, so a genuine release is refused with negligible probability whi
 ``tau = 1e308`` is refused always. Float comparisons allow a relative ``RTOL`` (the site and the
 aggregator compute the same formula from the same public values).
 
+The ledger totals a report carries (``lifetime_spend``, version 2) are checked by
+:func:`spend_problems` against what a ledger can hold right after this release's reservation.
+
 API::
 
     problems = estimate_problems(report.estimate, spec)   # [] when plausible
+    problems = spend_problems(spent, cap, release=cost, spec_cap=cap_in_spec)
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from schemas.report import PublicEstimate
     from schemas.spec import StudySpec
 
-__all__ = ["RTOL", "TAIL", "estimate_problems", "required_diagnostics"]
+__all__ = ["RTOL", "TAIL", "estimate_problems", "required_diagnostics", "spend_problems"]
 
 TAIL = 40.0
 RTOL = 1e-9
@@ -182,6 +186,44 @@ def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
     out += _tau_range(e.tau, reach, "B * usable_weight (arm means clipped to [0, B])")
     if e.n_treated is not None:
         out.append("n_treated/n_control must be null: the adjusted release does not publish them")
+    return out
+
+
+def _pair(p: PrivacyParams) -> str:
+    return f"epsilon {p.epsilon}, delta {p.delta}"
+
+
+def spend_problems(
+    spent: PrivacyParams,
+    cap: PrivacyParams,
+    *,
+    release: PrivacyParams,
+    spec_cap: PrivacyParams | None = None,
+) -> list[str]:
+    """Why a report's ledger totals (``lifetime_spend``) cannot be the site ledger's right after
+    this release's reservation (empty when they can). Exact comparisons, both components.
+
+    The ledger debits a reservation only when the new total stays within the cap
+    (:func:`dpate_core.budget.check_budget`), so ``spent <= cap``; the total includes this
+    release, so ``spent >= release``; and a reservation is refused under any cap other than the
+    one the spec gives the site (``CapMismatchError``), so ``cap == spec_cap``.
+    """
+    out: list[str] = []
+    if not spent <= cap:
+        out.append(
+            f"lifetime_spend: spent ({_pair(spent)}) exceeds the cap ({_pair(cap)}): a ledger "
+            f"never reserves past its cap"
+        )
+    if not release <= spent:
+        out.append(
+            f"lifetime_spend: spent ({_pair(spent)}) is below this release's own budget "
+            f"({_pair(release)}): the lifetime total includes this release"
+        )
+    if spec_cap is not None and cap != spec_cap:
+        out.append(
+            f"lifetime_spend: cap ({_pair(cap)}) is not the spec's lifetime cap for the site "
+            f"({_pair(spec_cap)}): a ledger reserves only under the cap the spec names"
+        )
     return out
 
 

@@ -24,8 +24,18 @@ a public key for the site (or ``require_signed_reports``), an unsigned or wrongl
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
 ``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
-published heads anchor the ledger, ``dpate ledger verify --against-reports``) and ``signature``
-(``ed25519:<base64>`` over the canonical JSON of every other field).
+published heads anchor the ledger, ``dpate ledger verify --against-reports``), ``signature``
+(``ed25519:<base64>`` over the canonical JSON of every other field) and, from version 2,
+``lifetime_spend``: the site ledger's lifetime ``spent`` and ``cap`` right after this release was
+reserved, as exact strings (public amounts: sums of releases' spec budgets and the cap, never
+data; docs/privacy.md). A report whose spend passes its cap, falls short of this release's own
+budget, or names a cap other than the spec's for the site is refused
+(:func:`schemas.plausibility.spend_problems`).
+
+Versions: every model here forbids unknown fields, so a field an older reader would refuse needs
+a new ``schema_version``. This software writes version :data:`REPORT_SCHEMA_VERSION` and reads
+every version in :data:`REPORT_SCHEMA_VERSIONS` (version 1: no ``lifetime_spend``); a newer
+version is refused with a reason.
 """
 
 from __future__ import annotations
@@ -49,14 +59,17 @@ from pydantic import (
 
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
 from dpate_core.release import SiteEstimate
-from schemas.plausibility import estimate_problems
+from schemas.plausibility import estimate_problems, spend_problems
 from schemas.spec import EstimatorName, StudySpec, canonical_json
 
 __all__ = [
     "MAX_REPORT_BYTES",
     "REPORT_SCHEMA",
     "REPORT_SCHEMA_VERSION",
+    "REPORT_SCHEMA_VERSIONS",
+    "BudgetAmount",
     "LedgerHead",
+    "LifetimeSpend",
     "PublicEstimate",
     "ReportError",
     "SiteReport",
@@ -66,7 +79,10 @@ __all__ = [
 ]
 
 REPORT_SCHEMA: Literal["dpate.site-report"] = "dpate.site-report"
-REPORT_SCHEMA_VERSION: Literal[1] = 1
+#: the version this software writes (2 added ``lifetime_spend``)
+REPORT_SCHEMA_VERSION: Literal[2] = 2
+#: the versions this software reads
+REPORT_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _RELEASE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"
@@ -200,13 +216,59 @@ class LedgerHead(BaseModel):
     row_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
+class BudgetAmount(BaseModel):
+    """An exact ``(epsilon, delta)`` as the ledger writes it (``"1/3"``, ``"1/100000"``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    epsilon: str
+    delta: str
+
+    @field_validator("epsilon", "delta")
+    @classmethod
+    def _exact(cls, v: str, info: Any) -> str:
+        return _exact_str(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _range(self) -> BudgetAmount:
+        PrivacyParams(Fraction(self.epsilon), Fraction(self.delta))  # < 0 or delta >= 1: refused
+        return self
+
+    @property
+    def params(self) -> PrivacyParams:
+        return PrivacyParams(Fraction(self.epsilon), Fraction(self.delta))
+
+    @classmethod
+    def of(cls, p: PrivacyParams) -> BudgetAmount:
+        return cls.model_validate(p.as_strings())
+
+    def text(self) -> str:
+        return f"epsilon {self.epsilon}, delta {self.delta}"
+
+
+class LifetimeSpend(BaseModel):
+    """The site ledger's totals right after this release's reservation: the lifetime ``spent``
+    (every RESERVE row of the site up to and including this release's) and the ``cap`` that
+    reservation was checked against. Public amounts: each reservation is a spec's public budget;
+    no count, no data, no ledger location."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    spent: BudgetAmount
+    cap: BudgetAmount
+
+    @classmethod
+    def of(cls, spent: PrivacyParams, cap: PrivacyParams) -> LifetimeSpend:
+        return cls(spent=BudgetAmount.of(spent), cap=BudgetAmount.of(cap))
+
+
 class SiteReport(BaseModel):
-    """One site's published report (schema ``dpate.site-report``, version 1)."""
+    """One site's published report (schema ``dpate.site-report``, versions 1 and 2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     schema_: Literal["dpate.site-report"] = Field(default=REPORT_SCHEMA, alias="schema")
-    schema_version: Literal[1] = REPORT_SCHEMA_VERSION
+    schema_version: Literal[1, 2] = REPORT_SCHEMA_VERSION
     study_id: str = Field(pattern=_ID)
     site_id: str = Field(pattern=_ID)
     spec_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -215,6 +277,7 @@ class SiteReport(BaseModel):
     created_at: datetime
     estimate: PublicEstimate
     ledger_head: LedgerHead | None = Field(default=None, exclude_if=lambda v: v is None)
+    lifetime_spend: LifetimeSpend | None = Field(default=None, exclude_if=lambda v: v is None)
     signature: str | None = Field(
         default=None, pattern=r"^ed25519:[A-Za-z0-9+/]{86}==$", exclude_if=lambda v: v is None
     )
@@ -225,6 +288,15 @@ class SiteReport(BaseModel):
         if v.tzinfo is None:
             raise ValueError("created_at must carry a time zone (UTC, e.g. 2026-01-31T12:00:00Z)")
         return v.astimezone(UTC)
+
+    @model_validator(mode="after")
+    def _fields_of_the_version(self) -> SiteReport:
+        if self.schema_version < 2 and self.lifetime_spend is not None:
+            raise ValueError(
+                f"lifetime_spend is a version-2 field, but the report says schema_version "
+                f"{self.schema_version}"
+            )
+        return self
 
     @field_serializer("created_at")
     def _created_json(self, v: datetime) -> str:
@@ -242,12 +314,14 @@ class SiteReport(BaseModel):
         release_id: str | None = None,
         created_at: datetime | None = None,
         software: str | None = None,
+        lifetime_spend: LifetimeSpend | None = None,
     ) -> SiteReport:
         """The report of ``estimate`` released by ``site_id`` under ``spec``.
 
         ``estimate`` is the release itself or its public form (a ledger's COMMIT payload,
         validated); ``release_id`` defaults to :func:`default_release_id`, ``created_at`` to now
-        (UTC) and ``software`` to this :func:`software_version`. The result is checked against
+        (UTC) and ``software`` to this :func:`software_version`; ``lifetime_spend`` is the site
+        ledger's totals after the release (omitted when None). The result is checked against
         ``spec`` exactly as :func:`read_report` would check it.
         """
         public = estimate if isinstance(estimate, PublicEstimate) else PublicEstimate.of(estimate)
@@ -262,6 +336,7 @@ class SiteReport(BaseModel):
                 "release_id": release_id or default_release_id(spec, site_id),
                 "created_at": created_at or datetime.now(UTC),
                 "estimate": public,
+                "lifetime_spend": lifetime_spend,
             }
         )
         problems = report.problems_against(spec)
@@ -323,6 +398,13 @@ class SiteReport(BaseModel):
             out.append(f"budget split {e.budget_split} is not the spec's {want_split}")
         if not out:  # the mechanism's public values are the spec's: check what they imply
             out += estimate_problems(e, spec)
+        if self.lifetime_spend is not None:
+            out += spend_problems(
+                self.lifetime_spend.spent.params,
+                self.lifetime_spend.cap.params,
+                release=cost,
+                spec_cap=site.lifetime_cap.params,
+            )
         return out
 
     def to_estimate(self) -> SiteEstimate:
@@ -386,7 +468,8 @@ def _reasons(exc: ValidationError) -> list[str]:
         if err["type"] == "json_invalid":
             msg = "not valid JSON"
         elif err["type"] == "literal_error" and loc == "schema_version":
-            msg = f"unsupported report schema version: this software reads version {REPORT_SCHEMA_VERSION}"
+            versions = ", ".join(str(v) for v in REPORT_SCHEMA_VERSIONS)
+            msg = f"unsupported report schema version: this software reads versions {versions}"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":

@@ -11,7 +11,10 @@ Version 2 carries, for the combined estimate and for each site, the normal inter
 the parametric-bootstrap interval (``interval``: ``lo``, ``hi``, ``level``, ``method``,
 ``uninformative``, ``note``), both clipped to the outcome's feasible range ``[-B, B]``
 (:mod:`dpate_core.inference`). Version 1 documents (``ci95`` only) are still read. Fields this
-software does not know are ignored when reading (a view of a newer document still renders).
+software does not know are ignored when reading (a view of a newer document still renders), so an
+optional field is added without a new version: a released site's ``ledger_head``, ``signed`` and
+``lifetime_spend`` (its ledger's lifetime ``spent`` and ``cap`` after this release, exact strings,
+copied from its report; the views show them as "spent of cap").
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ __all__ = [
     "RESULT_SCHEMA",
     "AbsentSite",
     "ReleasedSite",
+    "ResultBudget",
     "ResultInterval",
+    "ResultSpend",
     "SiteResult",
     "StudyResult",
     "interval_ends",
     "interval_text",
+    "spend_text",
 ]
 
 RESULT_SCHEMA: Literal["dpate.study-result"] = "dpate.study-result"
@@ -106,6 +112,31 @@ class _LedgerHead(_Document):
     row_hash: str
 
 
+class ResultBudget(_Document):
+    """An exact ``(epsilon, delta)`` as written (``"1/3"``)."""
+
+    epsilon: str
+    delta: str
+
+
+class ResultSpend(_Document):
+    """A site ledger's lifetime spend and cap right after its release (its report's
+    ``lifetime_spend``: public amounts)."""
+
+    spent: ResultBudget
+    cap: ResultBudget
+
+
+def spend_text(spent: Any, cap: Any) -> str:
+    """``"<spent epsilon> of <cap epsilon> (delta <spent> of <cap>)"``: how every view shows a
+    site's lifetime spend against its cap (anything with ``epsilon`` and ``delta``).
+
+    >>> spend_text(ResultBudget(epsilon="2", delta="0"), ResultBudget(epsilon="10", delta="1/10000"))
+    '2 of 10 (delta 0 of 1/10000)'
+    """
+    return f"{spent.epsilon} of {cap.epsilon} (delta {spent.delta} of {cap.delta})"
+
+
 class ReleasedSite(_WithInterval):
     """A site whose valid report was read: used, not used, or excluded by the aggregator."""
 
@@ -121,6 +152,13 @@ class ReleasedSite(_WithInterval):
     weight: float
     signed: bool | None = None
     ledger_head: _LedgerHead | None = None
+    lifetime_spend: ResultSpend | None = None
+
+    def spend_text(self) -> str:
+        """The lifetime spend of cap after this release (:func:`spend_text`), or "" when the
+        site's report did not carry it (version-1 reports)."""
+        s = self.lifetime_spend
+        return "" if s is None else spend_text(s.spent, s.cap)
 
 
 class AbsentSite(_Document):
@@ -182,17 +220,19 @@ class StudyResult(_WithInterval):
             f"(variance {self.variance:.4g}; 95% CI {self.interval_text(6)})"
             + ("" if self.complete else " -- partial: not every site reported"),
             "",
-            "| site | status | tau | 95% CI | N | epsilon | delta | weight | why |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| site | status | tau | 95% CI | N | epsilon | delta | weight | lifetime spent of cap "
+            "| why |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in self.sites:
             if isinstance(s, ReleasedSite):
                 lines.append(
                     f"| {s.site_id} | {s.status} | {s.tau:.6g} | {s.interval_text()} | "
-                    f"{s.n} | {s.epsilon} | {s.delta} | {s.weight:.3f} | {s.reason} |"
+                    f"{s.n} | {s.epsilon} | {s.delta} | {s.weight:.3f} | {s.spend_text()} | "
+                    f"{s.reason} |"
                 )
             else:
-                lines.append(f"| {s.site_id} | {s.status} | | | | | | | {s.reason} |")
+                lines.append(f"| {s.site_id} | {s.status} | | | | | | | | {s.reason} |")
         return "\n".join(lines)
 
     def table(self, errors: Mapping[str, str | None] | None = None) -> Table:
@@ -201,7 +241,8 @@ class StudyResult(_WithInterval):
         from rich.table import Table
 
         table = Table(title=f"{self.study_id}, round {self.round}: sites")
-        for col in ("site", "N", "epsilon", "delta", "tau (DP)", "95% CI", "status"):
+        cols = ("site", "N", "epsilon", "delta", "tau (DP)", "95% CI", "lifetime spent of cap")
+        for col in (*cols, "status"):
             table.add_column(col, justify="right" if col not in ("site", "status") else "left")
         for s in self.sites:
             if isinstance(s, ReleasedSite):
@@ -212,10 +253,11 @@ class StudyResult(_WithInterval):
                     s.delta,
                     f"{s.tau:.4f}",
                     s.interval_text(),
+                    s.spend_text(),
                     s.status.replace("_", " "),
                 )
             else:
-                table.add_row(s.site_id, "", "", "", "", "", s.status)
+                table.add_row(s.site_id, "", "", "", "", "", "", s.status)
         errors = errors or {}
         notes = [
             f"{s.site_id}: {errors.get(s.site_id) or s.reason}"

@@ -6,7 +6,8 @@ against the study spec (:func:`schemas.report.read_report`: schema, ids, budget,
 mechanism can produce, and the site's signature when the spec lists its key); a missing or
 rejected report is listed with its reason, never aggregated. Each used site's entry records the
 ledger head its report carries (``ledger_head``) and whether the report was signed, so the
-published result also anchors the sites' ledgers.
+published result also anchors the sites' ledgers, and the site's lifetime spend and cap after
+this release (``lifetime_spend``, public amounts) when its report carries them (version 2).
 
 The result document (schema ``dpate.study-result``) holds the estimate, its variance and 95%
 CI, and for every site of the spec whether it was used, left out by the aggregator, missing or
@@ -93,6 +94,8 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
                 entry["signed"] = report.signature is not None
                 if report.ledger_head is not None:
                     entry["ledger_head"] = report.ledger_head.model_dump(mode="json")
+                if report.lifetime_spend is not None:
+                    entry["lifetime_spend"] = report.lifetime_spend.model_dump(mode="json")
             except ReportError as exc:
                 entry.update(status="rejected", reason="; ".join(exc.reasons))
         out.append(entry)
@@ -152,8 +155,9 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
             "delta": s["delta"],
             "signed": e.get("signed", False),
         }
-        if "ledger_head" in e:
-            entry["ledger_head"] = e["ledger_head"]
+        for copied in ("ledger_head", "lifetime_spend"):
+            if copied in e:
+                entry[copied] = e[copied]
         if j in weight:
             entry.update(status="used", weight=weight[j], reason=aggregator_of(method).why_used)
         elif j in res.excluded:

@@ -2,8 +2,10 @@
 
 A forest plot (PNG embedded as base64; matplotlib's Agg backend) of every site's DP estimate
 with its 95% CI, the sites the aggregator chose, the combined estimate and CI, and each site's
-privacy spend: this release's ``(epsilon, delta)`` and, where the site's ledger is reachable from
-here (the site's own machine, or the demo), its lifetime spend against its cap.
+privacy spend: this release's ``(epsilon, delta)`` and its lifetime spend against its cap after
+this release, as its report published it (``lifetime_spend``); for a site whose report did not
+carry it (version 1), the site's ledger where it is reachable from here (the site's own machine,
+or the demo), marked as read now.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
-from schemas.result import ReleasedSite, SiteResult, StudyResult
+from schemas.result import ReleasedSite, SiteResult, StudyResult, spend_text
 from tasks.ledger import SiteSpend
 
 __all__ = ["forest_plot_png", "render_html", "source_label"]
@@ -62,13 +64,13 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _lifetime(spend: SiteSpend | None) -> str:
+def _lifetime(s: SiteResult, spend: SiteSpend | None) -> str:
+    """The published spend after this release; else the site's ledger read now, if reachable."""
+    if isinstance(s, ReleasedSite) and s.lifetime_spend is not None:
+        return s.spend_text()
     if spend is None or spend.cap is None:
-        return "ledger not reachable from here"
-    return (
-        f"{spend.spent.epsilon} of {spend.cap.epsilon} "
-        f"(delta {spend.spent.delta} of {spend.cap.delta})"
-    )
+        return "not published; ledger not reachable from here"
+    return spend_text(spend.spent, spend.cap) + " (site ledger, now)"
 
 
 def _site_cells(s: SiteResult, spend: SiteSpend | None) -> list[str]:
@@ -82,17 +84,18 @@ def _site_cells(s: SiteResult, spend: SiteSpend | None) -> list[str]:
             str(s.n),
             f"{s.weight:.3f}",
             f"{s.epsilon} / {s.delta}",
-            _lifetime(spend),
+            _lifetime(s, spend),
             s.reason,
         ]
-    return [s.site_id, s.status, "", "", "", "", "", "", _lifetime(spend), s.reason]
+    return [s.site_id, s.status, "", "", "", "", "", "", _lifetime(s, spend), s.reason]
 
 
 def render_html(
     result: StudyResult, result_uri: str, spends: Mapping[str, SiteSpend | None]
 ) -> str:
     """The self-contained page of ``result``; ``spends`` holds each site's lifetime spend where
-    its ledger is reachable from here (None, or no entry, where it is not)."""
+    its ledger is reachable from here (None, or no entry, where it is not), shown only for a
+    site whose report published none."""
     png = base64.b64encode(forest_plot_png(result)).decode()
     e = html.escape
     rows = []
@@ -108,7 +111,7 @@ def render_html(
         "N",
         "weight",
         "this release: epsilon / delta",
-        "lifetime spend (ledger)",
+        "lifetime spend of cap (after this release)",
         "why",
     ]
     partial = "" if result.complete else "<p><b>Partial:</b> not every site reported.</p>"
@@ -145,8 +148,11 @@ are computed from those releases only (post-processing: no further privacy cost)
 <li><b>Public design constants</b>, fixed before any data were seen and not noised: each site's
 N, each release's epsilon and delta, and the outcome bound B and covariate bins of the study
 spec.</li>
-<li><b>The site's own ledger</b>: the lifetime spend, read from the site's privacy ledger where it
-is reachable from here; it is the site's accounting, not a release.</li>
+<li><b>The site's own ledger</b>: the lifetime spend against the lifetime cap, as the site's report
+published it right after this release (the sum of the spec budgets of the releases its ledger has
+reserved, and the cap: public amounts, not data), or, for an older report without it, read from the
+site's privacy ledger where it is reachable from here; it is the site's accounting, not a
+release.</li>
 </ul>
 <p>Study spec hash <code>{e(result.spec_hash)}</code>, software
 {e(result.software_version)}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>

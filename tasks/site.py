@@ -26,8 +26,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,14 @@ from prefect.artifacts import create_table_artifact
 from dpate_core import release as core_release
 from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.inference import site_bootstrap_interval
+from dpate_core.privacy import PrivacyParams
 from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan, SiteEstimate
 from schemas.preflight import FeasibilityError, feasibility_problems
 from schemas.report import (
     REPORT_SCHEMA,
     REPORT_SCHEMA_VERSION,
+    LifetimeSpend,
     PublicEstimate,
     ReportError,
     SiteReport,
@@ -56,7 +59,7 @@ from schemas.site_preparation import SiteData
 from schemas.sources import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
 from schemas.spec import StudySpec
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
-from tasks.ledger import Committed, LedgerError, PrivacyLedger, Reservation
+from tasks.ledger import Committed, Event, LedgerError, PrivacyLedger, Reservation
 from tasks.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from tasks.storage import PublicationConflictError, Store
 
@@ -67,6 +70,7 @@ __all__ = [
     "check_publication",
     "commit_release",
     "compute_release",
+    "ledger_spend",
     "load_site_data",
     "operator_logger",
     "plan_from_records",
@@ -80,6 +84,7 @@ __all__ = [
     "show_site_report",
     "show_site_spend",
     "site_report_bytes",
+    "spend_at_reservation",
 ]
 
 #: The parent of every site's operator logger; never propagates (to Prefect or the root logger).
@@ -369,14 +374,54 @@ def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
     return committed
 
 
-def site_report_bytes(ctx: SiteContext, committed: Committed) -> bytes:
-    """The published report of a committed release: a function of the ledger's COMMIT row
-    and the spec only, so every re-publication gives identical bytes."""
+def spend_at_reservation(events: Sequence[Event], release_id: str) -> LifetimeSpend:
+    """The site's lifetime totals right after ``release_id`` was reserved: the sum of the site's
+    RESERVE rows up to and including that one, and the cap that reservation was checked against
+    (recorded on the row). ``events`` are the site's ledger rows in order. Public amounts only."""
+    spent = PrivacyParams(Fraction(0))
+    cap: PrivacyParams | None = None
+    for e in events:
+        if e.kind == "CAP":
+            cap = e.cap
+        elif e.kind == "RESERVE":
+            spent = spent + e.privacy
+            if e.release_id == release_id:
+                cap = e.cap if e.cap_epsilon is not None else cap
+                if cap is None:
+                    break
+                return LifetimeSpend.of(spent, cap)
+    raise LedgerError(
+        f"the ledger holds no reservation under a cap for release {release_id[:12]}, so its "
+        f"lifetime spend cannot be published; check that DPATE_LEDGER_URL is the site's ledger "
+        f"(dpate ledger verify)"
+    )
+
+
+def ledger_spend(ctx: SiteContext, committed: Committed) -> LifetimeSpend:
+    """The site ledger's lifetime spend and cap right after this release was reserved
+    (:func:`spend_at_reservation`): fixed by the append-only rows up to the reservation, so a
+    re-publication gives the same amounts whatever the site released since."""
+    with _open_ledger(ctx) as ledger:
+        events = ledger.events(ctx.site_id)
+    return spend_at_reservation(events, committed.release_id)
+
+
+def site_report_bytes(
+    ctx: SiteContext,
+    committed: Committed,
+    spend: LifetimeSpend | None = None,
+    *,
+    schema_version: int = REPORT_SCHEMA_VERSION,
+) -> bytes:
+    """The published report of a committed release: a function of the ledger's COMMIT row,
+    the spec and ``spend`` (the ledger's totals after the release, :func:`ledger_spend`; left
+    out of the report when None), so every re-publication gives identical bytes.
+    ``schema_version=1`` gives the bytes the previous software published (no ``spend``)."""
     payload = committed.payload
     report = SiteReport.model_validate(
         {
             "schema": REPORT_SCHEMA,
-            "schema_version": REPORT_SCHEMA_VERSION,
+            "schema_version": schema_version,
             "study_id": ctx.study_id,
             "site_id": ctx.site_id,
             "spec_hash": ctx.spec.spec_hash,
@@ -384,6 +429,7 @@ def site_report_bytes(ctx: SiteContext, committed: Committed) -> bytes:
             "release_id": ctx.rid,
             "created_at": datetime.fromisoformat(committed.committed_at),
             "estimate": PublicEstimate.model_validate(payload["estimate"]),
+            "lifetime_spend": spend,
         }
     )
     problems = report.problems_against(ctx.spec)
@@ -395,11 +441,18 @@ def site_report_bytes(ctx: SiteContext, committed: Committed) -> bytes:
 
 @task(name="publish-site-report", **IO_TASK)
 def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any]:
-    """Write the report once to ``<root>/<study>/sites/<site>/<release_id>.json``."""
-    data = site_report_bytes(ctx, committed)
+    """Write the report once to ``<root>/<study>/sites/<site>/<release_id>.json``, with the
+    ledger's lifetime spend and cap after this release."""
+    data = site_report_bytes(ctx, committed, ledger_spend(ctx, committed))
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
-    status = store.publish(key, data)
+    try:
+        status = store.publish(key, data)
+    except PublicationConflictError:
+        # this release, published before the upgrade as version 1 (no lifetime spend): keep it
+        if store.read(key) != site_report_bytes(ctx, committed, schema_version=1):
+            raise
+        status = "unchanged"
     get_run_logger().info(
         "site %s: report %s %s",
         ctx.site_id,

@@ -98,3 +98,22 @@ def test_footer_has_no_local_path_and_names_each_kind_of_number():
 def test_footer_keeps_a_storage_url():
     page = render_html(RESULT, "s3://bucket/prefix/s1/results/2.json", SPENDS)
     assert "<code>s3://bucket/prefix/s1/results/2.json</code>" in footer(page)
+
+
+def test_the_published_lifetime_spend_is_shown_before_a_local_ledger():
+    """A site's report publishes its ledger's spend after the release (lifetime_spend): the page
+    shows it as "spent of cap"; a reachable local ledger is used only for a site without one."""
+    doc = RESULT.to_document()
+    doc["sites"][0]["lifetime_spend"] = {
+        "spent": {"epsilon": "2", "delta": "1/50000"},
+        "cap": {"epsilon": "3", "delta": "1/10000"},
+    }
+    published = render_html(StudyResult.of(doc), "s3://b/r.json", SPENDS)
+    row = re.search(r"<tr><td>alpha</td>.*?</tr>", published)
+    assert row is not None
+    assert "<td>2 of 3 (delta 1/50000 of 1/10000)</td>" in row.group(0)
+    assert "site ledger, now" not in published
+    local = render_html(RESULT, "s3://b/r.json", SPENDS)  # the same site, a version-1 report
+    assert "<td>1 of 3 (delta 1/100000 of 1/10000) (site ledger, now)</td>" in local
+    text = re.sub(r"<[^>]+>", "", " ".join(footer(published).split()))
+    assert "public amounts, not data" in text

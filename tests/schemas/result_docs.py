@@ -1,5 +1,6 @@
 """Result documents for the view tests: every site status, an uninformative interval, markup in
-ids and reasons, and a version-1 document (``ci95`` only, no schema keys or release ids)."""
+ids and reasons, sites with and without a published lifetime spend, and a version-1 document
+(``ci95`` only, no schema keys or release ids)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ def _released(site: str, rid: str, tau: float, variance: float, ci95: list[float
     }  # fmt: skip
 
 
+def _spend(spent: tuple[str, str], cap: tuple[str, str]) -> dict[str, Any]:
+    return {"spent": {"epsilon": spent[0], "delta": spent[1]},
+            "cap": {"epsilon": cap[0], "delta": cap[1]}}  # fmt: skip
+
+
 USED = "in the minimum-variance set"
 V2: dict[str, Any] = {
     "schema": "dpate.study-result",
@@ -47,11 +53,13 @@ V2: dict[str, Any] = {
     "sites": [
         _released("alpha", "r", 0.1011, 0.00091, [0.0420, 0.1602], _iv(0.1011, 0.0401, 0.1633), 800,
                   "1", "1/100000", "used", 0.7312345, USED, signed=True,
-                  ledger_head={"seq": 3, "row_hash": "c" * 64}),
+                  ledger_head={"seq": 3, "row_hash": "c" * 64},
+                  lifetime_spend=_spend(("2", "1/50000"), ("3", "1/10000"))),
         _released("beta", "q", -0.25, 0.9, [-1.0, 1.0], _iv(-0.25, -1.0, 1.0, True), 120, "1/2", "0",
                   "not_used", 0.0, "variance too large for the minimum-variance set"),
         _released("gamma", "p", 0.3, 0.002, [0.21, 0.39], _iv(0.3, 0.2, 0.4), 400, "7/2", "1e-6",
-                  "excluded", 0.0, "excluded: odd"),
+                  "excluded", 0.0, "excluded: odd",
+                  lifetime_spend=_spend(("7/2", "1e-6"), ("10", "1/1000"))),
         {"site_id": "delta", "release_id": "o" * 64, "status": "missing",
          "reason": "no report published for release oooooooooooo"},
         {"site_id": "eps<&>", "release_id": "n" * 64, "status": "rejected",

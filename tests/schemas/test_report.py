@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from dpate_core import dp_difference_in_means, smooth_dp_matching
-from schemas.report import ReportError, SiteReport, read_report, software_version
+from dpate_core.privacy import PrivacyParams
+from schemas.report import (
+    REPORT_SCHEMA_VERSION,
+    LifetimeSpend,
+    ReportError,
+    SiteReport,
+    read_report,
+    software_version,
+)
 from schemas.spec import StudySpec
 
 from .test_spec import base
@@ -45,7 +53,7 @@ def tampered(report: SiteReport, change) -> bytes:
 
 def test_report_fields(report, spec, estimate):
     d = json.loads(report.to_json_bytes())
-    assert d["schema"] == "dpate.site-report" and d["schema_version"] == 1
+    assert d["schema"] == "dpate.site-report" and d["schema_version"] == 2 == REPORT_SCHEMA_VERSION
     assert d["study_id"] == "s1" and d["site_id"] == "a"
     assert d["spec_hash"] == spec.spec_hash
     assert d["software_version"] == software_version() != ""
@@ -90,7 +98,7 @@ def test_dim_report_with_public_arm_sizes():
         (lambda d: d.update(spec_hash="0" * 64), "differs from this study spec's"),
         (lambda d: d.update(spec_hash="xyz"), "spec_hash"),
         (lambda d: d.update(site_id="zz"), "site 'zz' is not one of the study's sites"),
-        (lambda d: d.update(schema_version=2), "unsupported report schema version"),
+        (lambda d: d.update(schema_version=3), "this software reads versions 1, 2"),
         (lambda d: d.pop("release_id"), "release_id: required field is missing"),
         (lambda d: d.update(extra=1), "unknown field"),
         (lambda d: d.update(created_at="2026-01-31T12:00:00"), "time zone"),
@@ -168,3 +176,92 @@ def test_from_estimate_takes_the_public_form_and_the_recorded_software(spec, est
     direct = SiteReport.from_estimate(estimate, spec=spec, site_id="a", created_at=T0)
     assert built.software_version == "0.0.1"
     assert built.model_copy(update={"software_version": direct.software_version}) == direct
+
+
+# --- lifetime spend (version 2) and version 1 ------------------------------------------------
+
+#: site a: this release spends (1, 1/100000); its lifetime cap in the spec is (3, 1/10000)
+SPEND = {"spent": {"epsilon": "2", "delta": "1/50000"}, "cap": {"epsilon": "3", "delta": "1/10000"}}
+
+
+@pytest.fixture(scope="module")
+def spent_report(spec, estimate) -> SiteReport:
+    spend = LifetimeSpend.model_validate(SPEND)
+    return SiteReport.from_estimate(
+        estimate, spec=spec, site_id="a", created_at=T0, lifetime_spend=spend
+    )
+
+
+def test_lifetime_spend_round_trip(spent_report, spec):
+    data = spent_report.to_json_bytes()
+    d = json.loads(data)
+    assert d["schema_version"] == 2
+    assert d["lifetime_spend"] == SPEND  # exact strings, as the ledger writes them
+    read = read_report(data, spec, site_id="a")
+    assert read == spent_report and read.to_json_bytes() == data
+    assert read.lifetime_spend is not None
+    assert read.lifetime_spend.spent.params == PrivacyParams.of(2, "1/50000")
+    assert read.lifetime_spend.cap.params == spec.site("a").lifetime_cap.params
+
+
+def test_a_report_without_lifetime_spend_has_no_such_key(report):
+    assert "lifetime_spend" not in json.loads(report.to_json_bytes())
+
+
+def test_version_1_report_is_still_read(report, spec, estimate):
+    """A report written by the previous software: schema_version 1, no lifetime_spend."""
+    old = tampered(report, lambda d: d.update(schema_version=1))
+    read = read_report(old, spec, site_id="a")
+    assert read.schema_version == 1 and read.lifetime_spend is None
+    assert read.to_estimate() == estimate
+    assert (
+        read.to_json_bytes()
+        == json.dumps(json.loads(old), sort_keys=True, separators=(",", ":")).encode()
+    )  # read back, it keeps its version and its bytes
+
+
+def test_version_1_report_cannot_carry_lifetime_spend(spent_report, spec):
+    with pytest.raises(ReportError, match="lifetime_spend is a version-2 field"):
+        read_report(tampered(spent_report, lambda d: d.update(schema_version=1)), spec)
+
+
+@pytest.mark.parametrize(
+    ("spend", "reason"),
+    [
+        (  # more than the cap
+            {"spent": {"epsilon": "7/2", "delta": "1/50000"}, "cap": SPEND["cap"]},
+            "spent (epsilon 7/2, delta 1/50000) exceeds the cap (epsilon 3, delta 1/10000)",
+        ),
+        (  # delta past the cap
+            {"spent": {"epsilon": "2", "delta": "1/1000"}, "cap": SPEND["cap"]},
+            "exceeds the cap",
+        ),
+        (  # less than this release's own budget (1, 1/100000)
+            {"spent": {"epsilon": "1/2", "delta": "1/50000"}, "cap": SPEND["cap"]},
+            "below this release's own budget (epsilon 1, delta 1/100000)",
+        ),
+        (
+            {"spent": {"epsilon": "2", "delta": "0"}, "cap": SPEND["cap"]},
+            "below this release's own budget",
+        ),
+        (  # not the spec's cap for the site
+            {"spent": SPEND["spent"], "cap": {"epsilon": "10", "delta": "1/10000"}},
+            "cap (epsilon 10, delta 1/10000) is not the spec's lifetime cap",
+        ),
+        ({"spent": {"epsilon": "-1", "delta": "0"}, "cap": SPEND["cap"]}, "must not be negative"),
+        ({"spent": {"epsilon": "two", "delta": "0"}, "cap": SPEND["cap"]}, "is not a number"),
+        ({"spent": {"epsilon": 2, "delta": "0"}, "cap": SPEND["cap"]}, "valid string"),
+        ({"spent": SPEND["spent"]}, "lifetime_spend.cap: required field is missing"),
+        ({**SPEND, "remaining": SPEND["cap"]}, "unknown field"),
+    ],
+)
+def test_implausible_lifetime_spend_is_rejected(spent_report, spec, spend, reason):
+    with pytest.raises(ReportError) as info:
+        read_report(tampered(spent_report, lambda d: d.update(lifetime_spend=spend)), spec)
+    assert reason in str(info.value), str(info.value)
+
+
+def test_from_estimate_refuses_an_implausible_lifetime_spend(spec, estimate):
+    over = LifetimeSpend.of(PrivacyParams.of(4, "1/50000"), PrivacyParams.of(3, "1/10000"))
+    with pytest.raises(ReportError, match="exceeds the cap"):
+        SiteReport.from_estimate(estimate, spec=spec, site_id="a", lifetime_spend=over)

@@ -277,3 +277,23 @@ def test_sealed_report_carries_the_ledger_head_and_verifies(keys, monkeypatch):
     # the head is covered by the signature
     with pytest.raises(ReportError, match="does not verify"):
         read_report(data.replace(b'"seq":7', b'"seq":6'), spec)
+
+
+def test_signatures_cover_the_lifetime_spend_and_version_1_reports_still_verify(keys):
+    from dpate_core.privacy import PrivacyParams
+    from schemas.report import LifetimeSpend
+
+    (path, pub), _ = keys
+    spec = keyed_spec(pub)
+    key = load_private_key(path)
+    report = release(spec, "a", np.random.default_rng(9))
+    spend = LifetimeSpend.of(PrivacyParams.of(2, "1/50000"), spec.site("a").lifetime_cap.params)
+    signed = report.model_copy(update={"lifetime_spend": spend}).signed_with(key).to_json_bytes()
+    assert read_report(signed, spec).lifetime_spend == spend
+    with pytest.raises(ReportError, match="does not verify"):  # spend edited after signing
+        read_report(signed.replace(b'"spent":{"delta":"1/50000","epsilon":"2"}',
+                                   b'"spent":{"delta":"1/50000","epsilon":"3"}'), spec)  # fmt: skip
+    # a version-1 report signed by the previous software (no lifetime_spend) is still accepted
+    old = report.model_copy(update={"schema_version": 1}).signed_with(key).to_json_bytes()
+    assert b'"schema_version":1' in old
+    assert read_report(old, spec).schema_version == 1

@@ -4,7 +4,10 @@ The reference views in ``tests/schemas/result_views/`` were rendered from the do
 ``result_docs.py`` by the dict-based renderers this object replaced (commit 4bc3286:
 ``tasks.aggregate.result_markdown``, ``flows.cli._print_result``, ``tasks.report.render_html``;
 the HTML with its embedded PNG replaced by ``PNG``); the typed views must give the same text, and
-the page must embed exactly the forest plot ``forest_plot_png`` draws.
+the page must embed exactly the forest plot ``forest_plot_png`` draws. They were re-rendered once
+since, when the views gained the per-site "lifetime spent of cap" column (the sites' published
+``lifetime_spend``; the HTML falls back to a reachable local ledger, marked "site ledger, now"):
+that column and the HTML's explanation of it are the only changes.
 """
 
 from __future__ import annotations

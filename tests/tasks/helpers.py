@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpate_core.release import draw_once
-from schemas.report import software_version
+from schemas.report import LifetimeSpend, software_version
 from tasks.ledger import Committed
 from tasks.settings import SiteContext, resolve_site
 from tasks.site import load_site_data, plan_release, site_report_bytes
@@ -23,9 +23,10 @@ def committed_release(ctx: SiteContext, seed: int = 0, seq: int = 3) -> Committe
     return Committed(ctx.rid, payload, COMMITTED_AT, f"{seq:064x}", seq)
 
 
-def publish_site(spec: str, site: str, seed: int = 0) -> bytes:
-    """Publish ``site``'s report where the aggregator reads it; returns its bytes."""
+def publish_site(spec: str, site: str, seed: int = 0, spend: LifetimeSpend | None = None) -> bytes:
+    """Publish ``site``'s report where the aggregator reads it (with the ledger totals
+    ``spend`` when given); returns its bytes."""
     ctx = resolve_site(spec, site)
-    data = site_report_bytes(ctx, committed_release(ctx, seed))
+    data = site_report_bytes(ctx, committed_release(ctx, seed), spend)
     Store(ctx.storage_url).publish(Store.site_report_key(ctx.study_id, site, ctx.rid), data)
     return data

@@ -4,11 +4,13 @@ typed result (schemas.result.StudyResult), its markdown and the HTML report (tas
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import pytest
 
 from dpate_core.aggregators import aggregator_of
-from schemas.report import MAX_REPORT_BYTES
+from dpate_core.privacy import PrivacyParams
+from schemas.report import MAX_REPORT_BYTES, LifetimeSpend
 from schemas.result import StudyResult
 from schemas.spec import canonical_json
 from tasks.aggregate import (
@@ -18,10 +20,11 @@ from tasks.aggregate import (
     result_key,
 )
 from tasks.report import render_html, source_label
-from tasks.settings import resolve_study
+from tasks.settings import resolve_site, resolve_study
+from tasks.site import site_report_bytes
 from tasks.storage import Store
 
-from .helpers import publish_site
+from .helpers import committed_release, publish_site
 
 
 def _by_site(entries):
@@ -128,7 +131,69 @@ def test_render_html_is_self_contained_and_public(result):
     assert "data:image/png;base64," in page
     for s in result["sites"]:
         assert s["site_id"] in page
-    assert "ledger not reachable from here" in page
+    assert "not published; ledger not reachable from here" in page
     assert "/home/someone" not in page  # a local path is shown as its key only
     assert source_label(typed, "/x/test-study/results/1.json") == "test-study/results/1.json"
     assert source_label(typed, "s3://u:p@host:9000/b/r.json") == "s3://host:9000/b/r.json"
+
+
+def _spend(ctx, site: str, spent: str) -> LifetimeSpend:
+    cost = ctx.spec.release_cost(site)
+    return LifetimeSpend.of(
+        PrivacyParams(Fraction(spent), cost.delta), ctx.spec.site(site).lifetime_cap.params
+    )
+
+
+def _as_version_1(data: bytes) -> bytes:
+    """The report as the previous software wrote it: schema_version 1, no lifetime_spend."""
+    doc = json.loads(data)
+    assert "lifetime_spend" not in doc
+    return canonical_json({**doc, "schema_version": 1})
+
+
+def test_the_result_lists_each_sites_lifetime_spend_and_cap(study):
+    ctx = resolve_study(str(study.spec))
+    north, south = _spend(ctx, "north", "2"), _spend(ctx, "south", "5/2")
+    publish_site(str(study.spec), "north", seed=0, spend=north)
+    publish_site(str(study.spec), "south", seed=1, spend=south)
+    # east: a version-1 report without the fields, still aggregated
+    site = resolve_site(str(study.spec), "east")
+    data = _as_version_1(site_report_bytes(site, committed_release(site, 2)))
+    Store(site.storage_url).publish(Store.site_report_key(ctx.study_id, "east", site.rid), data)
+
+    inputs = _by_site(collect_reports.fn(ctx))
+    assert inputs["east"]["status"] == "valid" and "lifetime_spend" not in inputs["east"]
+    result = combine_reports.fn(ctx, list(inputs.values()))
+    sites = _by_site(result["sites"])
+    assert sites["north"]["lifetime_spend"] == north.model_dump(mode="json")
+    assert sites["south"]["lifetime_spend"] == {
+        "spent": {"epsilon": "5/2", "delta": str(ctx.spec.release_cost("south").delta)},
+        "cap": ctx.spec.site("south").lifetime_cap.params.as_strings(),
+    }
+    assert "lifetime_spend" not in sites["east"]
+    typed = StudyResult.of(result)
+    assert typed.to_document() == result
+    # the views show spent of cap per site
+    cap = ctx.spec.site("north").lifetime_cap.params
+    north_text = f"2 of {cap.epsilon} (delta {north.spent.delta} of {cap.delta})"
+    md = typed.markdown()
+    assert "lifetime spent of cap" in md
+    north_row = next(r for r in md.splitlines() if r.startswith("| north |"))
+    assert north_text in north_row
+    page = render_html(typed, "s3://b/r.json", {})
+    assert north_text in page and "5/2 of" in page
+    assert "not published; ledger not reachable from here" in page  # east, version 1
+
+
+def test_a_report_whose_spend_passes_its_cap_is_rejected(study):
+    ctx = resolve_study(str(study.spec))
+    cap = ctx.spec.site("north").lifetime_cap.params
+    site = resolve_site(str(study.spec), "north")
+    good = site_report_bytes(site, committed_release(site), _spend(ctx, "north", "2"))
+    doc = json.loads(good)
+    doc["lifetime_spend"]["spent"]["epsilon"] = str(cap.epsilon + 1)
+    store = Store(ctx.storage_url)
+    store.publish(Store.site_report_key(ctx.study_id, "north", site.rid), canonical_json(doc))
+    got = _by_site(collect_reports.fn(ctx))["north"]
+    assert got["status"] == "rejected"
+    assert "exceeds the cap" in got["reason"]

@@ -1,4 +1,5 @@
-"""The site's task logic through ``.fn``: load_site_data, plan_release, site_report_bytes."""
+"""The site's task logic through ``.fn``: load_site_data, plan_release, site_report_bytes, the
+ledger totals a report carries (ledger_spend) and publish_site_report."""
 
 from __future__ import annotations
 
@@ -77,3 +78,107 @@ def test_site_report_bytes_refuse_a_payload_the_spec_cannot_produce(study):
     bad["estimate"] = dict(bad["estimate"], epsilon="2")  # not what the spec spends here
     with pytest.raises(ReportError, match="privacy"):
         site_report_bytes(ctx, type(committed)(**{**committed.__dict__, "payload": bad}))
+
+
+# --- the ledger's lifetime spend in the published report -----------------------------------
+
+
+def _release_with_ledger(ctx, seed: int = 0):
+    """reserve -> draw (numpy: a test) -> commit, through the tasks, on the site's real ledger."""
+    from dpate_core.release import draw_once
+    from tasks.site import commit_release, reserve_budget
+
+    reserve_budget.fn(ctx)
+    plan = plan_release(ctx, load_site_data.fn(ctx))
+    return commit_release.fn(ctx, plan.estimate(draw_once(plan, np.random.default_rng(seed))))
+
+
+def _reserve_other(ctx, release_id: str, epsilon: str) -> None:
+    from dpate_core.privacy import PrivacyParams
+    from tasks.ledger import PrivacyLedger
+
+    with PrivacyLedger(ctx.ledger_url) as ledger:
+        ledger.reserve(
+            release_id=release_id,
+            study_id="other-study",
+            site_id=ctx.site_id,
+            spec_hash="0" * 64,
+            round="1",
+            privacy=PrivacyParams.of(epsilon),
+            cap=ctx.spec.site(ctx.site_id).lifetime_cap.params,
+        )
+
+
+def test_published_report_carries_the_ledgers_spend_right_after_the_release(study):
+    from fractions import Fraction
+
+    from tasks.ledger import PrivacyLedger
+    from tasks.site import ledger_spend, publish_site_report
+    from tasks.storage import Store
+
+    study.init_ledgers("north")
+    ctx = resolve_site(str(study.spec), "north")
+    site = ctx.spec.site("north")
+    _reserve_other(ctx, "other-study:1:north", "1/4")  # an earlier release of another study
+    committed = _release_with_ledger(ctx)
+    summary = publish_site_report.fn(ctx, committed)
+    assert summary["status"] == "written"
+    key = Store.site_report_key(ctx.study_id, "north", ctx.rid)
+    data = Store(ctx.storage_url).read(key)
+    report = read_report(data, ctx.spec, site_id="north")
+    assert report.schema_version == 2 and report.lifetime_spend is not None
+    spend = report.lifetime_spend
+    assert spend.spent.params.epsilon == Fraction(1, 4) + site.privacy.epsilon
+    assert spend.spent.params.delta == ctx.spec.release_cost("north").delta
+    assert spend.cap.params == site.lifetime_cap.params
+    with PrivacyLedger(ctx.ledger_url) as ledger:
+        assert ledger.spend("north").spent == spend.spent.params  # the ledger's own total
+    assert json.loads(data)["lifetime_spend"]["cap"] == site.lifetime_cap.params.as_strings()
+
+    # a later release at the site: re-publishing this one gives the same amounts, same bytes
+    _reserve_other(ctx, "other-study:2:north", "1/4")
+    assert ledger_spend(ctx, committed) == spend
+    assert publish_site_report.fn(ctx, committed)["status"] == "unchanged"
+    assert Store(ctx.storage_url).read(key) == data
+    assert site_report_bytes(ctx, committed, ledger_spend(ctx, committed)) == data
+
+
+def test_spend_at_reservation_needs_the_releases_reservation(study):
+    from tasks.ledger import LedgerError, PrivacyLedger
+    from tasks.site import spend_at_reservation
+
+    study.init_ledgers("north")
+    ctx = resolve_site(str(study.spec), "north")
+    _reserve_other(ctx, "other-study:1:north", "1/4")
+    with PrivacyLedger(ctx.ledger_url) as ledger:
+        events = ledger.events("north")
+    assert spend_at_reservation(events, "other-study:1:north").spent.epsilon == "1/4"
+    with pytest.raises(LedgerError, match="no reservation under a cap for release"):
+        spend_at_reservation(events, ctx.rid)
+
+
+def test_a_release_published_as_version_1_before_the_upgrade_is_left_as_it_is(study):
+    """Re-publishing a release whose version-1 report (no lifetime spend) the previous software
+    already wrote is not a conflict: the published bytes stay; other bytes still conflict."""
+    from tasks.site import publish_site_report
+    from tasks.storage import PublicationConflictError, Store
+
+    study.init_ledgers("north")
+    ctx = resolve_site(str(study.spec), "north")
+    committed = _release_with_ledger(ctx)
+    store = Store(ctx.storage_url)
+    key = Store.site_report_key(ctx.study_id, "north", ctx.rid)
+    old = site_report_bytes(ctx, committed, schema_version=1)
+    assert json.loads(old)["schema_version"] == 1 and b"lifetime_spend" not in old
+    store.publish(key, old)
+    assert publish_site_report.fn(ctx, committed)["status"] == "unchanged"
+    assert store.read(key) == old
+    assert read_report(old, ctx.spec, site_id="north").schema_version == 1
+
+    other = resolve_site(str(study.spec), "south")
+    study.init_ledgers("south")
+    committed_south = _release_with_ledger(other)
+    key_south = Store.site_report_key(other.study_id, "south", other.rid)
+    store.publish(key_south, b"{}")  # something else at the key: still a conflict
+    with pytest.raises(PublicationConflictError):
+        publish_site_report.fn(other, committed_south)
