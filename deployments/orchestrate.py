@@ -269,6 +269,14 @@ def study_deployed(
     triggered = {s: trigger_site(ctx, spec, s, site_deployment, me) for s in ctx.site_ids}
     runs = {s: run_id for s, run_id in triggered.items() if run_id is not None}
     awaited = [s for s, run_id in triggered.items() if run_id is None]
+    if not runs:
+        # not one site deployment found: far likelier a misspelt pattern than a study whose every
+        # site releases on its own timer; say so now rather than wait site_timeout_s for nothing
+        raise RuntimeError(
+            f"no site has a deployment named by site_deployment={site_deployment!r} (e.g. "
+            f"{site_deployment.format(site=ctx.site_ids[0], study=ctx.study_id)!r}): check the "
+            "pattern, or run `dpate aggregate` once the sites' own releases have published"
+        )
     sites = wait_for_sites(runs, site_timeout_s, poll_interval_s, ctx, awaited)
     agg = run_aggregate(ctx, spec, aggregate_deployment, aggregate_timeout_s, me)
     if not agg["completed"]:

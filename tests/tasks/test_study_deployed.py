@@ -81,3 +81,19 @@ def test_a_report_that_arrives_while_waiting_ends_the_wait(study, monkeypatch):
 def test_awaited_sites_need_the_study_context():
     with pytest.raises(ValueError, match="need the study context"):
         orchestrate.wait_for_sites.fn({}, 1.0, 0.1, None, ["north"])
+
+
+def test_no_site_deployment_at_all_fails_at_once(study, monkeypatch):
+    """Not one site found under the pattern (a misspelt ``site_deployment``): the study fails
+    at once, naming the pattern, instead of waiting ``site_timeout_s`` for every site."""
+
+    def not_found(name, **kw):
+        raise ObjectNotFound(http_exc=RuntimeError("404"))
+
+    def never_wait(*a, **kw):
+        raise AssertionError("waited for sites")
+
+    monkeypatch.setattr(orchestrate, "run_deployment", not_found)
+    monkeypatch.setattr(orchestrate, "wait_for_sites", never_wait)
+    with pytest.raises(RuntimeError, match=r"no site has a deployment named by site_deployment="):
+        orchestrate.study_deployed.fn(str(study.spec), site_deployment="site-relase/{site}")
