@@ -4,6 +4,18 @@
 its :class:`~dpate_core.release.MechanismPlan` (one plan serves the release and the simulations,
 see :mod:`dpate_core.release`). A binary outcome (every value 0 or ``B``) releases the arm sums
 only and derives the variance from ``p (1 - p)``.
+
+Exact sums. The arm counts, sums of ``Y`` and sums of ``Y^2`` are the adjusted estimator's cell
+statistics with one stratum and no centring (:func:`arm_statistics`, the one compiled kernel of
+:func:`dpate_core.adjusted.cell_statistics`): each record's ``Y`` is rounded to the public grid
+``B 2^-k`` and its square to ``B^2 2^-m`` (``k``, ``m`` from the public ``N``,
+:func:`~dpate_core.adjusted.grid_bits`), and the grid values are summed as integers. The sums are
+exact, so they do not depend on record order or on how the records are batched: a streamed site
+(:data:`schemas.sources.STREAMED_ESTIMATORS`) releases exactly what the in-memory path releases.
+The rounding is a deterministic, data-independent map of each record applied before the release,
+with values still in ``[0, B]`` and ``[0, B^2]`` (0 and ``B`` map to themselves, so a binary
+outcome is unchanged): the sensitivities and the privacy proof are those of the unrounded sums;
+the estimates move by at most ``B 2^-k`` (below ``10^-9 B`` up to ``10^7`` records).
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.estimators import arm_sums
+from dpate_core.adjusted import CellStatistics, cell_statistics
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -29,7 +41,12 @@ from dpate_core.release import (
     _scale,
 )
 
-__all__ = ["dp_difference_in_means", "plan_difference_in_means"]
+__all__ = [
+    "arm_statistics",
+    "dp_difference_in_means",
+    "plan_difference_in_means",
+    "plan_difference_in_means_from_statistics",
+]
 
 ArmSums = tuple[int, int, float, float, float, float]
 
@@ -51,9 +68,79 @@ def plan_difference_in_means(
     ``Y^2 = B Y``, so the arm sums give the variance too (``s^2 = B^2 p (1 - p)`` with
     ``p = mean / B``): no sums of squares are released and their budget part is dropped (parts:
     the arm sums, plus the treated count when arm sizes are private)."""
+    bound = _check_bound(bound)
+    y_arr = np.asarray(y, dtype=np.float64)
+    _check_outcomes(y_arr, bound)
+    if binary and y_arr.size and not np.all((y_arr == 0.0) | (y_arr == bound)):
+        raise ValueError(
+            "a binary outcome must be exactly 0 or B in every record: map the outcome's two "
+            "labels to 0 and B, or remove outcome.binary from the spec"
+        )
+    return plan_difference_in_means_from_statistics(
+        arm_statistics(w, y_arr, bound=bound),
+        epsilon=epsilon,
+        delta=delta,
+        split=split,
+        arm_sizes_public=arm_sizes_public,
+        binary=binary,
+    )
+
+
+def arm_statistics(w: npt.ArrayLike, y: npt.ArrayLike, *, bound: float) -> CellStatistics:
+    """The arm counts and exact integer sums of the grid-rounded ``Y`` and ``Y^2``: the cell
+    statistics of one stratum, not centred (cell ``0``: control, ``1``: treated). Checks
+    ``0 <= y <= B`` and ``w in {0, 1}`` in the same pass. Private: they leave only through noise."""
+    w_arr = np.asarray(w)
+    x = np.zeros(w_arr.shape, np.int8)
+    return cell_statistics(w_arr, y, x, domain_size=1, bound=bound, centred=False)
+
+
+def _arm_sums(stats: CellStatistics) -> ArmSums:
+    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` of the grid-rounded outcomes, from
+    statistics of any number of strata (cells ``2 x + w``): integer sums, then one correctly
+    rounded conversion to outcome units each, so the values do not depend on the strata either."""
+    if stats.centred:
+        raise ValueError(
+            "the difference in means needs uncentred statistics: compute them with "
+            "arm_statistics or cell_statistics(..., centred=False)"
+        )
+    c, s, q = stats.counts, stats.sums, stats.squares
+    b = Fraction(stats.bound)
+    unit_s, unit_q = b / 2**stats.k, b * b / 2**stats.m
+
+    def total(v: np.ndarray, arm: int) -> int:
+        return int(v[arm::2].sum())  # int64: exact, an arm's sum is at most 2^53 (grid_bits)
+
+    return (
+        total(c, 1),
+        total(c, 0),
+        float(total(s, 1) * unit_s),
+        float(total(s, 0) * unit_s),
+        float(total(q, 1) * unit_q),
+        float(total(q, 0) * unit_q),
+    )
+
+
+def plan_difference_in_means_from_statistics(
+    stats: CellStatistics,
+    *,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    arm_sizes_public: bool = True,
+    binary: bool = False,
+) -> MechanismPlan:
+    """:func:`plan_difference_in_means` from uncentred cell statistics (:func:`arm_statistics`,
+    or a streamed site's, of any number of strata: the arms are summed over them). With
+    ``binary=True`` the caller has checked that every outcome is 0 or ``B``
+    (:func:`plan_difference_in_means` and :func:`schemas.sources.stream_cell_statistics` do)."""
+    bound = _check_bound(stats.bound)
+    total = _spent(epsilon, delta)
+    n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)
+    if n_t + n_c < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n_t + n_c})")
     if binary:
-        return _plan_binary_dim(w, y, bound, epsilon, delta, split, arm_sizes_public)
-    bound, total, (n_t, n_c, s_t, s_c, q_t, q_c) = _dim_inputs(w, y, bound, epsilon, delta, False)
+        return _plan_binary_dim((n_t, n_c, s_t, s_c), bound, total, split, arm_sizes_public)
 
     noise: list[NoiseSpec] = []
     if arm_sizes_public:
@@ -90,35 +177,14 @@ def plan_difference_in_means(
     return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
 
 
-def _dim_inputs(
-    w: npt.ArrayLike,
-    y: npt.ArrayLike,
-    bound: float,
-    epsilon: Number,
-    delta: Number,
-    binary: bool,
-) -> tuple[float, PrivacyParams, ArmSums]:
-    """The checked bound, the budget spent (``(epsilon, 0)``: ``delta`` is validated, not
-    spent) and the arm sums; refuses outcomes outside ``[0, B]`` (and, for a binary outcome,
-    other than 0 or ``B``), a non-positive epsilon and fewer than 2 records."""
-    w_arr = np.asarray(w)
-    y_arr = np.asarray(y, dtype=np.float64)
-    bound = _check_bound(bound)
-    _check_outcomes(y_arr, bound)
-    if binary and y_arr.size and not np.all((y_arr == 0.0) | (y_arr == bound)):
-        raise ValueError(
-            "a binary outcome must be exactly 0 or B in every record: map the outcome's two "
-            "labels to 0 and B, or remove outcome.binary from the spec"
-        )
+def _spent(epsilon: Number, delta: Number) -> PrivacyParams:
+    """The budget spent: ``(epsilon, 0)`` (``delta`` is validated, not spent); refuses a
+    non-positive epsilon."""
     given = PrivacyParams.of(epsilon, delta)  # validates delta; the mechanism spends none of it
     total = PrivacyParams(given.epsilon, Fraction(0))
     if total.epsilon <= 0:
         raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
-    sums = arm_sums(w_arr, y_arr)
-    n = sums[0] + sums[1]
-    if n < 2:
-        raise ValueError(f"a release needs at least 2 records (got {n})")
-    return bound, total, sums
+    return total
 
 
 def _require_both_arms(n_t: int, n_c: int) -> None:
@@ -164,17 +230,15 @@ def _dim_plan(
 
 
 def _plan_binary_dim(
-    w: npt.ArrayLike,
-    y: npt.ArrayLike,
+    sums: tuple[int, int, float, float],
     bound: float,
-    epsilon: Number,
-    delta: Number,
+    total: PrivacyParams,
     split: Sequence[Number] | None,
     arm_sizes_public: bool,
 ) -> MechanismPlan:
     """Difference in means of a binary outcome (0 or ``B``): same sums and noise as the general
     plan, the variance from ``p (1 - p)`` (post-processing of the noisy sums)."""
-    bound, total, (n_t, n_c, s_t, s_c, _, _) = _dim_inputs(w, y, bound, epsilon, delta, True)
+    n_t, n_c, s_t, s_c = sums
     noise: list[NoiseSpec] = []
     if arm_sizes_public:
         _require_both_arms(n_t, n_c)
@@ -227,6 +291,10 @@ def dp_difference_in_means(
     With ``arm_sizes_public=False`` a neighbour may also move a record between arms (ERRATA
     section 5); the budget splits in three: the pair of arm sums (L1 sensitivity ``2B``), the pair
     of sums of squares (``2B^2``), and the treated count (sensitivity 1; ``N_c = N - N_t``).
+
+    Each outcome is first rounded to a public grid (``B 2^-k``; its square to ``B^2 2^-m``; module
+    docstring), a deterministic, data-independent map of each record into ``[0, B]`` and
+    ``[0, B^2]``: the sensitivities above hold for the rounded outcomes as for the raw ones.
 
     ``delta`` is accepted for a uniform interface; it is not spent. Negative ``s^2`` from noisy
     sums are clamped at 0 after the release (post-processing); ``raw_variance`` keeps the value.
