@@ -7,13 +7,13 @@ value. Raw records and the un-committed noisy output live only in this process's
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
 **Memory.** The estimators whose statistics are sums of per-record terms that add exactly
-(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer
-per-cell sums) are released in one streaming pass: :func:`~schemas.sources.read_site_records` returns their statistics
-(:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
-records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set
-plus ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the
-statistics are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)``
-(17 bytes a record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
+(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer per-cell
+sums) are released in one streaming pass: :func:`~schemas.sources.read_site_records` returns their
+statistics (:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
+records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set plus
+``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the statistics
+are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)`` (17 bytes a
+record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
 
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
 counts and row positions) are not private releases: they go to the site-local operator log file

@@ -1,6 +1,7 @@
-"""The streamed release (tasks/site.py, STREAMED_ESTIMATORS): the adjusted estimator's site task
-keeps per-cell statistics instead of the records, refuses an infeasible site from them before
-anything is reserved, and publishes exactly the bytes the materialising path publishes."""
+"""The streamed release (tasks/site.py, STREAMED_ESTIMATORS): the adjusted estimator's and the
+difference in means' site task keeps per-cell statistics instead of the records, refuses an
+infeasible site from them before anything is reserved, and publishes exactly the bytes the
+materialising path publishes."""
 
 from __future__ import annotations
 
@@ -37,17 +38,29 @@ def _as_estimator(study: Study, estimator: str, *, missing: str = "reject") -> N
     text = study.spec.read_text(encoding="utf-8")
     text = text.replace('estimator = "smooth_matching"', f'estimator = "{estimator}"')
     text = text.replace('missing = "reject"', f'missing = "{missing}"')
+    if estimator == "dim":  # a randomized trial with public arm sizes (the paper's setting)
+        text = text.replace('design = "observational"', 'design = "randomized"')
+        text = text.replace("[treatment]", "arm_sizes_public = true\n\n[treatment]")
     study.spec.write_text(text, encoding="utf-8")
 
 
-@pytest.fixture
-def adjusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Study:
-    s = write_study(tmp_path / "adj", [Site("north", 400), Site("south", 90)])
-    _as_estimator(s, "adjusted", missing="drop")
+def _streamed_study(root: Path, monkeypatch: pytest.MonkeyPatch, estimator: str) -> Study:
+    s = write_study(root, [Site("north", 400), Site("south", 90)])
+    _as_estimator(s, estimator, missing="drop")
     for k, v in s.site_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
     return s
+
+
+@pytest.fixture
+def adjusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Study:
+    return _streamed_study(tmp_path / "adj", monkeypatch, "adjusted")
+
+
+@pytest.fixture(params=["adjusted", "dim"])
+def streamed(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Study:
+    return _streamed_study(tmp_path / request.param, monkeypatch, request.param)
 
 
 def _bytes(ctx: SiteContext, data: SiteData | SiteStatistics, seed: int) -> bytes:
@@ -81,9 +94,11 @@ def _with_missing_values_as_csv(study: Study, site: str) -> Path:
 
 
 @pytest.mark.parametrize("batch_rows", [None, 37])
-def test_streamed_report_bytes_equal_the_materialising_paths(adjusted, monkeypatch, batch_rows):
+def test_streamed_report_bytes_equal_the_materialising_paths(streamed, monkeypatch, batch_rows):
     """Same file, same noise draw: the streamed release publishes the materialising release's
-    bytes, also when the file is read in many small batches and rows are dropped as missing."""
+    bytes, also when the file is read in many small batches and rows are dropped as missing
+    (for each streamed estimator: the adjusted estimator and the difference in means)."""
+    adjusted = streamed
     path = _with_missing_values_as_csv(adjusted, "north")
     if batch_rows is not None:
         import schemas.sources
@@ -96,6 +111,7 @@ def test_streamed_report_bytes_equal_the_materialising_paths(adjusted, monkeypat
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.spec.estimator in STREAMED_ESTIMATORS
     streamed = load_site_data.fn(ctx)
+    assert streamed.cells.centred == (ctx.spec.estimator == "adjusted")
     assert isinstance(streamed, SiteStatistics)  # no record kept
     assert "cells" in repr(streamed) and str(streamed.n) not in repr(streamed)
     records = prepare_site_data(path, ctx.spec)  # the materialising path
