@@ -229,3 +229,29 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
     assert seen[-1].secret == "site-db-password"
     assert "hunter2" not in str(info.value) and "hunter2" not in repr(seen[-1])
     assert "hunter2" not in adjusted.operator_log("north").read_text()
+
+
+def test_streamed_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, monkeypatch):
+    """dim with ``outcome.binary``: the stream refuses an outcome other than 0 or B before
+    anything is reserved, and on 0/B outcomes publishes the materialising path's bytes."""
+    import tasks.site
+
+    s = _streamed_study(tmp_path / "bin", monkeypatch, "dim")
+    text = s.spec.read_text(encoding="utf-8")
+    s.spec.write_text(text.replace('policy = "clip"', 'policy = "clip"\nbinary = true'), "utf-8")
+    ctx = resolve_site(str(s.spec), "north")
+    assert ctx.spec.outcome.binary
+    with pytest.raises(tasks.site.SiteDataRejected, match="Nothing was reserved"):
+        load_site_data.fn(ctx)
+    assert "binary outcome must be exactly 0 or B" in s.operator_log("north").read_text()
+    path = s.root / "sites" / "north" / "records.parquet"
+    t = pq.read_table(path)
+    y = (t.column("outcome").to_numpy() > 0.5).astype(np.float64)
+    pq.write_table(t.set_column(1, "outcome", pa.array(y)), path)
+    streamed = load_site_data.fn(ctx)
+    assert isinstance(streamed, SiteStatistics) and not streamed.cells.centred
+    records = prepare_site_data(path, ctx.spec)
+    plan = plan_release(ctx, streamed)
+    assert [sp.name for sp in plan.noise] == ["sum_treated", "sum_control"]
+    for seed in (0, 1):
+        assert _bytes(ctx, streamed, seed) == _bytes(ctx, records, seed)
