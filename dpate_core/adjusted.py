@@ -22,7 +22,8 @@ on a public grid (``B 2^-k``; its square on ``B^2 2^-m``), a record-wise map who
 ``[-B/2, B/2]`` and ``[0, B^2/4]``, and sums *integers*: the sums are exact, and ``k``, ``m`` are
 chosen from the public ``N`` so every sum is an integer below ``2^53`` (exact as a float). The noise
 is added to those integers, with scales in grid units; conversion to outcome units is
-post-processing.
+post-processing. The DP difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
+stratum and no centring (``centred=False``; :func:`dpate_core.difference_in_means.arm_statistics`).
 """
 
 from __future__ import annotations
