@@ -403,3 +403,17 @@ def test_dim_rounding_keeps_a_binary_outcome_exact_and_refuses_centred_statistic
 
     with pytest.raises(ValueError, match="needs centred cell statistics"):
         plan_adjusted_from_statistics(arm_statistics(w, y, bound=bound), epsilon=1)
+
+
+def test_dim_grid_keeps_the_largest_arm_sums_exact():
+    """``grid_bits(N, centred=False)``: N records all at B in one arm sum to exactly 2^53 grid
+    units (N a power of two above the 2^-40 cap), the largest integer a float holds with its
+    neighbours; one more bit would not be exact."""
+    from dpate_core.adjusted import grid_bits
+    from dpate_core.difference_in_means import arm_statistics
+
+    n = 1 << 14
+    k, m = grid_bits(n, centred=False)
+    assert (k, m) == (39, 39) and grid_bits(n) == (40, 40)
+    st = arm_statistics(np.ones(n, np.int8), np.full(n, 2.5), bound=2.5)
+    assert int(st.sums[1]) == int(st.squares[1]) == 2**53 and st.counts.tolist() == [0, n]
