@@ -91,8 +91,13 @@ def arm_statistics(w: npt.ArrayLike, y: npt.ArrayLike, *, bound: float) -> CellS
     statistics of one stratum, not centred (cell ``0``: control, ``1``: treated). Checks
     ``0 <= y <= B`` and ``w in {0, 1}`` in the same pass. Private: they leave only through noise."""
     w_arr = np.asarray(w)
+    y_arr = np.asarray(y, dtype=np.float64)
+    if w_arr.ndim != 1 or y_arr.shape != w_arr.shape:
+        raise ValueError(
+            f"w and y must be 1-d arrays of one length (got {w_arr.shape} and {y_arr.shape})"
+        )
     x = np.zeros(w_arr.shape, np.int8)
-    return cell_statistics(w_arr, y, x, domain_size=1, bound=bound, centred=False)
+    return cell_statistics(w_arr, y_arr, x, domain_size=1, bound=bound, centred=False)
 
 
 def _arm_sums(stats: CellStatistics) -> ArmSums:
