@@ -24,13 +24,16 @@ def site_data(n: int, strata: int, seed: int = 0):
 
 def bench_spec(estimator: str, delta: str) -> Any:
     """The one-site spec of the file benchmarks: treatment ``w``, outcome ``y`` (bound 1, clipped),
-    covariates ``region`` (:data:`LEVELS`), ``age`` and ``bmi`` cut at public edges."""
+    covariates ``region`` (:data:`LEVELS`), ``age`` and ``bmi`` cut at public edges. ``dim`` gets
+    the randomized design with public arm sizes it requires."""
     from schemas.spec import StudySpec
 
+    trial = {"design": "randomized", "arm_sizes_public": True} if estimator == "dim" else {}
     return StudySpec.from_dict(
         {
             "study_id": "bench",
             "design": "observational",
+            **trial,
             "estimator": estimator,
             "reports": "file:///tmp/reports",
             "treatment": {"column": "w"},

@@ -25,7 +25,9 @@ Measured, in the same run:
   feasibility rules, ``plan_from_records``, one secure draw): ``release`` (the adjusted estimator,
   streamed), ``release-records`` (the same estimator planned from the materialised records, the
   path every other estimator takes), ``release-matching`` (SmoothDPMatching: materialised, in a
-  data-independent order; only up to ``--matching-rows``), ``pg-release`` (streamed from
+  data-independent order; only up to ``--matching-rows``), ``release-dim`` and
+  ``release-dim-records`` (the DP difference in means, streamed and from the records; the same
+  file read as a randomized trial with public arm sizes), ``pg-release`` (streamed from
   PostgreSQL). ``release-imports`` is their RSS baseline (it also imports Prefect).
 
 Prints rows per second and peak RSS per line; no assertion. Usage:
@@ -124,7 +126,8 @@ def release(spec, target: str) -> int:
 
 
 def child(mode: str, target: str) -> dict:
-    spec = make_spec("smooth_matching" if mode == "release-matching" else "adjusted")
+    estimator = {"release-matching": "smooth_matching", "release-dim": "dim"}
+    spec = make_spec(estimator.get(mode.removesuffix("-records"), "adjusted"))
     cols = ["w", "y", "region", "age", "bmi"]
     _preload()  # module imports are not the reading cost (the imports line shows them)
     if "release" in mode:
@@ -135,9 +138,9 @@ def child(mode: str, target: str) -> dict:
     rows = 0
     if mode in ("imports", "release-imports"):
         pass
-    elif mode in ("release", "pg-release", "release-matching"):
+    elif mode in ("release", "pg-release", "release-matching", "release-dim"):
         rows = release(spec, target)
-    elif mode == "release-records":
+    elif mode in ("release-records", "release-dim-records"):
         import schemas.sources
 
         schemas.sources.STREAMED_ESTIMATORS = frozenset()  # this process only: the records path
@@ -312,7 +315,8 @@ def main() -> None:
     base = best("pyarrow", str(path), repeat=r)
     show(base, base)
     modes = ["pyarrow-table"] + ([] if args.skip_old else ["table-then-prepare"])
-    modes += ["prepare", "stream", "release", "release-records"]
+    modes += ["prepare", "stream", "release", "release-records", "release-dim"]
+    modes += ["release-dim-records"]
     if rows <= args.matching_rows:
         modes.append("release-matching")
     for mode in modes:

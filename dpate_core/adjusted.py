@@ -22,7 +22,8 @@ on a public grid (``B 2^-k``; its square on ``B^2 2^-m``), a record-wise map who
 ``[-B/2, B/2]`` and ``[0, B^2/4]``, and sums *integers*: the sums are exact, and ``k``, ``m`` are
 chosen from the public ``N`` so every sum is an integer below ``2^53`` (exact as a float). The noise
 is added to those integers, with scales in grid units; conversion to outcome units is
-post-processing.
+post-processing. The DP difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
+stratum and no centring (``centred=False``; :func:`dpate_core.difference_in_means.arm_statistics`).
 """
 
 from __future__ import annotations
@@ -81,20 +82,26 @@ RESOLVE_Z = 2.0
 _MAX_BITS = 40  # grid resolution cap: B 2^-40 is far below any noise
 
 
-def grid_bits(n: int) -> tuple[int, int]:
-    """``(k, m)``: the public grids ``B 2^-k`` (centred outcomes) and ``B^2 2^-m`` (their squares).
+def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
+    """``(k, m)``: the public grids ``B 2^-k`` (outcomes) and ``B^2 2^-m`` (their squares).
 
-    A centred outcome is an integer in ``[-2^(k-1), 2^(k-1)]``, a square one in ``[0, 2^(m-2)]``;
-    with ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the
-    sums are exact in int64 and exactly representable as floats.
+    ``centred`` (the adjusted estimator): a centred outcome ``Y - B/2`` is an integer in
+    ``[-2^(k-1), 2^(k-1)]``, its square one in ``[0, 2^(m-2)]``. Not centred (the difference in
+    means, :func:`dpate_core.difference_in_means.arm_statistics`): ``Y`` is an integer in
+    ``[0, 2^k]`` and ``Y^2`` one in ``[0, 2^m]``, so both grids are one or two bits coarser. With
+    ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the sums are
+    exact in int64 and exactly representable as floats.
     """
     if n < 1:
         raise ValueError(f"n ({n}) must be at least 1")
     log_n = max(1, math.ceil(math.log2(n)))
-    k = min(_MAX_BITS, 54 - log_n)
-    m = min(_MAX_BITS, 55 - log_n)
+    top = 54 if centred else 53
+    k = min(_MAX_BITS, top - log_n)
+    m = min(_MAX_BITS, top + (1 if centred else 0) - log_n)
     if k < 8:
-        raise ValueError(f"n ({n}) is too large for exact integer sums (at most 2^46 records)")
+        raise ValueError(
+            f"n ({n}) is too large for exact integer sums (at most 2^{top - 8} records)"
+        )
     return k, m
 
 
@@ -113,7 +120,9 @@ def sensitivities(bound: float, k: int, m: int) -> dict[str, Fraction]:
 class CellStatistics:
     """Per cell ``g = 2 x + w`` (control then treated for each stratum): the count, and the exact
     integer sums of the quantised centred outcomes (unit ``B 2^-k``) and of their squares (unit
-    ``B^2 2^-m``). Private: they leave only through noise."""
+    ``B^2 2^-m``). Private: they leave only through noise. ``centred=False``: the sums are of the
+    quantised outcomes ``Y`` and of their squares, not centred (the difference in means,
+    :func:`grid_bits`)."""
 
     counts: np.ndarray
     sums: np.ndarray
@@ -121,6 +130,7 @@ class CellStatistics:
     bound: float
     k: int
     m: int
+    centred: bool = True
 
     @property
     def n(self) -> int:
@@ -129,14 +139,15 @@ class CellStatistics:
 
 @numba.njit(cache=True, nogil=True)
 def _cell_kernel(
-    w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int
+    w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int, centre: float
 ) -> Any:  # pragma: no cover - compiled
+    # centre: 0.5 sums Y/B - 1/2 (the adjusted estimator), 0.0 sums Y/B (difference in means)
     n_cells = 2 * n_strata
     counts = np.zeros(n_cells, np.int64)
     sums = np.zeros(n_cells, np.int64)
     squares = np.zeros(n_cells, np.int64)
     grid_s = 2.0**k
-    half = np.int64(1) << (k - 1)
+    half = np.int64(np.rint(centre * grid_s))  # 2^(k-1) or 0, exact
     grid_q = 2.0**m
     for i in range(w.shape[0]):
         xi, wi, yi = x[i], w[i], y[i]
@@ -147,9 +158,10 @@ def _cell_kernel(
         if not (yi >= 0.0 and yi <= bound):  # also false for NaN
             return _BAD_Y, counts, sums, squares
         # t in [0, 1] (division is monotone and B / B = 1); t 2^k is exact, so the quantised
-        # centred outcome lies in [-2^(k-1), 2^(k-1)]; (t - 1/2)^2 in [0, 1/4] likewise
+        # centred outcome lies in [-2^(k-1), 2^(k-1)]; (t - 1/2)^2 in [0, 1/4] likewise (not
+        # centred: t in [0, 2^k] and t^2 in [0, 2^m] grid units)
         t = yi / bound
-        d = t - 0.5
+        d = t - centre
         g = 2 * xi + wi
         counts[g] += 1
         sums[g] += np.int64(np.rint(t * grid_s)) - half
@@ -158,19 +170,28 @@ def _cell_kernel(
 
 
 def cell_statistics(
-    w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike, *, domain_size: int, bound: float
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    domain_size: int,
+    bound: float,
+    centred: bool = True,
 ) -> CellStatistics:
     """The three per-cell vectors in one compiled pass, which also checks ``0 <= y <= B``,
-    ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value)."""
+    ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value). ``centred=False``:
+    sums of ``Y`` and ``Y^2`` instead of ``Y - B/2`` and ``(Y - B/2)^2`` (:func:`grid_bits`)."""
     bound = _check_bound(bound)
     w, y, x = record_arrays(w, y, x)
     size = int(domain_size)
     if size < 1:
         raise ValueError(f"domain_size ({domain_size}) must be a positive number of strata")
-    k, m = grid_bits(max(w.size, 1))
-    status, counts, sums, squares = _cell_kernel(w, y, x, size, bound, k, m)
+    k, m = grid_bits(max(w.size, 1), centred=centred)
+    status, counts, sums, squares = _cell_kernel(
+        w, y, x, size, bound, k, m, 0.5 if centred else 0.0
+    )
     check_status(status, size, bound)
-    return CellStatistics(counts, sums, squares, bound, k, m)
+    return CellStatistics(counts, sums, squares, bound, k, m, centred)
 
 
 def plan_adjusted(
@@ -217,6 +238,11 @@ def plan_adjusted_from_statistics(
     weighting: str = "auto",
 ) -> MechanismPlan:
     """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them)."""
+    if not stats.centred:
+        raise ValueError(
+            "the adjusted estimator needs centred cell statistics: compute them with "
+            "cell_statistics(..., centred=True)"
+        )
     given = PrivacyParams.of(epsilon, delta)  # validates delta; none of it is spent
     total = PrivacyParams(given.epsilon, Fraction(0))
     if total.epsilon <= 0:

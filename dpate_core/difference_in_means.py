@@ -4,18 +4,30 @@
 its :class:`~dpate_core.release.MechanismPlan` (one plan serves the release and the simulations,
 see :mod:`dpate_core.release`). A binary outcome (every value 0 or ``B``) releases the arm sums
 only and derives the variance from ``p (1 - p)``.
+
+Exact sums. The arm counts, sums of ``Y`` and sums of ``Y^2`` are the adjusted estimator's cell
+statistics with one stratum and no centring (:func:`arm_statistics`, the one compiled kernel of
+:func:`dpate_core.adjusted.cell_statistics`): each record's ``Y`` is rounded to the public grid
+``B 2^-k`` and its square to ``B^2 2^-m`` (``k``, ``m`` from the public ``N``,
+:func:`~dpate_core.adjusted.grid_bits`), and the grid values are summed as integers. The sums are
+exact, so they do not depend on record order or on how the records are batched: a streamed site
+(:data:`schemas.sources.STREAMED_ESTIMATORS`) releases exactly what the in-memory path releases.
+The rounding is a deterministic, data-independent map of each record applied before the release,
+with values still in ``[0, B]`` and ``[0, B^2]`` (0 and ``B`` map to themselves, so a binary
+outcome is unchanged): the sensitivities and the privacy proof are those of the unrounded sums;
+the estimates move by at most ``B 2^-k`` (below ``10^-9 B`` up to ``10^7`` records).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.estimators import arm_sums
+from dpate_core.adjusted import CellStatistics, cell_statistics
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -29,7 +41,12 @@ from dpate_core.release import (
     _scale,
 )
 
-__all__ = ["dp_difference_in_means", "plan_difference_in_means"]
+__all__ = [
+    "arm_statistics",
+    "dp_difference_in_means",
+    "plan_difference_in_means",
+    "plan_difference_in_means_from_statistics",
+]
 
 ArmSums = tuple[int, int, float, float, float, float]
 
@@ -51,102 +68,128 @@ def plan_difference_in_means(
     ``Y^2 = B Y``, so the arm sums give the variance too (``s^2 = B^2 p (1 - p)`` with
     ``p = mean / B``): no sums of squares are released and their budget part is dropped (parts:
     the arm sums, plus the treated count when arm sizes are private)."""
-    bound, total, (n_t, n_c, s_t, s_c, q_t, q_c) = _dim_inputs(w, y, bound, epsilon, delta, binary)
-    if arm_sizes_public:
-        _require_both_arms(n_t, n_c)
-    # parts: the arm sums, the arm sums of squares (unless binary), the treated count (if private)
-    shares = BudgetSplit.of(split, (1 if binary else 2) + (0 if arm_sizes_public else 1))
-    parts = shares.apply(total)
-    # L1 sensitivity of a pair of arm sums: B, or 2B when a record may move between arms
-    width = 1 if arm_sizes_public else 2
-    sum_scale = _scale(width * Fraction(bound), parts[0])
-    noise: list[NoiseSpec] = []
-    if not arm_sizes_public:
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, parts[-1]), "laplace"))
-    noise += [
-        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
-        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
-    ]
-    if not binary:
-        sq_scale = _scale(width * Fraction(bound) ** 2, parts[1])
-        noise += [
-            NoiseSpec("sumsq_treated", q_t, sq_scale, "laplace"),
-            NoiseSpec("sumsq_control", q_c, sq_scale, "laplace"),
-        ]
-
-    def assemble(v: Mapping[str, Any]) -> Outputs:
-        diagnostics: dict[str, Any] = {"binary_outcome": 1.0} if binary else {}
-        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
-        st, sc = v["sum_treated"], v["sum_control"]
-        tau = st / nt_hat - sc / nc_hat
-        if binary:
-            sampling = sampling_raw = _binary_sampling(st, sc, nt_hat, nc_hat, bound)
-        else:
-            sampling, sampling_raw = _sampling(v, st, sc, nt_hat, nc_hat)
-        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
-        diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
-        return Outputs(tau, sampling + noise_var, sampling_raw + noise_var, diagnostics)
-
-    return MechanismPlan(
-        estimator="dim",
-        n=n_t + n_c,
-        n_treated=n_t if arm_sizes_public else None,
-        n_control=n_c if arm_sizes_public else None,
-        total=total,
-        bound=bound,
-        shares=shares,
-        noise=tuple(noise),
-        assemble=assemble,
-    )
-
-
-def _sampling(v: Mapping[str, Any], st: Any, sc: Any, nt: Any, nc: Any) -> tuple[Any, Any]:
-    """The sampling variance ``s_t^2 / N_t + s_c^2 / N_c`` from the noisy sums and sums of
-    squares: each arm's ``s^2`` clamped at 0, and unclamped (the raw variance)."""
-    var_t_raw = v["sumsq_treated"] / nt - (st / nt) ** 2
-    var_c_raw = v["sumsq_control"] / nc - (sc / nc) ** 2
-    sampling_raw = var_t_raw / nt + var_c_raw / nc
-    sampling = np.maximum(var_t_raw, 0.0) / nt + np.maximum(var_c_raw, 0.0) / nc
-    return sampling, sampling_raw
-
-
-def _binary_sampling(st: Any, sc: Any, nt: Any, nc: Any, bound: float) -> Any:
-    """A binary outcome's sampling variance ``B^2 (p_t (1 - p_t) / N_t + p_c (1 - p_c) / N_c)``
-    with ``p = mean / B`` clipped to ``[0, 1]`` (post-processing of the noisy sums)."""
-    p_t = np.clip(st / (nt * bound), 0.0, 1.0)
-    p_c = np.clip(sc / (nc * bound), 0.0, 1.0)
-    return bound * bound * (p_t * (1.0 - p_t) / nt + p_c * (1.0 - p_c) / nc)
-
-
-def _dim_inputs(
-    w: npt.ArrayLike,
-    y: npt.ArrayLike,
-    bound: float,
-    epsilon: Number,
-    delta: Number,
-    binary: bool,
-) -> tuple[float, PrivacyParams, ArmSums]:
-    """The checked bound, the budget spent (``(epsilon, 0)``: ``delta`` is validated, not
-    spent) and the arm sums; refuses outcomes outside ``[0, B]`` (and, for a binary outcome,
-    other than 0 or ``B``), a non-positive epsilon and fewer than 2 records."""
-    w_arr = np.asarray(w)
-    y_arr = np.asarray(y, dtype=np.float64)
     bound = _check_bound(bound)
+    y_arr = np.asarray(y, dtype=np.float64)
     _check_outcomes(y_arr, bound)
     if binary and y_arr.size and not np.all((y_arr == 0.0) | (y_arr == bound)):
         raise ValueError(
             "a binary outcome must be exactly 0 or B in every record: map the outcome's two "
             "labels to 0 and B, or remove outcome.binary from the spec"
         )
+    return plan_difference_in_means_from_statistics(
+        arm_statistics(w, y_arr, bound=bound),
+        epsilon=epsilon,
+        delta=delta,
+        split=split,
+        arm_sizes_public=arm_sizes_public,
+        binary=binary,
+    )
+
+
+def arm_statistics(w: npt.ArrayLike, y: npt.ArrayLike, *, bound: float) -> CellStatistics:
+    """The arm counts and exact integer sums of the grid-rounded ``Y`` and ``Y^2``: the cell
+    statistics of one stratum, not centred (cell ``0``: control, ``1``: treated). Checks
+    ``0 <= y <= B`` and ``w in {0, 1}`` in the same pass. Private: they leave only through noise."""
+    w_arr = np.asarray(w)
+    y_arr = np.asarray(y, dtype=np.float64)
+    if w_arr.ndim != 1 or y_arr.shape != w_arr.shape:
+        raise ValueError(
+            f"w and y must be 1-d arrays of one length (got {w_arr.shape} and {y_arr.shape})"
+        )
+    x = np.zeros(w_arr.shape, np.int8)
+    return cell_statistics(w_arr, y_arr, x, domain_size=1, bound=bound, centred=False)
+
+
+def _arm_sums(stats: CellStatistics) -> ArmSums:
+    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` of the grid-rounded outcomes, from
+    statistics of any number of strata (cells ``2 x + w``): integer sums, then one correctly
+    rounded conversion to outcome units each, so the values do not depend on the strata either."""
+    if stats.centred:
+        raise ValueError(
+            "the difference in means needs uncentred statistics: compute them with "
+            "arm_statistics or cell_statistics(..., centred=False)"
+        )
+    c, s, q = stats.counts, stats.sums, stats.squares
+    b = Fraction(stats.bound)
+    unit_s, unit_q = b / 2**stats.k, b * b / 2**stats.m
+
+    def total(v: np.ndarray, arm: int) -> int:
+        return int(v[arm::2].sum())  # int64: exact, an arm's sum is at most 2^53 (grid_bits)
+
+    return (
+        total(c, 1),
+        total(c, 0),
+        float(total(s, 1) * unit_s),
+        float(total(s, 0) * unit_s),
+        float(total(q, 1) * unit_q),
+        float(total(q, 0) * unit_q),
+    )
+
+
+def plan_difference_in_means_from_statistics(
+    stats: CellStatistics,
+    *,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    arm_sizes_public: bool = True,
+    binary: bool = False,
+) -> MechanismPlan:
+    """:func:`plan_difference_in_means` from uncentred cell statistics (:func:`arm_statistics`,
+    or a streamed site's, of any number of strata: the arms are summed over them). With
+    ``binary=True`` the caller has checked that every outcome is 0 or ``B``
+    (:func:`plan_difference_in_means` and :func:`schemas.sources.stream_cell_statistics` do)."""
+    bound = _check_bound(stats.bound)
+    total = _spent(epsilon, delta)
+    n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)
+    if n_t + n_c < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n_t + n_c})")
+    if binary:
+        return _plan_binary_dim((n_t, n_c, s_t, s_c), bound, total, split, arm_sizes_public)
+
+    noise: list[NoiseSpec] = []
+    if arm_sizes_public:
+        _require_both_arms(n_t, n_c)
+        shares = BudgetSplit.of(split, 2)
+        p_sum, p_sq = shares.apply(total)
+        sum_scale, sq_scale = _scale(bound, p_sum), _scale(Fraction(bound) ** 2, p_sq)
+    else:
+        shares = BudgetSplit.of(split, 3)
+        p_sum, p_sq, p_cnt = shares.apply(total)
+        sum_scale = _scale(2 * Fraction(bound), p_sum)
+        sq_scale = _scale(2 * Fraction(bound) ** 2, p_sq)
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
+    noise += [
+        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
+        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
+        NoiseSpec("sumsq_treated", q_t, sq_scale, "laplace"),
+        NoiseSpec("sumsq_control", q_c, sq_scale, "laplace"),
+    ]
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        diagnostics: dict[str, Any] = {}
+        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
+        st, sc = v["sum_treated"], v["sum_control"]
+        tau = st / nt_hat - sc / nc_hat
+        var_t_raw = v["sumsq_treated"] / nt_hat - (st / nt_hat) ** 2
+        var_c_raw = v["sumsq_control"] / nc_hat - (sc / nc_hat) ** 2
+        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
+        sampling_raw = var_t_raw / nt_hat + var_c_raw / nc_hat
+        sampling = np.maximum(var_t_raw, 0.0) / nt_hat + np.maximum(var_c_raw, 0.0) / nc_hat
+        diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
+        return Outputs(tau, sampling + noise_var, sampling_raw + noise_var, diagnostics)
+
+    return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
+
+
+def _spent(epsilon: Number, delta: Number) -> PrivacyParams:
+    """The budget spent: ``(epsilon, 0)`` (``delta`` is validated, not spent); refuses a
+    non-positive epsilon."""
     given = PrivacyParams.of(epsilon, delta)  # validates delta; the mechanism spends none of it
     total = PrivacyParams(given.epsilon, Fraction(0))
     if total.epsilon <= 0:
         raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
-    sums = arm_sums(w_arr, y_arr)
-    n = sums[0] + sums[1]
-    if n < 2:
-        raise ValueError(f"a release needs at least 2 records (got {n})")
-    return bound, total, sums
+    return total
 
 
 def _require_both_arms(n_t: int, n_c: int) -> None:
@@ -166,6 +209,70 @@ def _arm_sizes(
     nc_hat = n - nt_hat
     diagnostics["n_treated_dp"] = nt_hat
     return nt_hat, nc_hat
+
+
+def _dim_plan(
+    n_t: int,
+    n_c: int,
+    arm_sizes_public: bool,
+    total: PrivacyParams,
+    bound: float,
+    shares: BudgetSplit,
+    noise: list[NoiseSpec],
+    assemble: Callable[[Mapping[str, Any]], Outputs],
+) -> MechanismPlan:
+    return MechanismPlan(
+        estimator="dim",
+        n=n_t + n_c,
+        n_treated=n_t if arm_sizes_public else None,
+        n_control=n_c if arm_sizes_public else None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=tuple(noise),
+        assemble=assemble,
+    )
+
+
+def _plan_binary_dim(
+    sums: tuple[int, int, float, float],
+    bound: float,
+    total: PrivacyParams,
+    split: Sequence[Number] | None,
+    arm_sizes_public: bool,
+) -> MechanismPlan:
+    """Difference in means of a binary outcome (0 or ``B``): same sums and noise as the general
+    plan, the variance from ``p (1 - p)`` (post-processing of the noisy sums)."""
+    n_t, n_c, s_t, s_c = sums
+    noise: list[NoiseSpec] = []
+    if arm_sizes_public:
+        _require_both_arms(n_t, n_c)
+        shares = BudgetSplit.of(split, 1)
+        (p_sum,) = shares.apply(total)
+        sum_scale = _scale(bound, p_sum)
+    else:
+        shares = BudgetSplit.of(split, 2)
+        p_sum, p_cnt = shares.apply(total)
+        sum_scale = _scale(2 * Fraction(bound), p_sum)
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
+    noise += [
+        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
+        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
+    ]
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        diagnostics: dict[str, Any] = {"binary_outcome": 1.0}
+        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
+        st, sc = v["sum_treated"], v["sum_control"]
+        tau = st / nt_hat - sc / nc_hat
+        p_t = np.clip(st / (nt_hat * bound), 0.0, 1.0)
+        p_c = np.clip(sc / (nc_hat * bound), 0.0, 1.0)
+        sampling = bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
+        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
+        diagnostics.update(sampling_variance_dp=sampling, noise_variance=noise_var)
+        return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
+
+    return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
 
 
 def dp_difference_in_means(
@@ -189,6 +296,10 @@ def dp_difference_in_means(
     With ``arm_sizes_public=False`` a neighbour may also move a record between arms (ERRATA
     section 5); the budget splits in three: the pair of arm sums (L1 sensitivity ``2B``), the pair
     of sums of squares (``2B^2``), and the treated count (sensitivity 1; ``N_c = N - N_t``).
+
+    Each outcome is first rounded to a public grid (``B 2^-k``; its square to ``B^2 2^-m``; module
+    docstring), a deterministic, data-independent map of each record into ``[0, B]`` and
+    ``[0, B^2]``: the sensitivities above hold for the rounded outcomes as for the raw ones.
 
     ``delta`` is accepted for a uniform interface; it is not spent. Negative ``s^2`` from noisy
     sums are clamped at 0 after the release (post-processing); ``raw_variance`` keeps the value.

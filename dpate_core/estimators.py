@@ -277,7 +277,9 @@ def stratum_counts(
 
 
 def arm_sums(w: npt.ArrayLike, y: npt.ArrayLike) -> tuple[int, int, float, float, float, float]:
-    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)``."""
+    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` as float sums (the non-private
+    estimate; the DP release sums grid-rounded outcomes exactly instead,
+    :func:`dpate_core.difference_in_means.arm_statistics`)."""
     w, y = _as_inputs(w, y)
     t = w.astype(bool)
     yt, yc = y[t], y[~t]

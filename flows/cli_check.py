@@ -167,7 +167,7 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from schemas.site_errors import SiteDataError
     from schemas.sources import read_site_records
 
-    try:  # as the release reads them (streamed for the adjusted estimator; SQL query and secret)
+    try:  # as the release reads them (streamed for STREAMED_ESTIMATORS; SQL query and secret)
         data = read_site_records(
             study, site_id, ctx.data_location, query=ctx.data_query, secret=ctx.data_secret
         )

@@ -41,10 +41,11 @@ row, for the pandas/pandera conversions) plus what the consumer keeps:
   :func:`~schemas.site_preparation.prepare_site_data` for a location) keeps ``(w, y, x)``: 17 bytes a
   row (int8, float64, int64), preallocated when the source knows its row count;
 - :func:`iter_site_batches` yields each validated batch's ``(w, y, x)`` and keeps nothing;
-- :func:`stream_cell_statistics` (the release path of the adjusted estimator,
-  ``tasks.site.read_site_records``) accumulates its per-cell sufficient statistics
-  (:func:`dpate_core.adjusted.cell_statistics`) batch by batch: memory ``O(batch + |X|)``
-  whatever ``N``.
+- :func:`stream_cell_statistics` (the release path of the adjusted estimator and the difference
+  in means, ``tasks.site.read_site_records``) accumulates their per-cell sufficient statistics
+  (:func:`dpate_core.adjusted.cell_statistics`: exact integer sums on a public grid, centred for
+  the adjusted estimator, not centred for the difference in means) batch by batch: memory
+  ``O(batch + |X|)`` whatever ``N``.
 
 Algorithm 1 (matching) cannot stream this way: it pairs records by their rank inside their
 (stratum, arm) group under a data-independent random order, so the release keeps all ``(w, y, x)``
@@ -1076,9 +1077,11 @@ def stream_cell_statistics(
     batch_rows: int = BATCH_ROWS,
     n_hint: int | None = None,
 ) -> tuple[CellStatistics, PreparationReport]:
-    """The adjusted estimator's :class:`~dpate_core.adjusted.CellStatistics` accumulated batch by
-    batch (memory ``O(batch_rows + |X|)``), equal to ``cell_statistics`` on the whole data, and
-    the operator-only report.
+    """The :class:`~dpate_core.adjusted.CellStatistics` accumulated batch by batch (memory
+    ``O(batch_rows + |X|)``), equal to ``cell_statistics`` on the whole data, and the
+    operator-only report. Centred sums (the adjusted estimator's) unless the spec's estimator is
+    the difference in means (:data:`_UNCENTRED`), whose arm sums are those of the cells; a binary
+    outcome (``outcome.binary``) is checked to be 0 or ``B`` in every record, batch by batch.
 
     The quantisation grid (:func:`dpate_core.adjusted.grid_bits`) depends on the number of records
     ``N``. It is taken from ``n_hint``, else the source's row count (Parquet metadata), else a
@@ -1093,16 +1096,21 @@ def stream_cell_statistics(
     guess = n_hint if n_hint is not None else src.count_rows()
     if guess is None and isinstance(src, SqlSource):
         guess = _count_exact(src)
-    grid = grid_bits(max(guess or 1, 1))
+    centred = spec.estimator not in _UNCENTRED
+    grid = grid_bits(max(guess or 1, 1), centred=centred)
     while True:
-        stats, report = _accumulate(src, spec, batch_rows, grid)
-        needed = grid_bits(max(report.n_used, 1))
+        stats, report = _accumulate(src, spec, batch_rows, grid, centred)
+        needed = grid_bits(max(report.n_used, 1), centred=centred)
         if needed == grid:
             break
         grid = needed
     k, m = grid
     counts, sums, squares = stats
-    return CellStatistics(counts, sums, squares, spec.outcome.bound, k, m), report
+    return CellStatistics(counts, sums, squares, spec.outcome.bound, k, m, centred), report
+
+
+#: estimators whose streamed statistics are sums of ``Y`` and ``Y^2`` (not centred)
+_UNCENTRED = frozenset({"dim"})
 
 
 def _count_exact(src: SqlSource) -> int:
@@ -1118,7 +1126,7 @@ def _count_exact(src: SqlSource) -> int:
 
 
 def _accumulate(
-    src: DataSource, spec: StudySpec, batch_rows: int, grid: tuple[int, int]
+    src: DataSource, spec: StudySpec, batch_rows: int, grid: tuple[int, int], centred: bool
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], PreparationReport]:
     # the compiled pass of dpate_core.adjusted.cell_statistics, with the whole data's grid
     from dpate_core.adjusted import _OK, _cell_kernel
@@ -1130,14 +1138,25 @@ def _accumulate(
     squares = np.zeros(n_cells, np.int64)
     reports: list[PreparationReport] = []
     bound = float(spec.outcome.bound)
+    centre = 0.5 if centred else 0.0
+    binary = spec.outcome.binary
+    not_binary = False
     for b in iter_site_batches(src, spec, batch_rows=batch_rows):
-        status, c, s, q = _cell_kernel(b.w, b.y, b.x, spec.domain_size, bound, k, m)
+        if binary and not not_binary:
+            not_binary = not bool(np.all((b.y == 0.0) | (b.y == bound)))
+        status, c, s, q = _cell_kernel(b.w, b.y, b.x, spec.domain_size, bound, k, m, centre)
         if status != _OK:  # validated batches cannot fail the kernel's checks
             raise ValueError("a validated batch failed the cell statistics' range checks")
         counts += c
         sums += s
         squares += q
         reports.append(b.report)
+    if not_binary:  # after the last batch: every batch was validated first
+        raise SiteDataError(
+            [],
+            hint="a binary outcome must be exactly 0 or B in every record: map the outcome's two "
+            "labels to 0 and B, or remove outcome.binary from the spec",
+        )
     limit = 2.0**53
     if max(np.abs(sums).max(initial=0), squares.max(initial=0)) > limit:  # pragma: no cover
         raise ValueError("cell sums exceed 2^53: the grid was chosen for fewer records")
@@ -1151,10 +1170,10 @@ def _accumulate(
 #: Estimators released from streamed statistics (one pass, memory independent of N), with the
 #: plan built from them. Only statistics whose batch sums equal the whole data's *exactly*
 #: qualify, so the release is the materialising path's bit for bit: the adjusted estimator's
-#: per-cell counts and integer (quantised) sums do; the difference in means' float sums do not
-#: (numpy's pairwise sum of a whole array is not the sum of its batches' sums), so it stays on
-#: the materialising path until its sums are accumulated exactly.
-STREAMED_ESTIMATORS = frozenset({"adjusted"})
+#: per-cell counts and integer (quantised) sums do, and so do the difference in means' arm
+#: counts and integer sums of ``Y`` and ``Y^2`` (the same kernel, not centred). A float sum would
+#: not (numpy's pairwise sum of a whole array is not the sum of its batches' sums).
+STREAMED_ESTIMATORS = frozenset({"adjusted", "dim"})
 
 
 @dataclass(frozen=True, repr=False, eq=False)

@@ -7,13 +7,13 @@ value. Raw records and the un-committed noisy output live only in this process's
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
 **Memory.** The estimators whose statistics are sums of per-record terms that add exactly
-(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's integer per-cell sums) are released in one
-streaming pass: :func:`~schemas.sources.read_site_records` returns their statistics
-(:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
-records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set
-plus ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the
-statistics are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)``
-(17 bytes a record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
+(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer per-cell
+sums) are released in one streaming pass: :func:`~schemas.sources.read_site_records` returns their
+statistics (:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
+records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set plus
+``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the statistics
+are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)`` (17 bytes a
+record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
 
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
 counts and row positions) are not private releases: they go to the site-local operator log file
@@ -38,6 +38,7 @@ from prefect.artifacts import create_table_artifact
 
 from dpate_core import release as core_release
 from dpate_core.adjusted import plan_adjusted_from_statistics
+from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.privacy import PrivacyParams
 from dpate_core.registry import PlanInputs
@@ -302,9 +303,23 @@ def _plan_adjusted(spec: StudySpec, site_id: str, data: SiteStatistics) -> Mecha
     )
 
 
+def _plan_dim(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
+    # the registry's dim plan (dpate_core.registry) with the arm sums of the streamed cells
+    privacy = spec.site(site_id).privacy
+    return plan_difference_in_means_from_statistics(
+        data.cells,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        split=spec.budget_split(site_id).shares,
+        arm_sizes_public=bool(spec.arm_sizes_public),
+        binary=spec.outcome.binary,
+    )
+
+
 #: the plan of each estimator in STREAMED_ESTIMATORS from its streamed statistics
 _FROM_STATISTICS: dict[str, Callable[[StudySpec, str, SiteStatistics], MechanismPlan]] = {
     "adjusted": _plan_adjusted,
+    "dim": _plan_dim,
 }
 
 

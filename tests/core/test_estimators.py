@@ -304,3 +304,116 @@ def test_difference_in_means_accepts_booleans_and_needs_both_arms():
     assert got.variance == pytest.approx(0.25 / 2 + 4.0 / 2)
     with pytest.raises(ValueError, match="both arms"):
         difference_in_means(np.ones(4, np.int64), y)
+
+
+# ---------------------------------------------------------------------------------------------
+# the DP difference in means' exact arm sums (dpate_core.difference_in_means.arm_statistics)
+
+
+def _dim_locs(plan) -> dict[str, float]:
+    return {s.name: float(s.loc) for s in plan.noise}
+
+
+@pytest.mark.parametrize("bound", [1.0, 2.5, 1 / 3])
+def test_dim_exact_sums_move_only_at_rounding_level(bound):
+    """The grid-rounded sums are within ``N B 2^-(k+1)`` of the old float sums (``yt.sum()``,
+    ``yt @ yt``), and the noise-free estimate within ``B 2^-k`` of the old one."""
+    from dpate_core.adjusted import grid_bits
+    from dpate_core.difference_in_means import plan_difference_in_means
+
+    rng = np.random.default_rng(11)
+    n = 5_000
+    w = rng.integers(0, 2, n)
+    y = rng.uniform(0.0, bound, n)
+    plan = plan_difference_in_means(w, y, bound=bound, epsilon=1)
+    got = _dim_locs(plan)
+    k, m = grid_bits(n, centred=False)
+    t = w == 1
+    old = {
+        "sum_treated": float(y[t].sum()),
+        "sum_control": float(y[~t].sum()),
+        "sumsq_treated": float(y[t] @ y[t]),
+        "sumsq_control": float(y[~t] @ y[~t]),
+    }
+    for name, value in old.items():
+        unit = bound * 2.0**-k if name.startswith("sum_") else bound * bound * 2.0**-m
+        tol = 0.5 * unit * n + 1e-12 * abs(value)
+        assert abs(got[name] - value) <= tol, name
+        assert got[name] != value  # rounded: the test would see the old float sums
+    exact = plan.assemble({s.name: s.loc for s in plan.noise})
+    want = difference_in_means(w, y)
+    assert abs(float(exact.tau) - want.tau) <= bound * 2.0**-k + 1e-12
+    assert float(exact.tau) == pytest.approx(want.tau, abs=1e-9 * bound)
+    sampling = float(exact.diagnostics["sampling_variance_dp"])
+    assert sampling == pytest.approx(want.variance, rel=1e-9)
+
+
+def test_dim_sums_are_batch_and_strata_independent():
+    """Summing the integer statistics of any batching (or of any strata) gives the whole data's
+    bit for bit; float sums of batches generally do not."""
+    from dpate_core.adjusted import CellStatistics, _cell_kernel, grid_bits
+    from dpate_core.difference_in_means import (
+        arm_statistics,
+        plan_difference_in_means,
+        plan_difference_in_means_from_statistics,
+    )
+
+    rng = np.random.default_rng(5)
+    n = 10_001
+    w = rng.integers(0, 2, n)
+    y = rng.uniform(0.0, 1.0, n) ** 3
+    x = rng.integers(0, 7, n)
+    whole = plan_difference_in_means(w, y, bound=1.0, epsilon=1)
+    k, m = grid_bits(n, centred=False)
+    parts = [
+        _cell_kernel(w[i : i + 37], y[i : i + 37], x[i : i + 37], 7, 1.0, k, m, 0.0)
+        for i in range(0, n, 37)
+    ]
+    cells = CellStatistics(
+        *(np.sum([p[j] for p in parts], axis=0) for j in (1, 2, 3)), 1.0, k, m, False
+    )
+    batched = plan_difference_in_means_from_statistics(cells, epsilon=1)
+    assert _dim_locs(batched) == _dim_locs(whole)
+    one = arm_statistics(w, y, bound=1.0)
+    assert one.counts.size == 2 and not one.centred and (one.k, one.m) == (k, m)
+    float_batched = sum(float(y[i : i + 37][w[i : i + 37] == 1].sum()) for i in range(0, n, 37))
+    assert float_batched != float(y[w == 1].sum())  # what made the float sums unstreamable
+
+
+def test_dim_rounding_keeps_a_binary_outcome_exact_and_refuses_centred_statistics():
+    from dpate_core.adjusted import cell_statistics
+    from dpate_core.difference_in_means import (
+        plan_difference_in_means,
+        plan_difference_in_means_from_statistics,
+    )
+
+    bound = 2.5
+    w = np.array([1, 1, 1, 0, 0, 0, 0])
+    y = np.array([bound, 0.0, bound, 0.0, bound, 0.0, 0.0])
+    for binary in (False, True):
+        got = _dim_locs(plan_difference_in_means(w, y, bound=bound, epsilon=1, binary=binary))
+        assert got["sum_treated"] == 2 * bound and got["sum_control"] == bound
+        if not binary:
+            assert got["sumsq_treated"] == 2 * bound * bound
+    centred = cell_statistics(w, y, np.zeros(7, np.int64), domain_size=1, bound=bound)
+    with pytest.raises(ValueError, match="uncentred statistics"):
+        plan_difference_in_means_from_statistics(centred, epsilon=1)
+    from dpate_core.adjusted import plan_adjusted_from_statistics
+    from dpate_core.difference_in_means import arm_statistics
+
+    with pytest.raises(ValueError, match="needs centred cell statistics"):
+        plan_adjusted_from_statistics(arm_statistics(w, y, bound=bound), epsilon=1)
+
+
+def test_dim_grid_keeps_the_largest_arm_sums_exact():
+    """``grid_bits(N, centred=False)``: N records all at B in one arm sum to exactly 2^53 grid
+    units (N a power of two above the 2^-40 cap), the largest integer a float holds with its
+    neighbours; one more bit would not be exact."""
+    from dpate_core.adjusted import grid_bits
+    from dpate_core.difference_in_means import arm_statistics
+
+    n = 1 << 14
+    k, m = grid_bits(n, centred=False)
+    assert (k, m) == (39, 39) and grid_bits(n) == (40, 40)
+    st = arm_statistics(np.ones(n, np.int8), np.full(n, 2.5), bound=2.5)
+    assert int(st.sums[1]) == int(st.squares[1]) == 2**53 and st.counts.tolist() == [0, n]

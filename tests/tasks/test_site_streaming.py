@@ -1,6 +1,7 @@
-"""The streamed release (tasks/site.py, STREAMED_ESTIMATORS): the adjusted estimator's site task
-keeps per-cell statistics instead of the records, refuses an infeasible site from them before
-anything is reserved, and publishes exactly the bytes the materialising path publishes."""
+"""The streamed release (tasks/site.py, STREAMED_ESTIMATORS): the adjusted estimator's and the
+difference in means' site task keeps per-cell statistics instead of the records, refuses an
+infeasible site from them before anything is reserved, and publishes exactly the bytes the
+materialising path publishes."""
 
 from __future__ import annotations
 
@@ -37,17 +38,29 @@ def _as_estimator(study: Study, estimator: str, *, missing: str = "reject") -> N
     text = study.spec.read_text(encoding="utf-8")
     text = text.replace('estimator = "smooth_matching"', f'estimator = "{estimator}"')
     text = text.replace('missing = "reject"', f'missing = "{missing}"')
+    if estimator == "dim":  # a randomized trial with public arm sizes (the paper's setting)
+        text = text.replace('design = "observational"', 'design = "randomized"')
+        text = text.replace("[treatment]", "arm_sizes_public = true\n\n[treatment]")
     study.spec.write_text(text, encoding="utf-8")
 
 
-@pytest.fixture
-def adjusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Study:
-    s = write_study(tmp_path / "adj", [Site("north", 400), Site("south", 90)])
-    _as_estimator(s, "adjusted", missing="drop")
+def _streamed_study(root: Path, monkeypatch: pytest.MonkeyPatch, estimator: str) -> Study:
+    s = write_study(root, [Site("north", 400), Site("south", 90)])
+    _as_estimator(s, estimator, missing="drop")
     for k, v in s.site_env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
     return s
+
+
+@pytest.fixture
+def adjusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Study:
+    return _streamed_study(tmp_path / "adj", monkeypatch, "adjusted")
+
+
+@pytest.fixture(params=["adjusted", "dim"])
+def streamed(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Study:
+    return _streamed_study(tmp_path / request.param, monkeypatch, request.param)
 
 
 def _bytes(ctx: SiteContext, data: SiteData | SiteStatistics, seed: int) -> bytes:
@@ -81,9 +94,11 @@ def _with_missing_values_as_csv(study: Study, site: str) -> Path:
 
 
 @pytest.mark.parametrize("batch_rows", [None, 37])
-def test_streamed_report_bytes_equal_the_materialising_paths(adjusted, monkeypatch, batch_rows):
+def test_streamed_report_bytes_equal_the_materialising_paths(streamed, monkeypatch, batch_rows):
     """Same file, same noise draw: the streamed release publishes the materialising release's
-    bytes, also when the file is read in many small batches and rows are dropped as missing."""
+    bytes, also when the file is read in many small batches and rows are dropped as missing
+    (for each streamed estimator: the adjusted estimator and the difference in means)."""
+    adjusted = streamed
     path = _with_missing_values_as_csv(adjusted, "north")
     if batch_rows is not None:
         import schemas.sources
@@ -96,6 +111,7 @@ def test_streamed_report_bytes_equal_the_materialising_paths(adjusted, monkeypat
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.spec.estimator in STREAMED_ESTIMATORS
     streamed = load_site_data.fn(ctx)
+    assert streamed.cells.centred == (ctx.spec.estimator == "adjusted")
     assert isinstance(streamed, SiteStatistics)  # no record kept
     assert "cells" in repr(streamed) and str(streamed.n) not in repr(streamed)
     records = prepare_site_data(path, ctx.spec)  # the materialising path
@@ -213,3 +229,29 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
     assert seen[-1].secret == "site-db-password"
     assert "hunter2" not in str(info.value) and "hunter2" not in repr(seen[-1])
     assert "hunter2" not in adjusted.operator_log("north").read_text()
+
+
+def test_streamed_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, monkeypatch):
+    """dim with ``outcome.binary``: the stream refuses an outcome other than 0 or B before
+    anything is reserved, and on 0/B outcomes publishes the materialising path's bytes."""
+    import tasks.site
+
+    s = _streamed_study(tmp_path / "bin", monkeypatch, "dim")
+    text = s.spec.read_text(encoding="utf-8")
+    s.spec.write_text(text.replace('policy = "clip"', 'policy = "clip"\nbinary = true'), "utf-8")
+    ctx = resolve_site(str(s.spec), "north")
+    assert ctx.spec.outcome.binary
+    with pytest.raises(tasks.site.SiteDataRejected, match="Nothing was reserved"):
+        load_site_data.fn(ctx)
+    assert "binary outcome must be exactly 0 or B" in s.operator_log("north").read_text()
+    path = s.root / "sites" / "north" / "records.parquet"
+    t = pq.read_table(path)
+    y = (t.column("outcome").to_numpy() > 0.5).astype(np.float64)
+    pq.write_table(t.set_column(1, "outcome", pa.array(y)), path)
+    streamed = load_site_data.fn(ctx)
+    assert isinstance(streamed, SiteStatistics) and not streamed.cells.centred
+    records = prepare_site_data(path, ctx.spec)
+    plan = plan_release(ctx, streamed)
+    assert [sp.name for sp in plan.noise] == ["sum_treated", "sum_control"]
+    for seed in (0, 1):
+        assert _bytes(ctx, streamed, seed) == _bytes(ctx, records, seed)
