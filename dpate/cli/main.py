@@ -20,10 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpate.experiments.cli import experiments
-from flows.cli_check import check
-from flows.cli_data import data_app
-from flows.cli_errors import (
+from dpate.cli.check import check
+from dpate.cli.data import data_app
+from dpate.cli.errors import (
     DEBUG,
     CliGroup,
     ExitCode,
@@ -32,8 +31,9 @@ from flows.cli_errors import (
     quiet_prefect_console,
     summary_code,
 )
-from flows.cli_plan import plan
-from flows.cli_site import site_app
+from dpate.cli.plan import plan
+from dpate.cli.site_keys import site_app
+from dpate.experiments.cli import experiments
 from schemas.result import StudyResult
 
 app = typer.Typer(
@@ -46,7 +46,7 @@ app.add_typer(data_app, name="data")
 app.command("experiments")(experiments)
 app.command("plan")(plan)
 app.command("check")(check)
-app.add_typer(site_app, name="site")  # dpate site keygen (flows.cli_site)
+app.add_typer(site_app, name="site")  # dpate site keygen (dpate.cli.site_keys)
 err = Console(stderr=True)
 
 
@@ -243,7 +243,7 @@ def demo(
     Each site's ledger is created under the folder (``<out>/ledgers/<site>.sqlite``, with the
     spec's lifetime cap) when absent; the operator logs go to ``<out>/logs/<site>.log``.
     """
-    from flows.demo import TRUE_ATE, write_demo_study
+    from dpate.cli.demo_study import TRUE_ATE, write_demo_study
 
     t0 = time.perf_counter()
     root = out.resolve()
