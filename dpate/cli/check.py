@@ -16,6 +16,7 @@ Exit status: 0 when every checked site could release; otherwise the code of the 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ def check(
 
 
 @contextmanager
-def _data_override(data: str | None):
+def _data_override(data: str | None) -> Iterator[None]:
     """``--data`` as this process's DPATE_DATA_PATH (the site configuration's data setting)."""
     old = os.environ.get("DPATE_DATA_PATH")
     if data:

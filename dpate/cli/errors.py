@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 from rich.markup import escape
@@ -161,7 +161,7 @@ class PrefectLogSink:
     encoding = "utf-8"
 
     def __init__(self) -> None:
-        self._fh = None
+        self._fh: TextIO | None = None
 
     @property
     def path(self) -> Path:
