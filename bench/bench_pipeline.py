@@ -115,7 +115,7 @@ def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float
 
 
 def bench_study(tmp: Path, records: int) -> None:
-    from flows.demo import DemoSite, write_demo_study
+    from dpate.cli.demo_study import DemoSite, write_demo_study
 
     os.environ.update(_env(tmp / "prefect-home-study"))
     sites = (

@@ -29,10 +29,10 @@ settings.load_profile("dpate")
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """Every test leaves ``os.environ`` as it found it. The command line sets Prefect's quiet,
-    embedded-server defaults in its own environment (``flows.cli._prefect_env``: console logs to a
-    file, no triggers service); run in-process by a CLI test, those would otherwise reach every
-    server and worker a later test starts (a Prefect server without automations, a flow whose
-    retries log nowhere)."""
+    embedded-server defaults in its own environment (``dpate.cli.environment.prefect_env``:
+    console logs to a file, no triggers service); run in-process by a CLI test, those would
+    otherwise reach every server and worker a later test starts (a Prefect server without
+    automations, a flow whose retries log nowhere)."""
     saved = dict(os.environ)
     yield
     if os.environ != saved:

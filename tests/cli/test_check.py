@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.cli_errors import ExitCode
+from dpate.cli.errors import ExitCode
+from dpate.cli.main import app
 
 runner = CliRunner()
 
@@ -159,7 +159,7 @@ def test_check_spec_error_and_no_prefect_import(tmp_path, home):
     assert r.exit_code == ExitCode.SPEC and "arm_sizes_public" in r.output
     good = write_study(tmp_path / "g", {"a": {}})
     code = (
-        "import sys\nfrom typer.testing import CliRunner\nfrom flows.cli import app\n"
+        "import sys\nfrom typer.testing import CliRunner\nfrom dpate.cli.main import app\n"
         f"r = CliRunner().invoke(app, ['check', {str(good)!r}])\n"
         "assert 'prefect' not in sys.modules, 'prefect imported'\nprint('exit', r.exit_code)\n"
     )

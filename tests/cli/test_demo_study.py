@@ -11,9 +11,9 @@ from fractions import Fraction
 
 from typer.testing import CliRunner
 
+from dpate.cli.demo_study import DEMO_SITES, TRUE_ATE, write_demo_study
+from dpate.cli.main import app
 from dpate_core.estimators import matching_statistics
-from flows.cli import app
-from flows.demo import DEMO_SITES, TRUE_ATE, write_demo_study
 from schemas.site_preparation import prepare_site_data
 from schemas.spec import load_spec
 

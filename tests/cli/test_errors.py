@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.cli_errors import ExitCode, classify, summary_code
+from dpate.cli.errors import ExitCode, classify, summary_code
 
 MARKER = "n/a-7391"  # a raw value put in the outcome column: must never be echoed
 
@@ -61,7 +61,7 @@ def env(tmp_path_factory) -> dict[str, str]:
 
 def dpate(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
+        [sys.executable, "-m", "dpate.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -127,7 +127,7 @@ def test_unexpected_errors_are_one_line_unless_debug(monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from flows.cli_errors import DEBUG, CliGroup
+    from dpate.cli.errors import DEBUG, CliGroup
     from schemas.spec import SpecError
 
     app = typer.Typer(cls=CliGroup)

@@ -349,7 +349,7 @@ def test_dpate_plan_command_reads_only_the_spec():
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from dpate.cli.main import app
 
     spec = str(
         Path(__file__).resolve().parents[2] / "docs/examples/synth-observational-3-sites.toml"

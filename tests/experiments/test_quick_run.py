@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from dpate.cli.main import app
 from dpate.experiments.settings import PAPER_ESTIMATORS
-from flows.cli import app
 
 pytestmark = pytest.mark.slow
 

@@ -187,7 +187,7 @@ def site_env(site, monkeypatch):
 
 
 def _verify(*extra: str):
-    from flows.cli import app
+    from dpate.cli.main import app
 
     return CliRunner().invoke(app, ["ledger", "verify", "a", "--against-reports", *extra])
 
@@ -213,7 +213,7 @@ def test_cli_verify_against_reports_passes_an_untouched_ledger(site_env):
     ids=["last-row-deleted", "middle-row-deleted", "amount-edited", "rows-reordered"],
 )
 def test_cli_verify_against_reports_catches_each_tampering(site_env, change, expected):
-    from flows.cli import app
+    from dpate.cli.main import app
 
     url, _ = site_env
     rewrite(url, change)
@@ -228,7 +228,7 @@ def test_cli_verify_against_reports_catches_each_tampering(site_env, change, exp
 
 
 def test_cli_verify_against_reports_needs_a_site_and_a_root(site, monkeypatch):
-    from flows.cli import app
+    from dpate.cli.main import app
 
     url, _ = site
     monkeypatch.delenv("DPATE_STORAGE_URL", raising=False)
@@ -241,7 +241,7 @@ def test_cli_verify_against_reports_needs_a_site_and_a_root(site, monkeypatch):
 
 
 def test_cli_site_keygen(tmp_path):
-    from flows.cli import app
+    from dpate.cli.main import app
     from schemas.signing import load_private_key, public_key_text
 
     res = CliRunner().invoke(app, ["site", "keygen", "north", "--out", str(tmp_path / "k")])

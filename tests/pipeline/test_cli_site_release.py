@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from dpate.cli.main import app
 from tests.pipeline.studies import Site, leaked, write_study
 
 pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]

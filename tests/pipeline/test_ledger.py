@@ -258,7 +258,7 @@ def test_cli_ledger_init_show_verify_set_cap(tmp_path, monkeypatch):
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from dpate.cli.main import app
     from tasks.ledger import PrivacyLedger
 
     url = f"sqlite:///{tmp_path / 'l.sqlite'}"

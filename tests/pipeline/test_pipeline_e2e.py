@@ -305,7 +305,7 @@ def test_html_report_from_the_published_result(full_study, tmp_path):
     import numpy as np
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from dpate.cli.main import app
 
     st, out = full_study
     html_path = tmp_path / "report.html"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from dpate.cli.main import app
 from schemas.datasets import SOURCES, data_dir, load_lalonde
 from schemas.fetch import ChecksumError, FetchError, fetch_datasets, file_sha256
 

@@ -2,7 +2,7 @@
 
 The reference views in ``tests/schemas/result_views/`` were rendered from the documents in
 ``result_docs.py`` by the dict-based renderers this object replaced (commit 4bc3286:
-``tasks.aggregate.result_markdown``, ``flows.cli._print_result``, ``tasks.report.render_html``;
+``tasks.aggregate.result_markdown``, ``dpate.cli.output.print_result``, ``tasks.report.render_html``;
 the HTML with its embedded PNG replaced by ``PNG``); the typed views must give the same text, and
 the page must embed exactly the forest plot ``forest_plot_png`` draws. They were re-rendered once
 since, when the views gained the per-site "lifetime spent of cap" column (the sites' published
@@ -58,7 +58,7 @@ def test_markdown_is_the_reference(name):
 
 @pytest.mark.parametrize("name", sorted(DOCS))
 def test_cli_table_and_summary_are_the_reference(name, monkeypatch):
-    import flows.cli as cli
+    import dpate.cli.output as cli
 
     console = Console(record=True, width=140, file=io.StringIO(), color_system=None)
     monkeypatch.setattr(cli, "console", console)
@@ -66,7 +66,7 @@ def test_cli_table_and_summary_are_the_reference(name, monkeypatch):
         {"site_id": "delta", "ok": False, "error": "boom at delta"},
         {"site_id": "alpha", "ok": True},
     ]
-    cli._print_result(dict(DOCS[name], uri="s3://b/s1/results/2.json"), runs)
+    cli.print_result(dict(DOCS[name], uri="s3://b/s1/results/2.json"), runs)
     assert console.export_text() == reference(f"{name}.cli.txt")
 
 

@@ -251,7 +251,7 @@ def run_embedded(spec: Path, data_root: Path, out: Path, round: str) -> tuple[fl
         [
             sys.executable,
             "-m",
-            "flows.cli",
+            "dpate.cli",
             "run",
             str(spec),
             "--round",

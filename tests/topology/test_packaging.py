@@ -115,7 +115,7 @@ def test_release_service_runs_dpate_site_release(tmp_path):
     ``dpate site-release`` intact and its command line accepts them."""
     from typer.main import get_command
 
-    from flows.cli import app
+    from dpate.cli.main import app
 
     (line,) = _unit(SYSTEMD / "dpate-release.service")["Service"]["ExecStart"]
     argv = shlex.split(line.replace("$$", "$").replace("%%", "%"))
@@ -165,7 +165,7 @@ def test_release_service_releases_with_the_sites_own_configuration(tmp_path, mon
     ledger then verifies against the published head."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from dpate.cli.main import app
     from tests.pipeline.studies import Site, write_study
 
     study = write_study(tmp_path / "study", [Site("rural", 400)], study_id="svc-study")

@@ -10,12 +10,13 @@ operator's eyes only, the counts preparation produced (rows read, dropped, clipp
 
 It spends nothing, draws no noise and contacts no Prefect server (Prefect is never imported).
 Exit status: 0 when every checked site could release; otherwise the code of the problem found
-(:class:`flows.cli_errors.ExitCode`; several different problems: SITES_FAILED).
+(:class:`dpate.cli.errors.ExitCode`; several different problems: SITES_FAILED).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from flows.cli_errors import ExitCode, Failure, from_exception, print_failures, summary_code
+from dpate.cli.errors import ExitCode, Failure, from_exception, print_failures, summary_code
 
 __all__ = ["check"]
 
@@ -50,7 +51,7 @@ def check(
     would spend and what the site's ledger has left (read-only), and operator-only counts."""
     from tasks.settings import load_study_spec
 
-    study = load_study_spec(spec)  # SpecError: one message, exit 3 (flows.cli_errors)
+    study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     if data and not site:
         raise typer.BadParameter("--data needs --site (whose data it is)", param_hint="--data")
     site_ids = [study.site(site).id] if site else [s.id for s in study.sites]
@@ -82,7 +83,7 @@ def check(
 
 
 @contextmanager
-def _data_override(data: str | None):
+def _data_override(data: str | None) -> Iterator[None]:
     """``--data`` as this process's DPATE_DATA_PATH (the site configuration's data setting)."""
     old = os.environ.get("DPATE_DATA_PATH")
     if data:

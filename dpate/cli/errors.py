@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 from rich.markup import escape
@@ -155,13 +155,13 @@ def summary_code(failures: Iterable[Failure]) -> ExitCode:
 class PrefectLogSink:
     """Where Prefect's console logs go unless ``--verbose``/``--debug``: appended to a log file
     (opened on the first write), not stderr. Named in Prefect's logging config as
-    ``ext://flows.cli_errors.PREFECT_LOG`` (``PREFECT_LOGGING_HANDLERS_CONSOLE_STREAM``).
+    ``ext://dpate.cli.errors.PREFECT_LOG`` (``PREFECT_LOGGING_HANDLERS_CONSOLE_STREAM``).
     What Prefect logs is public (the tasks log no record or private count)."""
 
     encoding = "utf-8"
 
     def __init__(self) -> None:
-        self._fh = None
+        self._fh: TextIO | None = None
 
     @property
     def path(self) -> Path:
@@ -196,7 +196,7 @@ def quiet_prefect_console() -> None:
     """Send Prefect's console handlers to :data:`PREFECT_LOG` (call before importing Prefect)."""
     for handler in ("CONSOLE", "DEBUG"):
         os.environ.setdefault(
-            f"PREFECT_LOGGING_HANDLERS_{handler}_STREAM", "ext://flows.cli_errors.PREFECT_LOG"
+            f"PREFECT_LOGGING_HANDLERS_{handler}_STREAM", "ext://dpate.cli.errors.PREFECT_LOG"
         )
 
 

@@ -22,7 +22,7 @@ private records.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -93,11 +93,10 @@ def describe(
     """Print N, N_t, N_c, |X| and per-site sizes of a data set under a split."""
     import numpy as np
 
-    from dpate_core.synth import parse_proportions, split_equal, split_proportions
     from schemas.datasets import DATASETS, DataUnavailableError, load_dataset
 
     key = name.lower()
-    options: dict = {}
+    options: dict[str, object] = {}
     if key == "ihdp":
         options["replication"] = replication
     elif key == "synth":
@@ -113,19 +112,7 @@ def describe(
 
     mode = split or ("equal" if sites else ("natural" if ds.sites is not None else "none"))
     try:
-        if mode == "natural":
-            parts = ds.site_indices()
-            labels = list(ds.site_names)
-        elif mode == "none":
-            parts, labels = [np.arange(ds.n)], ["all"]
-        elif mode == "equal":
-            if not sites or sites < 1:
-                raise ValueError("--split equal needs --sites J (J >= 1)")
-            parts = split_equal(ds.n, sites, seed)
-            labels = [f"site-{j + 1}" for j in range(len(parts))]
-        else:
-            parts = split_proportions(ds.n, parse_proportions(mode), seed)
-            labels = [f"site-{j + 1}" for j in range(len(parts))]
+        parts, labels = _split(ds, mode, sites, seed)
     except ValueError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -145,3 +132,22 @@ def describe(
             str(label), f"{idx.size:,}", f"{nt:,}", f"{idx.size - nt:,}", f"{idx.size / ds.n:.3f}"
         )
     console.print(table)
+
+
+def _split(ds: Any, mode: str, sites: int | None, seed: int) -> tuple[list[Any], list[str]]:
+    """The index arrays and labels of ``ds``'s sites under the split ``mode``."""
+    import numpy as np
+
+    from dpate_core.synth import parse_proportions, split_equal, split_proportions
+
+    if mode == "natural":
+        return list(ds.site_indices()), [str(name) for name in ds.site_names]
+    if mode == "none":
+        return [np.arange(ds.n)], ["all"]
+    if mode == "equal":
+        if not sites or sites < 1:
+            raise ValueError("--split equal needs --sites J (J >= 1)")
+        parts = split_equal(ds.n, sites, seed)
+    else:
+        parts = split_proportions(ds.n, parse_proportions(mode), seed)
+    return list(parts), [f"site-{j + 1}" for j in range(len(parts))]

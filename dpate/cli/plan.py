@@ -76,7 +76,7 @@ def plan(
     from dpate_core.planning import Assumptions, SiteDesign, plan_study
     from tasks.settings import load_study_spec
 
-    study = load_study_spec(spec)  # SpecError: one message, exit 3 (flows.cli_errors)
+    study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     sizes = _sizes(n or [], [s.id for s in study.sites])
     if not 0 < arm_share < 1:
         raise typer.BadParameter("must lie strictly between 0 and 1", param_hint="--arm-share")

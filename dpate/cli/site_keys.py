@@ -1,5 +1,5 @@
 """``dpate site keygen``: the site's side of the Trust rules (docs/deploying.md, Trust).
-Registered in :mod:`flows.cli`."""
+Registered in :mod:`dpate.cli.main`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+"""The process a command runs in: Prefect's quiet offline defaults, the local operator's options
+as the site configuration, and the spec read before Prefect starts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from dpate.cli.errors import DEBUG, quiet_prefect_console
+
+
+def prefect_env(verbose: bool = False) -> None:
+    """Offline, quiet defaults for Prefect; call before importing it."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if not os.environ.get("PREFECT_API_URL"):
+        # the embedded server: no automations, no event feed, no vacuum (fewer SQLite writers)
+        for service in ("EVENT_PERSISTER", "TRIGGERS", "DB_VACUUM"):
+            os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
+    if not (verbose or DEBUG["on"]):
+        for handler in ("CONSOLE", "CONSOLE_FLOW_RUNS"):
+            os.environ.setdefault(f"PREFECT_LOGGING_HANDLERS_{handler}_LEVEL", "WARNING")
+        quiet_prefect_console()  # Prefect's console output to a log file, not stderr
+
+
+@contextmanager
+def site_settings(**values: str | None) -> Iterator[None]:
+    """The local operator's options (``--ledger``, ``--data``, ``--storage``) as this process's
+    site configuration (``DPATE_LEDGER_URL`` ...) for the duration of a command; the flows read
+    nothing else (tasks/settings.py). Restored afterwards."""
+    names = {
+        "ledger": "DPATE_LEDGER_URL",
+        "data": "DPATE_DATA_PATH",
+        "storage": "DPATE_STORAGE_URL",
+        "log": "DPATE_SITE_LOG",
+    }
+    saved = {env: os.environ.get(env) for env in names.values()}
+    try:
+        for key, value in values.items():
+            if value:
+                os.environ[names[key]] = value
+        yield
+    finally:
+        for env, old in saved.items():
+            if old is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = old
+
+
+def load_spec(spec: str) -> Any:
+    """The study spec (:func:`tasks.settings.load_study_spec`): a spec error ends the command
+    with its own exit code, before Prefect starts."""
+    from tasks.settings import load_study_spec
+
+    return load_study_spec(spec)

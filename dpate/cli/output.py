@@ -1,0 +1,56 @@
+"""What the commands print: the consoles, a study's result and failed sites, error exits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dpate.cli.errors import classify, print_failures
+from schemas.result import StudyResult
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(exc: BaseException, code: int = 1) -> typer.Exit:
+    """Print ``error: <exc>`` on stderr; returns the exit to raise."""
+    err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+    return typer.Exit(code)
+
+
+def plain(text: str) -> None:
+    """Print without wrapping (hashes and ids are copied whole)."""
+    console.print(text, soft_wrap=True, highlight=False, markup=False)
+
+
+def sites_table(result: StudyResult, runs: list[dict[str, Any]] | None = None) -> Table:
+    """The result's table of sites, a failed run's error in place of the published reason."""
+    return result.table({r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")})
+
+
+def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
+    """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
+    typed = StudyResult.of(result)
+    console.print(sites_table(typed, runs))
+    console.print(
+        f"[bold]{typed.aggregator} estimate {typed.estimate:.4f}[/bold] "
+        f"(95% CI {typed.interval_text()}; variance {typed.variance:.3g}); sites used: "
+        f"{', '.join(typed.used)}"
+    )
+    if typed.uninformative:
+        console.print(
+            "[yellow]the combined interval is wider than the outcome's whole range: the study "
+            "cannot answer its question at this budget (see `dpate plan`)[/yellow]"
+        )
+    if "uri" in result:
+        console.print(f"result: {result['uri']}")
+
+
+def print_site_failures(runs: list[dict[str, Any]]) -> int:
+    """Each failed site's cause, one short block each, on stderr; returns how many failed."""
+    failures = [classify(r.get("error") or "", r["site_id"]) for r in runs if not r.get("ok")]
+    print_failures(failures, err)
+    return len(failures)

@@ -1,0 +1,69 @@
+"""``dpate report``: the self-contained HTML report of a published result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dpate.cli.environment import load_spec
+from dpate.cli.errors import ExitCode
+from dpate.cli.output import console, fail
+from schemas.result import StudyResult
+
+__all__ = ["report_cmd", "write_report"]
+
+
+def write_report(spec: str, round: str | None, storage: str | None, out: Path) -> Path:
+    """Render the round's published result, with each local site's lifetime spend, to ``out``."""
+    from tasks.aggregate import published_result
+    from tasks.settings import resolve_site, resolve_study
+
+    ctx = resolve_study(spec, round, storage)
+    found = published_result(ctx)
+    if found is None:
+        raise fail(
+            RuntimeError(
+                f"no result of study {ctx.study_id} round {ctx.round} is published under "
+                f"{ctx.storage_url}: run `dpate aggregate {spec}` first"
+            ),
+            int(ExitCode.REPORT),
+        )
+    uri, result = found
+    spends: dict[str, Any] = {}
+    for site in ctx.site_ids:
+        try:
+            url = resolve_site(spec, site, round).ledger_url
+        except (ValueError, KeyError):  # no ledger configured here: not this machine's site
+            spends[site] = None
+            continue
+        spends[site] = _local_spend(url, site)
+    from tasks.report import render_html
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")
+    return out
+
+
+def _local_spend(url: str, site: str) -> Any:
+    """The site's lifetime spend when its ledger is reachable from here (never created)."""
+    from tasks.ledger import LedgerError, PrivacyLedger
+
+    try:
+        with PrivacyLedger(url) as led:
+            return led.spend(site)
+    except (LedgerError, Exception):
+        return None
+
+
+def report_cmd(
+    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
+    storage: str = typer.Option(None, help="publication root URL"),
+    out: Path = typer.Option(Path("dpate-report.html"), "--out", "-o", help="HTML file to write"),  # noqa: B008
+) -> None:
+    """A self-contained HTML report: forest plot, chosen sites, estimate and CI, privacy spend."""
+    load_spec(spec)  # a spec error ends the command here with its own exit code
+    path = write_report(spec, round, storage, out)
+    console.print(f"report written: {path}")

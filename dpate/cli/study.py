@@ -1,0 +1,197 @@
+"""``dpate run``, ``dpate site-release`` and ``dpate aggregate``: a study's flows, run from here.
+
+Heavy imports (Prefect, the tasks) happen inside the commands, after :func:`prefect_env`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+
+from dpate.cli.environment import load_spec, prefect_env, site_settings
+from dpate.cli.errors import ExitCode, classify, print_failures, summary_code
+from dpate.cli.output import console, err, fail, print_result, print_site_failures
+
+__all__ = ["aggregate_cmd", "init_missing_ledgers", "run_cmd", "run_study", "site_release_cmd"]
+
+
+def init_missing_ledgers(spec: str) -> None:
+    """Create each site's ledger (where the site configuration puts it) with the spec's lifetime
+    cap, unless it exists; an existing ledger keeps its recorded cap (a different one is refused
+    at the release, CapMismatchError)."""
+    from tasks.ledger import LedgerError, PrivacyLedger, ledger_exists
+    from tasks.settings import site_ledger_url
+
+    try:
+        study = load_spec(spec)
+        for site in study.sites:
+            url = site_ledger_url(site.id, study.study_id)
+            if ledger_exists(url):
+                continue
+            cap = site.lifetime_cap.params
+            PrivacyLedger.init(url, site.id, cap, reason=f"dpate run --init-ledgers {spec}").close()
+            console.print(
+                f"site {site.id}: ledger created at {url}, lifetime cap epsilon {cap.epsilon}, "
+                f"delta {cap.delta}",
+                soft_wrap=True,
+            )
+    except (LedgerError, ValueError) as exc:
+        raise fail(exc) from None
+
+
+def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
+    """The study flow (:func:`flows.study.study`) on the embedded or configured Prefect; its
+    output, read back from storage when this process holds no result."""
+    load_spec(spec)  # a spec error ends the command here, before Prefect starts
+    prefect_env(verbose)
+    with console.status("starting Prefect and running the study flow ...", spinner="dots"):
+        from flows.study import state_error, state_output, study
+
+        state = study(spec=spec, round=round, return_state=True)
+    if not state.is_completed():
+        raise _study_failed(state_error(state), _sites_of_failed_run(state))
+    output: dict[str, Any] = state_output(state, lambda: _study_from_storage(spec, round))
+    return output
+
+
+def _sites_of_failed_run(state: Any) -> list[dict[str, Any]]:
+    """The per-site outcomes a failed study run carries (flows.study; public messages)."""
+    try:
+        exc = state.result(raise_on_failure=False)
+    except Exception:  # no result held in this process: the study's message is all we have
+        return []
+    return list(getattr(exc, "sites", None) or [])
+
+
+_INNER_TYPE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception): ")
+
+
+def _study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
+    """One line for the study, then each failed site's cause; the exit code names the cause
+    (the sites' common cause, or SITES_FAILED when they differ)."""
+    study = classify(error)
+    study = type(study)(None, "study failed", _INNER_TYPE.sub("", study.message), study.code)
+    failures = [classify(r.get("error") or "", r["site_id"]) for r in sites if not r.get("ok")]
+    print_failures([study, *failures], err)
+    return typer.Exit(int(summary_code(failures) if failures else study.code))
+
+
+def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
+    from tasks.aggregate import published_result
+    from tasks.settings import resolve_site, resolve_study
+    from tasks.site import published_site
+
+    ctx = resolve_study(spec, round)
+    sites = []
+    for site in ctx.site_ids:
+        try:
+            sites.append({"ok": True, **published_site(resolve_site(spec, site, round))})
+        except FileNotFoundError as exc:
+            sites.append({"site_id": site, "ok": False, "error": str(exc)})
+    found = published_result(ctx)
+    if found is None:
+        raise fail(RuntimeError(f"no result of study {ctx.study_id} round {ctx.round} found"))
+    return {"sites": sites, "result": {**found[1], "uri": found[0]}}
+
+
+def run_cmd(
+    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
+    storage: str = typer.Option(
+        None, help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')"
+    ),
+    ledger: str = typer.Option(
+        None,
+        help="ledger URL for every site, may contain {site} (sets DPATE_LEDGER_URL; default "
+        "$DPATE_HOME/ledgers/<site>.sqlite)",
+    ),
+    init_ledgers: bool = typer.Option(
+        False,
+        "--init-ledgers",
+        help="create each missing site ledger first, pinning the spec's lifetime cap",
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run a whole study here: every site's release (in parallel), then the aggregation.
+
+    This machine is every site: its options are the sites' own configuration. A site's ledger
+    must exist (``dpate ledger init``, or ``--init-ledgers``)."""
+    with site_settings(ledger=ledger, storage=storage):
+        if init_ledgers:
+            init_missing_ledgers(spec)
+        output = run_study(spec, round, verbose)
+    print_result(output["result"], output["sites"])
+    if print_site_failures(output["sites"]):
+        err.print("partial result: the study was aggregated without the failed site(s) above")
+        raise typer.Exit(int(ExitCode.PARTIAL))
+
+
+def site_release_cmd(
+    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    site: str = typer.Option(..., "--site", help="this site's id in the spec"),
+    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
+    data: str = typer.Option(
+        None,
+        help="the site's data (sets DPATE_DATA_PATH; default: the spec's, if relative and "
+        "inside the spec's folder)",
+    ),
+    ledger: str = typer.Option(
+        None,
+        help="ledger URL (sets DPATE_LEDGER_URL; default $DPATE_HOME/ledgers/<site>.sqlite); "
+        "it must exist (dpate ledger init)",
+    ),
+    storage: str = typer.Option(
+        None, help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')"
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """One site's release: validate, reserve budget, draw once, commit, publish."""
+    load_spec(spec).site(site)  # spec error or unknown site: ends here, before Prefect starts
+    prefect_env(verbose)
+    with (
+        site_settings(ledger=ledger, data=data, storage=storage),
+        console.status(f"releasing site {site} ...", spinner="dots"),
+    ):
+        from flows.study import release_one_site
+
+        r = release_one_site(spec, site, round)
+    if not r["ok"]:
+        failure = classify(r["error"], site)
+        print_failures([failure], err)
+        raise typer.Exit(int(failure.code))
+    verb = "published" if r["status"] == "written" else "already published (recorded release)"
+    console.print(
+        f"site {site}: tau {r['tau']:.4f}, variance {r['variance']:.3g}, N {r['n']}, "
+        f"epsilon {r['epsilon']}, delta {r['delta']}; report {verb}: {r['report']}"
+    )
+
+
+def aggregate_cmd(
+    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
+    storage: str = typer.Option(None, help="publication root URL"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Combine the published site reports of a round (the server's step)."""
+    load_spec(spec)  # a spec error ends the command here, before Prefect starts
+    prefect_env(verbose)
+    with console.status("aggregating ...", spinner="dots"):
+        from flows.aggregate import aggregate_study
+
+        state = aggregate_study(spec=spec, round=round, storage_url=storage, return_state=True)
+    from flows.study import state_error, state_output
+    from tasks.aggregate import published_result
+    from tasks.settings import resolve_study
+
+    if not state.is_completed():
+        failure = classify(state_error(state))
+        print_failures([failure], err)
+        raise typer.Exit(int(failure.code))
+
+    def from_storage() -> dict[str, Any]:
+        uri, doc = published_result(resolve_study(spec, round, storage)) or ("", {})
+        return {**doc, "uri": uri}
+
+    print_result(state_output(state, from_storage))

@@ -1,0 +1,147 @@
+"""No behaviour change: ``dpate demo``'s study publishes the same bytes as the committed golden
+hashes (issue 10: "every published byte (reports, results, ledgers) for the same inputs and seeds
+stays identical, and a test proves it on the demo study").
+
+A release is random by design: its noise comes from the operating system's secure source through
+OpenDP and Algorithm 1's record order is a secure random permutation; neither can be seeded, and
+the ledger stamps each row with the time. So the test replaces exactly those three sources, at the
+one place each enters a release, with deterministic stand-ins, and nothing else:
+
+- the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
+  generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
+- the record order: :func:`tasks.site.data_independent_order` is a permutation seeded the same way;
+- the clock: :mod:`tasks.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
+  chain and the reports' ``created_at`` carry).
+
+The software version in the reports and the result is fixed too (``software_version`` in
+:mod:`tasks.site` and :mod:`tasks.aggregate`), so a version bump alone does not change the bytes.
+Everything else is the real command line (``dpate ledger init``, then ``dpate demo`` with its
+default data seed) on the session's Prefect test server. The ledgers are created by ``dpate
+ledger init`` first because ``dpate demo`` would record its absolute spec path in the CAP row's
+reason (which feeds every later row hash); nothing else published names the output folder, so no
+byte is normalised.
+
+Compared: every file ``dpate demo`` publishes (the three site reports and the study result, byte
+for byte) and every row of the three ledgers (all columns, as canonical JSON lines). Not compared:
+``report.html`` (its forest plot is a PNG whose bytes depend on matplotlib and its fonts).
+
+**When the hashes change.** A different hash means some published byte differs for the same
+inputs: a report field, a number's last digit, a key's order, a ledger column. If that is an
+intended change (a new report field, a new schema version), say so in the commit and regenerate::
+
+    DPATE_UPDATE_GOLDEN=1 python -m pytest tests/pipeline/test_published_bytes.py -n 0
+
+which rewrites ``tests/pipeline/golden/demo_study.json``. A failing run leaves the published files
+and the ledger rows under its ``tmp_path`` (``actual/``) to diff with a run of the previous
+commit. The hashes also depend on numpy's floating-point results (a new numpy, or another CPU's
+vector instructions, can move a last digit): look at the diff before regenerating for that reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dpate.cli.demo_study import DEMO_SITES
+from dpate.cli.main import app
+
+pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
+
+GOLDEN = Path(__file__).parent / "golden" / "demo_study.json"
+SEED = 20261123
+FIXED_NOW = datetime(2026, 1, 31, 12, 0, 0, tzinfo=UTC)
+
+
+class _FixedClock(datetime):
+    """``datetime`` whose ``now`` is :data:`FIXED_NOW` (the ledger's only use of the clock)."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+        return FIXED_NOW if tz is None else FIXED_NOW.astimezone(tz)
+
+
+@pytest.fixture
+def deterministic_release(monkeypatch):
+    """The secure noise, the secure record order and the clock replaced by seeded stand-ins."""
+    import dpate_core.release as core_release
+    import tasks.aggregate
+    import tasks.ledger
+    import tasks.site
+
+    secure_draw = core_release.draw_once
+
+    def seeded_draw(plan: Any, rng: Any = None) -> dict[str, float]:
+        assert rng is None, "a release draws without a generator"
+        return secure_draw(plan, np.random.default_rng([SEED, plan.n]))
+
+    monkeypatch.setattr(core_release, "draw_once", seeded_draw)
+    monkeypatch.setattr(
+        tasks.site,
+        "data_independent_order",
+        lambda n: np.random.default_rng([SEED, n]).permutation(n),
+    )
+    monkeypatch.setattr(tasks.ledger, "datetime", _FixedClock)
+    monkeypatch.setattr(tasks.site, "software_version", lambda: "golden")
+    monkeypatch.setattr(tasks.aggregate, "software_version", lambda: "golden")
+
+
+def _published(out: Path) -> dict[str, bytes]:
+    """Every file under ``<out>/published``, as published."""
+    root = out / "published"
+    return {
+        f"published/{p.relative_to(root).as_posix()}": p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _ledger_rows(out: Path) -> dict[str, bytes]:
+    """Each site's ledger rows, every column, one canonical JSON line per row."""
+    from tasks.ledger import PrivacyLedger
+
+    rows = {}
+    for site in DEMO_SITES:
+        with PrivacyLedger(f"sqlite:///{out / 'ledgers' / f'{site.id}.sqlite'}") as led:
+            lines = [json.dumps(dataclasses.asdict(e), sort_keys=True) for e in led.events()]
+        rows[f"ledgers/{site.id}.jsonl"] = "\n".join(lines).encode()
+    return rows
+
+
+def _run_demo(out: Path) -> None:
+    runner = CliRunner()
+    for site in DEMO_SITES:
+        ledger = str(out / "ledgers" / f"{site.id}.sqlite")
+        args = ["ledger", "init", site.id, "--epsilon", site.cap, "--delta", "1e-4"]
+        r = runner.invoke(app, [*args, "--ledger", ledger])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["demo", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+
+
+def test_demo_study_publishes_the_golden_bytes(tmp_path, deterministic_release):
+    out = tmp_path / "demo"
+    _run_demo(out)
+    files = {**_published(out), **_ledger_rows(out)}
+    assert len([k for k in files if k.endswith(".json")]) == len(DEMO_SITES) + 1  # reports, result
+    actual = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+    if os.environ.get("DPATE_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(actual, indent=2) + "\n", encoding="utf-8")
+    for name, data in files.items():  # left for a diff when the hashes differ
+        (tmp_path / "actual" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "actual" / name).write_bytes(data)
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    changed = sorted(k for k in golden.keys() | actual.keys() if golden.get(k) != actual.get(k))
+    assert not changed, (
+        f"published bytes differ from {GOLDEN.name} in {changed}; the files are under "
+        f"{tmp_path / 'actual'} (see this module's docstring before regenerating)"
+    )
