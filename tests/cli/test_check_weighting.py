@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from flows.cli import app
+from dpate.cli.main import app
 from tests.cli.test_check import home, write_study  # noqa: F401 (home: a fixture)
 
 runner = CliRunner()
