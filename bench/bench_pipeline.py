@@ -63,14 +63,14 @@ def bench_demo(tmp: Path) -> None:
 
 def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float]:
     """The site releases and the aggregation by the same functions, no Prefect, sequential."""
+    from dpate.ledger import PrivacyLedger
+    from dpate.settings import resolve_site
+    from dpate.storage import Store
     from dpate_core import release as core_release
     from dpate_core.aggregation import aggregate
     from schemas.report import read_report, software_version
     from schemas.site_preparation import prepare_site_data
-    from tasks.ledger import PrivacyLedger
-    from tasks.settings import resolve_site
     from tasks.site import plan_release, site_report_bytes
-    from tasks.storage import Store
 
     t = {"read+validate": 0.0, "estimate+draw": 0.0, "ledger": 0.0, "publish+aggregate": 0.0}
     reports = []
@@ -126,8 +126,8 @@ def bench_study(tmp: Path, records: int) -> None:
     t = time.perf_counter()
     spec = str(write_demo_study(tmp / "study", 11, sites))
     # the sites' own configuration; ledgers are created explicitly (docs/ledger.md)
+    from dpate.ledger import PrivacyLedger
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import PrivacyLedger
 
     os.environ["DPATE_LEDGER_URL"] = f"sqlite:///{tmp / 'study' / 'ledgers'}/{{site}}.sqlite"
     os.environ["DPATE_SITE_LOG"] = str(tmp / "study" / "logs" / "{site}.log")

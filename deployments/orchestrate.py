@@ -47,9 +47,9 @@ from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, StateType
 
+from dpate.settings import StudyContext, resolve_study
+from dpate.storage import Store
 from tasks.aggregate import published_result
-from tasks.settings import StudyContext, resolve_study
-from tasks.storage import Store
 
 __all__ = ["resolve_round", "study_deployed", "trigger_site", "wait_for_sites"]
 

@@ -7,7 +7,7 @@ Basic sequential composition (the paper's Section 3.1 composes a release's parts
 Both comparisons are exact (:class:`fractions.Fraction`), so ``1/3 + 1/3 + 1/3`` fits a cap of
 ``1`` and a release that lands exactly on the cap is allowed.
 
-The privacy ledger (``tasks.ledger``: reservations and audits) and ``dpate check`` ask this one
+The privacy ledger (``dpate.ledger``: reservations and audits) and ``dpate check`` ask this one
 function, so what the check predicts is what the ledger does. The rule is pure: no I/O, nothing
 is debited here (the ledger records the debit).
 """

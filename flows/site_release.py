@@ -2,9 +2,9 @@
 
 Deployment entrypoint: ``flows/site_release.py:site_release``. Its only parameters are what the
 (untrusted) coordinator may choose: ``spec``, ``site`` and ``round`` (validated as a
-:class:`tasks.settings.SiteRun`). The site's data, ledger, publication root and operator log come
+:class:`dpate.settings.SiteRun`). The site's data, ledger, publication root and operator log come
 only from the site's own configuration (the worker's environment or ``DPATE_SITE_CONFIG``; see
-:mod:`tasks.settings` and docs/pipeline.md), never from a parameter or the spec in a deployed run.
+:mod:`dpate.settings` and docs/pipeline.md), never from a parameter or the spec in a deployed run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.settings import Identifier, SiteRun
+from dpate.settings import Identifier, SiteRun
 from tasks.site import (
     check_publication,
     commit_release,

@@ -18,11 +18,11 @@ from prefect.exceptions import MissingResult
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from dpate.settings import resolve_site
 from flows.aggregate import aggregate_study
 from flows.site_release import site_release
 from tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
 from tasks.common import PUBLIC_TASK
-from tasks.settings import resolve_site
 from tasks.site import published_site
 
 

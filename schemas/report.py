@@ -208,7 +208,7 @@ _SITE_ESTIMATE: TypeAdapter[SiteEstimate] = TypeAdapter(SiteEstimate)
 
 
 class LedgerHead(BaseModel):
-    """The site ledger's head right after the release's COMMIT row (tasks.ledger)."""
+    """The site ledger's head right after the release's COMMIT row (dpate.ledger)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -28,6 +28,8 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from dpate.settings import StudyContext, resolve_study
+from dpate.storage import ObjectTooLargeError, Store
 from dpate_core.aggregation import aggregate
 from dpate_core.aggregators import aggregator_of
 from dpate_core.inference import (
@@ -41,8 +43,6 @@ from schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_
 from schemas.result import RESULT_SCHEMA, StudyResult
 from schemas.spec import canonical_json
 from tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
-from tasks.settings import StudyContext, resolve_study
-from tasks.storage import ObjectTooLargeError, Store
 
 __all__ = [
     "RESULT_SCHEMA",

@@ -84,8 +84,8 @@ def is_transient(exc: BaseException) -> bool:
     """
     from sqlalchemy.exc import DBAPIError, OperationalError
 
-    from tasks.ledger import LedgerError
-    from tasks.storage import InvalidKeyError, PublicationConflictError
+    from dpate.ledger import LedgerError
+    from dpate.storage import InvalidKeyError, PublicationConflictError
 
     if isinstance(exc, LedgerError | PublicationConflictError | FileExistsError | InvalidKeyError):
         return False

@@ -36,6 +36,9 @@ import numpy as np
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
+from dpate.ledger import Committed, Event, LedgerError, PrivacyLedger, Reservation
+from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
+from dpate.storage import PublicationConflictError, Store
 from dpate_core import release as core_release
 from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
@@ -60,9 +63,6 @@ from schemas.site_preparation import SiteData
 from schemas.sources import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
 from schemas.spec import StudySpec
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
-from tasks.ledger import Committed, Event, LedgerError, PrivacyLedger, Reservation
-from tasks.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
-from tasks.storage import PublicationConflictError, Store
 
 __all__ = [
     "STREAMED_ESTIMATORS",

@@ -49,7 +49,7 @@ def check(
 
     Prints the public facts of the study, what a release would publish exactly, the budget it
     would spend and what the site's ledger has left (read-only), and operator-only counts."""
-    from tasks.settings import load_study_spec
+    from dpate.settings import load_study_spec
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     if data and not site:
@@ -137,7 +137,7 @@ def _check_site(
 ) -> list[Failure] | None:
     """The site's problems (empty: it could release), or None when its data is not reachable
     from here and the site was not asked for explicitly."""
-    from tasks.settings import resolve_site
+    from dpate.settings import resolve_site
 
     out.print(f"\n[bold]site {site_id}[/bold]")
     try:
@@ -201,8 +201,8 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from sqlalchemy.engine import make_url
 
+    from dpate.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
     from dpate_core.budget import check_budget
-    from tasks.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
 
     s = study.site(site_id)
     cost = study.release_cost(site_id)  # a pure mechanism charges no delta

@@ -30,7 +30,7 @@ def prefect_env(verbose: bool = False) -> None:
 def site_settings(**values: str | None) -> Iterator[None]:
     """The local operator's options (``--ledger``, ``--data``, ``--storage``) as this process's
     site configuration (``DPATE_LEDGER_URL`` ...) for the duration of a command; the flows read
-    nothing else (tasks/settings.py). Restored afterwards."""
+    nothing else (dpate/settings.py). Restored afterwards."""
     names = {
         "ledger": "DPATE_LEDGER_URL",
         "data": "DPATE_DATA_PATH",
@@ -52,8 +52,8 @@ def site_settings(**values: str | None) -> Iterator[None]:
 
 
 def load_spec(spec: str) -> Any:
-    """The study spec (:func:`tasks.settings.load_study_spec`): a spec error ends the command
+    """The study spec (:func:`dpate.settings.load_study_spec`): a spec error ends the command
     with its own exit code, before Prefect starts."""
-    from tasks.settings import load_study_spec
+    from dpate.settings import load_study_spec
 
     return load_study_spec(spec)

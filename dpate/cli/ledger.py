@@ -18,8 +18,8 @@ ledger_app = typer.Typer(help="The site's privacy ledger: spend, audit, cap.", n
 def _ledger_url(site: str | None, ledger: str | None) -> str:
     """``--ledger``, else the site's configuration (DPATE_LEDGER_URL or DPATE_SITE_CONFIG's
     ``ledger``), else the site's default ``$DPATE_HOME/ledgers/<site>.sqlite``."""
-    from tasks.ledger import as_sqlalchemy_url
-    from tasks.settings import site_ledger_url
+    from dpate.ledger import as_sqlalchemy_url
+    from dpate.settings import site_ledger_url
 
     if ledger:
         url: str = as_sqlalchemy_url(ledger.replace("{site}", site or ""))
@@ -34,7 +34,7 @@ def _ledger_url(site: str | None, ledger: str | None) -> str:
 
 
 def _open(url: str, site: str | None) -> Any:
-    from tasks.ledger import LedgerError, PrivacyLedger
+    from dpate.ledger import LedgerError, PrivacyLedger
 
     try:
         return PrivacyLedger(url, site=site)
@@ -63,8 +63,8 @@ def ledger_init(
 ) -> None:
     """Create the site's ledger and pin its lifetime cap (a CAP event). The only way a ledger
     is created; running it again with the same cap changes nothing."""
+    from dpate.ledger import LedgerError, PrivacyLedger
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import LedgerError, PrivacyLedger
 
     url = _ledger_url(site, ledger)
     try:
@@ -137,7 +137,7 @@ def _spend_doc(site: str, url: str, s: Any) -> dict[str, Any]:
 def _storage_root(site: str, storage: str | None) -> str:
     """``--storage``, else the site's own publication root (DPATE_STORAGE_URL or the site
     config's ``storage``): the root holding ``<study>/sites/<site>/``."""
-    from tasks.settings import SettingsError, site_config
+    from dpate.settings import SettingsError, site_config
 
     try:
         root = storage or site_config(site, "{study}").storage
@@ -269,8 +269,8 @@ def _verify(
     expect_head: str | None,
 ) -> _Verification:
     """Verify the ledger at ``url``, against the heads published under ``root`` when given."""
-    from tasks.anchors import verify_against_reports
-    from tasks.storage import Store
+    from dpate.anchors import verify_against_reports
+    from dpate.storage import Store
 
     with _open(url, site) as led:
         if root is None or site is None:  # --against-reports needs SITE (checked before)
@@ -288,8 +288,8 @@ def ledger_set_cap(
     ledger: str = _LEDGER_OPT,
 ) -> None:
     """Record a new lifetime cap for the site (an explicit, audited CAP event)."""
+    from dpate.ledger import LedgerError
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import LedgerError
 
     try:
         cap = PrivacyParams.of(epsilon, delta)

@@ -1,6 +1,6 @@
 """``dpate plan STUDY.toml --n SITE=N ...``: predicted interval widths before anything is spent.
 
-Reads only the study spec (:func:`tasks.settings.load_study_spec`) and the public site sizes given
+Reads only the study spec (:func:`dpate.settings.load_study_spec`) and the public site sizes given
 with ``--n`` (the spec holds no ``N``). No record is read, no noise drawn, no ledger touched, no
 Prefect import. The prediction and its assumptions are described in :mod:`dpate_core.planning` and
 ``docs/inference.md``.
@@ -73,8 +73,8 @@ def plan(
     """Predict each site's and the combined 95% interval width from public inputs only (spends
     nothing), the epsilon per site a target width needs, a recommended estimator and split, and
     warn when the study cannot answer its question at its budget."""
+    from dpate.settings import load_study_spec
     from dpate_core.planning import Assumptions, SiteDesign, plan_study
-    from tasks.settings import load_study_spec
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     sizes = _sizes(n or [], [s.id for s in study.sites])

@@ -17,8 +17,8 @@ __all__ = ["report_cmd", "write_report"]
 
 def write_report(spec: str, round: str | None, storage: str | None, out: Path) -> Path:
     """Render the round's published result, with each local site's lifetime spend, to ``out``."""
+    from dpate.settings import resolve_site, resolve_study
     from tasks.aggregate import published_result
-    from tasks.settings import resolve_site, resolve_study
 
     ctx = resolve_study(spec, round, storage)
     found = published_result(ctx)
@@ -39,7 +39,7 @@ def write_report(spec: str, round: str | None, storage: str | None, out: Path) -
             spends[site] = None
             continue
         spends[site] = _local_spend(url, site)
-    from tasks.report import render_html
+    from dpate.html_report import render_html
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")
@@ -48,7 +48,7 @@ def write_report(spec: str, round: str | None, storage: str | None, out: Path) -
 
 def _local_spend(url: str, site: str) -> Any:
     """The site's lifetime spend when its ledger is reachable from here (never created)."""
-    from tasks.ledger import LedgerError, PrivacyLedger
+    from dpate.ledger import LedgerError, PrivacyLedger
 
     try:
         with PrivacyLedger(url) as led:

@@ -21,8 +21,8 @@ def init_missing_ledgers(spec: str) -> None:
     """Create each site's ledger (where the site configuration puts it) with the spec's lifetime
     cap, unless it exists; an existing ledger keeps its recorded cap (a different one is refused
     at the release, CapMismatchError)."""
-    from tasks.ledger import LedgerError, PrivacyLedger, ledger_exists
-    from tasks.settings import site_ledger_url
+    from dpate.ledger import LedgerError, PrivacyLedger, ledger_exists
+    from dpate.settings import site_ledger_url
 
     try:
         study = load_spec(spec)
@@ -79,8 +79,8 @@ def _study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
 
 
 def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
+    from dpate.settings import resolve_site, resolve_study
     from tasks.aggregate import published_result
-    from tasks.settings import resolve_site, resolve_study
     from tasks.site import published_site
 
     ctx = resolve_study(spec, round)
@@ -181,9 +181,9 @@ def aggregate_cmd(
         from flows.aggregate import aggregate_study
 
         state = aggregate_study(spec=spec, round=round, storage_url=storage, return_state=True)
+    from dpate.settings import resolve_study
     from flows.study import state_error, state_output
     from tasks.aggregate import published_result
-    from tasks.settings import resolve_study
 
     if not state.is_completed():
         failure = classify(state_error(state))

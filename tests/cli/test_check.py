@@ -77,8 +77,8 @@ def test_check_prints_public_facts_and_operator_counts_and_creates_no_ledger(tmp
     assert "epsilon 1, delta 1/100000" in out and "no ledger at" in out
     assert not (home / "ledgers").exists()  # never created by a check
 
+    from dpate.ledger import PrivacyLedger
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import PrivacyLedger
 
     url = f"sqlite:///{home / 'ledgers' / 'a.sqlite'}"
     PrivacyLedger.init(url, "a", PrivacyParams.of("2", "1e-4"), reason="test").close()
@@ -90,8 +90,8 @@ def test_check_prints_public_facts_and_operator_counts_and_creates_no_ledger(tmp
 
 
 def test_check_reports_budget_past_the_cap(tmp_path, home):
+    from dpate.ledger import PrivacyLedger
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import PrivacyLedger
 
     spec = write_study(tmp_path, {"a": {}})
     url = f"sqlite:///{home / 'ledgers' / 'a.sqlite'}"
@@ -180,8 +180,8 @@ def test_check_refuses_what_the_ledger_refuses_a_pure_release_under_a_lowered_de
 ):
     """A cap lowered below the delta already spent: a pure release asks no delta, yet the ledger
     refuses it (spent + ask passes the cap); the check uses the same rule (dpate_core.budget)."""
+    from dpate.ledger import BudgetExceededError, PrivacyLedger
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import BudgetExceededError, PrivacyLedger
 
     spec = write_study(tmp_path, {"a": {}}, estimator='"adjusted"')
     url = f"sqlite:///{home / 'ledgers' / 'a.sqlite'}"

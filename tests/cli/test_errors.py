@@ -113,7 +113,7 @@ def test_failures_are_classified_by_their_type():
         ["site a: invalid site data: column 'y': not a number"],
     )
     assert classify("BudgetExceededError: cap passed").code == ExitCode.LEDGER
-    assert classify("tasks.ledger.LedgerNotFoundError: no ledger").code == ExitCode.LEDGER
+    assert classify("dpate.ledger.LedgerNotFoundError: no ledger").code == ExitCode.LEDGER
     assert classify("ReportError: bad").code == ExitCode.REPORT
     assert classify("SettingsError: no storage").code == ExitCode.SETTINGS
     assert classify("ZeroDivisionError: x").code == ExitCode.UNEXPECTED

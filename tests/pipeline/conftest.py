@@ -33,7 +33,7 @@ def pg_url() -> str:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def ledger_factory(request, tmp_path):
     """Opens ledgers on one backend; PostgreSQL tables get a unique prefix and are dropped after."""
-    from tasks.ledger import PrivacyLedger
+    from dpate.ledger import PrivacyLedger
 
     opened: list[PrivacyLedger] = []
     if request.param == "sqlite":

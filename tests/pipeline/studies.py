@@ -49,8 +49,8 @@ class Study:
 
     def init_ledgers(self, *sites: str) -> None:
         """``dpate ledger init`` for each site (default: all), with the spec's cap."""
+        from dpate.ledger import PrivacyLedger
         from dpate_core.privacy import PrivacyParams
-        from tasks.ledger import PrivacyLedger
 
         for site in sites or tuple(self.caps):
             cap = PrivacyParams.of(self.caps[site], "1e-4")

@@ -17,14 +17,14 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
+from dpate.anchors import check_anchors, published_heads, verify_against_reports
+from dpate.ledger import GENESIS, PrivacyLedger, _row_hash, release_id
+from dpate.storage import Store
 from dpate_core import smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
 from schemas.report import SiteReport, read_report
 from schemas.signing import SITE_KEY_ENV, seal_site_report
 from schemas.spec import StudySpec
-from tasks.anchors import check_anchors, published_heads, verify_against_reports
-from tasks.ledger import GENESIS, PrivacyLedger, _row_hash, release_id
-from tasks.storage import Store
 from tests.schemas.test_spec import base
 
 ROUNDS = ("r1", "r2", "r3")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from dpate.ledger import PrivacyLedger
 from schemas.report import SiteReport
 from schemas.signing import SITE_KEY_ENV, SigningError, generate_key_pair, load_private_key
-from tasks.ledger import PrivacyLedger
 from tests.pipeline.studies import Site, write_study
 
 pytestmark = [
@@ -21,10 +21,10 @@ pytestmark = [
 
 
 def test_signed_reports_end_to_end(tmp_path, monkeypatch):
+    from dpate.settings import resolve_study
     from flows.aggregate import aggregate_study
     from flows.site_release import site_release
     from tasks.aggregate import collect_reports
-    from tasks.settings import resolve_study
 
     st = write_study(tmp_path, [Site("one", 1200), Site("two", 1000)])
     key, public = generate_key_pair("one", tmp_path / "keys")

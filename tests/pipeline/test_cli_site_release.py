@@ -56,7 +56,7 @@ def test_site_release_cli_publishes_once_then_reports_the_recorded_release(tmp_p
 def test_run_creates_ledgers_only_when_asked(tmp_path):
     """``dpate run`` refuses sites without a ledger (creating none); ``--init-ledgers`` creates
     them with the spec's caps; a second run spends nothing."""
-    from tasks.ledger import PrivacyLedger
+    from dpate.ledger import PrivacyLedger
 
     study = write_study(tmp_path / "run", [Site("east", 300), Site("west", 300, cap="2")])
     runner = CliRunner()

@@ -7,13 +7,13 @@ from fractions import Fraction
 
 import pytest
 
-from dpate_core.privacy import PrivacyParams
-from tasks.ledger import (
+from dpate.ledger import (
     BudgetExceededError,
     CapMismatchError,
     LedgerError,
     release_id,
 )
+from dpate_core.privacy import PrivacyParams
 
 CAP = PrivacyParams.of("1", "1e-5")
 
@@ -211,7 +211,7 @@ def test_racing_commits_record_one_value_and_both_get_it(ledger_factory):
 
 
 def test_a_ledger_is_never_created_by_opening_it(tmp_path):
-    from tasks.ledger import LedgerNotFoundError, PrivacyLedger, ledger_exists
+    from dpate.ledger import LedgerNotFoundError, PrivacyLedger, ledger_exists
 
     path = tmp_path / "sub" / "l.sqlite"
     url = f"sqlite:///{path}"
@@ -239,7 +239,7 @@ def test_a_ledger_is_never_created_by_opening_it(tmp_path):
 def test_postgres_ledger_is_not_created_by_opening_it(pg_url):
     import uuid
 
-    from tasks.ledger import LedgerNotFoundError, PrivacyLedger
+    from dpate.ledger import LedgerNotFoundError, PrivacyLedger
 
     prefix = f"t{uuid.uuid4().hex[:10]}_"
     with pytest.raises(LedgerNotFoundError):
@@ -259,7 +259,7 @@ def test_cli_ledger_init_show_verify_set_cap(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from dpate.cli.main import app
-    from tasks.ledger import PrivacyLedger
+    from dpate.ledger import PrivacyLedger
 
     url = f"sqlite:///{tmp_path / 'l.sqlite'}"
     runner = CliRunner()

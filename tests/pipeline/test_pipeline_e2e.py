@@ -18,8 +18,8 @@ from collections import Counter
 
 import pytest
 
+from dpate.ledger import BudgetExceededError, PrivacyLedger
 from dpate_core import release as core_release
-from tasks.ledger import BudgetExceededError, PrivacyLedger
 from tests.pipeline.studies import Site, leaked, write_study
 
 pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
@@ -255,8 +255,8 @@ def test_crash_between_reserve_and_commit_then_rerun(tmp_path, site_env):
 
 
 def test_crash_between_commit_and_publish_then_rerun(tmp_path, site_env):
+    from dpate import storage as storage
     from flows.site_release import site_release
-    from tasks import storage
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
 
@@ -321,8 +321,8 @@ def test_html_report_from_the_published_result(full_study, tmp_path):
 
 
 def test_a_site_run_refuses_a_missing_ledger_and_creates_none(tmp_path, site_env):
+    from dpate.ledger import LedgerNotFoundError
     from flows.site_release import site_release
-    from tasks.ledger import LedgerNotFoundError
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]), init=False)
     state = site_release(spec=str(st.spec), site="solo", return_state=True)
@@ -354,8 +354,8 @@ def test_a_report_published_without_this_ledgers_commit_is_refused_before_reserv
     tmp_path, site_env, monkeypatch
 ):
     """A copy of the ledger (or another ledger) cannot release the same release id again."""
+    from dpate.storage import PublicationConflictError
     from flows.site_release import site_release
-    from tasks.storage import PublicationConflictError
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     site_release(spec=str(st.spec), site="solo")
@@ -381,8 +381,8 @@ def test_a_deployed_run_refuses_without_the_sites_own_ledger_setting(
     in Prefect's working folder or a fresh home), to the spec's data or to its 'reports'."""
     import os
 
+    from dpate.settings import SettingsError, dpate_home
     from flows.site_release import site_release
-    from tasks.settings import SettingsError, dpate_home
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     monkeypatch.setattr("tasks.site.is_deployed_process", lambda: True)

@@ -10,7 +10,7 @@ one place each enters a release, with deterministic stand-ins, and nothing else:
 - the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
   generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
 - the record order: :func:`tasks.site.data_independent_order` is a permutation seeded the same way;
-- the clock: :mod:`tasks.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
+- the clock: :mod:`dpate.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
   chain and the reports' ``created_at`` carry).
 
 The software version in the reports and the result is fixed too (``software_version`` in
@@ -72,9 +72,9 @@ class _FixedClock(datetime):
 @pytest.fixture
 def deterministic_release(monkeypatch):
     """The secure noise, the secure record order and the clock replaced by seeded stand-ins."""
+    import dpate.ledger
     import dpate_core.release as core_release
     import tasks.aggregate
-    import tasks.ledger
     import tasks.site
 
     secure_draw = core_release.draw_once
@@ -89,7 +89,7 @@ def deterministic_release(monkeypatch):
         "data_independent_order",
         lambda n: np.random.default_rng([SEED, n]).permutation(n),
     )
-    monkeypatch.setattr(tasks.ledger, "datetime", _FixedClock)
+    monkeypatch.setattr(dpate.ledger, "datetime", _FixedClock)
     monkeypatch.setattr(tasks.site, "software_version", lambda: "golden")
     monkeypatch.setattr(tasks.aggregate, "software_version", lambda: "golden")
 
@@ -106,7 +106,7 @@ def _published(out: Path) -> dict[str, bytes]:
 
 def _ledger_rows(out: Path) -> dict[str, bytes]:
     """Each site's ledger rows, every column, one canonical JSON line per row."""
-    from tasks.ledger import PrivacyLedger
+    from dpate.ledger import PrivacyLedger
 
     rows = {}
     for site in DEMO_SITES:

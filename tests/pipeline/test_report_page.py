@@ -8,10 +8,10 @@ from fractions import Fraction
 
 import pytest
 
+from dpate.html_report import render_html, source_label
+from dpate.ledger import SiteSpend
 from dpate_core.privacy import PrivacyParams
 from schemas.result import StudyResult
-from tasks.ledger import SiteSpend
-from tasks.report import render_html, source_label
 
 RESULT = StudyResult.of(
     {

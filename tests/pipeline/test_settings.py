@@ -1,4 +1,4 @@
-"""Only the site decides where its ledger, data and publication root are (tasks/settings.py):
+"""Only the site decides where its ledger, data and publication root are (dpate/settings.py):
 the precedence environment > site config file > (local runs only) spec or default."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tasks.settings import SettingsError, SiteRun, dpate_home, resolve_site
+from dpate.settings import SettingsError, SiteRun, dpate_home, resolve_site
 from tests.pipeline.studies import Site, write_study
 
 

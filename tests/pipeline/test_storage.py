@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.storage import PublicationConflictError, Store
+from dpate.storage import PublicationConflictError, Store
 
 
 def test_write_once_is_idempotent_for_identical_bytes_and_refuses_others(tmp_path):
@@ -38,7 +38,7 @@ def test_store_accepts_file_urls(tmp_path):
     ["", "/abs/x.json", "s/../other/x.json", "s//x.json", "s/./x.json", "s/x\\y.json", "s/\x00"],
 )
 def test_store_keys_refuse_path_traversal(tmp_path, key):
-    from tasks.storage import InvalidKeyError
+    from dpate.storage import InvalidKeyError
 
     store = Store(str(tmp_path / "root"))
     for op in (
@@ -53,7 +53,7 @@ def test_store_keys_refuse_path_traversal(tmp_path, key):
 
 @pytest.mark.parametrize("round_", ["../sites/other/x", "a/b", "..", "", ".hidden", "x" * 300])
 def test_ids_that_name_objects_are_one_plain_segment(round_):
-    from tasks.storage import InvalidKeyError
+    from dpate.storage import InvalidKeyError
 
     with pytest.raises(InvalidKeyError, match="round"):
         Store.result_key("study", round_)
@@ -63,7 +63,7 @@ def test_ids_that_name_objects_are_one_plain_segment(round_):
 
 
 def test_read_refuses_an_object_larger_than_asked_before_reading_it(tmp_path):
-    from tasks.storage import ObjectTooLargeError
+    from dpate.storage import ObjectTooLargeError
 
     store = Store(str(tmp_path / "root"))
     store.publish("s/sites/a/big.json", b"x" * 1000)
@@ -77,9 +77,9 @@ def test_storage_clients_connection_errors_are_transient():
     import aiohttp
     import botocore.exceptions as bx
 
+    from dpate.ledger import LedgerError
+    from dpate.storage import InvalidKeyError, PublicationConflictError
     from tasks.common import IO_RETRY_DELAYS, IO_TASK, is_transient
-    from tasks.ledger import LedgerError
-    from tasks.storage import InvalidKeyError, PublicationConflictError
 
     transient = [
         bx.EndpointConnectionError(endpoint_url="http://127.0.0.1:8333"),

@@ -2,7 +2,7 @@
 
 The reference views in ``tests/schemas/result_views/`` were rendered from the documents in
 ``result_docs.py`` by the dict-based renderers this object replaced (commit 4bc3286:
-``tasks.aggregate.result_markdown``, ``dpate.cli.output.print_result``, ``tasks.report.render_html``;
+``tasks.aggregate.result_markdown``, ``dpate.cli.output.print_result``, ``dpate.html_report.render_html``;
 the HTML with its embedded PNG replaced by ``PNG``); the typed views must give the same text, and
 the page must embed exactly the forest plot ``forest_plot_png`` draws. They were re-rendered once
 since, when the views gained the per-site "lifetime spent of cap" column (the sites' published
@@ -22,10 +22,10 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
+from dpate.html_report import forest_plot_png, render_html
+from dpate.ledger import SiteSpend
 from dpate_core.privacy import PrivacyParams
 from schemas.result import AbsentSite, ReleasedSite, StudyResult, interval_text
-from tasks.ledger import SiteSpend
-from tasks.report import forest_plot_png, render_html
 
 from .result_docs import DOCS, V2
 

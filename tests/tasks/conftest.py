@@ -1,5 +1,5 @@
 """Unit tests of the task logic: the functions behind the Prefect tasks, called through ``.fn``
-(no Prefect server, no flow run). Contexts come from ``tasks.settings`` on specs written to a
+(no Prefect server, no flow run). Contexts come from ``dpate.settings`` on specs written to a
 temporary folder (``tests/pipeline/studies.py``)."""
 
 from __future__ import annotations

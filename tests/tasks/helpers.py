@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpate.ledger import Committed
+from dpate.settings import SiteContext, resolve_site
+from dpate.storage import Store
 from dpate_core.release import draw_once
 from schemas.report import LifetimeSpend, software_version
-from tasks.ledger import Committed
-from tasks.settings import SiteContext, resolve_site
 from tasks.site import load_site_data, plan_release, site_report_bytes
-from tasks.storage import Store
 
 COMMITTED_AT = "2026-01-31T12:00:00.000000+00:00"
 

@@ -1,5 +1,5 @@
 """The server's task logic through ``.fn``: collect_reports, combine_reports, result_key, the
-typed result (schemas.result.StudyResult), its markdown and the HTML report (tasks/report.py)."""
+typed result (schemas.result.StudyResult), its markdown and the HTML report (dpate/html_report.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from fractions import Fraction
 
 import pytest
 
+from dpate.html_report import render_html, source_label
+from dpate.settings import resolve_site, resolve_study
+from dpate.storage import Store
 from dpate_core.aggregators import aggregator_of
 from dpate_core.privacy import PrivacyParams
 from schemas.report import MAX_REPORT_BYTES, LifetimeSpend
@@ -19,10 +22,7 @@ from tasks.aggregate import (
     combine_reports,
     result_key,
 )
-from tasks.report import render_html, source_label
-from tasks.settings import resolve_site, resolve_study
 from tasks.site import site_report_bytes
-from tasks.storage import Store
 
 from .helpers import committed_release, publish_site
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from dpate.settings import resolve_site
 from schemas.report import ReportError, read_report
-from tasks.settings import resolve_site
 from tasks.site import data_independent_order, load_site_data, plan_release, site_report_bytes
 
 from .helpers import COMMITTED_AT, committed_release
@@ -94,8 +94,8 @@ def _release_with_ledger(ctx, seed: int = 0):
 
 
 def _reserve_other(ctx, release_id: str, epsilon: str) -> None:
+    from dpate.ledger import PrivacyLedger
     from dpate_core.privacy import PrivacyParams
-    from tasks.ledger import PrivacyLedger
 
     with PrivacyLedger(ctx.ledger_url) as ledger:
         ledger.reserve(
@@ -112,9 +112,9 @@ def _reserve_other(ctx, release_id: str, epsilon: str) -> None:
 def test_published_report_carries_the_ledgers_spend_right_after_the_release(study):
     from fractions import Fraction
 
-    from tasks.ledger import PrivacyLedger
+    from dpate.ledger import PrivacyLedger
+    from dpate.storage import Store
     from tasks.site import ledger_spend, publish_site_report
-    from tasks.storage import Store
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")
@@ -144,7 +144,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
 
 
 def test_spend_at_reservation_needs_the_releases_reservation(study):
-    from tasks.ledger import LedgerError, PrivacyLedger
+    from dpate.ledger import LedgerError, PrivacyLedger
     from tasks.site import spend_at_reservation
 
     study.init_ledgers("north")
@@ -160,8 +160,8 @@ def test_spend_at_reservation_needs_the_releases_reservation(study):
 def test_a_release_published_as_version_1_before_the_upgrade_is_left_as_it_is(study):
     """Re-publishing a release whose version-1 report (no lifetime spend) the previous software
     already wrote is not a conflict: the published bytes stay; other bytes still conflict."""
+    from dpate.storage import PublicationConflictError, Store
     from tasks.site import publish_site_report
-    from tasks.storage import PublicationConflictError, Store
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from dpate.settings import resolve_site
 from schemas.report import PublicEstimate, SiteReport, read_report
-from tasks.settings import resolve_site
 from tasks.site import site_report_bytes
 
 from .helpers import committed_release

@@ -14,13 +14,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from dpate.ledger import Committed
+from dpate.settings import SiteContext, resolve_site
 from dpate_core.release import draw_once
 from schemas.preflight import FeasibilityError
 from schemas.report import software_version
 from schemas.site_preparation import SiteData, prepare_site_data
 from schemas.sources import stream_cell_statistics
-from tasks.ledger import Committed
-from tasks.settings import SiteContext, resolve_site
 from tasks.site import (
     STREAMED_ESTIMATORS,
     SiteStatistics,

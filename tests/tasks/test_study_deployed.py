@@ -12,8 +12,8 @@ import pytest
 from prefect.exceptions import ObjectNotFound
 
 import deployments.orchestrate as orchestrate
-from tasks.settings import resolve_study
-from tasks.storage import Store
+from dpate.settings import resolve_study
+from dpate.storage import Store
 
 from .helpers import publish_site
 

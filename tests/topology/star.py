@@ -160,8 +160,8 @@ class StarTopology:
             from deployments.automations import ensure_zombie_automation
 
             ensure_zombie_automation()
+        from dpate.ledger import PrivacyLedger
         from dpate_core.privacy import PrivacyParams
-        from tasks.ledger import PrivacyLedger
 
         for site in self.sites:  # each site's IT: `dpate ledger init` before the first study
             PrivacyLedger.init(self.ledger_url(site), site, PrivacyParams.of("20", "0")).close()
@@ -220,13 +220,13 @@ class StarTopology:
         return {n.rsplit("/", 1)[-1]: fs.cat_file(n) for n in names}
 
     def spend(self, site: str):
-        from tasks.ledger import PrivacyLedger
+        from dpate.ledger import PrivacyLedger
 
         with PrivacyLedger(self.ledger_url(site)) as ledger:
             return ledger.spend(site)
 
     def events(self, site: str):
-        from tasks.ledger import PrivacyLedger
+        from dpate.ledger import PrivacyLedger
 
         with PrivacyLedger(self.ledger_url(site)) as ledger:
             return ledger.events(site)

@@ -20,7 +20,7 @@ from dpate_core.privacy import PrivacyParams
 
 pytestmark = [pytest.mark.services, pytest.mark.postgres]
 
-ledger_mod = pytest.importorskip("tasks.ledger")
+ledger_mod = pytest.importorskip("dpate.ledger")
 
 N_RELEASES = 20
 RELEASE = PrivacyParams(Fraction(1, 2), Fraction(1, 10**6))

@@ -200,7 +200,7 @@ def test_release_service_releases_with_the_sites_own_configuration(tmp_path, mon
     assert "report published" in " ".join(res.stdout.split())
     (report,) = (site_root / "published" / "svc-study" / "sites" / "rural").glob("*.json")
     assert not study.published.exists()  # the spec's `reports` was not used
-    from tasks.ledger import PrivacyLedger
+    from dpate.ledger import PrivacyLedger
 
     with PrivacyLedger(study.ledger_url("rural")) as led:
         (reserve,) = [e for e in led.events("rural") if e.kind == "RESERVE"]

@@ -1,5 +1,5 @@
 """Object storage as deployed: SeaweedFS's S3 gateway with one identity per site and one for the
-aggregator (deployments/storage/config.py for the policies), the layout of tasks/storage.py under
+aggregator (deployments/storage/config.py for the policies), the layout of dpate/storage.py under
 ``s3://dpate/studies``: each site may write only ``<study>/sites/<site>/``; the aggregator reads
 everything and writes only ``<study>/results/``; conditional writes make a publication write-once.
 Identities are granted per study, so every test here works in the study ``storage-test`` and
@@ -160,9 +160,9 @@ def test_s3_urls_through_fsspec_with_per_process_environment(seaweed, key_suffix
 
 
 def test_pipeline_write_once_on_seaweedfs(seaweed, key_suffix):
-    """tasks/storage.py's Store on s3://: first publication written, the same bytes again
+    """dpate/storage.py's Store on s3://: first publication written, the same bytes again
     "unchanged", different bytes refused, another site's folder denied."""
-    storage = pytest.importorskip("tasks.storage")
+    storage = pytest.importorskip("dpate.storage")
     env = seaweed.env_for("site-a")
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
@@ -187,7 +187,7 @@ _OUTAGE_SCRIPT = textwrap.dedent(
     import os, sys, time
     from prefect import flow, task
     from tasks.common import IO_TASK
-    from tasks.storage import Store
+    from dpate.storage import Store
 
     @task(name="publish-through-outage", **IO_TASK)
     def publish(url, key, data):
@@ -215,7 +215,7 @@ def test_publication_outlasts_a_storage_outage_longer_than_the_clients_retries(
     the outage, so the publication succeeds once the store is back."""
     import time
 
-    storage = pytest.importorskip("tasks.storage")
+    storage = pytest.importorskip("dpate.storage")
     key = storage.Store.site_report_key(STUDY, "site-a", f"rid-{key_suffix}")
     go = tmp_path / "go"
     env = {

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
+from dpate.ledger import SiteSpend
 from schemas.result import ReleasedSite, SiteResult, StudyResult, spend_text
-from tasks.ledger import SiteSpend
 
 __all__ = ["forest_plot_png", "render_html", "source_label"]
 

@@ -48,8 +48,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dpate.ledger import as_sqlalchemy_url, release_id
 from schemas.spec import SpecError, StudySpec, load_spec
-from tasks.ledger import as_sqlalchemy_url, release_id
 
 __all__ = [
     "IDENTIFIER",
@@ -211,9 +211,19 @@ def site_config(site: str, study: str) -> SiteConfig:
             value = value.replace("{site}", site).replace("{study}", study)
         values[key] = value
         sources.append((key, where))
-    sites = values.pop("sites", None)
-    if isinstance(sites, str):
-        sites = [s.strip() for s in sites.split(",") if s.strip()]
+    raw_sites = values.pop("sites", None)
+    sites: tuple[str, ...] | None
+    if raw_sites is None:
+        sites = None
+    elif isinstance(raw_sites, str):
+        sites = tuple(s.strip() for s in raw_sites.split(",") if s.strip())
+    elif isinstance(raw_sites, (list, tuple)):
+        sites = tuple(str(s) for s in raw_sites)
+    else:
+        raise SettingsError(
+            f"'sites' in the site configuration must be a list of site ids or one comma-separated "
+            f"string (got a {type(raw_sites).__name__}): fix it in {path}"
+        )
     return SiteConfig(
         ledger=_str(values.get("ledger")),
         data=_str(values.get("data")),
@@ -222,7 +232,7 @@ def site_config(site: str, study: str) -> SiteConfig:
         storage=_str(values.get("storage")),
         log=_str(values.get("log")),
         allow_spec_data=_truthy(values.get("allow_spec_data", False)),
-        sites=tuple(str(s) for s in sites) if sites is not None else None,  # type: ignore[union-attr]
+        sites=sites,
         sources=tuple(sources),
     )
 
@@ -290,7 +300,9 @@ def resolve_study(
     return StudyContext(study_spec, spec, round or study_spec.release, storage)
 
 
-def _spec_data(spec: StudySpec, site: str, base: Path | None, cfg: SiteConfig, deployed: bool):
+def _spec_data(
+    spec: StudySpec, site: str, base: Path | None, cfg: SiteConfig, deployed: bool
+) -> str:
     loc = spec.site(site).data
     if cfg.allow_spec_data:
         return _local(base, loc)

@@ -184,11 +184,12 @@ class Store:
         path = posixpath.join(root, check_key(key))
         try:
             if max_bytes is None:
-                return fs.cat_file(path)
+                whole: bytes = fs.cat_file(path)
+                return whole
             size = fs.size(path)
             if size is not None and size > max_bytes:
                 raise ObjectTooLargeError(key, size, max_bytes)
-            data = fs.cat_file(path, start=0, end=max_bytes + 1)
+            data: bytes = fs.cat_file(path, start=0, end=max_bytes + 1)
         except FileNotFoundError:
             return None
         if len(data) > max_bytes:
@@ -198,7 +199,7 @@ class Store:
     def exists(self, key: str) -> bool:
         """Whether an object is stored at ``key`` (the check before reserving a release)."""
         fs, root = self._fs_root
-        return fs.exists(posixpath.join(root, check_key(key)))
+        return bool(fs.exists(posixpath.join(root, check_key(key))))
 
     def children(self, key_dir: str) -> list[str]:
         """Keys of the objects directly under ``key_dir`` (never recursive), sorted; ``""``

@@ -2,7 +2,7 @@
 
 Every site report carries ``ledger_head``: the ``seq`` and ``row_hash`` of its release's COMMIT row,
 and the aggregator copies the head of every report it used into its result document
-(``sites[].ledger_head``). A row hash chains every earlier row (tasks.ledger), and both documents
+(``sites[].ledger_head``). A row hash chains every earlier row (dpate.ledger), and both documents
 are write-once and outside the site's database, so the heads a site has published pin its
 ledger's history:
 
@@ -31,9 +31,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dpate.ledger import PrivacyLedger
+from dpate.storage import ObjectTooLargeError, Store
 from schemas.report import MAX_REPORT_BYTES
-from tasks.ledger import PrivacyLedger
-from tasks.storage import ObjectTooLargeError, Store
 
 __all__ = [
     "MAX_RESULT_BYTES",
