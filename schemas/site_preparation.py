@@ -115,12 +115,12 @@ def prepare_site_data(
     otherwise CSV), a DataFrame or a pyarrow Table. Raises
     :class:`~schemas.site_errors.SiteDataError` (every problem at once; no data values in it).
 
-    A location is read and validated in batches (:func:`schemas.sources.prepare_source`: bounded
+    A location is read and validated in batches (:func:`schemas.site_batches.prepare_source`: bounded
     working memory, the same result and messages); it may also be a partitioned Parquet dataset
     (a directory) or a SQL database URL (query in ``DPATE_DATA_QUERY``).
     """
     if isinstance(source, (str, Path)):
-        from schemas.sources import prepare_source
+        from schemas.site_batches import prepare_source
 
         return prepare_source(source, spec, fmt=fmt)
     failure: SiteDataError | None = None
