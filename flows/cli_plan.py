@@ -73,7 +73,8 @@ def plan(
     """Predict each site's and the combined 95% interval width from public inputs only (spends
     nothing), the epsilon per site a target width needs, a recommended estimator and split, and
     warn when the study cannot answer its question at its budget."""
-    from dpate_core.planning import Assumptions, SiteDesign, plan_study
+    from dpate_core.plan_inputs import Assumptions, SiteDesign
+    from dpate_core.planning import plan_study
     from tasks.settings import load_study_spec
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (flows.cli_errors)

@@ -7,8 +7,8 @@ recommendations. ``pinned_outputs.json`` holds
 the recorded values (re-recorded on purpose twice since: the observational study plan when the
 adjusted width prediction began to count strata dropped for noisy counts, and the difference in
 means and the combiners fed by it when its arm sums became exact integer sums of grid-rounded
-outcomes, which moved them by about 1e-13 relative); a relative tolerance of 1e-12 allows only last-bit differences of the
-platform's maths library, not a change of formula."""
+outcomes, which moved them by about 1e-13 relative); a relative tolerance of 1e-12 allows only
+last-bit differences of the platform's maths library, not a change of formula."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from dpate_core.adjusted import cell_statistics, plan_adjusted
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import exact_matching, matching_statistics, matching_variance
 from dpate_core.matching import plan_matching
-from dpate_core.planning import SiteDesign, plan_study
+from dpate_core.plan_inputs import SiteDesign
+from dpate_core.planning import plan_study
 from dpate_core.release import draw_many
 from dpate_core.synth import synth
 
