@@ -60,7 +60,8 @@ from schemas.site_errors import (
 )
 from schemas.site_reading import _as_frame, _needed_columns
 from schemas.site_schema import build_schema
-from schemas.spec import CategoricalCovariate, NumericCovariate, StudySpec
+from schemas.spec import StudySpec
+from schemas.spec_columns import CategoricalCovariate, NumericCovariate
 from schemas.strata import stratum_ids
 
 __all__ = ["PreparationReport", "SiteData", "prepare_site_data"]

@@ -20,7 +20,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from schemas.site_errors import SiteDataError, _missing_columns, _Redacted
-from schemas.spec import CategoricalCovariate, StudySpec
+from schemas.spec import StudySpec
+from schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["read_site_table"]
 
