@@ -104,7 +104,7 @@ def _preload() -> None:
     import sqlalchemy
 
     import dpate_core.adjusted
-    import schemas.sources
+    import schemas.site_statistics
 
     del psycopg, pyarrow, sqlalchemy, dpate_core, schemas
 
@@ -141,9 +141,11 @@ def child(mode: str, target: str) -> dict:
     elif mode in ("release", "pg-release", "release-matching", "release-dim"):
         rows = release(spec, target)
     elif mode in ("release-records", "release-dim-records"):
-        import schemas.sources
+        import schemas.site_statistics
 
-        schemas.sources.STREAMED_ESTIMATORS = frozenset()  # this process only: the records path
+        schemas.site_statistics.STREAMED_ESTIMATORS = (
+            frozenset()
+        )  # this process only: the records path
         rows = release(spec, target)
     elif mode == "pyarrow":
         import pyarrow.parquet as pq
@@ -165,12 +167,12 @@ def child(mode: str, target: str) -> dict:
 
         rows = prepare_site_data(target, spec).n
     elif mode == "dataset-stream":
-        from schemas.sources import stream_cell_statistics
+        from schemas.site_statistics import stream_cell_statistics
 
         stats, _ = stream_cell_statistics(target, spec, fmt="parquet-dataset")
         rows = stats.n
     elif mode in ("stream", "pg-stream"):
-        from schemas.sources import stream_cell_statistics
+        from schemas.site_statistics import stream_cell_statistics
 
         stats, _ = stream_cell_statistics(target, spec)
         rows = stats.n
@@ -185,7 +187,7 @@ def child(mode: str, target: str) -> dict:
 
         rows = prepare_site_data(target, spec).n
     elif mode == "csv-stream":
-        from schemas.sources import stream_cell_statistics
+        from schemas.site_statistics import stream_cell_statistics
 
         rows = stream_cell_statistics(target, spec)[0].n
     elif mode == "psycopg-copy":

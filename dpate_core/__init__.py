@@ -13,7 +13,9 @@ Pure and fast: numpy arrays in, numbers out; no I/O, no logging, no orchestratio
 - :mod:`dpate_core.adjusted`: DP subclassification ("adjusted"), pure epsilon-DP.
 - :mod:`dpate_core.registry`: every estimator a study may name, declared once.
 - :mod:`dpate_core.inference`: bootstrap and normal intervals from published fields.
-- :mod:`dpate_core.planning`: predicted interval widths from public inputs (``dpate plan``).
+- :mod:`dpate_core.planning`: predicted interval widths from public inputs (``dpate plan``), with
+  :mod:`~dpate_core.plan_inputs`, :mod:`~dpate_core.predictors` (one per estimator),
+  :mod:`~dpate_core.site_prediction` and :mod:`~dpate_core.plan_recommendation`.
 - :mod:`dpate_core.aggregators`: every aggregator a study may name, declared once (one
   vectorised implementation each).
 - :mod:`dpate_core.aggregation`: MVAgg, AggAll, AggLargest, inverse-variance, random effects.

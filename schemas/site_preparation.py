@@ -60,7 +60,8 @@ from schemas.site_errors import (
 )
 from schemas.site_reading import _as_frame, _needed_columns
 from schemas.site_schema import build_schema
-from schemas.spec import CategoricalCovariate, NumericCovariate, StudySpec
+from schemas.spec import StudySpec
+from schemas.spec_columns import CategoricalCovariate, NumericCovariate
 from schemas.strata import stratum_ids
 
 __all__ = ["PreparationReport", "SiteData", "prepare_site_data"]
@@ -115,12 +116,12 @@ def prepare_site_data(
     otherwise CSV), a DataFrame or a pyarrow Table. Raises
     :class:`~schemas.site_errors.SiteDataError` (every problem at once; no data values in it).
 
-    A location is read and validated in batches (:func:`schemas.sources.prepare_source`: bounded
+    A location is read and validated in batches (:func:`schemas.site_batches.prepare_source`: bounded
     working memory, the same result and messages); it may also be a partitioned Parquet dataset
     (a directory) or a SQL database URL (query in ``DPATE_DATA_QUERY``).
     """
     if isinstance(source, (str, Path)):
-        from schemas.sources import prepare_source
+        from schemas.site_batches import prepare_source
 
         return prepare_source(source, spec, fmt=fmt)
     failure: SiteDataError | None = None

@@ -5,7 +5,7 @@ Text columns the spec gives text values for are read as dictionaries (validation
 touch each distinct value once, not every row). A reader's own error text may quote file contents:
 it is dropped, and :class:`~schemas.site_errors.SiteDataError` names the file, the missing
 columns or the type of the reader's error only. Batched reading of a location lives in
-:mod:`schemas.sources`, which shares the helpers here.
+:mod:`schemas.sources` (and the modules it names), which share the helpers here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from schemas.site_errors import SiteDataError, _missing_columns, _Redacted
-from schemas.spec import CategoricalCovariate, StudySpec
+from schemas.spec import StudySpec
+from schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["read_site_table"]
 
@@ -130,8 +131,8 @@ def _read_csv(fh: Any, location: str | Path, spec: StudySpec) -> pa.Table:
 
 
 def _shown(location: str) -> str:
-    """The location as a message may show it: no password (schemas/sources.py)."""
-    from schemas.sources import redact_location
+    """The location as a message may show it: no password (schemas/source_redaction.py)."""
+    from schemas.source_redaction import redact_location
 
     return redact_location(location)
 

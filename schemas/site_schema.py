@@ -23,7 +23,8 @@ from schemas.site_errors import (
     _R_TREATMENT_01,
     _R_TREATMENT_LABEL,
 )
-from schemas.spec import CategoricalCovariate, StudySpec
+from schemas.spec import StudySpec
+from schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["build_schema"]
 

@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from schemas.spec import CategoricalCovariate, StudySpec
+from schemas.spec import StudySpec
+from schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["stratum_ids"]
 

@@ -8,8 +8,8 @@ cache, no persisted result, never logged); everything logged to Prefect is publi
 
 **Memory.** The estimators whose statistics are sums of per-record terms that add exactly
 (:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer per-cell
-sums) are released in one streaming pass: :func:`~schemas.sources.read_site_records` returns their
-statistics (:class:`~schemas.sources.SiteStatistics`, from ``stream_cell_statistics``), never the
+sums) are released in one streaming pass: :func:`~schemas.site_statistics.read_site_records` returns their
+statistics (:class:`~schemas.site_statistics.SiteStatistics`, from ``stream_cell_statistics``), never the
 records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set plus
 ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the statistics
 are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)`` (17 bytes a
@@ -60,7 +60,7 @@ from schemas.result import interval_text
 from schemas.signing import seal_site_report, site_signing_key
 from schemas.site_errors import SiteDataError
 from schemas.site_preparation import SiteData
-from schemas.sources import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
+from schemas.site_statistics import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
 from schemas.spec import StudySpec
 from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 
@@ -205,7 +205,7 @@ def check_publication(ctx: SiteContext) -> None:
 def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
     """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
     For a streamed estimator only its per-cell statistics are kept
-    (:func:`schemas.sources.read_site_records`).
+    (:func:`schemas.site_statistics.read_site_records`).
 
     A failed check's full text (counts, row positions) goes to the operator log only; Prefect
     gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no

@@ -166,7 +166,7 @@ def _check_site(
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from schemas.preflight import feasibility_problems
     from schemas.site_errors import SiteDataError
-    from schemas.sources import read_site_records
+    from schemas.site_statistics import read_site_records
 
     try:  # as the release reads them (streamed for STREAMED_ESTIMATORS; SQL query and secret)
         data = read_site_records(

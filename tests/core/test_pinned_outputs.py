@@ -24,7 +24,8 @@ from dpate_core.adjusted import cell_statistics, plan_adjusted
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import exact_matching, matching_statistics, matching_variance
 from dpate_core.matching import plan_matching
-from dpate_core.planning import SiteDesign, plan_study
+from dpate_core.plan_inputs import SiteDesign
+from dpate_core.planning import plan_study
 from dpate_core.release import draw_many
 from dpate_core.synth import synth
 

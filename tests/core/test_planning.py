@@ -16,16 +16,11 @@ import pytest
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
 from dpate_core.matching import plan_matching
-from dpate_core.planning import (
-    Assumptions,
-    SiteDesign,
-    balanced_counts,
-    clamped_mean,
-    plan_study,
-    predict_site,
-)
+from dpate_core.plan_inputs import Assumptions, SiteDesign, balanced_counts, clamped_mean
+from dpate_core.planning import plan_study
 from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, simulate_sites
+from dpate_core.site_prediction import predict_site
 from dpate_core.synth import split_equal, split_proportions, synth
 from schemas.datasets import DataUnavailableError, load_ist, load_star
 
@@ -147,7 +142,7 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
 
 def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
     from dpate_core.adjusted import AUTO_RATIO, plan_adjusted, resolve_weighting
-    from dpate_core.planning import adjusted_weighting
+    from dpate_core.predictors import adjusted_weighting
 
     # |X| = 10, eps 1, default split (eps_n = 7/20): subclassification iff N >= 20 * 10 * 40/7
     edge = 20 * AUTO_RATIO * 40 / 7

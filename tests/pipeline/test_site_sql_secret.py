@@ -70,7 +70,7 @@ def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path
     from prefect.logging.handlers import APILogWorker
 
     from flows.site_release import site_release
-    from schemas.sources import stream_cell_statistics
+    from schemas.site_statistics import stream_cell_statistics
 
     st, schema = pg_records
     block = f"site-db-{uuid.uuid4().hex[:8]}"
@@ -90,11 +90,11 @@ def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path
     st.init_ledgers()
 
     seen = []
-    import schemas.sources
+    import schemas.source_sql
 
-    real = schemas.sources._secret_value
+    real = schemas.source_sql._secret_value
     monkeypatch.setattr(
-        schemas.sources, "_secret_value", lambda name: seen.append(name) or real(name)
+        schemas.source_sql, "_secret_value", lambda name: seen.append(name) or real(name)
     )
     out = site_release(spec=str(st.spec), site="solo")
     assert out["status"] == "written" and out["estimator"] == "adjusted"

@@ -1,4 +1,5 @@
-"""Site data sources (schemas/sources.py): Parquet files and datasets, CSV and SQL read in batches
+"""Site data sources (schemas/sources.py, source_*.py, site_batches.py, site_statistics.py):
+Parquet files and datasets, CSV and SQL read in batches
 give what one pass gives, word for word in errors; credentials never appear in a message."""
 
 from __future__ import annotations
@@ -14,21 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpate_core.adjusted import cell_statistics
+from schemas.site_batches import iter_site_batches, prepare_source
 from schemas.site_errors import SiteDataError
 from schemas.site_preparation import prepare_site_data
 from schemas.site_reading import read_site_table
-from schemas.sources import (
-    CsvSource,
-    ParquetDatasetSource,
-    ParquetFileSource,
-    SqlSource,
-    is_sql_url,
-    iter_site_batches,
-    open_source,
-    prepare_source,
-    redact_location,
-    stream_cell_statistics,
-)
+from schemas.site_statistics import stream_cell_statistics
+from schemas.source_csv import CsvSource
+from schemas.source_parquet import ParquetDatasetSource, ParquetFileSource
+from schemas.source_redaction import is_sql_url, redact_location
+from schemas.source_sql import SqlSource
+from schemas.sources import open_source
 
 from .test_site_data import expected_strata, good_frame, make_spec
 
@@ -352,7 +348,7 @@ def test_file_urls_lose_passwords_and_secret_query_values():
 
 
 def test_password_from_a_prefect_secret_block(tmp_path, monkeypatch):
-    import schemas.sources as sources
+    import schemas.source_sql as source_sql
 
     seen = {}
 
@@ -360,7 +356,7 @@ def test_password_from_a_prefect_secret_block(tmp_path, monkeypatch):
         seen["name"] = name
         return "hunter2"
 
-    monkeypatch.setattr(sources, "_secret_value", fake_secret)
+    monkeypatch.setattr(source_sql, "_secret_value", fake_secret)
     src = open_source(
         "postgresql+psycopg://alice@127.0.0.1:1/test", make_spec(), query="t", secret="site-db"
     )
@@ -376,7 +372,7 @@ def test_secret_block_is_loaded_by_name_and_its_value_never_shown(monkeypatch):
     only is kept, and the value never appears in a message."""
     from prefect.blocks.system import Secret
 
-    import schemas.sources as sources
+    import schemas.source_sql as source_sql
 
     class Loaded:
         def get(self):
@@ -388,9 +384,9 @@ def test_secret_block_is_loaded_by_name_and_its_value_never_shown(monkeypatch):
         raise ValueError(f"Unable to find block document named {name}: hunter2-from-block")
 
     monkeypatch.setattr(Secret, "load", load)
-    assert sources._secret_value("site-db") == "hunter2-from-block"
+    assert source_sql._secret_value("site-db") == "hunter2-from-block"
     with pytest.raises(SiteDataError) as info:
-        sources._secret_value("absent-block")
+        source_sql._secret_value("absent-block")
     text = str(info.value)
     assert "'absent-block'" in text and "ValueError" in text and "DPATE_DATA_SECRET" in text
     assert "hunter2" not in text and info.value.__context__ is None

@@ -20,7 +20,7 @@ from dpate_core.release import draw_once
 from schemas.preflight import FeasibilityError
 from schemas.report import software_version
 from schemas.site_preparation import SiteData, prepare_site_data
-from schemas.sources import stream_cell_statistics
+from schemas.site_statistics import stream_cell_statistics
 from tasks.site import (
     STREAMED_ESTIMATORS,
     SiteStatistics,
@@ -101,10 +101,10 @@ def test_streamed_report_bytes_equal_the_materialising_paths(streamed, monkeypat
     adjusted = streamed
     path = _with_missing_values_as_csv(adjusted, "north")
     if batch_rows is not None:
-        import schemas.sources
+        import schemas.site_statistics
 
         monkeypatch.setattr(
-            schemas.sources,
+            schemas.site_statistics,
             "stream_cell_statistics",
             functools.partial(stream_cell_statistics, batch_rows=batch_rows),
         )
@@ -138,7 +138,7 @@ def test_materialising_estimators_keep_the_records(study):
 
 
 def _cells(ctx: SiteContext):
-    from schemas.sources import stream_cell_statistics as stream
+    from schemas.site_statistics import stream_cell_statistics as stream
 
     return stream(ctx.data_location, ctx.spec)
 
@@ -202,16 +202,17 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
     for name in ("DPATE_DATA_QUERY", "DPATE_DATA_SECRET"):
         monkeypatch.delenv(name, raising=False)
     seen = []
-    import schemas.sources
+    import schemas.site_statistics
+    import schemas.source_sql
 
-    real = schemas.sources.open_source
+    real = schemas.site_statistics.open_source
 
     def spy(*args, **kwargs):
         src = real(*args, **kwargs)
         seen.append(src)
         return src
 
-    monkeypatch.setattr(schemas.sources, "open_source", spy)
+    monkeypatch.setattr(schemas.site_statistics, "open_source", spy)
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.data_query == "SELECT * FROM records" and ctx.data_secret is None
     data = load_site_data.fn(ctx)
@@ -220,7 +221,7 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
 
     # a Secret block named in the site config is loaded at the site and set as the password
     # (SQLite takes none, so the connection is refused): its value is never shown or logged
-    monkeypatch.setattr(schemas.sources, "_secret_value", lambda block: f"pw-of-{block}-hunter2")
+    monkeypatch.setattr(schemas.source_sql, "_secret_value", lambda block: f"pw-of-{block}-hunter2")
     cfg.write_text(cfg.read_text() + 'data_secret = "site-db-password"\n', encoding="utf-8")
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.data_secret == "site-db-password"

@@ -9,7 +9,7 @@ import pytest
 
 from dpate_core.adjusted import cell_statistics, plan_adjusted
 from schemas.site_preparation import PreparationReport, SiteData
-from schemas.sources import SiteStatistics
+from schemas.site_statistics import SiteStatistics
 from schemas.spec import StudySpec
 from tasks.site import plan_from_records
 

@@ -1,0 +1,157 @@
+"""What a prediction of :mod:`dpate_core.planning` starts from and gives per site: the public design
+of a site's release (:class:`SiteDesign`), the stated assumptions about data it never sees
+(:class:`Assumptions`), the closed forms every prediction shares (:func:`clamped_mean`,
+:func:`balanced_counts`) and one site's prediction (:class:`SitePrediction`). Public inputs only."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact, to_float
+
+__all__ = ["Assumptions", "SiteDesign", "SitePrediction", "balanced_counts", "clamped_mean"]
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What a prediction assumes about data it never sees. ``outcome_sd=None``: ``B/2``."""
+
+    arm_share: float = 0.5
+    outcome_sd: float | None = None
+    effect: float = 0.0
+
+    def sd(self, bound: float) -> float:
+        return bound / 2.0 if self.outcome_sd is None else float(self.outcome_sd)
+
+    def describe(self, bound: float) -> list[str]:
+        sd = (
+            f"outcome sd within arm and stratum {self.sd(bound):g} (B/2: the worst case for "
+            f"outcomes in [0, B]; give --outcome-sd for a better guess)"
+            if self.outcome_sd is None
+            else f"outcome sd within arm and stratum {self.sd(bound):g} (user-supplied)"
+        )
+        return [
+            f"treated share {self.arm_share:g} at every site",
+            "each arm's records spread evenly over the |X| strata",
+            sd,
+            f"effect {self.effect:g} (enters the matching variance estimate, and the adjusted "
+            f"estimator's count noise through arm means B/2 +- effect/2)",
+        ]
+
+
+@dataclass(frozen=True)
+class SiteDesign:
+    """The public design of one site's release."""
+
+    site_id: str
+    n: int
+    epsilon: Fraction
+    delta: Fraction
+    split: tuple[Fraction, ...]
+
+    @classmethod
+    def of(
+        cls,
+        site_id: str,
+        n: int,
+        epsilon: Number,
+        delta: Number = 0,
+        split: Sequence[Number] | None = None,
+        parts: int = 2,
+    ) -> SiteDesign:
+        if int(n) < 2:
+            raise ValueError(f"site {site_id!r}: N ({n}) must be at least 2")
+        return cls(
+            site_id,
+            int(n),
+            exact(epsilon, "epsilon"),
+            exact(delta, "delta"),
+            BudgetSplit.of(split, parts).shares,
+        )
+
+
+@dataclass(frozen=True)
+class SitePrediction:
+    """Predicted variances and the 95% normal interval of one site (``half_width``)."""
+
+    site_id: str
+    n: int
+    epsilon: Fraction
+    delta: Fraction
+    split: tuple[Fraction, ...]
+    estimator: str
+    sampling_variance: float
+    noise_variance: float
+    reported_variance: float
+    half_width: float
+    #: the adjusted estimator's weighting this release would use (None for the others)
+    weighting: str | None = None
+
+    @property
+    def rmse(self) -> float:
+        """Predicted standard error of the estimate: ``sqrt(sampling + noise variance)``."""
+        return math.sqrt(self.sampling_variance + self.noise_variance)
+
+    @property
+    def width(self) -> float:
+        return 2.0 * self.half_width
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["epsilon"], d["delta"] = str(self.epsilon), str(self.delta)
+        d["split"] = [str(s) for s in self.split]
+        d["rmse"], d["width"] = self.rmse, self.width
+        return d
+
+
+def clamped_mean(v: float, b: float) -> float:
+    """``E max(v + L, 0)`` for ``L ~ Lap(b)``: ``v + (b/2) e^(-v/b)`` if ``v >= 0``, else
+    ``(b/2) e^(v/b)``; ``max(v, 0)`` when ``b = 0``."""
+    if b <= 0:
+        return max(v, 0.0)
+    if v >= 0:
+        return v + 0.5 * b * math.exp(-v / b)
+    return 0.5 * b * math.exp(v / b)
+
+
+def balanced_counts(n: int, domain_size: int, arm_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The assumed ``(|T_x|, |C_x|)``: ``round(share N)`` treated and the rest control, each
+    spread as evenly as possible over the ``|X|`` strata (public given the assumption)."""
+    if not 0 < arm_share < 1:
+        raise ValueError(f"treated share ({arm_share}) must lie strictly between 0 and 1")
+    k = int(domain_size)
+    n_t = min(max(round(arm_share * n), 1), n - 1)
+    n_c = n - n_t
+
+    def spread(m: int) -> np.ndarray:
+        return np.full(k, m // k, dtype=np.int64) + (np.arange(k) < m % k)
+
+    return spread(n_t), spread(n_c)
+
+
+def _eps(p: PrivacyParams) -> float:
+    return to_float(p.epsilon, round_up=False)
+
+
+def _delta(p: PrivacyParams) -> float:
+    return to_float(p.delta, round_up=False)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    design: SiteDesign
+    domain_size: int
+    bound: float
+    arm_sizes_public: bool
+    assumptions: Assumptions
+    weighting: str = "auto"
+
+    def parts(self) -> tuple[PrivacyParams, ...]:
+        total = PrivacyParams(self.design.epsilon, self.design.delta)
+        return BudgetSplit(self.design.split).apply(total)

@@ -1,0 +1,32 @@
+"""Arrow helpers shared by the site's file and database sources: an empty batch of a schema, a
+local file opened for plain reads, and text columns dictionary-encoded as the spec compares them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from schemas.site_reading import _dictionary_encode, _open
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _open_plain(location: str) -> Any:
+    """A local file is read with plain reads, not memory-mapped: a mapping's pages count in the
+    process's resident memory (up to the file's size) although only a batch is in use.
+    (Compressed CSV and URLs: as :func:`~schemas.site_reading.read_site_table` opens them.)"""
+    low = location.lower()
+    local = "://" not in location or location.startswith("file://")
+    if local and not low.endswith((".gz", ".bz2", ".zst")):
+        return pa.OSFile(location.removeprefix("file://"), "rb")
+    return _open(location)
+
+
+def _encode(batch: pa.RecordBatch, text_cols: list[str]) -> pa.RecordBatch:
+    if not text_cols:
+        return batch
+    table = _dictionary_encode(pa.Table.from_batches([batch]), text_cols)
+    return table.combine_chunks().to_batches()[0] if table.num_rows else batch

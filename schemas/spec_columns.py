@@ -1,0 +1,192 @@
+"""The study spec's columns: the treatment ``W``, the outcome ``Y`` with its public bound ``B``, and
+the covariates whose public discretisation fixes the strata and the domain size ``|X|``."""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_serializer, field_validator, model_validator
+
+from schemas.spec_fields import _Model
+
+__all__ = ["CategoricalCovariate", "Covariate", "NumericCovariate", "OutcomeSpec", "TreatmentSpec"]
+
+
+class TreatmentSpec(_Model):
+    """The treatment column ``W``.
+
+    Without labels the column must hold 0/1 (integers, floats 0.0/1.0 or booleans). With labels,
+    ``treated`` and ``control`` are the two values the column may hold (e.g. ``"small"`` and
+    ``"regular"``); anything else is an error.
+    """
+
+    column: str = Field(min_length=1)
+    treated: str | int | None = None
+    control: str | int | None = None
+
+    @model_validator(mode="after")
+    def _labels(self) -> TreatmentSpec:
+        if (self.treated is None) != (self.control is None):
+            raise ValueError("give both 'treated' and 'control' labels, or neither (then 0/1)")
+        if self.treated is not None and self.treated == self.control:
+            raise ValueError("'treated' and 'control' labels must differ")
+        if self.treated is not None and type(self.treated) is not type(self.control):
+            raise ValueError("'treated' and 'control' labels must both be strings or both integers")
+        return self
+
+    @property
+    def labels(self) -> tuple[str | int, str | int] | None:
+        """``(treated, control)`` or None for 0/1 coding."""
+        if self.treated is None:
+            return None
+        return (self.treated, self.control)  # type: ignore[return-value]
+
+
+class OutcomeSpec(_Model):
+    """The outcome ``Y`` and its public bound ``B``.
+
+    The value used is ``Y - offset`` (``offset`` is public, default 0), which must lie in
+    ``[0, bound]``. ``policy = "clip"`` (default) clips values outside to the interval and counts
+    them for the site operator; ``"reject"`` refuses the file if any value is outside.
+
+    ``labels`` maps an outcome stored as text to numbers, e.g. ``{ "Yes" = 1, "No" = 0 }``: the
+    column must then hold only those labels (anything else is an error, as for treatment labels)
+    and each label's number goes through ``offset`` and ``bound`` like a numeric value. The
+    numbers are public and must lie in ``[offset, offset + bound]`` (checked here).
+    """
+
+    column: str = Field(min_length=1)
+    bound: float = Field(description="the public outcome bound B (> 0)")
+    offset: float = 0.0
+    policy: Literal["clip", "reject"] = "clip"
+    labels: dict[str, float] | None = None
+    #: every value is 0 or B after the offset (checked on the data by the release): the
+    #: difference in means then needs no sums of squares (one budget part fewer)
+    binary: bool = Field(default=False, exclude_if=lambda v: not v)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_in(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        if not isinstance(v, dict) or not v:
+            raise ValueError(
+                'labels must be a table of text labels to numbers, e.g. { "Yes" = 1, "No" = 0 }'
+            )
+        if any(isinstance(x, bool) or not isinstance(x, int | float) for x in v.values()):
+            raise ValueError('each label maps to a number, e.g. { "Yes" = 1, "No" = 0 }')
+        if any(not k for k in v):
+            raise ValueError("outcome labels must be non-empty text")
+        return v
+
+    @model_validator(mode="after")
+    def _labels_within(self) -> OutcomeSpec:
+        if self.labels is None:
+            return self
+        if not all(math.isfinite(x) for x in self.labels.values()):
+            raise ValueError("outcome label values must be finite numbers")
+        lo, hi = self.offset, self.offset + self.bound
+        if self.binary:
+            other = sorted(k for k, x in self.labels.items() if x not in (lo, hi))
+            if other:
+                raise ValueError(
+                    f"outcome labels {other} map to numbers other than offset and offset + bound "
+                    f"([{lo:g}, {hi:g}]): a binary outcome takes only those two values"
+                )
+        outside = sorted(k for k, x in self.labels.items() if not lo <= x <= hi)
+        if outside:
+            raise ValueError(
+                f"outcome labels {outside} map to numbers outside [offset, offset + bound] = "
+                f"[{lo:g}, {hi:g}]: change the labels' numbers or the bound"
+            )
+        return self
+
+    @field_validator("bound")
+    @classmethod
+    def _bound(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError("the outcome bound B must be positive and finite, e.g. 1.0")
+        return float(v)
+
+    @field_validator("offset")
+    @classmethod
+    def _offset(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("offset must be finite")
+        return float(v)
+
+
+class CategoricalCovariate(_Model):
+    """A categorical covariate with its public levels (one stratum each, in the order given).
+
+    A value not among ``levels`` is an error, unless ``other`` names a level to map it to (either
+    one of ``levels`` or a new level appended after them).
+    """
+
+    kind: Literal["categorical"]
+    column: str = Field(min_length=1)
+    levels: list[str] | list[int] = Field(min_length=1)
+    other: str | int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> CategoricalCovariate:
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"levels of {self.column!r} must be distinct")
+        if self.other is not None and type(self.other) is not type(self.levels[0]):
+            raise ValueError(f"'other' of {self.column!r} must have the same type as its levels")
+        return self
+
+    @property
+    def all_levels(self) -> list[str | int]:
+        """The levels in stratum order, including an appended ``other`` level."""
+        levels: list[str | int] = list(self.levels)
+        if self.other is not None and self.other not in levels:
+            levels.append(self.other)
+        return levels
+
+    @property
+    def size(self) -> int:
+        return len(self.all_levels)
+
+
+class NumericCovariate(_Model):
+    """A numeric covariate cut at fixed public bin edges ``e_0 < e_1 < ... < e_k``.
+
+    Bin ``i`` is ``[e_i, e_{i+1})``; the last bin also holds ``e_k``. The first edge may be
+    ``-inf`` and the last ``inf`` for open-ended bins; a value outside ``[e_0, e_k]`` is an error.
+    """
+
+    kind: Literal["numeric"]
+    column: str = Field(min_length=1)
+    edges: list[float] = Field(min_length=2)
+
+    @field_validator("edges", mode="before")
+    @classmethod
+    def _edges(cls, v: Any) -> list[float]:
+        if not isinstance(v, list | tuple):
+            raise ValueError("edges must be a list of numbers, e.g. [0, 18, 40, 65, inf]")
+        try:
+            edges = [float(e) for e in v if not isinstance(e, bool)] if v else []
+        except (TypeError, ValueError):
+            raise ValueError("bin edges must be numbers (or 'inf' / '-inf' at the ends)") from None
+        if any(math.isnan(e) for e in edges) or any(math.isinf(e) for e in edges[1:-1]):
+            raise ValueError("bin edges must be numbers; only the first may be -inf, the last inf")
+        if edges[0] == math.inf or edges[-1] == -math.inf:
+            raise ValueError("the first edge may be -inf and the last inf, not the other way round")
+        if any(b <= a for a, b in pairwise(edges)):
+            raise ValueError("bin edges must be strictly increasing, e.g. [0, 18, 40, 65, inf]")
+        return edges
+
+    @field_serializer("edges")
+    def _edges_json(self, v: list[float]) -> list[float | str]:
+        # JSON has no infinity: open ends are written "inf" / "-inf" (read back by the validator)
+        return [e if math.isfinite(e) else ("inf" if e > 0 else "-inf") for e in v]
+
+    @property
+    def size(self) -> int:
+        return len(self.edges) - 1
+
+
+Covariate = Annotated[CategoricalCovariate | NumericCovariate, Field(discriminator="kind")]
