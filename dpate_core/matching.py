@@ -9,6 +9,7 @@ the simulations, see :mod:`dpate_core.release`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
@@ -132,6 +133,41 @@ def plan_matching(
     released from noisy per-cell statistics (``cells``, from
     :func:`dpate_core.adjusted.cell_statistics` on the same records) with the variance part of
     the budget, pure ``(eps_2, 0)``-DP (``docs/privacy.md``, Stratified variance)."""
+    bound, total = _checked_request(estimator, stats, bound, epsilon, delta, variance)
+    smooth = estimator == "smooth_matching"
+    _require_delta(total, "SmoothDPMatching" if smooth else "GlobalDPMatching's variance")
+    # SmoothDPMatching: ATE, variance, ln S; GlobalDPMatching: ATE, variance
+    shares = BudgetSplit.of(split, 3 if smooth else 2)
+    p_ate, p_var, *p_sens = shares.apply(total)
+    var_noise, read_variance = _variance_part(variance, stats, cells, bound, p_var, domain_size)
+    if smooth:
+        ate_noise, read_noise = _smooth_ate(stats, bound, domain_size, p_ate, p_sens[0])
+    else:
+        ate_noise, read_noise = _global_ate(stats, bound, p_ate)
+    noise = (ate_noise[0], *var_noise, *ate_noise[1:])
+    return MechanismPlan(
+        estimator=estimator,
+        n=stats.n,
+        n_treated=None,
+        n_control=None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=noise,
+        assemble=functools.partial(_assemble_matching, read_noise, read_variance),
+    )
+
+
+def _checked_request(
+    estimator: str,
+    stats: MatchingStatistics,
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    variance: str,
+) -> tuple[float, PrivacyParams]:
+    """``(B, total budget)`` of a matching release, after checking the variance mode, the bound
+    the statistics were checked against, the record count and the estimator's name."""
     if variance not in ("appendix", "stratified"):
         raise ValueError(
             f"variance ({variance!r}) must be 'appendix' (the paper's) or 'stratified'"
@@ -150,38 +186,21 @@ def plan_matching(
             f"estimator ({estimator!r}) is not a matching estimator: use 'smooth_matching' or "
             f"'global_matching'"
         )
-    smooth = estimator == "smooth_matching"
-    _require_delta(total, "SmoothDPMatching" if smooth else "GlobalDPMatching's variance")
-    # SmoothDPMatching: ATE, variance, ln S; GlobalDPMatching: ATE, variance
-    shares = BudgetSplit.of(split, 3 if smooth else 2)
-    p_ate, p_var, *p_sens = shares.apply(total)
-    var_noise, read_variance = _variance_part(variance, stats, cells, bound, p_var, domain_size)
-    if smooth:
-        ate_noise, read_noise = _smooth_ate(stats, bound, domain_size, p_ate, p_sens[0])
-    else:
-        ate_noise, read_noise = _global_ate(stats, bound, p_ate)
-    noise = (ate_noise[0], *var_noise, *ate_noise[1:])
+    return bound, total
 
-    def assemble(v: Mapping[str, Any]) -> Outputs:
-        noise_var, diagnostics = read_noise(v)
-        v_dp = read_variance(v)
-        return Outputs(
-            v["tau"],
-            np.maximum(v_dp, 0.0) + noise_var,
-            v_dp + noise_var,
-            {**diagnostics, "sampling_variance_dp": v_dp, "noise_variance": noise_var},
-        )
 
-    return MechanismPlan(
-        estimator=estimator,
-        n=stats.n,
-        n_treated=None,
-        n_control=None,
-        total=total,
-        bound=bound,
-        shares=shares,
-        noise=noise,
-        assemble=assemble,
+def _assemble_matching(
+    read_noise: ReadNoise, read_variance: ReadVariance, v: Mapping[str, Any]
+) -> Outputs:
+    """A matching plan's outputs: the noisy ATE, with variance ``max(V_dp, 0)`` plus the ATE
+    part's noise variance (``raw_variance``: ``V_dp`` unclamped)."""
+    noise_var, diagnostics = read_noise(v)
+    v_dp = read_variance(v)
+    return Outputs(
+        v["tau"],
+        np.maximum(v_dp, 0.0) + noise_var,
+        v_dp + noise_var,
+        {**diagnostics, "sampling_variance_dp": v_dp, "noise_variance": noise_var},
     )
 
 
