@@ -30,7 +30,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
-from dpate_core.aggregation import aggregate
+from dpate_core.aggregation import AggregateResult, aggregate
 from dpate_core.aggregators import aggregator_of
 from dpate_core.inference import (
     Interval,
@@ -120,6 +120,45 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     """Combine the valid reports with the spec's aggregator into the result document."""
     valid = [e for e in inputs if e["status"] == "valid"]
     absent = [e for e in inputs if e["status"] != "valid"]
+    _require_enough_sites(ctx, inputs, valid, absent)
+    method = ctx.spec.aggregator
+    est = [e["estimate"] for e in valid]
+    res = aggregate(
+        method, [e["tau"] for e in est], [e["n"] for e in est], [e["variance"] for e in est]
+    )
+    sites = _site_entries(ctx, valid, absent, res)
+    # intervals from the published fields only (post-processing, dpate_core.inference): the
+    # normal one and the parametric bootstrap (MVAgg's selection re-done per draw), both clipped
+    # to [-B, B]; an interval wider than that range is flagged "uninformative at this budget"
+    normal = combined_normal_interval(est, method)
+    boot = combined_bootstrap_interval(est, method)
+    return {
+        "schema": RESULT_SCHEMA,
+        "schema_version": 2,
+        "study_id": ctx.study_id,
+        "spec_hash": ctx.spec.spec_hash,
+        "round": ctx.round,
+        "aggregator": method,
+        "complete": not absent,
+        "estimate": boot.estimate,
+        "variance": res.variance,
+        "ci95": _interval_ends(normal),
+        "interval": boot.as_dict(),
+        "uninformative": boot.uninformative,
+        "extra": dict(res.extra),
+        "sites": sites,
+        "software_version": software_version(),
+    }
+
+
+def _require_enough_sites(
+    ctx: StudyContext,
+    inputs: list[dict[str, Any]],
+    valid: list[dict[str, Any]],
+    absent: list[dict[str, Any]],
+) -> None:
+    """Refuse to combine when the spec requires every site and one has no valid report (with
+    an artifact listing them), or when no site has a valid report."""
     if absent and ctx.spec.require_all_sites:
         lines = [f"{e['site_id']}: {e['status']} ({e['reason']})" for e in absent]
         _artifact_incomplete(ctx, lines)
@@ -134,11 +173,18 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
             f"study {ctx.study_id} round {ctx.round}: no site has a valid report; nothing to "
             f"aggregate"
         )
+
+
+def _site_entries(
+    ctx: StudyContext,
+    valid: list[dict[str, Any]],
+    absent: list[dict[str, Any]],
+    res: AggregateResult,
+) -> list[dict[str, Any]]:
+    """The result's ``sites``: every valid report with its published fields, intervals and
+    whether the aggregator used it (``res``, its weight and why), then every missing or rejected
+    report with its reason, all in the spec's site order."""
     method = ctx.spec.aggregator
-    est = [e["estimate"] for e in valid]
-    res = aggregate(
-        method, [e["tau"] for e in est], [e["n"] for e in est], [e["variance"] for e in est]
-    )
     weight = dict(zip(res.used, res.weights, strict=True))
     sites = []
     for j, e in enumerate(valid):
@@ -176,28 +222,7 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         )
     order = {s: i for i, s in enumerate(ctx.site_ids)}
     sites.sort(key=lambda s: order[s["site_id"]])
-    # intervals from the published fields only (post-processing, dpate_core.inference): the
-    # normal one and the parametric bootstrap (MVAgg's selection re-done per draw), both clipped
-    # to [-B, B]; an interval wider than that range is flagged "uninformative at this budget"
-    normal = combined_normal_interval(est, method)
-    boot = combined_bootstrap_interval(est, method)
-    return {
-        "schema": RESULT_SCHEMA,
-        "schema_version": 2,
-        "study_id": ctx.study_id,
-        "spec_hash": ctx.spec.spec_hash,
-        "round": ctx.round,
-        "aggregator": method,
-        "complete": not absent,
-        "estimate": boot.estimate,
-        "variance": res.variance,
-        "ci95": _interval_ends(normal),
-        "interval": boot.as_dict(),
-        "uninformative": boot.uninformative,
-        "extra": dict(res.extra),
-        "sites": sites,
-        "software_version": software_version(),
-    }
+    return sites
 
 
 def result_key(ctx: StudyContext, result: dict[str, Any]) -> tuple[str, bytes]:
