@@ -465,47 +465,11 @@ class PrivacyLedger:
         """
         if privacy.epsilon <= 0:
             raise LedgerError(f"a release must spend a positive epsilon (got {privacy.epsilon})")
-        t = self.table
-        with self._append_tx() as conn:
-            mine = self._rows(conn, t.c.release_id == release_id)
-            reserved = next((e for e in mine if e.kind == "RESERVE"), None)
-            if reserved is not None:
-                if reserved.privacy != privacy or reserved.site_id != site_id:
-                    raise LedgerError(
-                        f"release {release_id[:12]} is already reserved at site "
-                        f"{reserved.site_id} for {_fmt(reserved.privacy)}, not {_fmt(privacy)}: "
-                        f"a release id names one spec; change the spec (its hash) or the round"
-                    )
-                return Reservation(
-                    release_id,
-                    site_id,
-                    study_id,
-                    privacy,
-                    self._cap(conn, site_id) or cap,
-                    self._spent(conn, site_id),
-                    new=False,
-                    committed=self._committed(conn, release_id),
-                )
-            recorded = self._cap(conn, site_id)
-            if recorded is None:
-                self._append(
-                    conn,
-                    kind="CAP",
-                    site_id=site_id,
-                    study_id=study_id,
-                    spec_hash=spec_hash,
-                    cap_epsilon=fraction_str(cap.epsilon),
-                    cap_delta=fraction_str(cap.delta),
-                    payload=canonical_json({"reason": f"initial cap from study {study_id}"}),
-                )
-                recorded = cap
-            elif recorded != cap:
-                raise CapMismatchError(
-                    f"site {site_id}: the study spec asks for a lifetime cap of {_fmt(cap)}, but "
-                    f"the ledger records {_fmt(recorded)}; a spec never changes a recorded cap. "
-                    f"Put the recorded cap in the spec, or change it explicitly: dpate ledger "
-                    f"set-cap {site_id} --epsilon E --delta D --reason '...' --ledger URL"
-                )
+        with self._append_tx() as conn:  # every step below under the one append lock
+            standing = self._standing(conn, release_id, site_id, study_id, privacy, cap)
+            if standing is not None:
+                return standing
+            recorded = self._cap_for(conn, site_id, study_id, spec_hash, cap)
             spent = self._spent(conn, site_id)
             budget = check_budget(recorded, spent, privacy)
             if not budget.fits:
@@ -531,6 +495,65 @@ class PrivacyLedger:
             )
             after = spent + privacy  # within the cap (checked above)
             return Reservation(release_id, site_id, study_id, privacy, recorded, after, new=True)
+
+    def _standing(
+        self,
+        conn: Any,
+        release_id: str,
+        site_id: str,
+        study_id: str,
+        privacy: PrivacyParams,
+        cap: PrivacyParams,
+    ) -> Reservation | None:
+        """The release's standing reservation (spends nothing more), or None for a new release;
+        inside :meth:`reserve`'s transaction."""
+        mine = self._rows(conn, self.table.c.release_id == release_id)
+        reserved = next((e for e in mine if e.kind == "RESERVE"), None)
+        if reserved is None:
+            return None
+        if reserved.privacy != privacy or reserved.site_id != site_id:
+            raise LedgerError(
+                f"release {release_id[:12]} is already reserved at site "
+                f"{reserved.site_id} for {_fmt(reserved.privacy)}, not {_fmt(privacy)}: "
+                f"a release id names one spec; change the spec (its hash) or the round"
+            )
+        return Reservation(
+            release_id,
+            site_id,
+            study_id,
+            privacy,
+            self._cap(conn, site_id) or cap,
+            self._spent(conn, site_id),
+            new=False,
+            committed=self._committed(conn, release_id),
+        )
+
+    def _cap_for(
+        self, conn: Any, site_id: str, study_id: str, spec_hash: str, cap: PrivacyParams
+    ) -> PrivacyParams:
+        """The site's recorded cap (the first reservation records the spec's); a spec whose cap
+        differs is refused. Inside :meth:`reserve`'s transaction."""
+        recorded = self._cap(conn, site_id)
+        if recorded is None:
+            self._append(
+                conn,
+                kind="CAP",
+                site_id=site_id,
+                study_id=study_id,
+                spec_hash=spec_hash,
+                cap_epsilon=fraction_str(cap.epsilon),
+                cap_delta=fraction_str(cap.delta),
+                payload=canonical_json({"reason": f"initial cap from study {study_id}"}),
+            )
+            return cap
+        if recorded != cap:
+            raise CapMismatchError(
+                f"site {site_id}: the study spec asks for a lifetime cap of {_fmt(cap)}, but "
+                f"the ledger records {_fmt(recorded)}; a spec never changes a recorded cap. "
+                f"Put the recorded cap in the spec, or change it explicitly: dpate ledger "
+                f"set-cap {site_id} --epsilon E --delta D --reason '...' --ledger URL"
+            )
+        return recorded
 
     def commit(self, release_id: str, public: Mapping[str, Any]) -> Committed:
         """Record the release's public output; returns what the ledger holds for it.
