@@ -90,7 +90,7 @@ def _site_cells(s: SiteResult, spend: SiteSpend | None) -> list[str]:
     return [s.site_id, s.status, "", "", "", "", "", "", _lifetime(s, spend), s.reason]
 
 
-def render_html(
+def render_html(  # long: most of it is the page's one HTML template; the logic is in helpers
     result: StudyResult, result_uri: str, spends: Mapping[str, SiteSpend | None]
 ) -> str:
     """The self-contained page of ``result``; ``spends`` holds each site's lifetime spend where

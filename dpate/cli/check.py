@@ -248,8 +248,15 @@ def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
             else "no cap recorded"
         )
     )
+    return _budget_problems(site_id, spend, budget, cost, s.lifetime_cap.params)
+
+
+def _budget_problems(
+    site_id: str, spend: Any, budget: Any, cost: Any, spec_cap: Any
+) -> list[Failure]:
+    """What a run would refuse: a ledger cap that is not the spec's, a release past the cap."""
     problems = []
-    if spend.cap is not None and spend.cap != s.lifetime_cap.params:
+    if spend.cap is not None and spend.cap != spec_cap:
         problems.append(
             Failure(
                 site_id,
