@@ -149,61 +149,13 @@ def wait_for_sites(
     client_cm: Any = get_client(sync_client=True) if runs else nullcontext(None)
     with client_cm as client:
         while True:
-            pending = []
-            for site, run_id in runs.items():
-                if site in status:
-                    continue
-                state = client.read_flow_run(UUID(run_id)).state
-                if state is not None and state.type in _FINAL:
-                    ok = state.type == StateType.COMPLETED
-                    status[site] = {
-                        "site_id": site,
-                        "flow_run_id": run_id,
-                        "status": "completed" if ok else "failed",
-                        "state": state.name,
-                        **({} if ok else {"message": state.message or ""}),
-                    }
-                    log.info("site %s: run %s", site, state.name)
-                else:
-                    pending.append(site)
-            waiting = []
-            for site in awaited:
-                if site in status:
-                    continue
-                if store is not None and store.exists(keys[site]):
-                    status[site] = {
-                        "site_id": site,
-                        "flow_run_id": None,
-                        "status": "published",
-                        "state": "published",
-                        "message": "no deployment: the site's own release published its report",
-                    }
-                    log.info("site %s: report published (released on its own schedule)", site)
-                else:
-                    waiting.append(site)
+            pending = _poll_runs(client, runs, status, log)
+            waiting = _poll_published(store, keys, awaited, status, log)
             if not (pending or waiting) or time.monotonic() >= deadline:
                 break
             time.sleep(min(poll_interval_s, max(deadline - time.monotonic(), 0.05)))
         for site in pending:
-            run_id = runs[site]
-            state = client.read_flow_run(UUID(run_id)).state
-            started = state is not None and state.type not in _NOT_STARTED
-            if not started:
-                client.set_flow_run_state(
-                    UUID(run_id),
-                    Cancelled(message=f"site did not start within the study's {timeout_s:.0f} s"),
-                    force=True,
-                )
-            status[site] = {
-                "site_id": site,
-                "flow_run_id": run_id,
-                "status": "timed_out",
-                "state": state.name if state else "unknown",
-                "message": (
-                    f"no result within {timeout_s:.0f} s; "
-                    + ("still running at the site" if started else "never started: cancelled")
-                ),
-            }
+            status[site] = _time_out_run(client, site, runs[site], timeout_s)
             log.warning("site %s: %s", site, status[site]["message"])
     for site in waiting:
         status[site] = {
@@ -219,6 +171,78 @@ def wait_for_sites(
         log.warning("site %s: %s", site, status[site]["message"])
     order = ctx.site_ids if ctx is not None else list(runs)
     return {site: status[site] for site in order if site in status}
+
+
+def _poll_runs(
+    client: Any, runs: dict[str, str], status: dict[str, dict[str, Any]], log: Any
+) -> list[str]:
+    """Record each triggered site whose run reached a final state; the sites still pending."""
+    pending = []
+    for site, run_id in runs.items():
+        if site in status:
+            continue
+        state = client.read_flow_run(UUID(run_id)).state
+        if state is not None and state.type in _FINAL:
+            ok = state.type == StateType.COMPLETED
+            status[site] = {
+                "site_id": site,
+                "flow_run_id": run_id,
+                "status": "completed" if ok else "failed",
+                "state": state.name,
+                **({} if ok else {"message": state.message or ""}),
+            }
+            log.info("site %s: run %s", site, state.name)
+        else:
+            pending.append(site)
+    return pending
+
+
+def _poll_published(
+    store: Store | None,
+    keys: dict[str, str],
+    awaited: list[str],
+    status: dict[str, dict[str, Any]],
+    log: Any,
+) -> list[str]:
+    """Record each awaited site whose report is now in storage; the sites still waited for."""
+    waiting = []
+    for site in awaited:
+        if site in status:
+            continue
+        if store is not None and store.exists(keys[site]):
+            status[site] = {
+                "site_id": site,
+                "flow_run_id": None,
+                "status": "published",
+                "state": "published",
+                "message": "no deployment: the site's own release published its report",
+            }
+            log.info("site %s: report published (released on its own schedule)", site)
+        else:
+            waiting.append(site)
+    return waiting
+
+
+def _time_out_run(client: Any, site: str, run_id: str, timeout_s: float) -> dict[str, Any]:
+    """A site's run still not final at the deadline: cancelled if it never started."""
+    state = client.read_flow_run(UUID(run_id)).state
+    started = state is not None and state.type not in _NOT_STARTED
+    if not started:
+        client.set_flow_run_state(
+            UUID(run_id),
+            Cancelled(message=f"site did not start within the study's {timeout_s:.0f} s"),
+            force=True,
+        )
+    return {
+        "site_id": site,
+        "flow_run_id": run_id,
+        "status": "timed_out",
+        "state": state.name if state else "unknown",
+        "message": (
+            f"no result within {timeout_s:.0f} s; "
+            + ("still running at the site" if started else "never started: cancelled")
+        ),
+    }
 
 
 @task(name="run-aggregate", retries=2, retry_delay_seconds=[5, 30], **_TASK)
