@@ -26,14 +26,10 @@ import numpy as np
 from _inputs import site_data
 from _timing import line, memory_child_result, peak_rise, print_peak, timed
 
-from dpate_core.adjusted import (
-    cell_statistics,
-    dp_adjusted,
-    plan_adjusted,
-    plan_adjusted_from_statistics,
-)
+from dpate_core.adjusted import dp_adjusted, plan_adjusted, plan_adjusted_from_statistics
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
+from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.release import draw_many, draw_once
 from dpate_core.synth import synth

@@ -16,14 +16,9 @@ count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighti
 the common effect when every stratum has the same effect (Synth: 0.5).
 ``docs/adjusted.md`` has the design, the proofs and the measurements.
 
-Exactness. Floating-point sums are not exactly additive, so the sensitivity of a float sum can
-exceed the bound proved for real numbers. The pass therefore quantises each record's centred outcome
-on a public grid (``B 2^-k``; its square on ``B^2 2^-m``), a record-wise map whose values stay in
-``[-B/2, B/2]`` and ``[0, B^2/4]``, and sums *integers*: the sums are exact, and ``k``, ``m`` are
-chosen from the public ``N`` so every sum is an integer below ``2^53`` (exact as a float). The noise
-is added to those integers, with scales in grid units; conversion to outcome units is
-post-processing. The DP difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
-stratum and no centring (``centred=False``; :func:`dpate_core.difference_in_means.arm_statistics`).
+Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.grid_sums`,
+which has the argument); the noise is added to those integers, with scales in grid units, and
+conversion to outcome units is post-processing.
 """
 
 from __future__ import annotations
@@ -35,11 +30,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.estimators import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
+from dpate_core.grid_sums import CellStatistics, cell_statistics, sensitivities
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -47,31 +41,24 @@ from dpate_core.release import (
     NoiseSpec,
     Outputs,
     SiteEstimate,
-    _check_bound,
     _scale,
     draw_once,
 )
 
 __all__ = [
     "AUTO_RATIO",
-    "COUNT_SENSITIVITY",
     "DEFAULT_SPLIT",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
     "WEIGHTINGS",
-    "CellStatistics",
-    "cell_statistics",
     "dp_adjusted",
-    "grid_bits",
     "plan_adjusted",
     "plan_adjusted_from_statistics",
     "resolve_weighting",
-    "sensitivities",
 ]
 
 DEFAULT_SPLIT = ("7/20", "11/20", "1/10")  # counts, centred sums, squares (docs/adjusted.md)
 THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
-COUNT_SENSITIVITY = 2  # one record leaves a cell and one enters another
 #: the post-processings of the same three noisy vectors (docs/adjusted.md, "Two weightings")
 WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
 #: "auto" uses subclassification when the public design gives at least this many records per arm
@@ -80,119 +67,6 @@ AUTO_RATIO = 10
 #: fixed effects: the estimate is used when its noisy denominator exceeds this many of its own
 #: (estimated) noise sds; below, the release is "uninformative" (tau 0, variance B^2 / 3)
 RESOLVE_Z = 2.0
-_MAX_BITS = 40  # grid resolution cap: B 2^-40 is far below any noise
-
-
-def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
-    """``(k, m)``: the public grids ``B 2^-k`` (outcomes) and ``B^2 2^-m`` (their squares).
-
-    ``centred`` (the adjusted estimator): a centred outcome ``Y - B/2`` is an integer in
-    ``[-2^(k-1), 2^(k-1)]``, its square one in ``[0, 2^(m-2)]``. Not centred (the difference in
-    means, :func:`dpate_core.difference_in_means.arm_statistics`): ``Y`` is an integer in
-    ``[0, 2^k]`` and ``Y^2`` one in ``[0, 2^m]``, so both grids are one or two bits coarser. With
-    ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the sums are
-    exact in int64 and exactly representable as floats.
-    """
-    if n < 1:
-        raise ValueError(f"n ({n}) must be at least 1")
-    log_n = max(1, math.ceil(math.log2(n)))
-    top = 54 if centred else 53
-    k = min(_MAX_BITS, top - log_n)
-    m = min(_MAX_BITS, top + (1 if centred else 0) - log_n)
-    if k < 8:
-        raise ValueError(
-            f"n ({n}) is too large for exact integer sums (at most 2^{top - 8} records)"
-        )
-    return k, m
-
-
-def sensitivities(bound: float, k: int, m: int) -> dict[str, Fraction]:
-    """L1 sensitivities of the three released vectors, in the units they are noised in (grid
-    units for the sums): counts 2, centred sums ``2^k`` (= ``B``), squares ``2^(m-1)`` (= ``B^2/2``).
-    Proofs in docs/adjusted.md; checked exhaustively in tests/core/test_adjusted.py."""
-    return {
-        "counts": Fraction(COUNT_SENSITIVITY),
-        "sums": Fraction(2) ** k,
-        "squares": Fraction(2) ** (m - 1),
-    }
-
-
-@dataclass(frozen=True)
-class CellStatistics:
-    """Per cell ``g = 2 x + w`` (control then treated for each stratum): the count, and the exact
-    integer sums of the quantised centred outcomes (unit ``B 2^-k``) and of their squares (unit
-    ``B^2 2^-m``). Private: they leave only through noise. ``centred=False``: the sums are of the
-    quantised outcomes ``Y`` and of their squares, not centred (the difference in means,
-    :func:`grid_bits`)."""
-
-    counts: np.ndarray
-    sums: np.ndarray
-    squares: np.ndarray
-    bound: float
-    k: int
-    m: int
-    centred: bool = True
-
-    @property
-    def n(self) -> int:
-        return int(self.counts.sum())
-
-
-@numba.njit(cache=True, nogil=True)
-def _cell_kernel(
-    w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int, centre: float
-) -> Any:  # pragma: no cover - compiled
-    # centre: 0.5 sums Y/B - 1/2 (the adjusted estimator), 0.0 sums Y/B (difference in means)
-    n_cells = 2 * n_strata
-    counts = np.zeros(n_cells, np.int64)
-    sums = np.zeros(n_cells, np.int64)
-    squares = np.zeros(n_cells, np.int64)
-    grid_s = 2.0**k
-    half = np.int64(np.rint(centre * grid_s))  # 2^(k-1) or 0, exact
-    grid_q = 2.0**m
-    for i in range(w.shape[0]):
-        xi, wi, yi = x[i], w[i], y[i]
-        if xi < 0 or xi >= n_strata:
-            return _BAD_X, counts, sums, squares
-        if wi != 0 and wi != 1:
-            return _BAD_W, counts, sums, squares
-        if not (yi >= 0.0 and yi <= bound):  # also false for NaN
-            return _BAD_Y, counts, sums, squares
-        # t in [0, 1] (division is monotone and B / B = 1); t 2^k is exact, so the quantised
-        # centred outcome lies in [-2^(k-1), 2^(k-1)]; (t - 1/2)^2 in [0, 1/4] likewise (not
-        # centred: t in [0, 2^k] and t^2 in [0, 2^m] grid units)
-        t = yi / bound
-        d = t - centre
-        g = 2 * xi + wi
-        counts[g] += 1
-        sums[g] += np.int64(np.rint(t * grid_s)) - half
-        squares[g] += np.int64(np.rint(d * d * grid_q))
-    return _OK, counts, sums, squares
-
-
-def cell_statistics(
-    w: npt.ArrayLike,
-    y: npt.ArrayLike,
-    x: npt.ArrayLike,
-    *,
-    domain_size: int,
-    bound: float,
-    centred: bool = True,
-) -> CellStatistics:
-    """The three per-cell vectors in one compiled pass, which also checks ``0 <= y <= B``,
-    ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value). ``centred=False``:
-    sums of ``Y`` and ``Y^2`` instead of ``Y - B/2`` and ``(Y - B/2)^2`` (:func:`grid_bits`)."""
-    bound = _check_bound(bound)
-    w, y, x = record_arrays(w, y, x)
-    size = int(domain_size)
-    if size < 1:
-        raise ValueError(f"domain_size ({domain_size}) must be a positive number of strata")
-    k, m = grid_bits(max(w.size, 1), centred=centred)
-    status, counts, sums, squares = _cell_kernel(
-        w, y, x, size, bound, k, m, 0.5 if centred else 0.0
-    )
-    check_status(status, size, bound)
-    return CellStatistics(counts, sums, squares, bound, k, m, centred)
 
 
 def plan_adjusted(

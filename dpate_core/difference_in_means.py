@@ -7,9 +7,9 @@ only and derives the variance from ``p (1 - p)``.
 
 Exact sums. The arm counts, sums of ``Y`` and sums of ``Y^2`` are the adjusted estimator's cell
 statistics with one stratum and no centring (:func:`arm_statistics`, the one compiled kernel of
-:func:`dpate_core.adjusted.cell_statistics`): each record's ``Y`` is rounded to the public grid
+:func:`dpate_core.grid_sums.cell_statistics`): each record's ``Y`` is rounded to the public grid
 ``B 2^-k`` and its square to ``B^2 2^-m`` (``k``, ``m`` from the public ``N``,
-:func:`~dpate_core.adjusted.grid_bits`), and the grid values are summed as integers. The sums are
+:func:`~dpate_core.grid_sums.grid_bits`), and the grid values are summed as integers. The sums are
 exact, so they do not depend on record order or on how the records are batched: a streamed site
 (:data:`schemas.site_statistics.STREAMED_ESTIMATORS`) releases exactly what the in-memory path releases.
 The rounding is a deterministic, data-independent map of each record applied before the release,
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.adjusted import CellStatistics, cell_statistics
+from dpate_core.grid_sums import CellStatistics, cell_statistics
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (

@@ -85,16 +85,17 @@ def _variance_part(
     ``"appendix"``: one smooth-sensitivity Laplace draw on ``V_hat`` (the paper's). ``"stratified"``:
     the three per-cell Laplace vectors of :func:`dpate_core.stratified_variance.stratified_noise`,
     the part's epsilon split by its ``SUBSPLIT`` (sensitivities of
-    :func:`dpate_core.adjusted.sensitivities`); its delta is not spent."""
+    :func:`dpate_core.grid_sums.sensitivities`); its delta is not spent."""
     if variance == "appendix":
         return (_variance_noise(stats, bound, p_var, domain_size),), _read_appendix
-    from dpate_core.adjusted import THRESHOLD_FACTOR, CellStatistics, sensitivities
+    from dpate_core.adjusted import THRESHOLD_FACTOR
+    from dpate_core.grid_sums import CellStatistics, sensitivities
     from dpate_core.stratified_variance import SUBSPLIT, stratified_noise
 
     if not isinstance(cells, CellStatistics):
         raise ValueError(
             "variance = 'stratified' needs the per-cell statistics of the same records: pass "
-            "cells=dpate_core.adjusted.cell_statistics(w, y, x, domain_size=..., bound=B)"
+            "cells=dpate_core.grid_sums.cell_statistics(w, y, x, domain_size=..., bound=B)"
         )
     if (
         cells.n != stats.n
@@ -131,7 +132,7 @@ def plan_matching(
     ``variance``: ``"appendix"`` (default, the paper's ``V_hat`` with its smooth sensitivity) or
     ``"stratified"``: the within-cell sampling variance of :mod:`dpate_core.stratified_variance`,
     released from noisy per-cell statistics (``cells``, from
-    :func:`dpate_core.adjusted.cell_statistics` on the same records) with the variance part of
+    :func:`dpate_core.grid_sums.cell_statistics` on the same records) with the variance part of
     the budget, pure ``(eps_2, 0)``-DP (``docs/privacy.md``, Stratified variance)."""
     bound, total = _checked_request(estimator, stats, bound, epsilon, delta, variance)
     smooth = estimator == "smooth_matching"

@@ -127,7 +127,8 @@ def adjusted_weighting(
     ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``) with the count scale computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
-    from dpate_core.adjusted import COUNT_SENSITIVITY, DEFAULT_SPLIT, resolve_weighting
+    from dpate_core.adjusted import DEFAULT_SPLIT, resolve_weighting
+    from dpate_core.grid_sums import COUNT_SENSITIVITY
     from dpate_core.release import _scale
 
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
@@ -182,7 +183,8 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
     used strata's noisy weight (normal, with the mean and variance of the ``p_x`` draws and of the
     counts' noise). No stratum with both arms in the assumed counts: infinite (the release would
     estimate 0 from nothing)."""
-    from dpate_core.adjusted import COUNT_SENSITIVITY, THRESHOLD_FACTOR
+    from dpate_core.adjusted import THRESHOLD_FACTOR
+    from dpate_core.grid_sums import COUNT_SENSITIVITY
 
     p_n, p_s, p_q = inp.parts()
     b = inp.bound
@@ -232,7 +234,8 @@ def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
     (variance ``B^2/3``) when its noisy ``D`` is at most ``RESOLVE_Z`` sds: with probability
     ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the one whose normal
     half-width is the expected half-width, ``(p sqrt(v) + (1 - p) sqrt(B^2/3))^2``."""
-    from dpate_core.adjusted import COUNT_SENSITIVITY, RESOLVE_Z
+    from dpate_core.adjusted import RESOLVE_Z
+    from dpate_core.grid_sums import COUNT_SENSITIVITY
 
     p_n, p_s, _ = inp.parts()
     b = inp.bound

@@ -167,8 +167,8 @@ def _plan_dim(p: PlanInputs) -> MechanismPlan:
 
 def _plan_matching(name: str) -> Callable[[PlanInputs], MechanismPlan]:
     def build(p: PlanInputs) -> MechanismPlan:
-        from dpate_core.adjusted import cell_statistics
         from dpate_core.estimators import matching_statistics
+        from dpate_core.grid_sums import cell_statistics
         from dpate_core.matching import plan_matching
 
         stats = matching_statistics(p.w, p.y, p.x, p.domain_size, bound=p.bound)

@@ -18,7 +18,7 @@ within-cell sample variances ``s_g^2`` (divisor ``n_g - 1``), which are unbiased
 ``sigma_g^2``: so is the estimate.
 
 Release. The cell counts, centred sums and centred sums of squares are released exactly as by the
-adjusted estimator (:func:`dpate_core.adjusted.cell_statistics`; the same three Laplace vector
+adjusted estimator (:func:`dpate_core.grid_sums.cell_statistics`; the same three Laplace vector
 queries and sensitivities 2, ``B``, ``B^2/2``), spending the variance part of a matching release
 split by :data:`SUBSPLIT`; everything after the noise is post-processing. The variance part is
 then ``(eps_2, 0)``-DP with no smooth sensitivity and no data-dependent scale.
@@ -101,7 +101,7 @@ def stratified_noise(
     """The noise sites of the stratified variance and the post-processing that turns their noisy
     values into the estimate (floats for a release, ``(reps,)`` arrays in simulations).
 
-    ``cells``: :class:`dpate_core.adjusted.CellStatistics`; ``scales``: the Laplace scales of the
+    ``cells``: :class:`dpate_core.grid_sums.CellStatistics`; ``scales``: the Laplace scales of the
     counts, sums and squares in the units they are noised in (grid units for the sums), computed by
     the caller from the sensitivities and the shares; ``min_count``: a stratum is used when both
     noisy arm counts reach it (public).

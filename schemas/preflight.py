@@ -1,7 +1,7 @@
 """Feasibility of a site's release, checked before any budget is reserved.
 
 :func:`feasibility_problems` looks at a site's validated records (:class:`SiteData`), or at the
-per-cell counts a streamed release keeps instead of them (:class:`~dpate_core.adjusted.CellStatistics`
+per-cell counts a streamed release keeps instead of them (:class:`~dpate_core.grid_sums.CellStatistics`
 from ``schemas.site_statistics.stream_cell_statistics``), and says whether the spec's estimator can
 release anything useful from them: both give the same answer, word for word, for the same
 records. It is pure (no I/O, no
@@ -32,7 +32,7 @@ from schemas.site_statistics import SiteStatistics
 from schemas.spec import StudySpec
 
 if TYPE_CHECKING:
-    from dpate_core.adjusted import CellStatistics
+    from dpate_core.grid_sums import CellStatistics
 
 __all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problems"]
 
@@ -87,7 +87,7 @@ def feasibility_problems(
 
 def cell_feasibility_problems(counts: np.ndarray, spec: StudySpec) -> list[str]:
     """:func:`feasibility_problems` from the records' counts per cell ``g = 2 x + w`` (control
-    then treated for each stratum, as :class:`~dpate_core.adjusted.CellStatistics` holds them):
+    then treated for each stratum, as :class:`~dpate_core.grid_sums.CellStatistics` holds them):
     ``N`` is their sum, an arm is empty when its cells sum to 0, and a stratum has both arms when
     both its cells are positive. ``O(|X|)``, nothing per record."""
     c = np.asarray(counts)

@@ -25,7 +25,7 @@ from schemas.sources import DataSource, open_source
 from schemas.spec import StudySpec
 
 if TYPE_CHECKING:
-    from dpate_core.adjusted import CellStatistics
+    from dpate_core.grid_sums import CellStatistics
 
 __all__ = ["STREAMED_ESTIMATORS", "SiteStatistics", "read_site_records", "stream_cell_statistics"]
 
@@ -40,18 +40,18 @@ def stream_cell_statistics(
     batch_rows: int = BATCH_ROWS,
     n_hint: int | None = None,
 ) -> tuple[CellStatistics, PreparationReport]:
-    """The :class:`~dpate_core.adjusted.CellStatistics` accumulated batch by batch (memory
+    """The :class:`~dpate_core.grid_sums.CellStatistics` accumulated batch by batch (memory
     ``O(batch_rows + |X|)``), equal to ``cell_statistics`` on the whole data, and the
     operator-only report. Centred sums (the adjusted estimator's) unless the spec's estimator is
     the difference in means (:data:`_UNCENTRED`), whose arm sums are those of the cells; a binary
     outcome (``outcome.binary``) is checked to be 0 or ``B`` in every record, batch by batch.
 
-    The quantisation grid (:func:`dpate_core.adjusted.grid_bits`) depends on the number of records
+    The quantisation grid (:func:`dpate_core.grid_sums.grid_bits`) depends on the number of records
     ``N``. It is taken from ``n_hint``, else the source's row count (Parquet metadata), else a
     ``count(*)`` for a SQL source; when the rows used (after ``missing = "drop"``) need another
     grid, the source is read a second time with it (the sums are exact integers, so the result is
     identical to one pass over all records)."""
-    from dpate_core.adjusted import CellStatistics, grid_bits
+    from dpate_core.grid_sums import CellStatistics, grid_bits
 
     src = _as_source(source, spec, fmt, query, secret)
     if n_hint is None and isinstance(src, CsvSource):
@@ -91,9 +91,9 @@ def _count_exact(src: SqlSource) -> int:
 def _accumulate(
     src: DataSource, spec: StudySpec, batch_rows: int, grid: tuple[int, int], centred: bool
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], PreparationReport]:
-    # the compiled pass of dpate_core.adjusted.cell_statistics, with the whole data's grid
-    from dpate_core.adjusted import _cell_kernel
+    # the compiled pass of dpate_core.grid_sums.cell_statistics, with the whole data's grid
     from dpate_core.estimators import _OK
+    from dpate_core.grid_sums import _cell_kernel
 
     k, m = grid
     n_cells = 2 * spec.domain_size

@@ -46,7 +46,7 @@ keeps:
   keeps nothing;
 - :func:`~schemas.site_statistics.stream_cell_statistics` (the release path of the adjusted
   estimator and the difference in means, ``tasks.site.read_site_records``) accumulates their
-  per-cell sufficient statistics (:func:`dpate_core.adjusted.cell_statistics`: exact integer sums
+  per-cell sufficient statistics (:func:`dpate_core.grid_sums.cell_statistics`: exact integer sums
   on a public grid, centred for the adjusted estimator, not centred for the difference in means)
   batch by batch: memory ``O(batch + |X|)`` whatever ``N``.
 

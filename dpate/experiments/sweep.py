@@ -27,9 +27,10 @@ import numpy as np
 from dpate.experiments.data import Split
 from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
 from dpate.experiments.settings import AGGREGATORS, ExperimentSettings, frac, generator
-from dpate_core.adjusted import cell_statistics, plan_adjusted_from_statistics
+from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import difference_in_means, matching_statistics
+from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.release import MechanismPlan
 from dpate_core.sensitivity import matching_smooth_sensitivity, smooth_beta

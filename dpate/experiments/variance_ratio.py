@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from dpate.experiments.settings import ExperimentSettings, generator, seed_key
-from dpate_core.adjusted import cell_statistics
 from dpate_core.estimators import matching_statistics
+from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.release import draw_many
 

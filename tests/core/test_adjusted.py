@@ -17,14 +17,12 @@ from dpate_core.adjusted import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
     THRESHOLD_FACTOR,
-    cell_statistics,
     dp_adjusted,
-    grid_bits,
     plan_adjusted,
     resolve_weighting,
-    sensitivities,
 )
 from dpate_core.estimators import matching_statistics
+from dpate_core.grid_sums import cell_statistics, grid_bits, sensitivities
 from dpate_core.matching import plan_matching
 from dpate_core.privacy import PrivacyParams, to_float
 from dpate_core.release import draw_many, draw_once

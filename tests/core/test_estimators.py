@@ -318,8 +318,8 @@ def _dim_locs(plan) -> dict[str, float]:
 def test_dim_exact_sums_move_only_at_rounding_level(bound):
     """The grid-rounded sums are within ``N B 2^-(k+1)`` of the old float sums (``yt.sum()``,
     ``yt @ yt``), and the noise-free estimate within ``B 2^-k`` of the old one."""
-    from dpate_core.adjusted import grid_bits
     from dpate_core.difference_in_means import plan_difference_in_means
+    from dpate_core.grid_sums import grid_bits
 
     rng = np.random.default_rng(11)
     n = 5_000
@@ -351,12 +351,12 @@ def test_dim_exact_sums_move_only_at_rounding_level(bound):
 def test_dim_sums_are_batch_and_strata_independent():
     """Summing the integer statistics of any batching (or of any strata) gives the whole data's
     bit for bit; float sums of batches generally do not."""
-    from dpate_core.adjusted import CellStatistics, _cell_kernel, grid_bits
     from dpate_core.difference_in_means import (
         arm_statistics,
         plan_difference_in_means,
         plan_difference_in_means_from_statistics,
     )
+    from dpate_core.grid_sums import CellStatistics, _cell_kernel, grid_bits
 
     rng = np.random.default_rng(5)
     n = 10_001
@@ -381,11 +381,11 @@ def test_dim_sums_are_batch_and_strata_independent():
 
 
 def test_dim_rounding_keeps_a_binary_outcome_exact_and_refuses_centred_statistics():
-    from dpate_core.adjusted import cell_statistics
     from dpate_core.difference_in_means import (
         plan_difference_in_means,
         plan_difference_in_means_from_statistics,
     )
+    from dpate_core.grid_sums import cell_statistics
 
     bound = 2.5
     w = np.array([1, 1, 1, 0, 0, 0, 0])
@@ -409,8 +409,8 @@ def test_dim_grid_keeps_the_largest_arm_sums_exact():
     """``grid_bits(N, centred=False)``: N records all at B in one arm sum to exactly 2^53 grid
     units (N a power of two above the 2^-40 cap), the largest integer a float holds with its
     neighbours; one more bit would not be exact."""
-    from dpate_core.adjusted import grid_bits
     from dpate_core.difference_in_means import arm_statistics
+    from dpate_core.grid_sums import grid_bits
 
     n = 1 << 14
     k, m = grid_bits(n, centred=False)

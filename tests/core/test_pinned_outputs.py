@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 from dpate_core import inference, noise, sensitivity
-from dpate_core.adjusted import cell_statistics, plan_adjusted
+from dpate_core.adjusted import plan_adjusted
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import exact_matching, matching_statistics, matching_variance
+from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.plan_inputs import SiteDesign
 from dpate_core.planning import plan_study

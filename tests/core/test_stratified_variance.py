@@ -12,8 +12,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate_core.adjusted import cell_statistics
 from dpate_core.estimators import exact_matching, matching_statistics
+from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.privacy import to_float
 from dpate_core.release import draw_many

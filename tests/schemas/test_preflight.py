@@ -96,7 +96,7 @@ def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex
     """A streamed release checks its per-cell counts (cell 2 x + w): the same answer, word for
     word, as the records give (checked through sorted stratum ids, the path for a huge |X|)."""
     import schemas.preflight
-    from dpate_core.adjusted import cell_statistics
+    from dpate_core.grid_sums import cell_statistics
     from schemas.preflight import cell_feasibility_problems
 
     monkeypatch.setattr(schemas.preflight, "COUNT_CELLS_UP_TO", 0)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dpate_core.adjusted import cell_statistics
+from dpate_core.grid_sums import cell_statistics
 from schemas.site_batches import iter_site_batches, prepare_source
 from schemas.site_errors import SiteDataError
 from schemas.site_preparation import prepare_site_data

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate_core.adjusted import cell_statistics, plan_adjusted
+from dpate_core.adjusted import plan_adjusted
+from dpate_core.grid_sums import cell_statistics
 from schemas.site_preparation import PreparationReport, SiteData
 from schemas.site_statistics import SiteStatistics
 from schemas.spec import StudySpec
