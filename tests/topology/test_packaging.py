@@ -58,7 +58,7 @@ def test_wheel_ships_the_deployment_files(tmp_path):
 
 
 def test_files_lists_and_copies_the_shipped_files(tmp_path):
-    from deployments.files import main, shipped_files
+    from dpate.deployments.files import main, shipped_files
 
     rel = {str(p) for p in shipped_files()}
     assert {p.removeprefix("deployments/") for p in SHIPPED if not p.endswith(".py")} <= rel
