@@ -26,7 +26,7 @@ def bench_spec(estimator: str, delta: str) -> Any:
     """The one-site spec of the file benchmarks: treatment ``w``, outcome ``y`` (bound 1, clipped),
     covariates ``region`` (:data:`LEVELS`), ``age`` and ``bmi`` cut at public edges. ``dim`` gets
     the randomized design with public arm sizes it requires."""
-    from schemas.spec import StudySpec
+    from dpate.schemas.spec import StudySpec
 
     trial = {"design": "randomized", "arm_sizes_public": True} if estimator == "dim" else {}
     return StudySpec.from_dict(

@@ -64,13 +64,13 @@ def bench_demo(tmp: Path) -> None:
 def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float]:
     """The site releases and the aggregation by the same functions, no Prefect, sequential."""
     from dpate.ledger import PrivacyLedger
+    from dpate.schemas.report import read_report, software_version
+    from dpate.schemas.site_preparation import prepare_site_data
     from dpate.settings import resolve_site
     from dpate.storage import Store
+    from dpate.tasks.site import plan_release, site_report_bytes
     from dpate_core import release as core_release
     from dpate_core.aggregation import aggregate
-    from schemas.report import read_report, software_version
-    from schemas.site_preparation import prepare_site_data
-    from tasks.site import plan_release, site_report_bytes
 
     t = {"read+validate": 0.0, "estimate+draw": 0.0, "ledger": 0.0, "publish+aggregate": 0.0}
     reports = []
@@ -141,7 +141,7 @@ def bench_study(tmp: Path, records: int) -> None:
 
     from prefect import flow
 
-    from flows.study import study
+    from dpate.flows.study import study
 
     @flow(persist_result=False)
     def trivial() -> int:

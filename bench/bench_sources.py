@@ -21,7 +21,7 @@ Measured, in the same run:
 - ``psycopg-copy`` / ``psycopg-fetch``: the PostgreSQL table through psycopg alone (COPY to
   STDOUT; a server-side cursor fetching tuples), then ``pg-prepare`` and ``pg-stream``;
 - the site's release end to end, without the ledger and Prefect's run machinery: what
-  ``tasks.site.load_site_data`` and ``compute_release`` do (``read_site_records``, the
+  ``dpate.tasks.site.load_site_data`` and ``compute_release`` do (``read_site_records``, the
   feasibility rules, ``plan_from_records``, one secure draw): ``release`` (the adjusted estimator,
   streamed), ``release-records`` (the same estimator planned from the materialised records, the
   path every other estimator takes), ``release-matching`` (SmoothDPMatching: materialised, in a
@@ -103,18 +103,18 @@ def _preload() -> None:
     import pyarrow.parquet
     import sqlalchemy
 
+    import dpate.schemas.site_statistics
     import dpate_core.adjusted
-    import schemas.site_statistics
 
-    del psycopg, pyarrow, sqlalchemy, dpate_core, schemas
+    del psycopg, pyarrow, sqlalchemy, dpate_core, dpate
 
 
 def release(spec, target: str) -> int:
     """The site task's release path without ledger or Prefect run (tasks/site.py): read (streamed
     or materialised as the estimator needs), feasibility rules, plan, one secure draw."""
+    from dpate.schemas.preflight import feasibility_problems
+    from dpate.tasks.site import plan_from_records, read_site_records
     from dpate_core.release import draw_once
-    from schemas.preflight import feasibility_problems
-    from tasks.site import plan_from_records, read_site_records
 
     data = read_site_records(spec, "a", target)
     found = feasibility_problems(data, spec)
@@ -131,9 +131,9 @@ def child(mode: str, target: str) -> dict:
     cols = ["w", "y", "region", "age", "bmi"]
     _preload()  # module imports are not the reading cost (the imports line shows them)
     if "release" in mode:
-        import tasks.site  # Prefect too: the site task's module
+        import dpate.tasks.site  # Prefect too: the site task's module
 
-        del tasks
+        del dpate
     t0 = time.perf_counter()
     rows = 0
     if mode in ("imports", "release-imports"):
@@ -141,9 +141,9 @@ def child(mode: str, target: str) -> dict:
     elif mode in ("release", "pg-release", "release-matching", "release-dim"):
         rows = release(spec, target)
     elif mode in ("release-records", "release-dim-records"):
-        import schemas.site_statistics
+        import dpate.schemas.site_statistics
 
-        schemas.site_statistics.STREAMED_ESTIMATORS = (
+        dpate.schemas.site_statistics.STREAMED_ESTIMATORS = (
             frozenset()
         )  # this process only: the records path
         rows = release(spec, target)
@@ -158,21 +158,21 @@ def child(mode: str, target: str) -> dict:
 
         rows = pq.read_table(target, columns=cols, read_dictionary=["region"]).num_rows
     elif mode == "table-then-prepare":
-        from schemas.site_preparation import prepare_site_data
-        from schemas.site_reading import read_site_table
+        from dpate.schemas.site_preparation import prepare_site_data
+        from dpate.schemas.site_reading import read_site_table
 
         rows = prepare_site_data(read_site_table(target, spec), spec).n
     elif mode in ("prepare", "pg-prepare"):
-        from schemas.site_preparation import prepare_site_data
+        from dpate.schemas.site_preparation import prepare_site_data
 
         rows = prepare_site_data(target, spec).n
     elif mode == "dataset-stream":
-        from schemas.site_statistics import stream_cell_statistics
+        from dpate.schemas.site_statistics import stream_cell_statistics
 
         stats, _ = stream_cell_statistics(target, spec, fmt="parquet-dataset")
         rows = stats.n
     elif mode in ("stream", "pg-stream"):
-        from schemas.site_statistics import stream_cell_statistics
+        from dpate.schemas.site_statistics import stream_cell_statistics
 
         stats, _ = stream_cell_statistics(target, spec)
         rows = stats.n
@@ -183,11 +183,11 @@ def child(mode: str, target: str) -> dict:
         for b in pacsv.open_csv(target, convert_options=convert):
             rows += b.num_rows
     elif mode == "csv-prepare":
-        from schemas.site_preparation import prepare_site_data
+        from dpate.schemas.site_preparation import prepare_site_data
 
         rows = prepare_site_data(target, spec).n
     elif mode == "csv-stream":
-        from schemas.site_statistics import stream_cell_statistics
+        from dpate.schemas.site_statistics import stream_cell_statistics
 
         rows = stream_cell_statistics(target, spec)[0].n
     elif mode == "psycopg-copy":

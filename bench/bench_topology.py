@@ -66,7 +66,7 @@ def _prefect_yaml(root: Path, sites: tuple[str, ...]) -> Path:
     import yaml
 
     doc = yaml.safe_load(PREFECT_YAML.read_text())
-    site_blocks = [d for d in doc["deployments"] if d["entrypoint"].startswith("flows.site_")]
+    site_blocks = [d for d in doc["deployments"] if d["entrypoint"].startswith("dpate.flows.site_")]
     others = [d for d in doc["deployments"] if d not in site_blocks]
     template = site_blocks[0]
     blocks = []

@@ -13,7 +13,7 @@ others; re-running the study finishes that site's release from its ledger (no ne
 ``within_s`` must exceed the heartbeat interval with margin for a slow machine: we use three
 intervals (worker setting ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY=30``, ``within_s=90``).
 
-    PREFECT_API_URL=... PREFECT_API_AUTH_STRING=... python -m deployments.automations [--within 90]
+    PREFECT_API_URL=... PREFECT_API_AUTH_STRING=... python -m dpate.deployments.automations [--within 90]
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ def ensure_zombie_automation(within_s: float = 3 * HEARTBEAT_S) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m deployments.automations", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m dpate.deployments.automations", description=__doc__
+    )
     ap.add_argument("--within", type=float, default=3 * HEARTBEAT_S, help="seconds (default 90)")
     args = ap.parse_args(argv)
     print(f"{ZOMBIE_AUTOMATION}: {ensure_zombie_automation(args.within)}")

@@ -1,7 +1,7 @@
 """Where the deployment files shipped with dpate are, and a copy to edit (docs/deploying.md).
 
-    python -m deployments.files             # list the shipped files with their paths
-    python -m deployments.files --copy DIR  # copy them to DIR (refuses to overwrite)
+    python -m dpate.deployments.files             # list the shipped files with their paths
+    python -m dpate.deployments.files --copy DIR  # copy them to DIR (refuses to overwrite)
 
 Shipped: ``prefect.yaml`` (deployments of the example study), ``examples/star.toml`` (its spec),
 ``storage/`` (SeaweedFS options, systemd unit, nginx TLS proxy; ``config.py`` writes s3.json and
@@ -32,7 +32,7 @@ def shipped_files() -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m deployments.files", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m dpate.deployments.files", description=__doc__)
     ap.add_argument("--copy", metavar="DIR", help="copy the files to DIR (must not hold them)")
     args = ap.parse_args(argv)
     files = shipped_files()

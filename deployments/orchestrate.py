@@ -49,7 +49,7 @@ from prefect.states import Cancelled, StateType
 
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import Store
-from tasks.aggregate import published_result
+from dpate.tasks.aggregate import published_result
 
 __all__ = ["resolve_round", "study_deployed", "trigger_site", "wait_for_sites"]
 

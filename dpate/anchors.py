@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dpate.ledger import PrivacyLedger
+from dpate.schemas.report import MAX_REPORT_BYTES
 from dpate.storage import ObjectTooLargeError, Store
-from schemas.report import MAX_REPORT_BYTES
 
 __all__ = [
     "MAX_RESULT_BYTES",

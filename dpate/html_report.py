@@ -18,7 +18,7 @@ from pathlib import PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from dpate.ledger import SiteSpend
-from schemas.result import ReleasedSite, SiteResult, StudyResult, spend_text
+from dpate.schemas.result import ReleasedSite, SiteResult, StudyResult, spend_text
 
 __all__ = ["forest_plot_png", "render_html", "source_label"]
 

@@ -49,7 +49,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpate.ledger import as_sqlalchemy_url, release_id
-from schemas.spec import SpecError, StudySpec, load_spec
+from dpate.schemas.spec import SpecError, StudySpec, load_spec
 
 __all__ = [
     "IDENTIFIER",

@@ -143,7 +143,7 @@ PublicSite = SiteEstimate
 def public_site(site: Any) -> SiteEstimate:
     """A :class:`~dpate_core.release.SiteEstimate` as published (diagnostics as floats, a missing
     ``raw_variance`` read as ``variance``) from a ``SiteEstimate``, its ``public_fields()``
-    dictionary, or a pydantic model of it (``schemas.report.PublicEstimate``)."""
+    dictionary, or a pydantic model of it (``dpate.schemas.report.PublicEstimate``)."""
     if hasattr(site, "public_fields"):
         d = site.public_fields()
     elif hasattr(site, "model_dump"):

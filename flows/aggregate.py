@@ -1,6 +1,6 @@
 """The ``aggregate_study`` flow: the untrusted server combines the published site reports.
 
-Deployment entrypoint: ``flows/aggregate.py:aggregate_study``. It reads only published reports
+Deployment entrypoint: ``dpate.flows.aggregate:aggregate_study``. It reads only published reports
 from storage (``DPATE_STORAGE_URL`` or the spec's ``reports``), never a site's data or ledger.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.aggregate import (
+from dpate.tasks.aggregate import (
     collect_reports,
     combine_reports,
     publish_result,

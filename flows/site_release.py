@@ -1,6 +1,6 @@
 """The ``site_release`` flow: one site's private release, run at the site.
 
-Deployment entrypoint: ``flows/site_release.py:site_release``. Its only parameters are what the
+Deployment entrypoint: ``dpate.flows.site_release:site_release``. Its only parameters are what the
 (untrusted) coordinator may choose: ``spec``, ``site`` and ``round`` (validated as a
 :class:`dpate.settings.SiteRun`). The site's data, ledger, publication root and operator log come
 only from the site's own configuration (the worker's environment or ``DPATE_SITE_CONFIG``; see
@@ -14,7 +14,7 @@ from typing import Any
 from prefect import flow
 
 from dpate.settings import Identifier, SiteRun
-from tasks.site import (
+from dpate.tasks.site import (
     check_publication,
     commit_release,
     compute_release,

@@ -1,6 +1,6 @@
 """The ``study`` flow: every site's release in parallel (subflows), then the aggregation.
 
-Deployment entrypoint: ``flows/study.py:study``. On the embedded default every site runs here
+Deployment entrypoint: ``dpate.flows.study:study``. On the embedded default every site runs here
 (one thread per site, each a ``site_release`` subflow); a site that fails after its retries is
 recorded and the aggregation proceeds with the others, unless the spec requires all sites.
 Parameters: ``spec`` and ``round`` only. Ledgers, data and the publication root come from this
@@ -18,12 +18,12 @@ from prefect.exceptions import MissingResult
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from dpate.flows.aggregate import aggregate_study
+from dpate.flows.site_release import site_release
 from dpate.settings import resolve_site
-from flows.aggregate import aggregate_study
-from flows.site_release import site_release
-from tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
-from tasks.common import PUBLIC_TASK
-from tasks.site import published_site
+from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
+from dpate.tasks.common import PUBLIC_TASK
+from dpate.tasks.site import published_site
 
 
 def state_output(state: State, fallback: Callable[[], Any]) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from schemas.site_reading import _dictionary_encode, _open
+from dpate.schemas.site_reading import _dictionary_encode, _open
 
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -17,7 +17,7 @@ def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
 def _open_plain(location: str) -> Any:
     """A local file is read with plain reads, not memory-mapped: a mapping's pages count in the
     process's resident memory (up to the file's size) although only a batch is in use.
-    (Compressed CSV and URLs: as :func:`~schemas.site_reading.read_site_table` opens them.)"""
+    (Compressed CSV and URLs: as :func:`~dpate.schemas.site_reading.read_site_table` opens them.)"""
     low = location.lower()
     local = "://" not in location or location.startswith("file://")
     if local and not low.endswith((".gz", ".bz2", ".zst")):

@@ -3,7 +3,7 @@
 Files are read in place from the data directory (:func:`data_dir`: ``$DPATE_DATA_DIR``, else
 ``$XDG_DATA_HOME/dpate/data``, else ``~/.local/share/dpate/data``), one folder per data set; they
 are never copied into the repository. ``dpate data fetch`` puts them there from their original
-sources (:data:`SOURCES`: URLs and pinned sha256 checksums; :mod:`schemas.fetch`). Each loader
+sources (:data:`SOURCES`: URLs and pinned sha256 checksums; :mod:`dpate.schemas.fetch`). Each loader
 follows the mapping of docs/data.md and rescales ``Y`` to ``[0, 1]`` with a **public constant
 declared here**, not the observed maximum (docs/corrections.md, section 7: rescaling by the observed
 range leaks), clipping to ``[0, B] = [0, 1]``:

@@ -1,6 +1,6 @@
 """``dpate data fetch``: download (or copy from a local mirror) the public data sets, verified.
 
-Each file of :data:`schemas.datasets.SOURCES` is fetched from its URLs in order (standard library
+Each file of :data:`dpate.schemas.datasets.SOURCES` is fetched from its URLs in order (standard library
 ``urllib`` only) or copied from ``MIRROR/<data set>/<file>``, hashed while it streams, and accepted
 only if its sha256 equals the pinned one. A data set is staged in a temporary folder inside the
 destination and its files are renamed into ``DEST/<data set>/`` only once **every** file of it has
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from schemas.datasets import SOURCES, SourceFile
+from dpate.schemas.datasets import SOURCES, SourceFile
 
 __all__ = ["ChecksumError", "FetchError", "FetchedFile", "fetch_datasets", "file_sha256"]
 

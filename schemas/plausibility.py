@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from dpate_core.privacy import PrivacyParams, to_float
 
 if TYPE_CHECKING:  # pragma: no cover
-    from schemas.report import PublicEstimate
-    from schemas.spec import StudySpec
+    from dpate.schemas.report import PublicEstimate
+    from dpate.schemas.spec import StudySpec
 
 __all__ = ["RTOL", "TAIL", "estimate_problems", "required_diagnostics", "spend_problems"]
 
@@ -68,7 +68,7 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     """Why ``e`` cannot be an output of ``spec``'s mechanism (empty when it can).
 
     Assumes ``e`` already matches the spec's estimator, budget, bound and split
-    (:meth:`schemas.report.SiteReport.problems_against` checks those first).
+    (:meth:`dpate.schemas.report.SiteReport.problems_against` checks those first).
     """
     out: list[str] = []
     bound = Fraction(e.bound)

@@ -2,7 +2,7 @@
 
 :func:`feasibility_problems` looks at a site's validated records (:class:`SiteData`), or at the
 per-cell counts a streamed release keeps instead of them (:class:`~dpate_core.grid_sums.CellStatistics`
-from ``schemas.site_statistics.stream_cell_statistics``), and says whether the spec's estimator can
+from ``dpate.schemas.site_statistics.stream_cell_statistics``), and says whether the spec's estimator can
 release anything useful from them: both give the same answer, word for word, for the same
 records. It is pure (no I/O, no
 noise, no ledger) and its messages are **public wording**: they name the rule that fails and what
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schemas.site_preparation import SiteData
-from schemas.site_statistics import SiteStatistics
-from schemas.spec import StudySpec
+from dpate.schemas.site_preparation import SiteData
+from dpate.schemas.site_statistics import SiteStatistics
+from dpate.schemas.spec import StudySpec
 
 if TYPE_CHECKING:
     from dpate_core.grid_sums import CellStatistics

@@ -18,9 +18,9 @@ schema version, wrong types (no coercion: ``"0.5"`` is not a number), non-finite
 ``epsilon <= 0``, a non-positive variance, arm sizes that do not add up to ``n``, another study id,
 another spec hash, a site not in the spec, and a budget or bound that is not the one the spec gives
 that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it,
-numbers the spec's mechanism cannot produce (:mod:`schemas.plausibility`), and, when the spec lists
+numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`), and, when the spec lists
 a public key for the site (or ``require_signed_reports``), an unsigned or wrongly signed report
-(:mod:`schemas.signing`).
+(:mod:`dpate.schemas.signing`).
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
 ``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
@@ -30,7 +30,7 @@ published heads anchor the ledger, ``dpate ledger verify --against-reports``), `
 reserved, as exact strings (public amounts: sums of releases' spec budgets and the cap, never
 data; docs/privacy.md). A report whose spend passes its cap, falls short of this release's own
 budget, or names a cap other than the spec's for the site is refused
-(:func:`schemas.plausibility.spend_problems`).
+(:func:`dpate.schemas.plausibility.spend_problems`).
 
 Versions: every model here forbids unknown fields, so a field an older reader would refuse needs
 a new ``schema_version``. This software writes version :data:`REPORT_SCHEMA_VERSION` and reads
@@ -57,10 +57,10 @@ from pydantic import (
     model_validator,
 )
 
+from dpate.schemas.plausibility import estimate_problems, spend_problems
+from dpate.schemas.spec import EstimatorName, StudySpec, canonical_json
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
 from dpate_core.release import SiteEstimate
-from schemas.plausibility import estimate_problems, spend_problems
-from schemas.spec import EstimatorName, StudySpec, canonical_json
 
 __all__ = [
     "MAX_REPORT_BYTES",
@@ -361,7 +361,7 @@ class SiteReport(BaseModel):
 
     def signed_with(self, key: Any) -> SiteReport:
         """This report signed with an Ed25519 private key (deterministic: same bytes again)."""
-        from schemas.signing import sign_bytes
+        from dpate.schemas.signing import sign_bytes
 
         return self.model_copy(update={"signature": sign_bytes(key, self.signed_bytes())})
 
@@ -441,9 +441,9 @@ def read_report(
 
 
 def _signature_problems(data: bytes | str, site_id: str, spec: StudySpec) -> list[str]:
-    """A site with a public key in the spec must sign (schemas.signing); with
+    """A site with a public key in the spec must sign (dpate.schemas.signing); with
     ``require_signed_reports`` every site must have a key."""
-    from schemas.signing import signature_problems
+    from dpate.schemas.signing import signature_problems
 
     try:
         key = spec.site(site_id).public_key

@@ -1,6 +1,6 @@
 """The study result document (schema ``dpate.study-result``) as one typed object, and its views.
 
-:class:`StudyResult` parses the document the aggregator publishes (``tasks.aggregate``) and is
+:class:`StudyResult` parses the document the aggregator publishes (``dpate.tasks.aggregate``) and is
 the one thing every view is built from: the CLI's table (:meth:`StudyResult.table`), the Prefect
 artifact's markdown (:meth:`StudyResult.markdown`), and the HTML page with its forest plot
 (``dpate.html_report.render_html`` / ``forest_plot_png``, which also read the site ledgers' spend).

@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from schemas.spec import canonical_json
+from dpate.schemas.spec import canonical_json
 
 __all__ = [
     "SITE_KEY_ENV",
@@ -188,7 +188,7 @@ def seal_site_report(report: Any, spec: Any, site_id: str, committed: Any) -> An
     """The site's report as published: with the ledger head of its COMMIT row
     (``committed.seq``, ``committed.row_hash``) and signed with ``DPATE_SITE_KEY`` when set or
     when the spec lists a key for the site (:func:`site_signing_key`). Deterministic."""
-    from schemas.report import LedgerHead
+    from dpate.schemas.report import LedgerHead
 
     seq = getattr(committed, "seq", None)
     if seq is not None:

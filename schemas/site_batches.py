@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from schemas.site_errors import (
+from dpate.schemas.site_errors import (
     _R_EDGES,
     _R_LEVEL,
     _R_MISSING,
@@ -28,11 +28,11 @@ from schemas.site_errors import (
     SiteDataError,
     _merge,
 )
-from schemas.site_preparation import PreparationReport, SiteData, _prepare
-from schemas.site_reading import _needed_columns
-from schemas.source_csv import CsvSource
-from schemas.sources import DataSource, open_source
-from schemas.spec import StudySpec
+from dpate.schemas.site_preparation import PreparationReport, SiteData, _prepare
+from dpate.schemas.site_reading import _needed_columns
+from dpate.schemas.source_csv import CsvSource
+from dpate.schemas.sources import DataSource, open_source
+from dpate.schemas.spec import StudySpec
 
 __all__ = ["BATCH_ROWS", "SiteBatch", "iter_site_batches", "prepare_source"]
 
@@ -174,9 +174,9 @@ def iter_site_batches(
 ) -> Iterator[SiteBatch]:
     """The site's validated ``(w, y, x)``, one batch at a time (nothing kept between batches).
 
-    Every batch is validated as :func:`~schemas.site_preparation.prepare_site_data` validates a file.
+    Every batch is validated as :func:`~dpate.schemas.site_preparation.prepare_site_data` validates a file.
     Once a batch fails no more batches are yielded; the remaining ones are still validated and a
-    :class:`~schemas.site_errors.SiteDataError` with every problem is raised after the last one.
+    :class:`~dpate.schemas.site_errors.SiteDataError` with every problem is raised after the last one.
     **A consumer must therefore discard what it accumulated unless the iteration ends normally**
     (:func:`stream_cell_statistics` does). Warnings are swallowed; reader errors redacted."""
     src = _as_source(source, spec, fmt, query, secret)
@@ -198,7 +198,7 @@ def prepare_source(
     secret: str | None = None,
     batch_rows: int = BATCH_ROWS,
 ) -> SiteData:
-    """:func:`~schemas.site_preparation.prepare_site_data` for a location, in batches: the same
+    """:func:`~dpate.schemas.site_preparation.prepare_site_data` for a location, in batches: the same
     ``SiteData``, report (its counts summed over batches) and errors, word for word. Keeps
     ``(w, y, x)`` (17 bytes a row, preallocated when the source knows its row count) and one
     batch's working set."""

@@ -4,8 +4,8 @@ A :class:`SiteDataError` names columns, rules (the ``_R_*`` texts below), counts
 positions only; **never a data value**. pandera's failure cases (which hold the raw values) are
 reduced to counts and positions here (:func:`_redact`) before anything else touches them, and the
 problems found while converting (:class:`_Collector`) and by pandera are merged per column and
-rule (:func:`_merge`). Reading and preparation (``schemas.site_reading``,
-``schemas.site_preparation``) replace any exception whose text may quote a value by one built here.
+rule (:func:`_merge`). Reading and preparation (``dpate.schemas.site_reading``,
+``dpate.schemas.site_preparation``) replace any exception whose text may quote a value by one built here.
 """
 
 from __future__ import annotations

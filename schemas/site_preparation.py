@@ -11,16 +11,16 @@ for :mod:`dpate_core.release`. Everything it uses to decide is public and comes 
   ``"reject"`` refuses the file;
 - **covariates**: categorical values must be among the declared levels (or are mapped to the
   declared ``other`` level); numeric values are cut at the declared bin edges and must lie within
-  them (:mod:`schemas.strata`). Nothing about the discretisation is learned from the data;
+  them (:mod:`dpate.schemas.strata`). Nothing about the discretisation is learned from the data;
 - **missing / non-finite** values in any used column: ``missing = "reject"`` refuses the file,
   ``"drop"`` drops those rows (and the operator report says how many; ``N`` is then the count kept).
 
-The work is shared out by what it holds: reading (:mod:`schemas.site_reading`), the pandera schema
-(:mod:`schemas.site_schema`), errors and their redaction (:mod:`schemas.site_errors`), strata
-(:mod:`schemas.strata`); this module converts, applies the policies and assembles the result.
+The work is shared out by what it holds: reading (:mod:`dpate.schemas.site_reading`), the pandera schema
+(:mod:`dpate.schemas.site_schema`), errors and their redaction (:mod:`dpate.schemas.site_errors`), strata
+(:mod:`dpate.schemas.strata`); this module converts, applies the policies and assembles the result.
 
 Errors are lazy: every problem is collected (pandera ``lazy=True`` plus the conversions done here)
-and raised at once as :class:`~schemas.site_errors.SiteDataError`, grouped by column and rule,
+and raised at once as :class:`~dpate.schemas.site_errors.SiteDataError`, grouped by column and rule,
 with counts and 0-based row positions only. **No data value ever appears in a message, log record
 or exception**: pandera's failure cases (which hold the raw values) are reduced to counts and
 positions, and any exception from pandas / pyarrow while reading or converting (their texts may
@@ -47,7 +47,7 @@ import pandas as pd
 import pandera.pandas as pda
 import pyarrow as pa
 
-from schemas.site_errors import (
+from dpate.schemas.site_errors import (
     _R_MISSING,
     _R_NOT_NUMBER,
     _R_OUTCOME_LABEL,
@@ -58,11 +58,11 @@ from schemas.site_errors import (
     _merge,
     _redact,
 )
-from schemas.site_reading import _as_frame, _needed_columns
-from schemas.site_schema import build_schema
-from schemas.spec import StudySpec
-from schemas.spec_columns import CategoricalCovariate, NumericCovariate
-from schemas.strata import stratum_ids
+from dpate.schemas.site_reading import _as_frame, _needed_columns
+from dpate.schemas.site_schema import build_schema
+from dpate.schemas.spec import StudySpec
+from dpate.schemas.spec_columns import CategoricalCovariate, NumericCovariate
+from dpate.schemas.strata import stratum_ids
 
 __all__ = ["PreparationReport", "SiteData", "prepare_site_data"]
 
@@ -114,14 +114,14 @@ def prepare_site_data(
 
     ``source``: a path or fsspec URL (format from ``fmt`` or the suffix: ``.parquet``/``.pq``,
     otherwise CSV), a DataFrame or a pyarrow Table. Raises
-    :class:`~schemas.site_errors.SiteDataError` (every problem at once; no data values in it).
+    :class:`~dpate.schemas.site_errors.SiteDataError` (every problem at once; no data values in it).
 
-    A location is read and validated in batches (:func:`schemas.site_batches.prepare_source`: bounded
+    A location is read and validated in batches (:func:`dpate.schemas.site_batches.prepare_source`: bounded
     working memory, the same result and messages); it may also be a partitioned Parquet dataset
     (a directory) or a SQL database URL (query in ``DPATE_DATA_QUERY``).
     """
     if isinstance(source, (str, Path)):
-        from schemas.site_batches import prepare_source
+        from dpate.schemas.site_batches import prepare_source
 
         return prepare_source(source, spec, fmt=fmt)
     failure: SiteDataError | None = None

@@ -3,9 +3,9 @@ fsspec URL), a pandas DataFrame or a pyarrow Table, as the frame that preparatio
 
 Text columns the spec gives text values for are read as dictionaries (validation and binning then
 touch each distinct value once, not every row). A reader's own error text may quote file contents:
-it is dropped, and :class:`~schemas.site_errors.SiteDataError` names the file, the missing
+it is dropped, and :class:`~dpate.schemas.site_errors.SiteDataError` names the file, the missing
 columns or the type of the reader's error only. Batched reading of a location lives in
-:mod:`schemas.sources` (and the modules it names), which share the helpers here.
+:mod:`dpate.schemas.sources` (and the modules it names), which share the helpers here.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from schemas.site_errors import SiteDataError, _missing_columns, _Redacted
-from schemas.spec import StudySpec
-from schemas.spec_columns import CategoricalCovariate
+from dpate.schemas.site_errors import SiteDataError, _missing_columns, _Redacted
+from dpate.schemas.spec import StudySpec
+from dpate.schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["read_site_table"]
 
@@ -132,7 +132,7 @@ def _read_csv(fh: Any, location: str | Path, spec: StudySpec) -> pa.Table:
 
 def _shown(location: str) -> str:
     """The location as a message may show it: no password (schemas/source_redaction.py)."""
-    from schemas.source_redaction import redact_location
+    from dpate.schemas.source_redaction import redact_location
 
     return redact_location(location)
 

@@ -3,7 +3,7 @@
 Every check is public and comes from the spec (treatment values or labels, outcome finite and,
 under ``policy = "reject"``, within ``[0, B]`` after the offset, declared levels, declared bin
 edges). A check's ``error`` is its rule text, never a value: pandera reports it as the failed
-check, and :func:`schemas.site_errors._redact` drops the failure cases that do hold values.
+check, and :func:`dpate.schemas.site_errors._redact` drops the failure cases that do hold values.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pda
 
-from schemas.site_errors import (
+from dpate.schemas.site_errors import (
     _R_EDGES,
     _R_LEVEL,
     _R_NOT_FINITE,
@@ -23,8 +23,8 @@ from schemas.site_errors import (
     _R_TREATMENT_01,
     _R_TREATMENT_LABEL,
 )
-from schemas.spec import StudySpec
-from schemas.spec_columns import CategoricalCovariate
+from dpate.schemas.spec import StudySpec
+from dpate.schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["build_schema"]
 
@@ -36,7 +36,7 @@ def _check(fn: Callable[[pd.Series], Any], rule: str) -> pda.Check:
 
 def build_schema(spec: StudySpec) -> pda.DataFrameSchema:
     """The pandera schema of a site's records after
-    :func:`~schemas.site_preparation.prepare_site_data`'s conversions (numeric columns as
+    :func:`~dpate.schemas.site_preparation.prepare_site_data`'s conversions (numeric columns as
     float64, text columns as strings). Nulls are allowed here only when the spec's missing policy
     drops them (they are gone before validation then)."""
     nullable = False

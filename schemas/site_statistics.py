@@ -9,20 +9,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schemas.site_batches import (
+from dpate.schemas.site_batches import (
     BATCH_ROWS,
     _as_source,
     _sum_reports,
     iter_site_batches,
     prepare_source,
 )
-from schemas.site_errors import SiteDataError
-from schemas.site_preparation import PreparationReport, SiteData
-from schemas.source_csv import CsvSource
-from schemas.source_redaction import _read_failure
-from schemas.source_sql import SqlSource
-from schemas.sources import DataSource, open_source
-from schemas.spec import StudySpec
+from dpate.schemas.site_errors import SiteDataError
+from dpate.schemas.site_preparation import PreparationReport, SiteData
+from dpate.schemas.source_csv import CsvSource
+from dpate.schemas.source_redaction import _read_failure
+from dpate.schemas.source_sql import SqlSource
+from dpate.schemas.sources import DataSource, open_source
+from dpate.schemas.spec import StudySpec
 
 if TYPE_CHECKING:
     from dpate_core.grid_sums import CellStatistics
@@ -172,7 +172,7 @@ def read_site_records(
     """The site's validated records as the spec's estimator needs them (no Prefect here):
     streamed statistics for :data:`STREAMED_ESTIMATORS`, else ``(w, y, x)`` in memory. Read in
     batches either way; raises
-    :class:`~schemas.site_errors.SiteDataError`. ``query``/``secret``: a SQL source's query and
+    :class:`~dpate.schemas.site_errors.SiteDataError`. ``query``/``secret``: a SQL source's query and
     Prefect Secret block name (else ``DPATE_DATA_QUERY``/``DPATE_DATA_SECRET``)."""
     source = open_source(str(location), spec, spec.site(site_id).format, query=query, secret=secret)
     if spec.estimator in STREAMED_ESTIMATORS:

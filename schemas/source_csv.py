@@ -8,16 +8,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from schemas.arrow_batches import _empty_batch, _open_plain
-from schemas.site_reading import (
+from dpate.schemas.arrow_batches import _empty_batch, _open_plain
+from dpate.schemas.site_reading import (
     _DICT_STRING,
     _csv_header,
     _needed_columns,
     _string_columns,
     read_site_table,
 )
-from schemas.source_redaction import _guarded, redact_location
-from schemas.spec import StudySpec
+from dpate.schemas.source_redaction import _guarded, redact_location
+from dpate.schemas.spec import StudySpec
 
 __all__ = ["CsvSource"]
 
@@ -27,7 +27,7 @@ class CsvSource:
     """A CSV file (local path or fsspec URL; ``.gz``/``.bz2``/``.zst`` decompressed), streamed in
     blocks of ``block_size`` bytes when that gives exactly what one read gives.
 
-    :func:`~schemas.site_reading.read_site_table` (one read) infers each column's type from all its
+    :func:`~dpate.schemas.site_reading.read_site_table` (one read) infers each column's type from all its
     blocks, widening it where a later block needs it; a streaming reader fixes it from the first
     block and fails on a later block that does not fit. So a file larger than one block is first
     parsed once in a streaming pass that keeps nothing (the spec's columns only): if it parses,

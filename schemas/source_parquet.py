@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from schemas.arrow_batches import _empty_batch, _encode, _open_plain
-from schemas.site_errors import _missing_columns, _Redacted
-from schemas.site_reading import _needed_columns, _string_columns
-from schemas.source_redaction import _guarded, redact_location
-from schemas.spec import StudySpec
+from dpate.schemas.arrow_batches import _empty_batch, _encode, _open_plain
+from dpate.schemas.site_errors import _missing_columns, _Redacted
+from dpate.schemas.site_reading import _needed_columns, _string_columns
+from dpate.schemas.source_redaction import _guarded, redact_location
+from dpate.schemas.spec import StudySpec
 
 __all__ = ["ParquetDatasetSource", "ParquetFileSource"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from schemas.site_errors import SiteDataError, _Redacted
+from dpate.schemas.site_errors import SiteDataError, _Redacted
 
 __all__ = ["QUERY_ENV", "SECRET_ENV", "SQL_DIALECTS", "is_sql_url", "redact_location"]
 

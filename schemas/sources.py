@@ -23,7 +23,7 @@ CSV file                    anything else (``.csv``, ``.csv.gz``, ...)    stream
 
 **Credentials** never come from the spec (a spec's data location is confined to its own folder,
 dpate/settings.py) and never appear in a message: every location shown in an error goes through
-:func:`~schemas.source_redaction.redact_location` (no password, no query string). A SQL source
+:func:`~dpate.schemas.source_redaction.redact_location` (no password, no query string). A SQL source
 takes its password from the driver's own environment (libpq's ``PGPASSWORD`` / ``PGPASSFILE`` /
 ``PGSERVICE`` for PostgreSQL), or from a Prefect Secret block named by ``DPATE_DATA_SECRET`` (or
 the site config's ``data_secret``, passed as ``secret``), loaded at the site when the source is
@@ -31,21 +31,21 @@ opened and held in memory only. A driver's error text is withheld (only its type
 quote a record value.
 
 **Batches and memory.** Validation (schemas/site_preparation.py) is per row, so it runs per batch of
-``batch_rows`` rows (default :data:`~schemas.site_batches.BATCH_ROWS`): problems are collected
+``batch_rows`` rows (default :data:`~dpate.schemas.site_batches.BATCH_ROWS`): problems are collected
 across batches, their counts added and their first row positions kept (positions count from 0
-over the whole source, in its order), and one :class:`~schemas.site_errors.SiteDataError` is
+over the whole source, in its order), and one :class:`~dpate.schemas.site_errors.SiteDataError` is
 raised after the last batch, with exactly the text a single pass gives. Peak memory is one batch's
 working set (a few hundred bytes a row, for the pandas/pandera conversions) plus what the consumer
 keeps:
 
-- :func:`~schemas.site_batches.prepare_source` (the release path of the estimators that need the
-  records, and :func:`~schemas.site_preparation.prepare_site_data` for a location) keeps
+- :func:`~dpate.schemas.site_batches.prepare_source` (the release path of the estimators that need the
+  records, and :func:`~dpate.schemas.site_preparation.prepare_site_data` for a location) keeps
   ``(w, y, x)``: 17 bytes a row (int8, float64, int64), preallocated when the source knows its
   row count;
-- :func:`~schemas.site_batches.iter_site_batches` yields each validated batch's ``(w, y, x)`` and
+- :func:`~dpate.schemas.site_batches.iter_site_batches` yields each validated batch's ``(w, y, x)`` and
   keeps nothing;
-- :func:`~schemas.site_statistics.stream_cell_statistics` (the release path of the adjusted
-  estimator and the difference in means, ``tasks.site.read_site_records``) accumulates their
+- :func:`~dpate.schemas.site_statistics.stream_cell_statistics` (the release path of the adjusted
+  estimator and the difference in means, ``dpate.tasks.site.read_site_records``) accumulates their
   per-cell sufficient statistics (:func:`dpate_core.grid_sums.cell_statistics`: exact integer sums
   on a public grid, centred for the adjusted estimator, not centred for the difference in means)
   batch by batch: memory ``O(batch + |X|)`` whatever ``N``.
@@ -71,13 +71,13 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from schemas.site_errors import SiteDataError
-from schemas.site_reading import _needed_columns
-from schemas.source_csv import CsvSource
-from schemas.source_parquet import ParquetDatasetSource, ParquetFileSource
-from schemas.source_redaction import QUERY_ENV, SECRET_ENV, is_sql_url, redact_location
-from schemas.source_sql import SqlSource
-from schemas.spec import StudySpec
+from dpate.schemas.site_errors import SiteDataError
+from dpate.schemas.site_reading import _needed_columns
+from dpate.schemas.source_csv import CsvSource
+from dpate.schemas.source_parquet import ParquetDatasetSource, ParquetFileSource
+from dpate.schemas.source_redaction import QUERY_ENV, SECRET_ENV, is_sql_url, redact_location
+from dpate.schemas.source_sql import SqlSource
+from dpate.schemas.spec import StudySpec
 
 __all__ = ["DataSource", "open_source"]
 
@@ -89,7 +89,7 @@ class DataSource(Protocol):
 
     @property
     def name(self) -> str:
-        """The location as messages may show it (:func:`~schemas.source_redaction.redact_location`)."""
+        """The location as messages may show it (:func:`~dpate.schemas.source_redaction.redact_location`)."""
 
     def count_rows(self) -> int | None:
         """The number of rows, when the source knows it cheaply (metadata); else None."""

@@ -47,13 +47,13 @@ from pydantic import (
     model_validator,
 )
 
+from dpate.schemas.spec_checks import cross_field_problems
+from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
+from dpate.schemas.spec_fields import _ID, _ID_HINT, _Model
+from dpate.schemas.spec_sites import SiteSpec
 from dpate_core.aggregators import AGGREGATORS
 from dpate_core.privacy import BudgetSplit, PrivacyParams
 from dpate_core.registry import ESTIMATORS, Estimator, estimator_of
-from schemas.spec_checks import cross_field_problems
-from schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
-from schemas.spec_fields import _ID, _ID_HINT, _Model
-from schemas.spec_sites import SiteSpec
 
 __all__ = [
     "SPEC_VERSION",

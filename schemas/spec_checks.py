@@ -1,4 +1,4 @@
-"""The study spec's cross-field rules (:class:`~schemas.spec.StudySpec`): what a valid study needs
+"""The study spec's cross-field rules (:class:`~dpate.schemas.spec.StudySpec`): what a valid study needs
 beyond each field's own type, every broken rule as a ``(field path, message)`` problem that names
 the rule and says what would be valid."""
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from dpate_core.registry import ESTIMATORS
 
 if TYPE_CHECKING:
-    from schemas.spec import StudySpec
+    from dpate.schemas.spec import StudySpec
 
 __all__ = ["MAX_DOMAIN_SIZE", "cross_field_problems"]
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from dpate.schemas.spec_fields import _ID, ExactNumber, _Model
 from dpate_core.privacy import BudgetSplit, PrivacyParams
-from schemas.spec_fields import _ID, ExactNumber, _Model
 
 __all__ = ["PrivacyCap", "SiteSpec"]
 
@@ -35,7 +35,7 @@ class SiteSpec(_Model):
     """One site: its id, where its data is, and what one release of this study may spend.
 
     ``data`` is a local path or an fsspec URL (``s3://bucket/key.parquet``); a relative path is read
-    relative to the spec file's folder (see :meth:`schemas.spec.StudySpec.data_location`). ``format`` is
+    relative to the spec file's folder (see :meth:`dpate.schemas.spec.StudySpec.data_location`). ``format`` is
     inferred from the suffix (``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``; a trailing ``/``: a
     partitioned Parquet dataset, ``"parquet-dataset"``) unless given. A site's own data location
     may also be a database (schemas/sources.py); that is site configuration, never the spec's.

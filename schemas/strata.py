@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from schemas.spec import StudySpec
-from schemas.spec_columns import CategoricalCovariate
+from dpate.schemas.spec import StudySpec
+from dpate.schemas.spec_columns import CategoricalCovariate
 
 __all__ = ["stratum_ids"]
 

@@ -1,8 +1,8 @@
 """The aggregator's tasks (the untrusted server): read, validate, combine, publish.
 
 The server sees only published site reports and takes nothing at face value. Each is read with a
-size limit (:data:`schemas.report.MAX_REPORT_BYTES`, checked before it is parsed) and validated
-against the study spec (:func:`schemas.report.read_report`: schema, ids, budget, the numbers the
+size limit (:data:`dpate.schemas.report.MAX_REPORT_BYTES`, checked before it is parsed) and validated
+against the study spec (:func:`dpate.schemas.report.read_report`: schema, ids, budget, the numbers the
 mechanism can produce, and the site's signature when the spec lists its key); a missing or
 rejected report is listed with its reason, never aggregated. Each used site's entry records the
 ledger head its report carries (``ledger_head``) and whether the report was signed, so the
@@ -28,8 +28,12 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
+from dpate.schemas.result import RESULT_SCHEMA, StudyResult
+from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
+from dpate.tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
 from dpate_core.aggregation import AggregateResult, aggregate
 from dpate_core.aggregators import aggregator_of
 from dpate_core.inference import (
@@ -39,10 +43,6 @@ from dpate_core.inference import (
     site_bootstrap_interval,
     site_normal_interval,
 )
-from schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
-from schemas.result import RESULT_SCHEMA, StudyResult
-from schemas.spec import canonical_json
-from tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
 
 __all__ = [
     "RESULT_SCHEMA",

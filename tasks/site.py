@@ -8,8 +8,9 @@ cache, no persisted result, never logged); everything logged to Prefect is publi
 
 **Memory.** The estimators whose statistics are sums of per-record terms that add exactly
 (:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer per-cell
-sums) are released in one streaming pass: :func:`~schemas.site_statistics.read_site_records` returns their
-statistics (:class:`~schemas.site_statistics.SiteStatistics`, from ``stream_cell_statistics``), never the
+sums) are released in one streaming pass:
+:func:`~dpate.schemas.site_statistics.read_site_records` returns their statistics
+(:class:`~dpate.schemas.site_statistics.SiteStatistics`, from ``stream_cell_statistics``), never the
 records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set plus
 ``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the statistics
 are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)`` (17 bytes a
@@ -37,17 +38,8 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate.ledger import Committed, Event, LedgerError, PrivacyLedger, Reservation
-from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
-from dpate.storage import PublicationConflictError, Store
-from dpate_core import release as core_release
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
-from dpate_core.inference import site_bootstrap_interval
-from dpate_core.privacy import PrivacyParams
-from dpate_core.registry import PlanInputs
-from dpate_core.release import MechanismPlan, SiteEstimate
-from schemas.preflight import FeasibilityError, feasibility_problems
-from schemas.report import (
+from dpate.schemas.preflight import FeasibilityError, feasibility_problems
+from dpate.schemas.report import (
     REPORT_SCHEMA,
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,
@@ -56,13 +48,22 @@ from schemas.report import (
     SiteReport,
     software_version,
 )
-from schemas.result import interval_text
-from schemas.signing import seal_site_report, site_signing_key
-from schemas.site_errors import SiteDataError
-from schemas.site_preparation import SiteData
-from schemas.site_statistics import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
-from schemas.spec import StudySpec
-from tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
+from dpate.schemas.result import interval_text
+from dpate.schemas.signing import seal_site_report, site_signing_key
+from dpate.schemas.site_errors import SiteDataError
+from dpate.schemas.site_preparation import SiteData
+from dpate.schemas.site_statistics import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
+from dpate.schemas.spec import StudySpec
+from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
+from dpate.storage import PublicationConflictError, Store
+from dpate.tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
+from dpate_core import release as core_release
+from dpate_core.adjusted import plan_adjusted_from_statistics
+from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
+from dpate_core.inference import site_bootstrap_interval
+from dpate_core.privacy import PrivacyParams
+from dpate_core.registry import PlanInputs
+from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [
     "STREAMED_ESTIMATORS",
@@ -205,7 +206,7 @@ def check_publication(ctx: SiteContext) -> None:
 def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
     """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
     For a streamed estimator only its per-cell statistics are kept
-    (:func:`schemas.site_statistics.read_site_records`).
+    (:func:`dpate.schemas.site_statistics.read_site_records`).
 
     A failed check's full text (counts, row positions) goes to the operator log only; Prefect
     gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no

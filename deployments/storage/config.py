@@ -32,8 +32,8 @@ Two files, written once by the coordinator's operator into ``/etc/seaweedfs/`` (
     or a volume server without a token signed by SeaweedFS itself is refused (401), even on
     loopback. SeaweedFS reads this file from its working directory.
 
-    python -m deployments.storage.config s3 --bucket dpate --out /etc/seaweedfs/s3.json SPEC...
-    python -m deployments.storage.config security --out /etc/seaweedfs/security.toml
+    python -m dpate.deployments.storage.config s3 --bucket dpate --out /etc/seaweedfs/s3.json SPEC...
+    python -m dpate.deployments.storage.config security --out /etc/seaweedfs/security.toml
 
 Each ``s3`` run prints nothing secret; the keys are in the written file (hand each site its own
 pair over a channel you trust).
@@ -173,7 +173,9 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m deployments.storage.config", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m dpate.deployments.storage.config", description=__doc__
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     s3 = sub.add_parser("s3", help="write s3.json (identities) for the given study specs")
     s3.add_argument("specs", nargs="+", help="study spec files (TOML)")

@@ -1,8 +1,8 @@
 """``dpate check``: what a release would do at a site, before anything is spent.
 
 It reads the study spec, validates the site's records with the same code as a release
-(:func:`schemas.site_preparation.prepare_site_data`), discretises them, runs the feasibility rules
-(:func:`schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
+(:func:`dpate.schemas.site_preparation.prepare_site_data`), discretises them, runs the feasibility rules
+(:func:`dpate.schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
 a missing ledger is reported, never created). It prints the study's public facts, what a release
 would publish exactly, the budget it would spend and what the ledger has left, and, for the site
 operator's eyes only, the counts preparation produced (rows read, dropped, clipped): those are
@@ -164,9 +164,9 @@ def _check_site(
 
 
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
-    from schemas.preflight import feasibility_problems
-    from schemas.site_errors import SiteDataError
-    from schemas.site_statistics import read_site_records
+    from dpate.schemas.preflight import feasibility_problems
+    from dpate.schemas.site_errors import SiteDataError
+    from dpate.schemas.site_statistics import read_site_records
 
     try:  # as the release reads them (streamed for STREAMED_ESTIMATORS; SQL query and secret)
         data = read_site_records(

@@ -5,7 +5,7 @@ ihdp, lalonde; default all) from their original sources, checks each file's pinn
 them in the data directory (``$DPATE_DATA_DIR``, else ``$XDG_DATA_HOME/dpate/data``, else
 ``~/.local/share/dpate/data``; ``--dest`` overrides it). ``--from DIR`` copies from a local mirror
 with the same layout (``DIR/<name>/<file>``) instead of the network. A file with another checksum is
-refused and nothing of its data set is written (:mod:`schemas.fetch`).
+refused and nothing of its data set is written (:mod:`dpate.schemas.fetch`).
 
 ``dpate data describe NAME [--split S] [--sites J] [--seed K]`` prints N, N_t, N_c and |X| for a
 data set (ist, star, ihdp, lalonde, synth) and the sizes of each site under a split:
@@ -55,8 +55,8 @@ def fetch(
     ] = None,
 ) -> None:
     """Download (or copy from --from DIR) the public data sets, verify their sha256, store them."""
-    from schemas.datasets import data_dir
-    from schemas.fetch import FetchError, fetch_datasets
+    from dpate.schemas.datasets import data_dir
+    from dpate.schemas.fetch import FetchError, fetch_datasets
 
     target = dest if dest is not None else data_dir()
     if mirror is not None and not mirror.is_dir():
@@ -93,7 +93,7 @@ def describe(
     """Print N, N_t, N_c, |X| and per-site sizes of a data set under a split."""
     import numpy as np
 
-    from schemas.datasets import DATASETS, DataUnavailableError, load_dataset
+    from dpate.schemas.datasets import DATASETS, DataUnavailableError, load_dataset
 
     key = name.lower()
     options: dict[str, object] = {}

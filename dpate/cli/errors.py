@@ -3,7 +3,7 @@
 An expected error ends a command with one short message naming its cause and an exit code that
 tells the causes apart (the table: ``docs/pipeline.md``, "Checking before spending, and exit
 codes"); a traceback is shown only with ``--debug``. Failures that come back from a Prefect run
-arrive as public text ``"ExceptionType: message"`` (:func:`flows.study.state_error`);
+arrive as public text ``"ExceptionType: message"`` (:func:`dpate.flows.study.state_error`);
 :func:`classify` reads the type.
 
 No Prefect import here: ``dpate check`` and the spec check before a run use it too.

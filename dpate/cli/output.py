@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dpate.cli.errors import classify, print_failures
-from schemas.result import StudyResult
+from dpate.schemas.result import StudyResult
 
 console = Console()
 err = Console(stderr=True)

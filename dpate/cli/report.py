@@ -10,7 +10,7 @@ import typer
 from dpate.cli.environment import load_spec
 from dpate.cli.errors import ExitCode
 from dpate.cli.output import console, fail
-from schemas.result import StudyResult
+from dpate.schemas.result import StudyResult
 
 __all__ = ["report_cmd", "write_report"]
 
@@ -18,7 +18,7 @@ __all__ = ["report_cmd", "write_report"]
 def write_report(spec: str, round: str | None, storage: str | None, out: Path) -> Path:
     """Render the round's published result, with each local site's lifetime spend, to ``out``."""
     from dpate.settings import resolve_site, resolve_study
-    from tasks.aggregate import published_result
+    from dpate.tasks.aggregate import published_result
 
     ctx = resolve_study(spec, round, storage)
     found = published_result(ctx)

@@ -25,8 +25,8 @@ def keygen(
     Writes ``<out>/<site>.ed25519.pem`` (mode 0600; never leaves the site: point DPATE_SITE_KEY
     at it) and prints the public key to put in the spec as the site's ``public_key``.
     """
+    from dpate.schemas.signing import SigningError, generate_key_pair
     from dpate.storage import InvalidKeyError, check_part
-    from schemas.signing import SigningError, generate_key_pair
 
     try:
         check_part(site, "site id")

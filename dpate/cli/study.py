@@ -42,12 +42,12 @@ def init_missing_ledgers(spec: str) -> None:
 
 
 def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
-    """The study flow (:func:`flows.study.study`) on the embedded or configured Prefect; its
+    """The study flow (:func:`dpate.flows.study.study`) on the embedded or configured Prefect; its
     output, read back from storage when this process holds no result."""
     load_spec(spec)  # a spec error ends the command here, before Prefect starts
     prefect_env(verbose)
     with console.status("starting Prefect and running the study flow ...", spinner="dots"):
-        from flows.study import state_error, state_output, study
+        from dpate.flows.study import state_error, state_output, study
 
         state = study(spec=spec, round=round, return_state=True)
     if not state.is_completed():
@@ -57,7 +57,7 @@ def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
 
 
 def _sites_of_failed_run(state: Any) -> list[dict[str, Any]]:
-    """The per-site outcomes a failed study run carries (flows.study; public messages)."""
+    """The per-site outcomes a failed study run carries (dpate.flows.study; public messages)."""
     try:
         exc = state.result(raise_on_failure=False)
     except Exception:  # no result held in this process: the study's message is all we have
@@ -80,8 +80,8 @@ def _study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
 
 def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
     from dpate.settings import resolve_site, resolve_study
-    from tasks.aggregate import published_result
-    from tasks.site import published_site
+    from dpate.tasks.aggregate import published_result
+    from dpate.tasks.site import published_site
 
     ctx = resolve_study(spec, round)
     sites = []
@@ -154,7 +154,7 @@ def site_release_cmd(
         site_settings(ledger=ledger, data=data, storage=storage),
         console.status(f"releasing site {site} ...", spinner="dots"),
     ):
-        from flows.study import release_one_site
+        from dpate.flows.study import release_one_site
 
         r = release_one_site(spec, site, round)
     if not r["ok"]:
@@ -178,12 +178,12 @@ def aggregate_cmd(
     load_spec(spec)  # a spec error ends the command here, before Prefect starts
     prefect_env(verbose)
     with console.status("aggregating ...", spinner="dots"):
-        from flows.aggregate import aggregate_study
+        from dpate.flows.aggregate import aggregate_study
 
         state = aggregate_study(spec=spec, round=round, storage_url=storage, return_state=True)
+    from dpate.flows.study import state_error, state_output
     from dpate.settings import resolve_study
-    from flows.study import state_error, state_output
-    from tasks.aggregate import published_result
+    from dpate.tasks.aggregate import published_result
 
     if not state.is_completed():
         failure = classify(state_error(state))

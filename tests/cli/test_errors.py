@@ -128,7 +128,7 @@ def test_unexpected_errors_are_one_line_unless_debug(monkeypatch):
     from typer.testing import CliRunner
 
     from dpate.cli.errors import DEBUG, CliGroup
-    from schemas.spec import SpecError
+    from dpate.schemas.spec import SpecError
 
     app = typer.Typer(cls=CliGroup)
 

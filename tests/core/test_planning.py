@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dpate.schemas.datasets import DataUnavailableError, load_ist, load_star
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
 from dpate_core.matching import plan_matching
@@ -22,7 +23,6 @@ from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, simulate_sites
 from dpate_core.site_prediction import predict_site
 from dpate_core.synth import split_equal, split_proportions, synth
-from schemas.datasets import DataUnavailableError, load_ist, load_star
 
 Z = 1.959963984540054
 SYNTH_SD = 0.1 / np.sqrt(12.0)  # Synth's outcome noise U[0, 0.1] within an arm and stratum

@@ -19,12 +19,12 @@ from typer.testing import CliRunner
 
 from dpate.anchors import check_anchors, published_heads, verify_against_reports
 from dpate.ledger import GENESIS, PrivacyLedger, _row_hash, release_id
+from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.signing import SITE_KEY_ENV, seal_site_report
+from dpate.schemas.spec import StudySpec
 from dpate.storage import Store
 from dpate_core import smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
-from schemas.report import SiteReport, read_report
-from schemas.signing import SITE_KEY_ENV, seal_site_report
-from schemas.spec import StudySpec
 from tests.schemas.test_spec import base
 
 ROUNDS = ("r1", "r2", "r3")
@@ -242,7 +242,7 @@ def test_cli_verify_against_reports_needs_a_site_and_a_root(site, monkeypatch):
 
 def test_cli_site_keygen(tmp_path):
     from dpate.cli.main import app
-    from schemas.signing import load_private_key, public_key_text
+    from dpate.schemas.signing import load_private_key, public_key_text
 
     res = CliRunner().invoke(app, ["site", "keygen", "north", "--out", str(tmp_path / "k")])
     assert res.exit_code == 0, res.output

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from dpate.ledger import PrivacyLedger
-from schemas.report import SiteReport
-from schemas.signing import SITE_KEY_ENV, SigningError, generate_key_pair, load_private_key
+from dpate.schemas.report import SiteReport
+from dpate.schemas.signing import SITE_KEY_ENV, SigningError, generate_key_pair, load_private_key
 from tests.pipeline.studies import Site, write_study
 
 pytestmark = [
@@ -21,10 +21,10 @@ pytestmark = [
 
 
 def test_signed_reports_end_to_end(tmp_path, monkeypatch):
+    from dpate.flows.aggregate import aggregate_study
+    from dpate.flows.site_release import site_release
     from dpate.settings import resolve_study
-    from flows.aggregate import aggregate_study
-    from flows.site_release import site_release
-    from tasks.aggregate import collect_reports
+    from dpate.tasks.aggregate import collect_reports
 
     st = write_study(tmp_path, [Site("one", 1200), Site("two", 1000)])
     key, public = generate_key_pair("one", tmp_path / "keys")
@@ -85,7 +85,7 @@ def test_signed_reports_end_to_end(tmp_path, monkeypatch):
 
 
 def test_a_round_that_is_no_plain_id_writes_nowhere(tmp_path, monkeypatch):
-    from flows.aggregate import aggregate_study
+    from dpate.flows.aggregate import aggregate_study
 
     st = write_study(tmp_path, [Site("one", 600)])
     state = aggregate_study(spec=str(st.spec), round="../sites/one/x", return_state=True)

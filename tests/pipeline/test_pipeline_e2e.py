@@ -62,7 +62,7 @@ def _paged(read, page=200):
 @pytest.fixture(scope="module")
 def full_study(tmp_path_factory):
     """A 3-site study (one site's data invalid) run once through the study flow."""
-    from flows.study import study
+    from dpate.flows.study import study
 
     st = write_study(
         tmp_path_factory.mktemp("full"),
@@ -119,7 +119,7 @@ def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
     """Result schema 2: the combined estimate and every reporting site carry the normal interval
     (``ci95``) and the parametric bootstrap (``interval``), both inside [-B, B] (B = 1 here), the
     bootstrap flagged uninformative exactly when it was at least 2B wide before clipping."""
-    from schemas.result import interval_text
+    from dpate.schemas.result import interval_text
 
     _, out = full_study
     result = out["result"]
@@ -150,7 +150,7 @@ def test_invalid_site_data_fails_that_site_only_and_names_no_value(full_study):
 
 
 def test_rerun_spends_nothing_draws_nothing_and_publishes_identical_bytes(full_study, monkeypatch):
-    from flows.study import study
+    from dpate.flows.study import study
 
     st, out = full_study
     before = st.snapshot()
@@ -203,7 +203,7 @@ def test_nothing_outside_the_sites_holds_a_raw_value(full_study):
 
 
 def test_cap_refusal_draws_no_noise_and_publishes_nothing(tmp_path, monkeypatch, site_env):
-    from flows.site_release import site_release
+    from dpate.flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200, epsilon="1", cap="1")]))
     first = site_release(spec=str(st.spec), site="solo")
@@ -222,7 +222,7 @@ def test_cap_refusal_draws_no_noise_and_publishes_nothing(tmp_path, monkeypatch,
 def test_crash_between_reserve_and_commit_then_rerun(tmp_path, site_env):
     """Noise drawn, process dies before COMMIT: the reservation stands; the re-run spends nothing
     more, draws once, commits once; only the committed value is ever published."""
-    from flows.site_release import site_release
+    from dpate.flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     draws = []
@@ -256,7 +256,7 @@ def test_crash_between_reserve_and_commit_then_rerun(tmp_path, site_env):
 
 def test_crash_between_commit_and_publish_then_rerun(tmp_path, site_env):
     from dpate import storage as storage
-    from flows.site_release import site_release
+    from dpate.flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
 
@@ -284,9 +284,9 @@ def test_crash_between_commit_and_publish_then_rerun(tmp_path, site_env):
 
 
 def test_required_sites_missing_fails_the_aggregate_and_publishes_nothing(tmp_path, site_env):
-    from flows.aggregate import aggregate_study
-    from flows.site_release import site_release
-    from tasks.aggregate import StudyIncompleteError
+    from dpate.flows.aggregate import aggregate_study
+    from dpate.flows.site_release import site_release
+    from dpate.tasks.aggregate import StudyIncompleteError
 
     st = site_env(
         write_study(tmp_path, [Site("one", 1200), Site("two", 1000)], require_all_sites=True)
@@ -321,8 +321,8 @@ def test_html_report_from_the_published_result(full_study, tmp_path):
 
 
 def test_a_site_run_refuses_a_missing_ledger_and_creates_none(tmp_path, site_env):
+    from dpate.flows.site_release import site_release
     from dpate.ledger import LedgerNotFoundError
-    from flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]), init=False)
     state = site_release(spec=str(st.spec), site="solo", return_state=True)
@@ -333,7 +333,7 @@ def test_a_site_run_refuses_a_missing_ledger_and_creates_none(tmp_path, site_env
 
 def test_run_parameters_cannot_choose_the_ledger_data_or_storage(tmp_path, site_env):
     """The coordinator's run parameters are spec, site and round only."""
-    from flows.site_release import site_release
+    from dpate.flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     fresh = tmp_path / "fresh.sqlite"
@@ -354,8 +354,8 @@ def test_a_report_published_without_this_ledgers_commit_is_refused_before_reserv
     tmp_path, site_env, monkeypatch
 ):
     """A copy of the ledger (or another ledger) cannot release the same release id again."""
+    from dpate.flows.site_release import site_release
     from dpate.storage import PublicationConflictError
-    from flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     site_release(spec=str(st.spec), site="solo")
@@ -381,11 +381,11 @@ def test_a_deployed_run_refuses_without_the_sites_own_ledger_setting(
     in Prefect's working folder or a fresh home), to the spec's data or to its 'reports'."""
     import os
 
+    from dpate.flows.site_release import site_release
     from dpate.settings import SettingsError, dpate_home
-    from flows.site_release import site_release
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
-    monkeypatch.setattr("tasks.site.is_deployed_process", lambda: True)
+    monkeypatch.setattr("dpate.tasks.site.is_deployed_process", lambda: True)
     state = site_release(spec=str(st.spec), site="solo", return_state=True)
     exc = state.result(raise_on_failure=False)
     assert isinstance(exc, SettingsError) and "DPATE_DATA_PATH" in str(exc)

@@ -9,12 +9,12 @@ one place each enters a release, with deterministic stand-ins, and nothing else:
 
 - the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
   generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
-- the record order: :func:`tasks.site.data_independent_order` is a permutation seeded the same way;
+- the record order: :func:`dpate.tasks.site.data_independent_order` is a permutation seeded the same way;
 - the clock: :mod:`dpate.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
   chain and the reports' ``created_at`` carry).
 
 The software version in the reports and the result is fixed too (``software_version`` in
-:mod:`tasks.site` and :mod:`tasks.aggregate`), so a version bump alone does not change the bytes.
+:mod:`dpate.tasks.site` and :mod:`dpate.tasks.aggregate`), so a version bump alone does not change the bytes.
 Everything else is the real command line (``dpate ledger init``, then ``dpate demo`` with its
 default data seed) on the session's Prefect test server. The ledgers are created by ``dpate
 ledger init`` first because ``dpate demo`` would record its absolute spec path in the CAP row's
@@ -73,9 +73,9 @@ class _FixedClock(datetime):
 def deterministic_release(monkeypatch):
     """The secure noise, the secure record order and the clock replaced by seeded stand-ins."""
     import dpate.ledger
+    import dpate.tasks.aggregate
+    import dpate.tasks.site
     import dpate_core.release as core_release
-    import tasks.aggregate
-    import tasks.site
 
     secure_draw = core_release.draw_once
 
@@ -85,13 +85,13 @@ def deterministic_release(monkeypatch):
 
     monkeypatch.setattr(core_release, "draw_once", seeded_draw)
     monkeypatch.setattr(
-        tasks.site,
+        dpate.tasks.site,
         "data_independent_order",
         lambda n: np.random.default_rng([SEED, n]).permutation(n),
     )
     monkeypatch.setattr(dpate.ledger, "datetime", _FixedClock)
-    monkeypatch.setattr(tasks.site, "software_version", lambda: "golden")
-    monkeypatch.setattr(tasks.aggregate, "software_version", lambda: "golden")
+    monkeypatch.setattr(dpate.tasks.site, "software_version", lambda: "golden")
+    monkeypatch.setattr(dpate.tasks.aggregate, "software_version", lambda: "golden")
 
 
 def _published(out: Path) -> dict[str, bytes]:

@@ -10,8 +10,8 @@ import pytest
 
 from dpate.html_report import render_html, source_label
 from dpate.ledger import SiteSpend
+from dpate.schemas.result import StudyResult
 from dpate_core.privacy import PrivacyParams
-from schemas.result import StudyResult
 
 RESULT = StudyResult.of(
     {

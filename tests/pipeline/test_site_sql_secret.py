@@ -69,8 +69,8 @@ def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path
     from prefect.client.orchestration import get_client
     from prefect.logging.handlers import APILogWorker
 
-    from flows.site_release import site_release
-    from schemas.site_statistics import stream_cell_statistics
+    from dpate.flows.site_release import site_release
+    from dpate.schemas.site_statistics import stream_cell_statistics
 
     st, schema = pg_records
     block = f"site-db-{uuid.uuid4().hex[:8]}"
@@ -90,11 +90,11 @@ def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path
     st.init_ledgers()
 
     seen = []
-    import schemas.source_sql
+    import dpate.schemas.source_sql
 
-    real = schemas.source_sql._secret_value
+    real = dpate.schemas.source_sql._secret_value
     monkeypatch.setattr(
-        schemas.source_sql, "_secret_value", lambda name: seen.append(name) or real(name)
+        dpate.schemas.source_sql, "_secret_value", lambda name: seen.append(name) or real(name)
     )
     out = site_release(spec=str(st.spec), site="solo")
     assert out["status"] == "written" and out["estimator"] == "adjusted"
@@ -119,6 +119,6 @@ def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path
 
 
 def _spec(st):
-    from schemas.spec import load_spec
+    from dpate.schemas.spec import load_spec
 
     return load_spec(str(st.spec))

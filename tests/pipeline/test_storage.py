@@ -79,7 +79,7 @@ def test_storage_clients_connection_errors_are_transient():
 
     from dpate.ledger import LedgerError
     from dpate.storage import InvalidKeyError, PublicationConflictError
-    from tasks.common import IO_RETRY_DELAYS, IO_TASK, is_transient
+    from dpate.tasks.common import IO_RETRY_DELAYS, IO_TASK, is_transient
 
     transient = [
         bx.EndpointConnectionError(endpoint_url="http://127.0.0.1:8333"),

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate_core.estimators import exact_matching
-from schemas.datasets import (
+from dpate.schemas.datasets import (
     DataUnavailableError,
     data_dir,
     load_dataset,
@@ -15,6 +14,7 @@ from schemas.datasets import (
     load_lalonde,
     load_star,
 )
+from dpate_core.estimators import exact_matching
 
 needs_data = pytest.mark.skipif(
     not (data_dir() / "ist" / "IST_corrected.csv").is_file(),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.spec import load_spec
 from dpate_core import aggregate, smooth_dp_matching
 from dpate_core.synth import split_proportions, synth
-from schemas.report import SiteReport, read_report
-from schemas.site_preparation import prepare_site_data
-from schemas.spec import load_spec
 
 from .test_spec import EXAMPLES
 

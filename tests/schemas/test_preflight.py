@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schemas.preflight import FeasibilityError, feasibility_problems
-from schemas.site_preparation import prepare_site_data
-from schemas.spec import StudySpec
+from dpate.schemas.preflight import FeasibilityError, feasibility_problems
+from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.spec import StudySpec
 
 from .test_spec import base
 
@@ -95,11 +95,11 @@ CASES = [
 def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex, monkeypatch):
     """A streamed release checks its per-cell counts (cell 2 x + w): the same answer, word for
     word, as the records give (checked through sorted stratum ids, the path for a huge |X|)."""
-    import schemas.preflight
+    import dpate.schemas.preflight
+    from dpate.schemas.preflight import cell_feasibility_problems
     from dpate_core.grid_sums import cell_statistics
-    from schemas.preflight import cell_feasibility_problems
 
-    monkeypatch.setattr(schemas.preflight, "COUNT_CELLS_UP_TO", 0)
+    monkeypatch.setattr(dpate.schemas.preflight, "COUNT_CELLS_UP_TO", 0)
     spec = spec_for(estimator)
     records = data(w, sex, spec)
     cells = cell_statistics(
@@ -107,7 +107,7 @@ def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex
     )
     want = feasibility_problems(records, spec)
     assert feasibility_problems(cells, spec) == want
-    monkeypatch.setattr(schemas.preflight, "COUNT_CELLS_UP_TO", 1 << 24)  # records, by counts
+    monkeypatch.setattr(dpate.schemas.preflight, "COUNT_CELLS_UP_TO", 1 << 24)  # records, by counts
     assert feasibility_problems(records, spec) == want
     assert cell_feasibility_problems(cells.counts, spec) == want
     if len(w) == 4:

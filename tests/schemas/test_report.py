@@ -9,9 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate_core import dp_difference_in_means, smooth_dp_matching
-from dpate_core.privacy import PrivacyParams
-from schemas.report import (
+from dpate.schemas.report import (
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,
     ReportError,
@@ -19,7 +17,9 @@ from schemas.report import (
     read_report,
     software_version,
 )
-from schemas.spec import StudySpec
+from dpate.schemas.spec import StudySpec
+from dpate_core import dp_difference_in_means, smooth_dp_matching
+from dpate_core.privacy import PrivacyParams
 
 from .test_spec import base
 
@@ -154,8 +154,8 @@ def test_public_estimate_is_the_site_estimate_in_public_form(spec, estimate):
     dataclass's definition: a field added to SiteEstimate fails here until the report has it."""
     import dataclasses
 
+    from dpate.schemas.report import PublicEstimate
     from dpate_core.release import SiteEstimate
-    from schemas.report import PublicEstimate
 
     assert list(PublicEstimate.model_fields) == [f.name for f in dataclasses.fields(SiteEstimate)]
     public = PublicEstimate.of(estimate)
@@ -167,7 +167,7 @@ def test_public_estimate_is_the_site_estimate_in_public_form(spec, estimate):
 
 
 def test_from_estimate_takes_the_public_form_and_the_recorded_software(spec, estimate):
-    from schemas.report import PublicEstimate
+    from dpate.schemas.report import PublicEstimate
 
     public = PublicEstimate.model_validate(json.loads(json.dumps(estimate.public_fields())))
     built = SiteReport.from_estimate(

@@ -9,11 +9,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
-from dpate_core.adjusted import dp_adjusted
-from schemas.plausibility import estimate_problems
-from schemas.report import MAX_REPORT_BYTES, ReportError, SiteReport, read_report
-from schemas.signing import (
+from dpate.schemas.plausibility import estimate_problems
+from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, SiteReport, read_report
+from dpate.schemas.signing import (
     SITE_KEY_ENV,
     SigningError,
     generate_key_pair,
@@ -21,7 +19,9 @@ from schemas.signing import (
     seal_site_report,
     site_signing_key,
 )
-from schemas.spec import SpecError, StudySpec
+from dpate.schemas.spec import SpecError, StudySpec
+from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
+from dpate_core.adjusted import dp_adjusted
 
 from .test_spec import base
 
@@ -280,8 +280,8 @@ def test_sealed_report_carries_the_ledger_head_and_verifies(keys, monkeypatch):
 
 
 def test_signatures_cover_the_lifetime_spend_and_version_1_reports_still_verify(keys):
+    from dpate.schemas.report import LifetimeSpend
     from dpate_core.privacy import PrivacyParams
-    from schemas.report import LifetimeSpend
 
     (path, pub), _ = keys
     spec = keyed_spec(pub)

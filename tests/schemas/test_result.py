@@ -1,8 +1,9 @@
-"""The typed study result (schemas.result.StudyResult) and its views.
+"""The typed study result (dpate.schemas.result.StudyResult) and its views.
 
 The reference views in ``tests/schemas/result_views/`` were rendered from the documents in
 ``result_docs.py`` by the dict-based renderers this object replaced (commit 4bc3286:
-``tasks.aggregate.result_markdown``, ``dpate.cli.output.print_result``, ``dpate.html_report.render_html``;
+``dpate.tasks.aggregate.result_markdown``, ``dpate.cli.output.print_result``,
+``dpate.html_report.render_html``;
 the HTML with its embedded PNG replaced by ``PNG``); the typed views must give the same text, and
 the page must embed exactly the forest plot ``forest_plot_png`` draws. They were re-rendered once
 since, when the views gained the per-site "lifetime spent of cap" column (the sites' published
@@ -24,8 +25,8 @@ from rich.console import Console
 
 from dpate.html_report import forest_plot_png, render_html
 from dpate.ledger import SiteSpend
+from dpate.schemas.result import AbsentSite, ReleasedSite, StudyResult, interval_text
 from dpate_core.privacy import PrivacyParams
-from schemas.result import AbsentSite, ReleasedSite, StudyResult, interval_text
 
 from .result_docs import DOCS, V2
 

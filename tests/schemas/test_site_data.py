@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.site_errors import SiteDataError
-from schemas.site_preparation import prepare_site_data
-from schemas.spec import StudySpec
+from dpate.schemas.site_errors import SiteDataError
+from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.spec import StudySpec
 
 from .test_spec import base
 

@@ -14,17 +14,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dpate.schemas.site_batches import iter_site_batches, prepare_source
+from dpate.schemas.site_errors import SiteDataError
+from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_reading import read_site_table
+from dpate.schemas.site_statistics import stream_cell_statistics
+from dpate.schemas.source_csv import CsvSource
+from dpate.schemas.source_parquet import ParquetDatasetSource, ParquetFileSource
+from dpate.schemas.source_redaction import is_sql_url, redact_location
+from dpate.schemas.source_sql import SqlSource
+from dpate.schemas.sources import open_source
 from dpate_core.grid_sums import cell_statistics
-from schemas.site_batches import iter_site_batches, prepare_source
-from schemas.site_errors import SiteDataError
-from schemas.site_preparation import prepare_site_data
-from schemas.site_reading import read_site_table
-from schemas.site_statistics import stream_cell_statistics
-from schemas.source_csv import CsvSource
-from schemas.source_parquet import ParquetDatasetSource, ParquetFileSource
-from schemas.source_redaction import is_sql_url, redact_location
-from schemas.source_sql import SqlSource
-from schemas.sources import open_source
 
 from .test_site_data import expected_strata, good_frame, make_spec
 
@@ -348,7 +348,7 @@ def test_file_urls_lose_passwords_and_secret_query_values():
 
 
 def test_password_from_a_prefect_secret_block(tmp_path, monkeypatch):
-    import schemas.source_sql as source_sql
+    import dpate.schemas.source_sql as source_sql
 
     seen = {}
 
@@ -372,7 +372,7 @@ def test_secret_block_is_loaded_by_name_and_its_value_never_shown(monkeypatch):
     only is kept, and the value never appears in a message."""
     from prefect.blocks.system import Secret
 
-    import schemas.source_sql as source_sql
+    import dpate.schemas.source_sql as source_sql
 
     class Loaded:
         def get(self):
@@ -412,7 +412,7 @@ def test_source_kinds():
     assert isinstance(open_source("s3://b/x", spec, "parquet-dataset"), ParquetDatasetSource)
     d = make_spec().model_dump()
     d["sites"][0]["data"] = "site_a/"
-    from schemas.spec import StudySpec
+    from dpate.schemas.spec import StudySpec
 
     assert StudySpec.from_dict(d).site("a").data_format == "parquet-dataset"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.spec import SpecError, StudySpec, load_spec
+from dpate.schemas.spec import SpecError, StudySpec, load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 

@@ -1,16 +1,16 @@
 """A site's release without a ledger or a flow: plan, one simulated draw, a committed payload,
-the published report (what ``flows.site_release`` does, minus the budget)."""
+the published report (what ``dpate.flows.site_release`` does, minus the budget)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from dpate.ledger import Committed
+from dpate.schemas.report import LifetimeSpend, software_version
 from dpate.settings import SiteContext, resolve_site
 from dpate.storage import Store
+from dpate.tasks.site import load_site_data, plan_release, site_report_bytes
 from dpate_core.release import draw_once
-from schemas.report import LifetimeSpend, software_version
-from tasks.site import load_site_data, plan_release, site_report_bytes
 
 COMMITTED_AT = "2026-01-31T12:00:00.000000+00:00"
 

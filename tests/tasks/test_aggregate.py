@@ -1,5 +1,5 @@
 """The server's task logic through ``.fn``: collect_reports, combine_reports, result_key, the
-typed result (schemas.result.StudyResult), its markdown and the HTML report (dpate/html_report.py)."""
+typed result (dpate.schemas.result.StudyResult), its markdown and the HTML report (dpate/html_report.py)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from fractions import Fraction
 import pytest
 
 from dpate.html_report import render_html, source_label
+from dpate.schemas.report import MAX_REPORT_BYTES, LifetimeSpend
+from dpate.schemas.result import StudyResult
+from dpate.schemas.spec import canonical_json
 from dpate.settings import resolve_site, resolve_study
 from dpate.storage import Store
-from dpate_core.aggregators import aggregator_of
-from dpate_core.privacy import PrivacyParams
-from schemas.report import MAX_REPORT_BYTES, LifetimeSpend
-from schemas.result import StudyResult
-from schemas.spec import canonical_json
-from tasks.aggregate import (
+from dpate.tasks.aggregate import (
     StudyIncompleteError,
     collect_reports,
     combine_reports,
     result_key,
 )
-from tasks.site import site_report_bytes
+from dpate.tasks.site import site_report_bytes
+from dpate_core.aggregators import aggregator_of
+from dpate_core.privacy import PrivacyParams
 
 from .helpers import committed_release, publish_site
 
@@ -92,7 +92,7 @@ def test_combine_reports_partial_or_refused(study, monkeypatch):
     key, _ = result_key(ctx, result)
     assert ".partial-" in key  # a later run with more sites publishes a new object
     strict = ctx.spec.model_copy(update={"require_all_sites": True})
-    monkeypatch.setattr("tasks.aggregate._artifact_incomplete", lambda ctx, lines: None)
+    monkeypatch.setattr("dpate.tasks.aggregate._artifact_incomplete", lambda ctx, lines: None)
     with pytest.raises(StudyIncompleteError, match="requires every site"):
         combine_reports.fn(type(ctx)(strict, ctx.spec_source, ctx.round, ctx.storage_url), inputs)
     none = [dict(e, status="missing", reason="x") for e in inputs]

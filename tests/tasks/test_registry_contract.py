@@ -1,5 +1,5 @@
 """The contract every registered estimator and aggregator meets, end to end without Prefect:
-plan -> simulated release -> published report round trip (schemas.report) -> aggregation (and its
+plan -> simulated release -> published report round trip (dpate.schemas.report) -> aggregation (and its
 bootstrap interval) -> simulation of the same plans with the vectorised combiner.
 
 A toy estimator and a toy aggregator, defined only here, register and pass it: adding one is one
@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.spec import StudySpec
 from dpate_core import aggregators
 from dpate_core.aggregation import aggregate
 from dpate_core.aggregators import Aggregator, Combination, Rows
@@ -26,8 +28,6 @@ from dpate_core.privacy import BudgetSplit, PrivacyParams
 from dpate_core.registry import ESTIMATORS, Estimator, PlanInputs
 from dpate_core.release import MechanismPlan, NoiseSpec, Outputs, draw_once
 from dpate_core.simulation import aggregate_many, simulate_sites
-from schemas.report import SiteReport, read_report
-from schemas.spec import StudySpec
 
 T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 LEVELS = 6

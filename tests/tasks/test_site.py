@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from dpate.schemas.report import ReportError, read_report
 from dpate.settings import resolve_site
-from schemas.report import ReportError, read_report
-from tasks.site import data_independent_order, load_site_data, plan_release, site_report_bytes
+from dpate.tasks.site import data_independent_order, load_site_data, plan_release, site_report_bytes
 
 from .helpers import COMMITTED_AT, committed_release
 
@@ -40,7 +40,7 @@ def test_plan_release_presents_records_in_a_data_independent_order(study):
 
 
 def test_load_site_data_refuses_a_bad_file_naming_columns_not_values(tmp_path, monkeypatch):
-    from tasks.site import SiteDataRejected
+    from dpate.tasks.site import SiteDataRejected
     from tests.pipeline.studies import Site, write_study
 
     s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])
@@ -85,8 +85,8 @@ def test_site_report_bytes_refuse_a_payload_the_spec_cannot_produce(study):
 
 def _release_with_ledger(ctx, seed: int = 0):
     """reserve -> draw (numpy: a test) -> commit, through the tasks, on the site's real ledger."""
+    from dpate.tasks.site import commit_release, reserve_budget
     from dpate_core.release import draw_once
-    from tasks.site import commit_release, reserve_budget
 
     reserve_budget.fn(ctx)
     plan = plan_release(ctx, load_site_data.fn(ctx))
@@ -114,7 +114,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
 
     from dpate.ledger import PrivacyLedger
     from dpate.storage import Store
-    from tasks.site import ledger_spend, publish_site_report
+    from dpate.tasks.site import ledger_spend, publish_site_report
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")
@@ -145,7 +145,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
 
 def test_spend_at_reservation_needs_the_releases_reservation(study):
     from dpate.ledger import LedgerError, PrivacyLedger
-    from tasks.site import spend_at_reservation
+    from dpate.tasks.site import spend_at_reservation
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")
@@ -161,7 +161,7 @@ def test_a_release_published_as_version_1_before_the_upgrade_is_left_as_it_is(st
     """Re-publishing a release whose version-1 report (no lifetime spend) the previous software
     already wrote is not a conflict: the published bytes stay; other bytes still conflict."""
     from dpate.storage import PublicationConflictError, Store
-    from tasks.site import publish_site_report
+    from dpate.tasks.site import publish_site_report
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")

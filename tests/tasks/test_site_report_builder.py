@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from dpate.schemas.report import PublicEstimate, SiteReport, read_report
 from dpate.settings import resolve_site
-from schemas.report import PublicEstimate, SiteReport, read_report
-from tasks.site import site_report_bytes
+from dpate.tasks.site import site_report_bytes
 
 from .helpers import committed_release
 

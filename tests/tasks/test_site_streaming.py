@@ -15,13 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpate.ledger import Committed
+from dpate.schemas.preflight import FeasibilityError
+from dpate.schemas.report import software_version
+from dpate.schemas.site_preparation import SiteData, prepare_site_data
+from dpate.schemas.site_statistics import stream_cell_statistics
 from dpate.settings import SiteContext, resolve_site
-from dpate_core.release import draw_once
-from schemas.preflight import FeasibilityError
-from schemas.report import software_version
-from schemas.site_preparation import SiteData, prepare_site_data
-from schemas.site_statistics import stream_cell_statistics
-from tasks.site import (
+from dpate.tasks.site import (
     STREAMED_ESTIMATORS,
     SiteStatistics,
     load_site_data,
@@ -29,6 +28,7 @@ from tasks.site import (
     plan_release,
     site_report_bytes,
 )
+from dpate_core.release import draw_once
 from tests.pipeline.studies import Site, Study, write_study
 
 from .helpers import COMMITTED_AT
@@ -101,10 +101,10 @@ def test_streamed_report_bytes_equal_the_materialising_paths(streamed, monkeypat
     adjusted = streamed
     path = _with_missing_values_as_csv(adjusted, "north")
     if batch_rows is not None:
-        import schemas.site_statistics
+        import dpate.schemas.site_statistics
 
         monkeypatch.setattr(
-            schemas.site_statistics,
+            dpate.schemas.site_statistics,
             "stream_cell_statistics",
             functools.partial(stream_cell_statistics, batch_rows=batch_rows),
         )
@@ -129,7 +129,7 @@ def test_materialising_estimators_keep_the_records(study):
     ctx = resolve_site(str(study.spec), "north")
     assert ctx.spec.estimator_info.order_dependent
     assert ctx.spec.estimator not in STREAMED_ESTIMATORS
-    from tasks.site import _FROM_STATISTICS
+    from dpate.tasks.site import _FROM_STATISTICS
 
     assert set(_FROM_STATISTICS) == set(STREAMED_ESTIMATORS)  # every streamed one has its plan
     assert isinstance(load_site_data.fn(ctx), SiteData)
@@ -138,7 +138,7 @@ def test_materialising_estimators_keep_the_records(study):
 
 
 def _cells(ctx: SiteContext):
-    from schemas.site_statistics import stream_cell_statistics as stream
+    from dpate.schemas.site_statistics import stream_cell_statistics as stream
 
     return stream(ctx.data_location, ctx.spec)
 
@@ -177,7 +177,7 @@ def test_streamed_release_is_refused_from_its_statistics_before_reserving(adjust
         load_site_data.fn(ctx)
     assert rule in str(info.value) and "nothing was reserved" in str(info.value)
     # the same words as the rules on the records (dpate check, the materialising path)
-    from schemas.preflight import feasibility_problems
+    from dpate.schemas.preflight import feasibility_problems
 
     records = prepare_site_data(ctx.data_location, ctx.spec)
     assert info.value.problems == feasibility_problems(records, ctx.spec)
@@ -188,7 +188,7 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
     """A SQL data location: the site config's query and Secret block name reach the source."""
     import sqlite3
 
-    import tasks.site
+    import dpate.tasks.site
 
     t = pq.read_table(adjusted.root / "sites" / "north" / "records.parquet").to_pandas()
     db = tmp_path / "site.db"
@@ -202,17 +202,17 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
     for name in ("DPATE_DATA_QUERY", "DPATE_DATA_SECRET"):
         monkeypatch.delenv(name, raising=False)
     seen = []
-    import schemas.site_statistics
-    import schemas.source_sql
+    import dpate.schemas.site_statistics
+    import dpate.schemas.source_sql
 
-    real = schemas.site_statistics.open_source
+    real = dpate.schemas.site_statistics.open_source
 
     def spy(*args, **kwargs):
         src = real(*args, **kwargs)
         seen.append(src)
         return src
 
-    monkeypatch.setattr(schemas.site_statistics, "open_source", spy)
+    monkeypatch.setattr(dpate.schemas.site_statistics, "open_source", spy)
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.data_query == "SELECT * FROM records" and ctx.data_secret is None
     data = load_site_data.fn(ctx)
@@ -221,11 +221,13 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
 
     # a Secret block named in the site config is loaded at the site and set as the password
     # (SQLite takes none, so the connection is refused): its value is never shown or logged
-    monkeypatch.setattr(schemas.source_sql, "_secret_value", lambda block: f"pw-of-{block}-hunter2")
+    monkeypatch.setattr(
+        dpate.schemas.source_sql, "_secret_value", lambda block: f"pw-of-{block}-hunter2"
+    )
     cfg.write_text(cfg.read_text() + 'data_secret = "site-db-password"\n', encoding="utf-8")
     ctx = resolve_site(str(adjusted.spec), "north")
     assert ctx.data_secret == "site-db-password"
-    with pytest.raises(tasks.site.SiteDataRejected) as info:
+    with pytest.raises(dpate.tasks.site.SiteDataRejected) as info:
         load_site_data.fn(ctx)
     assert seen[-1].secret == "site-db-password"
     assert "hunter2" not in str(info.value) and "hunter2" not in repr(seen[-1])
@@ -235,14 +237,14 @@ def test_sql_query_and_secret_come_from_the_site_context(adjusted, tmp_path, mon
 def test_streamed_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, monkeypatch):
     """dim with ``outcome.binary``: the stream refuses an outcome other than 0 or B before
     anything is reserved, and on 0/B outcomes publishes the materialising path's bytes."""
-    import tasks.site
+    import dpate.tasks.site
 
     s = _streamed_study(tmp_path / "bin", monkeypatch, "dim")
     text = s.spec.read_text(encoding="utf-8")
     s.spec.write_text(text.replace('policy = "clip"', 'policy = "clip"\nbinary = true'), "utf-8")
     ctx = resolve_site(str(s.spec), "north")
     assert ctx.spec.outcome.binary
-    with pytest.raises(tasks.site.SiteDataRejected, match="Nothing was reserved"):
+    with pytest.raises(dpate.tasks.site.SiteDataRejected, match="Nothing was reserved"):
         load_site_data.fn(ctx)
     assert "binary outcome must be exactly 0 or B" in s.operator_log("north").read_text()
     path = s.root / "sites" / "north" / "records.parquet"

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpate.schemas.site_preparation import PreparationReport, SiteData
+from dpate.schemas.site_statistics import SiteStatistics
+from dpate.schemas.spec import StudySpec
+from dpate.tasks.site import plan_from_records
 from dpate_core.adjusted import plan_adjusted
 from dpate_core.grid_sums import cell_statistics
-from schemas.site_preparation import PreparationReport, SiteData
-from schemas.site_statistics import SiteStatistics
-from schemas.spec import StudySpec
-from tasks.site import plan_from_records
 
 K = 4
 

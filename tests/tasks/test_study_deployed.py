@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from prefect.exceptions import ObjectNotFound
 
-import deployments.orchestrate as orchestrate
+import dpate.deployments.orchestrate as orchestrate
 from dpate.settings import resolve_study
 from dpate.storage import Store
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deployments.automations import HEARTBEAT_S
+from dpate.deployments.automations import HEARTBEAT_S
 
 VENV_BIN = Path(sys.executable).parent
 PREFECT = str(VENV_BIN / "prefect")
@@ -444,8 +444,8 @@ class SeaweedS3:
         )
 
     def write_config(self) -> Path:
-        """s3.json and security.toml the way the operator writes them (deployments.storage)."""
-        from deployments.storage.config import build_s3_config, security_toml
+        """s3.json and security.toml the way the operator writes them (dpate.deployments.storage)."""
+        from dpate.deployments.storage.config import build_s3_config, security_toml
 
         path = self.root / "etc" / "s3.json"
         path.parent.mkdir(parents=True, exist_ok=True)

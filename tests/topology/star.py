@@ -75,7 +75,7 @@ def write_star_sites(root: Path) -> dict[str, Path]:
     """Each STAR site's records as the site would hold them (raw scores), one file per site."""
     import pandas as pd
 
-    from schemas.datasets import STAR_SCORE_RANGE, load_star
+    from dpate.schemas.datasets import STAR_SCORE_RANGE, load_star
 
     ds = load_star()
     lo, hi = STAR_SCORE_RANGE
@@ -157,7 +157,7 @@ class StarTopology:
             self.server, "deploy", "--all", "--prefect-file", str(self.prefect_yaml), cwd=REPO
         )
         with self.server.settings():  # the coordinator's one-time setup (docs/deploying.md)
-            from deployments.automations import ensure_zombie_automation
+            from dpate.deployments.automations import ensure_zombie_automation
 
             ensure_zombie_automation()
         from dpate.ledger import PrivacyLedger

@@ -93,7 +93,7 @@ def test_a_run_whose_machine_dies_is_set_crashed(prefect_server, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    from deployments.automations import ensure_zombie_automation
+    from dpate.deployments.automations import ensure_zombie_automation
 
     pool = "zombie-test"
     prefect_cli(prefect_server, "work-pool", "create", pool, "--type", "process")

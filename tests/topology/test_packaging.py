@@ -1,6 +1,8 @@
 """The guide installs everything from the package ("nothing to clone"): the built wheel holds
 the deployments, the example spec the guide deploys, and the storage and systemd files; the
-site-scheduled release units (timer + service) parse and run the command they claim to."""
+site-scheduled release units (timer + service) parse and run the command they claim to. The wheel
+installs one import namespace: ``dpate.schemas``, ``dpate.tasks``, ``dpate.flows`` and
+``dpate.deployments`` (from the top-level folders), never top-level packages of those names."""
 
 from __future__ import annotations
 
@@ -40,25 +42,103 @@ SHIPPED = [
 SYSTEMD = REPO / "deployments" / "systemd"
 
 
-def test_wheel_ships_the_deployment_files(tmp_path):
+MAPPED = ("schemas", "tasks", "flows", "deployments")
+
+_IMPORTS = """
+import json, sys
+import dpate.schemas.spec, dpate.tasks.site, dpate.flows.study, dpate.deployments.files
+import dpate.deployments.storage.config, dpate.cli.main, dpate_core.release
+print(json.dumps({
+    "files": {m: sys.modules[m].__file__ for m in ("dpate.schemas.spec", "dpate.flows.study")},
+    "here": str(dpate.deployments.files.HERE),
+    "shipped": [str(p) for p in dpate.deployments.files.shipped_files()],
+    "top_level": sorted(m for m in sys.modules if m.split(".")[0] in __MAPPED__),
+}))
+""".replace("__MAPPED__", repr(MAPPED))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the checkout (a stale build/ folder of the checkout would
+    otherwise reach it: setuptools does not empty build/lib)."""
+    src = tmp_path_factory.mktemp("src")
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+        ".hypothesis", "dpate-demo", "out", "experiment-results",
+    )  # fmt: skip
+    shutil.copytree(REPO, src / "dpate", symlinks=True, ignore=ignore)
+    out = tmp_path_factory.mktemp("wheel")
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ".", "-w", str(tmp_path), "--no-deps", "-q"],
-        cwd=REPO,
+        [sys.executable, "-m", "pip", "wheel", ".", "-w", str(out), "--no-deps", "-q"],
+        cwd=src / "dpate",
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    (wheel,) = tmp_path.glob("dpate-*.whl")
+    (built,) = out.glob("dpate-*.whl")
+    return built
+
+
+def test_wheel_ships_the_deployment_files(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         for path in SHIPPED:
-            assert path in names, path
-            assert z.read(path) == (REPO / path).read_bytes(), path
+            assert f"dpate/{path}" in names, path
+            assert z.read(f"dpate/{path}") == (REPO / path).read_bytes(), path
+
+
+def test_wheel_installs_one_namespace(wheel, tmp_path):
+    """Every module of the four folders is in the wheel under ``dpate/``; the wheel's top level is
+    ``dpate`` and ``dpate_core`` only (``top_level.txt`` too). Installed on its own (``pip install
+    --target``, ahead of the editable checkout on the path) and imported from another folder,
+    ``dpate.schemas`` & co. come from it, the shipped deployment files are found next to
+    ``dpate.deployments.files``, and no top-level ``schemas``/``tasks``/... is imported."""
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert z.read(top_level).decode().split() == ["dpate", "dpate_core"]
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"dpate", "dpate_core"}
+    for name in MAPPED:
+        for source in (REPO / name).rglob("*.py"):
+            rel = source.relative_to(REPO)
+            if "__pycache__" not in rel.parts:
+                assert f"dpate/{rel}" in names, rel
+
+    target = tmp_path / "site"
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not {p.name for p in target.iterdir()} & set(MAPPED)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = subprocess.run(
+        [sys.executable, "-c", _IMPORTS],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    for module, file in out["files"].items():
+        assert Path(file).is_relative_to(target), (module, file)
+    assert Path(out["here"]) == target / "dpate" / "deployments"
+    assert {p.removeprefix("deployments/") for p in SHIPPED if not p.endswith(".py")} <= set(
+        out["shipped"]
+    )
+    assert out["top_level"] == []
 
 
 def test_files_lists_and_copies_the_shipped_files(tmp_path):
-    from deployments.files import main, shipped_files
+    from dpate.deployments.files import main, shipped_files
 
     rel = {str(p) for p in shipped_files()}
     assert {p.removeprefix("deployments/") for p in SHIPPED if not p.endswith(".py")} <= rel

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from deployments.storage.config import build_s3_config, study_sites
+from dpate.deployments.storage.config import build_s3_config, study_sites
 from tests.topology.services import PUBLIC_HOST
 
 pytestmark = pytest.mark.services
@@ -202,7 +202,7 @@ def test_aggregator_setup_and_anonymous_are_confined(seaweed):
 
 
 def test_storage_config_grants_per_study_and_keeps_keys(tmp_path):
-    """No server: deployments.storage.config from the shipped example spec."""
+    """No server: dpate.deployments.storage.config from the shipped example spec."""
     study, sites = study_sites(REPO / "deployments" / "examples" / "star.toml")
     assert study == "star-small-classes" and sites == ["rural", "suburban", "inner-city", "urban"]
     cfg = build_s3_config({study: sites})

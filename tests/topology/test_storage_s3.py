@@ -186,7 +186,7 @@ _OUTAGE_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from prefect import flow, task
-    from tasks.common import IO_TASK
+    from dpate.tasks.common import IO_TASK
     from dpate.storage import Store
 
     @task(name="publish-through-outage", **IO_TASK)
@@ -211,7 +211,7 @@ def test_publication_outlasts_a_storage_outage_longer_than_the_clients_retries(
     seaweed, key_suffix, tmp_path
 ):
     """SeaweedFS stopped for ~20 s while a site publishes: botocore's EndpointConnectionError is
-    transient (tasks.common.is_transient) and the I/O task's retries (2+5+10+20+30 s) outlast
+    transient (dpate.tasks.common.is_transient) and the I/O task's retries (2+5+10+20+30 s) outlast
     the outage, so the publication succeeds once the store is back."""
     import time
 
