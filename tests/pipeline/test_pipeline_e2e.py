@@ -159,7 +159,11 @@ def test_rerun_spends_nothing_draws_nothing_and_publishes_identical_bytes(full_s
     again = study(spec=str(st.spec))
     assert st.snapshot() == before
     assert {s: _kinds(st, s) for s in spent} == spent
-    assert [r["status"] for r in again["sites"] if r["ok"]] == ["unchanged"] * 3
+    # nothing written again: "unchanged" from the run's own summary, or "published" when Prefect
+    # handed back the subflow's state without its data and the summary was read back from storage
+    # (flows.study.state_output); never "written"
+    statuses = [r["status"] for r in again["sites"] if r["ok"]]
+    assert len(statuses) == 3 and set(statuses) <= {"unchanged", "published"}, statuses
     assert again["result"]["estimate"] == out["result"]["estimate"]
 
 
