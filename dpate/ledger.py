@@ -30,180 +30,52 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
-from dpate_core.budget import NOTHING, check_budget
-from dpate_core.privacy import PrivacyParams, exact, fraction_str
+from dpate.ledger_chain import (
+    GENESIS,
+    BudgetExceededError,
+    CapMismatchError,
+    Committed,
+    Event,
+    LedgerError,
+    LedgerNotFoundError,
+    Reservation,
+    SiteSpend,
+    VerifyReport,
+    budget_text,
+    canonical_json,
+    privacy_of,
+    row_hash,
+)
+from dpate.ledger_engine import (
+    as_sqlalchemy_url,
+    ledger_table,
+    make_engine,
+    not_found_message,
+    shown_url,
+    sqlite_file_missing,
+)
+from dpate.ledger_verify import verify_events
+from dpate_core.budget import check_budget
+from dpate_core.privacy import PrivacyParams, fraction_str
 
 __all__ = [
-    "GENESIS",
     "BudgetExceededError",
     "CapMismatchError",
-    "Event",
+    "Committed",
     "LedgerError",
     "LedgerNotFoundError",
     "PrivacyLedger",
     "Reservation",
     "SiteSpend",
-    "VerifyReport",
-    "canonical_json",
     "ledger_exists",
-    "release_id",
 ]
-
-GENESIS = "0" * 64
-
-
-class LedgerError(RuntimeError):
-    """The ledger refuses an operation; the message says why and what to do next."""
-
-
-class LedgerNotFoundError(LedgerError):
-    """No ledger at the URL (SQLite: no file or no ledger table; PostgreSQL: no table)."""
-
-
-class BudgetExceededError(LedgerError):
-    """A reservation would take the site's spend past its lifetime cap."""
-
-
-class CapMismatchError(LedgerError):
-    """A study spec asks for a different lifetime cap than the one recorded in the ledger."""
-
-
-def canonical_json(value: Any) -> str:
-    """One text per value: sorted keys, no spaces, floats by ``repr`` (exact round trip)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def release_id(study_id: str, site_id: str, spec_hash: str, round: str) -> str:
-    """Deterministic release id: sha256 of the canonical JSON ``[study, site, spec_hash, round]``."""
-    text = canonical_json([str(study_id), str(site_id), str(spec_hash), str(round)])
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _row_hash(prev_hash: str, content: Mapping[str, Any]) -> str:
-    return hashlib.sha256((prev_hash + "\n" + canonical_json(dict(content))).encode()).hexdigest()
-
-
-def _privacy(eps: str | None, delta: str | None) -> PrivacyParams:
-    return PrivacyParams(exact(eps or "0", "epsilon"), exact(delta or "0", "delta"))
-
-
-def _fmt(p: PrivacyParams) -> str:
-    return f"epsilon {fraction_str(p.epsilon)}, delta {fraction_str(p.delta)}"
-
-
-@dataclass(frozen=True)
-class Event:
-    """One ledger row, as stored."""
-
-    seq: int
-    kind: str
-    site_id: str
-    release_id: str | None
-    study_id: str | None
-    spec_hash: str | None
-    round: str | None
-    epsilon: str | None
-    delta: str | None
-    cap_epsilon: str | None
-    cap_delta: str | None
-    payload: str
-    created_at: str
-    prev_hash: str
-    row_hash: str
-
-    def content(self) -> dict[str, Any]:
-        """The hashed columns (everything but ``row_hash``)."""
-        return {
-            "seq": self.seq,
-            "kind": self.kind,
-            "site_id": self.site_id,
-            "release_id": self.release_id,
-            "study_id": self.study_id,
-            "spec_hash": self.spec_hash,
-            "round": self.round,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "cap_epsilon": self.cap_epsilon,
-            "cap_delta": self.cap_delta,
-            "payload": self.payload,
-            "created_at": self.created_at,
-            "prev_hash": self.prev_hash,
-        }
-
-    @property
-    def privacy(self) -> PrivacyParams:
-        return _privacy(self.epsilon, self.delta)
-
-    @property
-    def cap(self) -> PrivacyParams:
-        return _privacy(self.cap_epsilon, self.cap_delta)
-
-
-@dataclass(frozen=True)
-class Committed:
-    """A release's recorded public output: the COMMIT row's payload, time and hash.
-
-    ``seq`` and ``row_hash`` are the ledger head right after this COMMIT; the site report carries
-    them so the public reports anchor the ledger (``dpate ledger verify --against-reports``)."""
-
-    release_id: str
-    payload: dict[str, Any]
-    committed_at: str
-    row_hash: str
-    seq: int | None = None
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """The state of one release after :meth:`PrivacyLedger.reserve`.
-
-    ``new`` is True when this call debited the budget. ``committed`` holds the recorded public
-    output when the release was already committed (then nothing may be drawn: return it).
-    """
-
-    release_id: str
-    site_id: str
-    study_id: str
-    privacy: PrivacyParams
-    cap: PrivacyParams
-    spent_after: PrivacyParams
-    new: bool
-    committed: Committed | None = None
-
-
-@dataclass(frozen=True)
-class SiteSpend:
-    """A site's budget: the cap in force, the total reserved, per study, and what remains."""
-
-    site_id: str
-    cap: PrivacyParams | None
-    spent: PrivacyParams
-    per_study: dict[str, PrivacyParams]
-    releases: dict[str, tuple[int, int]]  # study -> (reserved, committed)
-
-    @property
-    def remaining(self) -> PrivacyParams | None:
-        """What the cap leaves (:func:`dpate_core.budget.check_budget`); None without a cap."""
-        if self.cap is None:
-            return None
-        return check_budget(self.cap, self.spent).remaining
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    ok: bool
-    rows: int
-    head_hash: str
-    problems: list[str] = field(default_factory=list)
 
 
 class PrivacyLedger:
@@ -222,34 +94,12 @@ class PrivacyLedger:
     ) -> None:
         self.url = as_sqlalchemy_url(url)
         self.table_name = f"{table_prefix}ledger_events"
-        if not create and _sqlite_file_missing(self.url):
-            raise LedgerNotFoundError(_not_found(self.url, site))
-        self._engine = _make_engine(self.url, create=create)
+        if not create and sqlite_file_missing(self.url):
+            raise LedgerNotFoundError(not_found_message(self.url, site))
+        self._engine = make_engine(self.url, create=create)
         self._dialect = self._engine.dialect.name
         md = sa.MetaData()
-        self.table = sa.Table(
-            self.table_name,
-            md,
-            sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
-            sa.Column("kind", sa.String(16), nullable=False),
-            sa.Column("site_id", sa.String(200), nullable=False),
-            sa.Column("release_id", sa.String(64)),
-            sa.Column("study_id", sa.String(200)),
-            sa.Column("spec_hash", sa.String(128)),
-            sa.Column("round", sa.String(200)),
-            sa.Column("epsilon", sa.String(200)),
-            sa.Column("delta", sa.String(200)),
-            sa.Column("cap_epsilon", sa.String(200)),
-            sa.Column("cap_delta", sa.String(200)),
-            sa.Column("payload", sa.Text, nullable=False),
-            sa.Column("created_at", sa.String(40), nullable=False),
-            sa.Column("prev_hash", sa.String(64), nullable=False),
-            sa.Column("row_hash", sa.String(64), nullable=False, unique=True),
-            sa.UniqueConstraint("release_id", "kind", name=f"{self.table_name}_release_kind"),
-            sa.CheckConstraint(
-                "kind IN ('CAP', 'RESERVE', 'COMMIT')", name=f"{self.table_name}_kind"
-            ),
-        )
+        self.table = ledger_table(md, self.table_name)
         self._metadata = md
         try:
             if create:
@@ -260,11 +110,11 @@ class PrivacyLedger:
                     md.create_all(self._engine, checkfirst=True)
             elif not sa.inspect(self._engine).has_table(self.table_name):
                 self._engine.dispose()
-                raise LedgerNotFoundError(_not_found(self.url, site))
+                raise LedgerNotFoundError(not_found_message(self.url, site))
         except sa.exc.OperationalError as exc:
             self._engine.dispose()
             raise LedgerError(
-                f"cannot open the privacy ledger at {_shown(self.url)}: "
+                f"cannot open the privacy ledger at {shown_url(self.url)}: "
                 f"{exc.orig}; check the ledger URL (DPATE_LEDGER_URL) and that its database is up"
             ) from None
 
@@ -292,8 +142,8 @@ class PrivacyLedger:
                 led.set_cap(site_id, cap, reason)
             elif recorded != cap:
                 raise CapMismatchError(
-                    f"site {site_id}: the ledger at {_shown(led.url)} already records a lifetime "
-                    f"cap of {_fmt(recorded)}, not {_fmt(cap)}; change it explicitly: dpate "
+                    f"site {site_id}: the ledger at {shown_url(led.url)} already records a lifetime "
+                    f"cap of {budget_text(recorded)}, not {budget_text(cap)}; change it explicitly: dpate "
                     f"ledger set-cap {site_id} --epsilon E --delta D --reason '...'"
                 )
         except BaseException:
@@ -346,9 +196,9 @@ class PrivacyLedger:
         content.setdefault("payload", "{}")
         if content["payload"] is None:
             content["payload"] = "{}"
-        row_hash = _row_hash(prev, content)
-        conn.execute(sa.insert(self.table).values(**content, row_hash=row_hash))
-        return Event(**content, row_hash=row_hash)
+        digest = row_hash(prev, content)
+        conn.execute(sa.insert(self.table).values(**content, row_hash=digest))
+        return Event(**content, row_hash=digest)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -390,7 +240,7 @@ class PrivacyLedger:
             .order_by(t.c.seq.desc())
             .limit(1)
         ).first()
-        return None if row is None else _privacy(row.cap_epsilon, row.cap_delta)
+        return None if row is None else privacy_of(row.cap_epsilon, row.cap_delta)
 
     def _spent(self, conn: Connection, site_id: str) -> PrivacyParams:
         t = self.table
@@ -399,7 +249,7 @@ class PrivacyLedger:
         )
         total = PrivacyParams(Fraction(0), Fraction(0))
         for r in rows:
-            total = total + _privacy(r.epsilon, r.delta)
+            total = total + privacy_of(r.epsilon, r.delta)
         return total
 
     def spend(self, site_id: str) -> SiteSpend:
@@ -475,10 +325,10 @@ class PrivacyLedger:
             if not budget.fits:
                 raise BudgetExceededError(
                     f"site {site_id}: release of study {study_id} round {round} asks "
-                    f"{_fmt(privacy)} but only {_fmt(budget.remaining)} remains of the lifetime cap "
-                    f"({_fmt(recorded)}; spent {_fmt(spent)}). Nothing was reserved and no noise "
-                    f"was drawn; lower the release's budget or raise the cap explicitly "
-                    f"(dpate ledger set-cap)"
+                    f"{budget_text(privacy)} but only {budget_text(budget.remaining)} remains of "
+                    f"the lifetime cap ({budget_text(recorded)}; spent {budget_text(spent)}). "
+                    f"Nothing was reserved and no noise was drawn; lower the release's budget "
+                    f"or raise the cap explicitly (dpate ledger set-cap)"
                 )
             self._append(
                 conn,
@@ -514,7 +364,7 @@ class PrivacyLedger:
         if reserved.privacy != privacy or reserved.site_id != site_id:
             raise LedgerError(
                 f"release {release_id[:12]} is already reserved at site "
-                f"{reserved.site_id} for {_fmt(reserved.privacy)}, not {_fmt(privacy)}: "
+                f"{reserved.site_id} for {budget_text(reserved.privacy)}, not {budget_text(privacy)}: "
                 f"a release id names one spec; change the spec (its hash) or the round"
             )
         return Reservation(
@@ -548,8 +398,8 @@ class PrivacyLedger:
             return cap
         if recorded != cap:
             raise CapMismatchError(
-                f"site {site_id}: the study spec asks for a lifetime cap of {_fmt(cap)}, but "
-                f"the ledger records {_fmt(recorded)}; a spec never changes a recorded cap. "
+                f"site {site_id}: the study spec asks for a lifetime cap of {budget_text(cap)}, but "
+                f"the ledger records {budget_text(recorded)}; a spec never changes a recorded cap. "
                 f"Put the recorded cap in the spec, or change it explicitly: dpate ledger "
                 f"set-cap {site_id} --epsilon E --delta D --reason '...' --ledger URL"
             )
@@ -601,94 +451,12 @@ class PrivacyLedger:
     # -- audit ---------------------------------------------------------------------------------
 
     def verify(self, expect_head: str | None = None) -> VerifyReport:
-        """Recompute the chain and the budget rules; list every problem found.
+        """Recompute the chain and the budget rules; list every problem found
+        (:func:`dpate.ledger_verify.verify_events`).
 
-        Detects an edited row (its hash), a deleted or reordered row (a gap in ``seq`` or a broken
-        ``prev_hash`` link), a COMMIT without its RESERVE, and a RESERVE past the cap in force.
         A deleted last row is caught only with ``expect_head`` (a head hash noted earlier).
         """
-        problems: list[str] = []
-        prev = GENESIS
-        caps: dict[str, PrivacyParams] = {}
-        spent: dict[str, PrivacyParams] = {}
-        reserved: set[str] = set()
-        events = self.events()
-        for i, e in enumerate(events, start=1):
-            if e.seq != i:
-                problems.append(f"row {e.seq}: expected sequence number {i} (a row is missing)")
-            if e.prev_hash != prev:
-                problems.append(
-                    f"row {e.seq}: prev_hash does not match the previous row's hash "
-                    f"(a row was deleted, inserted or reordered)"
-                )
-            if _row_hash(e.prev_hash, e.content()) != e.row_hash:
-                problems.append(f"row {e.seq}: row_hash does not match its content (edited row)")
-            prev = e.row_hash
-            try:
-                if e.kind == "CAP":
-                    caps[e.site_id] = e.cap
-                elif e.kind == "RESERVE":
-                    before = spent.get(e.site_id, NOTHING)
-                    spent[e.site_id] = before + e.privacy
-                    reserved.add(e.release_id or "")
-                    cap = caps.get(e.site_id)
-                    if cap is None or not check_budget(cap, before, e.privacy).fits:
-                        problems.append(
-                            f"row {e.seq}: site {e.site_id} reserved past its cap in force"
-                        )
-                elif e.kind == "COMMIT":
-                    if (e.release_id or "") not in reserved:
-                        problems.append(f"row {e.seq}: COMMIT without an earlier RESERVE")
-                    json.loads(e.payload)
-                else:
-                    problems.append(f"row {e.seq}: unknown event kind {e.kind!r}")
-            except (ValueError, TypeError) as exc:
-                problems.append(f"row {e.seq}: unreadable field ({type(exc).__name__})")
-        if expect_head is not None and prev != expect_head:
-            problems.append(
-                f"head hash {prev} differs from the expected {expect_head} "
-                f"(rows were removed from or added to the end)"
-            )
-        return VerifyReport(not problems, len(events), prev, problems)
-
-
-def as_sqlalchemy_url(url: str) -> str:
-    """A SQLAlchemy URL; a bare path (no ``://``) is a SQLite file."""
-    if "://" not in url:
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
-    return url
-
-
-def _shown(url: str) -> str:
-    """The URL for messages (password hidden)."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url
-
-
-def _not_found(url: str, site: str | None) -> str:
-    who = site or "SITE"
-    return (
-        f"no privacy ledger at {_shown(url)} (a ledger is never created implicitly). If this is "
-        f"the right place, create it once, pinning the site's approved lifetime cap: dpate "
-        f"ledger init {who} --epsilon E --delta D --ledger {_shown(url)}; otherwise point "
-        f"DPATE_LEDGER_URL (or the site config's 'ledger') at the site's existing ledger"
-    )
-
-
-def _sqlite_file(url: str) -> Path | None:
-    u = sa.engine.make_url(url)
-    if u.get_backend_name() != "sqlite":
-        return None
-    if not u.database or u.database == ":memory:" or u.database.startswith("file:"):
-        return None
-    return Path(u.database).expanduser()
-
-
-def _sqlite_file_missing(url: str) -> bool:
-    path = _sqlite_file(url)
-    return path is not None and not path.is_file()
+        return verify_events(self.events(), expect_head)
 
 
 def ledger_exists(url: str, *, table_prefix: str = "dpate_") -> bool:
@@ -699,28 +467,3 @@ def ledger_exists(url: str, *, table_prefix: str = "dpate_") -> bool:
     except LedgerNotFoundError:
         return False
     return True
-
-
-def _make_engine(url: str, *, create: bool = False) -> Engine:
-    u = sa.engine.make_url(url)
-    if u.get_backend_name() != "sqlite":
-        return sa.create_engine(u, pool_pre_ping=True)
-    path = _sqlite_file(url)
-    if path is not None and create:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(u, connect_args={"timeout": 300})
-
-    # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN instead, so
-    # read-check-append runs under one lock (the SQLAlchemy recipe for serialisable SQLite).
-    @sa.event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _rec: Any) -> None:
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA synchronous=FULL")
-        cur.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine

@@ -48,7 +48,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpate.ledger import as_sqlalchemy_url, release_id
+from dpate.ledger_chain import release_id
+from dpate.ledger_engine import as_sqlalchemy_url
 from dpate.schemas.spec import SpecError, StudySpec, load_spec
 
 __all__ = [

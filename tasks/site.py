@@ -37,7 +37,8 @@ import numpy as np
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from dpate.ledger import Committed, Event, LedgerError, PrivacyLedger, Reservation
+from dpate.ledger import Committed, LedgerError, PrivacyLedger, Reservation
+from dpate.ledger_chain import Event
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems
 from dpate.schemas.report import (
     REPORT_SCHEMA,

@@ -18,7 +18,7 @@ ledger_app = typer.Typer(help="The site's privacy ledger: spend, audit, cap.", n
 def _ledger_url(site: str | None, ledger: str | None) -> str:
     """``--ledger``, else the site's configuration (DPATE_LEDGER_URL or DPATE_SITE_CONFIG's
     ``ledger``), else the site's default ``$DPATE_HOME/ledgers/<site>.sqlite``."""
-    from dpate.ledger import as_sqlalchemy_url
+    from dpate.ledger_engine import as_sqlalchemy_url
     from dpate.settings import site_ledger_url
 
     if ledger:

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from dpate.anchors import check_anchors, published_heads, verify_against_reports
-from dpate.ledger import GENESIS, PrivacyLedger, _row_hash, release_id
+from dpate.ledger import PrivacyLedger
+from dpate.ledger_chain import GENESIS, release_id, row_hash
 from dpate.schemas.report import SiteReport, read_report
 from dpate.schemas.signing import SITE_KEY_ENV, seal_site_report
 from dpate.schemas.spec import StudySpec
@@ -82,7 +83,7 @@ def rewrite(url: str, change) -> None:
         prev, new = GENESIS, []
         for i, r in enumerate(rows, start=1):
             r = dict(r, seq=i, prev_hash=prev)
-            prev = _row_hash(prev, r)
+            prev = row_hash(prev, r)
             new.append(dict(r, row_hash=prev))
         with led._engine.begin() as conn:
             conn.execute(led.table.delete())
