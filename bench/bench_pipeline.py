@@ -67,8 +67,9 @@ def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float
     from dpate.schemas.report import read_report, software_version
     from dpate.schemas.site_preparation import prepare_site_data
     from dpate.settings import resolve_site
+    from dpate.site_reports import site_report_bytes
     from dpate.storage import Store
-    from dpate.tasks.site import plan_release, site_report_bytes
+    from dpate.tasks.site import plan_release
     from dpate_core import release as core_release
     from dpate_core.aggregation import aggregate
 

@@ -113,7 +113,8 @@ def release(spec, target: str) -> int:
     """The site task's release path without ledger or Prefect run (tasks/site.py): read (streamed
     or materialised as the estimator needs), feasibility rules, plan, one secure draw."""
     from dpate.schemas.preflight import feasibility_problems
-    from dpate.tasks.site import plan_from_records, read_site_records
+    from dpate.schemas.site_statistics import read_site_records
+    from dpate.site_plans import plan_from_records
     from dpate_core.release import draw_once
 
     data = read_site_records(spec, "a", target)

@@ -21,9 +21,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from dpate.flows.aggregate import aggregate_study
 from dpate.flows.site_release import site_release
 from dpate.settings import resolve_site
+from dpate.site_reports import published_site
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
 from dpate.tasks.common import PUBLIC_TASK
-from dpate.tasks.site import published_site
 
 
 def state_output(state: State, fallback: Callable[[], Any]) -> Any:

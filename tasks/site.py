@@ -6,6 +6,10 @@ one secure draw) -> commit it to the ledger -> publish the report built from the
 value. Raw records and the un-committed noisy output live only in this process's memory (no
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
+The plain parts live beside the tasks, without Prefect: the mechanism plan in
+:mod:`dpate.site_plans`, the report's bytes, the lifetime spend and the published summary in
+:mod:`dpate.site_reports`.
+
 **Memory.** The estimators whose statistics are sums of per-record terms that add exactly
 (:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer per-cell
 sums) are released in one streaming pass:
@@ -25,45 +29,34 @@ propagates to Prefect's handlers. Prefect gets a redacted error naming columns a
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from dpate.ledger import Committed, LedgerError, PrivacyLedger, Reservation
-from dpate.ledger_chain import Event
+from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems
 from dpate.schemas.report import (
-    REPORT_SCHEMA,
-    REPORT_SCHEMA_VERSION,
-    LifetimeSpend,
-    PublicEstimate,
-    ReportError,
-    SiteReport,
     software_version,
 )
 from dpate.schemas.result import interval_text
-from dpate.schemas.signing import seal_site_report, site_signing_key
+from dpate.schemas.signing import site_signing_key
 from dpate.schemas.site_errors import SiteDataError
 from dpate.schemas.site_preparation import SiteData
 from dpate.schemas.site_statistics import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
-from dpate.schemas.spec import StudySpec
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
+from dpate.site_plans import plan_from_records
+from dpate.site_reports import (
+    ledger_spend,
+    open_site_ledger,
+    site_report_bytes,
+    site_summary,
+)
 from dpate.storage import PublicationConflictError, Store
 from dpate.tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from dpate_core import release as core_release
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
-from dpate_core.inference import site_bootstrap_interval
-from dpate_core.privacy import PrivacyParams
-from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [
@@ -73,21 +66,16 @@ __all__ = [
     "check_publication",
     "commit_release",
     "compute_release",
-    "ledger_spend",
     "load_site_data",
     "operator_logger",
-    "plan_from_records",
     "plan_release",
     "publish_site_report",
-    "published_site",
     "read_site_records",
     "recorded_release",
     "reserve_budget",
     "resolve_site_context",
     "show_site_report",
     "show_site_spend",
-    "site_report_bytes",
-    "spend_at_reservation",
 ]
 
 #: The parent of every site's operator logger; never propagates (to Prefect or the root logger).
@@ -155,16 +143,11 @@ def resolve_site_context(run: SiteRun) -> SiteContext:
     return ctx
 
 
-def _open_ledger(ctx: SiteContext) -> PrivacyLedger:
-    """The site's existing ledger (never created here)."""
-    return PrivacyLedger(ctx.ledger_url, site=ctx.site_id)
-
-
 @task(name="recorded-release", **IO_TASK)
 def recorded_release(ctx: SiteContext) -> Committed | None:
     """The release's committed output if the ledger has one (then nothing is computed).
     Refuses a missing ledger, or one without the site's lifetime cap."""
-    with _open_ledger(ctx) as ledger:
+    with open_site_ledger(ctx) as ledger:
         if ledger.cap(ctx.site_id) is None:
             raise LedgerError(
                 f"site {ctx.site_id}: the ledger has no lifetime cap for this site; pin the "
@@ -192,7 +175,7 @@ def check_publication(ctx: SiteContext) -> None:
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
     if store.exists(key):
-        with _open_ledger(ctx) as ledger:
+        with open_site_ledger(ctx) as ledger:
             if ledger.committed(ctx.rid) is not None:
                 return  # a racing run of this site committed and published it meanwhile
         raise PublicationConflictError(
@@ -263,7 +246,7 @@ def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
 def reserve_budget(ctx: SiteContext) -> Reservation:
     """Debit the release's budget in the site's ledger, durably, before any noise is drawn."""
     site = ctx.spec.site(ctx.site_id)
-    with _open_ledger(ctx) as ledger:
+    with open_site_ledger(ctx) as ledger:
         res = ledger.reserve(
             release_id=ctx.rid,
             study_id=ctx.study_id,
@@ -283,81 +266,6 @@ def reserve_budget(ctx: SiteContext) -> Reservation:
         res.privacy.delta,
     )
     return res
-
-
-def data_independent_order(n: int) -> np.ndarray:
-    """A uniformly random permutation of ``range(n)``, independent of the data (seeded from the
-    operating system's secure source). Algorithm 1 pairs records by rank, and its sensitivity
-    bounds need an order that does not depend on the data set (docs/privacy.md, Record order);
-    the file's order might (an extract sorted by outcome, a data-seeded shuffle)."""
-    return np.random.default_rng(secrets.randbits(256)).permutation(n)
-
-
-def _plan_adjusted(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
-    # the registry's adjusted plan (dpate_core.registry) with the cells computed by the stream
-    privacy = spec.site(site_id).privacy
-    return plan_adjusted_from_statistics(
-        data.cells,
-        epsilon=privacy.epsilon,
-        delta=privacy.delta,
-        split=spec.budget_split(site_id).shares,
-        weighting=spec.weighting,
-    )
-
-
-def _plan_dim(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
-    # the registry's dim plan (dpate_core.registry) with the arm sums of the streamed cells
-    privacy = spec.site(site_id).privacy
-    return plan_difference_in_means_from_statistics(
-        data.cells,
-        epsilon=privacy.epsilon,
-        delta=privacy.delta,
-        split=spec.budget_split(site_id).shares,
-        arm_sizes_public=bool(spec.arm_sizes_public),
-        binary=spec.outcome.binary,
-    )
-
-
-#: the plan of each estimator in STREAMED_ESTIMATORS from its streamed statistics
-_FROM_STATISTICS: dict[str, Callable[[StudySpec, str, SiteStatistics], MechanismPlan]] = {
-    "adjusted": _plan_adjusted,
-    "dim": _plan_dim,
-}
-
-
-def plan_from_records(
-    spec: StudySpec, site_id: str, data: SiteData | SiteStatistics
-) -> MechanismPlan:
-    """The spec's mechanism on the site's records or streamed statistics (pre-noise values:
-    private). An order-dependent estimator (Algorithm 1) gets its records in a fresh
-    data-independent order."""
-    if isinstance(data, SiteStatistics):
-        build = _FROM_STATISTICS.get(spec.estimator)
-        if build is None:
-            raise ValueError(
-                f"estimator {spec.estimator!r} is planned from the records, not from streamed "
-                f"statistics (streamed: {sorted(STREAMED_ESTIMATORS)})"
-            )
-        return build(spec, site_id, data)
-    w, y, x = data.w, data.y, data.x
-    if spec.estimator_info.order_dependent:
-        order = data_independent_order(data.n)
-        w, y, x = w[order], y[order], x[order]
-    return spec.estimator_info.plan(
-        PlanInputs(
-            w=w,
-            y=y,
-            x=x,
-            domain_size=data.domain_size,
-            bound=spec.outcome.bound,
-            privacy=spec.site(site_id).privacy,
-            split=spec.budget_split(site_id).shares,
-            arm_sizes_public=spec.arm_sizes_public,
-            variance=spec.variance_mode,
-            binary=spec.outcome.binary,
-            weighting=spec.weighting,
-        )
-    )
 
 
 def plan_release(ctx: SiteContext, data: SiteData | SiteStatistics) -> MechanismPlan:
@@ -385,75 +293,10 @@ def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
     """Record the release's output in the ledger; returns the recorded value (the first commit's
     if another run committed first): only that value is ever published."""
     payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
-    with _open_ledger(ctx) as ledger:
+    with open_site_ledger(ctx) as ledger:
         committed = ledger.commit(ctx.rid, payload)
     get_run_logger().info("site %s: release %s committed", ctx.site_id, ctx.rid[:12])
     return committed
-
-
-def spend_at_reservation(events: Sequence[Event], release_id: str) -> LifetimeSpend:
-    """The site's lifetime totals right after ``release_id`` was reserved: the sum of the site's
-    RESERVE rows up to and including that one, and the cap that reservation was checked against
-    (recorded on the row). ``events`` are the site's ledger rows in order. Public amounts only."""
-    spent = PrivacyParams(Fraction(0))
-    cap: PrivacyParams | None = None
-    for e in events:
-        if e.kind == "CAP":
-            cap = e.cap
-        elif e.kind == "RESERVE":
-            spent = spent + e.privacy
-            if e.release_id == release_id:
-                cap = e.cap if e.cap_epsilon is not None else cap
-                if cap is None:
-                    break
-                return LifetimeSpend.of(spent, cap)
-    raise LedgerError(
-        f"the ledger holds no reservation under a cap for release {release_id[:12]}, so its "
-        f"lifetime spend cannot be published; check that DPATE_LEDGER_URL is the site's ledger "
-        f"(dpate ledger verify)"
-    )
-
-
-def ledger_spend(ctx: SiteContext, committed: Committed) -> LifetimeSpend:
-    """The site ledger's lifetime spend and cap right after this release was reserved
-    (:func:`spend_at_reservation`): fixed by the append-only rows up to the reservation, so a
-    re-publication gives the same amounts whatever the site released since."""
-    with _open_ledger(ctx) as ledger:
-        events = ledger.events(ctx.site_id)
-    return spend_at_reservation(events, committed.release_id)
-
-
-def site_report_bytes(
-    ctx: SiteContext,
-    committed: Committed,
-    spend: LifetimeSpend | None = None,
-    *,
-    schema_version: int = REPORT_SCHEMA_VERSION,
-) -> bytes:
-    """The published report of a committed release: a function of the ledger's COMMIT row,
-    the spec and ``spend`` (the ledger's totals after the release, :func:`ledger_spend`; left
-    out of the report when None), so every re-publication gives identical bytes.
-    ``schema_version=1`` gives the bytes the previous software published (no ``spend``)."""
-    payload = committed.payload
-    report = SiteReport.model_validate(
-        {
-            "schema": REPORT_SCHEMA,
-            "schema_version": schema_version,
-            "study_id": ctx.study_id,
-            "site_id": ctx.site_id,
-            "spec_hash": ctx.spec.spec_hash,
-            "software_version": payload["software_version"],
-            "release_id": ctx.rid,
-            "created_at": datetime.fromisoformat(committed.committed_at),
-            "estimate": PublicEstimate.model_validate(payload["estimate"]),
-            "lifetime_spend": spend,
-        }
-    )
-    problems = report.problems_against(ctx.spec)
-    if problems:
-        raise ReportError(problems, f"for site {ctx.site_id!r}")
-    # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
-    return seal_site_report(report, ctx.spec, ctx.site_id, committed).to_json_bytes()
 
 
 @task(name="publish-site-report", **IO_TASK)
@@ -476,36 +319,7 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
         store.uri(key),
         "published" if status == "written" else "was already published (identical bytes)",
     )
-    return _summary(ctx, store.uri(key), status, committed.payload["estimate"])
-
-
-def _summary(ctx: SiteContext, uri: str, status: str, estimate: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "site_id": ctx.site_id,
-        "release_id": ctx.rid,
-        "report": uri,
-        "status": status,
-        "estimator": estimate["estimator"],
-        "tau": estimate["tau"],
-        "variance": estimate["variance"],
-        "n": estimate["n"],
-        "epsilon": estimate["epsilon"],
-        "delta": estimate["delta"],
-        # post-processing of the public fields: the bootstrap interval, clipped to [-B, B]
-        "interval": site_bootstrap_interval(estimate).as_dict(),
-    }
-
-
-def published_site(ctx: SiteContext) -> dict[str, Any]:
-    """The summary of the site's published report of this release, read back from storage."""
-    import json
-
-    store = Store(ctx.storage_url)
-    key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
-    data = store.read(key)
-    if data is None:
-        raise FileNotFoundError(f"site {ctx.site_id}: no report at {store.uri(key)}")
-    return _summary(ctx, store.uri(key), "published", json.loads(data)["estimate"])
+    return site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
 
 
 @task(name="show-site-report", **PUBLIC_TASK)
@@ -535,7 +349,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
 def show_site_spend(ctx: SiteContext) -> None:
     """A Prefect table artifact of the site's lifetime spend and remaining cap (public amounts:
     the sum of the privacy parameters of the site's releases; no data, no ledger location)."""
-    with _open_ledger(ctx) as ledger:
+    with open_site_ledger(ctx) as ledger:
         s = ledger.spend(ctx.site_id)
     rows = [
         {"field": "site", "value": ctx.site_id},

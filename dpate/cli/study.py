@@ -80,8 +80,8 @@ def _study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
 
 def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
     from dpate.settings import resolve_site, resolve_study
+    from dpate.site_reports import published_site
     from dpate.tasks.aggregate import published_result
-    from dpate.tasks.site import published_site
 
     ctx = resolve_study(spec, round)
     sites = []

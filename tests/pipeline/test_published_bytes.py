@@ -9,7 +9,7 @@ one place each enters a release, with deterministic stand-ins, and nothing else:
 
 - the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
   generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
-- the record order: :func:`dpate.tasks.site.data_independent_order` is a permutation seeded the same way;
+- the record order: :func:`dpate.site_plans.data_independent_order` is a permutation seeded the same way;
 - the clock: :mod:`dpate.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
   chain and the reports' ``created_at`` carry).
 
@@ -73,6 +73,7 @@ class _FixedClock(datetime):
 def deterministic_release(monkeypatch):
     """The secure noise, the secure record order and the clock replaced by seeded stand-ins."""
     import dpate.ledger
+    import dpate.site_plans
     import dpate.tasks.aggregate
     import dpate.tasks.site
     import dpate_core.release as core_release
@@ -85,7 +86,7 @@ def deterministic_release(monkeypatch):
 
     monkeypatch.setattr(core_release, "draw_once", seeded_draw)
     monkeypatch.setattr(
-        dpate.tasks.site,
+        dpate.site_plans,
         "data_independent_order",
         lambda n: np.random.default_rng([SEED, n]).permutation(n),
     )

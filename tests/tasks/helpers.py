@@ -8,8 +8,9 @@ import numpy as np
 from dpate.ledger import Committed
 from dpate.schemas.report import LifetimeSpend, software_version
 from dpate.settings import SiteContext, resolve_site
+from dpate.site_reports import site_report_bytes
 from dpate.storage import Store
-from dpate.tasks.site import load_site_data, plan_release, site_report_bytes
+from dpate.tasks.site import load_site_data, plan_release
 from dpate_core.release import draw_once
 
 COMMITTED_AT = "2026-01-31T12:00:00.000000+00:00"

@@ -13,6 +13,7 @@ from dpate.schemas.report import MAX_REPORT_BYTES, LifetimeSpend
 from dpate.schemas.result import StudyResult
 from dpate.schemas.spec import canonical_json
 from dpate.settings import resolve_site, resolve_study
+from dpate.site_reports import site_report_bytes
 from dpate.storage import Store
 from dpate.tasks.aggregate import (
     StudyIncompleteError,
@@ -20,7 +21,6 @@ from dpate.tasks.aggregate import (
     combine_reports,
     result_key,
 )
-from dpate.tasks.site import site_report_bytes
 from dpate_core.aggregators import aggregator_of
 from dpate_core.privacy import PrivacyParams
 

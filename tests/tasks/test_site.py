@@ -10,7 +10,9 @@ import pytest
 
 from dpate.schemas.report import ReportError, read_report
 from dpate.settings import resolve_site
-from dpate.tasks.site import data_independent_order, load_site_data, plan_release, site_report_bytes
+from dpate.site_plans import data_independent_order
+from dpate.site_reports import site_report_bytes
+from dpate.tasks.site import load_site_data, plan_release
 
 from .helpers import COMMITTED_AT, committed_release
 
@@ -113,8 +115,9 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
     from fractions import Fraction
 
     from dpate.ledger import PrivacyLedger
+    from dpate.site_reports import ledger_spend
     from dpate.storage import Store
-    from dpate.tasks.site import ledger_spend, publish_site_report
+    from dpate.tasks.site import publish_site_report
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")
@@ -145,7 +148,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
 
 def test_spend_at_reservation_needs_the_releases_reservation(study):
     from dpate.ledger import LedgerError, PrivacyLedger
-    from dpate.tasks.site import spend_at_reservation
+    from dpate.site_reports import spend_at_reservation
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")

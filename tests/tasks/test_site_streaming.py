@@ -20,13 +20,13 @@ from dpate.schemas.report import software_version
 from dpate.schemas.site_preparation import SiteData, prepare_site_data
 from dpate.schemas.site_statistics import stream_cell_statistics
 from dpate.settings import SiteContext, resolve_site
+from dpate.site_plans import plan_from_records
+from dpate.site_reports import site_report_bytes
 from dpate.tasks.site import (
     STREAMED_ESTIMATORS,
     SiteStatistics,
     load_site_data,
-    plan_from_records,
     plan_release,
-    site_report_bytes,
 )
 from dpate_core.release import draw_once
 from tests.pipeline.studies import Site, Study, write_study
@@ -129,7 +129,7 @@ def test_materialising_estimators_keep_the_records(study):
     ctx = resolve_site(str(study.spec), "north")
     assert ctx.spec.estimator_info.order_dependent
     assert ctx.spec.estimator not in STREAMED_ESTIMATORS
-    from dpate.tasks.site import _FROM_STATISTICS
+    from dpate.site_plans import _FROM_STATISTICS
 
     assert set(_FROM_STATISTICS) == set(STREAMED_ESTIMATORS)  # every streamed one has its plan
     assert isinstance(load_site_data.fn(ctx), SiteData)

@@ -10,7 +10,7 @@ import pytest
 from dpate.schemas.site_preparation import PreparationReport, SiteData
 from dpate.schemas.site_statistics import SiteStatistics
 from dpate.schemas.spec import StudySpec
-from dpate.tasks.site import plan_from_records
+from dpate.site_plans import plan_from_records
 from dpate_core.adjusted import plan_adjusted
 from dpate_core.grid_sums import cell_statistics
 

@@ -1,0 +1,138 @@
+"""A site release's public parts, apart from its Prefect tasks (:mod:`dpate.tasks.site`): the
+site's ledger opened, the lifetime spend published with a release, the report's bytes built from
+the ledger's COMMIT row, and the public summary of a published report. No Prefect here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from dpate.ledger import Committed, LedgerError, PrivacyLedger
+from dpate.ledger_chain import Event
+from dpate.schemas.report import (
+    REPORT_SCHEMA,
+    REPORT_SCHEMA_VERSION,
+    LifetimeSpend,
+    PublicEstimate,
+    ReportError,
+    SiteReport,
+)
+from dpate.schemas.signing import seal_site_report
+from dpate.settings import SiteContext
+from dpate.storage import Store
+from dpate_core.inference import site_bootstrap_interval
+from dpate_core.privacy import PrivacyParams
+
+__all__ = [
+    "ledger_spend",
+    "open_site_ledger",
+    "published_site",
+    "site_report_bytes",
+    "site_summary",
+    "spend_at_reservation",
+]
+
+
+def open_site_ledger(ctx: SiteContext) -> PrivacyLedger:
+    """The site's existing ledger (never created here)."""
+    return PrivacyLedger(ctx.ledger_url, site=ctx.site_id)
+
+
+def spend_at_reservation(events: Sequence[Event], release_id: str) -> LifetimeSpend:
+    """The site's lifetime totals right after ``release_id`` was reserved: the sum of the site's
+    RESERVE rows up to and including that one, and the cap that reservation was checked against
+    (recorded on the row). ``events`` are the site's ledger rows in order. Public amounts only."""
+    spent = PrivacyParams(Fraction(0))
+    cap: PrivacyParams | None = None
+    for e in events:
+        if e.kind == "CAP":
+            cap = e.cap
+        elif e.kind == "RESERVE":
+            spent = spent + e.privacy
+            if e.release_id == release_id:
+                cap = e.cap if e.cap_epsilon is not None else cap
+                if cap is None:
+                    break
+                return LifetimeSpend.of(spent, cap)
+    raise LedgerError(
+        f"the ledger holds no reservation under a cap for release {release_id[:12]}, so its "
+        f"lifetime spend cannot be published; check that DPATE_LEDGER_URL is the site's ledger "
+        f"(dpate ledger verify)"
+    )
+
+
+def ledger_spend(ctx: SiteContext, committed: Committed) -> LifetimeSpend:
+    """The site ledger's lifetime spend and cap right after this release was reserved
+    (:func:`spend_at_reservation`): fixed by the append-only rows up to the reservation, so a
+    re-publication gives the same amounts whatever the site released since."""
+    with open_site_ledger(ctx) as ledger:
+        events = ledger.events(ctx.site_id)
+    return spend_at_reservation(events, committed.release_id)
+
+
+def site_report_bytes(
+    ctx: SiteContext,
+    committed: Committed,
+    spend: LifetimeSpend | None = None,
+    *,
+    schema_version: int = REPORT_SCHEMA_VERSION,
+) -> bytes:
+    """The published report of a committed release: a function of the ledger's COMMIT row,
+    the spec and ``spend`` (the ledger's totals after the release, :func:`ledger_spend`; left
+    out of the report when None), so every re-publication gives identical bytes.
+    ``schema_version=1`` gives the bytes the previous software published (no ``spend``)."""
+    payload = committed.payload
+    report = SiteReport.model_validate(
+        {
+            "schema": REPORT_SCHEMA,
+            "schema_version": schema_version,
+            "study_id": ctx.study_id,
+            "site_id": ctx.site_id,
+            "spec_hash": ctx.spec.spec_hash,
+            "software_version": payload["software_version"],
+            "release_id": ctx.rid,
+            "created_at": datetime.fromisoformat(committed.committed_at),
+            "estimate": PublicEstimate.model_validate(payload["estimate"]),
+            "lifetime_spend": spend,
+        }
+    )
+    problems = report.problems_against(ctx.spec)
+    if problems:
+        raise ReportError(problems, f"for site {ctx.site_id!r}")
+    # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
+    sealed: SiteReport = seal_site_report(report, ctx.spec, ctx.site_id, committed)
+    return sealed.to_json_bytes()
+
+
+def site_summary(
+    ctx: SiteContext, uri: str, status: str, estimate: dict[str, Any]
+) -> dict[str, Any]:
+    """The public summary of a site's published report (what the flows return and show)."""
+    return {
+        "site_id": ctx.site_id,
+        "release_id": ctx.rid,
+        "report": uri,
+        "status": status,
+        "estimator": estimate["estimator"],
+        "tau": estimate["tau"],
+        "variance": estimate["variance"],
+        "n": estimate["n"],
+        "epsilon": estimate["epsilon"],
+        "delta": estimate["delta"],
+        # post-processing of the public fields: the bootstrap interval, clipped to [-B, B]
+        "interval": site_bootstrap_interval(estimate).as_dict(),
+    }
+
+
+def published_site(ctx: SiteContext) -> dict[str, Any]:
+    """The summary of the site's published report of this release, read back from storage."""
+    store = Store(ctx.storage_url)
+    key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
+    data = store.read(key)
+    if data is None:
+        raise FileNotFoundError(f"site {ctx.site_id}: no report at {store.uri(key)}")
+    return site_summary(ctx, store.uri(key), "published", json.loads(data)["estimate"])
