@@ -14,11 +14,9 @@ from typing import Any
 from dpate.ledger import Committed, LedgerError, PrivacyLedger
 from dpate.ledger_chain import Event
 from dpate.schemas.report import (
-    REPORT_SCHEMA,
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,
     PublicEstimate,
-    ReportError,
     SiteReport,
 )
 from dpate.schemas.signing import seal_site_report
@@ -86,23 +84,16 @@ def site_report_bytes(
     out of the report when None), so every re-publication gives identical bytes.
     ``schema_version=1`` gives the bytes the previous software published (no ``spend``)."""
     payload = committed.payload
-    report = SiteReport.model_validate(
-        {
-            "schema": REPORT_SCHEMA,
-            "schema_version": schema_version,
-            "study_id": ctx.study_id,
-            "site_id": ctx.site_id,
-            "spec_hash": ctx.spec.spec_hash,
-            "software_version": payload["software_version"],
-            "release_id": ctx.rid,
-            "created_at": datetime.fromisoformat(committed.committed_at),
-            "estimate": PublicEstimate.model_validate(payload["estimate"]),
-            "lifetime_spend": spend,
-        }
+    report = SiteReport.from_estimate(
+        PublicEstimate.model_validate(payload["estimate"]),
+        spec=ctx.spec,
+        site_id=ctx.site_id,
+        release_id=ctx.rid,
+        created_at=datetime.fromisoformat(committed.committed_at),
+        software=payload["software_version"],
+        lifetime_spend=spend,
+        schema_version=schema_version,
     )
-    problems = report.problems_against(ctx.spec)
-    if problems:
-        raise ReportError(problems, f"for site {ctx.site_id!r}")
     # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
     sealed: SiteReport = seal_site_report(report, ctx.spec, ctx.site_id, committed)
     return sealed.to_json_bytes()

@@ -315,20 +315,22 @@ class SiteReport(BaseModel):
         created_at: datetime | None = None,
         software: str | None = None,
         lifetime_spend: LifetimeSpend | None = None,
+        schema_version: int = REPORT_SCHEMA_VERSION,
     ) -> SiteReport:
         """The report of ``estimate`` released by ``site_id`` under ``spec``.
 
         ``estimate`` is the release itself or its public form (a ledger's COMMIT payload,
         validated); ``release_id`` defaults to :func:`default_release_id`, ``created_at`` to now
         (UTC) and ``software`` to this :func:`software_version`; ``lifetime_spend`` is the site
-        ledger's totals after the release (omitted when None). The result is checked against
+        ledger's totals after the release (omitted when None); ``schema_version=1`` is the
+        previous software's report (no ``lifetime_spend``). The result is checked against
         ``spec`` exactly as :func:`read_report` would check it.
         """
         public = estimate if isinstance(estimate, PublicEstimate) else PublicEstimate.of(estimate)
         report = cls.model_validate(
             {
                 "schema": REPORT_SCHEMA,
-                "schema_version": REPORT_SCHEMA_VERSION,
+                "schema_version": schema_version,
                 "study_id": spec.study_id,
                 "site_id": site_id,
                 "spec_hash": spec.spec_hash,
