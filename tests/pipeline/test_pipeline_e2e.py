@@ -97,7 +97,9 @@ def test_full_study_publishes_reports_and_result(full_study):
     )
     assert any(s["status"] == "used" for s in result["sites"])
     lo, hi = result["ci95"]
-    assert lo < result["estimate"] < hi
+    # the estimate and the interval are clipped to [-B, B]: with this study's secure noise the
+    # estimate may sit on the bound together with the interval's end (it did once at 1.0)
+    assert lo < hi and lo <= result["estimate"] <= hi
     files = st.snapshot()
     reports = [k for k in files if "/sites/" in k]
     assert len(reports) == 3
