@@ -16,11 +16,18 @@ The rounding is a deterministic, data-independent map of each record applied bef
 with values still in ``[0, B]`` and ``[0, B^2]`` (0 and ``B`` map to themselves, so a binary
 outcome is unchanged): the sensitivities and the privacy proof are those of the unrounded sums;
 the estimates move by at most ``B 2^-k`` (below ``10^-9 B`` up to ``10^7`` records).
+
+Noise in grid units. The integer sums are noised as they are, with scales in grid units (``B`` is
+``2^k`` units, ``B^2`` is ``2^m``), and multiplied by the unit afterwards (:class:`NoiseSpec`
+``unit``; post-processing): neighbouring sums then differ by at most the sensitivity exactly,
+which a rounded conversion to outcome units before the noise would not guarantee (docs/privacy.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -48,7 +55,7 @@ __all__ = [
     "plan_difference_in_means_from_statistics",
 ]
 
-ArmSums = tuple[int, int, float, float, float, float]
+ArmSums = tuple[int, int, int, int, int, int]
 
 
 def plan_difference_in_means(
@@ -101,29 +108,42 @@ def arm_statistics(w: npt.ArrayLike, y: npt.ArrayLike, *, bound: float) -> CellS
 
 
 def _arm_sums(stats: CellStatistics) -> ArmSums:
-    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` of the grid-rounded outcomes, from
-    statistics of any number of strata (cells ``2 x + w``): integer sums, then one correctly
-    rounded conversion to outcome units each, so the values do not depend on the strata either."""
+    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` of the grid-rounded outcomes, in
+    grid units (exact integers: ``Y`` in units of ``B 2^-k``, ``Y^2`` of ``B^2 2^-m``), from
+    statistics of any number of strata (cells ``2 x + w``), so they do not depend on the strata."""
     if stats.centred:
         raise ValueError(
             "the difference in means needs uncentred statistics: compute them with "
             "arm_statistics or cell_statistics(..., centred=False)"
         )
     c, s, q = stats.counts, stats.sums, stats.squares
-    b = Fraction(stats.bound)
-    unit_s, unit_q = b / 2**stats.k, b * b / 2**stats.m
 
     def total(v: np.ndarray, arm: int) -> int:
         return int(v[arm::2].sum())  # int64: exact, an arm's sum is at most 2^53 (grid_bits)
 
-    return (
-        total(c, 1),
-        total(c, 0),
-        float(total(s, 1) * unit_s),
-        float(total(s, 0) * unit_s),
-        float(total(q, 1) * unit_q),
-        float(total(q, 0) * unit_q),
-    )
+    return total(c, 1), total(c, 0), total(s, 1), total(s, 0), total(q, 1), total(q, 0)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The public grids of the noised sums: ``Y`` in units of ``unit_s = B 2^-k`` (a record moves
+    an arm sum by at most ``2^k`` units), ``Y^2`` in units of ``unit_q = B^2 2^-m`` (at most
+    ``2^m``). Both units are exact (power-of-two scalings of ``B`` and of the float ``B * B``)."""
+
+    sum_units: Fraction  # 2^k: the grid value of B
+    sq_units: Fraction  # 2^m: the grid value of B^2
+    unit_s: float
+    unit_q: float
+
+    @classmethod
+    def of(cls, stats: CellStatistics) -> _Grid:
+        b = stats.bound
+        return cls(
+            Fraction(2) ** stats.k,
+            Fraction(2) ** stats.m,
+            math.ldexp(b, -stats.k),
+            math.ldexp(b * b, -stats.m),
+        )
 
 
 def plan_difference_in_means_from_statistics(
@@ -144,27 +164,29 @@ def plan_difference_in_means_from_statistics(
     n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)
     if n_t + n_c < 2:
         raise ValueError(f"a release needs at least 2 records (got {n_t + n_c})")
+    grid = _Grid.of(stats)
     if binary:
-        return _plan_binary_dim((n_t, n_c, s_t, s_c), bound, total, split, arm_sizes_public)
+        return _plan_binary_dim((n_t, n_c, s_t, s_c), grid, bound, total, split, arm_sizes_public)
 
     noise: list[NoiseSpec] = []
     if arm_sizes_public:
         _require_both_arms(n_t, n_c)
         shares = BudgetSplit.of(split, 2)
         p_sum, p_sq = shares.apply(total)
-        sum_scale, sq_scale = _scale(bound, p_sum), _scale(Fraction(bound) ** 2, p_sq)
+        sum_scale, sq_scale = _scale(grid.sum_units, p_sum), _scale(grid.sq_units, p_sq)
     else:
         shares = BudgetSplit.of(split, 3)
         p_sum, p_sq, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * Fraction(bound), p_sum)
-        sq_scale = _scale(2 * Fraction(bound) ** 2, p_sq)
+        sum_scale = _scale(2 * grid.sum_units, p_sum)
+        sq_scale = _scale(2 * grid.sq_units, p_sq)
         noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
     noise += [
-        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
-        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
-        NoiseSpec("sumsq_treated", q_t, sq_scale, "laplace"),
-        NoiseSpec("sumsq_control", q_c, sq_scale, "laplace"),
+        NoiseSpec("sum_treated", float(s_t), sum_scale, "laplace", grid.unit_s),
+        NoiseSpec("sum_control", float(s_c), sum_scale, "laplace", grid.unit_s),
+        NoiseSpec("sumsq_treated", float(q_t), sq_scale, "laplace", grid.unit_q),
+        NoiseSpec("sumsq_control", float(q_c), sq_scale, "laplace", grid.unit_q),
     ]
+    b_sum = sum_scale * grid.unit_s  # the sums' Laplace scale in outcome units
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         diagnostics: dict[str, Any] = {}
@@ -173,7 +195,7 @@ def plan_difference_in_means_from_statistics(
         tau = st / nt_hat - sc / nc_hat
         var_t_raw = v["sumsq_treated"] / nt_hat - (st / nt_hat) ** 2
         var_c_raw = v["sumsq_control"] / nc_hat - (sc / nc_hat) ** 2
-        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
+        noise_var = 2.0 * b_sum**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
         sampling_raw = var_t_raw / nt_hat + var_c_raw / nc_hat
         sampling = np.maximum(var_t_raw, 0.0) / nt_hat + np.maximum(var_c_raw, 0.0) / nc_hat
         diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
@@ -235,7 +257,8 @@ def _dim_plan(
 
 
 def _plan_binary_dim(
-    sums: tuple[int, int, float, float],
+    sums: tuple[int, int, int, int],
+    grid: _Grid,
     bound: float,
     total: PrivacyParams,
     split: Sequence[Number] | None,
@@ -249,16 +272,17 @@ def _plan_binary_dim(
         _require_both_arms(n_t, n_c)
         shares = BudgetSplit.of(split, 1)
         (p_sum,) = shares.apply(total)
-        sum_scale = _scale(bound, p_sum)
+        sum_scale = _scale(grid.sum_units, p_sum)
     else:
         shares = BudgetSplit.of(split, 2)
         p_sum, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * Fraction(bound), p_sum)
+        sum_scale = _scale(2 * grid.sum_units, p_sum)
         noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
     noise += [
-        NoiseSpec("sum_treated", s_t, sum_scale, "laplace"),
-        NoiseSpec("sum_control", s_c, sum_scale, "laplace"),
+        NoiseSpec("sum_treated", float(s_t), sum_scale, "laplace", grid.unit_s),
+        NoiseSpec("sum_control", float(s_c), sum_scale, "laplace", grid.unit_s),
     ]
+    b_sum = sum_scale * grid.unit_s  # the sums' Laplace scale in outcome units
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         diagnostics: dict[str, Any] = {"binary_outcome": 1.0}
@@ -268,7 +292,7 @@ def _plan_binary_dim(
         p_t = np.clip(st / (nt_hat * bound), 0.0, 1.0)
         p_c = np.clip(sc / (nc_hat * bound), 0.0, 1.0)
         sampling = bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
-        noise_var = 2.0 * sum_scale**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
+        noise_var = 2.0 * b_sum**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
         diagnostics.update(sampling_variance_dp=sampling, noise_variance=noise_var)
         return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
 

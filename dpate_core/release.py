@@ -153,12 +153,30 @@ class NoiseSpec:
 
     ``loc`` may be a 1-d float array (Laplace only): one independent draw per entry, released as
     one vector query (its privacy follows from the vector's L1 sensitivity).
+
+    ``unit``: ``loc`` and ``scale`` are in units of ``unit`` (an exact power-of-two multiple of
+    ``B``, e.g. the grid ``B 2^-k`` of :mod:`dpate_core.grid_sums`). The noise is drawn in those
+    units, on the exact integer ``loc`` with the sensitivity stated in the same units, and the
+    noisy value is multiplied by ``unit`` afterwards (post-processing), so a statistic whose
+    neighbours differ by exactly ``B`` on the grid is never noised after a rounded conversion to
+    outcome units (which could move it by one more ulp than the sensitivity allows).
     """
 
     name: str
     loc: float | npt.NDArray[np.float64]
     scale: float
     kind: str  # "laplace" | "gaussian"
+    unit: float = 1.0
+
+    @property
+    def value(self) -> float | npt.NDArray[np.float64]:
+        """The statistic in the units the assembly reads (``loc * unit``; private)."""
+        return self.loc * self.unit
+
+    @property
+    def value_scale(self) -> float:
+        """The noise scale in the units the assembly reads (``scale * unit``)."""
+        return self.scale * self.unit
 
 
 @dataclass(frozen=True)
@@ -213,6 +231,8 @@ def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:
             out[spec.name] = laplace_vector(spec.loc, spec.scale, rng)
         else:
             out[spec.name] = sample[spec.kind](cast(float, spec.loc), spec.scale, rng)
+        if spec.unit != 1.0:
+            out[spec.name] = out[spec.name] * spec.unit  # post-processing (NoiseSpec.unit)
     return out
 
 
@@ -241,7 +261,7 @@ def draw_many(
             z = rng.laplace(0.0, 1.0, reps)
         else:
             z = rng.normal(0.0, 1.0, reps)
-        out[spec.name] = spec.loc + spec.scale * z
+        out[spec.name] = (spec.loc + spec.scale * z) * spec.unit
     return out
 
 

@@ -111,9 +111,9 @@ def tau_noise_sd(plan: MechanismPlan) -> float:
     if "tau" in specs:
         return math.sqrt(2.0) * specs["tau"].scale
     if plan.estimator == "adjusted":
-        exact = plan.assemble({s.name: s.loc for s in plan.noise})
+        exact = plan.assemble({s.name: s.value for s in plan.noise})
         return math.sqrt(float(exact.diagnostics["noise_variance"]))
-    b = specs["sum_treated"].scale
+    b = specs["sum_treated"].value_scale
     n_t, n_c = plan.n_treated, plan.n_control
     if n_t is None or n_c is None:
         raise ValueError(

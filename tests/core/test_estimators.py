@@ -311,7 +311,7 @@ def test_difference_in_means_accepts_booleans_and_needs_both_arms():
 
 
 def _dim_locs(plan) -> dict[str, float]:
-    return {s.name: float(s.loc) for s in plan.noise}
+    return {s.name: float(s.value) for s in plan.noise}
 
 
 @pytest.mark.parametrize("bound", [1.0, 2.5, 1 / 3])
@@ -340,7 +340,7 @@ def test_dim_exact_sums_move_only_at_rounding_level(bound):
         tol = 0.5 * unit * n + 1e-12 * abs(value)
         assert abs(got[name] - value) <= tol, name
         assert got[name] != value  # rounded: the test would see the old float sums
-    exact = plan.assemble({s.name: s.loc for s in plan.noise})
+    exact = plan.assemble({s.name: s.value for s in plan.noise})
     want = difference_in_means(w, y)
     assert abs(float(exact.tau) - want.tau) <= bound * 2.0**-k + 1e-12
     assert float(exact.tau) == pytest.approx(want.tau, abs=1e-9 * bound)

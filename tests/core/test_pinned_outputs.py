@@ -68,8 +68,8 @@ def outputs() -> dict[str, Any]:
         out[name + ".raw"] = _floats(o.raw_variance)
         for k, v in sorted(o.diagnostics.items()):
             out[name + ".d." + k] = _floats(np.broadcast_to(v, np.shape(o.tau)))
-        out[name + ".est"] = plan.estimate({s.name: s.loc for s in plan.noise}).public_fields()
-        shifted = plan.estimate({s.name: s.loc + 0.01 for s in plan.noise})
+        out[name + ".est"] = plan.estimate({s.name: s.value for s in plan.noise}).public_fields()
+        shifted = plan.estimate({s.name: s.value + 0.01 for s in plan.noise})
         ci = inference.site_bootstrap_interval(shifted, draws=2000)
         out[name + ".ci"] = list(ci.as_dict().values())
     for t, c, n in (([3, 0, 5, 1], [2, 4, 0, 1], 16), ([10, 1], [1, 10], 22)):
@@ -84,7 +84,7 @@ def outputs() -> dict[str, Any]:
         "adjsubclassification",
         "global_matchingstratified",
     )
-    sites = [plans[k].estimate({s.name: s.loc for s in plans[k].noise}) for k in chosen]
+    sites = [plans[k].estimate({s.name: s.value for s in plans[k].noise}) for k in chosen]
     for agg in ("mvagg", "all", "random_effects"):
         ci = inference.combined_bootstrap_interval(sites, agg, draws=2000)
         out["comb" + agg] = list(ci.as_dict().values())

@@ -55,14 +55,15 @@ def test_binary_difference_in_means_releases_only_the_sums():
     w, y = _binary()
     plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, binary=True)
     assert [s.name for s in plan.noise] == ["sum_treated", "sum_control"]
-    # the whole budget on the sums: Lap(B / eps), exact and rounded up
-    assert plan.noise[0].scale == to_float(Fraction(1), round_up=True)
+    # the whole budget on the sums: Lap(B / eps), exact and rounded up (B is 2^k grid units)
+    assert plan.noise[0].value_scale == to_float(Fraction(1), round_up=True)
+    assert plan.noise[0].scale == plan.noise[0].value_scale / plan.noise[0].unit
     private = plan_difference_in_means(
         w, y, bound=1.0, epsilon=1, binary=True, arm_sizes_public=False
     )
     assert [s.name for s in private.noise] == ["n_treated", "sum_treated", "sum_control"]
     assert private.shares == BudgetSplit.even(2)
-    assert private.noise[1].scale == 4.0  # the pair of sums: 2B / eps_1 with eps_1 = 1/2
+    assert private.noise[1].value_scale == 4.0  # the pair of sums: 2B / eps_1, eps_1 = 1/2
     assert private.noise[0].scale == 2.0  # the count: 1 / eps_2 with eps_2 = 1/2
 
 
@@ -70,7 +71,7 @@ def test_binary_variance_is_p_one_minus_p_and_matches_the_general_estimate():
     w, y = _binary(bound=2.0)
     exact = difference_in_means(w, y)
     plan = plan_difference_in_means(w, y, bound=2.0, epsilon=10**9, binary=True)
-    est = plan.estimate({s.name: s.loc for s in plan.noise})  # no noise: the formula itself
+    est = plan.estimate({s.name: s.value for s in plan.noise})  # no noise: the formula itself
     assert est.tau == pytest.approx(exact.tau, abs=1e-12)
     assert est.diagnostics["sampling_variance_dp"] == pytest.approx(exact.variance, rel=1e-12)
     # at eps = 1 the binary mode's tau is less noisy (all the budget on the sums)

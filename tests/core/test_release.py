@@ -14,6 +14,7 @@ import pytest
 
 from dpate_core.difference_in_means import dp_difference_in_means, plan_difference_in_means
 from dpate_core.estimators import matching_statistics
+from dpate_core.grid_sums import grid_bits
 from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
 from dpate_core.noise import analytic_gaussian_sigma
 from dpate_core.privacy import exact, to_float
@@ -257,7 +258,7 @@ def test_global_matching_noise_scale_is_2b_over_eps1():
 def test_dim_noise_scales(public, scales):
     w, y, _x = _trial()
     plan = plan_difference_in_means(w, y, bound=B, epsilon=1, arm_sizes_public=public)
-    got = {spec.name: spec.scale for spec in plan.noise}
+    got = {spec.name: spec.value_scale for spec in plan.noise}
     for name, scale in scales.items():
         assert got[name] == pytest.approx(scale, rel=1e-15)
     assert got["sum_control"] == got["sum_treated"]
@@ -274,8 +275,11 @@ SCALE_EPS = ("0.1", "0.3", "0.7", "1", "2", "3", "5", "7/3")
 
 def test_dim_noise_scales_are_never_below_the_exact_ratio():
     # on this grid the float B / eps_down (the old computation, rounded to nearest) falls one ulp
-    # below the exact value for some (B, eps); the exact scales must hold everywhere
+    # below the exact value for some (B, eps); the exact scales must hold everywhere. The sums
+    # are noised in grid units (B is 2^k units, B^2 is 2^m: NoiseSpec.unit), so the exact
+    # ratio is the grid sensitivity over epsilon; in outcome units the scale is B / eps again.
     w, y, _x = _trial(n=40)
+    k, m = grid_bits(40, centred=False)
     below_with_float_division = 0
     for bound in SCALE_BOUNDS:
         yb = y * bound
@@ -286,19 +290,24 @@ def test_dim_noise_scales_are_never_below_the_exact_ratio():
                 plan = plan_difference_in_means(
                     w, yb, bound=bound, epsilon=eps, arm_sizes_public=public
                 )
-                got = {spec.name: spec.scale for spec in plan.noise}
-                if public:
-                    exact_scales = {"sum_treated": b / half, "sumsq_treated": b * b / half}
-                else:
-                    third = exact(eps) / 3
-                    exact_scales = {
-                        "sum_treated": 2 * b / third,
-                        "sumsq_treated": 2 * b * b / third,
-                        "n_treated": 1 / third,
-                    }
+                specs = {spec.name: spec for spec in plan.noise}
+                parts = half if public else exact(eps) / 3
+                times = 1 if public else 2
+                exact_scales = {
+                    "sum_treated": times * Fraction(2) ** k / parts,
+                    "sumsq_treated": times * Fraction(2) ** m / parts,
+                }
+                outcome_units = {
+                    "sum_treated": times * b / parts,
+                    "sumsq_treated": times * b * b / parts,
+                }
+                if not public:
+                    exact_scales["n_treated"] = outcome_units["n_treated"] = 1 / parts
                 for name, want in exact_scales.items():
-                    assert Fraction(got[name]) >= want, (name, bound, eps, public)
-                    assert float(want) == pytest.approx(got[name], rel=1e-15)
+                    assert Fraction(specs[name].scale) >= want, (name, bound, eps, public)
+                    assert float(want) == pytest.approx(specs[name].scale, rel=1e-15)
+                    value_scale = specs[name].value_scale
+                    assert float(outcome_units[name]) == pytest.approx(value_scale, rel=1e-15)
             old = bound / to_float(half, round_up=False)
             below_with_float_division += Fraction(old) < b / half
     assert below_with_float_division > 0  # the grid exercises the rounding
@@ -371,7 +380,7 @@ def test_scalar_draws_are_unchanged_by_vector_support():
     w, y, _x = _trial(n=50)
     plan = plan_difference_in_means(w, y, bound=B, epsilon=1)
     rng = np.random.default_rng(8)
-    want = {s.name: s.loc + s.scale * rng.laplace(0.0, 1.0, 7) for s in plan.noise}
+    want = {s.name: (s.loc + s.scale * rng.laplace(0.0, 1.0, 7)) * s.unit for s in plan.noise}
     got = draw_many(plan, np.random.default_rng(8), 7)
     assert all(np.array_equal(got[k], want[k]) for k in want)
 

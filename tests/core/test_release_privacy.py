@@ -390,3 +390,36 @@ def test_checker_rejects_the_private_smooth_sensitivity_at_half_sigma():
         _half_scale(plan_d, name), _half_scale(plan_dp, name), "smooth_sensitivity_dp", part,
         "S_dp half sigma", reps=2_000_000,
     )  # fmt: skip
+
+
+def test_dim_sums_are_noised_where_neighbours_differ_by_at_most_the_sensitivity():
+    """The arm sums are noised in grid units (``NoiseSpec.unit``): on neighbours (one treated
+    outcome moved from 0 to ``B``) the values handed to the sampler differ by at most ``2^k``,
+    exactly, the sensitivity the scale is computed from. Converted to outcome units first (the
+    correctly rounded ``sum * B 2^-k``, what was noised before), the difference exceeds ``B`` by
+    an ulp for about a third of such pairs at a non-dyadic ``B``: Laplace noise calibrated to
+    ``B`` would then not quite give ``eps``."""
+    from dpate_core.grid_sums import grid_bits
+
+    rng = np.random.default_rng(0)
+    bound, n = 1 / 3, 2000
+    k, m = grid_bits(n, centred=False)
+    converted_beyond_b = 0
+    for _ in range(60):
+        w, y = rng.integers(0, 2, n), rng.random(n) * bound
+        i = int(np.flatnonzero(w == 1)[0])
+        low, high = y.copy(), y.copy()
+        low[i], high[i] = 0.0, bound
+        specs = [
+            {s.name: s for s in plan_difference_in_means(w, v, bound=bound, epsilon=1).noise}
+            for v in (low, high)
+        ]
+        for name, units in (("sum_treated", k), ("sumsq_treated", m)):
+            a, b = specs[0][name], specs[1][name]
+            assert abs(Fraction(b.loc) - Fraction(a.loc)) <= Fraction(2) ** units
+            assert a.loc == int(a.loc) and b.loc == int(b.loc)  # exact integers
+        a, b = specs[0]["sum_treated"], specs[1]["sum_treated"]
+        converted_beyond_b += abs(Fraction(float(b.value)) - Fraction(float(a.value))) > Fraction(
+            bound
+        )
+    assert converted_beyond_b > 0  # the pairs exercise the rounding the grid units avoid

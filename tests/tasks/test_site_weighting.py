@@ -45,7 +45,7 @@ def _data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _noise_free(plan):  # the plan's outputs at its pre-noise values (no draw)
-    return plan.assemble({s.name: s.loc for s in plan.noise}).tau
+    return plan.assemble({s.name: s.value for s in plan.noise}).tau
 
 
 @pytest.mark.parametrize("weighting", [None, "subclassification", "fixed_effects"])
