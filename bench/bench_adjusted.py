@@ -6,8 +6,9 @@ At N = 10^7 records and |X| = 10^4 strata (2 * 10^4 cells), each figure next to 
 
 * the compiled pass (``cell_statistics``: validation, quantisation, per-cell counts and exact
   integer sums), and the whole plan (``plan_adjusted``);
-* the secure draw (``draw_once`` with ``rng=None``: three OpenDP vector Laplace measurements,
-  3 * 2 |X| = 6 * 10^4 entries), whose cost grows with the number of cells, not with N;
+* the secure draw (``draw_once`` with ``rng=None``: three integer Laplace vectors,
+  3 * 2 |X| = 6 * 10^4 entries, the exact discrete sampler of dpate_core.discrete_laplace),
+  whose cost grows with the number of cells, not with N;
 * the whole release (``dp_adjusted``, secure) and its peak memory above the inputs, as the rise of
   the resident-set high-water mark in a fresh subprocess (as in ``bench_core.py``).
 
@@ -55,7 +56,7 @@ def bench_release(n: int, strata: int, repeats: int) -> None:
          f"{stats / base:.1f}x bincount (median {stats_med * 1e3:.1f} ms)")  # fmt: skip
     line("plan_adjusted: pass + plan", f"{plan_t * 1e3:.1f} ms",
          f"{plan_t / base:.1f}x bincount (median {plan_med * 1e3:.1f} ms)")  # fmt: skip
-    line(f"draw_once, secure ({entries} OpenDP Laplace entries)", f"{draw * 1e3:.1f} ms",
+    line(f"draw_once, secure ({entries} exact discrete Laplace entries)", f"{draw * 1e3:.1f} ms",
          f"{draw / entries * 1e6:.1f} us/entry (median {draw_med * 1e3:.1f} ms)")  # fmt: skip
     line("whole release dp_adjusted (plan + secure draw)", f"{whole * 1e3:.1f} ms",
          f"{whole / base:.1f}x bincount (median {whole_med * 1e3:.1f} ms)")  # fmt: skip

@@ -128,9 +128,9 @@ def plan_adjusted_from_statistics(
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
     public = _public_constants(stats, shares.apply(total), min_count)
     noise = (
-        NoiseSpec("counts", stats.counts.astype(np.float64), public.scale_n, "laplace"),
-        NoiseSpec("sums", stats.sums.astype(np.float64), public.scale_s, "laplace"),
-        NoiseSpec("squares", stats.squares.astype(np.float64), public.scale_q, "laplace"),
+        NoiseSpec("counts", stats.counts.astype(np.float64), public.scale_n, "integer_laplace"),
+        NoiseSpec("sums", stats.sums.astype(np.float64), public.scale_s, "integer_laplace"),
+        NoiseSpec("squares", stats.squares.astype(np.float64), public.scale_q, "integer_laplace"),
     )
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n)
     assemble = _assemble_fixed_effects if mode == "fixed_effects" else _assemble_subclassification

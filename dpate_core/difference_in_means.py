@@ -179,12 +179,12 @@ def plan_difference_in_means_from_statistics(
         p_sum, p_sq, p_cnt = shares.apply(total)
         sum_scale = _scale(2 * grid.sum_units, p_sum)
         sq_scale = _scale(2 * grid.sq_units, p_sq)
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "integer_laplace"))
     noise += [
-        NoiseSpec("sum_treated", float(s_t), sum_scale, "laplace", grid.unit_s),
-        NoiseSpec("sum_control", float(s_c), sum_scale, "laplace", grid.unit_s),
-        NoiseSpec("sumsq_treated", float(q_t), sq_scale, "laplace", grid.unit_q),
-        NoiseSpec("sumsq_control", float(q_c), sq_scale, "laplace", grid.unit_q),
+        NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", grid.unit_s),
+        NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", grid.unit_s),
+        NoiseSpec("sumsq_treated", float(q_t), sq_scale, "integer_laplace", grid.unit_q),
+        NoiseSpec("sumsq_control", float(q_c), sq_scale, "integer_laplace", grid.unit_q),
     ]
     b_sum = sum_scale * grid.unit_s  # the sums' Laplace scale in outcome units
 
@@ -277,10 +277,10 @@ def _plan_binary_dim(
         shares = BudgetSplit.of(split, 2)
         p_sum, p_cnt = shares.apply(total)
         sum_scale = _scale(2 * grid.sum_units, p_sum)
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "laplace"))
+        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "integer_laplace"))
     noise += [
-        NoiseSpec("sum_treated", float(s_t), sum_scale, "laplace", grid.unit_s),
-        NoiseSpec("sum_control", float(s_c), sum_scale, "laplace", grid.unit_s),
+        NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", grid.unit_s),
+        NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", grid.unit_s),
     ]
     b_sum = sum_scale * grid.unit_s  # the sums' Laplace scale in outcome units
 

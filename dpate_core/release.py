@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpate_core.intervals import normal_interval
-from dpate_core.noise import Rng, gaussian, laplace, laplace_vector
+from dpate_core.noise import Rng, gaussian, integer_laplace_vector, laplace, laplace_vector
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact, to_float
 
 __all__ = [
@@ -165,7 +165,7 @@ class NoiseSpec:
     name: str
     loc: float | npt.NDArray[np.float64]
     scale: float
-    kind: str  # "laplace" | "gaussian"
+    kind: str  # "laplace" | "gaussian" | "integer_laplace" (integer values: exact DLap)
     unit: float = 1.0
 
     @property
@@ -222,12 +222,17 @@ class MechanismPlan:
 
 
 def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:
-    """One draw per noise site: secure OpenDP noise when ``rng`` is None. A vector ``loc`` is
-    drawn through one vector measurement (:func:`dpate_core.noise.laplace_vector`)."""
+    """One draw per noise site: secure noise when ``rng`` is None. A vector ``loc`` is drawn
+    through one vector measurement (:func:`dpate_core.noise.laplace_vector`); kind
+    ``"integer_laplace"`` (integer values, scalar or vector) through the exact discrete sampler
+    (:func:`dpate_core.noise.integer_laplace_vector`)."""
     sample = {"laplace": laplace, "gaussian": gaussian}
     out: dict[str, Any] = {}
     for spec in plan.noise:
-        if _is_vector(spec):
+        if spec.kind == "integer_laplace":
+            drawn = integer_laplace_vector(np.atleast_1d(spec.loc), spec.scale, rng)
+            out[spec.name] = drawn if _is_vector(spec) else float(drawn[0])
+        elif _is_vector(spec):
             out[spec.name] = laplace_vector(spec.loc, spec.scale, rng)
         else:
             out[spec.name] = sample[spec.kind](cast(float, spec.loc), spec.scale, rng)
@@ -239,7 +244,7 @@ def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:
 def _is_vector(spec: NoiseSpec) -> bool:
     if not isinstance(spec.loc, np.ndarray):
         return False
-    if spec.kind != "laplace" or spec.loc.ndim != 1:
+    if spec.kind not in ("laplace", "integer_laplace") or spec.loc.ndim != 1:
         raise ValueError(
             f"noise site {spec.name!r}: a vector value must be 1-d and use Laplace noise"
         )
@@ -257,7 +262,7 @@ def draw_many(
     for spec in plan.noise:
         if _is_vector(spec):
             z = rng.laplace(0.0, 1.0, (reps, cast(npt.NDArray[np.float64], spec.loc).size))
-        elif spec.kind == "laplace":
+        elif spec.kind in ("laplace", "integer_laplace"):  # simulations: continuous Lap
             z = rng.laplace(0.0, 1.0, reps)
         else:
             z = rng.normal(0.0, 1.0, reps)

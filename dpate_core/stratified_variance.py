@@ -124,9 +124,9 @@ def stratified_noise(
     half_b = cells.bound / 2.0
     max_var = cells.bound * cells.bound / 4.0
     noise = (
-        NoiseSpec("variance_counts", cells.counts.astype(np.float64), scale_n, "laplace"),
-        NoiseSpec("variance_sums", cells.sums.astype(np.float64), scale_s, "laplace"),
-        NoiseSpec("variance_squares", cells.squares.astype(np.float64), scale_q, "laplace"),
+        NoiseSpec("variance_counts", cells.counts.astype(np.float64), scale_n, "integer_laplace"),
+        NoiseSpec("variance_sums", cells.sums.astype(np.float64), scale_s, "integer_laplace"),
+        NoiseSpec("variance_squares", cells.squares.astype(np.float64), scale_q, "integer_laplace"),
     )
 
     def estimate(v: Mapping[str, Any]) -> Any:

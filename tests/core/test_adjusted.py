@@ -198,7 +198,7 @@ def test_plan_spends_pure_epsilon_with_exact_rounded_up_scales():
         for spec, name, share in zip(
             plan.noise, ("counts", "sums", "squares"), shares, strict=True
         ):
-            assert spec.name == name and spec.kind == "laplace" and spec.loc.shape == (10,)
+            assert spec.name == name and spec.kind == "integer_laplace" and spec.loc.shape == (10,)
             want = sens[name] / (PrivacyParams.of(eps).epsilon * share)
             assert Fraction(spec.scale) >= want
             assert spec.scale == to_float(want, round_up=True)

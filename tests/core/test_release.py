@@ -263,7 +263,7 @@ def test_dim_noise_scales(public, scales):
         assert got[name] == pytest.approx(scale, rel=1e-15)
     assert got["sum_control"] == got["sum_treated"]
     assert got["sumsq_control"] == got["sumsq_treated"]
-    assert all(spec.kind == "laplace" for spec in plan.noise)
+    assert all(spec.kind == "integer_laplace" for spec in plan.noise)
 
 
 # ---------------------------------------------------------------------------------------------
