@@ -90,7 +90,39 @@ def _site_cells(s: SiteResult, spend: SiteSpend | None) -> list[str]:
     return [s.site_id, s.status, "", "", "", "", "", "", _lifetime(s, spend), s.reason]
 
 
-def render_html(  # long: most of it is the page's one HTML template; the logic is in helpers
+#: the columns of the page's site table (one row per site: :func:`_site_cells`)
+_SITE_COLUMNS = (
+    "site",
+    "status",
+    "tau",
+    "95% CI",
+    "variance",
+    "N",
+    "weight",
+    "this release: epsilon / delta",
+    "lifetime spend of cap (after this release)",
+    "why",
+)
+
+#: the page's fixed explanation of what each number is (DP release, public constant, ledger)
+_WHAT_THESE_NUMBERS_ARE = """<h2>What these numbers are</h2>
+<ul>
+<li><b>Differentially private releases</b>: each site's estimate (tau), its variance and its 95%
+interval. The combined estimate, its variance and interval, the weights and the choice of sites
+are computed from those releases only (post-processing: no further privacy cost).</li>
+<li><b>Public design constants</b>, fixed before any data were seen and not noised: each site's
+N, each release's epsilon and delta, and the outcome bound B and covariate bins of the study
+spec.</li>
+<li><b>The site's own ledger</b>: the lifetime spend against the lifetime cap, as the site's report
+published it right after this release (the sum of the spec budgets of the releases its ledger has
+reserved, and the cap: public amounts, not data), or, for an older report without it, read from the
+site's privacy ledger where it is reachable from here; it is the site's accounting, not a
+release.</li>
+</ul>
+"""
+
+
+def render_html(
     result: StudyResult, result_uri: str, spends: Mapping[str, SiteSpend | None]
 ) -> str:
     """The self-contained page of ``result``; ``spends`` holds each site's lifetime spend where
@@ -102,18 +134,6 @@ def render_html(  # long: most of it is the page's one HTML template; the logic 
     for s in result.sites:
         cells = _site_cells(s, spends.get(s.site_id))
         rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
-    head = [
-        "site",
-        "status",
-        "tau",
-        "95% CI",
-        "variance",
-        "N",
-        "weight",
-        "this release: epsilon / delta",
-        "lifetime spend of cap (after this release)",
-        "why",
-    ]
     partial = "" if result.complete else "<p><b>Partial:</b> not every site reported.</p>"
     uninformative = (
         "<p><b>Uninformative at this budget:</b> the combined interval is wider than the "
@@ -137,24 +157,10 @@ th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
 <p>Sites used: {e(", ".join(result.used))}</p>
 <img alt="forest plot" src="data:image/png;base64,{png}">
 <h2>Sites</h2>
-<table><tr>{"".join(f"<th>{e(h)}</th>" for h in head)}</tr>
+<table><tr>{"".join(f"<th>{e(h)}</th>" for h in _SITE_COLUMNS)}</tr>
 {"".join(rows)}
 </table>
-<h2>What these numbers are</h2>
-<ul>
-<li><b>Differentially private releases</b>: each site's estimate (tau), its variance and its 95%
-interval. The combined estimate, its variance and interval, the weights and the choice of sites
-are computed from those releases only (post-processing: no further privacy cost).</li>
-<li><b>Public design constants</b>, fixed before any data were seen and not noised: each site's
-N, each release's epsilon and delta, and the outcome bound B and covariate bins of the study
-spec.</li>
-<li><b>The site's own ledger</b>: the lifetime spend against the lifetime cap, as the site's report
-published it right after this release (the sum of the spec budgets of the releases its ledger has
-reserved, and the cap: public amounts, not data), or, for an older report without it, read from the
-site's privacy ledger where it is reachable from here; it is the site's accounting, not a
-release.</li>
-</ul>
-<p>Study spec hash <code>{e(result.spec_hash)}</code>, software
+{_WHAT_THESE_NUMBERS_ARE}<p>Study spec hash <code>{e(result.spec_hash)}</code>, software
 {e(result.software_version)}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>
 </body></html>
 """

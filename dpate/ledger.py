@@ -22,6 +22,10 @@ kind)`` allows at most one RESERVE and one COMMIT per release. Spend and cap are
 A ledger is never created implicitly: opening a URL that holds no ledger raises
 :class:`LedgerNotFoundError` (SQLite: the file is not even created), naming the URL and the command
 that creates it. Only :meth:`PrivacyLedger.init` (or ``create=True``) creates one.
+
+Opening and reading are in :mod:`dpate.ledger_reads` (:class:`~dpate.ledger_reads.LedgerReader`,
+the base of :class:`PrivacyLedger`); the rows and hash chain in :mod:`dpate.ledger_chain`, the
+audit in :mod:`dpate.ledger_verify`, URLs and engine in :mod:`dpate.ledger_engine`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from fractions import Fraction
 from typing import Any
 
 import sqlalchemy as sa
@@ -50,17 +53,10 @@ from dpate.ledger_chain import (
     VerifyReport,
     budget_text,
     canonical_json,
-    privacy_of,
     row_hash,
 )
-from dpate.ledger_engine import (
-    as_sqlalchemy_url,
-    ledger_table,
-    make_engine,
-    not_found_message,
-    shown_url,
-    sqlite_file_missing,
-)
+from dpate.ledger_engine import shown_url
+from dpate.ledger_reads import LedgerReader
 from dpate.ledger_verify import verify_events
 from dpate_core.budget import check_budget
 from dpate_core.privacy import PrivacyParams, fraction_str
@@ -78,45 +74,12 @@ __all__ = [
 ]
 
 
-class PrivacyLedger:
-    """A privacy ledger at ``url`` (any SQLAlchemy URL; a plain path means a SQLite file).
+class PrivacyLedger(LedgerReader):
+    """A privacy ledger at ``url`` (any SQLAlchemy URL; a plain path means a SQLite file): the
+    reads of :class:`dpate.ledger_reads.LedgerReader` and the appends, each under the append lock.
 
     ``table_prefix`` names the table (``<prefix>ledger_events``); tests use a unique one per run.
     """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        table_prefix: str = "dpate_",
-        create: bool = False,
-        site: str | None = None,
-    ) -> None:
-        self.url = as_sqlalchemy_url(url)
-        self.table_name = f"{table_prefix}ledger_events"
-        if not create and sqlite_file_missing(self.url):
-            raise LedgerNotFoundError(not_found_message(self.url, site))
-        self._engine = make_engine(self.url, create=create)
-        self._dialect = self._engine.dialect.name
-        md = sa.MetaData()
-        self.table = ledger_table(md, self.table_name)
-        self._metadata = md
-        try:
-            if create:
-                try:
-                    md.create_all(self._engine, checkfirst=True)
-                except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-                    # another process created the table between the check and the CREATE
-                    md.create_all(self._engine, checkfirst=True)
-            elif not sa.inspect(self._engine).has_table(self.table_name):
-                self._engine.dispose()
-                raise LedgerNotFoundError(not_found_message(self.url, site))
-        except sa.exc.OperationalError as exc:
-            self._engine.dispose()
-            raise LedgerError(
-                f"cannot open the privacy ledger at {shown_url(self.url)}: "
-                f"{exc.orig}; check the ledger URL (DPATE_LEDGER_URL) and that its database is up"
-            ) from None
 
     @classmethod
     def init(
@@ -151,16 +114,7 @@ class PrivacyLedger:
             raise
         return led
 
-    # -- plumbing ------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    def __enter__(self) -> PrivacyLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # -- appending -----------------------------------------------------------------------------
 
     @contextmanager
     def _append_tx(self) -> Iterator[Connection]:
@@ -173,10 +127,6 @@ class PrivacyLedger:
             elif self._dialect != "sqlite":
                 conn.execute(sa.select(self.table.c.seq).with_for_update().limit(1))
             yield conn
-
-    def _rows(self, conn: Connection, *where: Any) -> list[Event]:
-        q = sa.select(self.table).where(*where).order_by(self.table.c.seq)
-        return [Event(**row._mapping) for row in conn.execute(q)]
 
     def _append(self, conn: Connection, **cols: Any) -> Event:
         head = conn.execute(
@@ -199,82 +149,6 @@ class PrivacyLedger:
         digest = row_hash(prev, content)
         conn.execute(sa.insert(self.table).values(**content, row_hash=digest))
         return Event(**content, row_hash=digest)
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def events(self, site_id: str | None = None) -> list[Event]:
-        with self._engine.connect() as conn:
-            where = () if site_id is None else (self.table.c.site_id == site_id,)
-            return self._rows(conn, *where)
-
-    def sites(self) -> list[str]:
-        with self._engine.connect() as conn:
-            q = sa.select(self.table.c.site_id).distinct().order_by(self.table.c.site_id)
-            return [r[0] for r in conn.execute(q)]
-
-    def committed(self, release_id: str) -> Committed | None:
-        """The recorded public output of a committed release, else None."""
-        with self._engine.connect() as conn:
-            return self._committed(conn, release_id)
-
-    def _committed(self, conn: Connection, rid: str) -> Committed | None:
-        t = self.table
-        row = conn.execute(
-            sa.select(t.c.payload, t.c.created_at, t.c.row_hash, t.c.seq).where(
-                t.c.release_id == rid, t.c.kind == "COMMIT"
-            )
-        ).first()
-        if row is None:
-            return None
-        return Committed(rid, json.loads(row.payload), row.created_at, row.row_hash, row.seq)
-
-    def cap(self, site_id: str) -> PrivacyParams | None:
-        with self._engine.connect() as conn:
-            return self._cap(conn, site_id)
-
-    def _cap(self, conn: Connection, site_id: str) -> PrivacyParams | None:
-        t = self.table
-        row = conn.execute(
-            sa.select(t.c.cap_epsilon, t.c.cap_delta)
-            .where(t.c.site_id == site_id, t.c.kind == "CAP")
-            .order_by(t.c.seq.desc())
-            .limit(1)
-        ).first()
-        return None if row is None else privacy_of(row.cap_epsilon, row.cap_delta)
-
-    def _spent(self, conn: Connection, site_id: str) -> PrivacyParams:
-        t = self.table
-        rows = conn.execute(
-            sa.select(t.c.epsilon, t.c.delta).where(t.c.site_id == site_id, t.c.kind == "RESERVE")
-        )
-        total = PrivacyParams(Fraction(0), Fraction(0))
-        for r in rows:
-            total = total + privacy_of(r.epsilon, r.delta)
-        return total
-
-    def spend(self, site_id: str) -> SiteSpend:
-        """Cap, total spend and spend per study of one site (exact)."""
-        events = self.events(site_id)
-        cap = None
-        per_study: dict[str, PrivacyParams] = {}
-        releases: dict[str, list[int]] = {}
-        reserve_study: dict[str, str] = {}
-        total = PrivacyParams(Fraction(0), Fraction(0))
-        for e in events:
-            if e.kind == "CAP":
-                cap = e.cap
-            elif e.kind == "RESERVE":
-                s = e.study_id or ""
-                per_study[s] = per_study.get(s, PrivacyParams(Fraction(0))) + e.privacy
-                total = total + e.privacy
-                releases.setdefault(s, [0, 0])[0] += 1
-                reserve_study[e.release_id or ""] = s
-            elif e.kind == "COMMIT":
-                s = reserve_study.get(e.release_id or "", e.study_id or "")
-                releases.setdefault(s, [0, 0])[1] += 1
-        return SiteSpend(
-            site_id, cap, total, per_study, {k: (v[0], v[1]) for k, v in releases.items()}
-        )
 
     # -- writing -------------------------------------------------------------------------------
 

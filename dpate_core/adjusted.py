@@ -18,28 +18,32 @@ the common effect when every stratum has the same effect (Synth: 0.5).
 
 Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.grid_sums`,
 which has the argument); the noise is added to those integers, with scales in grid units, and
-conversion to outcome units is post-processing.
+conversion to outcome units is post-processing. The two weightings' post-processing is in
+:mod:`dpate_core.adjusted_weightings`.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.adjusted_weightings import (
+    RESOLVE_Z,
+    PublicConstants,
+    assemble_fixed_effects,
+    assemble_subclassification,
+)
 from dpate_core.grid_sums import CellStatistics, cell_statistics, sensitivities
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
     NoiseSpec,
-    Outputs,
     SiteEstimate,
     _scale,
     draw_once,
@@ -64,9 +68,6 @@ WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
 #: "auto" uses subclassification when the public design gives at least this many records per arm
 #: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
 AUTO_RATIO = 10
-#: fixed effects: the estimate is used when its noisy denominator exceeds this many of its own
-#: (estimated) noise sds; below, the release is "uninformative" (tau 0, variance B^2 / 3)
-RESOLVE_Z = 2.0
 
 
 def plan_adjusted(
@@ -133,7 +134,7 @@ def plan_adjusted_from_statistics(
         NoiseSpec("squares", stats.squares.astype(np.float64), public.scale_q, "integer_laplace"),
     )
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n)
-    assemble = _assemble_fixed_effects if mode == "fixed_effects" else _assemble_subclassification
+    assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     return MechanismPlan(
         estimator="adjusted",
         n=n,
@@ -147,31 +148,9 @@ def plan_adjusted_from_statistics(
     )
 
 
-@dataclass(frozen=True)
-class _PublicConstants:
-    """What both weightings' post-processing reads besides the noisy vectors: public values only
-    (``N``, ``B``, ``|X|``, the grids, the noise scales and ``min_count``), no record."""
-
-    n: int  # public N
-    bound: float  # B
-    n_strata: int  # |X|
-    scale_n: float  # Laplace scale of the counts
-    scale_s: float  # of the centred sums, grid units
-    scale_q: float  # of the squares, grid units
-    unit_s: float  # the sums' grid unit B 2^-k
-    unit_q: float  # the squares' grid unit B^2 2^-m
-    b_s: float  # the sums' Laplace scale in outcome units (>= B / eps_s)
-    min_count: float  # subclassification: the noisy arm count a usable stratum needs
-    half_b: float  # B / 2
-    max_var: float  # B^2 / 4
-    v_n: float  # variance of one noisy count
-    v_s: float  # variance of one noisy sum (outcome units)
-    sd_q: float  # sd of one noisy sum of squares (outcome units)
-
-
 def _public_constants(
     stats: CellStatistics, parts: Sequence[PrivacyParams], min_count: float | None
-) -> _PublicConstants:
+) -> PublicConstants:
     """The noise scales of the three vectors (budget parts ``(eps_n, eps_s, eps_q)``), their
     units, and ``min_count`` (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
     p_n, p_s, p_q = parts
@@ -188,7 +167,7 @@ def _public_constants(
     min_count = float(min_count)
     if not (min_count >= 1.0 and math.isfinite(min_count)):
         raise ValueError(f"min_count ({min_count}) must be a finite count of at least 1")
-    return _PublicConstants(
+    return PublicConstants(
         n=stats.n,
         bound=bound,
         n_strata=stats.counts.size // 2,
@@ -204,185 +183,6 @@ def _public_constants(
         v_n=2.0 * scale_n**2,
         v_s=2.0 * b_s**2,
         sd_q=math.sqrt(2.0) * scale_q * unit_q,
-    )
-
-
-def _clipped_vectors(
-    c: _PublicConstants, v: Mapping[str, Any], count_range: tuple[float, float]
-) -> tuple[Any, Any, Any]:
-    """The three noisy vectors in outcome units, each clipped to the range its true value can
-    take given the public ``N`` and ``B`` (counts to ``count_range``, ``|s| <= N B/2``,
-    ``|q| <= N B^2/4``; ``q`` may stay negative for the raw variance): this can only bring a
-    value closer to the truth, and nothing overflows. Works on ``(cells,)`` and ``(reps, cells)``."""
-    n, half_b, max_var = c.n, c.half_b, c.max_var
-    cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), *count_range)
-    s = np.clip(np.asarray(v["sums"], dtype=np.float64) * c.unit_s, -n * half_b, n * half_b)
-    q = np.clip(np.asarray(v["squares"], dtype=np.float64) * c.unit_q, -n * max_var, n * max_var)
-    return cnt, s, q
-
-
-def _assemble_fixed_effects(c: _PublicConstants, v: Mapping[str, Any]) -> Outputs:
-    """The stratum fixed-effects (product-weighted) estimate: a ratio of two sums over every
-    stratum, ``A = sum (s_t n_c - s_c n_t)``, ``D = sum n_t n_c``; with independent zero-mean
-    noise both noisy sums are unbiased for their true values (no threshold, no per-stratum
-    ratio). Counts are clipped to ``[-N, N]`` only (clipping at 0 would bias the products
-    upwards)."""
-    cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
-    n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
-    s_c, s_t = s[..., 0::2], s[..., 1::2]
-    big_a = np.sum(s_t * n_c - s_c * n_t, axis=-1)
-    big_d = np.sum(n_t * n_c, axis=-1)
-    # Var(D) = sum v_n (n_t^2 + n_c^2) + v_n^2, estimated without bias (E n_hat^2 = n^2 + v_n)
-    # and never below its pure-noise part
-    floor_d = c.n_strata * c.v_n**2
-    var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
-    resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
-    d_safe = np.where(resolved, big_d, 1.0)
-    tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
-    noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, var_d, d_safe)
-    sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, d_safe)
-    zero = np.zeros_like(tau)
-    # unresolved: nothing is estimated; tau 0 with the variance of a uniform on [-B, B]
-    unestimated_var = np.where(resolved, 0.0, c.bound * c.bound / 3.0)
-    noise_var = np.where(resolved, noise_var, zero)
-    sampling = np.where(resolved, sampling, zero)
-    sampling_raw = np.where(resolved, sampling_raw, zero)
-    used = resolved.astype(np.float64)
-    return _outputs(
-        tau, sampling, sampling_raw, noise_var, unestimated_var, used * c.n_strata, used
-    )
-
-
-def _fixed_effects_noise_variance(
-    c: _PublicConstants, cnt: Any, s: Any, tau: Any, var_d: Any, d_safe: Any
-) -> Any:
-    """The noise variance of the fixed-effects ratio: ``tau_hat - tau = (1/D) sum [e_c (s_t -
-    tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t e_c]``
-    (``e`` count, ``h`` sum noise), exact for these bilinear terms; squares of noisy values are
-    corrected by their noise variance; times the second order of ``E[1/D_hat^2] = (1/D^2)(1 +
-    3 Var(D)/D^2 + ...)``, the ratio's own spread."""
-    v_n, v_s = c.v_n, c.v_s
-    n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
-    s_c, s_t = s[..., 0::2], s[..., 1::2]
-    t = tau[..., None]
-    per_stratum = (
-        v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
-        + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
-        + 2.0 * v_s * v_n
-        + t * t * v_n**2
-    )
-    floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
-    noise_var = np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
-    return noise_var * (1.0 + 3.0 * var_d / d_safe**2)
-
-
-def _fixed_effects_sampling(
-    c: _PublicConstants, cnt: Any, s: Any, q: Any, d_safe: Any
-) -> tuple[Any, Any]:
-    """``(raw, clamped)`` sampling variance of the fixed-effects ratio: ``sum (n_t n_c)^2
-    (sigma_t^2 / n_t + sigma_c^2 / n_c) / D^2``, with each arm's variance bounded by its total
-    variance over all strata (noisy moments pooled over the strata, so the noise averages out;
-    between-strata spread makes it conservative); clamped to ``[0, B^2/4]`` per arm."""
-    n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
-    s_c, s_t = s[..., 0::2], s[..., 1::2]
-    pos_t, pos_c = np.maximum(n_t, 0.0), np.maximum(n_c, 0.0)
-    raw_t = _total_arm_variance(n_t, s_t, q[..., 1::2])[..., None]
-    raw_c = _total_arm_variance(n_c, s_c, q[..., 0::2])[..., None]
-    w_t, w_c = pos_c**2 * pos_t, pos_t**2 * pos_c
-
-    def sampling_of(var_t: Any, var_c: Any) -> Any:
-        return np.sum(w_t * var_t + w_c * var_c, axis=-1) / d_safe**2
-
-    sampling_raw = sampling_of(raw_t, raw_c)
-    max_var = c.max_var
-    return sampling_raw, sampling_of(np.clip(raw_t, 0.0, max_var), np.clip(raw_c, 0.0, max_var))
-
-
-def _total_arm_variance(nn: Any, ss: Any, qq: Any) -> Any:
-    """One arm's variance over all strata from its noisy counts, sums and squares."""
-    tot = np.maximum(np.sum(nn, axis=-1), 1.0)
-    return (np.sum(qq, axis=-1) - np.sum(ss, axis=-1) ** 2 / tot) / tot
-
-
-def _assemble_subclassification(c: _PublicConstants, v: Mapping[str, Any]) -> Outputs:
-    """Algorithm 1's estimand from the three noisy vectors (clipped, :func:`_clipped_vectors`):
-    the strata whose noisy arm counts both reach ``min_count``, weighted by their noisy size over
-    the public ``N``, with arm means clipped to ``[0, B]``."""
-    n, half_b, max_var = c.n, c.half_b, c.max_var
-    cnt, s, q = _clipped_vectors(c, v, (0.0, n))
-    n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
-    usable = (n_t >= c.min_count) & (n_c >= c.min_count)
-    nt = np.where(usable, n_t, 1.0)
-    nc = np.where(usable, n_c, 1.0)
-    s_t, s_c = s[..., 1::2], s[..., 0::2]
-    m_t = np.clip(s_t / nt, -half_b, half_b)  # arm means minus B/2, clipped to [0, B]
-    m_c = np.clip(s_c / nc, -half_b, half_b)
-    weight = np.where(usable, (n_t + n_c) / n, 0.0)  # noisy stratum size over public N
-    tau = np.sum(weight * (m_t - m_c), axis=-1)
-    raw_t = _pooled_variance(c, usable, nt, s_t, q[..., 1::2])
-    raw_c = _pooled_variance(c, usable, nc, s_c, q[..., 0::2])
-    w2 = weight * weight
-    sampling_raw = np.sum(w2 * (raw_t / nt + raw_c / nc), axis=-1)
-    sampling = np.sum(
-        w2 * (np.clip(raw_t, 0.0, max_var) / nt + np.clip(raw_c, 0.0, max_var) / nc), axis=-1
-    )
-    # noise variance (delta method at the noisy point): Var Lap(b) = 2 b^2 per entry
-    diff = (m_t - m_c) / n
-    d_nt = diff - weight * m_t / nt
-    d_nc = diff + weight * m_c / nc
-    per_stratum = 2.0 * c.b_s**2 * w2 * (1.0 / nt**2 + 1.0 / nc**2) + 2.0 * c.scale_n**2 * (
-        d_nt**2 + d_nc**2
-    )
-    noise_var = np.sum(np.where(usable, per_stratum, 0.0), axis=-1)
-    # the strata left out (an empty arm, or too few noisy records to use) hold a share u of
-    # the records whose contribution to the estimand lies in [-B u, B u] and is not
-    # estimated: its uncertainty enters as the variance of a uniform on that range, so a
-    # site that could use little of its data reports that (and with nothing usable, an
-    # interval wider than the outcome's range) instead of a falsely precise 0
-    usable_weight = np.sum(weight, axis=-1)
-    unestimated = np.clip(1.0 - usable_weight, 0.0, 1.0)
-    unestimated_var = (c.bound * unestimated) ** 2 / 3.0
-    usable_strata = np.sum(usable, axis=-1).astype(np.float64)
-    return _outputs(
-        tau, sampling, sampling_raw, noise_var, unestimated_var, usable_strata, usable_weight
-    )
-
-
-def _pooled_variance(c: _PublicConstants, usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
-    """Subclassification: the within-cell variance of one arm, pooled over the usable strata
-    (sum of within-cell squared deviations over their records; centring does not change a
-    variance): the noise of the squares averages out over the strata instead of being clamped
-    cell by cell (plus one sd of the squares' noise in that sum, public: an upper estimate, so
-    that a noisy sum of squares does not understate the sampling part where noise is small)."""
-    dev = np.sum(np.where(usable, qq - ss * ss / nn, 0.0), axis=-1)
-    total = np.maximum(np.sum(np.where(usable, nn, 0.0), axis=-1), 1.0)
-    margin = c.sd_q * np.sqrt(np.sum(usable, axis=-1))
-    return ((dev + margin) / total)[..., None]
-
-
-def _outputs(
-    tau: Any,
-    sampling: Any,
-    sampling_raw: Any,
-    noise_var: Any,
-    unestimated_var: Any,
-    usable_strata: Any,
-    usable_weight: Any,
-) -> Outputs:
-    """Both weightings' outputs: the variance is the sampling part (clamped; ``raw_variance``
-    unclamped) plus the noise variance plus the variance of what is not estimated."""
-    diagnostics = {
-        "sampling_variance_dp": sampling_raw,
-        "noise_variance": noise_var,
-        "unestimated_variance": unestimated_var,
-        "usable_strata": usable_strata,
-        "usable_weight": usable_weight,
-    }
-    return Outputs(
-        tau,
-        sampling + noise_var + unestimated_var,
-        sampling_raw + noise_var + unestimated_var,
-        diagnostics,
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dpate_core import aggregators as _reg
+from dpate_core.aggregator_parts import scalar_inputs, weighted_one
 from dpate_core.aggregators import AggregateResult, NoUsableSiteError
 
 __all__ = [
@@ -63,7 +64,7 @@ def mvagg(tau: Any, n: Any, variance: Any) -> AggregateResult:
 
 def mvagg_brute_force(tau: Any, n: Any, variance: Any) -> AggregateResult:
     """Algorithm 3 literally (all 2^J - 1 subsets). For tests and the benchmark only."""
-    t, nn, var, ok, excluded = _reg.scalar_inputs(tau, n, variance)
+    t, nn, var, ok, excluded = scalar_inputs(tau, n, variance)
     best_val, best_set = math.inf, ok[:1]
     for size in range(1, ok.size + 1):
         for subset in combinations(ok.tolist(), size):
@@ -71,7 +72,7 @@ def mvagg_brute_force(tau: Any, n: Any, variance: Any) -> AggregateResult:
             val = float((nn[s] ** 2) @ var[s] / nn[s].sum() ** 2)
             if val < best_val:
                 best_val, best_set = val, s
-    return _reg.weighted_one("mvagg", t[best_set], var[best_set], best_set, nn[best_set], excluded)
+    return weighted_one("mvagg", t[best_set], var[best_set], best_set, nn[best_set], excluded)
 
 
 def agg_all(tau: Any, n: Any, variance: Any) -> AggregateResult:

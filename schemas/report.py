@@ -36,11 +36,13 @@ Versions: every model here forbids unknown fields, so a field an older reader wo
 a new ``schema_version``. This software writes version :data:`REPORT_SCHEMA_VERSION` and reads
 every version in :data:`REPORT_SCHEMA_VERSIONS` (version 1: no ``lifetime_spend``); a newer
 version is refused with a reason.
+
+The report's parts (:class:`PublicEstimate`, :class:`LedgerHead`, :class:`LifetimeSpend`,
+:class:`BudgetAmount`) are in :mod:`dpate.schemas.report_parts` and importable from here.
 """
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from fractions import Fraction
 from importlib import metadata
@@ -50,7 +52,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
     ValidationError,
     field_serializer,
     field_validator,
@@ -58,8 +59,8 @@ from pydantic import (
 )
 
 from dpate.schemas.plausibility import estimate_problems, spend_problems
-from dpate.schemas.spec import EstimatorName, StudySpec, canonical_json
-from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
+from dpate.schemas.report_parts import BudgetAmount, LedgerHead, LifetimeSpend, PublicEstimate
+from dpate.schemas.spec import StudySpec, canonical_json
 from dpate_core.release import SiteEstimate
 
 __all__ = [
@@ -115,151 +116,6 @@ def default_release_id(spec: StudySpec, site_id: str) -> str:
     """``study_id:release:site_id``: one release per site per study round."""
     spec.site(site_id)
     return f"{spec.study_id}:{spec.release}:{site_id}"
-
-
-def _exact_str(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be an exact number written as a string, e.g. '1/3'")
-    return str(exact(value, name))
-
-
-class PublicEstimate(BaseModel):
-    """The public form of a :class:`SiteEstimate` (``SiteEstimate.public_fields()``) as a strict,
-    validated model: the same fields under the same names, exact numbers as exact strings, the
-    estimator one of the registry's names. It is converted from and back to a
-    :class:`SiteEstimate` only through that dataclass's own definition (:meth:`of`,
-    :meth:`to_estimate`), never field by field; ``tests/schemas/test_report.py`` holds the field
-    names equal to the dataclass's."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    estimator: EstimatorName
-    tau: float
-    variance: float
-    raw_variance: float
-    n: int
-    n_treated: int | None
-    n_control: int | None
-    epsilon: str
-    delta: str
-    bound: float
-    budget_split: list[str] = Field(min_length=1)
-    diagnostics: dict[str, float]
-
-    @classmethod
-    def of(cls, estimate: SiteEstimate) -> PublicEstimate:
-        """The public form of ``estimate``: its ``public_fields()``, validated."""
-        return cls.model_validate(estimate.public_fields())
-
-    def to_estimate(self) -> SiteEstimate:
-        """The :class:`SiteEstimate` these public fields describe, read through the dataclass's
-        own annotations (exact strings back to :class:`~fractions.Fraction`)."""
-        return _SITE_ESTIMATE.validate_python(self.model_dump())
-
-    @field_validator("epsilon", "delta")
-    @classmethod
-    def _exact(cls, v: str, info: Any) -> str:
-        return _exact_str(v, info.field_name)
-
-    @field_validator("budget_split")
-    @classmethod
-    def _split(cls, v: list[str]) -> list[str]:
-        shares = [_exact_str(s, "budget share") for s in v]
-        BudgetSplit(tuple(Fraction(s) for s in shares))
-        return shares
-
-    @model_validator(mode="after")
-    def _check(self) -> PublicEstimate:
-        bad = [
-            k
-            for k in ("tau", "variance", "raw_variance", "bound")
-            if not math.isfinite(getattr(self, k))
-        ]
-        bad += [f"diagnostics.{k}" for k, v in self.diagnostics.items() if not math.isfinite(v)]
-        if bad:
-            raise ValueError(f"{', '.join(bad)} must be finite")
-        if self.n < 2:
-            raise ValueError(f"n ({self.n}) must be at least 2")
-        if not self.variance > 0:
-            raise ValueError(
-                f"variance ({self.variance}) must be positive: a released variance includes the "
-                f"positive DP-noise term"
-            )
-        if not self.bound > 0:
-            raise ValueError(f"bound ({self.bound}) must be positive")
-        p = PrivacyParams(Fraction(self.epsilon), Fraction(self.delta))
-        if p.epsilon <= 0:
-            raise ValueError(f"epsilon ({p.epsilon}) must be positive")
-        if (self.n_treated is None) != (self.n_control is None):
-            raise ValueError("n_treated and n_control must both be given or both be null")
-        if self.n_treated is not None and self.n_control is not None:
-            if self.n_treated < 1 or self.n_control < 1:
-                raise ValueError("n_treated and n_control must be at least 1")
-            if self.n_treated + self.n_control != self.n:
-                raise ValueError(
-                    f"n_treated ({self.n_treated}) + n_control ({self.n_control}) must equal "
-                    f"n ({self.n})"
-                )
-        return self
-
-
-#: reads a SiteEstimate from its public fields through the dataclass's own annotations
-_SITE_ESTIMATE: TypeAdapter[SiteEstimate] = TypeAdapter(SiteEstimate)
-
-
-class LedgerHead(BaseModel):
-    """The site ledger's head right after the release's COMMIT row (dpate.ledger)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    seq: int = Field(ge=1)
-    row_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-
-class BudgetAmount(BaseModel):
-    """An exact ``(epsilon, delta)`` as the ledger writes it (``"1/3"``, ``"1/100000"``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    epsilon: str
-    delta: str
-
-    @field_validator("epsilon", "delta")
-    @classmethod
-    def _exact(cls, v: str, info: Any) -> str:
-        return _exact_str(v, info.field_name)
-
-    @model_validator(mode="after")
-    def _range(self) -> BudgetAmount:
-        PrivacyParams(Fraction(self.epsilon), Fraction(self.delta))  # < 0 or delta >= 1: refused
-        return self
-
-    @property
-    def params(self) -> PrivacyParams:
-        return PrivacyParams(Fraction(self.epsilon), Fraction(self.delta))
-
-    @classmethod
-    def of(cls, p: PrivacyParams) -> BudgetAmount:
-        return cls.model_validate(p.as_strings())
-
-    def text(self) -> str:
-        return f"epsilon {self.epsilon}, delta {self.delta}"
-
-
-class LifetimeSpend(BaseModel):
-    """The site ledger's totals right after this release's reservation: the lifetime ``spent``
-    (every RESERVE row of the site up to and including this release's) and the ``cap`` that
-    reservation was checked against. Public amounts: each reservation is a spec's public budget;
-    no count, no data, no ledger location."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    spent: BudgetAmount
-    cap: BudgetAmount
-
-    @classmethod
-    def of(cls, spent: PrivacyParams, cap: PrivacyParams) -> LifetimeSpend:
-        return cls(spent=BudgetAmount.of(spent), cap=BudgetAmount.of(cap))
 
 
 class SiteReport(BaseModel):

@@ -190,9 +190,9 @@ def coverage_study(settings: ExperimentSettings, source: DataSource) -> list[dic
     return rows
 
 
-# one function (about 75 lines): the normal and the bootstrap rows of a point share ``add`` and
-# the per-unit accumulators; kept whole so that the coverage study reads in one place
 def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_boot):
+    """The coverage rows of one configuration: the normal interval of every site and combiner,
+    then (with ``boot``) their bootstrap intervals (:func:`_bootstrap_rows`)."""
     ds, estimator, prop, eps_1, alpha = key
     j_sites = tau.shape[1]
     base = {
@@ -227,8 +227,14 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
         h = Z95 * np.sqrt(res.variance)
         add(AGGREGATOR_LABELS[agg], "normal", np.abs(res.estimate - estimand) <= h, 2 * h,
             float(res.used.sum(axis=1).mean()))  # fmt: skip
-    if not boot:
-        return rows
+    if boot:
+        _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot, add)
+    return rows
+
+
+def _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot, add):
+    """The bootstrap rows of :func:`_coverage_rows` (one per site, then one per combiner), each
+    with the median width of the normal interval on the same releases, passed to ``add``."""
     draws = settings.coverage_boot_draws
     from dpate_core.inference import combined_normal_interval, site_normal_interval
 
@@ -263,7 +269,6 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
     for agg in AGGREGATORS:
         add(AGGREGATOR_LABELS[agg], "bootstrap", np.array(comb_cov[agg]),
             np.array(comb_width[agg]), same=comb_same[agg])  # fmt: skip
-    return rows
 
 
 def coverage_markdown(rows: list[dict[str, Any]]) -> str:
