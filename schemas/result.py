@@ -241,11 +241,21 @@ class StudyResult(_WithInterval):
         from rich.table import Table
 
         table = Table(title=f"{self.study_id}, round {self.round}: sites")
-        cols = ("site", "N", "epsilon", "delta", "tau (DP)", "95% CI", "lifetime spent of cap")
+        cols = (
+            "site",
+            "N",
+            "epsilon",
+            "delta",
+            "tau (DP)",
+            "95% CI",
+            "lifetime eps",
+            "lifetime delta",
+        )
         for col in (*cols, "status"):
             table.add_column(col, justify="right" if col not in ("site", "status") else "left")
         for s in self.sites:
             if isinstance(s, ReleasedSite):
+                life = s.lifetime_spend
                 table.add_row(
                     s.site_id,
                     str(s.n),
@@ -253,11 +263,12 @@ class StudyResult(_WithInterval):
                     s.delta,
                     f"{s.tau:.4f}",
                     s.interval_text(),
-                    s.spend_text(),
+                    "" if life is None else f"{life.spent.epsilon} of {life.cap.epsilon}",
+                    "" if life is None else f"{life.spent.delta} of {life.cap.delta}",
                     s.status.replace("_", " "),
                 )
             else:
-                table.add_row(s.site_id, "", "", "", "", "", "", s.status)
+                table.add_row(s.site_id, "", "", "", "", "", "", "", s.status)
         errors = errors or {}
         notes = [
             f"{s.site_id}: {errors.get(s.site_id) or s.reason}"
