@@ -1,10 +1,11 @@
 """Timing and peak-memory helpers shared by the benchmark scripts (``bench_core.py``,
 ``bench_adjusted.py``): best/median wall time, the printed row, and the resident-set high-water
 mark of one call measured in a fresh subprocess (``VmHWM`` in ``/proc/self/status``, reset
-through ``/proc/self/clear_refs``)."""
+through ``/proc/self/clear_refs``), and that subprocess's ``--memory-child n strata`` option."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -64,6 +65,19 @@ def peak_rise(
         "peak_rise": (hwm1 - rss0) * 1024,
         **out,
     }
+
+
+def parse_or_run_child(
+    parser: argparse.ArgumentParser, memory_child: Callable[[int, int], None]
+) -> argparse.Namespace | None:
+    """The script's arguments; or, when :func:`memory_child_result` started it with
+    ``--memory-child n strata``, ``memory_child(n, strata)`` run and None (the script stops)."""
+    parser.add_argument("--memory-child", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child(*args.memory_child)
+        return None
+    return args
 
 
 def memory_child_result(script: str, n: int, strata: int) -> dict:

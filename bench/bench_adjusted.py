@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 from _inputs import site_data
-from _timing import line, memory_child_result, peak_rise, print_peak, timed
+from _timing import line, memory_child_result, parse_or_run_child, peak_rise, print_peak, timed
 
 from dpate_core.adjusted import dp_adjusted, plan_adjusted, plan_adjusted_from_statistics
 from dpate_core.difference_in_means import plan_difference_in_means
@@ -135,10 +135,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1/100 of the size")
     parser.add_argument("--choose-split", action="store_true", help="the split simulation")
     parser.add_argument("--compare", action="store_true", help="compare with other estimators")
-    parser.add_argument("--memory-child", nargs=2, type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.memory_child:
-        memory_child(*args.memory_child)
+    args = parse_or_run_child(parser, memory_child)
+    if args is None:
         return
     if args.choose_split or args.compare:
         if args.choose_split:

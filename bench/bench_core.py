@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from _inputs import site_data
-from _timing import line, memory_child_result, peak_rise, print_peak, timed
+from _timing import line, memory_child_result, parse_or_run_child, peak_rise, print_peak, timed
 
 from dpate_core.aggregation import mvagg, mvagg_brute_force
 from dpate_core.matching import smooth_dp_matching
@@ -152,10 +152,8 @@ def bench_mvagg(sites: int, brute_sites: int, repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    parser.add_argument("--memory-child", nargs=2, type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.memory_child:
-        memory_child(*args.memory_child)
+    args = parse_or_run_child(parser, memory_child)
+    if args is None:
         return
     scale = 100 if args.quick else 1
     n, repeats = 10**7 // scale, 5

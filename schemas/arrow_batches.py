@@ -1,8 +1,10 @@
-"""Arrow helpers shared by the site's file and database sources: an empty batch of a schema, a
-local file opened for plain reads, and text columns dictionary-encoded as the spec compares them."""
+"""Arrow helpers shared by the site's file and database sources: an empty batch of a schema (and
+a reader's batches with one when it has none), a local file opened for plain reads, and text
+columns dictionary-encoded as the spec compares them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -12,6 +14,18 @@ from dpate.schemas.site_reading import _dictionary_encode, _open
 
 def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def _or_empty(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches of ``batches``, or one empty batch of ``schema`` when there is none:
+    a source with no rows still yields one batch, with its columns."""
+    seen = False
+    for batch in batches:
+        if batch.num_rows:
+            seen = True
+            yield batch
+    if not seen:
+        yield _empty_batch(schema)
 
 
 def _open_plain(location: str) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpate.schemas.arrow_batches import _empty_batch, _open_plain
+from dpate.schemas.arrow_batches import _empty_batch, _open_plain, _or_empty
 from dpate.schemas.site_reading import (
     _DICT_STRING,
     _csv_header,
@@ -103,13 +103,7 @@ class CsvSource:
                 read_options=pacsv.ReadOptions(block_size=self.block_size),
                 convert_options=convert,
             )
-            seen = False
-            for block in reader:
-                if block.num_rows:
-                    seen = True
-                    yield block
-            if not seen:
-                yield _empty_batch(reader.schema)
+            yield from _or_empty(reader, reader.schema)
 
     def _streams(self, spec: StudySpec) -> bool:
         """True when streaming gives one read's table: the header has every column and the

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpate.schemas.arrow_batches import _empty_batch, _encode, _open_plain
+from dpate.schemas.arrow_batches import _empty_batch, _encode, _open_plain, _or_empty
 from dpate.schemas.site_errors import _missing_columns, _Redacted
 from dpate.schemas.site_reading import _needed_columns, _string_columns
 from dpate.schemas.source_redaction import _guarded, redact_location
@@ -114,13 +114,9 @@ class ParquetDatasetSource:
             # file by file, pulled synchronously: the dataset scanner reads ahead of a slow
             # consumer (1.5 GB queued at 10^8 rows, bench/bench_sources.py)
             schema = pa.schema([dataset.schema.field(c) for c in needed])
-            seen = False
-            for batch in _fragment_batches(dataset, schema, text_cols, batch_rows):
-                if batch.num_rows:
-                    seen = True
-                    yield _encode(batch, text_cols)
-            if not seen:
-                yield _empty_batch(schema)
+            batches = _fragment_batches(dataset, schema, text_cols, batch_rows)
+            for batch in _or_empty(batches, schema):
+                yield _encode(batch, text_cols) if batch.num_rows else batch
 
         return _guarded(self.name, self.fmt, read)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dpate.schemas.arrow_batches import _empty_batch, _encode
+from dpate.schemas.arrow_batches import _encode, _or_empty
 from dpate.schemas.site_errors import SiteDataError, _missing_columns, _Redacted
 from dpate.schemas.site_reading import _DICT_STRING, _needed_columns, _string_columns
 from dpate.schemas.source_redaction import SECRET_ENV, _guarded, redact_location
@@ -208,13 +208,7 @@ def _pg_copy_batches(
                     false_values=["f"],
                 ),
             )
-            seen = False
-            for batch in reader:
-                if batch.num_rows:
-                    seen = True
-                    yield batch
-            if not seen:
-                yield _empty_batch(reader.schema)
+            yield from _or_empty(reader, reader.schema)
     finally:
         raw.close()
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpate.experiments.settings import ESTIMATOR_LABELS
+from dpate.experiments.tables import markdown_table
 
 __all__ = [
     "OBSERVATIONAL",
@@ -106,19 +107,15 @@ def point_label(key: Panel, alpha: str | None = None) -> str:
 def claims_markdown(claims: Sequence[Claim], comparison: Sequence[Mapping[str, Any]] = ()) -> str:
     """``claims.md``: one line per claim, then the combiner comparison
     (:func:`dpate.experiments.comparison.combiner_comparison`)."""
-    lines = ["| claim | reproduced | numbers |", "|---|---|---|"]
-    for c in claims:
-        lines.append(f"| {c.name} | {'yes' if c.holds else 'no'} | {c.detail} |")
+    lines = markdown_table(
+        ("claim", "reproduced", "numbers"),
+        [(c.name, "yes" if c.holds else "no", c.detail) for c in claims],
+    )
     if comparison:
-        lines += [
-            "",
-            "| combiner | design | points | beats MVAgg (>5%) | loses (>5%) | median MAE ratio "
-            "to MVAgg | best | worst |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for m in comparison:
-            lines.append(
-                f"| {m['combiner']} | {m['family']} | {m['points']} | {m['beats_mvagg']:.0%} | "
-                f"{m['loses']:.0%} | {m['median_ratio']:.3g} | {m['best']} | {m['worst']} |"
-            )
+        columns = ("combiner", "design", "points", "beats MVAgg (>5%)", "loses (>5%)",
+                   "median MAE ratio to MVAgg", "best", "worst")  # fmt: skip
+        body = [(m["combiner"], m["family"], m["points"], f"{m['beats_mvagg']:.0%}",
+                 f"{m['loses']:.0%}", f"{m['median_ratio']:.3g}", m["best"], m["worst"])
+                for m in comparison]  # fmt: skip
+        lines += ["", *markdown_table(columns, body)]
     return "\n".join(lines) + "\n"

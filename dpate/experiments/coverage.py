@@ -21,6 +21,7 @@ from dpate.experiments.settings import (
     seed_key,
 )
 from dpate.experiments.sweep import prepare, site_plans
+from dpate.experiments.tables import markdown_table
 from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.estimators import difference_in_means, matching_statistics
 from dpate_core.release import draw_many
@@ -293,9 +294,8 @@ def coverage_markdown(rows: list[dict[str, Any]]) -> str:
         "site); `width`: median bootstrap width over the normal interval's on the same releases "
         "(both clipped to [-B, B]).",
         "",
-        "| data | estimator | split | unit | normal | bootstrap | width | sites used |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    body: list[tuple[object, ...]] = []
     keys = ["dataset", "estimator", "proportions", "unit_kind"]
     order = {label: i for i, label in enumerate(["sites", *AGGREGATOR_LABELS.values()])}
     groups = sorted(
@@ -318,8 +318,6 @@ def coverage_markdown(rows: list[dict[str, Any]]) -> str:
         width = f"{bw / nw:.2f}" if nw > 0 and np.isfinite(bw) else ""
         used = g[g["method"] == "normal"]["mean_sites_used"].mean()
         used_s = "" if not np.isfinite(used) else f"{used:.2f}"
-        lines.append(
-            f"| {ds} | {ESTIMATOR_LABELS.get(est, est)} | {prop} | {unit} | {cells[0]} | "
-            f"{cells[1]} | {width} | {used_s} |"
-        )
-    return "\n".join(lines) + "\n"
+        body.append((ds, ESTIMATOR_LABELS.get(est, est), prop, unit, *cells, width, used_s))
+    columns = ("data", "estimator", "split", "unit", "normal", "bootstrap", "width", "sites used")
+    return "\n".join(lines + markdown_table(columns, body)) + "\n"

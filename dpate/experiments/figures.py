@@ -152,18 +152,34 @@ def _randomized_figures(rows: Rows, out: Path) -> list[Path]:
             f"STAR, J = 4 (urbanicity), {name}",
         )
     paths.append(_save(fig, out, "fig3_4_ist_two_sites_star.png"))
-    fig, axes = plt.subplots(len(rct), 4, figsize=(16, 3.6 * len(rct)), squeeze=False)
-    for r, est in enumerate(rct):
+    fig = _three_site_figure(rows, "IST", rct, 3.6, "IST, J = 3, ", (0, 0))
+    paths.append(_save(fig, out, "fig5_ist_three_sites.png"))
+    return paths
+
+
+def _three_site_figure(
+    rows: Rows,
+    dataset: str,
+    estimators: Sequence[str],
+    height: float,
+    title: str,
+    legend_at: tuple[int, int],
+) -> Any:
+    """One row of panels per estimator, one column per three-site split of ``dataset`` (panel
+    titles ``title + "<split>, <estimator>"``; the legend in panel ``legend_at``)."""
+    fig, axes = _plt().subplots(
+        len(estimators), 4, figsize=(16, height * len(estimators)), squeeze=False
+    )
+    for r, est in enumerate(estimators):
         for c, prop in enumerate(THREE_SITE_PROPORTIONS):
             label = ":".join(map(str, prop))
             _panel(
                 axes[r, c],
-                _select(rows, dataset="IST", J=3, proportions=label, estimator=est),
-                f"IST, J = 3, {label}, {ESTIMATOR_LABELS[est]}",
-                legend=(r, c) == (0, 0),
+                _select(rows, dataset=dataset, J=3, proportions=label, estimator=est),
+                f"{title}{label}, {ESTIMATOR_LABELS[est]}",
+                legend=(r, c) == legend_at,
             )
-    paths.append(_save(fig, out, "fig5_ist_three_sites.png"))
-    return paths
+    return fig
 
 
 def _observational_figures(rows: Rows, out: Path) -> list[Path]:
@@ -188,16 +204,7 @@ def _observational_figures(rows: Rows, out: Path) -> list[Path]:
             )
     paths.append(_save(fig, out, "fig8_obs_two_sites.png"))
     for num, ds in zip((9, 10, 11), obs, strict=True):
-        fig, axes = plt.subplots(len(obs_est), 4, figsize=(16, 3.3 * len(obs_est)), squeeze=False)
-        for r, est in enumerate(obs_est):
-            for c, prop in enumerate(THREE_SITE_PROPORTIONS):
-                label = ":".join(map(str, prop))
-                _panel(
-                    axes[r, c],
-                    _select(rows, dataset=ds, J=3, proportions=label, estimator=est),
-                    f"{ds}, {label}, {ESTIMATOR_LABELS[est]}",
-                    legend=(r, c) == (1, 0),
-                )
+        fig = _three_site_figure(rows, ds, obs_est, 3.3, f"{ds}, ", (1, 0))
         paths.append(_save(fig, out, f"fig{num}_{ds.lower()}_three_sites.png"))
     return paths
 

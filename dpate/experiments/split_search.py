@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dpate.experiments.settings import Z95, ExperimentSettings, generator, seed_key
+from dpate.experiments.tables import markdown_table
 from dpate_core.estimators import MatchingStatistics, matching_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.release import MechanismPlan, draw_many
@@ -181,15 +182,9 @@ def search_budget_split(
 
 def split_search_markdown(rows: list[dict[str, Any]]) -> str:
     """The table of :func:`search_budget_split`, one line per candidate split."""
-    lines = [
-        "| split (ATE : variance : ln S) | site MSE | / even | coverage | median width | "
-        "MVAgg MSE / even | MVAgg coverage |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['split']} | {r['mse']:.3g} | {r['mse_vs_even']:.3f} | {r['coverage']:.3f} | "
-            f"{r['median_width']:.3g} | {r['mvagg_mse_vs_even']:.3f} | "
-            f"{r['mvagg_coverage']:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
+    columns = ("split (ATE : variance : ln S)", "site MSE", "/ even", "coverage", "median width",
+               "MVAgg MSE / even", "MVAgg coverage")  # fmt: skip
+    body = [(r["split"], f"{r['mse']:.3g}", f"{r['mse_vs_even']:.3f}", f"{r['coverage']:.3f}",
+             f"{r['median_width']:.3g}", f"{r['mvagg_mse_vs_even']:.3f}",
+             f"{r['mvagg_coverage']:.3f}") for r in rows]  # fmt: skip
+    return "\n".join(markdown_table(columns, body)) + "\n"

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from dpate.experiments.settings import ExperimentSettings, generator, seed_key
+from dpate.experiments.tables import markdown_table
 from dpate_core.estimators import matching_statistics
 from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
@@ -82,14 +83,8 @@ def variance_ratio_study(
 
 def variance_markdown(rows: list[dict[str, Any]]) -> str:
     """``variance_ratio.md``: one line per (N, a, variance mode) of :func:`variance_ratio_study`."""
-    lines = [
-        "| N | a | variance | non-private / true | mean raw / true | mean clamped / true | "
-        "RMSE / true |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['N']} | {r['a']} | {r['variance']} | {r['nonprivate_ratio']:.3g} | "
-            f"{r['raw_ratio']:.3g} | {r['clamped_ratio']:.3g} | {r['rmse_ratio']:.3g} |"
-        )
-    return "\n".join(lines) + "\n"
+    columns = ("N", "a", "variance", "non-private / true", "mean raw / true",
+               "mean clamped / true", "RMSE / true")  # fmt: skip
+    body = [(r["N"], r["a"], r["variance"], f"{r['nonprivate_ratio']:.3g}", f"{r['raw_ratio']:.3g}",
+             f"{r['clamped_ratio']:.3g}", f"{r['rmse_ratio']:.3g}") for r in rows]  # fmt: skip
+    return "\n".join(markdown_table(columns, body)) + "\n"
