@@ -348,6 +348,35 @@ def start_worker(
     return svc.start()
 
 
+def start_site_worker(
+    server: PrefectServer,
+    site: str,
+    log_dir: Path,
+    *,
+    pool: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    name: str | None = None,
+) -> Service:
+    """``dpate site worker SITE`` (deployments/systemd/dpate-site-worker.service) polling
+    ``server``; ``extra_env`` is the site's own configuration. Stopped with one SIGTERM."""
+    env = {**os.environ, **server.client_env, **(extra_env or {})}
+    env["PREFECT_WORKER_QUERY_SECONDS"] = "1"
+    env["PREFECT_WORKER_PREFETCH_SECONDS"] = "5"
+    env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the site's worker.env
+    pool = pool or f"site-{site}"
+    argv = [str(VENV_BIN / "dpate"), "site", "worker", site, "--pool", pool]
+    svc = Service(
+        name=f"site-worker:{pool}",
+        argv=[*argv, "--name", name or f"{pool}-worker"],
+        env=env,
+        log_path=log_dir / f"site-worker-{pool}.log",
+        stop_signal=signal.SIGTERM,
+        cwd=cwd,
+    )
+    return svc.start()
+
+
 # ---------------------------------------------------------------------------------------------
 # SeaweedFS, configured as deployments/storage/ ships it
 
