@@ -29,6 +29,13 @@ def _fail(message: str, code: ExitCode) -> typer.Exit:
     return typer.Exit(int(code))
 
 
+def _api_url() -> str | None:
+    """The Prefect API the worker would poll: the environment, else Prefect's profile."""
+    from prefect.settings import get_current_settings
+
+    return os.environ.get("PREFECT_API_URL", "").strip() or get_current_settings().api.url
+
+
 def check_site_ledger(site: str) -> str:
     """The site's ledger URL, after checking that it is configured, exists and holds the site's
     lifetime cap (what every release checks first). Raises SettingsError or LedgerError."""
@@ -67,12 +74,12 @@ def site_worker_cmd(
         None, "--limit", min=1, help="at most this many flow runs at once (default: no limit)"
     ),
 ) -> None:
-    """Run this site's Prefect worker: the coordinator may start, for this site only, the
-    installed site-release flow (spec, site, round); the data, ledger, storage, environment and
-    code stay the site's.
+    """Run this site's Prefect worker: only the installed site-release flow, for this site.
 
-    Needs PREFECT_API_URL (and PREFECT_API_AUTH_STRING) pointing at the coordinator's server and
-    the site's ledger created (dpate ledger init). Stops on the first SIGTERM or SIGINT."""
+    It polls the pool site-SITE of the coordinator's Prefect server (PREFECT_API_URL,
+    PREFECT_API_AUTH_STRING). The coordinator chooses spec, site and round; the code, the
+    environment, the data, the ledger and the storage stay the site's. Refuses to start until the
+    site's ledger exists (dpate ledger init). Stops on the first SIGTERM or SIGINT."""
     from dpate.deployments.site_runner import WORKER_SITE_ENV
     from dpate.ledger import LedgerError
     from dpate.ledger_engine import shown_url
@@ -80,7 +87,7 @@ def site_worker_cmd(
 
     if not re.fullmatch(IDENTIFIER, site):
         raise _fail(f"site id {site!r} is not a valid identifier", ExitCode.USAGE)
-    if not os.environ.get("PREFECT_API_URL", "").strip():
+    if not _api_url():
         raise _fail(
             "PREFECT_API_URL is not set: a site worker polls the coordinator's Prefect server; "
             "set PREFECT_API_URL and PREFECT_API_AUTH_STRING (e.g. in /etc/dpate/worker.env)",
