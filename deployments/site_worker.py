@@ -181,8 +181,8 @@ def serve(pool: str, *, name: str | None = None, limit: int | None = None) -> No
     signal handlers: Prefect's first SIGINT/SIGTERM only stops taking new runs (an idle worker
     was seen running on for more than 30 s) and its second SIGKILLs the worker. Here the first
     signal cancels the worker's task: it stops polling, terminates a flow run still running
-    (Prefect marks it Crashed; the ledger lets the next run finish it without a second spend),
-    deregisters and returns."""
+    (the run ends Crashed; the ledger lets the next run finish it without a second spend) and
+    returns."""
     asyncio.run(_serve(pool, name, limit))
 
 
