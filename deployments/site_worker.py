@@ -122,6 +122,26 @@ class SiteWorker(ProcessWorker, abc.ABC):
         configuration: ProcessJobConfiguration,
         task_status: anyio.abc.TaskStatus[int] | None = None,
     ) -> ProcessWorkerResult:
+        """Run the flow run's process; when the worker stops meanwhile (its task group is
+        cancelled: the process is terminated), report the run Crashed instead of leaving it
+        Running until the server's zombie automation notices the missing heartbeats."""
+        try:
+            return await self._run_process(flow_run, configuration, task_status)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):  # the client is still open: see BaseWorker.setup
+                await self._propose_crashed_state(
+                    flow_run,
+                    "the site's worker stopped while this run was in progress; run it again: "
+                    "a release its ledger recorded is finished without a second spend",
+                )
+            raise
+
+    async def _run_process(
+        self,
+        flow_run: FlowRun,
+        configuration: ProcessJobConfiguration,
+        task_status: anyio.abc.TaskStatus[int] | None,
+    ) -> ProcessWorkerResult:
         """``ProcessWorker.run`` (prefect/workers/process.py, 3.8.8) for a configured command
         (its ``if configuration._command_configured:`` branch, always taken here), with
         ``resolve_flow=_installed_site_release`` in place of ``load_flow_from_flow_run``."""
@@ -180,9 +200,9 @@ def serve(pool: str, *, name: str | None = None, limit: int | None = None) -> No
     As ``prefect worker start`` (prefect/cli/worker.py) builds and starts its worker, without its
     signal handlers: Prefect's first SIGINT/SIGTERM only stops taking new runs (an idle worker
     was seen running on for more than 30 s) and its second SIGKILLs the worker. Here the first
-    signal cancels the worker's task: it stops polling, terminates a flow run still running
-    (the run ends Crashed; the ledger lets the next run finish it without a second spend) and
-    returns."""
+    signal cancels the worker's task: it stops polling, terminates a flow run still running and
+    reports it Crashed (:meth:`SiteWorker.run`; the ledger lets the next run finish it without a
+    second spend), and returns."""
     asyncio.run(_serve(pool, name, limit))
 
 

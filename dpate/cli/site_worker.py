@@ -7,8 +7,8 @@ for ``SITE``, in its own environment (:mod:`dpate.deployments.site_worker`). Bef
 checks what a release would need first: the site's ledger (``DPATE_LEDGER_URL`` or the site
 config's ``ledger``) exists and holds the site's lifetime cap. It sets ``DPATE_WORKER_SITE=SITE``
 in its own environment: its flow runs refuse a release for another site. The first SIGTERM or
-SIGINT stops it (a flow run still running is terminated and ends Crashed; the next run of that
-release finishes it from the ledger without a second spend).
+SIGINT stops it (a flow run still running is terminated and reported Crashed; the next run of
+that release finishes it from the ledger without a second spend).
 """
 
 from __future__ import annotations

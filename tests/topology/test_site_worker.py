@@ -2,11 +2,13 @@
 set another ledger (``env``), a shell command (``command``) and whose pull step runs a shell
 script still runs only the installed ``site-release`` flow, in the worker's own environment,
 through the site's own ledger; a run for another site is refused (Failed, naming the rule); the
-worker stops on the one SIGTERM of its systemd unit."""
+one SIGTERM of its systemd unit stops the worker within seconds, and a release it was running
+ends Crashed (not Running) before spending anything."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import uuid
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.topology.services import prefect_cli, start_site_worker, wait_for
-from tests.topology.star import star_spec_toml, write_star_sites
+from tests.topology.star import STUDY_ID, star_spec_toml, write_star_sites
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -38,6 +40,7 @@ def _events(url: str) -> list:
 
 
 def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
+    from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
     from dpate.ledger import PrivacyLedger
@@ -47,6 +50,15 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
     data = write_star_sites(root)
     spec = root / "star.toml"
     spec.write_text(star_spec_toml((SITE, "urban"), str(root / "spec-reports")))
+    # a second study whose data (the site's `{study}` path) is a FIFO: reading it blocks, so its
+    # release is still running when the worker is stopped
+    stuck = root / "stuck.toml"
+    stuck.write_text(
+        spec.read_text().replace(f'study_id = "{STUDY_ID}"', 'study_id = "stuck-study"')
+    )
+    (root / "data").mkdir()
+    os.symlink(data[SITE], root / "data" / f"{STUDY_ID}.parquet")
+    os.mkfifo(root / "data" / "stuck-study.parquet")
     ledger = f"sqlite:///{root / 'site-ledger.sqlite'}"
     PrivacyLedger.init(ledger, SITE, PrivacyParams.of("20", "0")).close()
     before = len(_events(ledger))
@@ -87,7 +99,7 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
     )
 
     site_env = {  # the site's own configuration (its worker.env)
-        "DPATE_DATA_PATH": str(data[SITE]),
+        "DPATE_DATA_PATH": str(root / "data" / "{study}.parquet"),
         "DPATE_LEDGER_URL": ledger,
         "DPATE_STORAGE_URL": str(root / "published"),
         "DPATE_SITE_LOG": str(root / "operator.log"),
@@ -117,11 +129,24 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
         assert not other_ledger.exists()
         assert not marker_cmd.exists() and not marker_pull.exists()
 
-        proc = worker.proc
-        assert proc is not None
-        t0 = time.monotonic()
-        proc.send_signal(_unit_kill_signal())  # what systemd sends: once
-        proc.wait(15)
-        assert time.monotonic() - t0 < 15
+        # the worker is stopped while a release is running (blocked reading its data)
+        with prefect_server.settings(), get_client(sync_client=True) as client:
+            params = {"spec": str(stuck), "round": "stop"}
+            run = run_deployment(f"site-release/{name}", parameters=params, timeout=0)
+            wait_for(
+                lambda: worker.log_tail().count("check-publication") == 2, 120, "the run to start"
+            )
+            time.sleep(1)  # in load-site-data, waiting on the FIFO
+            assert client.read_flow_run(run.id).state.is_running()
+            proc = worker.proc
+            assert proc is not None
+            t0 = time.monotonic()
+            proc.send_signal(_unit_kill_signal())  # what systemd sends: once
+            proc.wait(15)
+            assert time.monotonic() - t0 < 15
+            final = client.read_flow_run(run.id).state
+        assert final.is_crashed(), f"{final}\n{worker.log_tail()}"
+        assert "worker stopped while this run was in progress" in (final.message or "")
+        assert len(_events(ledger)) == before + 2  # nothing reserved for the stopped release
     finally:
         worker.stop()
