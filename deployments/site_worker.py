@@ -17,7 +17,9 @@ string (the coordinator) writes deployments. :class:`SiteWorker` keeps none of t
   parameters and the site, never a deployment's pull steps or entrypoint);
 * :meth:`SiteWorker.run` is Prefect's ``ProcessWorker.run`` for a configured command with the
   hook runner's flow resolved to that same installed flow (it has no hooks), instead of
-  ``load_flow_from_flow_run``.
+  ``load_flow_from_flow_run``; a run the worker's stop terminates is reported Crashed.
+
+:func:`serve` runs it until the first SIGTERM or SIGINT (Prefect's own worker needs two).
 
 What the coordinator still sets and this worker still reads: ``stream_output``, the job's
 ``name`` and ``labels`` (cosmetic). Started by ``dpate site worker SITE``
