@@ -5,7 +5,8 @@
 
 Shipped: ``prefect.yaml`` (deployments of the example study), ``examples/star.toml`` (its spec),
 ``storage/`` (SeaweedFS options, systemd unit, nginx TLS proxy; ``config.py`` writes s3.json and
-security.toml), ``systemd/`` (worker and Prefect server units, worker environment example; the
+security.toml), ``systemd/`` (the site's ``dpate-site-worker.service`` and its
+``worker.env.example``, the coordinator's ``dpate-worker.service`` and Prefect server unit; the
 site-scheduled release: ``dpate-release.timer`` and ``.service``, ``release.env.example``).
 """
 

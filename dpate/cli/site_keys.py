@@ -1,5 +1,5 @@
 """``dpate site keygen``: the site's side of the Trust rules (docs/deploying.md, Trust).
-Registered in :mod:`dpate.cli.main`."""
+Registered in :mod:`dpate.cli.main` (with ``site worker``: :mod:`dpate.cli.site_worker`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-site_app = typer.Typer(help="A site's signing key.", no_args_is_help=True)
+site_app = typer.Typer(help="A site's signing key and its worker.", no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 

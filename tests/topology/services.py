@@ -4,9 +4,10 @@ deployments/storage/ ships it (every listener on loopback, the S3 port published
 forwarder, one identity per site per study).
 
 Every component is a child process in its own process group, logging to a file in a temporary
-folder, and is stopped the way it wants to be stopped (docs/deploying.md): Prefect workers with
+folder, and is stopped the way it wants to be stopped (docs/deploying.md): Prefect's workers with
 the sequence of deployments/systemd/dpate-worker.service (SIGINT, 2 s, SIGINT: Prefect 3.8.8's
-worker turns the second into a SIGKILL of itself), the Prefect server and ``weed`` with SIGTERM;
+worker turns the second into a SIGKILL of itself), ``dpate site worker``, the Prefect server and
+``weed`` with SIGTERM;
 whatever is still alive after a grace period gets SIGKILL on its whole group. Ports are free
 ports picked at start.
 """
@@ -343,6 +344,35 @@ def start_worker(
         log_path=log_dir / f"worker-{pool}.log",
         stop_signal=signal.SIGINT,
         repeat_stop_after=2.0,
+        cwd=cwd,
+    )
+    return svc.start()
+
+
+def start_site_worker(
+    server: PrefectServer,
+    site: str,
+    log_dir: Path,
+    *,
+    pool: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    name: str | None = None,
+) -> Service:
+    """``dpate site worker SITE`` (deployments/systemd/dpate-site-worker.service) polling
+    ``server``; ``extra_env`` is the site's own configuration. Stopped with one SIGTERM."""
+    env = {**os.environ, **server.client_env, **(extra_env or {})}
+    env["PREFECT_WORKER_QUERY_SECONDS"] = "1"
+    env["PREFECT_WORKER_PREFETCH_SECONDS"] = "5"
+    env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the site's worker.env
+    pool = pool or f"site-{site}"
+    argv = [str(VENV_BIN / "dpate"), "site", "worker", site, "--pool", pool]
+    svc = Service(
+        name=f"site-worker:{pool}",
+        argv=[*argv, "--name", name or f"{pool}-worker"],
+        env=env,
+        log_path=log_dir / f"site-worker-{pool}.log",
+        stop_signal=signal.SIGTERM,
         cwd=cwd,
     )
     return svc.start()

@@ -1,6 +1,6 @@
 """The deployed 4-site STAR study on real components: data files and ledgers per site, the spec in
-the bucket, work pools, ``prefect deploy`` of deployments/prefect.yaml, one process worker per site
-(its site-local environment only) and the coordinator's worker."""
+the bucket, work pools, ``prefect deploy`` of deployments/prefect.yaml, one ``dpate site worker`` per
+site (its site-local environment only) and the coordinator's Prefect process worker."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.topology.services import (
     SeaweedS3,
     Service,
     prefect_cli,
+    start_site_worker,
     start_worker,
 )
 
@@ -122,9 +123,10 @@ class StarTopology:
     # -- components ----------------------------------------------------------------------------
 
     def start_site_worker(self, site: str) -> Service:
-        self.workers[site] = start_worker(
+        """``dpate site worker SITE`` (deployments/systemd/dpate-site-worker.service)."""
+        self.workers[site] = start_site_worker(
             self.server,
-            f"site-{site}",
+            site,
             self.root / "logs",
             extra_env=self.site_env(site),
             cwd=self.root / site,

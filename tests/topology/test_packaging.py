@@ -27,12 +27,15 @@ SHIPPED = [
     "deployments/orchestrate.py",
     "deployments/automations.py",
     "deployments/files.py",
+    "deployments/site_worker.py",
+    "deployments/site_runner.py",
     "deployments/examples/star.toml",
     "deployments/storage/config.py",
     "deployments/storage/weed-mini.options",
     "deployments/storage/nginx-s3.conf",
     "deployments/storage/seaweedfs.service",
     "deployments/systemd/dpate-worker.service",
+    "deployments/systemd/dpate-site-worker.service",
     "deployments/systemd/prefect-server.service",
     "deployments/systemd/worker.env.example",
     "deployments/systemd/dpate-release.service",
@@ -216,6 +219,27 @@ def test_release_service_runs_dpate_site_release(tmp_path):
     command = get_command(app).commands["site-release"]  # type: ignore[attr-defined]
     ctx = command.make_context("site-release", args[1:])
     assert ctx.params["site"] == "rural" and ctx.params["round"] == args[5]
+
+
+def test_site_worker_unit_runs_dpate_site_worker():
+    """The site's unit: ``dpate site worker ${DPATE_SITE}`` (its command line accepts it), stopped
+    by one SIGTERM, no ExecStop sequence; the example environment names the site, not a pool,
+    and sets the heartbeats itself (a deployment's job variables do not reach its runs)."""
+    from typer.main import get_command
+
+    from dpate.cli.main import app
+
+    service = _unit(SYSTEMD / "dpate-site-worker.service")["Service"]
+    assert service["ExecStart"] == ["/opt/dpate/bin/dpate site worker ${DPATE_SITE}"]
+    assert service["KillSignal"] == ["SIGTERM"] and "ExecStop" not in service
+    assert service["EnvironmentFile"] == ["/etc/dpate/worker.env"]
+    env = _env_file(SYSTEMD / "worker.env.example")
+    assert env["DPATE_SITE"] == "rural" and "DPATE_POOL" not in env
+    assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
+    assert {"PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "DPATE_SITE_CONFIG"} <= set(env)
+    site = get_command(app).commands["site"]  # type: ignore[attr-defined]
+    ctx = site.commands["worker"].make_context("worker", [env["DPATE_SITE"]])
+    assert ctx.params["site"] == "rural" and ctx.params["pool"] is None
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")

@@ -1,0 +1,203 @@
+"""``dpate site worker`` without a Prefect server: the job configuration keeps none of the
+coordinator's ``env`` / ``command`` / ``working_dir``; the runner's rules (flow name, parameters,
+site) and its refusal path; the command refuses to start without its server or its ledger.
+The worker against a real server: tests/topology/test_site_worker.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dpate.cli.errors import ExitCode
+from dpate.cli.main import app
+from dpate.deployments import site_runner
+from dpate.deployments.site_runner import FLOW_NAME, REFUSED, WORKER_SITE_ENV, refusal
+from dpate.deployments.site_worker import SiteJobConfiguration, SiteWorker, site_command
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_site_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
+    for name in ("DPATE_LEDGER_URL", "DPATE_SITE_CONFIG", "DPATE_SITES", "DPATE_SITE_LOG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv(WORKER_SITE_ENV, raising=False)
+
+
+def _flow_run(**parameters: Any):
+    from prefect.client.schemas.objects import FlowRun
+
+    return FlowRun(id=uuid.uuid4(), flow_id=uuid.uuid4(), name="run", parameters=parameters)
+
+
+def test_the_job_configuration_keeps_none_of_the_coordinators_env_command_or_working_dir(
+    monkeypatch, tmp_path
+):
+    import prefect.workers.base
+
+    async def unchanged(template: Any, client: Any = None) -> Any:
+        return template  # no block or variable references here: no server to ask
+
+    for name in ("resolve_block_document_references", "resolve_variables"):
+        monkeypatch.setattr(prefect.workers.base, name, unchanged)
+    monkeypatch.setenv("DPATE_LEDGER_URL", "sqlite:////site/ledger.sqlite")
+    template = SiteWorker.get_default_base_job_template()
+    values = {
+        "env": {"DPATE_LEDGER_URL": "sqlite:////coordinator.sqlite", "DPATE_SITE_CONFIG": "/x"},
+        "command": "sh -c 'touch /tmp/owned'",
+        "working_dir": str(tmp_path),
+    }
+    config = asyncio.run(  # a client is passed, so none is made (and no server started)
+        SiteJobConfiguration.from_template_and_values(template, values, client=object())
+    )
+    assert config.command == values["command"]  # as Prefect resolved it, before the run
+    flow_run = _flow_run(spec="s", site="rural")
+    config.prepare_for_flow_run(flow_run)
+
+    assert config.command == site_command()
+    assert config.command.endswith("-m dpate.deployments.site_runner")
+    assert sys.executable in config.command
+    assert config.working_dir is None
+    assert config._command_configured  # ProcessWorker's EngineCommandStarter path
+    assert config.env["PREFECT__FLOW_RUN_ID"] == str(flow_run.id)
+    assert config.env["DPATE_LEDGER_URL"] == "sqlite:////site/ledger.sqlite"  # the worker's
+    assert "DPATE_SITE_CONFIG" not in config.env
+
+
+def test_the_site_worker_does_not_replace_prefects_process_worker_type():
+    from prefect.workers.base import BaseWorker
+    from prefect.workers.process import ProcessWorker
+
+    assert SiteWorker.type == "process"  # polls an ordinary process pool
+    assert BaseWorker.get_worker_class_from_type("process") is ProcessWorker
+
+
+@pytest.mark.parametrize(
+    ("flow_name", "parameters", "worker_site", "rule"),
+    [
+        ("site-release", {"spec": "s", "site": "rural"}, None, "not started by a site worker"),
+        ("evil", {"spec": "s", "site": "rural"}, "rural", "runs only the flow 'site-release'"),
+        (
+            "site-release",
+            {"spec": "s", "site": "rural", "ledger": "x"},
+            "rural",
+            "accepts only the parameters ['spec', 'site', 'round'], not ['ledger']",
+        ),
+        ("site-release", {"spec": "s", "site": "ur ban"}, "rural", "refused the parameters"),
+        ("site-release", {"site": "rural"}, "rural", "refused the parameters ['spec']"),
+        ("site-release", {"spec": "s", "site": "urban"}, "rural", "not 'urban'"),
+    ],
+)
+def test_the_runner_refuses_what_a_site_did_not_agree_to(flow_name, parameters, worker_site, rule):
+    why = refusal(flow_name, parameters, worker_site)
+    assert why is not None and rule in why
+
+
+def test_the_runner_accepts_a_release_of_its_own_site():
+    assert refusal(FLOW_NAME, {"spec": "s3://b/s.toml", "site": "rural"}, "rural") is None
+    assert refusal(FLOW_NAME, {"spec": "s", "site": "rural", "round": "2026-11"}, "rural") is None
+
+
+def test_a_refused_run_is_failed_logged_at_the_site_and_never_run(monkeypatch, tmp_path):
+    import prefect.client.orchestration
+    import prefect.flow_engine
+    import prefect.logging.loggers
+
+    flow_run = _flow_run(spec="s", site="urban")
+    states: list[Any] = []
+
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def set_flow_run_state(self, flow_run_id, state, force=False):
+            states.append((flow_run_id, state, force))
+
+    def never(*a: Any, **k: Any) -> None:
+        raise AssertionError("a refused flow run must not run")
+
+    monkeypatch.setenv("PREFECT__FLOW_RUN_ID", str(flow_run.id))
+    monkeypatch.setenv(WORKER_SITE_ENV, "rural")
+    monkeypatch.setenv("DPATE_SITE_LOG", str(tmp_path / "rural.log"))
+    monkeypatch.setattr(prefect.flow_engine, "load_flow_run", lambda flow_run_id: flow_run)
+    monkeypatch.setattr(prefect.flow_engine, "run_flow", never)
+    # the run's log lines would go to the API: a plain logger here (no server)
+    monkeypatch.setattr(
+        prefect.logging.loggers, "flow_run_logger", lambda **k: logging.getLogger("run")
+    )
+    monkeypatch.setattr(site_runner, "_flow_name", lambda fr: FLOW_NAME)
+    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **k: Client())
+
+    assert site_runner.main() == REFUSED
+    ((run_id, state, force),) = states
+    assert run_id == flow_run.id and force and state.is_failed()
+    assert "runs only releases for site rural, not 'urban'" in state.message
+    assert "not 'urban'" in (tmp_path / "rural.log").read_text()
+
+
+def test_the_worker_needs_the_coordinators_server(monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    res = runner.invoke(app, ["site", "worker", "rural"])
+    assert res.exit_code == ExitCode.SETTINGS, res.output
+    assert "PREFECT_API_URL" in res.output
+
+
+def test_the_worker_refuses_to_start_without_the_sites_ledger(monkeypatch, tmp_path):
+    from dpate.ledger import PrivacyLedger
+    from dpate_core.privacy import PrivacyParams
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # never contacted
+    res = runner.invoke(app, ["site", "worker", "rural"])
+    assert res.exit_code == ExitCode.SETTINGS, res.output
+    assert "DPATE_LEDGER_URL" in res.output
+
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    monkeypatch.setenv("DPATE_LEDGER_URL", url)
+    res = runner.invoke(app, ["site", "worker", "rural"])
+    assert res.exit_code == ExitCode.LEDGER, res.output
+    assert "dpate ledger init rural" in res.output
+    assert not (tmp_path / "ledger.sqlite").exists()  # never created
+
+    PrivacyLedger.init(url, "urban", PrivacyParams.of("1", "0")).close()
+    res = runner.invoke(app, ["site", "worker", "rural"])
+    assert res.exit_code == ExitCode.LEDGER, res.output
+    assert "no lifetime cap for this site" in res.output
+
+    monkeypatch.setenv("DPATE_SITES", "urban")
+    res = runner.invoke(app, ["site", "worker", "rural"])
+    assert res.exit_code == ExitCode.SETTINGS, res.output
+    assert "serves sites ['urban']" in res.output
+
+
+def test_the_worker_starts_when_the_ledger_is_there(monkeypatch, tmp_path):
+    from dpate.deployments import site_worker
+    from dpate.ledger import PrivacyLedger
+    from dpate_core.privacy import PrivacyParams
+
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    PrivacyLedger.init(url, "rural", PrivacyParams.of("1", "0")).close()
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("DPATE_LEDGER_URL", url)
+    served: list[Any] = []
+
+    def serve(pool: str, **options: Any) -> None:
+        served.append(SimpleNamespace(pool=pool, site=os.environ.get(WORKER_SITE_ENV), **options))
+
+    monkeypatch.setattr(site_worker, "serve", serve)
+    res = runner.invoke(app, ["site", "worker", "rural", "--name", "w1"])
+    assert res.exit_code == 0, res.output
+    (s,) = served
+    assert (s.pool, s.site, s.name) == ("site-rural", "rural", "w1")
