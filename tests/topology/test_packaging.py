@@ -190,6 +190,15 @@ def test_release_timer_and_service_parse():
         "PREFECT_API_URL" not in env
     )  # an embedded Prefect: the coordinator's server is not asked
     assert {"DPATE_SITE", "DPATE_SPEC", "DPATE_SITE_CONFIG", "PREFECT_HOME"} <= set(env)
+    _numba_cache_is_writable(service, env)
+
+
+def _numba_cache_is_writable(service: dict, env: dict) -> None:
+    """numba's compiled-code cache must sit where the unit may write: under ProtectSystem=strict
+    and ProtectHome=true its default places (the package's __pycache__, ~/.cache) are not, and
+    dpate_core could not even be imported."""
+    writable = " ".join(service["ReadWritePaths"]).split()
+    assert any(env["NUMBA_CACHE_DIR"].startswith(w + "/") for w in writable), env
 
 
 def test_release_service_runs_dpate_site_release(tmp_path):
@@ -237,6 +246,7 @@ def test_site_worker_unit_runs_dpate_site_worker():
     assert env["DPATE_SITE"] == "rural" and "DPATE_POOL" not in env
     assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
     assert {"PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "DPATE_SITE_CONFIG"} <= set(env)
+    _numba_cache_is_writable(service, env)
     site = get_command(app).commands["site"]  # type: ignore[attr-defined]
     ctx = site.commands["worker"].make_context("worker", [env["DPATE_SITE"]])
     assert ctx.params["site"] == "rural" and ctx.params["pool"] is None
