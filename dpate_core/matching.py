@@ -33,6 +33,7 @@ from dpate_core.release import (
     _scale,
 )
 from dpate_core.sensitivity import (
+    matching_ate_float_error,
     matching_global_sensitivity,
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,
@@ -219,7 +220,7 @@ def _smooth_ate(
     beta1 = smooth_beta(e1, _delta(p_ate))
     s_ate = matching_smooth_sensitivity(
         stats.treated_counts, stats.control_counts, stats.n, bound, beta1, domain_size
-    )
+    ) + 2.0 * matching_ate_float_error(stats.n, bound)  # the computed tau's rounding, both sides
     # ln S has global sensitivity beta_1 (S is beta_1-smooth); analytic Gaussian calibration
     sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
     noise = (
@@ -241,7 +242,10 @@ def _global_ate(
 ) -> tuple[tuple[NoiseSpec, ...], ReadNoise]:
     """GlobalDPMatching's ATE part (see :func:`global_dp_matching`): ``tau + Lap(2B / eps_1)``;
     its noise variance ``2 (2B / eps_1)^2`` is public."""
-    scale = _scale(matching_global_sensitivity(stats.n, bound), p_ate)
+    sensitivity = Fraction(matching_global_sensitivity(stats.n, bound)) + 2 * Fraction(
+        matching_ate_float_error(stats.n, bound)
+    )  # 2B, plus the computed tau's rounding on both sides
+    scale = _scale(sensitivity, p_ate)
     noise_var = 2.0 * scale * scale  # public
     return (NoiseSpec("tau", stats.tau, scale, "laplace"),), lambda v: (noise_var, {})
 

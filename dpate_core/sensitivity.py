@@ -29,13 +29,17 @@ instead of O(N |X|).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.privacy import to_float
+
 __all__ = [
+    "matching_ate_float_error",
     "matching_global_sensitivity",
     "matching_local_sensitivity_bound",
     "matching_smooth_sensitivity",
@@ -312,6 +316,27 @@ def matching_global_sensitivity(n: int, bound: float) -> float:
         raise ValueError(f"n ({n}) must be at least 2")
     _check_bound(bound)
     return 2.0 * bound
+
+
+def matching_ate_float_error(n: int, bound: float) -> float:
+    """An upper bound on ``|fl(tau_hat) - tau_hat|``, the rounding error of Algorithm 1's estimate
+    as :func:`dpate_core.estimators.matching_statistics` computes it, for *any* ``n`` records
+    with outcomes in ``[0, B]``: ``gamma_(n+2) B`` with ``gamma_k = k u / (1 - k u)``,
+    ``u = 2^-53`` (rounded up).
+
+    The pass sums ``n`` or fewer terms ``d_i = +-(Y_a - Y_b)``, each ``|d_i| <= B`` and each
+    computed with one rounding (relative error ``u``), in some order of pairwise additions (each
+    term takes part in at most ``n - 1``: error at most ``gamma_(n-1) sum |d_i|``, Higham 2002,
+    section 4.2), then divides by ``n`` (one more rounding, ``|tau_hat| <= B``). So two
+    neighbours' *computed* estimates differ by at most the proved sensitivity plus twice this:
+    the release adds that to the smooth (or global) bound, a constant, which keeps a smooth bound
+    smooth. It is about ``n 10^-16 B``: 2% of the smooth bound at ``10^7`` records in the worst
+    case, nothing at the sizes of the paper's data."""
+    if n < 1:
+        raise ValueError(f"n ({n}) must be at least 1")
+    _check_bound(bound)
+    ku = Fraction(n + 2, 2**53)
+    return to_float(ku / (1 - ku) * Fraction(bound), round_up=True)
 
 
 def _check_bound(bound: float) -> None:

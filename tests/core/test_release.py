@@ -18,6 +18,7 @@ from dpate_core.grid_sums import grid_bits
 from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
 from dpate_core.noise import analytic_gaussian_sigma
 from dpate_core.privacy import exact, to_float
+from dpate_core.sensitivity import matching_ate_float_error
 from dpate_core.release import SiteEstimate, draw_many, draw_once
 from dpate_core.sensitivity import (
     matching_smooth_sensitivity,
@@ -155,7 +156,10 @@ def test_smooth_noise_variance_is_eight_s2_over_eps1_squared():
 def test_global_noise_variance_is_public_and_exact():
     w, y, x = _trial()
     est = _global(w, y, x, np.random.default_rng(0))
-    scale = 2.0 * B / to_float(Fraction(1, 2), round_up=False)
+    # 2B plus twice the computed estimate's rounding bound, over eps_1 = 1/2, rounded up
+    sensitivity = 2 * Fraction(B) + 2 * Fraction(matching_ate_float_error(w.size, B))
+    scale = to_float(sensitivity / Fraction(1, 2), round_up=True)
+    assert scale > 2.0 * B / 0.5
     assert est.diagnostics["noise_variance"] == 2.0 * scale**2
 
 

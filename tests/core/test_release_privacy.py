@@ -423,3 +423,33 @@ def test_dim_sums_are_noised_where_neighbours_differ_by_at_most_the_sensitivity(
             bound
         )
     assert converted_beyond_b > 0  # the pairs exercise the rounding the grid units avoid
+
+
+def test_the_computed_matching_estimate_stays_within_its_rounding_bound():
+    """``matching_ate_float_error`` bounds ``|fl(tau_hat) - tau_hat|``: the compiled pass's
+    estimate against Algorithm 1 in exact rational arithmetic, on data built to round (outcomes
+    with long binary expansions, strata of very unequal sizes, a non-dyadic ``B``)."""
+    from dpate_core.estimators import matching_statistics
+    from dpate_core.sensitivity import matching_ate_float_error
+
+    rng = np.random.default_rng(3)
+    bound = 1 / 3
+    for n in (7, 200, 3000):
+        for _ in range(5):
+            w = rng.integers(0, 2, n)
+            x = rng.choice(4, n, p=[0.7, 0.2, 0.08, 0.02])
+            y = rng.random(n) * bound
+            got = matching_statistics(w, y, x, 4, bound=bound).tau
+            exact_tau = Fraction(0)
+            for s in range(4):
+                t = [Fraction(v) for v in y[(x == s) & (w == 1)]]
+                c = [Fraction(v) for v in y[(x == s) & (w == 0)]]
+                if t and c:  # Algorithm 1 as matched: the j-th of an arm to the other's j mod size
+                    exact_tau += sum(t[j] - c[j % len(c)] for j in range(len(t)))
+                    exact_tau += sum(t[j % len(t)] - c[j] for j in range(len(c)))
+            exact_tau /= n
+            err = abs(Fraction(got) - exact_tau)
+            assert err <= Fraction(matching_ate_float_error(n, bound)), (n, float(err))
+    with pytest.raises(ValueError, match="at least 1"):
+        matching_ate_float_error(0, 1.0)
+    assert matching_ate_float_error(10**7, 1.0) < 1.2e-9  # about n 2^-53 B
