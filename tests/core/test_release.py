@@ -18,9 +18,9 @@ from dpate_core.grid_sums import grid_bits
 from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
 from dpate_core.noise import analytic_gaussian_sigma
 from dpate_core.privacy import exact, to_float
-from dpate_core.sensitivity import matching_ate_float_error
 from dpate_core.release import SiteEstimate, draw_many, draw_once
 from dpate_core.sensitivity import (
+    matching_ate_float_error,
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,
     smooth_beta,
