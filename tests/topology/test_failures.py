@@ -1,6 +1,8 @@
 """Failure behaviour of the deployed study against the real server, workers and object store:
-a site worker down, the object store restarted during publication, the Prefect server restarted
-mid-study. Each test uses its own round, so each is a fresh release at every site."""
+the object store down or restarted during publication, the Prefect server restarted mid-study
+(a site worker down: test_failures_worker_down.py, a file of its own so that the two xdist
+workers share these slow tests). Each test uses its own round, so each is a fresh release at
+every site."""
 
 from __future__ import annotations
 
@@ -12,67 +14,9 @@ import pytest
 
 from tests.topology.services import wait_for
 from tests.topology.star import SITE_EPSILON, STUDY_ID
+from tests.topology.study_events import committed_anywhere, events, round_spend, site_runs
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-def _events(star, site: str, round: str, kind: str) -> list:
-    return [e for e in star.events(site) if e.kind == kind and e.round == round]
-
-
-def _committed_anywhere(star, round: str) -> bool:
-    return any(_events(star, s, round, "RESERVE") for s in star.sites) and any(
-        any(e.release_id for e in _events(star, s, round, "COMMIT")) for s in star.sites
-    )
-
-
-def _round_spend(star, site: str, round: str) -> Fraction:
-    return sum((Fraction(e.epsilon) for e in _events(star, site, round, "RESERVE")), Fraction(0))
-
-
-def _site_runs(star, round: str) -> dict[str, list]:
-    runs: dict[str, list] = {}
-    for fr in star.flow_runs():
-        if fr.parameters.get("round") == round and "site" in fr.parameters:
-            runs.setdefault(fr.parameters["site"], []).append(fr)
-    return runs
-
-
-def test_site_worker_down_study_aggregates_the_others_and_rerun_spends_nothing_again(star):
-    down, round = "urban", "worker-down"
-    star.stop_site_worker(down)
-    try:
-        run = star.run_study(round, site_timeout_s=60)
-        assert run.state.is_completed(), run.state
-        partial = star.result(round)
-        assert partial is not None and not partial["complete"]
-        rows = {s["site_id"]: s for s in partial["sites"]}
-        assert rows[down]["status"] == "missing"
-        released = [s for s in star.sites if _events(star, s, round, "COMMIT")]
-        assert down not in released and released, "no site released while one worker was down"
-        for s in released:
-            assert rows[s]["status"] in ("used", "excluded", "not_used")
-        # the down site's run never started: cancelled, so a returning worker does not run it
-        (down_run,) = _site_runs(star, round)[down]
-        assert down_run.state.is_cancelled()
-        assert not _events(star, down, round, "RESERVE")
-        spent_before = {s: star.spend(s).spent for s in star.sites}
-        reports_before = {s: star.site_reports(s) for s in released}
-    finally:
-        star.start_site_worker(down)
-
-    run = star.run_study(round, site_timeout_s=300)
-    assert run.state.is_completed(), run.state
-    result = star.result(round)
-    assert result["complete"], result
-    for s in released:  # already released: nothing spent again, the same bytes published
-        assert star.spend(s).spent == spent_before[s]
-        assert star.site_reports(s) == reports_before[s]
-        assert len(_events(star, s, round, "RESERVE")) == 1
-    assert star.spend(down).spent.epsilon == spent_before[down].epsilon + Fraction(
-        SITE_EPSILON[down]
-    )
-    assert len(_events(star, down, round, "COMMIT")) == 1
 
 
 def test_storage_down_when_the_sites_start_finishes_once(star):
@@ -88,11 +32,9 @@ def test_storage_down_when_the_sites_start_finishes_once(star):
     local_spec = str(star.root / "star.toml")
 
     def retrying(client) -> bool:
-        site_runs = {fr.id for runs in _site_runs(star, round).values() for fr in runs}
+        run_ids = {fr.id for runs in site_runs(star, round).values() for fr in runs}
         return any(
-            tr.flow_run_id in site_runs
-            and tr.state is not None
-            and tr.state.name == "AwaitingRetry"
+            tr.flow_run_id in run_ids and tr.state is not None and tr.state.name == "AwaitingRetry"
             for tr in client.read_task_runs()
         )
 
@@ -121,7 +63,7 @@ def test_storage_down_when_the_sites_start_finishes_once(star):
             interval=1,
         )
         assert final.is_completed(), final
-        site_run_ids = {fr.id for runs in _site_runs(star, round).values() for fr in runs}
+        site_run_ids = {fr.id for runs in site_runs(star, round).values() for fr in runs}
         retried = [
             tr
             for tr in client.read_task_runs()
@@ -131,14 +73,14 @@ def test_storage_down_when_the_sites_start_finishes_once(star):
     result = star.result(round)
     assert result["complete"]
     for site in star.sites:
-        (commit,) = _events(star, site, round, "COMMIT")
+        (commit,) = events(star, site, round, "COMMIT")
         rows = [r for r in result["sites"] if r["site_id"] == site]
         assert rows[0]["release_id"] == commit.release_id
         reports = star.site_reports(site)
         (raw,) = [v for k, v in reports.items() if k.startswith(commit.release_id)]
         recorded = json.loads(commit.payload)
         assert json.loads(raw)["estimate"] == recorded["estimate"]
-        assert len(_events(star, site, round, "RESERVE")) == 1
+        assert len(events(star, site, round, "RESERVE")) == 1
 
 
 def test_prefect_server_restarted_mid_study_rerun_completes_without_double_spending(star):
@@ -151,7 +93,7 @@ def test_prefect_server_restarted_mid_study_rerun_completes_without_double_spend
             parameters={"round": round, "poll_interval_s": 1.0, "site_timeout_s": 240},
             timeout=0,
         )
-    wait_for(lambda: _committed_anywhere(star, round), 600, "a site to commit its release")
+    wait_for(lambda: committed_anywhere(star, round), 600, "a site to commit its release")
     star.server.restart()
     for name, worker in star.workers.items():  # workers ride out a server restart
         assert worker.running, f"worker {name} died with the server:\n{worker.log_tail()}"
@@ -159,13 +101,13 @@ def test_prefect_server_restarted_mid_study_rerun_completes_without_double_spend
     run = star.run_study(round, site_timeout_s=300)
     assert run.state.is_completed(), run.state
     # no site run lost a concurrency lease to the restart (the deployments hold none)
-    for runs in _site_runs(star, round).values():
+    for runs in site_runs(star, round).values():
         for fr in runs:
             assert "lease" not in (fr.state.message or "").lower(), fr.state
     result = star.result(round)
     assert result["complete"]
     for site in star.sites:
-        assert len(_events(star, site, round, "RESERVE")) == 1
-        assert len(_events(star, site, round, "COMMIT")) == 1
-        assert _round_spend(star, site, round) == Fraction(SITE_EPSILON[site])
+        assert len(events(star, site, round, "RESERVE")) == 1
+        assert len(events(star, site, round, "COMMIT")) == 1
+        assert round_spend(star, site, round) == Fraction(SITE_EPSILON[site])
     assert result["study_id"] == STUDY_ID
