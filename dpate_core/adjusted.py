@@ -159,8 +159,7 @@ def _public_constants(
     scale_n = _scale(sens["counts"], p_n)
     scale_s = _scale(sens["sums"], p_s)  # grid units
     scale_q = _scale(sens["squares"], p_q)
-    unit_s = math.ldexp(bound, -k)  # exact: a power-of-two scaling
-    unit_q = math.ldexp(bound * bound, -m)  # post-processing only
+    unit_s, unit_q = stats.sum_unit, stats.square_unit
     b_s = scale_s * unit_s
     if min_count is None:
         min_count = max(2.0, THRESHOLD_FACTOR * scale_n)

@@ -25,9 +25,7 @@ which a rounded conversion to outcome units before the noise would not guarantee
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -124,26 +122,10 @@ def _arm_sums(stats: CellStatistics) -> ArmSums:
     return total(c, 1), total(c, 0), total(s, 1), total(s, 0), total(q, 1), total(q, 0)
 
 
-@dataclass(frozen=True)
-class _Grid:
-    """The public grids of the noised sums: ``Y`` in units of ``unit_s = B 2^-k`` (a record moves
-    an arm sum by at most ``2^k`` units), ``Y^2`` in units of ``unit_q = B^2 2^-m`` (at most
-    ``2^m``). Both units are exact (power-of-two scalings of ``B`` and of the float ``B * B``)."""
-
-    sum_units: Fraction  # 2^k: the grid value of B
-    sq_units: Fraction  # 2^m: the grid value of B^2
-    unit_s: float
-    unit_q: float
-
-    @classmethod
-    def of(cls, stats: CellStatistics) -> _Grid:
-        b = stats.bound
-        return cls(
-            Fraction(2) ** stats.k,
-            Fraction(2) ** stats.m,
-            math.ldexp(b, -stats.k),
-            math.ldexp(b * b, -stats.m),
-        )
+def _grid_sensitivities(stats: CellStatistics) -> tuple[Fraction, Fraction]:
+    """``(2^k, 2^m)``: how far one record moves an arm's sum of ``Y`` and of ``Y^2``, in grid
+    units (``Y`` in ``[0, 2^k]`` units of ``B 2^-k``, ``Y^2`` in ``[0, 2^m]`` of ``B^2 2^-m``)."""
+    return Fraction(2) ** stats.k, Fraction(2) ** stats.m
 
 
 def plan_difference_in_means_from_statistics(
@@ -164,29 +146,30 @@ def plan_difference_in_means_from_statistics(
     n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)
     if n_t + n_c < 2:
         raise ValueError(f"a release needs at least 2 records (got {n_t + n_c})")
-    grid = _Grid.of(stats)
     if binary:
-        return _plan_binary_dim((n_t, n_c, s_t, s_c), grid, bound, total, split, arm_sizes_public)
+        return _plan_binary_dim((n_t, n_c, s_t, s_c), stats, total, split, arm_sizes_public)
+    sum_units, sq_units = _grid_sensitivities(stats)
+    unit_s, unit_q = stats.sum_unit, stats.square_unit
 
     noise: list[NoiseSpec] = []
     if arm_sizes_public:
         _require_both_arms(n_t, n_c)
         shares = BudgetSplit.of(split, 2)
         p_sum, p_sq = shares.apply(total)
-        sum_scale, sq_scale = _scale(grid.sum_units, p_sum), _scale(grid.sq_units, p_sq)
+        sum_scale, sq_scale = _scale(sum_units, p_sum), _scale(sq_units, p_sq)
     else:
         shares = BudgetSplit.of(split, 3)
         p_sum, p_sq, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * grid.sum_units, p_sum)
-        sq_scale = _scale(2 * grid.sq_units, p_sq)
+        sum_scale = _scale(2 * sum_units, p_sum)
+        sq_scale = _scale(2 * sq_units, p_sq)
         noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "integer_laplace"))
     noise += [
-        NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", grid.unit_s),
-        NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", grid.unit_s),
-        NoiseSpec("sumsq_treated", float(q_t), sq_scale, "integer_laplace", grid.unit_q),
-        NoiseSpec("sumsq_control", float(q_c), sq_scale, "integer_laplace", grid.unit_q),
+        NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", unit_s),
+        NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", unit_s),
+        NoiseSpec("sumsq_treated", float(q_t), sq_scale, "integer_laplace", unit_q),
+        NoiseSpec("sumsq_control", float(q_c), sq_scale, "integer_laplace", unit_q),
     ]
-    b_sum = sum_scale * grid.unit_s  # the sums' Laplace scale in outcome units
+    b_sum = sum_scale * unit_s  # the sums' Laplace scale in outcome units
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         diagnostics: dict[str, Any] = {}
@@ -258,8 +241,7 @@ def _dim_plan(
 
 def _plan_binary_dim(
     sums: tuple[int, int, int, int],
-    grid: _Grid,
-    bound: float,
+    stats: CellStatistics,
     total: PrivacyParams,
     split: Sequence[Number] | None,
     arm_sizes_public: bool,
@@ -267,22 +249,23 @@ def _plan_binary_dim(
     """Difference in means of a binary outcome (0 or ``B``): same sums and noise as the general
     plan, the variance from ``p (1 - p)`` (post-processing of the noisy sums)."""
     n_t, n_c, s_t, s_c = sums
+    bound, (sum_units, _) = stats.bound, _grid_sensitivities(stats)
     noise: list[NoiseSpec] = []
     if arm_sizes_public:
         _require_both_arms(n_t, n_c)
         shares = BudgetSplit.of(split, 1)
         (p_sum,) = shares.apply(total)
-        sum_scale = _scale(grid.sum_units, p_sum)
+        sum_scale = _scale(sum_units, p_sum)
     else:
         shares = BudgetSplit.of(split, 2)
         p_sum, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * grid.sum_units, p_sum)
+        sum_scale = _scale(2 * sum_units, p_sum)
         noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "integer_laplace"))
     noise += [
-        NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", grid.unit_s),
-        NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", grid.unit_s),
+        NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", stats.sum_unit),
+        NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", stats.sum_unit),
     ]
-    b_sum = sum_scale * grid.unit_s  # the sums' Laplace scale in outcome units
+    b_sum = sum_scale * stats.sum_unit  # the sums' Laplace scale in outcome units
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         diagnostics: dict[str, Any] = {"binary_outcome": 1.0}

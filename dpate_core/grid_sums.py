@@ -87,6 +87,16 @@ class CellStatistics:
     def n(self) -> int:
         return int(self.counts.sum())
 
+    @property
+    def sum_unit(self) -> float:
+        """The sums' grid unit ``B 2^-k`` in outcome units (exact: a power-of-two scaling)."""
+        return math.ldexp(self.bound, -self.k)
+
+    @property
+    def square_unit(self) -> float:
+        """The squares' grid unit ``B^2 2^-m`` (of the float ``B * B``; post-processing only)."""
+        return math.ldexp(self.bound * self.bound, -self.m)
+
 
 @numba.njit(cache=True, nogil=True)
 def _cell_kernel(

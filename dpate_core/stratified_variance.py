@@ -26,7 +26,6 @@ then ``(eps_2, 0)``-DP with no smooth sensitivity and no data-dependent scale.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -118,8 +117,7 @@ def stratified_noise(
 
     scale_n, scale_s, scale_q = scales
     n = cells.n
-    unit_s = math.ldexp(cells.bound, -cells.k)
-    unit_q = math.ldexp(cells.bound * cells.bound, -cells.m)
+    unit_s, unit_q = cells.sum_unit, cells.square_unit
     b_s = scale_s * unit_s  # Laplace scale of a centred sum, outcome units
     half_b = cells.bound / 2.0
     max_var = cells.bound * cells.bound / 4.0
