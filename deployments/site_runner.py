@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -84,8 +83,10 @@ def refusal(flow_name: str, parameters: dict[str, Any], worker_site: str | None)
 
 
 def _site_log(site: str) -> logging.Logger | None:
-    """The site's operator log file (as :func:`dpate.tasks.site.operator_logger`), when its
-    path does not depend on the study (a refused run has no study)."""
+    """The site's operator log file (:func:`dpate.tasks.site.site_file_logger`), when its path
+    does not depend on the study (a refused run has no study)."""
+    from dpate.tasks.site import site_file_logger
+
     try:
         cfg = site_config(site, "{study}")
     except SettingsError:
@@ -93,14 +94,7 @@ def _site_log(site: str) -> logging.Logger | None:
     path = cfg.log or str(dpate_home() / "logs" / f"{site}.log")
     if "{study}" in path:
         return None
-    log = logging.getLogger(f"dpate.site-runner.{site}")
-    log.propagate = False
-    if not log.handlers:
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(Path(path).expanduser(), encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-    return log
+    return site_file_logger(site, path)
 
 
 def _refuse(flow_run: FlowRun, message: str, site: str | None) -> None:

@@ -88,10 +88,16 @@ _handlers_lock = threading.Lock()
 def operator_logger(ctx: SiteContext) -> logging.Logger:
     """The site's operator logger: writes to the site-local file ``ctx.log_path`` only (never
     to a Prefect handler; ``propagate`` is off). Counts and row positions go here."""
-    log = logging.getLogger(f"dpate.site.{ctx.site_id}")
+    return site_file_logger(ctx.site_id, ctx.log_path)
+
+
+def site_file_logger(site_id: str, log_path: str) -> logging.Logger:
+    """The logger ``dpate.site.<site_id>``, writing to the file ``log_path`` only (the site's
+    operator log; also the site runner's, for a refused run)."""
+    log = logging.getLogger(f"dpate.site.{site_id}")
     log.propagate = False
     log.setLevel(logging.INFO)
-    path = str(Path(ctx.log_path).expanduser().resolve())
+    path = str(Path(log_path).expanduser().resolve())
     with _handlers_lock:
         if not any(getattr(h, "baseFilename", None) == path for h in log.handlers):
             for h in list(log.handlers):
