@@ -8,6 +8,15 @@ inputs) lays the outcomes out group by group in record order, so a record's rank
 its group's block; then each stratum's two blocks are read sequentially to accumulate ``tau_hat``
 and ``V_hat``.
 
+``V_hat`` is computed exactly, then rounded once: the pass quantises each outcome on the grid
+``B 2^-k`` (:func:`variance_bits`; for the non-private estimate without a bound, the least power
+of two at or above every outcome in place of ``B``), sums the squared grid differences as int64
+per (stratum, arm) and per value of ``L``, and :func:`_exact_variance` combines them in Python
+integers. A float sum would round by up to ``N u`` relative, more than ``V_hat``'s smooth
+sensitivity at large ``N`` (:func:`dpate_core.sensitivity.matching_variance_float_error`).
+``tau_hat`` is a float sum whose rounding is covered by padding instead
+(:func:`dpate_core.sensitivity.matching_ate_float_error`).
+
 With ``L_i`` the number of records matched to record ``i``, the appendix writes
 ``tau_hat = (1/N) sum_x [sum_{T_x} (1 + L_i) Y_i - sum_{C_x} (1 + L_i) Y_i]`` and
 ``V_hat = 1/(2 N^2) sum_i (1 + L_i)^2 (Yhat_i(1) - Yhat_i(0))^2``. For a treated record of rank
@@ -16,7 +25,9 @@ With ``L_i`` the number of records matched to record ``i``, the appendix writes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numba
@@ -32,6 +43,7 @@ __all__ = [
     "matching_statistics",
     "matching_variance",
     "stratum_counts",
+    "variance_bits",
 ]
 
 
@@ -138,6 +150,7 @@ def check_status(status: int, size: int, bound: float | None) -> None:
 @numba.njit(cache=True, nogil=True, inline="always")
 def _match_side(
     sorted_y: Any,
+    to_grid: float,
     own0: int,
     n_own: int,
     opp0: int,
@@ -148,39 +161,56 @@ def _match_side(
     want_matches: bool,
 ) -> Any:  # pragma: no cover
     """One arm of a stratum: its ``j``-th record is matched to the other arm's ``j mod n_opp``-th
-    and used by ``L = n_opp // n_own + [j < n_opp % n_own]`` records of the other arm."""
+    and used by ``L = n_opp // n_own + [j < n_opp % n_own]`` records of the other arm. Returns
+    the float sum of the differences ``d`` and the exact integer sums of the squared grid
+    differences ``(a_own - a_partner)^2`` over the records with ``L = q + 1`` and ``L = q``."""
     q, rem = n_opp // n_own, n_opp % n_own
     tau_sum = 0.0
-    var_sum = 0.0
+    sq_more = np.int64(0)
+    sq_base = np.int64(0)
     p = 0
     for j in range(n_own):
-        d = sign * (sorted_y[own0 + j] - sorted_y[opp0 + p])
+        y_own, y_opp = sorted_y[own0 + j], sorted_y[opp0 + p]
+        d = sign * (y_own - y_opp)
+        da = np.int64(np.rint(y_own * to_grid)) - np.int64(np.rint(y_opp * to_grid))
         p = 0 if p + 1 == n_opp else p + 1
-        big_l = q + (1 if j < rem else 0)
         tau_sum += d
-        var_sum += (1.0 + big_l) * (1.0 + big_l) * d * d
+        if j < rem:
+            sq_more += da * da
+        else:
+            sq_base += da * da
         if want_matches:
-            matches[origin[own0 + j]] = big_l
-    return tau_sum, var_sum
+            matches[origin[own0 + j]] = q + (1 if j < rem else 0)
+    return tau_sum, sq_more, sq_base
 
 
 @numba.njit(cache=True, nogil=True)
 def _match_kernel(
-    w: Any, y: Any, x: Any, n_strata: int, want_matches: bool, y_max: float
+    w: Any, y: Any, x: Any, n_strata: int, want_matches: bool, y_max: float, k: int
 ) -> Any:  # pragma: no cover - compiled
     n = w.shape[0]
     n_groups = 2 * n_strata  # group g = 2 x + w
     counts = np.zeros(n_groups, np.int64)
     empty = np.zeros(0, np.int64)
+    y_top = 0.0
     for i in range(n):
         xi, wi, yi = x[i], w[i], y[i]
         if xi < 0 or xi >= n_strata:
-            return _BAD_X, 0.0, 0.0, empty, empty
+            return _BAD_X, 0.0, empty, empty, 0.0, empty, empty
         if wi != 0 and wi != 1:
-            return _BAD_W, 0.0, 0.0, empty, empty
+            return _BAD_W, 0.0, empty, empty, 0.0, empty, empty
         if not (yi >= 0.0 and yi <= y_max):  # also false for NaN
-            return _BAD_Y, 0.0, 0.0, empty, empty
+            return _BAD_Y, 0.0, empty, empty, 0.0, empty, empty
         counts[2 * xi + wi] += 1
+        y_top = max(y_top, yi)
+    # the grid of V_hat's exact sums: B 2^-k, or (no bound: the non-private estimate) the least
+    # power of two at or above every outcome, so dyadic outcomes are on it. A record's grid value
+    # a = rint(Y fl(2^k / grid)) lies in [0, 2^k]: Y <= grid, and two roundings of relative size
+    # 2^-53 keep the product below 2^k + 1/2
+    grid = y_max
+    if grid == np.inf:
+        grid = math.ldexp(1.0, math.frexp(y_top)[1]) if y_top > 0.0 else 1.0
+    to_grid = 2.0**k / grid
     # counting sort of the outcomes by group, record order kept inside each group: the rank of a
     # record in its group is its position in the group's block
     offsets = np.zeros(n_groups + 1, np.int64)
@@ -199,21 +229,64 @@ def _match_kernel(
     # stratum by stratum, both blocks read sequentially: the j-th treated is matched to control
     # j mod |C_x|, the j-th control to treated j mod |T_x|; L = q + [j < rem] for each side
     matches = np.zeros(n if want_matches else 0, np.int64)
+    sq_more = np.zeros(n_groups, np.int64)  # per group: sum of squared grid differences, L = q + 1
+    sq_base = np.zeros(n_groups, np.int64)  # and L = q
     tau_sum = 0.0
-    var_sum = 0.0
     for s in range(n_strata):
         c0, t0 = offsets[2 * s], offsets[2 * s + 1]
         n_c, n_t = counts[2 * s], counts[2 * s + 1]
         if n_c == 0 or n_t == 0:
             continue  # no match in this stratum: Yhat(1) = Yhat(0) = Y, contributes 0
         # treated records (d = own - partner), then controls (d = partner - own)
-        for own0, n_own, opp0, n_opp, sign in ((t0, n_t, c0, n_c, 1.0), (c0, n_c, t0, n_t, -1.0)):
-            t_add, v_add = _match_side(
-                sorted_y, own0, n_own, opp0, n_opp, sign, origin, matches, want_matches
+        for g, own0, n_own, opp0, n_opp, sign in (
+            (2 * s + 1, t0, n_t, c0, n_c, 1.0),
+            (2 * s, c0, n_c, t0, n_t, -1.0),
+        ):
+            t_add, more, base = _match_side(
+                sorted_y, to_grid, own0, n_own, opp0, n_opp, sign, origin, matches, want_matches
             )
             tau_sum += t_add
-            var_sum += v_add
-    return _OK, tau_sum, var_sum, counts, matches
+            sq_more[g] = more
+            sq_base[g] = base
+    return _OK, tau_sum, counts, matches, grid, sq_more, sq_base
+
+
+def variance_bits(n: int) -> int:
+    """``k``: the grid ``B 2^-k`` on which ``V_hat`` is summed exactly. A squared grid difference
+    is at most ``4^k`` and a group holds at most ``n <= 2^ceil(log2 n)`` records, so every
+    per-group sum stays below ``2^62`` (exact in int64)."""
+    log_n = max(1, math.ceil(math.log2(max(n, 1))))
+    k = (62 - log_n) // 2
+    if k < 8:
+        raise ValueError(f"n ({n}) is too large for V_hat's exact sums (at most 2^46 records)")
+    return k
+
+
+def _exact_variance(
+    counts: npt.NDArray[np.int64],
+    sq_more: npt.NDArray[np.int64],
+    sq_base: npt.NDArray[np.int64],
+    grid: float,
+    k: int,
+    n: int,
+) -> float:
+    """``V_hat = grid^2 / (2 N^2 4^k) sum_i (1 + L_i)^2 (a_i - a_m(i))^2``, the integer sum formed
+    exactly (Python integers, one term per group with both arms: ``(2 + q)^2`` times the group's
+    ``L = q + 1`` sum plus ``(1 + q)^2`` times its ``L = q`` sum, ``q`` = the other arm's size over
+    its own, floored) and rounded once to the nearest float (``Fraction`` to ``float``)."""
+    own = counts
+    other = counts.reshape(-1, 2)[:, ::-1].ravel()  # the other arm of the same stratum
+    used = np.flatnonzero((own > 0) & (other > 0))
+    if used.size == 0:
+        return 0.0
+    q = (other[used] // own[used]).astype(object)
+    total = int(
+        (
+            (q + 2) ** 2 * sq_more[used].astype(object)
+            + (q + 1) ** 2 * sq_base[used].astype(object)
+        ).sum()
+    )
+    return float(Fraction(total) * Fraction(grid) ** 2 / (2 * n * n * 4**k))
 
 
 def _run_matching(
@@ -223,14 +296,17 @@ def _run_matching(
     domain_size: int | None,
     want_matches: bool,
     bound: float | None = None,
-) -> tuple[Any, Any, npt.NDArray[np.int64], Any]:
+) -> tuple[Any, float, npt.NDArray[np.int64], Any]:
     w, y, x = record_arrays(w, y, x, empty="matching needs at least one record")
     size = int(x.max()) + 1 if domain_size is None else int(domain_size)
     y_max = np.inf if bound is None else float(bound)
-    status, tau_sum, var_sum, counts, matches = _match_kernel(w, y, x, size, want_matches, y_max)
-    check_status(status, size, bound)
     n = w.size
-    return tau_sum / n, var_sum / (2.0 * n * n), counts, matches
+    k = variance_bits(n)
+    status, tau_sum, counts, matches, grid, sq_more, sq_base = _match_kernel(
+        w, y, x, size, want_matches, y_max, k
+    )
+    check_status(status, size, bound)
+    return tau_sum / n, _exact_variance(counts, sq_more, sq_base, grid, k, n), counts, matches
 
 
 def exact_matching(w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike) -> MatchingResult:

@@ -36,6 +36,7 @@ from dpate_core.sensitivity import (
     matching_ate_float_error,
     matching_global_sensitivity,
     matching_smooth_sensitivity,
+    matching_variance_float_error,
     matching_variance_smooth_sensitivity,
     smooth_beta,
 )
@@ -60,12 +61,14 @@ def _require_delta(total: PrivacyParams, name: str) -> None:
 def _variance_noise(
     stats: MatchingStatistics, bound: float, p_var: PrivacyParams, domain_size: int | None
 ) -> NoiseSpec:
-    """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate."""
+    """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate,
+    ``S_V`` padded by twice the computed ``V_hat``'s rounding bound
+    (:func:`dpate_core.sensitivity.matching_variance_float_error`)."""
     e2 = _eps(p_var)
     beta2 = smooth_beta(e2, _delta(p_var))
     s_var = matching_variance_smooth_sensitivity(
         stats.treated_counts, stats.control_counts, stats.n, bound, beta2, domain_size
-    )
+    ) + 2.0 * matching_variance_float_error(bound)  # the computed V_hat's rounding, both sides
     return NoiseSpec("variance", stats.variance, 2.0 * s_var / e2, "laplace")
 
 

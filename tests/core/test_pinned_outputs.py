@@ -10,7 +10,9 @@ means and the combiners fed by it when its arm sums became exact integer sums of
 outcomes, which moved them by about 1e-13 relative; the matching plans when their noise began
 to cover the computed estimate's rounding error, ``matching_ate_float_error``, which moved them by
 about 1e-11 relative, and the combiners' bootstrap intervals with them, since their seed is a hash of
-the sites' public fields); a relative tolerance of 1e-12 allows only
+the sites' public fields; and the appendix variance ``V_hat`` when it began to be summed exactly on
+the grid ``B 2^-k`` and rounded once, which moved it and the matching plans' variances by about
+1e-9 relative, and the combiners' bootstrap intervals again); a relative tolerance of 1e-12 allows only
 last-bit differences of the platform's maths library, not a change of formula."""
 
 from __future__ import annotations
