@@ -10,7 +10,10 @@ means and the combiners fed by it when its arm sums became exact integer sums of
 outcomes, which moved them by about 1e-13 relative; the matching plans when their noise began
 to cover the computed estimate's rounding error, ``matching_ate_float_error``, which moved them by
 about 1e-11 relative, and the combiners' bootstrap intervals with them, since their seed is a hash of
-the sites' public fields); a relative tolerance of 1e-12 allows only
+the sites' public fields); not re-recorded when the adjusted estimator's and the stratified
+variance's cell sums and squares began to reach their assemblies in outcome units (the same values,
+bit for bit; their shifted ``.ci`` inputs are fed as recorded, :data:`GRID_SHIFTED`); a relative
+tolerance of 1e-12 allows only
 last-bit differences of the platform's maths library, not a change of formula."""
 
 from __future__ import annotations
@@ -30,14 +33,26 @@ from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.plan_inputs import SiteDesign
 from dpate_core.planning import plan_study
-from dpate_core.release import draw_many
+from dpate_core.release import NoiseSpec, draw_many
 from dpate_core.synth import synth
 
 PINNED = Path(__file__).with_name("pinned_outputs.json")
 
+#: the per-cell vectors (adjusted estimator, stratified variance) whose assemblies read grid units
+#: when the ``.ci`` inputs below were recorded: they were shifted by 0.01 grid units; they now
+#: arrive in outcome units (``NoiseSpec.unit``), so the same input is ``(loc + 0.01) * unit``
+GRID_SHIFTED = frozenset({"sums", "squares", "variance_sums", "variance_squares"})
+
 
 def _floats(v: Any) -> list[float]:
     return np.asarray(v, dtype=float).ravel().tolist()
+
+
+def _shifted(spec: NoiseSpec) -> Any:
+    """The noise-free value moved by 0.01, in the units it was recorded in (:data:`GRID_SHIFTED`)."""
+    if spec.name in GRID_SHIFTED:
+        return (spec.loc + 0.01) * spec.unit
+    return spec.value + 0.01
 
 
 def outputs() -> dict[str, Any]:
@@ -72,7 +87,7 @@ def outputs() -> dict[str, Any]:
         for k, v in sorted(o.diagnostics.items()):
             out[name + ".d." + k] = _floats(np.broadcast_to(v, np.shape(o.tau)))
         out[name + ".est"] = plan.estimate({s.name: s.value for s in plan.noise}).public_fields()
-        shifted = plan.estimate({s.name: s.value + 0.01 for s in plan.noise})
+        shifted = plan.estimate({s.name: _shifted(s) for s in plan.noise})
         ci = inference.site_bootstrap_interval(shifted, draws=2000)
         out[name + ".ci"] = list(ci.as_dict().values())
     for t, c, n in (([3, 0, 5, 1], [2, 4, 0, 1], 16), ([10, 1], [1, 10], 22)):
