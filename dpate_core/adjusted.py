@@ -17,9 +17,10 @@ the common effect when every stratum has the same effect (Synth: 0.5).
 ``docs/adjusted.md`` has the design, the proofs and the measurements.
 
 Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.grid_sums`,
-which has the argument); the noise is added to those integers, with scales in grid units, and
-conversion to outcome units is post-processing. The two weightings' post-processing is in
-:mod:`dpate_core.adjusted_weightings`.
+which has the argument); the noise is added to those integers, with scales in grid units, and the
+noisy sums and squares are multiplied by their grid units after the draw (post-processing,
+``NoiseSpec.unit``; :func:`dpate_core.grid_sums.cell_noise`), so the two weightings'
+post-processing (:mod:`dpate_core.adjusted_weightings`) reads outcome units.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-import numpy as np
 import numpy.typing as npt
 
 from dpate_core.adjusted_weightings import (
@@ -38,7 +38,7 @@ from dpate_core.adjusted_weightings import (
     assemble_fixed_effects,
     assemble_subclassification,
 )
-from dpate_core.grid_sums import CellStatistics, cell_statistics, sensitivities
+from dpate_core.grid_sums import CellStatistics, cell_noise, cell_statistics, sensitivities
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -127,12 +127,8 @@ def plan_adjusted_from_statistics(
     if n < 2:
         raise ValueError(f"a release needs at least 2 records (got {n})")
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
-    public = _public_constants(stats, shares.apply(total), min_count)
-    noise = (
-        NoiseSpec("counts", stats.counts.astype(np.float64), public.scale_n, "integer_laplace"),
-        NoiseSpec("sums", stats.sums.astype(np.float64), public.scale_s, "integer_laplace"),
-        NoiseSpec("squares", stats.squares.astype(np.float64), public.scale_q, "integer_laplace"),
-    )
+    noise = cell_noise(stats, _scales(stats, shares.apply(total)))
+    public = _public_constants(stats, noise, min_count)
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n)
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     return MechanismPlan(
@@ -148,19 +144,23 @@ def plan_adjusted_from_statistics(
     )
 
 
-def _public_constants(
-    stats: CellStatistics, parts: Sequence[PrivacyParams], min_count: float | None
-) -> PublicConstants:
-    """The noise scales of the three vectors (budget parts ``(eps_n, eps_s, eps_q)``), their
-    units, and ``min_count`` (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
+def _scales(stats: CellStatistics, parts: Sequence[PrivacyParams]) -> tuple[float, float, float]:
+    """The Laplace scales of the three vectors for the budget parts ``(eps_n, eps_s, eps_q)``, in
+    the units they are noised in (the sums and squares in grid units)."""
+    sens = sensitivities(stats.bound, stats.k, stats.m)
     p_n, p_s, p_q = parts
-    bound, k, m = stats.bound, stats.k, stats.m
-    sens = sensitivities(bound, k, m)
-    scale_n = _scale(sens["counts"], p_n)
-    scale_s = _scale(sens["sums"], p_s)  # grid units
-    scale_q = _scale(sens["squares"], p_q)
-    unit_s, unit_q = stats.sum_unit, stats.square_unit
-    b_s = scale_s * unit_s
+    return _scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q)
+
+
+def _public_constants(
+    stats: CellStatistics, noise: Sequence[NoiseSpec], min_count: float | None
+) -> PublicConstants:
+    """What the post-processing reads besides the noisy vectors: the noise scales of the three
+    vectors in outcome units (from their noise sites ``noise``) and ``min_count`` (default
+    ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
+    counts, sums, squares = noise
+    bound, scale_n = stats.bound, counts.scale
+    b_s = sums.value_scale
     if min_count is None:
         min_count = max(2.0, THRESHOLD_FACTOR * scale_n)
     min_count = float(min_count)
@@ -171,17 +171,15 @@ def _public_constants(
         bound=bound,
         n_strata=stats.counts.size // 2,
         scale_n=scale_n,
-        scale_s=scale_s,
-        scale_q=scale_q,
-        unit_s=unit_s,
-        unit_q=unit_q,
         b_s=b_s,
         min_count=min_count,
         half_b=bound / 2.0,
         max_var=bound * bound / 4.0,
         v_n=2.0 * scale_n**2,
         v_s=2.0 * b_s**2,
-        sd_q=math.sqrt(2.0) * scale_q * unit_q,
+        # (sqrt(2) scale) unit, as releases always rounded it (sqrt(2) value_scale rounds
+        # differently, e.g. at B = 1/3)
+        sd_q=math.sqrt(2.0) * squares.scale * squares.unit,
     )
 
 

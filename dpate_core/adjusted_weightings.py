@@ -3,7 +3,9 @@
 (:func:`assemble_fixed_effects`) and Algorithm 1's subclassification
 (:func:`assemble_subclassification`), each with its sampling and noise variances, from the noisy
 vectors and public constants only (:class:`PublicConstants`). Both work on one release
-``(cells,)`` and on ``(reps, cells)`` at once.
+``(cells,)`` and on ``(reps, cells)`` at once. The noisy sums and squares arrive in outcome units:
+they are noised in grid units and multiplied by their grid unit after the draw
+(:func:`dpate_core.grid_sums.cell_noise`, ``NoiseSpec.unit``).
 """
 
 from __future__ import annotations
@@ -26,16 +28,12 @@ RESOLVE_Z = 2.0
 @dataclass(frozen=True)
 class PublicConstants:
     """What both weightings' post-processing reads besides the noisy vectors: public values only
-    (``N``, ``B``, ``|X|``, the grids, the noise scales and ``min_count``), no record."""
+    (``N``, ``B``, ``|X|``, the noise scales and ``min_count``), no record."""
 
     n: int  # public N
     bound: float  # B
     n_strata: int  # |X|
     scale_n: float  # Laplace scale of the counts
-    scale_s: float  # of the centred sums, grid units
-    scale_q: float  # of the squares, grid units
-    unit_s: float  # the sums' grid unit B 2^-k
-    unit_q: float  # the squares' grid unit B^2 2^-m
     b_s: float  # the sums' Laplace scale in outcome units (>= B / eps_s)
     min_count: float  # subclassification: the noisy arm count a usable stratum needs
     half_b: float  # B / 2
@@ -48,14 +46,14 @@ class PublicConstants:
 def _clipped_vectors(
     c: PublicConstants, v: Mapping[str, Any], count_range: tuple[float, float]
 ) -> tuple[Any, Any, Any]:
-    """The three noisy vectors in outcome units, each clipped to the range its true value can
+    """The three noisy vectors (outcome units), each clipped to the range its true value can
     take given the public ``N`` and ``B`` (counts to ``count_range``, ``|s| <= N B/2``,
     ``|q| <= N B^2/4``; ``q`` may stay negative for the raw variance): this can only bring a
     value closer to the truth, and nothing overflows. Works on ``(cells,)`` and ``(reps, cells)``."""
     n, half_b, max_var = c.n, c.half_b, c.max_var
     cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), *count_range)
-    s = np.clip(np.asarray(v["sums"], dtype=np.float64) * c.unit_s, -n * half_b, n * half_b)
-    q = np.clip(np.asarray(v["squares"], dtype=np.float64) * c.unit_q, -n * max_var, n * max_var)
+    s = np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
+    q = np.clip(np.asarray(v["squares"], dtype=np.float64), -n * max_var, n * max_var)
     return cnt, s, q
 
 

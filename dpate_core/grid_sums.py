@@ -7,8 +7,10 @@ exceed the bound proved for real numbers. One pass therefore quantises each reco
 on a public grid (``B 2^-k``; its square on ``B^2 2^-m``), a record-wise map whose values stay in
 ``[-B/2, B/2]`` and ``[0, B^2/4]``, and sums *integers*: the sums are exact, and ``k``, ``m`` are
 chosen from the public ``N`` so every sum is an integer below ``2^53`` (exact as a float). The noise
-is added to those integers, with scales in grid units; conversion to outcome units is
-post-processing. The DP difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
+is added to those integers, with scales in grid units, and the noisy value is multiplied by the
+grid unit after the draw (post-processing, :attr:`dpate_core.release.NoiseSpec.unit`; the three
+per-cell vectors as noise sites: :func:`cell_noise`), so every assembly reads outcome units. The DP
+difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
 stratum and no centring (``centred=False``; :func:`dpate_core.difference_in_means.arm_statistics`).
 """
 
@@ -24,9 +26,16 @@ import numpy as np
 import numpy.typing as npt
 
 from dpate_core.estimators import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
-from dpate_core.release import _check_bound
+from dpate_core.release import NoiseSpec, _check_bound
 
-__all__ = ["COUNT_SENSITIVITY", "CellStatistics", "cell_statistics", "grid_bits", "sensitivities"]
+__all__ = [
+    "COUNT_SENSITIVITY",
+    "CellStatistics",
+    "cell_noise",
+    "cell_statistics",
+    "grid_bits",
+    "sensitivities",
+]
 
 COUNT_SENSITIVITY = 2  # one record leaves a cell and one enters another
 
@@ -153,3 +162,26 @@ def cell_statistics(
     )
     check_status(status, size, bound)
     return CellStatistics(counts, sums, squares, bound, k, m, centred)
+
+
+def cell_noise(
+    cells: CellStatistics, scales: tuple[float, float, float], prefix: str = ""
+) -> tuple[NoiseSpec, NoiseSpec, NoiseSpec]:
+    """The three per-cell vectors as noise sites ``counts``, ``sums``, ``squares`` (names after
+    ``prefix``), each one vector query of exact discrete Laplace noise on its integers.
+
+    ``scales``: their Laplace scales in the units they are noised in (counts; sums in grid units
+    ``B 2^-k``, squares in ``B^2 2^-m``), computed by the caller from :func:`sensitivities` and
+    its budget shares. The sums and squares carry their grid unit (:attr:`CellStatistics.sum_unit`,
+    :attr:`CellStatistics.square_unit`) as ``NoiseSpec.unit``: the draw multiplies the noisy
+    integers by it (post-processing), so the assembly receives all three in outcome units and
+    their scales in those units are ``NoiseSpec.value_scale``."""
+    scale_n, scale_s, scale_q = scales
+    counts, sums, squares = (
+        v.astype(np.float64) for v in (cells.counts, cells.sums, cells.squares)
+    )
+    return (
+        NoiseSpec(prefix + "counts", counts, scale_n, "integer_laplace"),
+        NoiseSpec(prefix + "sums", sums, scale_s, "integer_laplace", unit=cells.sum_unit),
+        NoiseSpec(prefix + "squares", squares, scale_q, "integer_laplace", unit=cells.square_unit),
+    )

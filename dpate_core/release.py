@@ -154,12 +154,17 @@ class NoiseSpec:
     ``loc`` may be a 1-d float array (Laplace only): one independent draw per entry, released as
     one vector query (its privacy follows from the vector's L1 sensitivity).
 
-    ``unit``: ``loc`` and ``scale`` are in units of ``unit`` (an exact power-of-two multiple of
-    ``B``, e.g. the grid ``B 2^-k`` of :mod:`dpate_core.grid_sums`). The noise is drawn in those
-    units, on the exact integer ``loc`` with the sensitivity stated in the same units, and the
-    noisy value is multiplied by ``unit`` afterwards (post-processing), so a statistic whose
-    neighbours differ by exactly ``B`` on the grid is never noised after a rounded conversion to
-    outcome units (which could move it by one more ulp than the sensitivity allows).
+    ``unit``: ``loc`` and ``scale`` are in units of ``unit`` (a power-of-two multiple of ``B``
+    or ``B^2``, e.g. the grids ``B 2^-k`` and ``B^2 2^-m`` of :mod:`dpate_core.grid_sums`). The
+    noise is drawn in those units, on the exact integer ``loc`` with the sensitivity stated in the
+    same units, and the noisy value is multiplied by ``unit`` afterwards (post-processing, in
+    :func:`draw_once` and :func:`draw_many`), so a statistic whose neighbours differ by exactly
+    ``B`` on the grid is never noised after a rounded conversion to outcome units (which could
+    move it by one more ulp than the sensitivity allows). This is the one convention for grid
+    units: every assembly receives outcome units (the difference in means' arm sums, the adjusted
+    estimator's and the stratified variance's cell vectors,
+    :func:`dpate_core.grid_sums.cell_noise`), and whatever reads a noise site in those units
+    reads :attr:`value` and :attr:`value_scale`, not ``loc`` and ``scale``.
     """
 
     name: str

@@ -101,9 +101,11 @@ def stratified_noise(
     values into the estimate (floats for a release, ``(reps,)`` arrays in simulations).
 
     ``cells``: :class:`dpate_core.grid_sums.CellStatistics`; ``scales``: the Laplace scales of the
-    counts, sums and squares in the units they are noised in (grid units for the sums), computed by
-    the caller from the sensitivities and the shares; ``min_count``: a stratum is used when both
-    noisy arm counts reach it (public).
+    counts, sums and squares in the units they are noised in (grid units for the sums and
+    squares), computed by the caller from the sensitivities and the shares; ``min_count``: a
+    stratum is used when both noisy arm counts reach it (public). The noise sites are
+    :func:`dpate_core.grid_sums.cell_noise`'s, named ``variance_*``: the sums and squares are
+    multiplied by their grid units after the draw, so the post-processing reads outcome units.
 
     Post-processing, per cell: counts clipped to ``[0, N]``;
     ``SS = Q - (S^2 - 2 b_s^2) / (n c)`` (``2 b_s^2`` is the mean of the squared Laplace noise of
@@ -113,28 +115,19 @@ def stratified_noise(
     ``(1/N^2) sum_usable [K(n_t, n_c) s_t^2 + K(n_c, n_t) s_c^2]`` with ``K`` at the rounded noisy
     counts. The caller clamps the total at 0 for the reported variance.
     """
-    from dpate_core.release import NoiseSpec
+    from dpate_core.grid_sums import cell_noise
 
-    scale_n, scale_s, scale_q = scales
+    noise = cell_noise(cells, scales, "variance_")
+    scale_n = noise[0].scale
+    b_s = noise[1].value_scale  # Laplace scale of a centred sum, outcome units
     n = cells.n
-    unit_s, unit_q = cells.sum_unit, cells.square_unit
-    b_s = scale_s * unit_s  # Laplace scale of a centred sum, outcome units
     half_b = cells.bound / 2.0
     max_var = cells.bound * cells.bound / 4.0
-    noise = (
-        NoiseSpec("variance_counts", cells.counts.astype(np.float64), scale_n, "integer_laplace"),
-        NoiseSpec("variance_sums", cells.sums.astype(np.float64), scale_s, "integer_laplace"),
-        NoiseSpec("variance_squares", cells.squares.astype(np.float64), scale_q, "integer_laplace"),
-    )
 
     def estimate(v: Mapping[str, Any]) -> Any:
         cnt = np.clip(np.asarray(v["variance_counts"], dtype=np.float64), 0.0, n)
-        s = np.clip(
-            np.asarray(v["variance_sums"], dtype=np.float64) * unit_s, -n * half_b, n * half_b
-        )
-        q = np.clip(
-            np.asarray(v["variance_squares"], dtype=np.float64) * unit_q, -n * max_var, n * max_var
-        )
+        s = np.clip(np.asarray(v["variance_sums"], dtype=np.float64), -n * half_b, n * half_b)
+        q = np.clip(np.asarray(v["variance_squares"], dtype=np.float64), -n * max_var, n * max_var)
         n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
         usable = (n_t >= min_count) & (n_c >= min_count)
         safe = np.maximum(cnt, 1.0)

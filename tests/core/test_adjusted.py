@@ -214,6 +214,13 @@ def test_outcome_unit_scales_are_the_documented_ones():
     assert counts.scale == pytest.approx(2 / 0.25, rel=1e-15)  # Lap(2 / eps_n)
     assert math.ldexp(sums.scale, -st.k) * 2.5 == pytest.approx(2.5 / 0.5, rel=1e-15)  # B/eps_s
     assert math.ldexp(squares.scale, -st.m) * 2.5**2 == pytest.approx(2.5**2 / (2 * 0.25))
+    # noised in grid units, read in outcome units: the draw multiplies by the grid unit
+    assert (counts.unit, sums.unit, squares.unit) == (1.0, st.sum_unit, st.square_unit)
+    assert sums.value_scale == pytest.approx(2.5 / 0.5, rel=1e-15)
+    assert squares.value_scale == pytest.approx(2.5**2 / (2 * 0.25), rel=1e-15)
+    own = cell_statistics(w, y, x, domain_size=5, bound=2.5)  # the plan's records
+    assert np.array_equal(sums.loc, own.sums)
+    assert np.array_equal(sums.value, own.sums * own.sum_unit)
 
 
 def test_refusals():
@@ -391,9 +398,9 @@ def test_auto_weighting_is_a_public_rule_and_names_are_checked():
 def test_fixed_effects_on_one_stratum_is_the_difference_of_noisy_means():
     w, y, x = _data(400, 1)
     plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=1, weighting="fixed_effects")
-    k, m = grid_bits(plan.n)  # the sums are noised in grid units (B 2^-k, B^2 2^-m)
-    noisy = {"counts": np.array([190.0, 215.0]), "sums": np.array([-3.0, 40.0]) * 2.0**k,
-             "squares": np.array([5.0, 6.0]) * 2.0**m}  # fmt: skip
+    # the assembly reads outcome units (the draw converts the grid units: NoiseSpec.unit)
+    noisy = {"counts": np.array([190.0, 215.0]), "sums": np.array([-3.0, 40.0]) * B,
+             "squares": np.array([5.0, 6.0]) * B * B}  # fmt: skip
     out = plan.assemble(noisy)
     assert out.tau == pytest.approx(40.0 / 215.0 - (-3.0) / 190.0, rel=1e-12)
     assert (

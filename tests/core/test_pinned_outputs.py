@@ -12,7 +12,11 @@ to cover the computed estimate's rounding error, ``matching_ate_float_error``, w
 about 1e-11 relative, and the combiners' bootstrap intervals with them, since their seed is a hash of
 the sites' public fields; and the appendix variance ``V_hat`` when it began to be summed exactly on
 the grid ``B 2^-k`` and rounded once, which moved it and the matching plans' variances by about
-1e-9 relative, and the combiners' bootstrap intervals again); a relative tolerance of 1e-12 allows only
+1e-9 relative, and the combiners' bootstrap intervals again; at the same time the adjusted
+estimator's and the stratified variance's shifted ``.ci`` inputs, which were 0.01 grid units
+while their cell sums reached the assemblies in grid units, became 0.01 outcome units like every
+other input, now that those sums arrive in outcome units, ``NoiseSpec.unit``); a relative
+tolerance of 1e-12 allows only
 last-bit differences of the platform's maths library, not a change of formula."""
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from dpate_core.grid_sums import cell_statistics
 from dpate_core.matching import plan_matching
 from dpate_core.plan_inputs import SiteDesign
 from dpate_core.planning import plan_study
-from dpate_core.release import draw_many
+from dpate_core.release import NoiseSpec, draw_many
 from dpate_core.synth import synth
 
 PINNED = Path(__file__).with_name("pinned_outputs.json")
@@ -40,6 +44,11 @@ PINNED = Path(__file__).with_name("pinned_outputs.json")
 
 def _floats(v: Any) -> list[float]:
     return np.asarray(v, dtype=float).ravel().tolist()
+
+
+def _shifted(spec: NoiseSpec) -> Any:
+    """The noise-free value moved by 0.01 (in the units the assembly reads)."""
+    return spec.value + 0.01
 
 
 def outputs() -> dict[str, Any]:
@@ -74,7 +83,7 @@ def outputs() -> dict[str, Any]:
         for k, v in sorted(o.diagnostics.items()):
             out[name + ".d." + k] = _floats(np.broadcast_to(v, np.shape(o.tau)))
         out[name + ".est"] = plan.estimate({s.name: s.value for s in plan.noise}).public_fields()
-        shifted = plan.estimate({s.name: s.value + 0.01 for s in plan.noise})
+        shifted = plan.estimate({s.name: _shifted(s) for s in plan.noise})
         ci = inference.site_bootstrap_interval(shifted, draws=2000)
         out[name + ".ci"] = list(ci.as_dict().values())
     for t, c, n in (([3, 0, 5, 1], [2, 4, 0, 1], 16), ([10, 1], [1, 10], 22)):

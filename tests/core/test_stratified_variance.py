@@ -2,7 +2,7 @@
 release as the matching plans' ``variance = "stratified"`` mode (docs/privacy.md, Stratified
 variance): the weights ``K`` against Algorithm 1 itself, unbiasedness of the non-private estimate,
 exhaustive privacy accounting of the released vectors over small datasets, an empirical privacy
-check, and the default mode left untouched."""
+check, the default mode left untouched, and the cell vectors read in outcome units."""
 
 from __future__ import annotations
 
@@ -185,3 +185,20 @@ def test_stratified_release_is_close_to_the_truth_at_large_n():
         "sampling_variance_dp"
     ]
     assert np.mean(v) / true == pytest.approx(1.0, abs=0.1)
+
+
+def test_stratified_cell_vectors_reach_the_estimate_in_outcome_units():
+    # noised in grid units, multiplied by the grid unit after the draw (NoiseSpec.unit): at the
+    # noise-free values and a budget that makes the noise corrections vanish, the released
+    # estimate is the non-private one
+    d = synth(2000, 5, a=0.3, b=0.1, seed=6)
+    y = d.y * 2.5
+    plan = _plan(d.w, y, d.x, 5, "stratified", eps=10**6, bound=2.5)
+    cells = cell_statistics(d.w, y, d.x, domain_size=5, bound=2.5)
+    specs = {s.name: s for s in plan.noise}
+    assert specs["variance_counts"].unit == 1.0
+    assert specs["variance_sums"].unit == cells.sum_unit
+    assert specs["variance_squares"].unit == cells.square_unit
+    exact = plan.assemble({s.name: s.value for s in plan.noise})
+    want = stratified_variance(d.w, y, d.x, 5)
+    assert float(exact.diagnostics["sampling_variance_dp"]) == pytest.approx(want, rel=1e-6)
