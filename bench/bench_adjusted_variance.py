@@ -6,7 +6,7 @@ For every site epsilon of the coverage grid (eps_1 in {1/2, 1, 5} x alpha in {1/
 1:1:1 of N = 10^4, |X| = 100; "auto" weighting), over the coverage study's own data draws
 (Synth redrawn, target 0.5) and seeded releases (numpy noise, simulations only): the weighting,
 the share of unresolved releases (fixed effects: variance B^2/3), the bias, the actual variance of
-the released tau around 0.5 on resolved releases, and the mean reported variance over it, split
+the released tau around 0.5 on resolved releases, and the mean (median) reported variance over it, split
 into its parts (noise, sampling, unestimated), the noise part over the releases' own spread at
 fixed data, and the coverage of tau +- 1.96 sqrt(variance).
 
@@ -47,8 +47,8 @@ def main(n_data: int = 12, per: int = 1000) -> None:
                 p["unest"].append(out.diagnostics["unestimated_variance"])
                 p["mode"] = plan.assemble.func.__name__.removeprefix("assemble_")
     print(f"{n_data} data draws x 3 sites x {per} releases per site epsilon")
-    print("eps_j  weighting  unresolved  bias  actual_var  reported/actual  noise/own_spread  "
-          "sampling/actual  unestimated/actual  coverage")  # fmt: skip
+    print("eps_j  weighting  unresolved  bias  actual_var  reported/actual (median)  "
+          "noise/own_spread  sampling/actual  unestimated/actual  coverage")  # fmt: skip
     for e in sorted(grid):
         p = parts[e]
         tau, var, noise, unest = (np.stack(p[k]) for k in ("tau", "var", "noise", "unest"))
@@ -58,7 +58,8 @@ def main(n_data: int = 12, per: int = 1000) -> None:
         sampling = var - noise - unest
         covered = np.mean(np.abs(tau - target) <= Z95 * np.sqrt(var))
         print(f"{float(e):7.4f}  {p['mode'][:14]:14s} {1 - ok.mean():5.2f}  "
-              f"{np.mean(tau[ok]) - target:+.4f}  {actual:.2e}  {np.mean(var[ok]) / actual:5.2f}  "
+              f"{np.mean(tau[ok]) - target:+.4f}  {actual:.2e}  {np.mean(var[ok]) / actual:5.2f} "
+              f"({np.median(var[ok]) / actual:4.2f})  "
               f"{np.mean(noise[ok]) / spread:5.2f}  {np.mean(sampling[ok]) / actual:5.2f}  "
               f"{np.mean(unest[ok]) / actual:5.2f}  {covered:.3f}")  # fmt: skip
 

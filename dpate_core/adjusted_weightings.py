@@ -191,7 +191,7 @@ def _left_out_share(usable: Any, size: Any) -> Any:
     is used, 1 when none is. Not ``1 - usable_weight``: the used weights sum the noisy counts over
     the public ``N``, so that difference is mostly the noise of the total count, which the noise
     variance already holds (through the weights) and which has nothing to do with the strata
-    left out (until 2026-11 it was counted twice so: on Synth sites at eps 4-5, 0.36-0.42 times
+    left out (until 2026-11 it was counted twice so: on Synth sites at eps 4-5, 0.37-0.42 times
     the estimate's actual variance, docs/adjusted.md)."""
     total = np.sum(size, axis=-1)
     left = np.sum(np.where(usable, 0.0, size), axis=-1)
