@@ -176,12 +176,24 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     # site that could use little of its data reports that (and with nothing usable, an
     # interval wider than the outcome's range) instead of a falsely precise 0
     usable_weight = np.sum(weight, axis=-1)
-    unestimated = np.clip(1.0 - usable_weight, 0.0, 1.0)
-    unestimated_var = (c.bound * unestimated) ** 2 / 3.0
+    unestimated_var = (c.bound * _left_out_share(usable, n_t + n_c)) ** 2 / 3.0
     usable_strata = np.sum(usable, axis=-1).astype(np.float64)
     return _outputs(
         tau, sampling, sampling_raw, noise_var, unestimated_var, usable_strata, usable_weight
     )
+
+
+def _left_out_share(usable: Any, size: Any) -> Any:
+    """Subclassification: the share ``u`` of the records in the strata left out, their noisy
+    size over the noisy size of all strata (counts clipped to ``[0, N]``): 0 when every stratum
+    is used, 1 when none is. Not ``1 - usable_weight``: the used weights sum the noisy counts over
+    the public ``N``, so that difference is mostly the noise of the total count, which the noise
+    variance already holds (through the weights) and which has nothing to do with the strata
+    left out (until 2026-11 it was counted twice so: on Synth sites at eps 4-5, 0.37-0.42 times
+    the estimate's actual variance, docs/adjusted.md)."""
+    total = np.sum(size, axis=-1)
+    left = np.sum(np.where(usable, 0.0, size), axis=-1)
+    return np.where(total > 0.0, left / np.where(total > 0.0, total, 1.0), 1.0)
 
 
 def _pooled_variance(c: PublicConstants, usable: Any, nn: Any, ss: Any, qq: Any) -> Any:

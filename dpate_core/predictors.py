@@ -179,10 +179,11 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
     noise's mean given that it reached ``m`` (the selection the release makes). Noise variance:
     the release's own delta-method formula, each stratum weighted by ``p_x``; the reported
     sampling part clamps each cell's ``s^2`` after ``Lap(B^2/(2 eps_q))/n_cell``; the strata left
-    out add the release's unestimated variance ``B^2 E[max(u, 0)^2] / 3``, ``u`` one minus the
-    used strata's noisy weight (normal, with the mean and variance of the ``p_x`` draws and of the
-    counts' noise). No stratum with both arms in the assumed counts: infinite (the release would
-    estimate 0 from nothing)."""
+    out add the release's unestimated variance ``B^2 E[max(u, 0)^2] / 3``, ``u`` the left-out
+    strata's share of the noisy counts, one minus the used strata's (normal, with the mean and
+    variance of the ``p_x`` draws and of the left-out strata's count noise; the noise of the
+    total count cancels in that share). No stratum with both arms in the assumed counts:
+    infinite (the release would estimate 0 from nothing)."""
     from dpate_core.adjusted import THRESHOLD_FACTOR
     from dpate_core.grid_sums import COUNT_SENSITIVITY
 
@@ -214,10 +215,14 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
         (p * w**2 * (clamp(sd2, b_q / t) / t + clamp(sd2, b_q / c) / c)).sum()
     )
     used_w = (t + c + g_t + g_c) / n
-    # u = 1 - (used strata's noisy weight), clipped at 0 by the release: E[max(u, 0)^2] for a
-    # normal u with the mean and variance of the p_x draws and of the counts' noise
-    mu = 1.0 - float((p * used_w).sum())
-    var_u = float((p * (1.0 - p) * used_w**2 + p * 2.0 * (2.0 * scale_n**2) / n**2).sum())
+    # u = 1 - (used strata's share of the noisy counts): E[max(u, 0)^2] for a normal u with the
+    # mean and variance of the p_x draws and of the left-out strata's count noise
+    # the release clips each noisy count at 0, which adds (b/2) e^(-n/b) = E[max(n + L, 0)] - n
+    # on average to a cell's count, so to the total it divides by (mostly in left-out strata)
+    cells = np.concatenate([tc, cc]).astype(float)
+    total = n + float((0.5 * scale_n * np.exp(-cells / scale_n)).sum())
+    mu = 1.0 - float((p * used_w).sum()) * n / total
+    var_u = float((p * (1.0 - p) * used_w**2 + (1.0 - p) * 2.0 * (2.0 * scale_n**2) / n**2).sum())
     unestimated = b * b * _positive_square(mu, math.sqrt(var_u)) / 3.0
     return sampling, noise, reported_sampling + noise + unestimated
 

@@ -300,8 +300,9 @@ def test_post_processing_of_extreme_noisy_values():
     zero = plan.assemble({k: np.zeros(6) - (k == "counts") * 1.0 for k in noisy})
     assert zero.tau == 0 and np.isfinite(zero.raw_variance)
     assert zero.variance == pytest.approx(B * B / 3) and zero.diagnostics["usable_weight"] == 0
-    # and a left-out share u of the records adds (B u)^2 / 3
-    u = 1.0 - out.diagnostics["usable_weight"]
+    # and a left-out share u of the records adds (B u)^2 / 3: u is the noisy size of the strata
+    # left out over that of all strata (counts clipped to [0, N]: stratum 0 holds 0 + 3 of 163)
+    u = 3.0 / 163.0
     assert out.diagnostics["unestimated_variance"] == pytest.approx((B * u) ** 2 / 3)
     many = {k: np.stack([v, -v, np.full(6, np.nan_to_num(np.inf))]) for k, v in noisy.items()}
     out = plan.assemble(many)
@@ -462,3 +463,27 @@ def test_old_weighting_fails_the_pooled_check():
                          weighting="subclassification")  # fmt: skip
     out = plan.assemble(draw_many(plan, np.random.default_rng(0), 400))
     assert np.mean(out.tau) - 0.5 < -0.05
+
+
+@pytest.mark.parametrize("eps", [0.1, 1])
+def test_no_stratum_left_out_means_nothing_unestimated(eps):
+    # subclassification's left-out share is the noisy size of the strata it drops over that of
+    # all strata; it was one minus the used strata's noisy weight (noisy counts over the public
+    # N), which is mostly the noise of the total count: already in the noise variance through
+    # the weights, so counted twice (a one-stratum trial: +41% of the variance at every eps)
+    n = 2000
+    w, y, x = np.arange(n) % 2, np.linspace(0.0, B, n), np.zeros(n, np.int64)
+    plan = plan_adjusted(w, y, x, bound=B, epsilon=eps, domain_size=1)
+    out = plan.assemble(draw_many(plan, np.random.default_rng(3), 20_000))
+    assert np.all(out.diagnostics["usable_strata"] == 1)
+    assert np.all(out.diagnostics["unestimated_variance"] == 0)
+    # the data are fixed: the released tau's spread is the noise, which the report states
+    reported = np.mean(out.diagnostics["noise_variance"] + out.diagnostics["unestimated_variance"])
+    assert 0.95 < reported / np.var(out.tau) < 1.05
+    # a Synth site where every stratum is used in most releases (eps 5: subclassification)
+    d = synth(3333, 100, seed=41)
+    plan = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=5, domain_size=100)
+    out = plan.assemble(draw_many(plan, np.random.default_rng(4), 400))
+    all_used = out.diagnostics["usable_strata"] == 100
+    assert np.mean(all_used) > 0.5
+    assert np.all(out.diagnostics["unestimated_variance"][all_used] == 0)

@@ -35,10 +35,11 @@ ADJUSTED_OUTPUTS = {
     "raw_variance": (0, 1, 2),
     "sampling_variance_dp": (0, 1, 2),
     "noise_variance": (0, 1),
-    "unestimated_variance": (0,),
     "usable_weight": (0,),
 }
-DISCRETE_OUTPUTS = {"usable_strata": (0,)}  # a few values only: judged on its own histogram
+# a few values only: judged on its own histogram (the unestimated variance is 0 whenever every
+# stratum is used, as on these pairs)
+DISCRETE_OUTPUTS = {"usable_strata": (0,), "unestimated_variance": (0,)}
 # fixed effects: tau and the variances read the same parts; whether the estimate is resolved (the
 # usable_* and unestimated_variance outputs) reads the counts only and takes two values
 FE_OUTPUTS = {
