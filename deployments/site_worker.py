@@ -17,7 +17,10 @@ string (the coordinator) writes deployments. :class:`SiteWorker` keeps none of t
   parameters and the site, never a deployment's pull steps or entrypoint);
 * :meth:`SiteWorker.run` is Prefect's ``ProcessWorker.run`` for a configured command with the
   hook runner's flow resolved to that same installed flow (it has no hooks), instead of
-  ``load_flow_from_flow_run``; a run the worker's stop terminates is reported Crashed.
+  ``load_flow_from_flow_run``; a run the worker's stop terminates is reported Crashed. A run the
+  coordinator cancels (set Cancelling) goes through Prefect's own path in that code
+  (``FlowRunExecutorContext``: its observer sees the Cancelling run, its cancellation manager
+  signals and terminates the runner and sets the run Cancelled; tests/topology/test_site_worker.py).
 
 :func:`serve` runs it until the first SIGTERM or SIGINT (Prefect's own worker needs two).
 

@@ -1,15 +1,19 @@
 """``dpate site worker`` against a real Prefect server (SQLite): a deployment whose job variables
 set another ledger (``env``), a shell command (``command``) and whose pull step runs a shell
 script still runs only the installed ``site-release`` flow, in the worker's own environment,
-through the site's own ledger; a run for another site is refused (Failed, naming the rule); the
-one SIGTERM of its systemd unit stops the worker within seconds, and a release it was running
-ends Crashed (not Running) before spending anything."""
+through the site's own ledger; a run for another site is refused (Failed, naming the rule); a
+release the coordinator cancels after its reservation and its draw, while it waits to commit,
+ends Cancelled, its runner process gone, the reservation standing and nothing committed, and the
+next run of that round finishes it on the same worker without a second reservation; the one
+SIGTERM of its systemd unit stops the worker within seconds, and a release it was running ends
+Crashed (not Running) before spending anything."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +23,7 @@ import pytest
 from tests.topology.services import prefect_cli, start_site_worker, wait_for
 from tests.topology.star import STUDY_ID, star_spec_toml, write_star_sites
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.postgres]
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = "rural"
@@ -39,7 +43,131 @@ def _events(url: str) -> list:
         return list(ledger.events(SITE))
 
 
-def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
+class _AppendLock:
+    """The ledger's own append lock (``PrivacyLedger._append_tx``: on PostgreSQL a
+    transaction-scoped advisory lock), taken in a thread of the test and held until
+    :meth:`release`. PostgreSQL grants a lock to its waiters in the order they queued."""
+
+    def __init__(self, url: str) -> None:
+        self.acquired, self._release = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._hold, args=(url,), daemon=True)
+        self._thread.start()
+
+    def _hold(self, url: str) -> None:
+        from dpate.ledger import PrivacyLedger
+
+        with PrivacyLedger(url) as ledger, ledger._append_tx():
+            self.acquired.set()
+            self._release.wait(300)
+
+    def release(self) -> None:
+        self._release.set()
+        self._thread.join(30)
+
+
+def _lock_waiters(engine) -> int:
+    """Transactions of the ledger's database waiting for an advisory lock (its append lock)."""
+    import sqlalchemy as sa
+
+    query = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
+        "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(query)).scalar_one())
+
+
+def _runner_pids(worker) -> list[int]:
+    """The worker's flow-run processes (``python -m dpate.deployments.site_runner``)."""
+    from dpate.deployments.site_worker import RUNNER_MODULE
+
+    pids = []
+    for pid in worker.descendants():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if RUNNER_MODULE.encode() in argv:
+            pids.append(pid)
+    return pids
+
+
+def _task_running(client, run_id, task: str) -> bool:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+    return any(t.name.startswith(task) and t.state and t.state.is_running() for t in runs)
+
+
+def _cancel_between_reserve_and_commit(prefect_server, worker, deployment: str, ledger: str):
+    """The coordinator cancels a release (as Prefect's UI and ``prefect flow-run cancel`` do:
+    the run set Cancelling) after its RESERVE and its draw, while it waits for the ledger's append
+    lock to COMMIT. Returns the seconds from the cancel request to the run's Cancelled state."""
+    import sqlalchemy as sa
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.deployments import run_deployment
+    from prefect.states import Cancelling
+
+    before = _events(ledger)
+    params = {"round": "cancelled"}
+    engine = sa.create_engine(ledger)
+    first = _AppendLock(ledger)
+    second: _AppendLock | None = None
+    try:
+        assert first.acquired.wait(30)
+        with prefect_server.settings(), get_client(sync_client=True) as client:
+            run = run_deployment(f"site-release/{deployment}", parameters=params, timeout=0)
+            wait_for(lambda: _lock_waiters(engine) == 1, 120, "the release to wait to reserve")
+            assert client.read_flow_run(run.id).state.is_running(), worker.log_tail()
+            # queue behind the release: when it has reserved, the lock is ours again, and its
+            # commit (after the draw: commit-release takes compute-release's output) waits
+            second = _AppendLock(ledger)
+            wait_for(lambda: _lock_waiters(engine) == 2, 30, "the test to queue for the lock")
+            first.release()
+            wait_for(
+                lambda: len(_events(ledger)) == len(before) + 1 and _lock_waiters(engine) == 1,
+                60,
+                "the release to reserve and wait to commit",
+            )
+            assert second.acquired.is_set()
+            (runner,) = _runner_pids(worker)
+            t0 = time.monotonic()
+            set_state = client.set_flow_run_state(run.id, Cancelling(message="by the coordinator"))
+            assert set_state.status.value == "ACCEPT", set_state
+            final = wait_for(
+                lambda: (s := client.read_flow_run(run.id).state) and s.is_final() and s,
+                90,
+                "the cancelled run's final state",
+            )
+            cancel_s = time.monotonic() - t0
+            assert final.type == StateType.CANCELLED, f"{final}\n{worker.log_tail()}"
+            wait_for(lambda: not Path(f"/proc/{runner}").exists(), 15, "the runner to exit")
+            assert worker.running and not _runner_pids(worker)
+        second.release()
+        second = None
+        # the reservation stands and nothing was committed (docs/ledger.md, the crash rule 4)
+        (reserved,) = _events(ledger)[len(before) :]
+        assert reserved.kind == "RESERVE" and reserved.round == "cancelled"
+
+        # the next run of that round, on the same worker: no second reservation, one commit
+        with prefect_server.settings():
+            again = run_deployment(
+                f"site-release/{deployment}", parameters=params, timeout=240, poll_interval=1
+            )
+        assert again.state.is_completed(), f"{again.state}\n{worker.log_tail()}"
+        after = _events(ledger)[len(before) :]
+        assert [e.kind for e in after] == ["RESERVE", "COMMIT"]
+        assert {e.release_id for e in after} == {reserved.release_id}
+        return cancel_s
+    finally:
+        first.release()
+        if second is not None:
+            second.release()
+        engine.dispose()
+
+
+def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
@@ -59,7 +187,7 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
     (root / "data").mkdir()
     os.symlink(data[SITE], root / "data" / f"{STUDY_ID}.parquet")
     os.mkfifo(root / "data" / "stuck-study.parquet")
-    ledger = f"sqlite:///{root / 'site-ledger.sqlite'}"
+    ledger = pg_database  # PostgreSQL: its advisory lock queues waiters in order (the cancel)
     PrivacyLedger.init(ledger, SITE, PrivacyParams.of("20", "0")).close()
     before = len(_events(ledger))
 
@@ -129,12 +257,17 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
         assert not other_ledger.exists()
         assert not marker_cmd.exists() and not marker_pull.exists()
 
+        # the coordinator cancels a release between its reservation and its commit
+        cancel_s = _cancel_between_reserve_and_commit(prefect_server, worker, name, ledger)
+        print(f"cancel request to Cancelled: {cancel_s:.1f} s")
+        spent = len(_events(ledger))
+
         # the worker is stopped while a release is running (blocked reading its data)
         with prefect_server.settings(), get_client(sync_client=True) as client:
             params = {"spec": str(stuck), "round": "stop"}
             run = run_deployment(f"site-release/{name}", parameters=params, timeout=0)
             wait_for(
-                lambda: worker.log_tail().count("check-publication") == 2, 120, "the run to start"
+                lambda: _task_running(client, run.id, "load-site-data"), 120, "the run to start"
             )
             time.sleep(1)  # in load-site-data, waiting on the FIFO
             assert client.read_flow_run(run.id).state.is_running()
@@ -147,6 +280,6 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, tmp_path):
             final = client.read_flow_run(run.id).state
         assert final.is_crashed(), f"{final}\n{worker.log_tail()}"
         assert "worker stopped while this run was in progress" in (final.message or "")
-        assert len(_events(ledger)) == before + 2  # nothing reserved for the stopped release
+        assert len(_events(ledger)) == spent  # nothing reserved for the stopped release
     finally:
         worker.stop()
