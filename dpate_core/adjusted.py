@@ -38,14 +38,18 @@ from dpate_core.adjusted_weightings import (
     assemble_fixed_effects,
     assemble_subclassification,
 )
-from dpate_core.grid_sums import CellStatistics, cell_noise, cell_statistics, sensitivities
+from dpate_core.grid_sums import (
+    CellStatistics,
+    cell_noise,
+    cell_scales,
+    cell_statistics,
+)
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
     NoiseSpec,
     SiteEstimate,
-    _scale,
     draw_once,
 )
 
@@ -127,7 +131,7 @@ def plan_adjusted_from_statistics(
     if n < 2:
         raise ValueError(f"a release needs at least 2 records (got {n})")
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
-    noise = cell_noise(stats, _scales(stats, shares.apply(total)))
+    noise = cell_noise(stats, cell_scales(stats, shares.apply(total)))
     public = _public_constants(stats, noise, min_count)
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n)
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
@@ -142,14 +146,6 @@ def plan_adjusted_from_statistics(
         noise=noise,
         assemble=functools.partial(assemble, public),
     )
-
-
-def _scales(stats: CellStatistics, parts: Sequence[PrivacyParams]) -> tuple[float, float, float]:
-    """The Laplace scales of the three vectors for the budget parts ``(eps_n, eps_s, eps_q)``, in
-    the units they are noised in (the sums and squares in grid units)."""
-    sens = sensitivities(stats.bound, stats.k, stats.m)
-    p_n, p_s, p_q = parts
-    return _scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q)
 
 
 def _public_constants(

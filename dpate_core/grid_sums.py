@@ -17,6 +17,7 @@ stratum and no centring (``centred=False``; :func:`dpate_core.difference_in_mean
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -26,12 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 from dpate_core.estimators import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
-from dpate_core.release import NoiseSpec, _check_bound
+from dpate_core.privacy import PrivacyParams
+from dpate_core.release import NoiseSpec, _check_bound, _scale
 
 __all__ = [
     "COUNT_SENSITIVITY",
     "CellStatistics",
     "cell_noise",
+    "cell_scales",
     "cell_statistics",
     "grid_bits",
     "sensitivities",
@@ -164,6 +167,17 @@ def cell_statistics(
     return CellStatistics(counts, sums, squares, bound, k, m, centred)
 
 
+def cell_scales(
+    cells: CellStatistics, parts: Sequence[PrivacyParams]
+) -> tuple[float, float, float]:
+    """The Laplace scales of the three vectors for the budget parts ``(eps_n, eps_s, eps_q)``, in
+    the units they are noised in (the sums and squares in grid units): each vector's
+    :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent)."""
+    sens = sensitivities(cells.bound, cells.k, cells.m)
+    p_n, p_s, p_q = parts
+    return _scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q)
+
+
 def cell_noise(
     cells: CellStatistics, scales: tuple[float, float, float], prefix: str = ""
 ) -> tuple[NoiseSpec, NoiseSpec, NoiseSpec]:
@@ -171,8 +185,8 @@ def cell_noise(
     ``prefix``), each one vector query of exact discrete Laplace noise on its integers.
 
     ``scales``: their Laplace scales in the units they are noised in (counts; sums in grid units
-    ``B 2^-k``, squares in ``B^2 2^-m``), computed by the caller from :func:`sensitivities` and
-    its budget shares. The sums and squares carry their grid unit (:attr:`CellStatistics.sum_unit`,
+    ``B 2^-k``, squares in ``B^2 2^-m``), from :func:`cell_scales` and the caller's budget
+    shares. The sums and squares carry their grid unit (:attr:`CellStatistics.sum_unit`,
     :attr:`CellStatistics.square_unit`) as ``NoiseSpec.unit``: the draw multiplies the noisy
     integers by it (post-processing), so the assembly receives all three in outcome units and
     their scales in those units are ``NoiseSpec.value_scale``."""

@@ -93,7 +93,7 @@ def _variance_part(
     if variance == "appendix":
         return (_variance_noise(stats, bound, p_var, domain_size),), _read_appendix
     from dpate_core.adjusted import THRESHOLD_FACTOR
-    from dpate_core.grid_sums import CellStatistics, sensitivities
+    from dpate_core.grid_sums import CellStatistics, cell_scales
     from dpate_core.stratified_variance import SUBSPLIT, stratified_noise
 
     if not isinstance(cells, CellStatistics):
@@ -110,9 +110,9 @@ def _variance_part(
             "the per-cell statistics do not match this release (N, the bound B and 2 |X| cells "
             "must agree): compute them from the same records with the study's domain size"
         )
-    sens = sensitivities(cells.bound, cells.k, cells.m)
-    p_n, p_s, p_q = BudgetSplit(SUBSPLIT).apply(PrivacyParams(p_var.epsilon, Fraction(0)))
-    scales = (_scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q))
+    scales = cell_scales(
+        cells, BudgetSplit(SUBSPLIT).apply(PrivacyParams(p_var.epsilon, Fraction(0)))
+    )
     noise, estimate = stratified_noise(cells, scales, max(2.0, THRESHOLD_FACTOR * scales[0]))
     return noise, estimate
 
