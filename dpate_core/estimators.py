@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numba
@@ -273,20 +272,19 @@ def _exact_variance(
     """``V_hat = grid^2 / (2 N^2 4^k) sum_i (1 + L_i)^2 (a_i - a_m(i))^2``, the integer sum formed
     exactly (Python integers, one term per group with both arms: ``(2 + q)^2`` times the group's
     ``L = q + 1`` sum plus ``(1 + q)^2`` times its ``L = q`` sum, ``q`` = the other arm's size over
-    its own, floored) and rounded once to the nearest float (``Fraction`` to ``float``)."""
-    own = counts
+    its own, floored) and rounded once: with ``grid = p / r`` exactly (``r`` a power of two), one
+    integer true division, which Python rounds correctly to the nearest float."""
     other = counts.reshape(-1, 2)[:, ::-1].ravel()  # the other arm of the same stratum
-    used = np.flatnonzero((own > 0) & (other > 0))
-    if used.size == 0:
-        return 0.0
-    q = (other[used] // own[used]).astype(object)
-    total = int(
-        (
-            (q + 2) ** 2 * sq_more[used].astype(object)
-            + (q + 1) ** 2 * sq_base[used].astype(object)
-        ).sum()
+    used = np.flatnonzero((counts > 0) & (other > 0))
+    q = other[used] // counts[used]
+    total = sum(
+        (qg + 2) ** 2 * more + (qg + 1) ** 2 * base
+        for qg, more, base in zip(
+            q.tolist(), sq_more[used].tolist(), sq_base[used].tolist(), strict=True
+        )
     )
-    return float(Fraction(total) * Fraction(grid) ** 2 / (2 * n * n * 4**k))
+    p, r = grid.as_integer_ratio()
+    return float((total * p * p) / (2 * n * n * 4**k * r * r))
 
 
 def _run_matching(
