@@ -260,7 +260,8 @@ def draws(data: Data, eps: float, rng: np.random.Generator, reps: int) -> dict[s
         out[name] = {**res, "np": ssp_nonprivate(des), "scale": des.scale}
     est = stratum_estimands(data.w, data.y, x, size)
     count_scale = 2.0 / (eps * float(Fraction(DEFAULT_SPLIT[0])))  # the counts' Laplace scale
-    auto = resolve_weighting("auto", data.w.size, size, count_scale)
+    sum_eps = eps * float(Fraction(DEFAULT_SPLIT[1]))
+    auto = resolve_weighting("auto", data.w.size, size, count_scale, sum_eps)
     for wt in WEIGHTINGS:
         res = adjusted_draws(data.w, data.y, x, size, bound=data.bound, epsilon=eps,
                              weighting=wt, rng=rng, reps=reps)  # fmt: skip

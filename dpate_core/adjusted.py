@@ -54,6 +54,7 @@ from dpate_core.release import (
 )
 
 __all__ = [
+    "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
     "RESOLVE_Z",
@@ -62,6 +63,7 @@ __all__ = [
     "dp_adjusted",
     "plan_adjusted",
     "plan_adjusted_from_statistics",
+    "ratio_bias_remainder",
     "resolve_weighting",
 ]
 
@@ -72,6 +74,9 @@ WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
 #: "auto" uses subclassification when the public design gives at least this many records per arm
 #: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
 AUTO_RATIO = 10
+#: ... and when the ratio bias its correction leaves, predicted for a balanced design, is at most
+#: this many noise sds of the estimate (:func:`ratio_bias_remainder`)
+AUTO_BIAS = 0.25
 
 
 def plan_adjusted(
@@ -94,10 +99,25 @@ def plan_adjusted(
     )
 
 
-def resolve_weighting(weighting: str, n: int, domain_size: int, count_scale: float) -> str:
+def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsilon: float) -> float:
+    """Subclassification's ratio bias left after its correction, over the estimate's noise sd,
+    predicted from public values for a balanced design (``n = N / (2 |X|)`` records per arm per
+    stratum, arm means ``B`` apart): the leading bias ``|X| v_n B / (N n)`` (``v_n = 2 s_n^2``,
+    ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, times the
+    relative remainder ``6 v_n / n^2`` of the correction; ``48 s_n^4 eps_s |X|^(7/2) / N^3``
+    (docs/adjusted.md, "The ratio bias and its correction")."""
+    return 48.0 * count_scale**4 * sum_epsilon * float(domain_size) ** 3.5 / float(n) ** 3
+
+
+def resolve_weighting(
+    weighting: str, n: int, domain_size: int, count_scale: float, sum_epsilon: float
+) -> str:
     """The weighting a plan uses: ``weighting`` itself, or for ``"auto"`` subclassification when
     the public design has at least :data:`AUTO_RATIO` count-noise scales of records per arm per
-    stratum (``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``), else fixed effects. Public values only."""
+    stratum (``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``) and the ratio bias left after the
+    correction is predicted at most :data:`AUTO_BIAS` noise sds (:func:`ratio_bias_remainder`),
+    else fixed effects. Public values only: ``N``, ``|X|``, the count scale ``2 / eps_n`` and
+    the sums' epsilon ``eps_s``."""
     if weighting not in WEIGHTINGS:
         raise ValueError(
             f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)} (docs/adjusted.md)"
@@ -105,7 +125,9 @@ def resolve_weighting(weighting: str, n: int, domain_size: int, count_scale: flo
     if weighting != "auto":
         return weighting
     per_arm = n / (2.0 * domain_size)
-    return "subclassification" if per_arm >= AUTO_RATIO * count_scale else "fixed_effects"
+    populated = per_arm >= AUTO_RATIO * count_scale
+    small_bias = ratio_bias_remainder(n, domain_size, count_scale, sum_epsilon) <= AUTO_BIAS
+    return "subclassification" if populated and small_bias else "fixed_effects"
 
 
 def plan_adjusted_from_statistics(
@@ -133,7 +155,9 @@ def plan_adjusted_from_statistics(
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
     noise = cell_noise(stats, cell_scales(stats, shares.apply(total)))
     public = _public_constants(stats, noise, min_count)
-    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n)
+    mode = resolve_weighting(
+        weighting, n, public.n_strata, public.scale_n, float(shares.apply(total)[1].epsilon)
+    )
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     return MechanismPlan(
         estimator="adjusted",

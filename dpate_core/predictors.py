@@ -124,7 +124,8 @@ def adjusted_weighting(
 ) -> str:
     """The weighting an adjusted release with these public values uses: ``weighting``, or for
     ``"auto"`` the rule of :func:`dpate_core.adjusted.resolve_weighting` (subclassification when
-    ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``) with the count scale computed exactly as the
+    ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` and the ratio bias's predicted remainder is small)
+    with the count scale and the sums' epsilon computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
     from dpate_core.adjusted import DEFAULT_SPLIT, resolve_weighting
@@ -132,9 +133,13 @@ def adjusted_weighting(
     from dpate_core.release import _scale
 
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
-    p_n = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)[0]
+    p_n, p_s, _ = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)
     return resolve_weighting(
-        weighting, int(n), max(int(domain_size), 1), _scale(COUNT_SENSITIVITY, p_n)
+        weighting,
+        int(n),
+        max(int(domain_size), 1),
+        _scale(COUNT_SENSITIVITY, p_n),
+        float(p_s.epsilon),
     )
 
 

@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 
 from dpate_core.adjusted import (
+    AUTO_BIAS,
     AUTO_RATIO,
     DEFAULT_SPLIT,
     THRESHOLD_FACTOR,
     dp_adjusted,
     plan_adjusted,
+    plan_adjusted_from_statistics,
+    ratio_bias_remainder,
     resolve_weighting,
 )
 from dpate_core.estimators import matching_statistics
@@ -290,8 +293,10 @@ def test_post_processing_of_extreme_noisy_values():
     values = [out.tau, out.variance, out.raw_variance, *out.diagnostics.values()]
     assert all(np.all(np.isfinite(v)) for v in values)
     assert out.diagnostics["usable_strata"] == 2
-    # stratum 1: treated mean clipped to 0, control mean clipped to B -> contributes -(110/200) B
-    assert out.tau == pytest.approx(-110 / 200 * B)
+    # stratum 1: its sums at the limits of their range (|s| <= N B/2), so its noisy means lie far
+    # outside [0, B] (treated -100 B/60, control 100 B/50, centred; not clipped one by one) and
+    # its contribution, (110/200) (-11/3) B, takes tau past -B: tau is clipped to the range
+    assert out.tau == -B
     assert out.variance >= out.diagnostics["noise_variance"] > 0
     # the clamped variance keeps each cell's variance in [0, B^2/4]; raw keeps the negative
     assert out.raw_variance < out.variance
@@ -383,17 +388,32 @@ def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
 
 def test_auto_weighting_is_a_public_rule_and_names_are_checked():
     # N / (2 |X|) records per arm per stratum against AUTO_RATIO count-noise scales
-    assert resolve_weighting("auto", 2000, 10, 100 / AUTO_RATIO) == "subclassification"
-    assert resolve_weighting("auto", 2000, 10, math.nextafter(100 / AUTO_RATIO, 1e9)) == (
+    assert resolve_weighting("auto", 2000, 10, 100 / AUTO_RATIO, 1.0) == "subclassification"
+    assert resolve_weighting("auto", 2000, 10, math.nextafter(100 / AUTO_RATIO, 1e9), 1.0) == (
         "fixed_effects"
     )
-    assert resolve_weighting("subclassification", 10, 10, 1e9) == "subclassification"
+    assert resolve_weighting("subclassification", 10, 10, 1e9, 1.0) == "subclassification"
     with pytest.raises(ValueError, match=r"weighting .* must be one of"):
-        resolve_weighting("regression", 10, 1, 1.0)
+        resolve_weighting("regression", 10, 1, 1.0, 1.0)
     # one stratum (a randomized trial) at any usual size: subclassification, as before
     w, y, x = _data(2000, 1)
     plan = plan_adjusted(w, y, x, bound=B, epsilon="1/8", domain_size=1)
-    assert resolve_weighting("auto", 2000, 1, plan.noise[0].scale) == "subclassification"
+    assert resolve_weighting("auto", 2000, 1, plan.noise[0].scale, 1 / 16) == "subclassification"
+
+
+def test_auto_weighting_leaves_subclassification_where_its_ratio_bias_would_stay():
+    # many strata, each well populated: the records per arm pass AUTO_RATIO, but the ratio bias
+    # grows as |X|^(7/2) / N^3 against the noise; its predicted remainder decides
+    scale, eps_s = 40 / 7, 11 / 20  # eps = 1, the default split
+    k = 10_000
+    for n, remainder in ((1_200_000, 1.63), (3_000_000, 0.104)):
+        assert n / (2 * k) >= AUTO_RATIO * scale
+        assert ratio_bias_remainder(n, k, scale, eps_s) == pytest.approx(remainder, rel=0.01)
+    assert resolve_weighting("auto", 1_200_000, k, scale, eps_s) == "fixed_effects"
+    assert resolve_weighting("auto", 3_000_000, k, scale, eps_s) == "subclassification"
+    edge = (48 * scale**4 * eps_s * k**3.5 / AUTO_BIAS) ** (1 / 3)
+    assert resolve_weighting("auto", math.ceil(edge), k, scale, eps_s) == "subclassification"
+    assert resolve_weighting("auto", math.floor(edge), k, scale, eps_s) == "fixed_effects"
 
 
 def test_fixed_effects_on_one_stratum_is_the_difference_of_noisy_means():
@@ -463,6 +483,34 @@ def test_old_weighting_fails_the_pooled_check():
                          weighting="subclassification")  # fmt: skip
     out = plan.assemble(draw_many(plan, np.random.default_rng(0), 400))
     assert np.mean(out.tau) - 0.5 < -0.05
+
+
+def test_subclassification_corrects_its_ratio_bias():
+    # |X| = 10^4 strata of ~300 records at eps = 1: dividing by noisy counts biases the sum of
+    # the stratum terms by v_n (n_c m_t / n_t^2 - n_t m_c / n_c^2) / N (docs/adjusted.md, "The
+    # ratio bias and its correction"), here about three noise sds; after the correction the
+    # mean release is Algorithm 1's subclassification estimate and the interval covers it
+    k, reps = 10_000, 500
+    d = synth(3_000_000, k, a=-0.48, b=0.2, seed=1)
+    stats = cell_statistics(d.w, d.y, d.x, domain_size=k, bound=d.bound)
+    plan = plan_adjusted_from_statistics(stats, epsilon=1, weighting="subclassification")
+    out = plan.assemble(draw_many(plan, np.random.default_rng(4), reps))
+    cells = np.bincount(2 * d.x + d.w, minlength=2 * k).astype(np.float64)
+    sums = np.bincount(2 * d.x + d.w, weights=d.y - d.bound / 2, minlength=2 * k)
+    n_c, n_t, m_c, m_t = (
+        cells[0::2],
+        cells[1::2],
+        sums[0::2] / cells[0::2],
+        sums[1::2] / cells[1::2],
+    )
+    target = float(np.sum((n_t + n_c) * (m_t - m_c)) / d.w.size)  # every stratum has both arms
+    v_n = 2.0 * plan.noise[0].scale ** 2
+    leading = v_n * float(np.sum(n_c * m_t / n_t**2 - n_t * m_c / n_c**2)) / d.w.size
+    sd = float(np.std(out.tau))
+    assert leading > 2.5 * sd  # what the correction removes: uncorrected, coverage ~0.1
+    assert abs(float(np.mean(out.tau)) - target) < 0.25 * sd, (np.mean(out.tau) - target, sd)
+    cover = np.mean(np.abs(out.tau - target) <= 1.96 * np.sqrt(out.variance))
+    assert cover >= 0.92, cover  # 0.95 over 1000 releases
 
 
 @pytest.mark.parametrize("eps", [0.1, 1])

@@ -19,7 +19,9 @@ other input, now that those sums arrive in outcome units, ``NoiseSpec.unit``; an
 subclassification's ``unestimated_variance``, ``variance`` and ``raw_variance`` when its left-out
 share became the noisy size of the strata it leaves out over that of all strata instead of one
 minus the used strata's noisy weight, which had counted the total count's noise twice: its
-estimates are unchanged); a relative tolerance of 1e-12 allows only
+estimates are unchanged; and the subclassification estimates (``tau``, ``est``, ``ci``) with the
+combiners fed by one, when it began to subtract its ratio bias and stopped clipping arm means
+one by one (its variances are unchanged)); a relative tolerance of 1e-12 allows only
 last-bit differences of the platform's maths library, not a change of formula."""
 
 from __future__ import annotations

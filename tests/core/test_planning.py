@@ -121,7 +121,8 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
     d = synth(n, k, a=a, b=0.2, seed=6)
     plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k, weighting=weighting)
     # the release's own rule on its own count scale picks what the prediction assumes
-    assert resolve_weighting(weighting, n, k, plan.noise[0].scale) == expected
+    eps_s = float(plan.shares.apply(plan.total)[1].epsilon)
+    assert resolve_weighting(weighting, n, k, plan.noise[0].scale, eps_s) == expected
     realised = _realised_width(
         plan.assemble(draw_many(plan, np.random.default_rng(0), 4000)).variance
     )
@@ -150,7 +151,8 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
     for n in (int(edge), int(edge) + 1):
         w, y, x = rng.integers(0, 2, n), rng.random(n), rng.integers(0, 10, n)
         plan = plan_adjusted(w, y, x, bound=1.0, epsilon=1, domain_size=10)
-        release = resolve_weighting("auto", n, 10, plan.noise[0].scale)
+        eps_s = float(plan.shares.apply(plan.total)[1].epsilon)
+        release = resolve_weighting("auto", n, 10, plan.noise[0].scale, eps_s)
         assert adjusted_weighting("auto", n, 10, 1) == release
         assert release == ("subclassification" if n > edge else "fixed_effects")
     assert adjusted_weighting("subclassification", 100, 50, "1/10") == "subclassification"
