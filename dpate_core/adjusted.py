@@ -106,7 +106,7 @@ def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsil
     ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, times the
     relative remainder ``6 v_n / n^2`` of the correction; ``48 s_n^4 eps_s |X|^(7/2) / N^3``
     (docs/adjusted.md, "The ratio bias and its correction")."""
-    return 48.0 * count_scale**4 * sum_epsilon * float(domain_size) ** 3.5 / float(n) ** 3
+    return float(48.0 * count_scale**4 * sum_epsilon * float(domain_size) ** 3.5 / float(n) ** 3)
 
 
 def resolve_weighting(
