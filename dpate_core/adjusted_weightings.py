@@ -144,9 +144,10 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     """Algorithm 1's estimand from the three noisy vectors (clipped, :func:`_clipped_vectors`):
     the strata whose noisy arm counts both reach ``min_count``, weighted by their noisy size over
     the public ``N``, less the ratio bias of the noisy arm means (:func:`_ratio_bias`), clipped
-    to ``[-B, B]``. The arm means are not clipped one by one (that biased them inwards where a
-    true mean is near 0 or ``B``); the delta-method variance reads them clipped to ``[0, B]``,
-    the range of the true means whose derivatives it estimates."""
+    to ``[-B, B]``. The noisy arm means are clipped to ``[-B/2, 3B/2]``, not to the outcome's
+    range ``[0, B]``, which biased them inwards wherever a true mean is near 0 or ``B``; the
+    delta-method variance reads them clipped to ``[0, B]``, the range of the true means whose
+    derivatives it estimates."""
     n, half_b, max_var = c.n, c.half_b, c.max_var
     cnt, s, q = _clipped_vectors(c, v, (0.0, n))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
@@ -154,7 +155,11 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     nt = np.where(usable, n_t, 1.0)
     nc = np.where(usable, n_c, 1.0)
     s_t, s_c = s[..., 1::2], s[..., 0::2]
-    m_t, m_c = s_t / nt, s_c / nc  # arm means minus B/2
+    # arm means minus B/2, clipped to B/2 beyond the outcome's range [0, B]: a wider clip than
+    # the range itself, so that it biases no mean whose noise is small next to B/2 and still
+    # cuts the tails of the near-empty cells' noise-only means
+    m_t = np.clip(s_t / nt, -c.bound, c.bound)
+    m_c = np.clip(s_c / nc, -c.bound, c.bound)
     weight = np.where(usable, (n_t + n_c) / n, 0.0)  # noisy stratum size over public N
     raw_tau = np.sum(weight * (m_t - m_c), axis=-1)
     tau = np.clip(raw_tau - _ratio_bias(c, usable, nt, nc, m_t, m_c), -c.bound, c.bound)

@@ -294,8 +294,9 @@ def test_post_processing_of_extreme_noisy_values():
     assert all(np.all(np.isfinite(v)) for v in values)
     assert out.diagnostics["usable_strata"] == 2
     # stratum 1: its sums at the limits of their range (|s| <= N B/2), so its noisy means lie far
-    # outside [0, B] (treated -100 B/60, control 100 B/50, centred; not clipped one by one) and
-    # its contribution, (110/200) (-11/3) B, takes tau past -B: tau is clipped to the range
+    # outside [0, B] (treated -100 B/60, control 100 B/50, centred) and are clipped to B/2
+    # beyond it (-B and B, centred); its contribution, (110/200) (-2 B), takes tau past -B: tau
+    # is clipped to the range
     assert out.tau == -B
     assert out.variance >= out.diagnostics["noise_variance"] > 0
     # the clamped variance keeps each cell's variance in [0, B^2/4]; raw keeps the negative
