@@ -158,9 +158,13 @@ def _dim(
 
 def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
     """dpate_core.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
-    Each usable stratum's arm means are clipped to ``[0, B]`` and its weight is its noisy size
-    (counts clipped to ``[0, N]``) over the public ``N``, in ``[0, 2]``; so ``|tau| <= B *
-    usable_weight``. The noise variance is a sum of non-negative terms (0 with no usable stratum)."""
+    Subclassification: each usable stratum's arm means are clipped to ``[-B/2, 3B/2]`` and its
+    weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``, in ``[0, 2]``,
+    so the weighted sum is at most ``2 B usable_weight`` in absolute value; the ratio-bias
+    correction, ``v_n sum (n_c m_t / (n_t^2 + 6 v_n) - ...) / N``, at most ``B usable_weight /
+    6`` (``v_n / (n_t^2 + 6 v_n) <= 1/6``, ``|m| <= B``); and ``tau`` is clipped to ``[-B, B]``:
+    ``|tau| <= B min(1, 13/6 usable_weight)``. Fixed effects: ``usable_weight`` is 1, or 0 with
+    ``tau = 0``. The noise variance is a sum of non-negative terms (0 with no usable stratum)."""
     out: list[str] = []
     d = e.diagnostics
     nv, strata, weight = d["noise_variance"], d["usable_strata"], d["usable_weight"]
@@ -182,8 +186,8 @@ def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
             f"released variance is the clipped sampling part + noise variance"
         )
     # (no variance >= raw_variance rule: the within-cell variances are clipped to [0, B^2/4])
-    reach = float(e.bound) * weight * (1.0 + RTOL) + float(e.bound) * 1e-12
-    out += _tau_range(e.tau, reach, "B * usable_weight (arm means clipped to [0, B])")
+    reach = float(e.bound) * min(1.0, 13.0 / 6.0 * weight) * (1.0 + RTOL) + float(e.bound) * 1e-12
+    out += _tau_range(e.tau, reach, "B * min(1, 13/6 usable_weight) (the post-processing's bounds)")
     if e.n_treated is not None:
         out.append("n_treated/n_control must be null: the adjusted release does not publish them")
     return out
