@@ -237,9 +237,10 @@ def dp_adjusted(
     ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
     when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
     noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
-    arm); arm means clipped to ``[0, B]``; each arm's within-cell variance pooled over the usable
-    strata (plus one noise sd of its sum of squares) and clamped to ``[0, B^2/4]``
-    (``raw_variance`` keeps the unclamped value).
+    arm); arm means clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the plug-in of
+    the leading term of dividing by noisy counts) and clipped to ``[-B, B]``; each arm's
+    within-cell variance pooled over the usable strata (plus one noise sd of its sum of squares)
+    and clamped to ``[0, B^2/4]`` (``raw_variance`` keeps the unclamped value).
     """
     plan = plan_adjusted(
         w,

@@ -233,7 +233,8 @@ class StudySpec(_Model):
     def resolved_weighting(self, site_id: str, n: int) -> str | None:
         """The weighting the site's adjusted release would use with ``n`` records (its public,
         published ``N``): :attr:`weighting`, or for ``"auto"`` the public rule
-        ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` (:func:`dpate_core.predictors.adjusted_weighting`).
+        ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` with the ratio bias's predicted remainder at
+        most ``AUTO_BIAS`` (:func:`dpate_core.predictors.adjusted_weighting`).
         None for the other estimators."""
         if self.estimator != "adjusted":
             return None
