@@ -33,6 +33,7 @@ from fractions import Fraction
 import numpy.typing as npt
 
 from dpate_core.adjusted_weightings import (
+    RATIO_DAMPING,
     RESOLVE_Z,
     PublicConstants,
     assemble_fixed_effects,
@@ -57,6 +58,7 @@ __all__ = [
     "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
+    "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
     "WEIGHTINGS",
@@ -102,11 +104,14 @@ def plan_adjusted(
 def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsilon: float) -> float:
     """Subclassification's ratio bias left after its correction, over the estimate's noise sd,
     predicted from public values for a balanced design (``n = N / (2 |X|)`` records per arm per
-    stratum, arm means ``B`` apart): the leading bias ``|X| v_n B / (N n)`` (``v_n = 2 s_n^2``,
-    ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, times the
-    relative remainder ``6 v_n / n^2`` of the correction; ``48 s_n^4 eps_s |X|^(7/2) / N^3``
-    (docs/adjusted.md, "The ratio bias and its correction")."""
-    return float(48.0 * count_scale**4 * sum_epsilon * float(domain_size) ** 3.5 / float(n) ** 3)
+    stratum, arm means ``B`` apart): the bias ``|X| v_n B / (N n)`` (``v_n = 2 s_n^2``,
+    ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, i.e.
+    ``|X|^(3/2) s_n^2 eps_s / N``, times the correction's relative remainder
+    ``RATIO_DAMPING (v_n / n^2)^2`` (its damping near the threshold):
+    ``64 RATIO_DAMPING s_n^6 eps_s |X|^(11/2) / N^5`` (docs/adjusted.md, "The ratio bias and its
+    correction")."""
+    size, records = float(domain_size), float(n)
+    return float(64.0 * RATIO_DAMPING * count_scale**6 * sum_epsilon * size**5.5 / records**5)
 
 
 def resolve_weighting(
@@ -126,8 +131,10 @@ def resolve_weighting(
         return weighting
     per_arm = n / (2.0 * domain_size)
     populated = per_arm >= AUTO_RATIO * count_scale
-    small_bias = ratio_bias_remainder(n, domain_size, count_scale, sum_epsilon) <= AUTO_BIAS
-    return "subclassification" if populated and small_bias else "fixed_effects"
+    small_bias = (
+        populated and ratio_bias_remainder(n, domain_size, count_scale, sum_epsilon) <= AUTO_BIAS
+    )
+    return "subclassification" if small_bias else "fixed_effects"
 
 
 def plan_adjusted_from_statistics(

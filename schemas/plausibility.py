@@ -158,13 +158,15 @@ def _dim(
 
 def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
     """dpate_core.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
-    Subclassification: each usable stratum's arm means are clipped to ``[-B/2, 3B/2]`` and its
-    weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``, in ``[0, 2]``,
-    so the weighted sum is at most ``2 B usable_weight`` in absolute value; the ratio-bias
-    correction, ``v_n sum (n_c m_t / (n_t^2 + 6 v_n) - ...) / N``, at most ``B usable_weight /
-    6`` (``v_n / (n_t^2 + 6 v_n) <= 1/6``, ``|m| <= B``); and ``tau`` is clipped to ``[-B, B]``:
-    ``|tau| <= B min(1, 13/6 usable_weight)``. Fixed effects: ``usable_weight`` is 1, or 0 with
-    ``tau = 0``. The noise variance is a sum of non-negative terms (0 with no usable stratum)."""
+    Subclassification: each usable stratum's centred arm means are clipped to ``[-B, B]`` and
+    its weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``; with the
+    ratio-bias correction ``tau`` is linear in the means with coefficients ``(n_t + n_c (1 -
+    v_n / (n_t^2 + D v_n^2 / n_t^2))) / N`` for ``m_t`` (and likewise for ``m_c``), which lie in
+    ``[0, (n_t + n_c) / N]`` because ``v_n / (n^2 + D v_n^2 / n^2) <= 1 / (2 sqrt(D)) < 1``
+    (``D = RATIO_DAMPING``); so ``|tau| <= 2 B usable_weight``, and ``tau`` is clipped to
+    ``[-B, B]``: ``|tau| <= B min(1, 2 usable_weight)``. Fixed effects: ``usable_weight`` is 1,
+    or 0 with ``tau = 0``. The noise variance is a sum of non-negative terms (0 with no usable
+    stratum)."""
     out: list[str] = []
     d = e.diagnostics
     nv, strata, weight = d["noise_variance"], d["usable_strata"], d["usable_weight"]
@@ -186,8 +188,8 @@ def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
             f"released variance is the clipped sampling part + noise variance"
         )
     # (no variance >= raw_variance rule: the within-cell variances are clipped to [0, B^2/4])
-    reach = float(e.bound) * min(1.0, 13.0 / 6.0 * weight) * (1.0 + RTOL) + float(e.bound) * 1e-12
-    out += _tau_range(e.tau, reach, "B * min(1, 13/6 usable_weight) (the post-processing's bounds)")
+    reach = float(e.bound) * min(1.0, 2.0 * weight) * (1.0 + RTOL) + float(e.bound) * 1e-12
+    out += _tau_range(e.tau, reach, "B * min(1, 2 usable_weight) (the post-processing's bounds)")
     if e.n_treated is not None:
         out.append("n_treated/n_control must be null: the adjusted release does not publish them")
     return out

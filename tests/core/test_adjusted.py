@@ -17,6 +17,7 @@ from dpate_core.adjusted import (
     AUTO_BIAS,
     AUTO_RATIO,
     DEFAULT_SPLIT,
+    RATIO_DAMPING,
     THRESHOLD_FACTOR,
     dp_adjusted,
     plan_adjusted,
@@ -404,17 +405,20 @@ def test_auto_weighting_is_a_public_rule_and_names_are_checked():
 
 def test_auto_weighting_leaves_subclassification_where_its_ratio_bias_would_stay():
     # many strata, each well populated: the records per arm pass AUTO_RATIO, but the ratio bias
-    # grows as |X|^(7/2) / N^3 against the noise; its predicted remainder decides
+    # grows as |X|^(3/2) / N noise sds and its correction leaves RATIO_DAMPING (v_n/n^2)^2 of it:
+    # the predicted remainder, 64 RATIO_DAMPING s_n^6 eps_s |X|^(11/2) / N^5, decides
     scale, eps_s = 40 / 7, 11 / 20  # eps = 1, the default split
     k = 10_000
-    for n, remainder in ((1_200_000, 1.63), (3_000_000, 0.104)):
+    for n, remainder in ((1_200_000, 0.49), (3_000_000, 0.0050)):
         assert n / (2 * k) >= AUTO_RATIO * scale
-        assert ratio_bias_remainder(n, k, scale, eps_s) == pytest.approx(remainder, rel=0.01)
+        assert ratio_bias_remainder(n, k, scale, eps_s) == pytest.approx(remainder, rel=0.02)
     assert resolve_weighting("auto", 1_200_000, k, scale, eps_s) == "fixed_effects"
     assert resolve_weighting("auto", 3_000_000, k, scale, eps_s) == "subclassification"
-    edge = (48 * scale**4 * eps_s * k**3.5 / AUTO_BIAS) ** (1 / 3)
+    edge = (64 * RATIO_DAMPING * scale**6 * eps_s * k**5.5 / AUTO_BIAS) ** (1 / 5)
     assert resolve_weighting("auto", math.ceil(edge), k, scale, eps_s) == "subclassification"
     assert resolve_weighting("auto", math.floor(edge), k, scale, eps_s) == "fixed_effects"
+    # no records: fixed effects, without evaluating the remainder (no division by zero)
+    assert resolve_weighting("auto", 0, k, scale, eps_s) == "fixed_effects"
 
 
 def test_fixed_effects_on_one_stratum_is_the_difference_of_noisy_means():
@@ -486,6 +490,16 @@ def test_old_weighting_fails_the_pooled_check():
     assert np.mean(out.tau) - 0.5 < -0.05
 
 
+def _subclassification_target(w, y, x, k, bound):
+    """The non-private subclassification estimate: strata with both arms, weights ``n_x / N``."""
+    cells = np.bincount(2 * x + w, minlength=2 * k).astype(np.float64)
+    sums = np.bincount(2 * x + w, weights=y, minlength=2 * k)
+    n_c, n_t = cells[0::2], cells[1::2]
+    both = (n_c > 0) & (n_t > 0)
+    d = np.where(both, sums[1::2] / np.maximum(n_t, 1) - sums[0::2] / np.maximum(n_c, 1), 0.0)
+    return float(np.sum((n_t + n_c) * d) / len(w))
+
+
 def test_subclassification_corrects_its_ratio_bias():
     # |X| = 10^4 strata of ~300 records at eps = 1: dividing by noisy counts biases the sum of
     # the stratum terms by v_n (n_c m_t / n_t^2 - n_t m_c / n_c^2) / N (docs/adjusted.md, "The
@@ -512,6 +526,19 @@ def test_subclassification_corrects_its_ratio_bias():
     assert abs(float(np.mean(out.tau)) - target) < 0.25 * sd, (np.mean(out.tau) - target, sd)
     cover = np.mean(np.abs(out.tau - target) <= 1.96 * np.sqrt(out.variance))
     assert cover >= 0.92, cover  # 0.95 over 1000 releases
+
+
+def test_ratio_bias_correction_is_damped_near_the_count_threshold():
+    # a Synth site (N 3,333, |X| = 100) at eps 4 with strong imbalance: arms of a few count-noise
+    # scales, where the plain plug-in v_n n_c m_t / n_t^2 over-states the bias (bias -1.1 noise
+    # sds with it); the damped one leaves about -0.25 (without any correction: +0.46)
+    d = synth(3333, 100, a=-1.0, b=0.2, seed=3)
+    plan = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=4, domain_size=100,
+                         weighting="subclassification")  # fmt: skip
+    out = plan.assemble(draw_many(plan, np.random.default_rng(11), 4000))
+    target = _subclassification_target(d.w, d.y, d.x, 100, d.bound)
+    sd = float(np.std(out.tau))
+    assert abs(float(np.mean(out.tau)) - target) < 0.5 * sd, (np.mean(out.tau) - target, sd)
 
 
 @pytest.mark.parametrize("eps", [0.1, 1])
