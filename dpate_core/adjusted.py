@@ -160,11 +160,10 @@ def plan_adjusted_from_statistics(
     if n < 2:
         raise ValueError(f"a release needs at least 2 records (got {n})")
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
-    noise = cell_noise(stats, cell_scales(stats, shares.apply(total)))
+    parts = shares.apply(total)
+    noise = cell_noise(stats, cell_scales(stats, parts))
     public = _public_constants(stats, noise, min_count)
-    mode = resolve_weighting(
-        weighting, n, public.n_strata, public.scale_n, float(shares.apply(total)[1].epsilon)
-    )
+    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, float(parts[1].epsilon))
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     return MechanismPlan(
         estimator="adjusted",
@@ -244,8 +243,9 @@ def dp_adjusted(
     ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
     when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
     noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
-    arm); arm means clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the plug-in of
-    the leading term of dividing by noisy counts) and clipped to ``[-B, B]``; each arm's
+    arm); arm means clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the bias of
+    dividing by noisy counts, estimated at the noisy point and damped near the threshold) and
+    clipped to ``[-B, B]``; each arm's
     within-cell variance pooled over the usable strata (plus one noise sd of its sum of squares)
     and clamped to ``[0, B^2/4]`` (``raw_variance`` keeps the unclamped value).
     """
