@@ -10,7 +10,8 @@ the released tau around 0.5 on resolved releases, and the mean (median) reported
 into its parts (noise, sampling, unestimated), the noise part over the releases' own spread at
 fixed data, and the coverage of tau +- 1.96 sqrt(variance).
 
-Run: ``python bench/bench_adjusted_variance.py [DATA_DRAWS] [RELEASES]`` (12 x 1000: about 40 s).
+Run: ``python bench/bench_adjusted_variance.py [DATA_DRAWS] [RELEASES] [WEIGHTING]`` (12 x 1000:
+about 40 s; ``WEIGHTING`` ``auto`` by default, or ``fixed_effects`` / ``subclassification`` forced).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dpate_core.simulation import site_epsilons
 from dpate_core.synth import parse_proportions
 
 
-def main(n_data: int = 12, per: int = 1000) -> None:
+def main(n_data: int = 12, per: int = 1000, weighting: str = "auto") -> None:
     settings = ExperimentSettings()
     draw, target = _coverage_population("Synth", "adjusted", settings, default_source())
     grid = {e for e1 in COVERAGE_EPSILONS for a in COVERAGE_ALPHAS for e in site_epsilons(e1, a, 3)}
@@ -38,7 +39,7 @@ def main(n_data: int = 12, per: int = 1000) -> None:
         stats = prepare(draw(i, parse_proportions("1:1:1")), "adjusted")[0][0]
         for e in sorted(grid):
             for j, st in enumerate(stats):
-                plan = plan_adjusted_from_statistics(st, epsilon=e)
+                plan = plan_adjusted_from_statistics(st, epsilon=e, weighting=weighting)
                 out = plan.assemble(draw_many(plan, generator(settings, "bav", e, j, i), per))
                 p = parts[e]
                 p["tau"].append(out.tau)
@@ -65,4 +66,5 @@ def main(n_data: int = 12, per: int = 1000) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    args = sys.argv[1:]
+    main(*(int(a) for a in args[:2]), *args[2:3])

@@ -125,14 +125,13 @@ def _fixed_effects_sampling(
     c: PublicConstants, cnt: Any, s: Any, q: Any, d_safe: Any
 ) -> tuple[Any, Any]:
     """``(raw, clamped)`` sampling variance of the fixed-effects ratio: ``sum (n_t n_c)^2
-    (sigma_t^2 / n_t + sigma_c^2 / n_c) / D^2``, with each arm's variance bounded by its total
-    variance over all strata (noisy moments pooled over the strata, so the noise averages out;
-    between-strata spread makes it conservative); clamped to ``[0, B^2/4]`` per arm."""
+    (sigma_t^2 / n_t + sigma_c^2 / n_c) / D^2``, with each arm's within-cell variance estimated by
+    :func:`_arm_variance`; clamped to ``[0, B^2/4]`` per arm."""
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     pos_t, pos_c = np.maximum(n_t, 0.0), np.maximum(n_c, 0.0)
-    raw_t = _total_arm_variance(n_t, s_t, q[..., 1::2])[..., None]
-    raw_c = _total_arm_variance(n_c, s_c, q[..., 0::2])[..., None]
+    raw_t = _arm_variance(c, n_t, s_t, q[..., 1::2])
+    raw_c = _arm_variance(c, n_c, s_c, q[..., 0::2])
     w_t, w_c = pos_c**2 * pos_t, pos_t**2 * pos_c
 
     def sampling_of(var_t: Any, var_c: Any) -> Any:
@@ -141,6 +140,19 @@ def _fixed_effects_sampling(
     sampling_raw = sampling_of(raw_t, raw_c)
     max_var = c.max_var
     return sampling_raw, sampling_of(np.clip(raw_t, 0.0, max_var), np.clip(raw_c, 0.0, max_var))
+
+
+def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
+    """Fixed effects: one arm's within-cell variance, ``(..., 1)``. Pooled over the cells whose
+    noisy count reaches ``min_count`` (:func:`_pooled_variance`, as subclassification does), and
+    never above the arm's variance over all strata (:func:`_total_arm_variance`, which also holds
+    the spread between strata): where cells are well filled (a large budget) the pooled value
+    leaves that spread out, where they are not the total bounds the noisier pooled one; with no
+    such cell, the total alone."""
+    total = _total_arm_variance(nn, ss, qq)[..., None]
+    kept = nn >= c.min_count
+    pooled = _pooled_variance(c, kept, np.where(kept, nn, 1.0), ss, qq)
+    return np.where(np.any(kept, axis=-1, keepdims=True), np.minimum(pooled, total), total)
 
 
 def _total_arm_variance(nn: Any, ss: Any, qq: Any) -> Any:

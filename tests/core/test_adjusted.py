@@ -541,6 +541,31 @@ def test_ratio_bias_correction_is_damped_near_the_count_threshold():
     assert abs(float(np.mean(out.tau)) - target) < 0.5 * sd, (np.mean(out.tau) - target, sd)
 
 
+def test_fixed_effects_sampling_variance_leaves_the_spread_between_strata_out():
+    # forced fixed effects at a large budget (a study that wants one estimand everywhere): each
+    # arm's within-cell variance is pooled over the cells it can read, not taken from the arm's
+    # variance over all strata, which holds Synth's spread between strata (b = 0.4: about 16
+    # times the within-cell variance 1/1200); the reported sampling part was 18 times the true
+    # one, now about 2 (the one-noise-sd margin of the pooled squares)
+    k = 100
+    d = synth(3333, k, a=-0.5, b=0.4, seed=5)
+    cells = 2 * d.x + d.w
+    cnt = np.bincount(cells, minlength=2 * k).astype(np.float64)
+    sums = np.bincount(cells, weights=d.y, minlength=2 * k)
+    within = np.bincount(cells, weights=d.y**2, minlength=2 * k) - sums**2 / np.maximum(cnt, 1)
+    var_c, var_t = (within[a::2].sum() / cnt[a::2].sum() for a in (0, 1))
+    n_c, n_t = cnt[0::2], cnt[1::2]
+    prod = n_t * n_c
+    true = np.sum(prod**2 * (var_t / np.maximum(n_t, 1) + var_c / np.maximum(n_c, 1)))
+    true /= np.sum(prod) ** 2
+    plan = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=40, domain_size=k,
+                         weighting="fixed_effects")  # fmt: skip
+    out = plan.assemble(draw_many(plan, np.random.default_rng(2), 2000))
+    d_ = out.diagnostics
+    sampling = out.variance - d_["noise_variance"] - d_["unestimated_variance"]
+    assert 1.0 < float(np.mean(sampling)) / true < 4.0
+
+
 @pytest.mark.parametrize("eps", [0.1, 1])
 def test_no_stratum_left_out_means_nothing_unestimated(eps):
     # subclassification's left-out share is the noisy size of the strata it drops over that of
