@@ -239,8 +239,9 @@ def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
     (``S_t - tau n_t = n_t m_c``, ``S_c + tau n_c = n_c m_t``), the release's own noise variance
     at the assumed counts: ``sum [v_n (n_t^2 m_c^2 + n_c^2 m_t^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n
     + tau^2 v_n^2] / D^2 (1 + 3 Var(D) / D^2)``, ``Var(D) = sum v_n (n_t^2 + n_c^2) + |X| v_n^2``.
-    Sampling: ``sum n_t n_c (n_c + n_t) sd^2 / D^2`` (the release bounds each arm's variance by its
-    total variance over the strata, so ``sd`` stands for that). The release is uninformative
+    Sampling: ``sum n_t n_c (n_c + n_t) sd^2 / D^2`` (``sd`` the assumed outcome sd within a
+    cell; the release pools each arm's within-cell variance, bounded by its total variance over
+    the strata). The release is uninformative
     (variance ``B^2/3``) when its noisy ``D`` is at most ``RESOLVE_Z`` sds: with probability
     ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the one whose normal
     half-width is the expected half-width, ``(p sqrt(v) + (1 - p) sqrt(B^2/3))^2``."""
