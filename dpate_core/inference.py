@@ -74,8 +74,10 @@ class Interval:
     """A confidence interval for an ATE, clipped to the feasible range ``[-B, B]``.
 
     ``estimate`` is the point estimate clipped to that range (post-processing). ``uninformative``
-    is True when the interval *before* clipping was at least ``2B`` wide: at this budget the data
-    cannot say more than the range already does (reports say :data:`UNINFORMATIVE`).
+    is True when the interval *before* clipping was at least ``2B`` wide (at this budget the data
+    cannot say more than the range already does), or lay wholly beyond one end of the range (the
+    noise carried it outside every possible ATE; clipped, it would read as the single point
+    ``B`` or ``-B``): reports say :data:`UNINFORMATIVE`.
     """
 
     estimate: float
@@ -110,10 +112,11 @@ class Interval:
 def clip_interval(
     estimate: float, lo: float, hi: float, bound: float, level: float, method: str
 ) -> Interval:
-    """Clip an estimate and its interval to ``[-B, B]`` and flag an interval ``>= 2B`` wide.
+    """Clip an estimate and its interval to ``[-B, B]`` and flag an interval ``>= 2B`` wide or
+    wholly outside the range.
 
     Every ATE of outcomes in ``[0, B]`` lies in ``[-B, B]``, so clipping is post-processing that
-    can only move an end towards the truth; the flag reads the width before clipping.
+    can only move an end towards the truth; the flag reads the interval before clipping.
     """
     b = float(bound)
     if not (b > 0 and math.isfinite(b)):
@@ -126,7 +129,7 @@ def clip_interval(
         hi=min(max(float(hi), -b), b),
         level=float(level),
         method=method,
-        uninformative=(hi - lo) >= 2.0 * b,
+        uninformative=(hi - lo) >= 2.0 * b or lo >= b or hi <= -b,
         bound=b,
     )
 

@@ -173,6 +173,12 @@ def test_clipping_and_the_uninformative_flag():
     assert (iv.estimate, iv.lo, iv.hi, iv.uninformative) == (1.0, -0.9, 1.0, True)
     assert iv.note == UNINFORMATIVE == "uninformative at this budget"
     assert iv.as_dict()["uninformative"] is True
+    # wholly beyond one end of the range: clipped, it collapses onto the bound, never read as
+    # certainty; touching the bound from inside is not flagged
+    for lo, hi, end in ((1.2, 1.5, 1.0), (-1.6, -1.0, -1.0)):
+        iv = clip_interval((lo + hi) / 2, lo, hi, 1.0, 0.95, "normal")
+        assert (iv.lo, iv.hi, iv.estimate, iv.uninformative) == (end, end, end, True)
+    assert not clip_interval(1.0, 0.99, 1.5, 1.0, 0.95, "normal").uninformative
     with pytest.raises(ValueError, match="bound"):
         clip_interval(0.0, -1.0, 1.0, 0.0, 0.95, "normal")
     with pytest.raises(ValueError, match="lo <= hi"):
