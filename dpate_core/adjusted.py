@@ -245,9 +245,9 @@ def dp_adjusted(
     noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
     arm); arm means clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the bias of
     dividing by noisy counts, estimated at the noisy point and damped near the threshold) and
-    clipped to ``[-B, B]``; each arm's
-    within-cell variance pooled over the usable strata (plus one noise sd of its sum of squares)
-    and clamped to ``[0, B^2/4]`` (``raw_variance`` keeps the unclamped value).
+    clipped to ``[-B, B]``; each arm's within-cell variance pooled over the usable strata (plus
+    one noise sd of its sum of squares) and clamped to ``[0, B^2/4]`` (``raw_variance`` keeps
+    the unclamped value).
     """
     plan = plan_adjusted(
         w,

@@ -184,8 +184,9 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     weight = np.where(usable, (n_t + n_c) / n, 0.0)  # noisy stratum size over public N
     raw_tau = np.sum(weight * (m_t - m_c), axis=-1)
     tau = np.clip(raw_tau - _ratio_bias(c, usable, nt, nc, m_t, m_c), -c.bound, c.bound)
-    m_t = np.clip(m_t, -half_b, half_b)
-    m_c = np.clip(m_c, -half_b, half_b)
+    # the delta method's derivatives at means in the true means' range [0, B]
+    in_t = np.clip(m_t, -half_b, half_b)
+    in_c = np.clip(m_c, -half_b, half_b)
     raw_t = _pooled_variance(c, usable, nt, s_t, q[..., 1::2])
     raw_c = _pooled_variance(c, usable, nc, s_c, q[..., 0::2])
     w2 = weight * weight
@@ -194,9 +195,9 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
         w2 * (np.clip(raw_t, 0.0, max_var) / nt + np.clip(raw_c, 0.0, max_var) / nc), axis=-1
     )
     # noise variance (delta method at the noisy point): Var Lap(b) = 2 b^2 per entry
-    diff = (m_t - m_c) / n
-    d_nt = diff - weight * m_t / nt
-    d_nc = diff + weight * m_c / nc
+    diff = (in_t - in_c) / n
+    d_nt = diff - weight * in_t / nt
+    d_nc = diff + weight * in_c / nc
     per_stratum = 2.0 * c.b_s**2 * w2 * (1.0 / nt**2 + 1.0 / nc**2) + 2.0 * c.scale_n**2 * (
         d_nt**2 + d_nc**2
     )
