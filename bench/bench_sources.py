@@ -99,11 +99,11 @@ def write_parquet(path: Path, rows: int) -> None:
 
 
 def _preload() -> None:
+    import dpate.schemas.site_statistics
     import psycopg
     import pyarrow.parquet
     import sqlalchemy
 
-    import dpate.schemas.site_statistics
     import dpate_core.adjusted
 
     del psycopg, pyarrow, sqlalchemy, dpate_core, dpate
@@ -112,8 +112,9 @@ def _preload() -> None:
 def release(spec, target: str) -> int:
     """The site task's release path without ledger or Prefect run (tasks/site.py): read (streamed
     or materialised as the estimator needs), feasibility rules, plan, one secure draw."""
-    from dpate.schemas.preflight import feasibility_problems
     from dpate.schemas.site_statistics import read_site_records
+
+    from dpate.schemas.preflight import feasibility_problems
     from dpate.site_plans import plan_from_records
     from dpate_core.release import draw_once
 
