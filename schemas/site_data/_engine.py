@@ -323,9 +323,12 @@ def _connect(loc: str, scheme: str, password: str | None) -> tuple[Any, str]:
         from pyspark.sql import SparkSession
 
         master = loc.split("://", 1)[1].rstrip("/")
-        if not master.startswith("local"):
+        builder = SparkSession.builder.appName("dpate-site").config("spark.ui.enabled", "false")
+        if master.startswith("local"):  # one machine: a few shuffle partitions, not 200
+            builder = builder.config("spark.sql.shuffle.partitions", "4")
+        else:
             master = f"spark://{master}"
-        session = SparkSession.builder.master(master).appName("dpate-site").getOrCreate()
+        session = builder.master(master).getOrCreate()
         return ibis.pyspark.connect(session), "pyspark"
     if scheme in ("postgresql", "postgres"):
         from sqlalchemy.engine import make_url
