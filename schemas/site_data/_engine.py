@@ -128,6 +128,24 @@ class SiteTable:
                 return
             yield batch
 
+    def estimated_rows(self) -> int:
+        """The number of rows, or (PostgreSQL) the planner's estimate of it: what fixes the
+        grid of a first pass over the data, which is checked against the exact count after
+        (:func:`._statistics.site_summary`). DuckDB counts a Parquet file's rows from its
+        metadata; PostgreSQL's estimate costs no scan."""
+        if self.dialect == "postgres":
+            import ibis
+
+            sql = ibis.to_sql(self.table, dialect="postgres")
+
+            def explain() -> int:
+                with self.backend.raw_sql(f"EXPLAIN (FORMAT JSON) {sql}") as cur:
+                    plan = cur.fetchone()[0]
+                return int(plan[0]["Plan"]["Plan Rows"])
+
+            return engine_call(self.name, self._error_kind, explain)
+        return int(self.execute(self.table.count()))
+
     @property
     def _error_kind(self) -> str:
         return "sql" if self.kind in ("sql", "spark") else self.kind
@@ -180,9 +198,14 @@ def open_site_table(
 
 
 def _duckdb() -> Any:
+    """An in-memory DuckDB: its memory limit from :data:`ENGINE_MEMORY_ENV`, and what it spills
+    beyond it (a sort of the matching estimators' records) in the site's temporary directory,
+    deleted when the connection closes."""
+    import tempfile
+
     import ibis
 
-    config: dict[str, Any] = {}
+    config: dict[str, Any] = {"temp_directory": tempfile.gettempdir()}
     memory = os.environ.get(ENGINE_MEMORY_ENV, "").strip()
     if memory:
         config["memory_limit"] = memory

@@ -12,15 +12,14 @@ from dpate.schemas.spec import StudySpec
 from ._engine import SiteTable, open_site_table
 from ._errors import SiteDataError
 from ._records import SiteData, SiteStatistics
-from ._rules import needed_columns, record_rules
+from ._rules import needed_columns, record_codes
 from ._statistics import (
     RecordOrder,
     SecureOrder,
-    cell_statistics_of,
     matching_statistics_of,
     raise_problems,
     records_of,
-    summarise,
+    site_summary,
 )
 
 __all__ = ["prepare_site_data", "read_site_records", "site_statistics"]
@@ -34,14 +33,19 @@ _NOT_BINARY = (
 )
 
 
-def _validated(site: SiteTable, spec: StudySpec) -> tuple[Any, Any]:
-    rules = record_rules(site.table, spec, site.dialect)
-    summary = summarise(site, rules, spec)
+def _validated(
+    site: SiteTable, spec: StudySpec, centred: bool | None = None
+) -> tuple[Any, Any, Any]:
+    """The rules, the operator's report and (``centred`` not None) the cell statistics, or the
+    error of the rules broken (one query; a small one per rule broken, for its positions)."""
+    rules = record_codes(site.table, spec, site.dialect)
+    guess = site.estimated_rows() if centred is not None else None
+    summary, cells = site_summary(site, rules, spec, centred=centred, n_guess=guess)
     if summary.broken:
         raise_problems(site, spec, summary)
     if summary.not_binary:
         raise SiteDataError([], hint=_NOT_BINARY)
-    return rules, summary.report
+    return rules, summary.report, cells
 
 
 def site_statistics(
@@ -63,9 +67,8 @@ def site_statistics(
     value)."""
     site = open_site_table(source, needed_columns(spec), fmt, query=query, secret=secret)
     try:
-        rules, report = _validated(site, spec)
+        _, report, cells = _validated(site, spec, centred=spec.estimator not in _UNCENTRED)
         n = report.n_used
-        cells = cell_statistics_of(site, rules, spec, n, centred=spec.estimator not in _UNCENTRED)
         stats = None
         if matching and spec.estimator_info.order_dependent and n > 0:
             chosen = (order or (lambda _: SecureOrder()))(n)
@@ -113,7 +116,7 @@ def prepare_site_data(
     table."""
     site = open_site_table(source, needed_columns(spec), fmt, query=query, secret=secret)
     try:
-        rules, report = _validated(site, spec)
+        rules, report, _ = _validated(site, spec)
         w, y, x = records_of(site, rules)
     finally:
         site.close()

@@ -1,21 +1,27 @@
 """The study spec's rules and conversions as Ibis expressions, evaluated where the data lives.
 
-:func:`record_rules` turns the spec's public declarations into expressions over a site's table:
-for every column the rows that break each rule (a boolean per rule), the rows where the value is
-missing, and the converted values a release uses: ``w`` (0/1), ``y`` (``Y - offset``, clipped to
-``[0, B]`` under ``policy = "clip"``) and the stratum id ``x`` (the mixed-radix number of the
-covariates' level and bin indices, first covariate most significant). Everything they compare
-with comes from the spec; nothing is learned from the data.
+:func:`record_codes` turns the spec's public declarations into one small integer per spec column
+and row, its *code*, plus the outcome a release uses; the engine groups the rows by their codes,
+and everything else (which rules are broken and how often, the rows kept, the stratum ``x`` and
+arm ``w`` of each group, the clipped and mapped counts) is decoded from the groups
+(:class:`RecordCodes`). A code is:
 
-The rules, per column (each row is reported at most once per column: the first rule it breaks):
+- ``>= 0``: a valid value: the treatment's arm (1 treated, 0 control), the outcome's position
+  (0 within ``[0, B]`` after the offset, 1 clipped up from below 0, 2 clipped down from above B;
+  3 within but not 0 or B, for a binary outcome), a covariate's level or bin index;
+- :data:`MISSING`: absent, or not finite (``NaN``; an infinite outcome; an infinite covariate
+  value outside an open-ended bin): ``missing = "reject"`` reports it, ``"drop"`` drops the row;
+- :data:`NOT_ALLOWED`: treatment not 0/1 (or not one of its two labels), a level not declared
+  (without ``other``);
+- :data:`OUTSIDE`: the outcome outside ``[0, B]`` after the offset (``policy = "reject"``), a
+  number outside the bin edges;
+- :data:`NOT_NUMBER`: present but not a number (numbers read as text are converted), or not one
+  of the outcome's ``labels``: reported whatever the missing policy;
+- :data:`MAPPED`: a categorical value not declared, mapped to the covariate's ``other`` level.
 
-1. a conversion: a value present but not a number (numeric columns, numbers read as text are
-   converted), or not one of the outcome's ``labels``: reported whatever the missing policy;
-2. missing: absent, or not finite (``NaN``; an infinite outcome; an infinite covariate value
-   outside an open-ended bin): ``missing = "reject"`` reports it, ``"drop"`` drops the row;
-3. the spec's rule: treatment 0/1 (or its two labels), the outcome within ``[0, B]`` after the
-   offset (``policy = "reject"``), a declared level (without ``other``), within the bin edges;
-   under ``"drop"`` only on the rows kept.
+Each row has one code per column, so a row is reported at most once per column, at the first
+rule it breaks; rules other than the conversion are reported on the rows kept under ``"drop"``.
+Everything compared with comes from the spec; nothing is learned from the data.
 
 Float constants (``B``, the offset, bin edges) enter as text cast to double, which every engine
 parses correctly rounded: a decimal literal may become a DECIMAL whose conversion to double is
@@ -27,11 +33,13 @@ record's grid value is the integer the core's compiled kernel computes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from dpate.schemas.spec import StudySpec
-from dpate.schemas.spec_columns import CategoricalCovariate, NumericCovariate
+from dpate.schemas.spec_columns import CategoricalCovariate
 
 from ._errors import (
     R_EDGES,
@@ -44,13 +52,27 @@ from ._errors import (
     R_TREATMENT_LABEL,
 )
 
-__all__ = ["RecordRules", "count_of", "double", "grid_value", "needed_columns", "record_rules"]
+__all__ = [
+    "MISSING",
+    "RecordCodes",
+    "count_of",
+    "double",
+    "grid_value",
+    "needed_columns",
+    "record_codes",
+]
+
+MISSING, NOT_ALLOWED, OUTSIDE, NOT_NUMBER, MAPPED = -2, -1, -3, -4, -6
+#: added to a code to make it non-negative (the smallest code is MAPPED)
+SHIFT = 6
 
 #: text a CSV (or a text column) may hold for a boolean treatment: pyarrow's spellings
 _TRUE = ("True", "TRUE", "true")
 _FALSE = ("False", "FALSE", "false")
 #: a number written as text, for engines without a safe cast (a failed CAST raises there)
 _NUMBER = r"^\s*[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])\s*$"
+#: the largest finite double
+_MAX = 1.7976931348623157e308
 
 
 def needed_columns(spec: StudySpec) -> list[str]:
@@ -73,107 +95,115 @@ def count_of(flag: Any) -> Any:
 
 
 def grid_value(v: Any) -> Any:
-    """``rint(v)`` (round half to even) of a non-negative double as an int64, with exact float
-    operations only: ``f = floor(v)``, ``d = v - f`` (exact below ``2^52``), then ``f + [d > 1/2]
-    + [d = 1/2 and f odd]``. numpy's and numba's ``rint`` round half to even; SQL's ``ROUND``
-    often rounds half away from zero."""
-    f = v.floor()
-    d = v - f
-    fi = f.cast("int64")
-    half = double(0.5)
-    up = count_of(d > half) + count_of((d == half) & (fi % 2 == 1))
-    return fi + up
+    """``rint(v)`` (round half to even) of a double ``0 <= v < 2^52``, as a double holding that
+    integer: ``(v + 2^52) - 2^52``. Adding ``2^52`` leaves no fraction bits, so IEEE double
+    addition (round to nearest, ties to even, on every engine here) rounds ``v`` exactly as
+    numpy's and numba's ``rint`` do, and the subtraction is exact. (SQL's ``ROUND`` often rounds
+    half away from zero instead.) Summed as doubles, such integers stay exact while every partial
+    sum is below ``2^53``, which the grid guarantees (:func:`dpate_core.grid_sums.grid_bits`)."""
+    magic = double(2.0**52)
+    return (v + magic) - magic
 
 
-@dataclass
-class ColumnRules:
-    """One column's rules: ``conversion`` (reported on every row), ``missing`` (its missing
-    rows), ``checks`` (the spec's rules, on rows not already reported for the column)."""
+@dataclass(frozen=True)
+class ColumnCodes:
+    """What one column's codes mean: its name, the rule each problem code stands for, and (a
+    categorical covariate with ``other``) the index a :data:`MAPPED` value counts as."""
 
     column: str
-    conversion: list[tuple[str, Any]] = field(default_factory=list)
-    missing: Any = None
-    checks: list[tuple[str, Any]] = field(default_factory=list)
+    rules: dict[int, str]
+    other: int | None = None
 
 
 @dataclass
-class RecordRules:
-    """The spec's rules over a site's table (see the module docstring).
+class RecordCodes:
+    """The spec's rules over a site's table (see the module docstring): ``table`` is the site's
+    rows with a code column ``_k<i>`` per spec column (:attr:`columns`, in the spec's order:
+    treatment, outcome, covariates) and ``_y``, the outcome a release uses (``Y - offset``,
+    clipped under ``policy = "clip"``; meaningful where the outcome's code is valid)."""
 
-    ``columns``: each column's rules in the spec's order; ``kept``: the rows a release uses (all
-    rows under ``missing = "reject"``, the rows with no missing value under ``"drop"``); ``w``,
-    ``y``, ``x``: the converted values (meaningful on kept rows without problems);
-    ``clipped_low`` / ``clipped_high``: outcomes clipped under ``policy = "clip"``;
-    ``mapped``: per categorical covariate with ``other``, the values mapped to it."""
-
-    columns: list[ColumnRules]
-    kept: Any
-    w: Any
-    y: Any
-    x: Any
-    clipped_low: Any
-    clipped_high: Any
-    mapped: dict[str, Any]
+    table: Any
+    columns: list[ColumnCodes]
+    sizes: list[int]
     reject: bool
 
-    def problems(self) -> list[tuple[str, str, Any]]:
-        """``(column, rule, rows breaking it)`` for every rule, in the order messages list them."""
-        out: list[tuple[str, str, Any]] = []
-        for col in self.columns:
-            reported = None
-            for rule, flag in col.conversion:
-                out.append((col.column, rule, flag))
-                reported = flag if reported is None else (reported | flag)
-            if self.reject:
-                out.append((col.column, R_MISSING_REJECTED, col.missing))
-                reported = col.missing if reported is None else (reported | col.missing)
-            for rule, flag in col.checks:
-                rows = flag if self.reject else (flag & self.kept)
-                if reported is not None:
-                    rows = rows & ~reported
-                out.append((col.column, rule, rows))
+    @property
+    def keys(self) -> list[str]:
+        return [f"_k{i}" for i in range(len(self.columns))]
+
+    @property
+    def radices(self) -> list[int]:
+        """How many values each column's code takes (its valid values and the problem codes,
+        shifted by :data:`SHIFT` to be non-negative)."""
+        top = [2, 4, *self.sizes]  # treatment 0/1; outcome 0..3; covariates' indices
+        return [t + SHIFT for t in top]
+
+    def key(self, table: Any) -> Any | None:
+        """All the codes as one integer (a mixed-radix number of the shifted codes, so a
+        ``GROUP BY`` hashes one column), or None when it would not fit 62 bits."""
+        if math.prod(self.radices) >= 1 << 62:
+            return None
+        key: Any = None
+        for name, radix in zip(self.keys, self.radices, strict=True):
+            code = table[name].cast("int64") + SHIFT
+            key = code if key is None else key * radix + code
+        return key
+
+    def codes_of(self, keys: np.ndarray) -> np.ndarray:
+        """The codes (a column per spec column) of the integers :meth:`key` made."""
+        out = np.empty((keys.size, len(self.columns)), dtype=np.int64)
+        rest = keys.astype(np.int64)
+        for j in range(len(self.columns) - 1, -1, -1):
+            rest, out[:, j] = np.divmod(rest, self.radices[j])
+        out -= SHIFT
         return out
 
+    def kept(self, codes: np.ndarray) -> np.ndarray:
+        """Which rows (one per row of ``codes``, a column per spec column) a release uses."""
+        if self.reject:
+            return np.ones(codes.shape[0], dtype=bool)
+        kept: np.ndarray = ~(codes == MISSING).any(axis=1)
+        return kept
 
-class _Values:
-    """Conversions of one column of a table, as the engine's dialect allows."""
+    def problems(self, codes: np.ndarray) -> list[tuple[int, str, int, np.ndarray]]:
+        """``(column index, rule, code, rows)`` of every rule broken by some row of ``codes``, in
+        the order messages list them (the spec's columns; conversions, missing, rules)."""
+        kept = self.kept(codes)
+        out = []
+        for j, col in enumerate(self.columns):
+            for code in (NOT_NUMBER, MISSING, NOT_ALLOWED, OUTSIDE):
+                rule = col.rules.get(code)
+                if rule is None or (code == MISSING and not self.reject):
+                    continue
+                rows = codes[:, j] == code
+                if code in (NOT_ALLOWED, OUTSIDE):
+                    rows &= kept
+                if rows.any():
+                    out.append((j, rule, code, rows))
+        return out
 
-    def __init__(self, table: Any, dialect: str):
-        self.table = table
-        self.dialect = dialect
+    def strata(self, codes: np.ndarray) -> np.ndarray:
+        """The stratum id of each row of valid ``codes``: the covariates' indices (a
+        :data:`MAPPED` value at its ``other`` level) as a mixed-radix number."""
+        x = np.zeros(codes.shape[0], dtype=np.int64)
+        for j, (col, size) in enumerate(zip(self.columns[2:], self.sizes, strict=True), start=2):
+            index = codes[:, j].astype(np.int64)
+            if col.other is not None:
+                index = np.where(index == MAPPED, col.other, index)
+            x = x * size + index
+        return x
 
-    def text(self, name: str) -> Any:
-        """The column as text (numbers by their text, as a CSV field holds them)."""
-        col = self.table[name]
-        return col if col.type().is_string() else col.cast("string")
-
-    def number(self, name: str, *, booleans: bool = False) -> tuple[Any, Any]:
-        """``(value, not_a_number)``: the column as float64 (null where missing), and the rows
-        holding something other than a number (text that is not one; ``"nan"`` text too, as a
-        value present but not a number). ``booleans``: the text true/false counts as 1/0."""
+    def stratum_expr(self, table: Any) -> Any:
+        """:meth:`strata` as an expression over ``table``'s code columns (valid rows)."""
         import ibis
 
-        col = self.table[name]
-        t = col.type()
-        if t.is_boolean():
-            return col.ifelse(1.0, 0.0).cast("float64"), ibis.literal(False)
-        if t.is_numeric():
-            return col.cast("float64"), ibis.literal(False)
-        text = col if t.is_string() else col.cast("string")
-        if self.dialect in ("duckdb", "pyspark"):
-            num = text.try_cast("float64")
-        else:
-            num = ibis.cases((text.re_search(_NUMBER), text.cast("float64")), else_=ibis.null())
-        if booleans:
-            num = ibis.cases(
-                (text.isin(_TRUE), double(1.0)), (text.isin(_FALSE), double(0.0)), else_=num
-            )
-        bad = text.notnull() & (num.isnull() | _nan(num, self.dialect))
-        return ibis.cases((bad, ibis.null()), else_=num).cast("float64"), bad.fill_null(False)
-
-
-#: the largest finite double: a value beyond it is infinite (every engine compares that)
-_MAX = 1.7976931348623157e308
+        x: Any = ibis.literal(0).cast("int64")
+        for j, (col, size) in enumerate(zip(self.columns[2:], self.sizes, strict=True), start=2):
+            index = table[f"_k{j}"].cast("int64")
+            if col.other is not None:
+                index = (index == MAPPED).ifelse(col.other, index)
+            x = x * size + index
+        return x
 
 
 def _nan(v: Any, dialect: str) -> Any:
@@ -183,143 +213,217 @@ def _nan(v: Any, dialect: str) -> Any:
     return ibis.literal(False) if dialect == "sqlite" else v.isnan()
 
 
-def _finite(v: Any, dialect: str) -> Any:
-    big = double(_MAX)
-    return (v.notnull() & ~_nan(v, dialect) & (v <= big) & (v >= -big)).fill_null(False)
+def _absent(v: Any, dialect: str) -> Any:
+    """``v`` is null or NaN."""
+    return v.isnull() | _nan(v, dialect)
 
 
-def record_rules(table: Any, spec: StudySpec, dialect: str) -> RecordRules:
-    """The spec's rules and conversions over ``table`` (see the module docstring)."""
+def _number(col: Any, dialect: str, *, booleans: bool) -> tuple[Any, Any]:
+    """``(value, not_a_number)``: the column as float64 (null where missing) and the rows that
+    hold something other than a number (text that is not one; ``"nan"`` text too, a value
+    present but not a number; None: a numeric column, which cannot). ``booleans``: the text
+    true/false counts as 1/0."""
     import ibis
 
-    vals = _Values(table, dialect)
-    columns: list[ColumnRules] = []
-
-    # treatment W
-    t = spec.treatment
-    rules = ColumnRules(t.column)
-    if t.labels is not None and isinstance(t.treated, str):
-        text = vals.text(t.column)
-        rules.missing = text.isnull()
-        rules.checks.append((R_TREATMENT_LABEL, ~text.isin(list(t.labels)).fill_null(False)))
-        w = count_of((text == t.treated).fill_null(False)).cast("int8")
+    t = col.type()
+    if t.is_boolean():
+        return col.ifelse(1.0, 0.0).cast("float64"), None
+    if t.is_numeric():
+        return col.cast("float64"), None
+    text = col if t.is_string() else col.cast("string")
+    if dialect in ("duckdb", "pyspark"):
+        num = text.try_cast("float64")
     else:
-        num, bad = vals.number(t.column, booleans=t.labels is None)
-        rules.conversion.append((R_NOT_NUMBER, bad))
-        rules.missing = (num.isnull() | _nan(num, dialect)).fill_null(True) & ~bad
-        if t.labels is None:
-            a, b, treated, rule = 0.0, 1.0, 1.0, R_TREATMENT_01
-        else:
-            a, b = float(t.labels[0]), float(t.labels[1])
-            treated, rule = float(t.treated), R_TREATMENT_LABEL  # type: ignore[arg-type]
-        rules.checks.append((rule, ~((num == double(a)) | (num == double(b))).fill_null(False)))
-        w = count_of((num == double(treated)).fill_null(False)).cast("int8")
-    columns.append(rules)
-
-    # outcome Y
-    o = spec.outcome
-    rules = ColumnRules(o.column)
-    if o.labels is not None:
-        text = vals.text(o.column)
-        known = list(o.labels)
-        rules.conversion.append(
-            (R_OUTCOME_LABEL, (text.notnull() & ~text.isin(known)).fill_null(False))
+        num = ibis.cases((text.re_search(_NUMBER), text.cast("float64")), else_=ibis.null())
+    if booleans:
+        num = ibis.cases(
+            (text.isin(_TRUE), double(1.0)), (text.isin(_FALSE), double(0.0)), else_=num
         )
-        value = ibis.cases(
-            *((text == k, double(float(v))) for k, v in o.labels.items()), else_=ibis.null()
-        )
-        rules.missing = text.isnull()
-    else:
-        value, bad = vals.number(o.column)
-        rules.conversion.append((R_NOT_NUMBER, bad))
-        rules.missing = ~_finite(value, dialect) & ~bad
-    v = value - double(o.offset) if o.offset != 0.0 else value.cast("float64")
-    zero, bound = double(0.0), double(o.bound)
-    if o.policy == "reject":
-        rules.checks.append((R_OUT_OF_BOUNDS, ((v < zero) | (v > bound)).fill_null(False)))
-        y = v
-        clipped_low = clipped_high = ibis.literal(False)
-    else:
-        clipped_low = (v < zero).fill_null(False)
-        clipped_high = (v > bound).fill_null(False)
-        y = ibis.cases((v < zero, zero), (v > bound, bound), else_=v)
-    columns.append(rules)
+    bad = text.notnull() & _absent(num, dialect)
+    return ibis.cases((bad, ibis.null()), else_=num).cast("float64"), bad
 
-    # covariates X
-    x: Any = ibis.literal(0).cast("int64")
-    mapped: dict[str, Any] = {}
-    for c in spec.covariates:
-        rules = ColumnRules(c.column)
-        if isinstance(c, CategoricalCovariate):
-            index = _categorical(vals, c, rules, mapped, dialect)
-        else:
-            index = _numeric(vals, c, rules, dialect)
-        columns.append(rules)
-        x = x * c.size + index
 
-    kept = ibis.literal(True)
-    if spec.missing == "drop":
-        for col in columns:
-            kept = kept & ~col.missing
-    return RecordRules(
-        columns=columns,
-        kept=kept,
-        w=w,
-        y=y.cast("float64"),
-        x=x.cast("int64"),
-        clipped_low=clipped_low,
-        clipped_high=clipped_high,
-        mapped=mapped,
-        reject=spec.missing == "reject",
+def _text(col: Any) -> Any:
+    """The column as text (numbers by their text, as a CSV field holds them)."""
+    return col if col.type().is_string() else col.cast("string")
+
+
+def _cases(*branches: tuple[Any, Any], else_: Any) -> Any:
+    """A CASE over the branches that can be true (a condition None is dropped)."""
+    import ibis
+
+    kept = [(c, v) for c, v in branches if c is not None]
+    if not kept:
+        return else_
+    return ibis.cases(*kept, else_=else_)
+
+
+def _bins(v: Any, edges: list[float]) -> Any:
+    """The bin of ``v`` among the sorted inner ``edges`` (``#{edges <= v}``): a CASE that tests
+    the edges in order (each test only on the rows not binned yet), or with many edges a
+    balanced tree of them (``log2`` tests a row)."""
+    import ibis
+
+    if len(edges) <= 8:
+        if not edges:
+            return ibis.literal(0)
+        return ibis.cases(*((v < double(e), i) for i, e in enumerate(edges)), else_=len(edges))
+    return _bin_tree(v, edges, 0)
+
+
+def _bin_tree(v: Any, edges: list[float], lo: int) -> Any:
+    import ibis
+
+    if not edges:
+        return ibis.literal(lo)
+    mid = len(edges) // 2
+    return ibis.cases(
+        (v < double(edges[mid]), _bin_tree(v, edges[:mid], lo)),
+        else_=_bin_tree(v, edges[mid + 1 :], lo + mid + 1),
     )
 
 
-def _categorical(
-    vals: _Values,
-    c: CategoricalCovariate,
-    rules: ColumnRules,
-    mapped: dict[str, Any],
-    dialect: str,
-) -> Any:
+def _as_compared(col: Any, values: list[float]) -> tuple[Any, list[Any]] | None:
+    """An integer column and integer ``values`` compared as integers (no cast per row)."""
     import ibis
 
-    levels = c.all_levels
-    if isinstance(levels[0], str):
-        key = vals.text(c.column)
-        rules.missing = key.isnull()
-        cases = [(key == lv, i) for i, lv in enumerate(levels)]
-        declared = key.isin(list(levels))
-    else:
-        key, bad = vals.number(c.column)
-        rules.conversion.append((R_NOT_NUMBER, bad))
-        rules.missing = (key.isnull() | _nan(key, dialect)).fill_null(True) & ~bad
-        cases = [(key == double(float(lv)), i) for i, lv in enumerate(levels)]
-        declared = key.isin([double(float(lv)) for lv in levels])
-    unknown = ~declared.fill_null(True)
-    if c.other is None:
-        rules.checks.append((R_LEVEL, unknown))
-        index = ibis.cases(*cases, else_=0)
-    else:
-        other = levels.index(c.other)
-        mapped[c.column] = unknown
-        index = ibis.cases(*cases, else_=other)
-    return index.cast("int64")
+    if col.type().is_integer() and all(float(v).is_integer() for v in values):
+        return col, [ibis.literal(int(v)) for v in values]
+    return None
 
 
-def _numeric(vals: _Values, c: NumericCovariate, rules: ColumnRules, dialect: str) -> Any:
+def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
+    """The code of each spec column and the outcome used, over ``table`` (module docstring).
+
+    Each code is one CASE whose first branches are the valid values, so a row of clean data is
+    settled by its first tests; the kinds of problem are told apart only on the rows left."""
     import ibis
 
-    v, bad = vals.number(c.column)
-    rules.conversion.append((R_NOT_NUMBER, bad))
-    lo, hi = c.edges[0], c.edges[-1]
-    admitted = ibis.literal(False)
-    if math.isinf(lo):
-        admitted = admitted | (v == double(-math.inf))
-    if math.isinf(hi):
-        admitted = admitted | (v == double(math.inf))
-    rules.missing = ~_finite(v, dialect) & ~admitted.fill_null(False) & ~bad
-    rules.checks.append((R_EDGES, ((v < double(lo)) | (v > double(hi))).fill_null(False)))
-    index: Any = ibis.literal(0).cast("int64")
-    for edge in c.edges[1:-1]:  # bin = #{inner edges <= v}
-        index = index + count_of((v >= double(edge)).fill_null(False))
-    return index
+    t, o = spec.treatment, spec.outcome
+    codes: dict[str, Any] = {}
+    columns: list[ColumnCodes] = []
+
+    # treatment W: 1 treated, 0 control
+    col = table[t.column]
+    if t.labels is not None and isinstance(t.treated, str):
+        text = _text(col)
+        codes["_k0"] = ibis.cases(
+            (text == t.treated, 1),
+            (text == t.control, 0),
+            (text.isnull(), MISSING),
+            else_=NOT_ALLOWED,
+        )
+        rules = {MISSING: R_MISSING_REJECTED, NOT_ALLOWED: R_TREATMENT_LABEL}
+    else:
+        pair = [1.0, 0.0] if t.labels is None else [float(t.treated), float(t.control)]  # type: ignore[arg-type]
+        ints = _as_compared(col, pair)
+        if ints is not None:  # an integer column: compared as integers, nothing to convert
+            num, bad = col, None
+            treated, control = ints[1]
+        else:
+            num, bad = _number(col, dialect, booleans=t.labels is None)
+            treated, control = double(pair[0]), double(pair[1])
+        codes["_k0"] = _cases(
+            (num == treated, 1),
+            (num == control, 0),
+            (bad, NOT_NUMBER),
+            (_absent(num.cast("float64"), dialect), MISSING),
+            else_=NOT_ALLOWED,
+        )
+        rule = R_TREATMENT_01 if t.labels is None else R_TREATMENT_LABEL
+        rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED, NOT_ALLOWED: rule}
+    columns.append(ColumnCodes(t.column, rules))
+
+    # outcome Y: 0 within [0, B] (3: within, not 0 or B, for a binary outcome), 1 and 2 clipped
+    col = table[o.column]
+    rules = {MISSING: R_MISSING_REJECTED}
+    if o.labels is not None:
+        text = _text(col)
+        value = ibis.cases(
+            *((text == k, double(float(v))) for k, v in o.labels.items()), else_=ibis.null()
+        ).cast("float64")
+        bad = text.notnull() & value.isnull()
+        rules[NOT_NUMBER] = R_OUTCOME_LABEL
+    else:
+        value, bad = _number(col, dialect, booleans=False)
+        rules[NOT_NUMBER] = R_NOT_NUMBER
+    v = value - double(o.offset)
+    zero, bound = double(0.0), double(o.bound)
+    big = double(_MAX)
+    inside: Any = 0
+    if o.binary:  # every kept outcome 0 or B (the release checks it; the spec cannot)
+        inside = ibis.cases(((v == zero) | (v == bound), 0), else_=3)
+    missing = _absent(value, dialect) | (value > big) | (value < -big)  # null, NaN, +-inf
+    below, above = (OUTSIDE, OUTSIDE) if o.policy == "reject" else (1, 2)
+    if o.policy == "reject":
+        rules[OUTSIDE] = R_OUT_OF_BOUNDS
+    codes["_k1"] = _cases(
+        ((v >= zero) & (v <= bound), inside),
+        (bad, NOT_NUMBER),
+        (missing, MISSING),
+        (v < zero, below),
+        else_=above,
+    )
+    columns.append(ColumnCodes(o.column, rules))
+    # the outcome used: clipped to [0, B] (the identity on valid outcomes under "reject"); an
+    # invalid one (NaN sorts above every number, in every engine here) lands in [0, B] too, so
+    # every row's grid value is a small integer (rows with problems are never summed)
+    y = ibis.least(ibis.greatest(v, zero), bound)
+
+    # covariates X
+    sizes = []
+    for j, c in enumerate(spec.covariates, start=2):
+        col = table[c.column]
+        sizes.append(c.size)
+        if isinstance(c, CategoricalCovariate):
+            if isinstance(c.levels[0], str):
+                key, bad = _text(col), None
+                keys = list(c.all_levels)
+                missing = key.isnull()
+            else:
+                ints = _as_compared(col, [float(lv) for lv in c.all_levels])
+                if ints is not None:
+                    key, bad = col, None
+                    keys = ints[1]
+                else:
+                    key, bad = _number(col, dialect, booleans=False)
+                    keys = [double(float(lv)) for lv in c.all_levels]
+                missing = _absent(key.cast("float64"), dialect)
+            unknown = MAPPED if c.other is not None else NOT_ALLOWED
+            codes[f"_k{j}"] = _cases(
+                *((key == k, i) for i, k in enumerate(keys)),
+                (bad, NOT_NUMBER),
+                (missing, MISSING),
+                else_=unknown,
+            )
+            rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED}
+            if c.other is None:
+                rules[NOT_ALLOWED] = R_LEVEL
+            other = c.all_levels.index(c.other) if c.other is not None else None
+            columns.append(ColumnCodes(c.column, rules, other))
+            continue
+        num, bad = _number(col, dialect, booleans=False)
+        lo, hi = c.edges[0], c.edges[-1]
+        # within the edges (an infinite value only at an open end; NaN sorts above everything)
+        within = num <= double(hi)
+        if not math.isinf(lo):
+            within = within & (num >= double(lo))
+        missing = _absent(num, dialect)
+        if not math.isinf(lo):
+            missing = missing | (num == double(-math.inf))
+        if not math.isinf(hi):
+            missing = missing | (num == double(math.inf))
+        codes[f"_k{j}"] = _cases(
+            (within, _bins(num, list(c.edges[1:-1]))),
+            (bad, NOT_NUMBER),
+            (missing, MISSING),
+            else_=OUTSIDE,
+        )
+        columns.append(
+            ColumnCodes(
+                c.column, {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED, OUTSIDE: R_EDGES}
+            )
+        )
+    added = {name: expr.cast("int32") for name, expr in codes.items()}
+    added["_y"] = y.cast("float64")
+    return RecordCodes(table.mutate(**added).view(), columns, sizes, spec.missing == "reject")

@@ -20,151 +20,160 @@ import numpy as np
 from dpate.schemas.spec import StudySpec
 
 from ._engine import POSITION, SiteTable
-from ._errors import MAX_ROWS_LISTED, RULE_ORDER, Problem, SiteDataError
+from ._errors import MAX_ROWS_LISTED, Problem, SiteDataError
 from ._records import PreparationReport
-from ._rules import RecordRules, count_of, double, grid_value, needed_columns, record_rules
+from ._rules import MAPPED, MISSING, NOT_NUMBER, RecordCodes, double, grid_value, record_codes
 
 __all__ = [
     "PermutationOrder",
     "RecordOrder",
     "SecureOrder",
     "Summary",
-    "cell_statistics_of",
     "matching_statistics_of",
     "records_of",
-    "summarise",
+    "site_summary",
 ]
 
 
 @dataclass(frozen=True)
 class Summary:
-    """The validation summary: the operator's report, and each rule broken with its count."""
+    """The validation summary: the operator's report, each rule broken with its count and the
+    code that stands for it, and how many kept outcomes are neither 0 nor B (a binary outcome)."""
 
     report: PreparationReport
-    broken: list[tuple[str, str, int]]
+    broken: list[tuple[int, str, int, int]]
     not_binary: int
 
 
-def _int_sum(flag: Any, table: Any) -> Any:
-    """How many rows ``flag`` holds for (a constant flag: all rows or none)."""
-    import ibis.expr.types as ir
+def site_summary(
+    site: SiteTable,
+    codes: RecordCodes,
+    spec: StudySpec,
+    *,
+    centred: bool | None = None,
+    n_guess: int | None = None,
+) -> tuple[Summary, Any]:
+    """The validation summary and (``centred`` not None) the per-cell statistics, in one
+    ``GROUP BY`` of the site's rows by their codes (:func:`._rules.record_codes`): a plain
+    group-by of a few small integers with three aggregates, the count and the exact integer sums
+    of each record's grid values (:func:`_grid_sums`). On clean data the groups are the
+    (stratum, arm, clipped or not) combinations; every count the summary reports, and each
+    group's stratum and arm, are decoded from the codes.
 
-    if isinstance(flag, ir.Scalar):
-        return table.count() * count_of(flag)
-    return count_of(flag).sum()
+    The grid depends on the number of records used, known only after the query: it is taken
+    from ``n_guess`` and the sums are computed again when the count lands in another grid
+    (:func:`dpate_core.grid_sums.grid_bits` changes only at powers of two)."""
+    from dpate_core.grid_sums import CellStatistics, grid_bits
+
+    t = codes.table
+    grid = grid_bits(max(n_guess or 1, 1), centred=bool(centred))
+    while True:
+        terms = _grid_sums(t, spec, grid, bool(centred)) if centred is not None else {}
+        key = codes.key(t)
+        rows = t.mutate(_key=key, **terms) if key is not None else t.mutate(**terms)
+        aggs: dict[str, Any] = {"_n": rows.count()}
+        aggs |= {f"_{name}": rows[name].sum() for name in terms}
+        if key is not None:  # one integer key: one column to hash
+            groups = site.to_arrow(rows.group_by("_key").aggregate(**aggs))
+            keys = codes.codes_of(np.asarray(groups.column("_key").to_numpy(zero_copy_only=False)))
+        else:
+            groups = site.to_arrow(rows.group_by(codes.keys).aggregate(**aggs))
+            keys = np.column_stack(
+                [np.asarray(groups.column(k).to_numpy(zero_copy_only=False)) for k in codes.keys]
+            ).astype(np.int64)
+        n = _ints(groups.column("_n"))
+        summary = _summary(codes, keys, n)
+        if centred is None or summary.broken or summary.not_binary:
+            return summary, None
+        needed = grid_bits(max(summary.report.n_used, 1), centred=centred)
+        if needed == grid:
+            break
+        grid = needed
+    kept = codes.kept(keys)
+    g = 2 * codes.strata(keys[kept]) + keys[kept, 0]
+    size = 2 * spec.domain_size
+    counts, sums, squares = (np.zeros(size, np.int64) for _ in range(3))
+    for cell, values in (
+        (counts, n),
+        (sums, _ints(groups.column("__s"))),
+        (squares, _ints(groups.column("__q"))),
+    ):
+        np.add.at(cell, g, values[kept])
+    k, m = grid
+    return summary, CellStatistics(counts, sums, squares, float(spec.outcome.bound), k, m, centred)
 
 
-def summarise(site: SiteTable, rules: RecordRules, spec: StudySpec) -> Summary:
-    """One aggregate over the site's rows: rows read and kept, every rule's violation count, each
-    column's missing values, the clipped outcomes and the values mapped to ``other``."""
-    t = site.table
-    problems = rules.problems()
-    aggs: dict[str, Any] = {"n_read": t.count(), "n_used": _int_sum(rules.kept, t)}
-    for i, (_, _, flag) in enumerate(problems):
-        aggs[f"p{i}"] = _int_sum(flag, t)
-    for j, col in enumerate(rules.columns):
-        aggs[f"m{j}"] = _int_sum(col.missing, t)
-    aggs["clipped_low"] = _int_sum(rules.kept & rules.clipped_low, t)
-    aggs["clipped_high"] = _int_sum(rules.kept & rules.clipped_high, t)
-    mapped = list(rules.mapped.items())
-    for j, (_, flag) in enumerate(mapped):
-        aggs[f"o{j}"] = _int_sum(rules.kept & flag, t)
-    if spec.outcome.binary:
-        y, b = rules.y, double(spec.outcome.bound)
-        aggs["not_binary"] = _int_sum(rules.kept & (y != double(0.0)) & (y != b), t)
-    row = site.to_arrow(t.aggregate(**aggs)).to_pylist()[0]
-    got = {k: int(v or 0) for k, v in row.items()}
-    n_read, n_used = got["n_read"], got["n_used"]
+def _grid_sums(t: Any, spec: StudySpec, grid: tuple[int, int], centred: bool) -> dict[str, Any]:
+    """Each record's grid values (``rint(Y/B 2^k) - 2^(k-1)`` and ``rint((Y/B - 1/2)^2 2^m)``,
+    or ``Y`` and ``Y^2`` not centred): :func:`dpate_core.grid_sums.cell_statistics`'s per-record
+    terms, with exact float operations (:func:`._rules.grid_value`)."""
+    k, m = grid
+    u = t._y / double(float(spec.outcome.bound))  # in [0, 1] on every row (record_codes)
+    s = grid_value(u * double(2.0**k))
+    if centred:
+        s = s - double(2.0 ** (k - 1))
+    d = u - double(0.5) if centred else u
+    return {"_s": s, "_q": grid_value(d * d * double(2.0**m))}
+
+
+def _summary(codes: RecordCodes, keys: np.ndarray, n: np.ndarray) -> Summary:
+    """The summary of the groups ``keys`` (a row of codes per group) holding ``n`` rows each."""
+    kept = codes.kept(keys)
+    cols = codes.columns
+    missing = {col.column: int(n[keys[:, j] == MISSING].sum()) for j, col in enumerate(cols)}
+    outcome = keys[:, 1]
     report = PreparationReport(
-        n_read=n_read,
-        n_used=n_used,
-        dropped_missing=n_read - n_used,
-        missing_by_column={
-            col.column: got[f"m{j}"] for j, col in enumerate(rules.columns) if got[f"m{j}"]
+        n_read=int(n.sum()),
+        n_used=int(n[kept].sum()),
+        dropped_missing=int(n[~kept].sum()),
+        missing_by_column={c: v for c, v in missing.items() if v},
+        clipped_low=int(n[kept & (outcome == 1)].sum()),
+        clipped_high=int(n[kept & (outcome == 2)].sum()),
+        mapped_to_other={
+            col.column: int(n[kept & (keys[:, j] == MAPPED)].sum())
+            for j, col in enumerate(cols)
+            if col.other is not None and (n[kept & (keys[:, j] == MAPPED)].sum())
         },
-        clipped_low=got["clipped_low"],
-        clipped_high=got["clipped_high"],
-        mapped_to_other={c: got[f"o{j}"] for j, (c, _) in enumerate(mapped) if got[f"o{j}"]},
     )
-    broken = [
-        (column, rule, got[f"p{i}"]) for i, (column, rule, _) in enumerate(problems) if got[f"p{i}"]
-    ]
-    return Summary(report, broken, got.get("not_binary", 0))
+    broken = [(j, rule, code, int(n[rows].sum())) for j, rule, code, rows in codes.problems(keys)]
+    return Summary(report, broken, int(n[kept & (outcome == 3)].sum()))
 
 
 def raise_problems(site: SiteTable, spec: StudySpec, summary: Summary) -> None:
     """Raise the :class:`SiteDataError` of a summary with broken rules: columns, rules, counts
     and each rule's first row positions (one small query per rule; the error path only)."""
-    positioned = site.positioned()
-    rules = record_rules(positioned, spec, site.dialect)
-    flags = {(c, r): f for c, r, f in rules.problems()}
+    codes = record_codes(site.positioned(), spec, site.dialect)
+    t = codes.table
+    kept = None
+    if not codes.reject:
+        kept = ibis_all(t[k] != MISSING for k in codes.keys)
     problems = []
-    for column, rule, count in summary.broken:
-        first = (
-            positioned.filter(flags[(column, rule)])
-            .select(POSITION)
-            .order_by(POSITION)
-            .limit(MAX_ROWS_LISTED)
-        )
-        rows = tuple(int(v) for v in site.to_arrow(first).column(0).to_pylist())
-        problems.append(Problem(column, rule, count, rows))
-    cols = {c: i for i, c in enumerate(needed_columns(spec))}
-    order = {r: i for i, r in enumerate(RULE_ORDER)}
-    problems.sort(key=lambda p: (cols.get(p.column, len(cols)), order.get(p.rule, len(order))))
+    for j, rule, code, count in summary.broken:
+        rows = t[f"_k{j}"] == code
+        if kept is not None and code not in (NOT_NUMBER, MISSING):
+            rows = rows & kept
+        first = t.filter(rows).select(POSITION).order_by(POSITION).limit(MAX_ROWS_LISTED)
+        positions = tuple(int(v) for v in site.to_arrow(first).column(0).to_pylist())
+        problems.append(Problem(codes.columns[j].column, rule, count, positions))
     raise SiteDataError(problems, n_rows=summary.report.n_read)
 
 
-def _used(site: SiteTable, rules: RecordRules) -> Any:
-    return site.table.mutate(_w=rules.w, _y=rules.y, _x=rules.x, _kept=rules.kept).filter(
-        lambda r: r._kept
-    )
-
-
-def cell_statistics_of(
-    site: SiteTable, rules: RecordRules, spec: StudySpec, n: int, *, centred: bool
-) -> Any:
-    """:func:`dpate_core.grid_sums.cell_statistics` of the kept records, computed by the engine:
-    one ``GROUP BY`` of the cell ``g = 2 x + w`` with the count and the exact integer sums of each
-    record's grid values (``rint(Y/B 2^k) - 2^(k-1)`` and ``rint((Y/B - 1/2)^2 2^m)``, or ``Y``
-    and ``Y^2`` not centred), the grid ``(k, m)`` fixed by the public ``n``. The engine sums
-    integers (DuckDB HUGEINT, PostgreSQL NUMERIC, Spark BIGINT), so the sums are exact and equal
-    the core's kernel's."""
-    from dpate_core.grid_sums import CellStatistics, grid_bits
-
-    bound = float(spec.outcome.bound)
-    k, m = grid_bits(max(n, 1), centred=centred)
-    used = _used(site, rules)
-    t = used._y / double(bound)
-    s = grid_value(t * double(2.0**k))
-    if centred:
-        s = s - (1 << (k - 1))
-    d = t - double(0.5) if centred else t
-    q = grid_value(d * d * double(2.0**m))
-    cells = (
-        used.mutate(_g=used._x * 2 + used._w.cast("int64"), _s=s, _q=q)
-        .group_by("_g")
-        .aggregate(_n=lambda r: r.count(), _ss=lambda r: r._s.sum(), _qs=lambda r: r._q.sum())
-    )
-    table = site.to_arrow(cells)
-    size = 2 * spec.domain_size
-    counts = np.zeros(size, np.int64)
-    sums = np.zeros(size, np.int64)
-    squares = np.zeros(size, np.int64)
-    g = np.asarray(table.column("_g").to_numpy(zero_copy_only=False), dtype=np.int64)
-    counts[g] = _ints(table.column("_n"))
-    sums[g] = _ints(table.column("_ss"))
-    squares[g] = _ints(table.column("_qs"))
-    if int(counts.sum()) != n:
-        raise SiteDataError(
-            [], hint=f"{site.name} changed while it was read: run the release again"
-        )
-    return CellStatistics(counts, sums, squares, bound, k, m, centred)
+def ibis_all(flags: Any) -> Any:
+    """The conjunction of boolean expressions."""
+    out = None
+    for f in flags:
+        out = f if out is None else (out & f)
+    return out
 
 
 def _ints(column: Any) -> np.ndarray:
-    """An engine's integer sums (int64, HUGEINT or NUMERIC) as int64, exactly."""
+    """An engine's integer sums (int64, HUGEINT or NUMERIC, or doubles holding integers below
+    ``2^53``) as int64, exactly."""
     values = column.to_pylist()
-    return np.array([int(v) for v in values], dtype=np.int64)
+    out = np.array([int(v) for v in values], dtype=np.int64)
+    if any(float(v) != float(o) for v, o in zip(values, out.tolist(), strict=True)):
+        raise ValueError("an engine's sum is not an integer")  # pragma: no cover
+    return out
 
 
 class RecordOrder(Protocol):
@@ -224,9 +233,14 @@ def matching_statistics_of(
 
     from dpate_core.estimators import matching_statistics_of_strata
 
-    rules = record_rules(site.table, spec, site.dialect)
-    cols = {"_x": rules.x, "_w": rules.w, "_y": rules.y, "_kept": rules.kept}
-    rows = site.table.mutate(**cols).filter(lambda r: r._kept).select("_x", "_w", "_y")
+    codes = record_codes(site.table, spec, site.dialect)
+    t = codes.table
+    kept = (
+        ibis_all(t[k] >= 0 for k in codes.keys)
+        if codes.reject
+        else ibis_all(t[k] != MISSING for k in codes.keys)
+    )
+    rows = t.filter(kept).select(_x=codes.stratum_expr(t), _w=t._k0.cast("int8"), _y=t._y)
     keys = ["_x"]
     if order.needs_positions:  # the record's place among the records used, in source order
         rows = rows.mutate(_p=ibis.row_number())
@@ -273,11 +287,16 @@ def _ranked(parts: list[Any], order: RecordOrder) -> tuple[np.ndarray, np.ndarra
     return w[idx], y[idx], x[idx]
 
 
-def records_of(site: SiteTable, rules: RecordRules) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def records_of(site: SiteTable, codes: RecordCodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The kept records' ``(w, y, x)`` in the source's order (tests and simulations only)."""
-    table = site.to_arrow(_used(site, rules).select("_w", "_y", "_x"))
+    table = site.to_arrow(codes.table.select(*codes.keys, "_y"))
+    keys = np.column_stack(
+        [np.asarray(table.column(k).to_numpy(zero_copy_only=False)) for k in codes.keys]
+    ).astype(np.int64)
+    kept = codes.kept(keys)
+    y = np.asarray(table.column("_y").to_numpy(zero_copy_only=False), dtype=np.float64)
     return (
-        np.ascontiguousarray(table.column("_w").to_numpy(zero_copy_only=False), dtype=np.int8),
-        np.ascontiguousarray(table.column("_y").to_numpy(zero_copy_only=False), dtype=np.float64),
-        np.ascontiguousarray(table.column("_x").to_numpy(zero_copy_only=False), dtype=np.int64),
+        np.ascontiguousarray(keys[kept, 0], dtype=np.int8),
+        np.ascontiguousarray(y[kept], dtype=np.float64),
+        np.ascontiguousarray(codes.strata(keys[kept]), dtype=np.int64),
     )
