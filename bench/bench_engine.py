@@ -6,9 +6,10 @@ Every measurement runs in a fresh Python process (``--child``); its time exclude
 peak RSS is the process's own ``ru_maxrss`` (``os.wait4``), and the ``imports`` line is a process
 that only imports what a release imports (the RSS baseline). Lines (``--only`` picks some):
 
-- ``duckdb-groupby``: DuckDB alone, ``SELECT w, region, floor(age / 15), floor(bmi / 5),
-  count(*), sum(y), sum(y * y) ... GROUP BY ALL`` on the file: the same five columns read, grouped
-  and summed, with a hand-written binning (the baseline of the Parquet lines);
+- ``duckdb-groupby``: DuckDB alone, ``SELECT w, region, CASE ... age bins END, CASE ... bmi
+  bins END, count(*), sum(y), sum(y * y) ... GROUP BY 1, 2, 3, 4`` on the file: the same five
+  columns read and grouped into the same strata by hand-written SQL (the baseline of the Parquet
+  lines; :data:`GROUPBY`);
 - ``release`` / ``release-dim`` / ``release-matching``: the site task's path without the ledger
   and a Prefect run (``read_site_records``, the feasibility rules, ``plan_from_records``, one
   secure draw) for the adjusted estimator, the DP difference in means and SmoothDPMatching;
@@ -48,8 +49,12 @@ PG = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 SPARK = "spark://local[2]"
 COLUMNS = "w, y, region, age, bmi"
+#: the engine's own GROUP BY of the same columns into the same strata (the spec's bins as a CASE),
+#: with the count, sum and sum of squares of the outcome: what an analyst would write by hand
 GROUPBY = (
-    "SELECT w, region, floor(age / 15) AS a, floor(bmi / 5) AS b, count(*) AS n, sum(y) AS s, "
+    "SELECT w, region, CASE WHEN age < 18 THEN 0 WHEN age < 30 THEN 1 WHEN age < 45 THEN 2 "
+    "WHEN age < 60 THEN 3 WHEN age < 75 THEN 4 ELSE 5 END AS a, CASE WHEN bmi < 18.5 THEN 0 "
+    "WHEN bmi < 25 THEN 1 WHEN bmi < 30 THEN 2 ELSE 3 END AS b, count(*) AS n, sum(y) AS s, "
     "sum(y * y) AS q FROM {source} GROUP BY 1, 2, 3, 4"
 )
 
