@@ -33,13 +33,11 @@ _NOT_BINARY = (
 )
 
 
-def _validated(
-    site: SiteTable, spec: StudySpec, centred: bool | None = None
-) -> tuple[Any, Any, Any]:
-    """The rules, the operator's report and (``centred`` not None) the cell statistics, or the
-    error of the rules broken (one query; a small one per rule broken, for its positions)."""
+def _validated(site: SiteTable, spec: StudySpec, centred: bool) -> tuple[Any, Any, Any]:
+    """The rules, the operator's report and the cell statistics, or the error of the rules
+    broken (one query; a small one per rule broken, for its positions)."""
     rules = record_codes(site.table, spec, site.dialect)
-    guess = site.estimated_rows() if centred is not None else None
+    guess = site.estimated_rows()
     summary, cells = site_summary(site, rules, spec, centred=centred, n_guess=guess)
     if summary.broken:
         raise_problems(site, spec, summary)
@@ -116,8 +114,9 @@ def prepare_site_data(
     table."""
     site = open_site_table(source, needed_columns(spec), fmt, query=query, secret=secret)
     try:
-        rules, report, _ = _validated(site, spec)
-        w, y, x = records_of(site, rules)
+        summary, (w, y, x) = records_of(site, record_codes(site.table, spec, site.dialect))
     finally:
         site.close()
-    return SiteData(w, y, x, spec.domain_size, spec.outcome.bound, report)
+    if summary.not_binary:
+        raise SiteDataError([], hint=_NOT_BINARY)
+    return SiteData(w, y, x, spec.domain_size, spec.outcome.bound, summary.report)

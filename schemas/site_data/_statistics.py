@@ -287,15 +287,28 @@ def _ranked(parts: list[Any], order: RecordOrder) -> tuple[np.ndarray, np.ndarra
     return w[idx], y[idx], x[idx]
 
 
-def records_of(site: SiteTable, codes: RecordCodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The kept records' ``(w, y, x)`` in the source's order (tests and simulations only)."""
+def records_of(
+    site: SiteTable, codes: RecordCodes
+) -> tuple[Summary, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The records path (tests and simulations): every row's codes and outcome in one query,
+    in the source's order; the summary computed from them as :func:`site_summary` computes it
+    from its groups, and the kept records' ``(w, y, x)``. Raises the :class:`SiteDataError` of
+    the rules broken, with the rows' positions."""
     table = site.to_arrow(codes.table.select(*codes.keys, "_y"))
     keys = np.column_stack(
         [np.asarray(table.column(k).to_numpy(zero_copy_only=False)) for k in codes.keys]
     ).astype(np.int64)
-    kept = codes.kept(keys)
     y = np.asarray(table.column("_y").to_numpy(zero_copy_only=False), dtype=np.float64)
-    return (
+    del table
+    summary = _summary(codes, keys, np.ones(keys.shape[0], dtype=np.int64))
+    if summary.broken:
+        problems = []
+        for j, rule, _, rows in codes.problems(keys):
+            first = tuple(int(i) for i in np.flatnonzero(rows)[:MAX_ROWS_LISTED])
+            problems.append(Problem(codes.columns[j].column, rule, int(rows.sum()), first))
+        raise SiteDataError(problems, n_rows=summary.report.n_read)
+    kept = codes.kept(keys)
+    return summary, (
         np.ascontiguousarray(keys[kept, 0], dtype=np.int8),
         np.ascontiguousarray(y[kept], dtype=np.float64),
         np.ascontiguousarray(codes.strata(keys[kept]), dtype=np.int64),

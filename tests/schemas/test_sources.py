@@ -114,6 +114,13 @@ def test_files_equal_the_frame_in_data_and_in_errors(tmp_path, fmt, missing):
     assert "13 row(s) outside [0, B]" in expected and "rows 5, 6, 30, 31, 32, 33, 34" in expected
     if fmt == "csv":  # (a Parquet file stores "nan" text for the missing ages: not a number)
         assert error_text(bad, spec) == expected
+    # the release path (grouped codes, then a query per rule for its positions) says the same
+    for path, want in ((bad_path, expected), (good_path, None)):
+        if want is None and missing == "drop":
+            continue
+        with pytest.raises(SiteDataError) as info:
+            site_statistics(path, make_spec(missing=missing, outcome=REJECT, estimator="adjusted"))
+        assert str(info.value) == (want or error_text(good_path, spec))
 
 
 def test_prepare_site_data_reads_a_location(tmp_path):

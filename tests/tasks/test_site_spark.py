@@ -92,5 +92,11 @@ def test_spark_gives_duckdbs_errors_word_for_word(spark, tmp_path):
         with pytest.raises(SiteDataError) as info:
             prepare_site_data(source, spec, **kw)
         texts.append(str(info.value))
-    assert texts[0] == texts[1]
+    # and the release path (grouped codes, a query per rule for its positions)
+    with pytest.raises(SiteDataError) as info:
+        site_statistics(
+            SPARK, make_spec(outcome=REJECT, estimator="adjusted"), query=query_of(path)
+        )
+    texts.append(str(info.value))
+    assert texts[0] == texts[1] == texts[2]
     assert "13 row(s) outside [0, B]" in texts[1] and "(rows 3, 17, 41)" in texts[1]
