@@ -69,6 +69,14 @@ def _generator(rows: int) -> str:
     )
 
 
+def setup(what: str, target: str, rows: int) -> None:
+    """Write the benchmark's data, or load PostgreSQL, in a process of its own: a child forked
+    from a process that grew (DuckDB writing a file) would report that size as its own peak RSS
+    (Linux keeps ``ru_maxrss`` across ``exec``)."""
+    cmd = [sys.executable, __file__, "--setup", what, target, str(rows)]
+    subprocess.run(cmd, check=True, cwd=REPO)
+
+
 def write_parquet(path: Path, rows: int) -> None:
     import duckdb
 
@@ -251,9 +259,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per line (best time)")
     ap.add_argument("--only", default="", help="comma-separated modes (default: all)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
+    ap.add_argument("--setup", nargs=3, metavar=("WHAT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(*args.child)))
+        return
+    if args.setup:
+        what, target, n = args.setup
+        if what == "parquet":
+            write_parquet(Path(target), int(n))
+        elif what == "dataset":
+            write_dataset(Path(target), int(n))
+        else:
+            print(pg_table(Path(target), int(n)))
         return
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -267,7 +285,7 @@ def main() -> None:
         path = folder / f"site-{rows}.parquet"
         if not path.exists():
             t = time.perf_counter()
-            write_parquet(path, rows)
+            setup("parquet", str(path), rows)
             print(
                 f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in "
                 f"{time.perf_counter() - t:.0f} s",
@@ -295,7 +313,7 @@ def main() -> None:
         ds = folder / f"dataset-{ds_rows}"
         if not ds.exists():
             t = time.perf_counter()
-            write_dataset(ds, ds_rows)
+            setup("dataset", str(ds), ds_rows)
             print(f"wrote {ds} in {time.perf_counter() - t:.0f} s", flush=True)
         size = sum(p.stat().st_size for p in ds.rglob("*.parquet")) / 2**30
         print(f"partitioned dataset, {ds_rows:,} rows, {size:.1f} GiB in 16 partitions")
@@ -313,7 +331,15 @@ def main() -> None:
         show(best("spark-release", SPARK, env, r), base, imports)
     pg_rows = int(args.pg_rows)
     if pg_rows:
-        name = pg_table(parquet(pg_rows), pg_rows)
+        source = parquet(pg_rows)
+        out = subprocess.run(
+            [sys.executable, __file__, "--setup", "pg", str(source), str(pg_rows)],
+            check=True,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        name = out.stdout.strip().splitlines()[-1]
         try:
             env = {"DPATE_DATA_QUERY": f"SELECT {COLUMNS} FROM {name}"}
             print(f"PostgreSQL, {pg_rows:,} rows (table {name})")
