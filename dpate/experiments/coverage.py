@@ -83,25 +83,8 @@ def _coverage_plans(split: Split, estimator: str, epsilons, delta, prepared):
 
 def _public(plan, out, r: int) -> dict[str, Any]:
     """Release ``r`` of a simulated site as its published fields (for the bootstrap)."""
-
-    def pick(v) -> float:
-        a = np.asarray(v, dtype=np.float64)
-        return float(a if a.ndim == 0 else a[r])
-
-    return {
-        "estimator": plan.estimator,
-        "tau": pick(out.tau),
-        "variance": pick(out.variance),
-        "raw_variance": pick(out.raw_variance),
-        "n": plan.n,
-        "n_treated": plan.n_treated,
-        "n_control": plan.n_control,
-        "epsilon": str(plan.total.epsilon),
-        "delta": str(plan.total.delta),
-        "bound": plan.bound,
-        "budget_split": [str(x) for x in plan.shares.shares],
-        "diagnostics": {k: pick(v) for k, v in out.diagnostics.items()},
-    }
+    published: dict[str, Any] = plan.estimate_of(out, r).public_fields()
+    return published
 
 
 def _coverage_population(ds: str, estimator: str, settings: ExperimentSettings, source: DataSource):
@@ -248,6 +231,11 @@ def _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot
     for b, sites in enumerate(boot):
         seed = seed_key(settings.seed, "coverage-boot", *key, b)
         for j, site in enumerate(sites):
+            if not site.get("resolved", True):  # no estimate, no interval: not covering
+                site_cov[j].append(False)
+                site_width[j].append(float("nan"))
+                site_same[j].append(float("nan"))
+                continue
             iv = site_boot(site, draws=draws, seed=seed + j)
             site_cov[j].append(iv.lo <= estimand <= iv.hi)
             site_width[j].append(iv.width)

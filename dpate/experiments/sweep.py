@@ -48,6 +48,7 @@ TABLE_COLUMNS = (
     "mae_mean",
     "mae_std",
     "reps",
+    "no_answer_share",
     "splits",
     "epsilons",
     "site_sizes",
@@ -59,8 +60,10 @@ TABLE_COLUMNS = (
     "seed",
 )
 """Columns of ``experiments.csv``: the point (``dataset, J, proportions, estimator, aggregator,
-alpha``), ``mae_mean`` and ``mae_std`` of ``|tau_dp - reference|`` over ``reps`` repetitions spread
-over ``splits`` random splits, the sites' exact budgets (``epsilons``) and sizes, the ``reference``
+alpha``), ``mae_mean`` and ``mae_std`` of ``|tau_dp - reference|`` over the repetitions with an
+answer among ``reps`` spread over ``splits`` random splits, ``no_answer_share`` (the share of
+repetitions with no combined estimate: no site resolved, or none usable), the sites' exact
+budgets (``epsilons``) and sizes, the ``reference``
 (its kind and mean value), ``mean_sites_used`` by the combiner, ``noise_sd_site1`` (sd of site 1's
 DP noise on its ATE), ``sens_ratio_vs_paper`` (how ERRATA moves the ATE noise against the paper's
 mechanism: the largest ratio over the sites of corrected over literal smooth sensitivity for
@@ -244,7 +247,9 @@ def _alpha_rows(
     )
     rows = []
     for agg in AGGREGATORS:
-        err = np.concatenate(acc.errors[agg])
+        all_err = np.concatenate(acc.errors[agg])
+        answered = np.isfinite(all_err)
+        err = all_err[answered] if answered.any() else np.array([np.nan])
         rows.append(
             {
                 "dataset": first.dataset,
@@ -255,7 +260,8 @@ def _alpha_rows(
                 "alpha": frac(alpha),
                 "mae_mean": float(err.mean()),
                 "mae_std": float(err.std()),
-                "reps": int(err.size),
+                "reps": int(all_err.size),
+                "no_answer_share": float(1.0 - answered.mean()),
                 "splits": n_splits,
                 "epsilons": ";".join(frac(e) for e in epsilons),
                 "site_sizes": ";".join(str(s.n) for s in first.sites),
