@@ -349,8 +349,11 @@ def _check_draws(draws: int) -> None:
 # Site intervals
 
 
-def _site_parts(s: SiteEstimate) -> tuple[float, float]:
-    """``(noise variance, sampling variance)`` of a site's release, for the noise rule."""
+def _site_parts(s: SiteEstimate) -> tuple[float | None, float | None]:
+    """``(noise variance, sampling variance)`` of a site's release, for the noise rule (None,
+    None: the release publishes no ``noise_variance``, and the rule does not apply)."""
+    if "noise_variance" not in s.diagnostics:
+        return None, None
     return s.noise_variance, s.sampling_variance
 
 
@@ -405,11 +408,17 @@ def _combine(ps: list[SiteEstimate], method: str) -> AggregateResult:
     )
 
 
-def _combined_parts(ps: list[SiteEstimate], res: AggregateResult) -> tuple[float, float]:
+def _combined_parts(
+    ps: list[SiteEstimate], res: AggregateResult
+) -> tuple[float | None, float | None]:
     """``(noise variance, sampling variance)`` of a combination: ``sum w_j^2 noise_j`` over the
     sites used, with the combiner's normalised weights, and the rest of its reported variance
-    (the sites' sampling parts, and for random effects ``tau^2``)."""
-    noise = sum(w * w * ps[j].noise_variance for j, w in zip(res.used, res.weights, strict=True))
+    (the sites' sampling parts, and for random effects ``tau^2``); (None, None) when a site used
+    publishes no ``noise_variance``."""
+    used = list(zip(res.used, res.weights, strict=True))
+    if any("noise_variance" not in ps[j].diagnostics for j, _ in used):
+        return None, None
+    noise = sum(w * w * ps[j].noise_variance for j, w in used)
     return noise, res.variance - noise
 
 

@@ -15,8 +15,9 @@ Two halves:
   :func:`random_effects_many`) run the one vectorised implementation each aggregator declares in
   :mod:`dpate_core.aggregators`, whose one-row case is :mod:`dpate_core.aggregation` (tests hold
   them equal on random inputs), including the rule for unusable sites: a site whose estimate or
-  variance is not finite, or whose variance is not positive, is left out of that row. A row with
-  no usable site gives NaN (where the scalar function raises :class:`NoUsableSiteError`).
+  variance is not finite (an unresolved release carries NaN, ``Outputs``), or whose variance is
+  not positive, is left out of that row. A row with no usable site gives NaN: no answer (where
+  the scalar function raises :class:`NoUsableSiteError`).
 """
 
 from __future__ import annotations

@@ -218,6 +218,9 @@ def test_site_and_combined_intervals_read_the_noise_rule():
         assert iv.rules == ("noise",) and iv.width < 0.2
     quiet = _dim_site(0.3, 1e-4, 1e-3)
     assert site_normal_interval(quiet).rules == ()
+    bare = dataclasses.replace(noisy, diagnostics={})  # no published noise part: rule not applied
+    assert site_normal_interval(bare).rules == ()
+    assert combined_normal_interval([bare, bare], "all").rules == ()
     # a combination's parts: sum w_j^2 noise_j with the combiner's weights, and the rest of its
     # variance: AggAll's equal weights give noise 1.1e-3/4 against sampling 1.01e-3/4
     assert combined_normal_interval([noisy, quiet], "all").rules == ()
