@@ -267,6 +267,12 @@ class MechanismPlan:
         if not isinstance(self.assemble, PublishedAssembly):
             object.__setattr__(self, "assemble", PublishedAssembly(self.assemble, self.bound))
 
+    @property
+    def assembly(self) -> Callable[[Mapping[str, Any]], Outputs]:
+        """The mechanism's own assembly, before the publication step (what the privacy tests
+        judge, and the paper's estimators, which do not clip)."""
+        return cast(PublishedAssembly, self.assemble).assembly
+
     def estimate(self, noisy: Mapping[str, float]) -> SiteEstimate:
         """The release of one draw ``noisy``: public values only."""
         return self.estimate_of(self.assemble(noisy))

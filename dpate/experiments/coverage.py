@@ -189,6 +189,12 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
     }
     rows = []
 
+    def median(values) -> float:
+        """The median of the intervals that exist (NaN: none, e.g. every release unresolved)."""
+        v = np.asarray(values, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        return float(np.median(v)) if v.size else float("nan")
+
     def add(unit, method, covered, width, used=float("nan"), same=None):
         rows.append(
             {
@@ -197,8 +203,8 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
                 "method": method,
                 "coverage": float(np.mean(covered)),
                 "intervals": int(np.size(covered)),
-                "median_width": float(np.nanmedian(width)),
-                "normal_width_same": float("nan") if same is None else float(np.nanmedian(same)),
+                "median_width": median(width),
+                "normal_width_same": float("nan") if same is None else median(same),
                 "mean_sites_used": used,
             }
         )

@@ -6,8 +6,12 @@ Every point runs the mechanisms that are released, through their plans
 :func:`dpate_core.adjusted.plan_adjusted_from_statistics`): the statistics and the smooth
 sensitivities are computed once per site and budget, then
 :func:`dpate_core.simulation.simulate_sites` draws all repetitions at once with the plan's
-``draw_many`` and ``assemble``, and the ``(reps, J)`` combiners of :mod:`dpate_core.simulation`
-aggregate them (the same computation as :mod:`dpate_core.aggregation`, held equal by tests).
+``draw_many`` and the mechanism's own assembly, and the ``(reps, J)`` combiners of
+:mod:`dpate_core.simulation` aggregate them (the same computation as :mod:`dpate_core.aggregation`,
+held equal by tests). The sites' estimates are taken before the clip to ``[-B, B]`` every release
+adds (``published=False``): the paper's figures and claims are about its estimators, which do not
+clip (docs/results.md, "What is run"). An unresolved adjusted release is NaN either way: its
+repetition has no answer where no site resolved (``no_answer_share``).
 
 Common random numbers: at one (data set, split, estimator) every alpha starts from the same
 generator state, and all five combiners aggregate the same draws, so differences between curves
@@ -217,7 +221,7 @@ def _draw_alpha(
         plans = site_plans(sp, estimator, epsilons, settings.delta, stats)
         # common random numbers: the same generator state for every alpha of this split
         rng = generator(settings, sp.dataset, sp.proportions, estimator, i)
-        tau, n, var = simulate_sites(plans, rng, reps)
+        tau, n, var = simulate_sites(plans, rng, reps, published=False)  # the paper's estimators
         for agg in AGGREGATORS:
             res = aggregate_many(agg, tau, n, var)
             acc.errors[agg].append(np.abs(res.estimate - reference))

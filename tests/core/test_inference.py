@@ -146,7 +146,7 @@ def test_noise_model_matches_the_mechanism_on_fixed_data(estimator):
         stats = matching_statistics(d.w, d.y, d.x, 10, bound=1.0)
         plan = plan_matching(estimator, stats, bound=1.0, epsilon=1, delta="1e-5", domain_size=10)
     # the mechanism's tau before the release clips it to [-B, B]: what a noise model describes
-    taus = plan.assemble.assembly(draw_many(plan, rng, 40_000)).tau
+    taus = plan.assembly(draw_many(plan, rng, 40_000)).tau
     q_real = np.quantile(taus - np.mean(taus), [0.025, 0.975])
     ratios = []
     for site in releases(plan, rng, 15):  # the model's scale reads each release's public fields

@@ -222,7 +222,7 @@ def _plans_of_every_estimator():
 def test_every_release_publishes_tau_clipped_to_the_feasible_range(kind):
     plan = _plans_of_every_estimator()[kind]
     noisy = draw_many(plan, np.random.default_rng(5), 4000)
-    out, own = plan.assemble(noisy), plan.assemble.assembly(noisy)
+    out, own = plan.assemble(noisy), plan.assembly(noisy)
     assert np.nanmax(np.abs(own.tau)) > B or kind == "adjusted"  # the noise passes the bound
     # the publication step reads the assembly's outputs only: tau clipped, the rest as it is
     np.testing.assert_array_equal(out.tau, np.clip(own.tau, -B, B))
@@ -256,7 +256,7 @@ def test_a_new_mechanism_is_clipped_without_doing_anything():
     )  # fmt: skip
     assert plan.estimate({"t": 7.5}).tau == 2.0 and plan.estimate({"t": -0.5}).tau == -0.5
     again = dataclasses.replace(plan, noise=plan.noise)  # wrapped once, not twice
-    assert again.assemble.assembly is plan.assemble.assembly
+    assert again.assembly is plan.assembly
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 For a pair of neighbours D, D' (one record replaced), each release is run many times on both (the
 simulation path: the release's own plan, ``draw_many`` from a seeded Generator and the mechanism's
-own assembly, ``plan.assemble.assembly``), an output statistic is histogrammed into bins, and for
+own assembly, ``plan.assembly``), an output statistic is histogrammed into bins, and for
 every bin with enough mass the estimated probability ratio must stay within ``e^eps`` of the part
 of the budget that statistic consumes, up to sampling error: a bin is a violation only when the
 one-sided Clopper-Pearson lower bound of ``P_D(bin)`` exceeds ``e^eps`` times the upper bound of
@@ -195,7 +195,7 @@ UNRESOLVED_ATOM = -1e300
 
 def _run(plan: MechanismPlan, seed: int, reps: int = REPS):
     """The mechanism's own assembly (before the publication step, which is post-processing)."""
-    assembly = plan.assemble.assembly  # type: ignore[attr-defined]
+    assembly = plan.assembly
     return assembly(draw_many(plan, np.random.default_rng(seed), reps))
 
 
