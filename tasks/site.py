@@ -318,7 +318,7 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
     except PublicationConflictError:
         # this release, published by an earlier software (version 1: no lifetime spend;
         # version 2: no unresolved release): keep it
-        if store.read(key) not in _earlier_report_bytes(ctx, committed):
+        if not _published_by_an_earlier_version(ctx, committed, store.read(key)):
             raise
         status = "unchanged"
     get_run_logger().info(
@@ -330,15 +330,17 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
     return site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
 
 
-def _earlier_report_bytes(ctx: SiteContext, committed: Committed) -> tuple[bytes, ...]:
-    """The bytes the earlier report versions give this release (none for an unresolved one,
-    which only version 3 can hold)."""
-    if not committed.payload["estimate"].get("resolved", True):
-        return ()
-    return (
-        site_report_bytes(ctx, committed, schema_version=1),
-        site_report_bytes(ctx, committed, ledger_spend(ctx, committed), schema_version=2),
-    )
+def _published_by_an_earlier_version(
+    ctx: SiteContext, committed: Committed, existing: bytes | None
+) -> bool:
+    """Whether ``existing`` is this release's report as an earlier software wrote it: version 1
+    (no lifetime spend) or 2 (never an unresolved release, which only version 3 can hold)."""
+    if existing is None or not committed.payload["estimate"].get("resolved", True):
+        return False
+    if existing == site_report_bytes(ctx, committed, schema_version=1):
+        return True
+    spend = ledger_spend(ctx, committed)
+    return existing == site_report_bytes(ctx, committed, spend, schema_version=2)
 
 
 @task(name="show-site-report", **PUBLIC_TASK)
