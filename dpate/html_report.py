@@ -155,6 +155,11 @@ def render_html(
             f"<p><b>Uninformative at this budget:</b> {e(result.uninformative_why())} "
             "(<code>dpate plan</code> predicts the budget a study needs).</p>"
         )
+    elif result.answered and result.noise_dominated:
+        uninformative = (
+            f"<p><b>Mostly privacy noise:</b> {e(result.noise_why())}; more budget would narrow "
+            "the interval (<code>dpate plan</code> predicts it).</p>"
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>dpate report: {e(result.study_id)} round {e(result.round)}</title>

@@ -46,6 +46,8 @@ from dpate_core.simulation import aggregate_many
 
 __all__ = [
     "DEFAULT_DRAWS",
+    "INFORMATION_RULES",
+    "NOISE_DOMINATED",
     "NOISE_MODELS",
     "NOISE_RATIO",
     "UNINFORMATIVE",
@@ -72,10 +74,18 @@ DEFAULT_DRAWS = 20_000
 #: rule fired (:data:`UNINFORMATIVE_RULES`)
 UNINFORMATIVE = "uninformative at this budget"
 
-#: an interval is uninformative when its DP-noise variance is more than this many times its
-#: sampling variance (the noise sd more than 3 times the sampling sd): it then reflects mostly the
-#: noise added for privacy, not the patients
+#: an interval is "mostly privacy noise" when its DP-noise variance is more than this many times
+#: its sampling variance (the noise sd more than 3 times the sampling sd): it then reflects mostly
+#: the noise added for privacy, not the patients, and more budget would narrow it
 NOISE_RATIO = 9
+
+#: the wording reports use for an interval that the noise rule flags but the information rules
+#: do not: it may still be narrow enough to inform, so it is not called uninformative
+NOISE_DOMINATED = "mostly privacy noise"
+
+#: the rules that make an interval uninformative (it says little beyond the range of possible
+#: effects); the ``"noise"`` rule flags an interval as :data:`NOISE_DOMINATED` instead
+INFORMATION_RULES = ("beyond", "width")
 
 #: the rules that flag an interval uninformative, in the order a note lists them, with the words
 #: a report prints for each
@@ -98,9 +108,12 @@ class Interval:
     """A confidence interval for an ATE, clipped to the feasible range ``[-B, B]``.
 
     ``estimate`` is the point estimate clipped to that range (post-processing). ``rules`` names
-    every rule of :data:`UNINFORMATIVE_RULES` that fired (:func:`clip_interval`), and
-    ``uninformative`` is True when any did: reports say :data:`UNINFORMATIVE` and why
-    (:attr:`note`).
+    every rule of :data:`UNINFORMATIVE_RULES` that fired (:func:`clip_interval`).
+    ``uninformative`` is True when one of the :data:`INFORMATION_RULES` fired (the interval says
+    little beyond the range of possible effects): reports say :data:`UNINFORMATIVE` and why
+    (:attr:`note`). The noise rule alone flags the interval :attr:`noise_dominated`
+    (:data:`NOISE_DOMINATED`): it mostly reflects the noise added for privacy, yet may be narrow
+    enough to inform, so it is flagged without being called uninformative.
     """
 
     estimate: float
@@ -117,11 +130,18 @@ class Interval:
         return self.hi - self.lo
 
     @property
+    def noise_dominated(self) -> bool:
+        """The noise rule fired: the interval mostly reflects the privacy noise."""
+        return "noise" in self.rules
+
+    @property
     def note(self) -> str:
-        """ "" when informative, else "uninformative at this budget: <why>" (every rule fired)."""
-        if not self.uninformative:
+        """ "" when no rule fired; else "uninformative at this budget: <why>" or, when only the
+        noise rule fired, "mostly privacy noise: <why>" (every rule that fired is said)."""
+        if not self.rules:
             return ""
-        return f"{UNINFORMATIVE}: " + "; ".join(UNINFORMATIVE_RULES[r] for r in self.rules)
+        head = UNINFORMATIVE if self.uninformative else NOISE_DOMINATED
+        return f"{head}: " + "; ".join(UNINFORMATIVE_RULES[r] for r in self.rules)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready fields for a report."""
@@ -200,7 +220,7 @@ def clip_interval(
         hi=min(max(float(hi), -b), b),
         level=float(level),
         method=method,
-        uninformative=bool(rules),
+        uninformative=any(r in INFORMATION_RULES for r in rules),
         bound=b,
         rules=rules,
     )

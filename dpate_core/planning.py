@@ -42,7 +42,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
-from dpate_core.inference import UNINFORMATIVE_RULES, uninformative_rules
+from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
 from dpate_core.plan_inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.plan_recommendation import Recommendation, _recommend
 from dpate_core.site_prediction import SitePredictions, _combine, _z, predict_site
@@ -206,10 +206,14 @@ def _range_warnings(preds: Sequence[SitePrediction], half: float, bound: float) 
             -p.half_width, p.half_width, bound, p.noise_variance, p.sampling_variance
         )
         if rules:
+            head = (
+                "uninformative at this budget on its own"
+                if any(r in INFORMATION_RULES for r in rules)
+                else "mostly privacy noise"
+            )
             warnings.append(
                 f"site {p.site_id}: predicted interval width {p.width:.3g} (B = {bound:g}): "
-                f"uninformative at this budget on its own: "
-                + "; ".join(UNINFORMATIVE_RULES[r] for r in rules)
+                f"{head}: " + "; ".join(UNINFORMATIVE_RULES[r] for r in rules)
             )
     if "width" in uninformative_rules(-half, half, bound):
         warnings.append(

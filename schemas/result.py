@@ -109,9 +109,15 @@ class ResultInterval(_Document):
     note: str
     rules: list[str] | None = None  # version 3
 
+    @property
+    def noise_dominated(self) -> bool:
+        """The noise rule fired (version 3): the interval mostly reflects the privacy noise."""
+        return "noise" in (self.rules or ())
+
     def why(self) -> str:
-        """Why the interval is uninformative, in words: its note after "uninformative at this
-        budget: " (version 3), else the one rule a version-2 document applied."""
+        """Why the interval is flagged, in words: its note after "uninformative at this budget: "
+        or "mostly privacy noise: " (version 3), else the one rule a version-2 document
+        applied."""
         _, sep, why = self.note.partition(": ")
         if sep:
             return why
@@ -130,14 +136,14 @@ class _WithInterval(_Document):
         return self.interval.lo, self.interval.hi
 
     def interval_text(self, digits: int = 4, brief: bool = False) -> str:
-        """``lo to hi``, with the interval's note when it is uninformative at this budget (only
-        "uninformative at this budget" when ``brief``; the rule is then said elsewhere), or
-        "none"."""
+        """``lo to hi``, with the interval's note when a rule flagged it ("uninformative at this
+        budget" or "mostly privacy noise", only those words when ``brief``; the rule is then said
+        elsewhere), or "none"."""
         ends = self.interval_ends()
         if ends is None:
             return NO_INTERVAL
         iv = self.interval
-        note = iv.note if iv is not None and iv.uninformative else None
+        note = iv.note if iv is not None and iv.note else None
         if note and brief:
             note = note.partition(": ")[0]
         return _interval_text(*ends, note, digits)
@@ -274,7 +280,23 @@ class StudyResult(_WithInterval):
             f"{bold}{self.aggregator} estimate {self.estimate:.{digits}g}{bold} (variance "
             f"{self.variance:.4g}; 95% CI {self.interval_text(digits, brief=True)})"
         )
-        return text + (f". Uninformative: {self.uninformative_why()}" if self.uninformative else "")
+        if self.uninformative:
+            return f"{text}. Uninformative: {self.uninformative_why()}"
+        if self.noise_dominated:
+            return f"{text}. Mostly privacy noise: {self.noise_why()}"
+        return text
+
+    @property
+    def noise_dominated(self) -> bool:
+        """The combined interval mostly reflects the privacy noise (its noise rule fired) without
+        being uninformative."""
+        return (
+            not self.uninformative and self.interval is not None and self.interval.noise_dominated
+        )
+
+    def noise_why(self) -> str:
+        """Why the combined interval is mostly privacy noise, in words ("" when it is not)."""
+        return self.interval.why() if self.noise_dominated and self.interval is not None else ""
 
     def uninformative_why(self) -> str:
         """Why the combined interval is uninformative, in words ("" when it is not)."""

@@ -49,6 +49,11 @@ def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = Non
             f"[yellow]the combined interval is uninformative at this budget: "
             f"{typed.uninformative_why()} (see `dpate plan`)[/yellow]"
         )
+    elif typed.answered and typed.noise_dominated:
+        console.print(
+            f"[yellow]the combined interval mostly reflects privacy noise: {typed.noise_why()} "
+            f"(more budget would narrow it; see `dpate plan`)[/yellow]"
+        )
     if "uri" in result:
         console.print(f"result: {result['uri']}")
 

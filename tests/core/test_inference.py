@@ -18,6 +18,7 @@ from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.difference_in_means import plan_difference_in_means
 from dpate_core.estimators import matching_statistics
 from dpate_core.inference import (
+    NOISE_DOMINATED,
     NOISE_MODELS,
     NOISE_RATIO,
     UNINFORMATIVE,
@@ -190,14 +191,18 @@ def test_wider_than_the_outcome_range_is_uninformative():
     assert clip_interval(0.8, 0.2, 1.4, 1.0, 0.95, "normal").rules == ()
 
 
-def test_noise_nine_times_the_sampling_variance_is_uninformative():
+def test_noise_nine_times_the_sampling_variance_is_flagged_mostly_noise():
     assert NOISE_RATIO == 9
     narrow = (0.3, 0.25, 0.35, 1.0, 0.95, "normal")
-    assert clip_interval(*narrow, noise_variance=9.5e-4, sampling_variance=1e-4).rules == ("noise",)
+    noisy = clip_interval(*narrow, noise_variance=9.5e-4, sampling_variance=1e-4)
+    assert noisy.rules == ("noise",) and noisy.noise_dominated
+    # flagged, but a 0.1-wide interval still informs: not called uninformative
+    assert not noisy.uninformative and noisy.note.startswith(f"{NOISE_DOMINATED}: ")
     assert clip_interval(*narrow, noise_variance=8e-4, sampling_variance=1e-4).rules == ()
     assert clip_interval(*narrow, noise_variance=1e-4, sampling_variance=0.0).rules == ("noise",)
     iv = clip_interval(0.3, -0.5, 1.1, 1.0, 0.95, "normal", 0.1, 0.001)
     assert iv.rules == ("width", "noise") and "9 times" in iv.note and "wider" in iv.note
+    assert iv.uninformative and iv.note.startswith(f"{UNINFORMATIVE}: ")
     assert clip_interval(*narrow).rules == ()  # no parts given: the rule does not apply
 
 
