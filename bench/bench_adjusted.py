@@ -80,10 +80,14 @@ def bench_memory(n: int, strata: int) -> None:
 
 
 def _summary(out, truth: float) -> str:
+    """Bias, sd, rmse and coverage of the resolved releases, and the share left unresolved."""
     t = np.asarray(out.tau)
+    ok = np.isfinite(t)
+    t, v = t[ok], np.broadcast_to(out.variance, ok.shape)[ok]
     bias, sd = t.mean() - truth, t.std()
-    cover = np.mean(np.abs(t - truth) <= 1.96 * np.sqrt(out.variance))
-    return f"bias {bias:+.4f} sd {sd:.4f} rmse {np.hypot(bias, sd):.4f} cover {cover:.3f}"
+    cover = np.mean(np.abs(t - truth) <= 1.96 * np.sqrt(v))
+    text = f"bias {bias:+.4f} sd {sd:.4f} rmse {np.hypot(bias, sd):.4f} cover {cover:.3f}"
+    return text + ("" if ok.all() else f" unresolved {1 - ok.mean():.2f}")
 
 
 def choose_split() -> None:

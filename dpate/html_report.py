@@ -37,19 +37,26 @@ def forest_plot_png(result: StudyResult) -> bytes:
     labels = []
     for i, s in enumerate(sites):
         y = rows - 1 - i
-        lo, hi = s.interval_ends()
         used = s.status == "used"
         colour = "#1f5fa8" if used else "#9a9a9a"
-        ax.plot([lo, hi], [y, y], color=colour, lw=2)
-        ax.plot(s.tau, y, "s", color=colour, ms=6)
-        labels.append(f"{s.site_id} (N={s.n}, eps={s.epsilon})" + ("" if used else " *"))
-    lo, hi = result.interval_ends()
-    est = result.estimate
-    ax.fill([lo, est, hi, est], [0, 0.25, 0, -0.25], color="#b22222")
-    ax.axvline(est, color="#b22222", lw=0.8, ls=":")
+        ends = s.interval_ends()
+        if s.tau is not None and ends is not None:  # an unresolved site has nothing to draw
+            ax.plot(list(ends), [y, y], color=colour, lw=2)
+            ax.plot(s.tau, y, "s", color=colour, ms=6)
+        labels.append(
+            f"{s.site_id} (N={s.n}, eps={s.epsilon})"
+            + ("" if s.resolved else " unresolved")
+            + ("" if used else " *")
+        )
+    ends, est = result.interval_ends(), result.estimate
+    if ends is not None and est is not None:
+        lo, hi = ends
+        ax.fill([lo, est, hi, est], [0, 0.25, 0, -0.25], color="#b22222")
+        ax.axvline(est, color="#b22222", lw=0.8, ls=":")
     ax.axvline(0.0, color="black", lw=0.6)
     ax.set_yticks([*list(range(rows - 1, 0, -1)), 0])
-    ax.set_yticklabels([*labels, f"{result.aggregator} (combined)"])
+    combined = "combined" if result.answered else "no answer"
+    ax.set_yticklabels([*labels, f"{result.aggregator} ({combined})"])
     ax.set_xlabel("average treatment effect (95% CI)")
     ax.set_title(f"{result.study_id}, round {result.round}  (* = not used)", fontsize=10)
     ax.set_ylim(-0.7, rows - 0.3)
@@ -60,8 +67,8 @@ def forest_plot_png(result: StudyResult) -> bytes:
     return buf.getvalue()
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+def _fmt(x: float | None) -> str:
+    return "none" if x is None else f"{x:.4g}"
 
 
 def _lifetime(s: SiteResult, spend: SiteSpend | None) -> str:
@@ -78,7 +85,7 @@ def _site_cells(s: SiteResult, spend: SiteSpend | None) -> list[str]:
         return [
             s.site_id,
             s.status,
-            _fmt(s.tau),
+            s.tau_text(4, fixed=False),
             s.interval_text(),
             _fmt(s.variance),
             str(s.n),
@@ -135,13 +142,24 @@ def render_html(
         cells = _site_cells(s, spends.get(s.site_id))
         rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
     partial = "" if result.complete else "<p><b>Partial:</b> not every site reported.</p>"
-    uninformative = (
-        "<p><b>Uninformative at this budget:</b> the combined interval is wider than the "
-        "outcome's whole range; the study cannot answer its question with this privacy budget "
-        "(<code>dpate plan</code> predicts the budget it would need).</p>"
-        if result.uninformative
-        else ""
-    )
+    if result.answered:
+        headline = (
+            f"<b>{e(result.aggregator)}</b> estimate <b>{_fmt(result.estimate)}</b>,\n"
+            f"95% CI {e(result.interval_text(brief=True))} (variance {_fmt(result.variance)})"
+        )
+    else:
+        headline = f"<b>No answer at this budget</b>: {e(result.no_answer_why())}"
+    uninformative = ""
+    if result.answered and result.uninformative:
+        uninformative = (
+            f"<p><b>Uninformative at this budget:</b> {e(result.uninformative_why())} "
+            "(<code>dpate plan</code> predicts the budget a study needs).</p>"
+        )
+    elif result.answered and result.noise_dominated:
+        uninformative = (
+            f"<p><b>Mostly privacy noise:</b> {e(result.noise_why())}; more budget would narrow "
+            "the interval (<code>dpate plan</code> predicts it).</p>"
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>dpate report: {e(result.study_id)} round {e(result.round)}</title>
@@ -151,10 +169,9 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
 </style></head><body>
 <h1>Study {e(result.study_id)}, round {e(result.round)}</h1>
-<p class="est"><b>{e(result.aggregator)}</b> estimate <b>{_fmt(result.estimate)}</b>,
-95% CI {e(result.interval_text())} (variance {_fmt(result.variance)})</p>
+<p class="est">{headline}</p>
 {uninformative}{partial}
-<p>Sites used: {e(", ".join(result.used))}</p>
+<p>Sites used: {e(", ".join(result.used) or "none")}</p>
 <img alt="forest plot" src="data:image/png;base64,{png}">
 <h2>Sites</h2>
 <table><tr>{"".join(f"<th>{e(h)}</th>" for h in _SITE_COLUMNS)}</tr>

@@ -82,7 +82,8 @@ def site_report_bytes(
     """The published report of a committed release: a function of the ledger's COMMIT row,
     the spec and ``spend`` (the ledger's totals after the release, :func:`ledger_spend`; left
     out of the report when None), so every re-publication gives identical bytes.
-    ``schema_version=1`` gives the bytes the previous software published (no ``spend``)."""
+    ``schema_version=1`` or ``2`` gives the bytes an earlier software published (version 1:
+    no ``spend``)."""
     payload = committed.payload
     report = SiteReport.from_estimate(
         PublicEstimate.model_validate(payload["estimate"]),
@@ -102,20 +103,24 @@ def site_report_bytes(
 def site_summary(
     ctx: SiteContext, uri: str, status: str, estimate: dict[str, Any]
 ) -> dict[str, Any]:
-    """The public summary of a site's published report (what the flows return and show)."""
+    """The public summary of a site's published report (what the flows return and show); an
+    unresolved release has ``tau``, ``variance`` and ``interval`` None and says why."""
+    resolved = estimate.get("resolved", True)
     return {
         "site_id": ctx.site_id,
         "release_id": ctx.rid,
         "report": uri,
         "status": status,
         "estimator": estimate["estimator"],
+        "resolved": resolved,
+        "unresolved_reason": estimate.get("unresolved_reason"),
         "tau": estimate["tau"],
         "variance": estimate["variance"],
         "n": estimate["n"],
         "epsilon": estimate["epsilon"],
         "delta": estimate["delta"],
         # post-processing of the public fields: the bootstrap interval, clipped to [-B, B]
-        "interval": site_bootstrap_interval(estimate).as_dict(),
+        "interval": site_bootstrap_interval(estimate).as_dict() if resolved else None,
     }
 
 

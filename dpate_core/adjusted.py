@@ -35,6 +35,8 @@ import numpy.typing as npt
 from dpate_core.adjusted_weightings import (
     RATIO_DAMPING,
     RESOLVE_Z,
+    UNRESOLVED_FIXED_EFFECTS,
+    UNRESOLVED_SUBCLASSIFICATION,
     PublicConstants,
     assemble_fixed_effects,
     assemble_subclassification,
@@ -61,6 +63,8 @@ __all__ = [
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
+    "UNRESOLVED_FIXED_EFFECTS",
+    "UNRESOLVED_SUBCLASSIFICATION",
     "WEIGHTINGS",
     "dp_adjusted",
     "plan_adjusted",
@@ -237,9 +241,9 @@ def dp_adjusted(
 
     Post-processing (``weighting``, see :func:`resolve_weighting` and docs/adjusted.md): with
     ``"fixed_effects"`` the ratio of sums ``sum (s_t n_c - s_c n_t) / sum n_t n_c`` over every
-    stratum (uninformative, ``tau = 0`` with variance ``B^2/3``, when the noisy denominator is
-    below ``RESOLVE_Z`` of its noise sds). With ``"subclassification"``: each noisy vector clipped
-    to the range the true one can take (counts to
+    stratum (unresolved, ``resolved`` False with no estimate and no variance, when the noisy
+    denominator is not above ``RESOLVE_Z`` of its noise sds). With ``"subclassification"``: each
+    noisy vector clipped to the range the true one can take (counts to
     ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
     when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
     noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
@@ -247,7 +251,9 @@ def dp_adjusted(
     dividing by noisy counts, estimated at the noisy point and damped near the threshold) and
     clipped to ``[-B, B]``; each arm's within-cell variance pooled over the usable strata (plus
     one noise sd of its sum of squares) and clamped to ``[0, B^2/4]`` (``raw_variance`` keeps
-    the unclamped value).
+    the unclamped value); unresolved when no stratum is usable. An unresolved release says why
+    in ``unresolved_reason`` (:data:`UNRESOLVED_FIXED_EFFECTS`,
+    :data:`UNRESOLVED_SUBCLASSIFICATION`).
     """
     plan = plan_adjusted(
         w,

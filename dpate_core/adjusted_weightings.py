@@ -21,14 +21,26 @@ from dpate_core.release import Outputs
 __all__ = [
     "RATIO_DAMPING",
     "RESOLVE_Z",
+    "UNRESOLVED_FIXED_EFFECTS",
+    "UNRESOLVED_SUBCLASSIFICATION",
     "PublicConstants",
     "assemble_fixed_effects",
     "assemble_subclassification",
 ]
 
-#: fixed effects: the estimate is used when its noisy denominator exceeds this many of its own
-#: (estimated) noise sds; below, the release is "uninformative" (tau 0, variance B^2 / 3)
+#: fixed effects: the estimate is resolved when its noisy denominator exceeds this many of its
+#: own (estimated) noise sds; below, the release publishes no estimate (``resolved`` False)
 RESOLVE_Z = 2.0
+#: the public reasons of an unresolved release (``SiteEstimate.unresolved_reason``), one per
+#: weighting: what a reader of the report sees in place of an estimate
+UNRESOLVED_FIXED_EFFECTS = (
+    "fixed effects: too few patients in strata holding both treatments at this budget (the "
+    f"noisy sum of n_t n_c over the strata is not above {RESOLVE_Z:g} of its noise sds)"
+)
+UNRESOLVED_SUBCLASSIFICATION = (
+    "subclassification: no stratum has enough patients in both treatments at this budget "
+    "(both noisy arm counts at least min_count)"
+)
 #: subclassification: the damping of the ratio-bias plug-in near the count threshold,
 #: ``n_hat^2 + RATIO_DAMPING v_n^2 / n_hat^2`` (chosen by measurement, docs/adjusted.md)
 RATIO_DAMPING = 100.0
@@ -86,15 +98,18 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
     noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, var_d, d_safe)
     sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, d_safe)
-    zero = np.zeros_like(tau)
-    # unresolved: nothing is estimated; tau 0 with the variance of a uniform on [-B, B]
-    unestimated_var = np.where(resolved, 0.0, c.bound * c.bound / 3.0)
-    noise_var = np.where(resolved, noise_var, zero)
-    sampling = np.where(resolved, sampling, zero)
-    sampling_raw = np.where(resolved, sampling_raw, zero)
+    # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
-        tau, sampling, sampling_raw, noise_var, unestimated_var, used * c.n_strata, used
+        resolved,
+        UNRESOLVED_FIXED_EFFECTS,
+        tau,
+        sampling,
+        sampling_raw,
+        noise_var,
+        np.zeros_like(tau),
+        used * c.n_strata,
+        used,
     )
 
 
@@ -205,13 +220,21 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     # the strata left out (an empty arm, or too few noisy records to use) hold a share u of
     # the records whose contribution to the estimand lies in [-B u, B u] and is not
     # estimated: its uncertainty enters as the variance of a uniform on that range, so a
-    # site that could use little of its data reports that (and with nothing usable, an
-    # interval wider than the outcome's range) instead of a falsely precise 0
+    # site that could use little of its data reports that
+    # instead of a falsely precise 0; with no usable stratum nothing is estimated: unresolved
     usable_weight = np.sum(weight, axis=-1)
     unestimated_var = (c.bound * _left_out_share(usable, n_t + n_c)) ** 2 / 3.0
     usable_strata = np.sum(usable, axis=-1).astype(np.float64)
     return _outputs(
-        tau, sampling, sampling_raw, noise_var, unestimated_var, usable_strata, usable_weight
+        usable_strata > 0.0,
+        UNRESOLVED_SUBCLASSIFICATION,
+        tau,
+        sampling,
+        sampling_raw,
+        noise_var,
+        unestimated_var,
+        usable_strata,
+        usable_weight,
     )
 
 
@@ -262,6 +285,8 @@ def _pooled_variance(c: PublicConstants, usable: Any, nn: Any, ss: Any, qq: Any)
 
 
 def _outputs(
+    resolved: Any,
+    unresolved_reason: str,
     tau: Any,
     sampling: Any,
     sampling_raw: Any,
@@ -271,17 +296,23 @@ def _outputs(
     usable_weight: Any,
 ) -> Outputs:
     """Both weightings' outputs: the variance is the sampling part (clamped; ``raw_variance``
-    unclamped) plus the noise variance plus the variance of what is not estimated."""
+    unclamped) plus the noise variance plus the variance of what is not estimated. Where
+    ``resolved`` is False the estimate, its variances and their parts are NaN (a row every
+    combiner leaves out; the release publishes ``resolved`` False with ``unresolved_reason``);
+    the counts of what was usable (0 strata, weight 0) stay."""
+    nan = np.where(resolved, 0.0, np.nan)  # adds NaN where unresolved, nothing elsewhere
     diagnostics = {
-        "sampling_variance_dp": sampling_raw,
-        "noise_variance": noise_var,
-        "unestimated_variance": unestimated_var,
+        "sampling_variance_dp": sampling_raw + nan,
+        "noise_variance": noise_var + nan,
+        "unestimated_variance": unestimated_var + nan,
         "usable_strata": usable_strata,
         "usable_weight": usable_weight,
+        "resolved": np.asarray(resolved, dtype=np.float64),
     }
     return Outputs(
-        tau,
-        sampling + noise_var + unestimated_var,
-        sampling_raw + noise_var + unestimated_var,
+        tau + nan,
+        sampling + noise_var + unestimated_var + nan,
+        sampling_raw + noise_var + unestimated_var + nan,
         diagnostics,
+        unresolved_reason,
     )

@@ -6,11 +6,13 @@ were used. Each is declared once, in :mod:`dpate_core.aggregators` (name, label,
 style and one vectorised implementation); the functions here are its one-row case, kept under
 their historical names.
 
-Rule for unusable sites: a site whose ``tau`` or ``variance`` is not finite, whose variance is not
-positive, or whose ``n`` is not a finite number >= 1, is excluded before combining and listed in
-``excluded`` (site index -> reason; a released variance always includes the positive DP-noise term,
-so a non-positive one is malformed). If no site is usable, :class:`NoUsableSiteError` (a
-``ValueError``) is raised.
+Rule for unusable sites: a site whose release is not resolved (``resolved``, see
+:attr:`dpate_core.release.SiteEstimate.resolved`: its ``tau`` and ``variance`` are NaN), whose
+``tau`` or ``variance`` is not finite, whose variance is not positive, or whose ``n`` is not a
+finite number >= 1, is excluded before combining and listed in ``excluded`` (site index -> reason:
+"unresolved at this budget" for the first; a released variance always includes the positive
+DP-noise term, so a non-positive one is malformed). If no site is usable,
+:class:`NoUsableSiteError` (a ``ValueError``) is raised: the combination has no answer.
 
 >>> res = aggregate("all", [1.0, 3.0], [10, 30], [0.5, 0.5])
 >>> res.estimate, res.used, res.weights
@@ -108,6 +110,9 @@ def combiner(table: Mapping[str, Callable[..., Any]], method: str) -> Callable[.
         raise ValueError(f"aggregator ({method!r}) is not one of {sorted(table)}") from None
 
 
-def aggregate(method: str, tau: Any, n: Any, variance: Any) -> AggregateResult:
-    """Dispatch by the study spec's aggregator name."""
-    return _reg.aggregator_of(method).one(tau, n, variance)
+def aggregate(
+    method: str, tau: Any, n: Any, variance: Any, resolved: Any = None
+) -> AggregateResult:
+    """Dispatch by the study spec's aggregator name; ``resolved`` (one flag per site, default
+    all True) marks the sites whose release resolved an estimate: the others are excluded."""
+    return _reg.aggregator_of(method).one(tau, n, variance, resolved)

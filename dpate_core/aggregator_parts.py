@@ -17,6 +17,7 @@ import numpy.typing as npt
 from dpate_core.intervals import normal_interval
 
 __all__ = [
+    "UNRESOLVED",
     "AggregateMany",
     "AggregateResult",
     "Combination",
@@ -33,8 +34,12 @@ Array = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 
 
+#: why a combiner leaves out a site whose release is not resolved (``SiteEstimate.resolved``)
+UNRESOLVED = "unresolved at this budget"
+
+
 class NoUsableSiteError(ValueError):
-    """No site has a finite estimate with a finite, positive variance."""
+    """No site has a resolved, finite estimate with a finite, positive variance."""
 
 
 @dataclass(frozen=True)
@@ -113,33 +118,46 @@ def row_dot(a: Array, b: Array) -> Array:
 
 
 def scalar_inputs(
-    tau: Any, n: Any, variance: Any
+    tau: Any, n: Any, variance: Any, resolved: Any = None
 ) -> tuple[Array, Array, Array, npt.NDArray[np.intp], dict[int, str]]:
-    """Check one set of sites; returns the arrays, the usable indices and the excluded reasons."""
+    """Check one set of sites; returns the arrays, the usable indices and the excluded reasons.
+
+    ``resolved`` (one bool per site, default all True): a site whose release is not resolved is
+    excluded with the reason :data:`UNRESOLVED` (its ``tau`` and ``variance`` are NaN anyway)."""
     t = np.asarray(tau, dtype=np.float64)
     nn = np.asarray(n, dtype=np.float64)
     var = np.asarray(variance, dtype=np.float64)
     if not (t.ndim == 1 and t.shape == nn.shape == var.shape):
         raise ValueError("tau, n and variance must be 1-d arrays of one length")
+    unresolved = np.zeros(t.shape, bool) if resolved is None else ~np.asarray(resolved, bool)
+    if unresolved.shape != t.shape:
+        raise ValueError("resolved must hold one flag per site")
     if t.size == 0:
         raise NoUsableSiteError("no site estimates to aggregate")
     excluded: dict[int, str] = {}
     bad_tau = ~np.isfinite(t)
     bad_n = ~(np.isfinite(nn) & (nn >= 1))
     bad_var = ~np.isfinite(var) | (var <= 0)
-    for j in np.flatnonzero(bad_tau | bad_n | bad_var):
+    for j in np.flatnonzero(unresolved | bad_tau | bad_n | bad_var):
         why = []
-        if bad_tau[j]:
+        if unresolved[j]:
+            why.append(UNRESOLVED)
+        elif bad_tau[j]:
             why.append("estimate is not finite")
         if bad_n[j]:
             why.append("sample size is not a finite number >= 1")
-        if bad_var[j]:
+        if bad_var[j] and not unresolved[j]:
             why.append("variance is not finite and positive")
         excluded[int(j)] = "; ".join(why)
-    ok = np.flatnonzero(~(bad_tau | bad_n | bad_var))
+    ok = np.flatnonzero(~(unresolved | bad_tau | bad_n | bad_var))
     if ok.size == 0:
+        if unresolved.all():
+            raise NoUsableSiteError(
+                f"none of the {t.size} sites resolved its estimate: all {UNRESOLVED}"
+            )
         raise NoUsableSiteError(
-            f"none of the {t.size} sites has a finite estimate with a finite positive variance"
+            f"none of the {t.size} sites has a resolved, finite estimate with a finite positive "
+            f"variance"
         )
     return t, nn, var, ok, excluded
 

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from dpate_core.aggregator_parts import (
+    UNRESOLVED,
     AggregateMany,
     AggregateResult,
     Combination,
@@ -50,6 +51,7 @@ from dpate_core.aggregator_parts import (
 
 __all__ = [
     "AGGREGATORS",
+    "UNRESOLVED",
     "AggregateMany",
     "AggregateResult",
     "Aggregator",
@@ -80,9 +82,10 @@ class Aggregator:
     #: the paper's section or our docs, for the docstring of the scalar function
     reference: str = ""
 
-    def one(self, tau: Any, n: Any, variance: Any) -> AggregateResult:
-        """The server's combination of one set of sites (see :mod:`dpate_core.aggregation`)."""
-        t, nn, v, ok, excluded = scalar_inputs(tau, n, variance)
+    def one(self, tau: Any, n: Any, variance: Any, resolved: Any = None) -> AggregateResult:
+        """The server's combination of one set of sites (see :mod:`dpate_core.aggregation`); a
+        site not ``resolved`` is never combined (excluded as :data:`UNRESOLVED`)."""
+        t, nn, v, ok, excluded = scalar_inputs(tau, n, variance, resolved)
         rows = Rows(t[ok][None, :], nn[ok][None, :], v[ok][None, :], np.ones((1, ok.size), bool))
         comb = self.combine(rows)
         pick = np.flatnonzero(comb.chosen[0] & rows.ok[0])
@@ -93,7 +96,8 @@ class Aggregator:
         return weighted_one(self.name, tau_used, var_used, ok[pick], w_raw, excluded, extra)
 
     def many(self, tau: Any, n: Any, variance: Any) -> AggregateMany:
-        """Row by row, what :meth:`one` computes; a row with no usable site gives NaN."""
+        """Row by row, what :meth:`one` computes; a row with no usable site gives NaN. An
+        unresolved site carries NaN in its row (``Outputs``), so it is never combined."""
         rows = many_inputs(tau, n, variance)
         comb = self.combine(rows)
         return weighted_many(

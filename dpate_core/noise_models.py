@@ -5,7 +5,9 @@ error a re-run's DP noise adds to ``tau`` and the variance the re-run would publ
 Post-processing of DP releases and public design constants, like all of
 :mod:`dpate_core.inference` (which combines these draws with the sampling error in
 :func:`dpate_core.inference.site_draws` and re-exports the names here): ``numpy.random`` is
-allowed, the draws protect nothing.
+allowed, the draws protect nothing. A model draws the mechanism's noise as the mechanism adds it;
+the bootstrap clips each re-run's ``tau`` to ``[-B, B]`` afterwards, as the release does
+(:func:`dpate_core.inference.site_bootstrap_interval`). An unresolved release has no model draw.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
+from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
 from dpate_core.plan_inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.plan_recommendation import Recommendation, _recommend
 from dpate_core.site_prediction import SitePredictions, _combine, _z, predict_site
@@ -195,19 +196,30 @@ def _combined(aggregator: str, preds: Sequence[SitePrediction]) -> tuple[float, 
 
 
 def _range_warnings(preds: Sequence[SitePrediction], half: float, bound: float) -> list[str]:
-    """Warnings for a site's, and the combined, interval at least as wide as the outcome range."""
+    """Warnings for a site's, and the combined, predicted interval that the release's own rules
+    (:func:`dpate_core.inference.uninformative_rules`) would flag uninformative: wider than the
+    outcome's range ``B``, or (a site) noise variance over :data:`~dpate_core.inference.NOISE_RATIO`
+    times the sampling variance."""
     warnings: list[str] = []
     for p in preds:
-        if p.width >= 2.0 * bound:
-            warnings.append(
-                f"site {p.site_id}: predicted interval width {p.width:.3g} >= the outcome range "
-                f"2B = {2 * bound:g}: uninformative at this budget on its own"
+        rules = uninformative_rules(
+            -p.half_width, p.half_width, bound, p.noise_variance, p.sampling_variance
+        )
+        if rules:
+            head = (
+                "uninformative at this budget on its own"
+                if any(r in INFORMATION_RULES for r in rules)
+                else "mostly privacy noise"
             )
-    if 2.0 * half >= 2.0 * bound:
+            warnings.append(
+                f"site {p.site_id}: predicted interval width {p.width:.3g} (B = {bound:g}): "
+                f"{head}: " + "; ".join(UNINFORMATIVE_RULES[r] for r in rules)
+            )
+    if "width" in uninformative_rules(-half, half, bound):
         warnings.append(
-            f"the combined interval (predicted width {2 * half:.3g}) is at least as wide as the "
-            f"outcome range 2B = {2 * bound:g}: the study cannot answer its question at this "
-            f"budget; raise epsilon, add records, or narrow B"
+            f"the combined interval (predicted width {2 * half:.3g}) is wider than the outcome's "
+            f"range B = {bound:g}: the study cannot answer its question at this budget; raise "
+            f"epsilon, add records, or narrow B"
         )
     return warnings
 

@@ -241,10 +241,11 @@ def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
     + tau^2 v_n^2] / D^2 (1 + 3 Var(D) / D^2)``, ``Var(D) = sum v_n (n_t^2 + n_c^2) + |X| v_n^2``.
     Sampling: ``sum n_t n_c (n_c + n_t) sd^2 / D^2`` (``sd`` the assumed outcome sd within a
     cell; the release pools each arm's within-cell variance, bounded by its total variance over
-    the strata). The release is uninformative
-    (variance ``B^2/3``) when its noisy ``D`` is at most ``RESOLVE_Z`` sds: with probability
-    ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the one whose normal
-    half-width is the expected half-width, ``(p sqrt(v) + (1 - p) sqrt(B^2/3))^2``."""
+    the strata). The release is unresolved (no estimate: it says no more than the range
+    ``[-B, B]``, a 95% half-width of ``B``) when its noisy ``D`` is at most ``RESOLVE_Z`` sds:
+    with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the
+    one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B / z)^2``
+    (``z = 1.96``)."""
     from dpate_core.adjusted import RESOLVE_Z
     from dpate_core.grid_sums import COUNT_SENSITIVITY
 
@@ -280,6 +281,7 @@ def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
     def at(d: float) -> float:
         return (noise * (1.0 + 3.0 * var_d / d**2) + sampling_num) / d**2
 
-    reported = (p * math.sqrt(at(d_kept)) + (1.0 - p) * b / math.sqrt(3.0)) ** 2
+    # an unresolved release counts as the whole range: half-width B
+    reported = (p * math.sqrt(at(d_kept)) + (1.0 - p) * b / NormalDist().inv_cdf(0.975)) ** 2
     noise = noise / big_d**2 * (1.0 + 3.0 * var_d / big_d**2)
     return sampling_num / big_d**2, noise, reported

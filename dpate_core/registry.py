@@ -19,7 +19,10 @@ the experiments take their choices from :data:`ESTIMATORS` instead of repeating 
 - ``needs_covariates`` and ``designs``: what a spec must declare for it;
 - ``plan``: builds the :class:`~dpate_core.release.MechanismPlan` from a site's prepared records;
 - ``order_dependent``: the estimate depends on record order (Algorithm 1), so a site must present
-  its records in an order that does not depend on the data (``docs/privacy.md``, Record order).
+  its records in an order that does not depend on the data (``docs/privacy.md``, Record order);
+- ``unresolved_reasons``: the public reasons a release of it may give for not resolving an
+  estimate (``SiteEstimate.unresolved_reason``); empty for a mechanism that always resolves. The
+  server refuses an unresolved report with any other reason (``dpate.schemas.plausibility``).
 
 Adding an estimator is one module with its ``plan_*`` function and one entry here.
 """
@@ -85,6 +88,8 @@ class Estimator:
     binary_private_arm_parts: tuple[str, ...] | None = None
     #: variance modes of plan_matching this estimator accepts (the first is the default)
     variance_modes: tuple[str, ...] = ()
+    #: the public reasons of an unresolved release (empty: every release resolves)
+    unresolved_reasons: tuple[str, ...] = ()
 
     def part_names(
         self, arm_sizes_public: bool | None = None, binary: bool = False
@@ -212,6 +217,12 @@ def _adjusted_default() -> tuple[str, ...]:
     return tuple(DEFAULT_SPLIT)
 
 
+def _adjusted_unresolved() -> tuple[str, ...]:
+    from dpate_core.adjusted import UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION
+
+    return (UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION)
+
+
 #: SmoothDPMatching's searched split (ATE, sampling variance, ln S): the best MSE of the search in
 #: dpate/experiments/split_search.py (search_budget_split; docs/results.md, "Budget split presets")
 SMOOTH_MATCHING_SEARCHED = ("11/20", "3/20", "3/10")
@@ -263,6 +274,7 @@ ESTIMATORS: dict[str, Estimator] = {
             designs=("randomized", "observational"),
             build=_plan_adjusted,
             default_shares=_adjusted_default(),
+            unresolved_reasons=_adjusted_unresolved(),
         ),
     )
 }

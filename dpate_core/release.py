@@ -35,6 +35,7 @@ __all__ = [
     "MechanismPlan",
     "NoiseSpec",
     "Outputs",
+    "PublishedAssembly",
     "SiteEstimate",
     "draw_many",
     "draw_once",
@@ -48,9 +49,18 @@ class SiteEstimate:
     """One site's release. Every field is public: a DP output, a public design constant, or a
     post-processing of those.
 
-    ``variance`` is the private estimate of ``V[tau_dp]`` after clamping its sampling part at 0;
-    ``raw_variance`` is the same before clamping (it may be negative; kept for audit).
-    ``n_treated`` / ``n_control`` are given only when the design treats arm sizes as public.
+    ``tau`` lies in the feasible range ``[-B, B]`` (clipped, post-processing:
+    :class:`PublishedAssembly`). ``variance`` is the private estimate of ``V[tau_dp]`` after
+    clamping its sampling part at 0; ``raw_variance`` is the same before clamping (it may be
+    negative; kept for audit). ``n_treated`` / ``n_control`` are given only when the design
+    treats arm sizes as public.
+
+    ``resolved`` is False when the mechanism's noisy values do not determine an estimate at this
+    budget (e.g. the adjusted estimator's fixed effects whose noisy denominator is not clearly
+    above its noise): ``tau``, ``variance`` and ``raw_variance`` are then NaN (``null`` in
+    :meth:`public_fields`), the variance parts are left out of ``diagnostics``, and
+    ``unresolved_reason`` says in words why. The flag is a function of the noisy values and
+    public constants only: post-processing, no privacy cost (``docs/privacy.md``).
     """
 
     estimator: str
@@ -65,6 +75,8 @@ class SiteEstimate:
     bound: float
     budget_split: tuple[Fraction, ...]
     diagnostics: dict[str, float] = field(default_factory=dict)
+    resolved: bool = True
+    unresolved_reason: str | None = None
 
     @property
     def privacy(self) -> PrivacyParams:
@@ -72,12 +84,18 @@ class SiteEstimate:
 
     @property
     def noise_variance(self) -> float:
-        """The released variance of the DP noise (``diagnostics["noise_variance"]``)."""
+        """The released variance of the DP noise (``diagnostics["noise_variance"]``; NaN when
+        the release is not resolved)."""
+        if not self.resolved:
+            return math.nan
         return float(self.diagnostics["noise_variance"])
 
     @property
     def sampling_variance(self) -> float:
-        """The released sampling part of the variance (``variance - noise_variance``, >= 0)."""
+        """The released sampling part of the variance (``variance - noise_variance``, >= 0; NaN
+        when the release is not resolved)."""
+        if not self.resolved:
+            return math.nan
         return max(self.variance - self.noise_variance, 0.0)
 
     def shares(self) -> tuple[PrivacyParams, ...]:
@@ -89,12 +107,15 @@ class SiteEstimate:
         return normal_interval(self.tau, self.variance, level)
 
     def public_fields(self) -> dict[str, Any]:
-        """JSON-ready dictionary; privacy parameters as exact strings."""
-        return {
+        """JSON-ready dictionary; privacy parameters as exact strings. An unresolved release has
+        ``tau``, ``variance`` and ``raw_variance`` None (JSON ``null``), never a number, and
+        ``resolved`` False with its ``unresolved_reason``; a resolved one leaves those two keys
+        out (a reader takes their absence as resolved)."""
+        fields: dict[str, Any] = {
             "estimator": self.estimator,
-            "tau": self.tau,
-            "variance": self.variance,
-            "raw_variance": self.raw_variance,
+            "tau": self.tau if self.resolved else None,
+            "variance": self.variance if self.resolved else None,
+            "raw_variance": self.raw_variance if self.resolved else None,
             "n": self.n,
             "n_treated": self.n_treated,
             "n_control": self.n_control,
@@ -104,6 +125,9 @@ class SiteEstimate:
             "budget_split": [str(s) for s in self.budget_split],
             "diagnostics": dict(self.diagnostics),
         }
+        if not self.resolved:
+            fields.update(resolved=False, unresolved_reason=self.unresolved_reason)
+        return fields
 
 
 def _check_bound(bound: float) -> float:
@@ -186,17 +210,48 @@ class NoiseSpec:
 
 @dataclass(frozen=True)
 class Outputs:
-    """Assembled outputs; floats for a release, arrays (one entry per repetition) in simulations."""
+    """Assembled outputs; floats for a release, arrays (one entry per repetition) in simulations.
+
+    A mechanism that can fail to resolve its estimate (:attr:`SiteEstimate.resolved`) gives the
+    diagnostic ``"resolved"`` (1.0 or 0.0 per repetition) and NaN for ``tau`` and its variances
+    where it is 0, so every combiner's ``many`` leaves such a row's site out; its public reason,
+    one text for the plan, is ``unresolved_reason``."""
 
     tau: Any
     variance: Any
     raw_variance: Any
     diagnostics: dict[str, Any]
+    unresolved_reason: str = ""
+
+
+@dataclass(frozen=True)
+class PublishedAssembly:
+    """A mechanism's assembly followed by the step every release shares: ``tau`` clipped to the
+    feasible range ``[-B, B]`` (every ATE of outcomes in ``[0, B]`` lies there, so the clip can
+    only move an estimate towards the truth: post-processing, no privacy cost), and NaN for
+    ``tau`` and its variances where the diagnostic ``"resolved"`` is 0. On one release and on
+    ``(reps, ...)`` arrays alike, so simulations measure what is published."""
+
+    assembly: Callable[[Mapping[str, Any]], Outputs]
+    bound: float
+
+    def __call__(self, noisy: Mapping[str, Any]) -> Outputs:
+        out = self.assembly(noisy)
+        tau = np.clip(out.tau, -self.bound, self.bound)
+        variance, raw = out.variance, out.raw_variance
+        if "resolved" in out.diagnostics:
+            unresolved = np.asarray(out.diagnostics["resolved"]) == 0.0
+            tau, variance, raw = (np.where(unresolved, np.nan, x) for x in (tau, variance, raw))
+        return Outputs(tau, variance, raw, out.diagnostics, out.unresolved_reason)
 
 
 @dataclass(frozen=True)
 class MechanismPlan:
-    """A mechanism ready to draw. Holds private values (``noise[i].loc``): never leaves the site."""
+    """A mechanism ready to draw. Holds private values (``noise[i].loc``): never leaves the site.
+
+    ``assemble`` is given as the mechanism's own assembly and held as a
+    :class:`PublishedAssembly` of it (``__post_init__``), so every plan, a new estimator's too,
+    publishes a clipped ``tau`` and NaN where it does not resolve."""
 
     estimator: str
     n: int
@@ -208,13 +263,38 @@ class MechanismPlan:
     noise: tuple[NoiseSpec, ...]
     assemble: Callable[[Mapping[str, Any]], Outputs]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.assemble, PublishedAssembly):
+            object.__setattr__(self, "assemble", PublishedAssembly(self.assemble, self.bound))
+
+    @property
+    def assembly(self) -> Callable[[Mapping[str, Any]], Outputs]:
+        """The mechanism's own assembly, before the publication step (what the privacy tests
+        judge, and the paper's estimators, which do not clip)."""
+        return cast(PublishedAssembly, self.assemble).assembly
+
     def estimate(self, noisy: Mapping[str, float]) -> SiteEstimate:
-        out = self.assemble(noisy)
+        """The release of one draw ``noisy``: public values only."""
+        return self.estimate_of(self.assemble(noisy))
+
+    def estimate_of(self, out: Outputs, row: int | None = None) -> SiteEstimate:
+        """The release ``out`` holds (its repetition ``row`` when it holds arrays, as simulations
+        do): public values only; an unresolved release keeps only its finite diagnostics (the
+        variance parts are NaN)."""
+
+        def pick(v: Any) -> float:
+            a = np.asarray(v, dtype=np.float64)
+            return float(a if row is None or a.ndim == 0 else a[row])
+
+        diagnostics = {k: pick(v) for k, v in out.diagnostics.items()}
+        resolved = diagnostics.pop("resolved", 1.0) != 0.0
+        if not resolved:
+            diagnostics = {k: v for k, v in diagnostics.items() if math.isfinite(v)}
         return SiteEstimate(
             estimator=self.estimator,
-            tau=float(out.tau),
-            variance=float(out.variance),
-            raw_variance=float(out.raw_variance),
+            tau=pick(out.tau),
+            variance=pick(out.variance),
+            raw_variance=pick(out.raw_variance),
             n=self.n,
             n_treated=self.n_treated,
             n_control=self.n_control,
@@ -222,7 +302,9 @@ class MechanismPlan:
             delta=self.total.delta,
             bound=self.bound,
             budget_split=self.shares.shares,
-            diagnostics={k: float(v) for k, v in out.diagnostics.items()},
+            diagnostics=diagnostics,
+            resolved=resolved,
+            unresolved_reason=None if resolved else out.unresolved_reason,
         )
 
 

@@ -15,8 +15,9 @@ Two halves:
   :func:`random_effects_many`) run the one vectorised implementation each aggregator declares in
   :mod:`dpate_core.aggregators`, whose one-row case is :mod:`dpate_core.aggregation` (tests hold
   them equal on random inputs), including the rule for unusable sites: a site whose estimate or
-  variance is not finite, or whose variance is not positive, is left out of that row. A row with
-  no usable site gives NaN (where the scalar function raises :class:`NoUsableSiteError`).
+  variance is not finite (an unresolved release carries NaN, ``Outputs``), or whose variance is
+  not positive, is left out of that row. A row with no usable site gives NaN: no answer (where
+  the scalar function raises :class:`NoUsableSiteError`).
 """
 
 from __future__ import annotations
@@ -62,22 +63,33 @@ class SiteDraws:
     variance: np.ndarray
 
 
-def simulate_site(plan: MechanismPlan, rng: np.random.Generator, reps: int) -> SiteDraws:
-    """``reps`` independent releases of ``plan`` (simulation noise from ``rng``, not secure)."""
+def simulate_site(
+    plan: MechanismPlan, rng: np.random.Generator, reps: int, *, published: bool = True
+) -> SiteDraws:
+    """``reps`` independent releases of ``plan`` (simulation noise from ``rng``, not secure): as
+    published (``tau`` clipped to ``[-B, B]``, NaN where unresolved), or with ``published=False``
+    the mechanism's own outputs before that step (``plan.assembly``: the paper's
+    estimators as the paper defines them, which do not clip)."""
     if reps < 1:
         raise ValueError(f"reps ({reps}) must be at least 1")
-    out = plan.assemble(draw_many(plan, rng, reps))
+    assemble = plan.assemble if published else plan.assembly
+    out = assemble(draw_many(plan, rng, reps))
     tau = np.broadcast_to(np.asarray(out.tau, dtype=np.float64), (reps,)).copy()
     var = np.broadcast_to(np.asarray(out.variance, dtype=np.float64), (reps,)).copy()
     return SiteDraws(n=plan.n, tau=tau, variance=var)
 
 
 def simulate_sites(
-    plans: Sequence[MechanismPlan], rng: np.random.Generator, reps: int
+    plans: Sequence[MechanismPlan],
+    rng: np.random.Generator,
+    reps: int,
+    *,
+    published: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Independent releases of every site: ``(tau, n, variance)`` with ``tau`` and ``variance`` of
-    shape ``(reps, J)`` and ``n`` of shape ``(J,)``, ready for the ``*_many`` combiners."""
-    draws = [simulate_site(p, rng, reps) for p in plans]
+    shape ``(reps, J)`` and ``n`` of shape ``(J,)``, ready for the ``*_many`` combiners
+    (``published``: see :func:`simulate_site`)."""
+    draws = [simulate_site(p, rng, reps, published=published) for p in plans]
     tau = np.stack([d.tau for d in draws], axis=1)
     var = np.stack([d.variance for d in draws], axis=1)
     n = np.array([d.n for d in draws], dtype=np.float64)

@@ -5,10 +5,13 @@ the numbers are ones the spec's mechanism *can* produce from the public values (
 the site's ``(epsilon, delta)`` and budget split, ``N`` and, when public, the arm sizes). Each
 rule below cites the mechanism in :mod:`dpate_core.release` it follows from.
 
-``TAIL`` is how many Laplace scales of noise the range check allows: ``P(|Lap(b)| > 40 b) =
-e^-40 ~ 4e-18``, so a genuine release is refused with negligible probability while a forged
-``tau = 1e308`` is refused always. Float comparisons allow a relative ``RTOL`` (the site and the
-aggregator compute the same formula from the same public values).
+Two shapes of release are possible, and only these (:func:`estimate_problems`): a resolved one,
+whose ``tau`` lies in ``[-B, B]`` (every release clips it there, ``dpate_core.release``), tighter
+for the adjusted estimator; and, for a mechanism that can fail to resolve (the registry's
+``unresolved_reasons``), an unresolved one: no ``tau`` and no variance, one of that mechanism's
+own reasons, and the diagnostics it publishes then (nothing usable). Float comparisons allow a
+relative ``RTOL`` (the site and the aggregator compute the same formula from the same public
+values).
 
 The ledger totals a report carries (``lifetime_spend``, version 2) are checked by
 :func:`spend_problems` against what a ledger can hold right after this release's reservation.
@@ -26,15 +29,23 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from dpate_core.privacy import PrivacyParams, to_float
+from dpate_core.registry import ESTIMATORS
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpate.schemas.report import PublicEstimate
     from dpate.schemas.spec import StudySpec
 
-__all__ = ["RTOL", "TAIL", "estimate_problems", "required_diagnostics", "spend_problems"]
+__all__ = [
+    "RTOL",
+    "UNRESOLVED_DIAGNOSTICS",
+    "estimate_problems",
+    "required_diagnostics",
+    "spend_problems",
+]
 
-TAIL = 40.0
 RTOL = 1e-9
+#: what an unresolved release publishes in its diagnostics, exactly (dpate_core.release)
+UNRESOLVED_DIAGNOSTICS = {"usable_strata": 0.0, "usable_weight": 0.0}
 
 
 def required_diagnostics(estimator: str, arm_sizes_public: bool | None) -> tuple[str, ...]:
@@ -70,19 +81,24 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     Assumes ``e`` already matches the spec's estimator, budget, bound and split
     (:meth:`dpate.schemas.report.SiteReport.problems_against` checks those first).
     """
+    if not e.resolved:
+        return _unresolved(e)
+    assert e.tau is not None and e.variance is not None and e.raw_variance is not None
     out: list[str] = []
     bound = Fraction(e.bound)
     total = PrivacyParams(Fraction(e.epsilon), Fraction(e.delta))
     shares = [Fraction(s) for s in e.budget_split]
     eps_1 = total.epsilon * shares[0]  # the ATE's share is always the first part
     diag = e.diagnostics
-    if e.estimator not in ("dim", "smooth_matching", "global_matching", "adjusted"):
-        return []  # no mechanism-specific rules for this estimator here yet
-    missing = [k for k in required_diagnostics(e.estimator, spec.arm_sizes_public) if k not in diag]
+    if e.estimator == "adjusted":  # a tighter range than [-B, B]
+        return _missing(e, spec) or _adjusted(e, spec)
+    # every release clips tau to [-B, B] (dpate_core.release.PublishedAssembly)
+    out += _tau_range(e.tau, float(bound), "B (every release clips tau to [-B, B])")
+    if e.estimator not in ("dim", "smooth_matching", "global_matching"):
+        return out  # no mechanism-specific rules for this estimator here yet
+    missing = _missing(e, spec)
     if missing:
-        return [f"diagnostics {missing} are missing: the {e.estimator} release always has them"]
-    if e.estimator == "adjusted":
-        return _adjusted(e, spec)
+        return missing
     noise_diag = diag["noise_variance"]
 
     # every estimator: variance = max(sampling, 0) + noise >= raw_variance, noise > 0
@@ -102,22 +118,53 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     if e.estimator == "dim":
         out += _dim(e, spec, bound, eps_1, noise_diag)
     elif e.estimator == "global_matching":
-        # plan_matching(global_matching): tau_hat + Lap(2B/eps_1), |tau_hat| <= B
-        # (ERRATA 2: sensitivity 2B); noise variance 2 (2B/eps_1)^2, public
+        # plan_matching(global_matching): tau_hat + Lap(2B/eps_1) (ERRATA 2: sensitivity 2B);
+        # noise variance 2 (2B/eps_1)^2, public
         b = _scale(2 * bound, eps_1)
         out += _noise_matches(2.0 * b * b, noise_diag, e.variance, "2 (2B/eps_1)^2")
-        out += _tau_range(e.tau, float(bound) + TAIL * b, "B + 40 * 2B/eps_1")
         if e.n_treated is not None:
             out.append("n_treated/n_control must be null: matching does not publish arm sizes")
     else:  # smooth_matching (the last estimator with rules here)
         # plan_matching(smooth_matching): tau_hat + (2 S/eps_1) Lap(1) with the beta-smooth
-        # sensitivity S <= GS = 2B (sensitivity.matching_smooth_sensitivity caps it), |tau_hat| <= B
+        # sensitivity S; S_dp is the exp of a DP value
         if not diag["smooth_sensitivity_dp"] > 0:
             out.append("diagnostics.smooth_sensitivity_dp must be positive (exp of a DP value)")
-        b_max = to_float(4 * bound / eps_1, round_up=True)
-        out += _tau_range(e.tau, float(bound) + TAIL * b_max, "B + 40 * 4B/eps_1 (S <= 2B)")
         if e.n_treated is not None:
             out.append("n_treated/n_control must be null: matching does not publish arm sizes")
+    return out
+
+
+def _missing(e: PublicEstimate, spec: StudySpec) -> list[str]:
+    need = required_diagnostics(e.estimator, spec.arm_sizes_public)
+    missing = [k for k in need if k not in e.diagnostics]
+    if missing:
+        return [f"diagnostics {missing} are missing: the {e.estimator} release always has them"]
+    return []
+
+
+def _unresolved(e: PublicEstimate) -> list[str]:
+    """An unresolved release (``dpate_core.release.SiteEstimate.resolved`` False): only a
+    mechanism with ``unresolved_reasons`` in the registry gives one, with one of those reasons,
+    no estimate or variance (the schema holds them null) and :data:`UNRESOLVED_DIAGNOSTICS` as
+    its diagnostics (nothing was usable)."""
+    reasons = ESTIMATORS[e.estimator].unresolved_reasons if e.estimator in ESTIMATORS else ()
+    if not reasons:
+        return [f"resolved is false, but every {e.estimator} release resolves its estimate"]
+    out: list[str] = []
+    if e.unresolved_reason not in reasons:
+        out.append(
+            f"unresolved_reason is not one the {e.estimator} release gives: it must be one of "
+            f"{list(reasons)}"
+        )
+    if e.diagnostics != UNRESOLVED_DIAGNOSTICS:
+        out.append(
+            f"diagnostics of an unresolved release must be exactly {UNRESOLVED_DIAGNOSTICS} "
+            f"(nothing was usable; no variance part is published)"
+        )
+    if e.n_treated is not None:
+        out.append(
+            f"n_treated/n_control must be null: the {e.estimator} release does not publish them"
+        )
     return out
 
 
@@ -126,15 +173,14 @@ def _dim(
 ) -> list[str]:
     """plan_difference_in_means: tau = S_t/N_t - S_c/N_c with each arm sum + Lap(b)."""
     out: list[str] = []
+    assert e.variance is not None
     if spec.arm_sizes_public:
         if e.n_treated is None or e.n_control is None:
             return ["n_treated/n_control are missing: the spec treats arm sizes as public"]
         # public arms: b = B/eps_1 (a neighbour changes one outcome within its arm);
-        # noise variance 2 b^2 (1/N_t^2 + 1/N_c^2); |S_t/N_t - S_c/N_c| <= B
+        # noise variance 2 b^2 (1/N_t^2 + 1/N_c^2)
         nt, nc = float(e.n_treated), float(e.n_control)
         b = _scale(bound, eps_1)
-        reach = float(bound) + TAIL * b * (1.0 / nt + 1.0 / nc)
-        rule = "B + 40 (B/eps_1)(1/N_t + 1/N_c)"
     else:
         if e.n_treated is not None:
             return [
@@ -147,12 +193,8 @@ def _dim(
             return [f"diagnostics.n_treated_dp ({diag_nt}) must lie in [1, N-1] (post-processing)"]
         nc = e.n - nt
         b = _scale(2 * bound, eps_1)
-        # |S_t| <= N_t B <= N B, so |tau| <= (N B + 40 b)(1/N_t_dp + 1/N_c_dp)
-        reach = (e.n * float(bound) + TAIL * b) * (1.0 / nt + 1.0 / nc)
-        rule = "(N B + 40 (2B/eps_1))(1/N_t_dp + 1/N_c_dp)"
     noise_var = 2.0 * b * b * (1.0 / nt**2 + 1.0 / nc**2)
     out += _noise_matches(noise_var, noise_diag, e.variance, "2 b^2 (1/N_t^2 + 1/N_c^2)")
-    out += _tau_range(e.tau, reach, rule)
     return out
 
 
@@ -164,16 +206,17 @@ def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
     v_n / (n_t^2 + D v_n^2 / n_t^2))) / N`` for ``m_t`` (and likewise for ``m_c``), which lie in
     ``[0, (n_t + n_c) / N]`` because ``v_n / (n^2 + D v_n^2 / n^2) <= 1 / (2 sqrt(D)) < 1``
     (``D = RATIO_DAMPING``); so ``|tau| <= 2 B usable_weight``, and ``tau`` is clipped to
-    ``[-B, B]``: ``|tau| <= B min(1, 2 usable_weight)``. Fixed effects: ``usable_weight`` is 1,
-    or 0 with ``tau = 0``. The noise variance is a sum of non-negative terms (0 with no usable
-    stratum)."""
+    ``[-B, B]``: ``|tau| <= B min(1, 2 usable_weight)``. Fixed effects: ``usable_weight`` is 1.
+    A resolved release uses at least one stratum (with none it is unresolved). The noise
+    variance is a sum of non-negative terms."""
     out: list[str] = []
+    assert e.tau is not None and e.variance is not None
     d = e.diagnostics
     nv, strata, weight = d["noise_variance"], d["usable_strata"], d["usable_weight"]
-    if not (strata == math.floor(strata) and 0 <= strata <= spec.domain_size):
+    if not (strata == math.floor(strata) and 1 <= strata <= spec.domain_size):
         out.append(
             f"diagnostics.usable_strata ({strata}) must be a whole number of strata in "
-            f"[0, |X| = {spec.domain_size}]"
+            f"[1, |X| = {spec.domain_size}]: a resolved release uses at least one stratum"
         )
     if not 0 <= weight <= 2.0 * strata * (1.0 + RTOL):
         out.append(

@@ -32,10 +32,15 @@ data; docs/privacy.md). A report whose spend passes its cap, falls short of this
 budget, or names a cap other than the spec's for the site is refused
 (:func:`dpate.schemas.plausibility.spend_problems`).
 
+From version 3, a release that is not resolved (``SiteEstimate.resolved``: its noisy values do not
+determine an estimate at this budget) is published as such: the estimate's ``resolved`` is false
+with an ``unresolved_reason``, and its ``tau``, ``variance`` and ``raw_variance`` are null. A
+resolved release leaves both keys out.
+
 Versions: every model here forbids unknown fields, so a field an older reader would refuse needs
 a new ``schema_version``. This software writes version :data:`REPORT_SCHEMA_VERSION` and reads
-every version in :data:`REPORT_SCHEMA_VERSIONS` (version 1: no ``lifetime_spend``); a newer
-version is refused with a reason.
+every version in :data:`REPORT_SCHEMA_VERSIONS` (version 1: no ``lifetime_spend``; versions 1
+and 2: no unresolved release); a newer version is refused with a reason.
 
 The report's parts (:class:`PublicEstimate`, :class:`LedgerHead`, :class:`LifetimeSpend`,
 :class:`BudgetAmount`) are in :mod:`dpate.schemas.report_parts` and importable from here.
@@ -80,10 +85,10 @@ __all__ = [
 ]
 
 REPORT_SCHEMA: Literal["dpate.site-report"] = "dpate.site-report"
-#: the version this software writes (2 added ``lifetime_spend``)
-REPORT_SCHEMA_VERSION: Literal[2] = 2
+#: the version this software writes (2 added ``lifetime_spend``, 3 the unresolved release)
+REPORT_SCHEMA_VERSION: Literal[3] = 3
 #: the versions this software reads
-REPORT_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+REPORT_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _RELEASE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"
@@ -119,12 +124,12 @@ def default_release_id(spec: StudySpec, site_id: str) -> str:
 
 
 class SiteReport(BaseModel):
-    """One site's published report (schema ``dpate.site-report``, versions 1 and 2)."""
+    """One site's published report (schema ``dpate.site-report``, versions 1 to 3)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     schema_: Literal["dpate.site-report"] = Field(default=REPORT_SCHEMA, alias="schema")
-    schema_version: Literal[1, 2] = REPORT_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = REPORT_SCHEMA_VERSION
     study_id: str = Field(pattern=_ID)
     site_id: str = Field(pattern=_ID)
     spec_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -150,6 +155,11 @@ class SiteReport(BaseModel):
         if self.schema_version < 2 and self.lifetime_spend is not None:
             raise ValueError(
                 f"lifetime_spend is a version-2 field, but the report says schema_version "
+                f"{self.schema_version}"
+            )
+        if self.schema_version < 3 and "resolved" in self.estimate.model_fields_set:
+            raise ValueError(
+                f"estimate.resolved is a version-3 field, but the report says schema_version "
                 f"{self.schema_version}"
             )
         return self
@@ -178,9 +188,10 @@ class SiteReport(BaseModel):
         ``estimate`` is the release itself or its public form (a ledger's COMMIT payload,
         validated); ``release_id`` defaults to :func:`default_release_id`, ``created_at`` to now
         (UTC) and ``software`` to this :func:`software_version`; ``lifetime_spend`` is the site
-        ledger's totals after the release (omitted when None); ``schema_version=1`` is the
-        previous software's report (no ``lifetime_spend``). The result is checked against
-        ``spec`` exactly as :func:`read_report` would check it.
+        ledger's totals after the release (omitted when None); ``schema_version=1`` or ``2`` is
+        an earlier software's report (version 1: no ``lifetime_spend``; neither can hold an
+        unresolved release). The result is checked against ``spec`` exactly as
+        :func:`read_report` would check it.
         """
         public = estimate if isinstance(estimate, PublicEstimate) else PublicEstimate.of(estimate)
         report = cls.model_validate(

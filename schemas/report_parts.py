@@ -32,14 +32,19 @@ class PublicEstimate(BaseModel):
     estimator one of the registry's names. It is converted from and back to a
     :class:`SiteEstimate` only through that dataclass's own definition (:meth:`of`,
     :meth:`to_estimate`), never field by field; ``tests/schemas/test_report.py`` holds the field
-    names equal to the dataclass's."""
+    names equal to the dataclass's.
+
+    A resolved release has finite ``tau``, ``variance`` and ``raw_variance`` and leaves
+    ``resolved`` and ``unresolved_reason`` out of its JSON; an unresolved one (report version 3)
+    has ``resolved`` false, a non-empty ``unresolved_reason``, and ``tau``, ``variance`` and
+    ``raw_variance`` null: no number that could be read as an estimate."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     estimator: EstimatorName
-    tau: float
-    variance: float
-    raw_variance: float
+    tau: float | None
+    variance: float | None
+    raw_variance: float | None
     n: int
     n_treated: int | None
     n_control: int | None
@@ -48,6 +53,10 @@ class PublicEstimate(BaseModel):
     bound: float
     budget_split: list[str] = Field(min_length=1)
     diagnostics: dict[str, float]
+    resolved: bool = Field(default=True, exclude_if=lambda v: v is True)
+    unresolved_reason: str | None = Field(
+        default=None, min_length=1, max_length=300, exclude_if=lambda v: v is None
+    )
 
     @classmethod
     def of(cls, estimate: SiteEstimate) -> PublicEstimate:
@@ -56,8 +65,13 @@ class PublicEstimate(BaseModel):
 
     def to_estimate(self) -> SiteEstimate:
         """The :class:`SiteEstimate` these public fields describe, read through the dataclass's
-        own annotations (exact strings back to :class:`~fractions.Fraction`)."""
-        return _SITE_ESTIMATE.validate_python(self.model_dump())
+        own annotations (exact strings back to :class:`~fractions.Fraction`; an unresolved
+        release's null numbers as NaN)."""
+        fields = self.model_dump()
+        for k in ("tau", "variance", "raw_variance"):
+            if fields[k] is None:
+                fields[k] = math.nan
+        return _SITE_ESTIMATE.validate_python(fields)
 
     @field_validator("epsilon", "delta")
     @classmethod
@@ -73,17 +87,29 @@ class PublicEstimate(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PublicEstimate:
-        bad = [
+        numbers = ("tau", "variance", "raw_variance")
+        if not self.resolved:
+            published = [k for k in numbers if getattr(self, k) is not None]
+            if published or self.unresolved_reason is None:
+                raise ValueError(
+                    "an unresolved release publishes no estimate: tau, variance and raw_variance "
+                    "must be null and unresolved_reason given"
+                    + (f" (got numbers for {', '.join(published)})" if published else "")
+                )
+        elif self.unresolved_reason is not None:
+            raise ValueError("unresolved_reason is given, but the release says it is resolved")
+        bad = [k for k in numbers if self.resolved and getattr(self, k) is None]
+        bad += [
             k
-            for k in ("tau", "variance", "raw_variance", "bound")
-            if not math.isfinite(getattr(self, k))
+            for k in (*numbers, "bound")
+            if getattr(self, k) is not None and not math.isfinite(getattr(self, k))
         ]
         bad += [f"diagnostics.{k}" for k, v in self.diagnostics.items() if not math.isfinite(v)]
         if bad:
-            raise ValueError(f"{', '.join(bad)} must be finite")
+            raise ValueError(f"{', '.join(bad)} must be finite numbers")
         if self.n < 2:
             raise ValueError(f"n ({self.n}) must be at least 2")
-        if not self.variance > 0:
+        if self.variance is not None and not self.variance > 0:
             raise ValueError(
                 f"variance ({self.variance}) must be positive: a released variance includes the "
                 f"positive DP-noise term"

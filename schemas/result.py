@@ -10,7 +10,12 @@ Parsing does not change the document: ``to_document()`` gives back the same JSON
 Version 2 carries, for the combined estimate and for each site, the normal interval (``ci95``) and
 the parametric-bootstrap interval (``interval``: ``lo``, ``hi``, ``level``, ``method``,
 ``uninformative``, ``note``), both clipped to the outcome's feasible range ``[-B, B]``
-(:mod:`dpate_core.inference`). Version 1 documents (``ci95`` only) are still read. Fields this
+(:mod:`dpate_core.inference`). Version 3 adds the result's ``status`` ("answered", or
+"no_answer" when no site could be combined, e.g. none resolved its estimate) and its ``reason``;
+a "no_answer" result has ``estimate``, ``variance``, ``ci95`` and ``interval`` null. A site whose
+release is not resolved has ``resolved`` false, null ``tau``, ``variance`` and intervals, and is
+"excluded" as "unresolved at this budget". An interval's ``rules`` name the uninformative rules
+that fired, and its ``note`` says them in words. Version 1 and 2 documents are still read. Fields this
 software does not know are ignored when reading (a view of a newer document still renders), so an
 optional field is added without a new version: a released site's ``ledger_head``, ``signed`` and
 ``lifetime_spend`` (its ledger's lifetime ``spent`` and ``cap`` after this release, exact strings,
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = [
+    "NO_ANSWER",
+    "NO_INTERVAL",
     "RESULT_SCHEMA",
     "AbsentSite",
     "ReleasedSite",
@@ -43,35 +50,47 @@ __all__ = [
 
 RESULT_SCHEMA: Literal["dpate.study-result"] = "dpate.study-result"
 
+#: how the views show the interval of an estimate that does not exist (no answer, unresolved)
+NO_INTERVAL = "none"
+#: what a result with no site to combine says (``status`` "no_answer"; its ``reason`` begins so)
+NO_ANSWER = "no answer at this budget"
+
 
 def _interval_text(lo: float, hi: float, note: str | None, digits: int) -> str:
     text = f"{lo:.{digits}g} to {hi:.{digits}g}"
     return f"{text} ({note})" if note else text
 
 
-def interval_ends(doc: Mapping[str, Any]) -> tuple[float, float]:
-    """``(lo, hi)`` of a result's or a site's 95% interval: the bootstrap one when present."""
+def interval_ends(doc: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``(lo, hi)`` of a result's or a site's 95% interval: the bootstrap one when present;
+    None when there is none (no answer, or an unresolved site)."""
     iv = doc.get("interval")
     if iv is None:
+        if doc.get("ci95") is None:
+            return None
         lo, hi = doc["ci95"]
         return float(lo), float(hi)
     return float(iv["lo"]), float(iv["hi"])
 
 
 def interval_text(doc: Mapping[str, Any], digits: int = 4) -> str:
-    """``lo to hi`` of the 95% interval, followed by "(uninformative at this budget)" when it was
-    wider than the outcome's whole range before clipping (for a plain dict; a
-    :class:`StudyResult` and its sites have the same as a method).
+    """``lo to hi`` of the 95% interval, followed by its note when it is uninformative at this
+    budget, or "none" when there is no interval (for a plain dict; a :class:`StudyResult` and its
+    sites have the same as a method).
 
     >>> interval_text({"ci95": [0.1, 0.3]})
     '0.1 to 0.3'
     >>> interval_text({"interval": {"lo": -1.0, "hi": 1.0, "uninformative": True,
     ...                             "note": "uninformative at this budget"}})
     '-1 to 1 (uninformative at this budget)'
+    >>> interval_text({"ci95": None, "interval": None})
+    'none'
     """
-    lo, hi = interval_ends(doc)
+    ends = interval_ends(doc)
+    if ends is None:
+        return NO_INTERVAL
     iv = doc.get("interval") or {}
-    return _interval_text(lo, hi, iv["note"] if iv.get("uninformative") else None, digits)
+    return _interval_text(*ends, iv["note"] if iv.get("uninformative") else None, digits)
 
 
 class _Document(BaseModel):
@@ -88,23 +107,46 @@ class ResultInterval(_Document):
     method: str
     uninformative: bool
     note: str
+    rules: list[str] | None = None  # version 3
+
+    @property
+    def noise_dominated(self) -> bool:
+        """The noise rule fired (version 3): the interval mostly reflects the privacy noise."""
+        return "noise" in (self.rules or ())
+
+    def why(self) -> str:
+        """Why the interval is flagged, in words: its note after "uninformative at this budget: "
+        or "mostly privacy noise: " (version 3), else the one rule a version-2 document
+        applied."""
+        _, sep, why = self.note.partition(": ")
+        if sep:
+            return why
+        return "the interval was at least twice the outcome's range wide, or wholly beyond it"
 
 
 class _WithInterval(_Document):
-    ci95: tuple[float, float]
+    ci95: tuple[float, float] | None
     interval: ResultInterval | None = None
 
-    def interval_ends(self) -> tuple[float, float]:
-        """``(lo, hi)`` of the 95% interval: the bootstrap one when present, else ``ci95``."""
+    def interval_ends(self) -> tuple[float, float] | None:
+        """``(lo, hi)`` of the 95% interval: the bootstrap one when present, else ``ci95``;
+        None when there is none (no answer, an unresolved site)."""
         if self.interval is None:
             return self.ci95
         return self.interval.lo, self.interval.hi
 
-    def interval_text(self, digits: int = 4) -> str:
-        """``lo to hi``, with the interval's note when it is uninformative at this budget."""
+    def interval_text(self, digits: int = 4, brief: bool = False) -> str:
+        """``lo to hi``, with the interval's note when a rule flagged it ("uninformative at this
+        budget" or "mostly privacy noise", only those words when ``brief``; the rule is then said
+        elsewhere), or "none"."""
+        ends = self.interval_ends()
+        if ends is None:
+            return NO_INTERVAL
         iv = self.interval
-        note = iv.note if iv is not None and iv.uninformative else None
-        return _interval_text(*self.interval_ends(), note, digits)
+        note = iv.note if iv is not None and iv.note else None
+        if note and brief:
+            note = note.partition(": ")[0]
+        return _interval_text(*ends, note, digits)
 
 
 class _LedgerHead(_Document):
@@ -144,8 +186,9 @@ class ReleasedSite(_WithInterval):
     release_id: str | None = None  # absent from some version-1 documents
     status: Literal["used", "not_used", "excluded"]
     reason: str
-    tau: float
-    variance: float
+    tau: float | None  # None: not resolved (version 3)
+    variance: float | None
+    resolved: bool = True
     n: int
     epsilon: str
     delta: str
@@ -159,6 +202,12 @@ class ReleasedSite(_WithInterval):
         site's report did not carry it (version-1 reports)."""
         s = self.lifetime_spend
         return "" if s is None else spend_text(s.spent, s.cap)
+
+    def tau_text(self, digits: int = 4, fixed: bool = True) -> str:
+        """The site's estimate (``.4f``, or ``.4g`` when not ``fixed``), or "unresolved"."""
+        if self.tau is None:
+            return "unresolved"
+        return f"{self.tau:.{digits}{'f' if fixed else 'g'}}"
 
 
 class AbsentSite(_Document):
@@ -177,14 +226,16 @@ class StudyResult(_WithInterval):
     """One published study result: the combined estimate and every site of the spec."""
 
     schema_: Literal["dpate.study-result"] = Field(default=RESULT_SCHEMA, alias="schema")
-    schema_version: Literal[1, 2] = 2
+    schema_version: Literal[1, 2, 3] = 2
     study_id: str
     spec_hash: str
     round: str
     aggregator: str
     complete: bool
-    estimate: float
-    variance: float
+    status: Literal["answered", "no_answer"] = "answered"
+    reason: str | None = None
+    estimate: float | None
+    variance: float | None
     uninformative: bool = False
     extra: dict[str, Any] = Field(default_factory=dict)
     sites: list[SiteResult]
@@ -209,15 +260,61 @@ class StudyResult(_WithInterval):
         """The ids of the sites the aggregator combined."""
         return [s.site_id for s in self.sites if s.status == "used"]
 
+    @property
+    def answered(self) -> bool:
+        """False when no site could be combined: no estimate (``status`` "no_answer")."""
+        return self.status == "answered" and self.estimate is not None
+
+    def no_answer_why(self) -> str:
+        """Why there is no answer: the ``reason`` after its leading "no answer at this budget"."""
+        return (self.reason or "").removeprefix(NO_ANSWER).removeprefix(": ")
+
+    def summary_text(self, digits: int = 4, bold: str = "") -> str:
+        """One line: "<aggregator> estimate E (variance V; 95% CI ...)", followed by why the
+        interval is uninformative when it is, or "No answer at this budget: <reason>"; ``bold``
+        (e.g. "**") marks the estimate."""
+        if not self.answered or self.estimate is None or self.variance is None:
+            why = self.no_answer_why()
+            return f"{bold}No answer at this budget{bold}" + (f": {why}" if why else "")
+        text = (
+            f"{bold}{self.aggregator} estimate {self.estimate:.{digits}g}{bold} (variance "
+            f"{self.variance:.4g}; 95% CI {self.interval_text(digits, brief=True)})"
+        )
+        if self.uninformative:
+            return f"{text}. Uninformative: {self.uninformative_why()}"
+        if self.noise_dominated:
+            return f"{text}. Mostly privacy noise: {self.noise_why()}"
+        return text
+
+    @property
+    def noise_dominated(self) -> bool:
+        """The combined interval mostly reflects the privacy noise (its noise rule fired) without
+        being uninformative."""
+        return (
+            not self.uninformative and self.interval is not None and self.interval.noise_dominated
+        )
+
+    def noise_why(self) -> str:
+        """Why the combined interval is mostly privacy noise, in words ("" when it is not)."""
+        return self.interval.why() if self.noise_dominated and self.interval is not None else ""
+
+    def uninformative_why(self) -> str:
+        """Why the combined interval is uninformative, in words ("" when it is not)."""
+        if not self.uninformative:
+            return ""
+        if self.interval is None:  # a version-1 result
+            return "the combined interval is wider than the outcome's whole range"
+        return self.interval.why()
+
     # --- views --------------------------------------------------------------------------------
 
     def markdown(self) -> str:
-        """The Prefect artifact's text: the estimate, then one table row per site."""
+        """The Prefect artifact's text: the estimate (or "no answer" and why), then one table row
+        per site."""
         lines = [
             f"# Study {self.study_id}, round {self.round}",
             "",
-            f"**{self.aggregator} estimate {self.estimate:.6g}** "
-            f"(variance {self.variance:.4g}; 95% CI {self.interval_text(6)})"
+            self.summary_text(6, bold="**")
             + ("" if self.complete else " -- partial: not every site reported"),
             "",
             "| site | status | tau | 95% CI | N | epsilon | delta | weight | lifetime spent of cap "
@@ -227,9 +324,9 @@ class StudyResult(_WithInterval):
         for s in self.sites:
             if isinstance(s, ReleasedSite):
                 lines.append(
-                    f"| {s.site_id} | {s.status} | {s.tau:.6g} | {s.interval_text()} | "
-                    f"{s.n} | {s.epsilon} | {s.delta} | {s.weight:.3f} | {s.spend_text()} | "
-                    f"{s.reason} |"
+                    f"| {s.site_id} | {s.status} | {s.tau_text(6, fixed=False)} | "
+                    f"{s.interval_text()} | {s.n} | {s.epsilon} | {s.delta} | {s.weight:.3f} | "
+                    f"{s.spend_text()} | {s.reason} |"
                 )
             else:
                 lines.append(f"| {s.site_id} | {s.status} | | | | | | | | {s.reason} |")
@@ -261,7 +358,7 @@ class StudyResult(_WithInterval):
                     str(s.n),
                     s.epsilon,
                     s.delta,
-                    f"{s.tau:.4f}",
+                    s.tau_text(),
                     s.interval_text(),
                     "" if life is None else f"{life.spent.epsilon} of {life.cap.epsilon}",
                     "" if life is None else f"{life.spent.delta} of {life.cap.delta}",

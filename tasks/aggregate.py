@@ -11,7 +11,10 @@ this release (``lifetime_spend``, public amounts) when its report carries them (
 
 The result document (schema ``dpate.study-result``) holds the estimate, its variance and 95%
 CI, and for every site of the spec whether it was used, left out by the aggregator, missing or
-rejected, and why. Its bytes are a function of the inputs only, so a re-run publishes
+rejected, and why. A site whose release is not resolved is never combined ("unresolved at this
+budget"); when no site with a valid report can be combined, the study still completes and its
+result says so: ``status`` "no_answer" with the ``reason``, and no estimate, variance or
+interval (null, never 0). Its bytes are a function of the inputs only, so a re-run publishes
 identical bytes.
 
 Result objects: ``<root>/<study>/results/<round>.json`` when every site of the spec reported a
@@ -23,19 +26,20 @@ replacing one.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
-from dpate.schemas.result import RESULT_SCHEMA, StudyResult
+from dpate.schemas.result import NO_ANSWER, RESULT_SCHEMA, StudyResult
 from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
 from dpate.tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
-from dpate_core.aggregation import AggregateResult, aggregate
-from dpate_core.aggregators import aggregator_of
+from dpate_core.aggregation import AggregateResult, NoUsableSiteError, aggregate
+from dpate_core.aggregators import UNRESOLVED, aggregator_of
 from dpate_core.inference import (
     Interval,
     combined_bootstrap_interval,
@@ -45,7 +49,9 @@ from dpate_core.inference import (
 )
 
 __all__ = [
+    "NO_ANSWER",
     "RESULT_SCHEMA",
+    "RESULT_SCHEMA_VERSION",
     "StudyIncompleteError",
     "collect_reports",
     "combine_reports",
@@ -54,6 +60,11 @@ __all__ = [
     "result_key",
     "show_study_result",
 ]
+
+
+#: the version of the result document this software writes (3: ``status``, ``reason``, null
+#: numbers for "no answer", unresolved sites, the uninformative ``rules``)
+RESULT_SCHEMA_VERSION = 3
 
 
 class StudyIncompleteError(RuntimeError):
@@ -117,29 +128,55 @@ def _interval_ends(interval: Interval) -> list[float]:
 
 @task(name="combine-reports", **PUBLIC_TASK)
 def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Combine the valid reports with the spec's aggregator into the result document."""
+    """Combine the valid reports with the spec's aggregator into the result document; with no
+    site it can combine (none resolved, say), the result is "no answer at this budget"."""
     valid = [e for e in inputs if e["status"] == "valid"]
     absent = [e for e in inputs if e["status"] != "valid"]
     _require_enough_sites(ctx, inputs, valid, absent)
     method = ctx.spec.aggregator
     est = [e["estimate"] for e in valid]
-    res = aggregate(
-        method, [e["tau"] for e in est], [e["n"] for e in est], [e["variance"] for e in est]
-    )
-    sites = _site_entries(ctx, valid, absent, res)
-    # intervals from the published fields only (post-processing, dpate_core.inference): the
-    # normal one and the parametric bootstrap (MVAgg's selection re-done per draw), both clipped
-    # to [-B, B]; an interval wider than that range is flagged "uninformative at this budget"
-    normal = combined_normal_interval(est, method)
-    boot = combined_bootstrap_interval(est, method)
-    return {
+    resolved = [s.get("resolved", True) for s in est]
+    head = {
         "schema": RESULT_SCHEMA,
-        "schema_version": 2,
+        "schema_version": RESULT_SCHEMA_VERSION,
         "study_id": ctx.study_id,
         "spec_hash": ctx.spec.spec_hash,
         "round": ctx.round,
         "aggregator": method,
         "complete": not absent,
+    }
+    try:
+        res = aggregate(
+            method,
+            [_number(s["tau"]) for s in est],
+            [s["n"] for s in est],
+            [_number(s["variance"]) for s in est],
+            resolved,
+        )
+    except NoUsableSiteError:
+        return {
+            **head,
+            "status": "no_answer",
+            "reason": _no_answer_reason(valid),
+            "estimate": None,
+            "variance": None,
+            "ci95": None,
+            "interval": None,
+            "uninformative": True,
+            "extra": {},
+            "sites": _site_entries(ctx, valid, absent, None),
+            "software_version": software_version(),
+        }
+    sites = _site_entries(ctx, valid, absent, res)
+    # intervals from the published fields only (post-processing, dpate_core.inference): the
+    # normal one and the parametric bootstrap (MVAgg's selection re-done per draw), both clipped
+    # to [-B, B] and flagged "uninformative at this budget" by the rules of clip_interval
+    normal = combined_normal_interval(est, method)
+    boot = combined_bootstrap_interval(est, method)
+    return {
+        **head,
+        "status": "answered",
+        "reason": None,
         "estimate": boot.estimate,
         "variance": res.variance,
         "ci95": _interval_ends(normal),
@@ -149,6 +186,27 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         "sites": sites,
         "software_version": software_version(),
     }
+
+
+def _number(value: float | None) -> float:
+    """A published number; an unresolved release's null as NaN (never combined)."""
+    return math.nan if value is None else float(value)
+
+
+def _no_answer_reason(valid: list[dict[str, Any]]) -> str:
+    """Why no site could be combined, in words: every valid report was unresolved, or the
+    combiner could use none of them."""
+    unresolved = [e["site_id"] for e in valid if not e["estimate"].get("resolved", True)]
+    if len(unresolved) == len(valid):
+        return (
+            f"{NO_ANSWER}: no site resolved its estimate ({', '.join(unresolved)}: "
+            f"{UNRESOLVED}); the sites spent their budget, but none could estimate the effect "
+            f"with it"
+        )
+    return (
+        f"{NO_ANSWER}: none of the {len(valid)} sites with a valid report could be combined "
+        f"(see each site's reason)"
+    )
 
 
 def _require_enough_sites(
@@ -179,35 +237,46 @@ def _site_entries(
     ctx: StudyContext,
     valid: list[dict[str, Any]],
     absent: list[dict[str, Any]],
-    res: AggregateResult,
+    res: AggregateResult | None,
 ) -> list[dict[str, Any]]:
     """The result's ``sites``: every valid report with its published fields, intervals and
-    whether the aggregator used it (``res``, its weight and why), then every missing or rejected
-    report with its reason, all in the spec's site order."""
+    whether the aggregator used it (``res``, its weight and why; None when it could combine
+    none), then every missing or rejected report with its reason, all in the spec's site order.
+    An unresolved release has no estimate, variance or interval (null) and is excluded as
+    "unresolved at this budget", with its own reason."""
     method = ctx.spec.aggregator
-    weight = dict(zip(res.used, res.weights, strict=True))
+    weight = {} if res is None else dict(zip(res.used, res.weights, strict=True))
+    excluded = {} if res is None else res.excluded
     sites = []
     for j, e in enumerate(valid):
         s = e["estimate"]
+        resolved = s.get("resolved", True)
         entry = {
             "site_id": e["site_id"],
             "release_id": e["release_id"],
             "tau": s["tau"],
             "variance": s["variance"],
-            "ci95": _interval_ends(site_normal_interval(s)),
-            "interval": site_bootstrap_interval(s).as_dict(),
+            "ci95": _interval_ends(site_normal_interval(s)) if resolved else None,
+            "interval": site_bootstrap_interval(s).as_dict() if resolved else None,
             "n": s["n"],
             "epsilon": s["epsilon"],
             "delta": s["delta"],
             "signed": e.get("signed", False),
         }
+        if not resolved:
+            entry["resolved"] = False
         for copied in ("ledger_head", "lifetime_spend"):
             if copied in e:
                 entry[copied] = e[copied]
-        if j in weight:
+        if not resolved:
+            entry.update(
+                status="excluded", weight=0.0, reason=f"{UNRESOLVED}: {s['unresolved_reason']}"
+            )
+        elif j in weight:
             entry.update(status="used", weight=weight[j], reason=aggregator_of(method).why_used)
-        elif j in res.excluded:
-            entry.update(status="excluded", weight=0.0, reason=res.excluded[j])
+        elif j in excluded or res is None:
+            why = excluded.get(j, "no site could be combined")
+            entry.update(status="excluded", weight=0.0, reason=why)
         else:
             entry.update(status="not_used", weight=0.0, reason=aggregator_of(method).why_not_used)
         sites.append(entry)
@@ -241,14 +310,14 @@ def publish_result(ctx: StudyContext, result: dict[str, Any]) -> str:
     key, data = result_key(ctx, result)
     store = Store(ctx.storage_url)
     status = store.publish(key, data)
+    typed = StudyResult.of(result)
     get_run_logger().info(
-        "study %s round %s: result %s %s (estimate %.6g, 95%% CI %.6g to %.6g)",
+        "study %s round %s: result %s %s (%s)",
         ctx.study_id,
         ctx.round,
         store.uri(key),
         "published" if status == "written" else "was already published (identical bytes)",
-        result["estimate"],
-        *result["ci95"],
+        typed.summary_text(6),
     )
     return store.uri(key)
 

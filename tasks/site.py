@@ -55,6 +55,7 @@ from dpate.site_reports import (
 from dpate.storage import PublicationConflictError, Store
 from dpate.tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from dpate_core import release as core_release
+from dpate_core.aggregators import UNRESOLVED
 from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [
@@ -312,8 +313,9 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
     try:
         status = store.publish(key, data)
     except PublicationConflictError:
-        # this release, published before the upgrade as version 1 (no lifetime spend): keep it
-        if store.read(key) != site_report_bytes(ctx, committed, schema_version=1):
+        # this release, published by an earlier software (version 1: no lifetime spend;
+        # version 2: no unresolved release): keep it
+        if not _published_by_an_earlier_version(ctx, committed, store.read(key)):
             raise
         status = "unchanged"
     get_run_logger().info(
@@ -325,18 +327,41 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
     return site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
 
 
+def _published_by_an_earlier_version(
+    ctx: SiteContext, committed: Committed, existing: bytes | None
+) -> bool:
+    """Whether ``existing`` is this release's report as an earlier software wrote it: version 1
+    (no lifetime spend) or 2 (never an unresolved release, which only version 3 can hold)."""
+    if existing is None or not committed.payload["estimate"].get("resolved", True):
+        return False
+    if existing == site_report_bytes(ctx, committed, schema_version=1):
+        return True
+    spend = ledger_spend(ctx, committed)
+    return existing == site_report_bytes(ctx, committed, spend, schema_version=2)
+
+
 @task(name="show-site-report", **PUBLIC_TASK)
 def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
-    """A Prefect table artifact of the site's public report."""
+    """A Prefect table artifact of the site's public report (an unresolved release: no
+    estimate, and why)."""
+    if published.get("resolved", True):
+        numbers = [
+            {"field": "tau (DP ATE)", "value": f"{published['tau']:.6g}"},
+            {"field": "variance (DP)", "value": f"{published['variance']:.6g}"},
+            {"field": "95% CI (bootstrap)", "value": interval_text(published, 6)},
+        ]
+    else:
+        numbers = [
+            {"field": "tau (DP ATE)", "value": f"none: {UNRESOLVED}"},
+            {"field": "why", "value": str(published["unresolved_reason"])},
+        ]
     rows = [
         {"field": "study", "value": ctx.study_id},
         {"field": "site", "value": ctx.site_id},
         {"field": "round", "value": ctx.round},
         {"field": "release id", "value": ctx.rid},
         {"field": "estimator", "value": published["estimator"]},
-        {"field": "tau (DP ATE)", "value": f"{published['tau']:.6g}"},
-        {"field": "variance (DP)", "value": f"{published['variance']:.6g}"},
-        {"field": "95% CI (bootstrap)", "value": interval_text(published, 6)},
+        *numbers,
         {"field": "N", "value": str(published["n"])},
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},

@@ -35,15 +35,24 @@ def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = Non
     """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
     typed = StudyResult.of(result)
     console.print(sites_table(typed, runs))
-    console.print(
-        f"[bold]{typed.aggregator} estimate {typed.estimate:.4f}[/bold] "
-        f"(95% CI {typed.interval_text()}; variance {typed.variance:.3g}); sites used: "
-        f"{', '.join(typed.used)}"
-    )
-    if typed.uninformative:
+    if not typed.answered or typed.estimate is None or typed.variance is None:
+        console.print(f"[bold]{typed.summary_text()}[/bold]", markup=True, highlight=False)
+        console.print("[yellow]see `dpate plan` for the budget a study needs[/yellow]")
+    else:
         console.print(
-            "[yellow]the combined interval is wider than the outcome's whole range: the study "
-            "cannot answer its question at this budget (see `dpate plan`)[/yellow]"
+            f"[bold]{typed.aggregator} estimate {typed.estimate:.4f}[/bold] "
+            f"(95% CI {typed.interval_text(brief=True)}; variance {typed.variance:.3g}); sites "
+            f"used: {', '.join(typed.used)}"
+        )
+    if typed.answered and typed.uninformative:
+        console.print(
+            f"[yellow]the combined interval is uninformative at this budget: "
+            f"{typed.uninformative_why()} (see `dpate plan`)[/yellow]"
+        )
+    elif typed.answered and typed.noise_dominated:
+        console.print(
+            f"[yellow]the combined interval mostly reflects privacy noise: {typed.noise_why()} "
+            f"(more budget would narrow it; see `dpate plan`)[/yellow]"
         )
     if "uri" in result:
         console.print(f"result: {result['uri']}")

@@ -115,8 +115,17 @@ def _print(doc: dict[str, Any]) -> None:
     for col in ("site", "N", "epsilon", "delta", "split", "95% ±", "rmse", "note"):
         left = col in ("site", "split", "note")
         table.add_column(col, justify="left" if left else "right", no_wrap=col != "note")
+    from dpate_core.inference import INFORMATION_RULES, uninformative_rules
+
+    def flag(rules: tuple[str, ...]) -> str:
+        if any(r in INFORMATION_RULES for r in rules):
+            return "uninformative"
+        return "mostly noise" if rules else ""
+
     b = doc["bound"]
     for s in doc["sites"]:
+        half = s["half_width"]
+        rules = uninformative_rules(-half, half, b, s["noise_variance"], s["sampling_variance"])
         table.add_row(
             s["site_id"],
             str(s["n"]),
@@ -125,7 +134,7 @@ def _print(doc: dict[str, Any]) -> None:
             " ".join(s["split"]),
             f"{s['half_width']:.4g}",
             f"{s['rmse']:.4g}",
-            "uninformative" if s["width"] >= 2 * b else "",
+            flag(rules),
         )
     c = doc["combined"]
     table.add_row(
@@ -136,7 +145,7 @@ def _print(doc: dict[str, Any]) -> None:
         f"uses {', '.join(c['used'])}",
         f"{c['half_width']:.4g}",
         "",
-        "uninformative" if c["width"] >= 2 * b else "",
+        flag(uninformative_rules(-c["half_width"], c["half_width"], b)),
     )
     out.print(table)
     if doc["epsilon_needed"]:

@@ -162,9 +162,13 @@ def site_release_cmd(
         print_failures([failure], err)
         raise typer.Exit(int(failure.code))
     verb = "published" if r["status"] == "written" else "already published (recorded release)"
+    if r.get("resolved", True):
+        what = f"tau {r['tau']:.4f}, variance {r['variance']:.3g}"
+    else:
+        what = f"no estimate, unresolved at this budget ({r['unresolved_reason']})"
     console.print(
-        f"site {site}: tau {r['tau']:.4f}, variance {r['variance']:.3g}, N {r['n']}, "
-        f"epsilon {r['epsilon']}, delta {r['delta']}; report {verb}: {r['report']}"
+        f"site {site}: {what}, N {r['n']}, epsilon {r['epsilon']}, delta {r['delta']}; "
+        f"report {verb}: {r['report']}"
     )
 
 

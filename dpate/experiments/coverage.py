@@ -83,25 +83,8 @@ def _coverage_plans(split: Split, estimator: str, epsilons, delta, prepared):
 
 def _public(plan, out, r: int) -> dict[str, Any]:
     """Release ``r`` of a simulated site as its published fields (for the bootstrap)."""
-
-    def pick(v) -> float:
-        a = np.asarray(v, dtype=np.float64)
-        return float(a if a.ndim == 0 else a[r])
-
-    return {
-        "estimator": plan.estimator,
-        "tau": pick(out.tau),
-        "variance": pick(out.variance),
-        "raw_variance": pick(out.raw_variance),
-        "n": plan.n,
-        "n_treated": plan.n_treated,
-        "n_control": plan.n_control,
-        "epsilon": str(plan.total.epsilon),
-        "delta": str(plan.total.delta),
-        "bound": plan.bound,
-        "budget_split": [str(x) for x in plan.shares.shares],
-        "diagnostics": {k: pick(v) for k, v in out.diagnostics.items()},
-    }
+    published: dict[str, Any] = plan.estimate_of(out, r).public_fields()
+    return published
 
 
 def _coverage_population(ds: str, estimator: str, settings: ExperimentSettings, source: DataSource):
@@ -206,6 +189,12 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
     }
     rows = []
 
+    def median(values) -> float:
+        """The median of the intervals that exist (NaN: none, e.g. every release unresolved)."""
+        v = np.asarray(values, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        return float(np.median(v)) if v.size else float("nan")
+
     def add(unit, method, covered, width, used=float("nan"), same=None):
         rows.append(
             {
@@ -214,8 +203,8 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
                 "method": method,
                 "coverage": float(np.mean(covered)),
                 "intervals": int(np.size(covered)),
-                "median_width": float(np.nanmedian(width)),
-                "normal_width_same": float("nan") if same is None else float(np.nanmedian(same)),
+                "median_width": median(width),
+                "normal_width_same": float("nan") if same is None else median(same),
                 "mean_sites_used": used,
             }
         )
@@ -248,6 +237,11 @@ def _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot
     for b, sites in enumerate(boot):
         seed = seed_key(settings.seed, "coverage-boot", *key, b)
         for j, site in enumerate(sites):
+            if not site.get("resolved", True):  # no estimate, no interval: not covering
+                site_cov[j].append(False)
+                site_width[j].append(float("nan"))
+                site_same[j].append(float("nan"))
+                continue
             iv = site_boot(site, draws=draws, seed=seed + j)
             site_cov[j].append(iv.lo <= estimand <= iv.hi)
             site_width[j].append(iv.width)

@@ -6,8 +6,12 @@ Every point runs the mechanisms that are released, through their plans
 :func:`dpate_core.adjusted.plan_adjusted_from_statistics`): the statistics and the smooth
 sensitivities are computed once per site and budget, then
 :func:`dpate_core.simulation.simulate_sites` draws all repetitions at once with the plan's
-``draw_many`` and ``assemble``, and the ``(reps, J)`` combiners of :mod:`dpate_core.simulation`
-aggregate them (the same computation as :mod:`dpate_core.aggregation`, held equal by tests).
+``draw_many`` and the mechanism's own assembly, and the ``(reps, J)`` combiners of
+:mod:`dpate_core.simulation` aggregate them (the same computation as :mod:`dpate_core.aggregation`,
+held equal by tests). The sites' estimates are taken before the clip to ``[-B, B]`` every release
+adds (``published=False``): the paper's figures and claims are about its estimators, which do not
+clip (docs/results.md, "What is run"). An unresolved adjusted release is NaN either way: its
+repetition has no answer where no site resolved (``no_answer_share``).
 
 Common random numbers: at one (data set, split, estimator) every alpha starts from the same
 generator state, and all five combiners aggregate the same draws, so differences between curves
@@ -48,6 +52,7 @@ TABLE_COLUMNS = (
     "mae_mean",
     "mae_std",
     "reps",
+    "no_answer_share",
     "splits",
     "epsilons",
     "site_sizes",
@@ -59,8 +64,10 @@ TABLE_COLUMNS = (
     "seed",
 )
 """Columns of ``experiments.csv``: the point (``dataset, J, proportions, estimator, aggregator,
-alpha``), ``mae_mean`` and ``mae_std`` of ``|tau_dp - reference|`` over ``reps`` repetitions spread
-over ``splits`` random splits, the sites' exact budgets (``epsilons``) and sizes, the ``reference``
+alpha``), ``mae_mean`` and ``mae_std`` of ``|tau_dp - reference|`` over the repetitions with an
+answer among ``reps`` spread over ``splits`` random splits, ``no_answer_share`` (the share of
+repetitions with no combined estimate: no site resolved, or none usable), the sites' exact
+budgets (``epsilons``) and sizes, the ``reference``
 (its kind and mean value), ``mean_sites_used`` by the combiner, ``noise_sd_site1`` (sd of site 1's
 DP noise on its ATE), ``sens_ratio_vs_paper`` (how ERRATA moves the ATE noise against the paper's
 mechanism: the largest ratio over the sites of corrected over literal smooth sensitivity for
@@ -214,7 +221,7 @@ def _draw_alpha(
         plans = site_plans(sp, estimator, epsilons, settings.delta, stats)
         # common random numbers: the same generator state for every alpha of this split
         rng = generator(settings, sp.dataset, sp.proportions, estimator, i)
-        tau, n, var = simulate_sites(plans, rng, reps)
+        tau, n, var = simulate_sites(plans, rng, reps, published=False)  # the paper's estimators
         for agg in AGGREGATORS:
             res = aggregate_many(agg, tau, n, var)
             acc.errors[agg].append(np.abs(res.estimate - reference))
@@ -244,7 +251,9 @@ def _alpha_rows(
     )
     rows = []
     for agg in AGGREGATORS:
-        err = np.concatenate(acc.errors[agg])
+        all_err = np.concatenate(acc.errors[agg])
+        answered = np.isfinite(all_err)
+        err = all_err[answered] if answered.any() else np.array([np.nan])
         rows.append(
             {
                 "dataset": first.dataset,
@@ -255,7 +264,8 @@ def _alpha_rows(
                 "alpha": frac(alpha),
                 "mae_mean": float(err.mean()),
                 "mae_std": float(err.std()),
-                "reps": int(err.size),
+                "reps": int(all_err.size),
+                "no_answer_share": float(1.0 - answered.mean()),
                 "splits": n_splits,
                 "epsilons": ";".join(frac(e) for e in epsilons),
                 "site_sizes": ";".join(str(s.n) for s in first.sites),

@@ -19,6 +19,8 @@ from dpate_core.adjusted import (
     DEFAULT_SPLIT,
     RATIO_DAMPING,
     THRESHOLD_FACTOR,
+    UNRESOLVED_FIXED_EFFECTS,
+    UNRESOLVED_SUBCLASSIFICATION,
     dp_adjusted,
     plan_adjusted,
     plan_adjusted_from_statistics,
@@ -245,7 +247,8 @@ def test_refusals():
 
 
 # ---------------------------------------------------------------------------------------------
-# assemble: one release and (reps, cells) simulations agree; post-processing never gives NaN
+# assemble: one release and (reps, cells) simulations agree; post-processing gives NaN only
+# where the release is unresolved
 
 
 @pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
@@ -258,11 +261,14 @@ def test_vectorised_assemble_equals_one_release_at_a_time(weighting):
     assert out.tau.shape == (40,)
     for r in range(40):
         est = plan.estimate({k: v[r] for k, v in noisy.items()})
+        assert est == plan.estimate_of(out, r)
         assert est.tau == pytest.approx(out.tau[r], rel=1e-13, abs=1e-15)
         assert est.variance == pytest.approx(out.variance[r], rel=1e-13)
         assert est.raw_variance == pytest.approx(out.raw_variance[r], rel=1e-13)
+        assert est.resolved == bool(out.diagnostics["resolved"][r]) is True
         for key, value in out.diagnostics.items():
-            assert est.diagnostics[key] == pytest.approx(value[r], rel=1e-13, abs=1e-300)
+            if key != "resolved":
+                assert est.diagnostics[key] == pytest.approx(value[r], rel=1e-13, abs=1e-300)
 
 
 def test_the_seeded_release_is_the_plan_and_the_secure_one_runs():
@@ -303,18 +309,30 @@ def test_post_processing_of_extreme_noisy_values():
     assert out.variance >= out.diagnostics["noise_variance"] > 0
     # the clamped variance keeps each cell's variance in [0, B^2/4]; raw keeps the negative
     assert out.raw_variance < out.variance
-    # everything unusable: tau 0 with the variance of the unestimated range (a uniform on
-    # [-B, B]: B^2 / 3), so the interval is wider than the outcome's range, never falsely exact
-    zero = plan.assemble({k: np.zeros(6) - (k == "counts") * 1.0 for k in noisy})
-    assert zero.tau == 0 and np.isfinite(zero.raw_variance)
-    assert zero.variance == pytest.approx(B * B / 3) and zero.diagnostics["usable_weight"] == 0
+    assert out.diagnostics["resolved"] == 1
+    # everything unusable: unresolved, no estimate and no variance (NaN), never a 0 that reads
+    # as an estimate; the release says so and why
+    zero_noisy = {k: np.zeros(6) - (k == "counts") * 1.0 for k in noisy}
+    zero = plan.assemble(zero_noisy)
+    assert np.isnan(zero.tau) and np.isnan(zero.variance) and np.isnan(zero.raw_variance)
+    assert zero.diagnostics["resolved"] == 0 and zero.diagnostics["usable_weight"] == 0
+    assert np.isnan(zero.diagnostics["noise_variance"])
+    est = plan.estimate(zero_noisy)
+    assert not est.resolved and est.unresolved_reason == UNRESOLVED_SUBCLASSIFICATION
+    assert est.diagnostics == {"usable_strata": 0.0, "usable_weight": 0.0}
+    fields = est.public_fields()
+    assert (fields["tau"], fields["variance"], fields["raw_variance"]) == (None, None, None)
+    assert fields["resolved"] is False
     # and a left-out share u of the records adds (B u)^2 / 3: u is the noisy size of the strata
     # left out over that of all strata (counts clipped to [0, N]: stratum 0 holds 0 + 3 of 163)
     u = 3.0 / 163.0
     assert out.diagnostics["unestimated_variance"] == pytest.approx((B * u) ** 2 / 3)
     many = {k: np.stack([v, -v, np.full(6, np.nan_to_num(np.inf))]) for k, v in noisy.items()}
     out = plan.assemble(many)
-    assert all(np.all(np.isfinite(v)) for v in (out.tau, out.variance, out.raw_variance))
+    resolved = out.diagnostics["resolved"] == 1
+    assert resolved.any()
+    for v in (out.tau, out.variance, out.raw_variance):
+        assert np.all(np.isfinite(v[resolved])) and np.all(np.isnan(v[~resolved]))
 
 
 def test_default_threshold_is_the_count_noise_scale():
@@ -438,10 +456,14 @@ def test_fixed_effects_on_one_stratum_is_the_difference_of_noisy_means():
 def test_fixed_effects_unresolved_and_extreme_values():
     w, y, x = _data(200, 3)
     plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=3, weighting="fixed_effects")
-    # counts all zero: the denominator is not resolved -> tau 0 with the variance of U[-B, B]
-    zero = plan.assemble({k: np.zeros(6) for k in ("counts", "sums", "squares")})
-    assert zero.tau == 0 and zero.variance == pytest.approx(B * B / 3)
-    assert zero.diagnostics["usable_weight"] == 0 and zero.diagnostics["noise_variance"] == 0
+    # counts all zero: the denominator is not resolved -> no estimate (NaN), flagged
+    zero_noisy = {k: np.zeros(6) for k in ("counts", "sums", "squares")}
+    zero = plan.assemble(zero_noisy)
+    assert np.isnan(zero.tau) and np.isnan(zero.variance) and zero.diagnostics["resolved"] == 0
+    assert zero.diagnostics["usable_weight"] == 0 and np.isnan(zero.diagnostics["noise_variance"])
+    est = plan.estimate(zero_noisy)
+    assert not est.resolved and est.unresolved_reason == UNRESOLVED_FIXED_EFFECTS
+    assert est.public_fields()["tau"] is None
     big = 1e30
     many = {
         "counts": np.array([[-big, big, 50, 60, 20, 30], [big] * 6, [60.0] * 6]),
@@ -449,10 +471,13 @@ def test_fixed_effects_unresolved_and_extreme_values():
         "squares": np.array([[-big, big, 0, 0, -big, -big], [big] * 6, [-big] * 6]),
     }
     out = plan.assemble(many)
+    # row 0: a negative denominator (counts clipped to [-N, N]), unresolved; the others finite
+    resolved = out.diagnostics["resolved"] == 1
+    assert resolved.tolist() == [False, True, True]
     for v in (out.tau, out.variance, out.raw_variance, *out.diagnostics.values()):
-        assert np.all(np.isfinite(v))
-    assert np.all(np.abs(out.tau) <= B) and np.all(
-        out.variance >= out.diagnostics["noise_variance"]
+        assert np.all(np.isfinite(v[resolved]))
+    assert np.all(np.abs(out.tau[resolved]) <= B) and np.all(
+        out.variance[resolved] >= out.diagnostics["noise_variance"][resolved]
     )
 
 

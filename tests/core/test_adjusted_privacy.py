@@ -38,14 +38,19 @@ ADJUSTED_OUTPUTS = {
     "usable_weight": (0,),
 }
 # a few values only: judged on its own histogram (the unestimated variance is 0 whenever every
-# stratum is used, as on these pairs)
-DISCRETE_OUTPUTS = {"usable_strata": (0,), "unestimated_variance": (0,)}
+# stratum is used, as on these pairs; resolved reads the counts only)
+DISCRETE_OUTPUTS = {"usable_strata": (0,), "unestimated_variance": (0,), "resolved": (0,)}
 # fixed effects: tau and the variances read the same parts; whether the estimate is resolved (the
 # usable_* and unestimated_variance outputs) reads the counts only and takes two values
 FE_OUTPUTS = {
     k: v for k, v in ADJUSTED_OUTPUTS.items() if k not in ("unestimated_variance", "usable_weight")
 }
-FE_DISCRETE = {"usable_strata": (0,), "usable_weight": (0,), "unestimated_variance": (0,)}
+FE_DISCRETE = {
+    "usable_strata": (0,),
+    "usable_weight": (0,),
+    "unestimated_variance": (0,),
+    "resolved": (0,),
+}
 
 
 def _arrays(rows):

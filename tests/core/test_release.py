@@ -73,6 +73,8 @@ EXPECTED_FIELDS = {
     "bound",
     "budget_split",
     "diagnostics",
+    "resolved",
+    "unresolved_reason",
 }
 # every diagnostic is itself a private output (or public): nothing computed from data without noise
 EXPECTED_DIAGNOSTICS = {
@@ -98,6 +100,8 @@ def test_site_estimate_has_public_fields_only(kind):
     for value in (est.tau, est.variance, est.raw_variance, *est.diagnostics.values()):
         assert isinstance(value, float) and math.isfinite(value)
     assert type(est.epsilon) is Fraction and type(est.delta) is Fraction
+    assert est.resolved and est.unresolved_reason is None  # these mechanisms always resolve
+    assert "resolved" not in est.public_fields()  # a resolved release leaves the flag out
     fields = est.public_fields()
     json.dumps(fields)  # JSON-ready
     assert fields["epsilon"] == "1"
@@ -188,7 +192,71 @@ def test_dim_private_arms_uses_the_clamped_noisy_count():
     for noisy_nt, used in [(-3.0, 1.0), (2.5, 2.5), (11.0, 7.0)]:
         est = plan.estimate({**base, "n_treated": noisy_nt})
         assert est.diagnostics["n_treated_dp"] == used
-        assert est.tau == pytest.approx(1.5 / used - 2.5 / (8 - used))
+        # tau clipped to [-B, B] (at N_t = 1: 1.5 - 2.5/7 > B)
+        assert est.tau == pytest.approx(min(max(1.5 / used - 2.5 / (8 - used), -B), B))
+
+
+# ---------------------------------------------------------------------------------------------
+# what every release publishes: tau clipped to [-B, B], post-processing of the assembly
+
+
+def _plans_of_every_estimator():
+    from dpate_core.adjusted import plan_adjusted
+
+    w, y, x = _trial()
+    st = matching_statistics(w, y, x, 5, bound=B)
+    return {
+        "smooth": plan_matching("smooth_matching", st, bound=B, epsilon="1/20", delta="1e-5",
+                                domain_size=5),
+        "global": plan_matching("global_matching", st, bound=B, epsilon="1/20", delta="1e-5",
+                                domain_size=5),
+        "dim": plan_difference_in_means(w, y, bound=B, epsilon="1/20"),
+        "dim_private": plan_difference_in_means(w, y, bound=B, epsilon="1/20",
+                                                arm_sizes_public=False),
+        "adjusted": plan_adjusted(w, y, x, bound=B, epsilon="1/20", domain_size=5,
+                                  weighting="subclassification"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["smooth", "global", "dim", "dim_private", "adjusted"])
+def test_every_release_publishes_tau_clipped_to_the_feasible_range(kind):
+    plan = _plans_of_every_estimator()[kind]
+    noisy = draw_many(plan, np.random.default_rng(5), 4000)
+    out, own = plan.assemble(noisy), plan.assembly(noisy)
+    assert np.nanmax(np.abs(own.tau)) > B or kind == "adjusted"  # the noise passes the bound
+    # the publication step reads the assembly's outputs only: tau clipped, the rest as it is
+    np.testing.assert_array_equal(out.tau, np.clip(own.tau, -B, B))
+    np.testing.assert_array_equal(out.variance, own.variance)
+    np.testing.assert_array_equal(out.raw_variance, own.raw_variance)
+    assert out.diagnostics.keys() == own.diagnostics.keys()
+    for k, v in own.diagnostics.items():
+        np.testing.assert_array_equal(out.diagnostics[k], v)
+    assert np.nanmax(np.abs(out.tau)) <= B
+    one = plan.estimate({k: v[0] for k, v in noisy.items()})
+    assert one.tau == out.tau[0] or (math.isnan(one.tau) and not one.resolved)
+
+
+def test_a_smooth_matching_release_far_outside_the_range_publishes_a_clipped_tau():
+    plan = _plans_of_every_estimator()["smooth"]
+    noisy = {s.name: s.value for s in plan.noise}
+    noisy["tau"] = -650.8  # what the Laplace noise of a small budget can give
+    est = plan.estimate(noisy)
+    assert est.tau == -B and est.public_fields()["tau"] == -B
+    assert est.variance == plan.estimate({**noisy, "tau": 0.0}).variance  # only tau moves
+
+
+def test_a_new_mechanism_is_clipped_without_doing_anything():
+    from dpate_core.privacy import BudgetSplit, PrivacyParams
+    from dpate_core.release import MechanismPlan, NoiseSpec, Outputs
+
+    plan = MechanismPlan(
+        estimator="toy", n=10, n_treated=None, n_control=None, total=PrivacyParams.of(1),
+        bound=2.0, shares=BudgetSplit.even(1), noise=(NoiseSpec("t", 0.0, 1.0, "laplace"),),
+        assemble=lambda v: Outputs(v["t"], 1.0, 1.0, {"noise_variance": 1.0}),
+    )  # fmt: skip
+    assert plan.estimate({"t": 7.5}).tau == 2.0 and plan.estimate({"t": -0.5}).tau == -0.5
+    again = dataclasses.replace(plan, noise=plan.noise)  # wrapped once, not twice
+    assert again.assembly is plan.assembly
 
 
 # ---------------------------------------------------------------------------------------------

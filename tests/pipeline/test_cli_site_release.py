@@ -77,3 +77,34 @@ def test_run_creates_ledgers_only_when_asked(tmp_path):
     assert study.snapshot() == published
     with PrivacyLedger(study.ledger_url("west")) as led:
         assert len(led.events()) == n_events
+
+
+def test_a_study_no_site_resolves_completes_with_no_answer(tmp_path, monkeypatch):
+    """The adjusted estimator whose noisy counts come out all zero resolves nothing at any site:
+    ``dpate run`` still completes (the sites spent their budget), publishes a result with
+    ``status`` "no_answer" and null numbers, and says so; no 0 is ever shown as the estimate."""
+    import json
+
+    import numpy as np
+
+    import dpate_core.release as core_release
+
+    study = write_study(tmp_path / "none", [Site("east", 300), Site("west", 300)])
+    text = study.spec.read_text().replace('estimator = "smooth_matching"', 'estimator = "adjusted"')
+    study.spec.write_text(text)
+
+    def zero_counts(plan, rng=None):  # what a release of tiny budget can draw: no count at all
+        return {s.name: np.zeros_like(s.value) for s in plan.noise}
+
+    monkeypatch.setattr(core_release, "draw_once", zero_counts)
+    args = ["run", str(study.spec), "--ledger", f"sqlite:///{study.root}/ledgers/{{site}}.sqlite"]
+    out = CliRunner().invoke(app, [*args, "--init-ledgers"])
+    assert out.exit_code == 0, out.output
+    said = _text(out)
+    assert "No answer at this budget: no site resolved its estimate" in said
+    assert "unresolved" in said and "estimate 0" not in said
+    (result,) = [v for k, v in study.snapshot().items() if "/results/" in k]
+    doc = json.loads(result)
+    assert doc["status"] == "no_answer" and doc["complete"] is True
+    assert (doc["estimate"], doc["variance"], doc["ci95"], doc["interval"]) == (None,) * 4
+    assert {s["status"] for s in doc["sites"]} == {"excluded"}

@@ -121,14 +121,16 @@ def test_full_study_publishes_reports_and_result(full_study):
 
 
 def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
-    """Result schema 2: the combined estimate and every reporting site carry the normal interval
-    (``ci95``) and the parametric bootstrap (``interval``), both inside [-B, B] (B = 1 here), the
-    bootstrap flagged uninformative exactly when it was at least 2B wide before clipping."""
+    """Result schema 3: the combined estimate and every reporting site carry the normal interval
+    (``ci95``) and the parametric bootstrap (``interval``), both inside [-B, B] (B = 1 here), and
+    every site's tau inside it too; the bootstrap flagged uninformative exactly when a rule fired,
+    its note naming the rules."""
     from dpate.schemas.result import interval_text
+    from dpate_core.inference import UNINFORMATIVE_RULES
 
     _, out = full_study
     result = out["result"]
-    assert result["schema_version"] == 2
+    assert result["schema_version"] == 3 and result["status"] == "answered"
     docs = [result, *(s for s in result["sites"] if "tau" in s)]
     assert len(docs) == 4
     for doc in docs:
@@ -136,8 +138,12 @@ def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
         assert iv["method"] == "bootstrap" and iv["level"] == 0.95
         assert -1.0 <= iv["lo"] <= iv["hi"] <= 1.0
         assert -1.0 <= doc["ci95"][0] <= doc["ci95"][1] <= 1.0
-        assert iv["note"] == ("uninformative at this budget" if iv["uninformative"] else "")
+        assert iv["uninformative"] == bool(iv["rules"])
+        assert all(UNINFORMATIVE_RULES[r] in iv["note"] for r in iv["rules"])
+        assert iv["note"].startswith("uninformative at this budget") == iv["uninformative"]
         assert ("uninformative" in interval_text(doc)) == iv["uninformative"]
+    for site in docs[1:]:
+        assert -1.0 <= site["tau"] <= 1.0
     assert result["uninformative"] == result["interval"]["uninformative"]
     assert result["interval"]["lo"] <= result["estimate"] <= result["interval"]["hi"]
 

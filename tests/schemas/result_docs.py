@@ -1,6 +1,7 @@
 """Result documents for the view tests: every site status, an uninformative interval, markup in
-ids and reasons, sites with and without a published lifetime spend, and a version-1 document
-(``ci95`` only, no schema keys or release ids)."""
+ids and reasons, sites with and without a published lifetime spend, a version-1 document
+(``ci95`` only, no schema keys or release ids), and version 3: an interval flagged by the noise
+rule, an unresolved site, and a result with no answer."""
 
 from __future__ import annotations
 
@@ -102,4 +103,43 @@ V1: dict[str, Any] = {
         {"site_id": "beta", "status": "missing", "reason": "no report"},
     ],
 }
-DOCS = {"v2": V2, "uninformative": UNINFORMATIVE, "v1": V1}
+NOISE_NOTE = (
+    "uninformative at this budget: the privacy noise is more than 9 times the patients' own "
+    "variation in this estimate (noise variance over sampling variance)"
+)
+UNRESOLVED_SITE: dict[str, Any] = {
+    "site_id": "omega", "release_id": "u" * 64, "tau": None, "variance": None, "ci95": None,
+    "interval": None, "resolved": False, "n": 90, "epsilon": "1/2", "delta": "0",
+    "signed": True, "status": "excluded", "weight": 0.0,
+    "reason": "unresolved at this budget: subclassification: no stratum has enough patients in "
+              "both treatments at this budget (both noisy arm counts at least min_count)",
+}  # fmt: skip
+V3: dict[str, Any] = dict(
+    V2,
+    schema_version=3,
+    status="answered",
+    reason=None,
+    complete=True,
+    uninformative=True,
+    interval=dict(_iv(0.1234567, 0.0811111, 0.1654321, True), rules=["noise"], note=NOISE_NOTE),
+    sites=[*[s for s in V2["sites"] if "tau" in s], UNRESOLVED_SITE],
+)
+NO_ANSWER: dict[str, Any] = dict(
+    V3,
+    status="no_answer",
+    reason="no answer at this budget: no site resolved its estimate (omega: unresolved at this "
+    "budget); the sites spent their budget, but none could estimate the effect with it",
+    estimate=None,
+    variance=None,
+    ci95=None,
+    interval=None,
+    extra={},
+    sites=[UNRESOLVED_SITE, V2["sites"][3]],
+)
+DOCS = {
+    "v2": V2,
+    "uninformative": UNINFORMATIVE,
+    "v1": V1,
+    "v3": V3,
+    "no_answer": NO_ANSWER,
+}

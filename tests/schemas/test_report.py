@@ -53,7 +53,7 @@ def tampered(report: SiteReport, change) -> bytes:
 
 def test_report_fields(report, spec, estimate):
     d = json.loads(report.to_json_bytes())
-    assert d["schema"] == "dpate.site-report" and d["schema_version"] == 2 == REPORT_SCHEMA_VERSION
+    assert d["schema"] == "dpate.site-report" and d["schema_version"] == 3 == REPORT_SCHEMA_VERSION
     assert d["study_id"] == "s1" and d["site_id"] == "a"
     assert d["spec_hash"] == spec.spec_hash
     assert d["software_version"] == software_version() != ""
@@ -98,7 +98,7 @@ def test_dim_report_with_public_arm_sizes():
         (lambda d: d.update(spec_hash="0" * 64), "differs from this study spec's"),
         (lambda d: d.update(spec_hash="xyz"), "spec_hash"),
         (lambda d: d.update(site_id="zz"), "site 'zz' is not one of the study's sites"),
-        (lambda d: d.update(schema_version=3), "this software reads versions 1, 2"),
+        (lambda d: d.update(schema_version=4), "this software reads versions 1, 2, 3"),
         (lambda d: d.pop("release_id"), "release_id: required field is missing"),
         (lambda d: d.update(extra=1), "unknown field"),
         (lambda d: d.update(created_at="2026-01-31T12:00:00"), "time zone"),
@@ -195,7 +195,7 @@ def spent_report(spec, estimate) -> SiteReport:
 def test_lifetime_spend_round_trip(spent_report, spec):
     data = spent_report.to_json_bytes()
     d = json.loads(data)
-    assert d["schema_version"] == 2
+    assert d["schema_version"] == 3
     assert d["lifetime_spend"] == SPEND  # exact strings, as the ledger writes them
     read = read_report(data, spec, site_id="a")
     assert read == spent_report and read.to_json_bytes() == data
@@ -208,11 +208,12 @@ def test_a_report_without_lifetime_spend_has_no_such_key(report):
     assert "lifetime_spend" not in json.loads(report.to_json_bytes())
 
 
-def test_version_1_report_is_still_read(report, spec, estimate):
-    """A report written by the previous software: schema_version 1, no lifetime_spend."""
-    old = tampered(report, lambda d: d.update(schema_version=1))
+@pytest.mark.parametrize("version", [1, 2])
+def test_earlier_versions_are_still_read(report, spec, estimate, version):
+    """A report written by an earlier software: schema_version 1 (no lifetime_spend) or 2."""
+    old = tampered(report, lambda d: d.update(schema_version=version))
     read = read_report(old, spec, site_id="a")
-    assert read.schema_version == 1 and read.lifetime_spend is None
+    assert read.schema_version == version and read.lifetime_spend is None
     assert read.to_estimate() == estimate
     assert (
         read.to_json_bytes()

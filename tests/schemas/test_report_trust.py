@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from datetime import UTC, datetime
 
@@ -21,7 +22,7 @@ from dpate.schemas.signing import (
 )
 from dpate.schemas.spec import SpecError, StudySpec
 from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
-from dpate_core.adjusted import dp_adjusted
+from dpate_core.adjusted import UNRESOLVED_FIXED_EFFECTS, dp_adjusted, plan_adjusted
 
 from .test_spec import base
 
@@ -167,6 +168,91 @@ def test_adjusted_post_processing_bounds_are_checked():
     many = edited(report, lambda e: e["diagnostics"].update(usable_strata=spec.domain_size + 1.0))
     with pytest.raises(ReportError, match="usable_strata"):
         read_report(many, spec)
+
+
+@pytest.mark.parametrize("name", ["dim-public-arms", "dim-private-arms", "smooth_matching",
+                                  "global_matching"])  # fmt: skip
+def test_every_release_publishes_tau_within_the_feasible_range(name):
+    """Every release clips tau to [-B, B]: a tau past B by a fraction of the noise is not one a
+    genuine release can publish (it was accepted up to B + 40 noise scales)."""
+    spec = SPECS[name]()
+    report = release(spec, "a", np.random.default_rng(21))
+    at_b = edited(report, lambda e: e.update(tau=e["bound"]))
+    assert read_report(at_b, spec).estimate.tau == report.estimate.bound
+    past = edited(report, lambda e: e.update(tau=1.2 * e["bound"]))
+    with pytest.raises(ReportError, match=r"every release clips tau to \[-B, B\]"):
+        read_report(past, spec)
+
+
+def _unresolved_report(spec: StudySpec) -> SiteReport:
+    """A genuine unresolved adjusted release of site a: every noisy count at 0."""
+    rng = np.random.default_rng(22)
+    w, y, x = rng.integers(0, 2, 300), rng.random(300), rng.integers(0, spec.domain_size, 300)
+    plan = plan_adjusted(w, y, x, bound=1.0, epsilon=1, domain_size=spec.domain_size,
+                         weighting="fixed_effects")  # fmt: skip
+    est = plan.estimate({k: np.zeros(2 * spec.domain_size) for k in ("counts", "sums", "squares")})
+    assert not est.resolved
+    return SiteReport.from_estimate(est, spec=spec, site_id="a", created_at=T0)
+
+
+def test_an_unresolved_release_is_published_without_numbers_and_read():
+    spec = SPECS["adjusted"]()
+    report = _unresolved_report(spec)
+    d = json.loads(report.to_json_bytes())["estimate"]
+    assert (d["tau"], d["variance"], d["raw_variance"], d["resolved"]) == (None, None, None, False)
+    assert d["unresolved_reason"] == UNRESOLVED_FIXED_EFFECTS
+    assert d["diagnostics"] == {"usable_strata": 0.0, "usable_weight": 0.0}
+    read = read_report(report.to_json_bytes(), spec)
+    assert read == report and not read.to_estimate().resolved
+    assert math.isnan(read.to_estimate().tau)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda e: e.update(tau=0.0), "publishes no estimate"),
+        (lambda e: e.update(tau=0.0, variance=1 / 3, raw_variance=1 / 3), "publishes no estimate"),
+        (lambda e: e.update(unresolved_reason="the data say the effect is 0.3"), "not one the"),
+        (lambda e: e.pop("unresolved_reason"), "unresolved_reason given"),
+        (lambda e: e["diagnostics"].update(noise_variance=0.1), "must be exactly"),
+        (lambda e: e["diagnostics"].update(usable_strata=2.0), "must be exactly"),
+        (lambda e: e.update(resolved=True), "says it is resolved"),
+    ],
+)
+def test_a_forged_unresolved_report_is_refused(change, reason):
+    spec = SPECS["adjusted"]()
+    with pytest.raises(ReportError, match=reason):
+        read_report(edited(_unresolved_report(spec), change), spec)
+
+
+def test_only_an_estimator_that_can_fail_to_resolve_may_say_so():
+    spec = SPECS["smooth_matching"]()
+    report = release(spec, "a", np.random.default_rng(23))
+
+    def unresolved(e):
+        e.update(tau=None, variance=None, raw_variance=None, resolved=False)
+        e.update(unresolved_reason=UNRESOLVED_FIXED_EFFECTS, diagnostics={})
+
+    with pytest.raises(ReportError, match="every smooth_matching release resolves"):
+        read_report(edited(report, unresolved), spec)
+    with pytest.raises(ReportError, match="tau must be finite numbers"):
+        read_report(edited(report, lambda e: e.update(tau=None)), spec)
+
+
+def test_an_unresolved_release_needs_report_version_3():
+    spec = SPECS["adjusted"]()
+    data = json.loads(_unresolved_report(spec).to_json_bytes())
+    data["schema_version"] = 2
+    with pytest.raises(ReportError, match=r"estimate\.resolved is a version-3 field"):
+        read_report(json.dumps(data).encode(), spec)
+
+
+def test_a_resolved_adjusted_release_uses_a_stratum():
+    spec = SPECS["adjusted"]()
+    report = release(spec, "a", np.random.default_rng(24))
+    none = edited(report, lambda e: e["diagnostics"].update(usable_strata=0.0, usable_weight=0.0))
+    with pytest.raises(ReportError, match="a resolved release uses at least one stratum"):
+        read_report(none, spec)
 
 
 def test_estimate_problems_is_empty_for_a_genuine_estimate():

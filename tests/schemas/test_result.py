@@ -1,20 +1,18 @@
 """The typed study result (dpate.schemas.result.StudyResult) and its views.
 
-The reference views in ``tests/schemas/result_views/`` were rendered from the documents in
-``result_docs.py`` by the dict-based renderers this object replaced (commit 4bc3286:
-``dpate.tasks.aggregate.result_markdown``, ``dpate.cli.output.print_result``,
-``dpate.html_report.render_html``;
-the HTML with its embedded PNG replaced by ``PNG``); the typed views must give the same text, and
-the page must embed exactly the forest plot ``forest_plot_png`` draws. They were re-rendered once
-since, when the views gained the per-site "lifetime spent of cap" column (the sites' published
-``lifetime_spend``; the HTML falls back to a reachable local ledger, marked "site ledger, now"):
-that column and the HTML's explanation of it are the only changes.
+The reference views in ``tests/schemas/result_views/`` are the expected text of each view of each
+document in ``result_docs.py`` (the HTML with its embedded PNG replaced by ``PNG``); the page must
+also embed exactly the forest plot ``forest_plot_png`` draws. After an intended change of a view,
+regenerate them, read the diff, and say in the commit what changed::
+
+    DPATE_UPDATE_VIEWS=1 python -m pytest tests/schemas/test_result.py -n 0
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -40,7 +38,10 @@ SPENDS = {
 }  # fmt: skip
 
 
-def reference(name: str) -> str:
+def reference(name: str, rendered: str) -> str:
+    """The reference view ``name`` (rewritten as ``rendered`` with DPATE_UPDATE_VIEWS=1)."""
+    if os.environ.get("DPATE_UPDATE_VIEWS") == "1":
+        (VIEWS / name).write_text(rendered, encoding="utf-8")
     return (VIEWS / name).read_text(encoding="utf-8")
 
 
@@ -54,7 +55,8 @@ def test_parsing_keeps_the_document(name):
 
 @pytest.mark.parametrize("name", sorted(DOCS))
 def test_markdown_is_the_reference(name):
-    assert StudyResult.of(DOCS[name]).markdown() == reference(f"{name}.md")
+    text = StudyResult.of(DOCS[name]).markdown()
+    assert text == reference(f"{name}.md", text)
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))
@@ -68,7 +70,8 @@ def test_cli_table_and_summary_are_the_reference(name, monkeypatch):
         {"site_id": "alpha", "ok": True},
     ]
     cli.print_result(dict(DOCS[name], uri="s3://b/s1/results/2.json"), runs)
-    assert console.export_text() == reference(f"{name}.cli.txt")
+    text = console.export_text()
+    assert text == reference(f"{name}.cli.txt", text)
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))
@@ -78,7 +81,8 @@ def test_html_is_the_reference_with_the_forest_plot_embedded(name):
     (png,) = PNG.findall(page)
     assert base64.b64decode(png) == forest_plot_png(result)
     assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
-    assert PNG.sub("data:image/png;base64,PNG", page) == reference(f"{name}.html")
+    text = PNG.sub("data:image/png;base64,PNG", page)
+    assert text == reference(f"{name}.html", text)
 
 
 def test_sites_are_typed_by_status():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from dpate.html_report import render_html, source_label
@@ -197,3 +198,82 @@ def test_a_report_whose_spend_passes_its_cap_is_rejected(study):
     got = _by_site(collect_reports.fn(ctx))["north"]
     assert got["status"] == "rejected"
     assert "exceeds the cap" in got["reason"]
+
+
+# ---------------------------------------------------------------------------------------------
+# unresolved sites and "no answer at this budget"
+
+
+@pytest.fixture
+def adjusted_study(study):
+    """The study with the adjusted estimator (fixed effects: a release whose noisy denominator
+    does not resolve is published as unresolved)."""
+    text = study.spec.read_text()
+    study.spec.write_text(
+        text.replace('estimator = "smooth_matching"', 'estimator = "adjusted"\n'
+                     'adjusted_weighting = "fixed_effects"')
+    )  # fmt: skip
+    return study
+
+
+def _publish(spec: str, site: str, *, resolved: bool, seed: int = 0) -> None:
+    """Publish ``site``'s report: a simulated release, or (``resolved`` False) the release of
+    all-zero noisy counts, which no weighting resolves."""
+    from dpate.ledger import Committed
+    from dpate.schemas.report import software_version
+    from dpate.tasks.site import load_site_data, plan_release
+
+    if resolved:
+        publish_site(spec, site, seed=seed)
+        return
+    ctx = resolve_site(spec, site)
+    plan = plan_release(ctx, load_site_data.fn(ctx))
+    estimate = plan.estimate({s.name: np.zeros_like(s.value) for s in plan.noise})
+    assert not estimate.resolved
+    payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
+    committed = Committed(ctx.rid, payload, "2026-01-31T12:00:00.000000+00:00", "0" * 64, 3)
+    data = site_report_bytes(ctx, committed)
+    Store(ctx.storage_url).publish(Store.site_report_key(ctx.study_id, site, ctx.rid), data)
+
+
+def test_a_study_whose_sites_are_all_unresolved_has_no_answer_never_zero(adjusted_study):
+    spec = str(adjusted_study.spec)
+    for site in ("north", "south", "east"):
+        _publish(spec, site, resolved=False)
+    ctx = resolve_study(spec)
+    result = combine_reports.fn(ctx, collect_reports.fn(ctx))
+    assert result["status"] == "no_answer" and result["complete"] is True
+    assert result["reason"].startswith("no answer at this budget: no site resolved its estimate")
+    for key in ("estimate", "variance", "ci95", "interval"):
+        assert result[key] is None, key  # null, never 0
+    assert result["uninformative"] is True and result["schema_version"] == 3
+    for s in result["sites"]:
+        assert s["status"] == "excluded" and s["resolved"] is False and s["weight"] == 0.0
+        assert s["reason"].startswith("unresolved at this budget: fixed effects:")
+        assert (s["tau"], s["variance"], s["ci95"], s["interval"]) == (None, None, None, None)
+    key, data = result_key(ctx, result)  # published like any complete result
+    assert key == Store.result_key(ctx.study_id, ctx.round) and json.loads(data) == result
+    typed = StudyResult.of(result)
+    assert not typed.answered and typed.to_document() == result
+    assert typed.markdown().splitlines()[2].startswith("**No answer at this budget**: no site")
+    page = render_html(typed, "x/test-study/results/1.json", {})
+    assert "No answer at this budget" in page and "Sites used: none" in page
+
+
+def test_an_unresolved_site_is_never_combined(adjusted_study):
+    spec = str(adjusted_study.spec)
+    _publish(spec, "north", resolved=False)  # the largest site: MVAgg and AggLargest's pick
+    _publish(spec, "south", resolved=True, seed=1)
+    _publish(spec, "east", resolved=True, seed=2)
+    ctx = resolve_study(spec)
+    inputs = collect_reports.fn(ctx)
+    assert all(e["status"] == "valid" for e in inputs)
+    for method in ("mvagg", "all", "largest", "inverse_variance", "random_effects"):
+        c = type(ctx)(ctx.spec.model_copy(update={"aggregator": method}), ctx.spec_source,
+                      ctx.round, ctx.storage_url)  # fmt: skip
+        result = combine_reports.fn(c, inputs)
+        assert result["status"] == "answered" and result["estimate"] is not None
+        north = _by_site(result["sites"])["north"]
+        assert north["status"] == "excluded" and north["weight"] == 0.0
+        assert north["reason"].startswith("unresolved at this budget")
+        assert "north" not in StudyResult.of(result).used

@@ -12,7 +12,7 @@ from dpate.schemas.report import ReportError, read_report
 from dpate.schemas.site_data import SecureOrder
 from dpate.settings import resolve_site
 from dpate.site_plans import data_independent_order, record_order
-from dpate.site_reports import site_report_bytes
+from dpate.site_reports import ledger_spend, site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 
 from .helpers import COMMITTED_AT, committed_release
@@ -123,7 +123,6 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
     from fractions import Fraction
 
     from dpate.ledger import PrivacyLedger
-    from dpate.site_reports import ledger_spend
     from dpate.storage import Store
     from dpate.tasks.site import publish_site_report
 
@@ -137,7 +136,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
     key = Store.site_report_key(ctx.study_id, "north", ctx.rid)
     data = Store(ctx.storage_url).read(key)
     report = read_report(data, ctx.spec, site_id="north")
-    assert report.schema_version == 2 and report.lifetime_spend is not None
+    assert report.schema_version == 3 and report.lifetime_spend is not None
     spend = report.lifetime_spend
     assert spend.spent.params.epsilon == Fraction(1, 4) + site.privacy.epsilon
     assert spend.spent.params.delta == ctx.spec.release_cost("north").delta
@@ -168,9 +167,11 @@ def test_spend_at_reservation_needs_the_releases_reservation(study):
         spend_at_reservation(events, ctx.rid)
 
 
-def test_a_release_published_as_version_1_before_the_upgrade_is_left_as_it_is(study):
-    """Re-publishing a release whose version-1 report (no lifetime spend) the previous software
-    already wrote is not a conflict: the published bytes stay; other bytes still conflict."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_release_published_by_an_earlier_version_is_left_as_it_is(study, version):
+    """Re-publishing a release whose version-1 (no lifetime spend) or version-2 report an
+    earlier software already wrote is not a conflict: the published bytes stay; other bytes
+    still conflict."""
     from dpate.storage import PublicationConflictError, Store
     from dpate.tasks.site import publish_site_report
 
@@ -179,12 +180,14 @@ def test_a_release_published_as_version_1_before_the_upgrade_is_left_as_it_is(st
     committed = _release_with_ledger(ctx)
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, "north", ctx.rid)
-    old = site_report_bytes(ctx, committed, schema_version=1)
-    assert json.loads(old)["schema_version"] == 1 and b"lifetime_spend" not in old
+    spend = ledger_spend(ctx, committed) if version == 2 else None
+    old = site_report_bytes(ctx, committed, spend, schema_version=version)
+    assert json.loads(old)["schema_version"] == version
+    assert (b"lifetime_spend" in old) == (version == 2)
     store.publish(key, old)
     assert publish_site_report.fn(ctx, committed)["status"] == "unchanged"
     assert store.read(key) == old
-    assert read_report(old, ctx.spec, site_id="north").schema_version == 1
+    assert read_report(old, ctx.spec, site_id="north").schema_version == version
 
     other = resolve_site(str(study.spec), "south")
     study.init_ledgers("south")
