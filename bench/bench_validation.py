@@ -28,7 +28,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from _inputs import LEVELS, bench_spec
 
-from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import StudySpec
 
 
@@ -86,7 +86,7 @@ import sys
 sys.path.insert(0, {bench!r})
 import pyarrow.parquet as pq
 from bench_validation import make_spec
-from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_data import prepare_site_data
 
 
 def hwm():  # VmHWM of this process image (ru_maxrss would carry the parent's over exec)

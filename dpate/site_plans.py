@@ -1,23 +1,23 @@
-"""A site release's mechanism plan from its records or streamed statistics (pre-noise values:
-private), apart from its Prefect tasks (:mod:`dpate.tasks.site`). No Prefect here.
+"""A site release's mechanism plan from the statistics its engine computed, or (tests and
+simulations) from its validated records (pre-noise values: private), apart from its Prefect tasks
+(:mod:`dpate.tasks.site`). No Prefect here.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 
 import numpy as np
 
-from dpate.schemas.site_preparation import SiteData
-from dpate.schemas.site_statistics import STREAMED_ESTIMATORS, SiteStatistics
+from dpate.schemas.site_data import RecordOrder, SecureOrder, SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
 from dpate_core.adjusted import plan_adjusted_from_statistics
 from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
+from dpate_core.matching import plan_matching
 from dpate_core.registry import PlanInputs
 from dpate_core.release import MechanismPlan
 
-__all__ = ["data_independent_order", "plan_from_records"]
+__all__ = ["data_independent_order", "plan_from_records", "record_order"]
 
 
 def data_independent_order(n: int) -> np.ndarray:
@@ -28,52 +28,61 @@ def data_independent_order(n: int) -> np.ndarray:
     return np.random.default_rng(secrets.randbits(256)).permutation(n)
 
 
-def _plan_adjusted(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
-    # the registry's adjusted plan (dpate_core.registry) with the cells computed by the stream
+def record_order(n: int) -> RecordOrder:
+    """The order a release from the engine ranks the ``n`` records of each stratum in for
+    Algorithm 1: a fresh secure random order per release (:class:`SecureOrder`; the same
+    distribution as :func:`data_independent_order` restricted to each stratum)."""
+    del n
+    return SecureOrder()
+
+
+def _plan_statistics(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
+    """The spec's mechanism from the statistics its engine computed."""
     privacy = spec.site(site_id).privacy
-    return plan_adjusted_from_statistics(
-        data.cells,
+    split = spec.budget_split(site_id).shares
+    if spec.estimator == "adjusted":
+        return plan_adjusted_from_statistics(
+            data.cells,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
+            split=split,
+            weighting=spec.weighting,
+        )
+    if spec.estimator == "dim":
+        return plan_difference_in_means_from_statistics(
+            data.cells,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
+            split=split,
+            arm_sizes_public=bool(spec.arm_sizes_public),
+            binary=spec.outcome.binary,
+        )
+    if data.matching is None:
+        raise ValueError(
+            f"estimator {spec.estimator!r} needs Algorithm 1's statistics: read the site's data "
+            f"with matching=True"
+        )
+    return plan_matching(
+        spec.estimator,
+        data.matching,
+        bound=spec.outcome.bound,
         epsilon=privacy.epsilon,
         delta=privacy.delta,
-        split=spec.budget_split(site_id).shares,
-        weighting=spec.weighting,
+        domain_size=spec.domain_size,
+        split=split,
+        variance=spec.variance_mode,
+        cells=data.cells if spec.variance_mode == "stratified" else None,
     )
-
-
-def _plan_dim(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
-    # the registry's dim plan (dpate_core.registry) with the arm sums of the streamed cells
-    privacy = spec.site(site_id).privacy
-    return plan_difference_in_means_from_statistics(
-        data.cells,
-        epsilon=privacy.epsilon,
-        delta=privacy.delta,
-        split=spec.budget_split(site_id).shares,
-        arm_sizes_public=bool(spec.arm_sizes_public),
-        binary=spec.outcome.binary,
-    )
-
-
-#: the plan of each estimator in STREAMED_ESTIMATORS from its streamed statistics
-_FROM_STATISTICS: dict[str, Callable[[StudySpec, str, SiteStatistics], MechanismPlan]] = {
-    "adjusted": _plan_adjusted,
-    "dim": _plan_dim,
-}
 
 
 def plan_from_records(
     spec: StudySpec, site_id: str, data: SiteData | SiteStatistics
 ) -> MechanismPlan:
-    """The spec's mechanism on the site's records or streamed statistics (pre-noise values:
-    private). An order-dependent estimator (Algorithm 1) gets its records in a fresh
-    data-independent order."""
+    """The spec's mechanism on the site's statistics (a release) or validated records (tests and
+    simulations; an order-dependent estimator gets its records in a fresh data-independent
+    order). Pre-noise values: private."""
     if isinstance(data, SiteStatistics):
-        build = _FROM_STATISTICS.get(spec.estimator)
-        if build is None:
-            raise ValueError(
-                f"estimator {spec.estimator!r} is planned from the records, not from streamed "
-                f"statistics (streamed: {sorted(STREAMED_ESTIMATORS)})"
-            )
-        return build(spec, site_id, data)
+        return _plan_statistics(spec, site_id, data)
     w, y, x = data.w, data.y, data.x
     if spec.estimator_info.order_dependent:
         order = data_independent_order(data.n)

@@ -10,8 +10,9 @@ statistics with one stratum and no centring (:func:`arm_statistics`, the one com
 :func:`dpate_core.grid_sums.cell_statistics`): each record's ``Y`` is rounded to the public grid
 ``B 2^-k`` and its square to ``B^2 2^-m`` (``k``, ``m`` from the public ``N``,
 :func:`~dpate_core.grid_sums.grid_bits`), and the grid values are summed as integers. The sums are
-exact, so they do not depend on record order or on how the records are batched: a streamed site
-(:data:`dpate.schemas.site_statistics.STREAMED_ESTIMATORS`) releases exactly what the in-memory path releases.
+exact, so they do not depend on record order or on how the records are summed: a site whose
+engine computes them (:func:`dpate.schemas.site_data.read_site_records`) releases exactly what the
+in-memory path releases.
 The rounding is a deterministic, data-independent map of each record applied before the release,
 with values still in ``[0, B]`` and ``[0, B^2]`` (0 and ``B`` map to themselves, so a binary
 outcome is unchanged): the sensitivities and the privacy proof are those of the unrounded sums;
@@ -140,7 +141,7 @@ def plan_difference_in_means_from_statistics(
     """:func:`plan_difference_in_means` from uncentred cell statistics (:func:`arm_statistics`,
     or a streamed site's, of any number of strata: the arms are summed over them). With
     ``binary=True`` the caller has checked that every outcome is 0 or ``B``
-    (:func:`plan_difference_in_means` and :func:`dpate.schemas.site_statistics.stream_cell_statistics` do)."""
+    (:func:`plan_difference_in_means` and :func:`dpate.schemas.site_data.site_statistics` do)."""
     bound = _check_bound(stats.bound)
     total = _spent(epsilon, delta)
     n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)

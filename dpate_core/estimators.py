@@ -26,6 +26,7 @@ With ``L_i`` the number of records matched to record ``i``, the appendix writes
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "difference_in_means",
     "exact_matching",
     "matching_statistics",
+    "matching_statistics_of_strata",
     "matching_variance",
     "stratum_counts",
     "variance_bits",
@@ -336,6 +338,120 @@ def matching_statistics(
         treated_counts=counts[1::2].copy(),
         control_counts=counts[0::2].copy(),
         bound=None if bound is None else float(bound),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _strata_kernel(
+    w: Any,
+    y: Any,
+    x: Any,
+    n_strata: int,
+    y_max: float,
+    to_grid: float,
+    tau_sum: float,
+    counts: Any,
+    sq_more: Any,
+    sq_base: Any,
+) -> Any:  # pragma: no cover - compiled
+    """:func:`_match_kernel`'s per-stratum pass over records that arrive stratum by stratum
+    (``x`` non-decreasing, each stratum whole, records in their rank order): each stratum's
+    control and treated outcomes laid out in order, both sides matched by :func:`_match_side`,
+    the sides' sums added to the running ``tau_sum`` in the order the one-pass kernel adds them."""
+    n = w.shape[0]
+    empty = np.zeros(0, np.int64)
+    scratch = np.empty(n, np.float64)
+    i = 0
+    while i < n:
+        s = x[i]
+        if s < 0 or s >= n_strata:
+            return _BAD_X, tau_sum
+        j = i
+        n_t = 0
+        while j < n and x[j] == s:
+            wj, yj = w[j], y[j]
+            if wj != 0 and wj != 1:
+                return _BAD_W, tau_sum
+            if not (yj >= 0.0 and yj <= y_max):
+                return _BAD_Y, tau_sum
+            n_t += wj
+            j += 1
+        if j < n and x[j] < s:
+            return _BAD_X, tau_sum
+        n_c = j - i - n_t
+        pc, pt = 0, n_c
+        for r in range(i, j):
+            if w[r] == 1:
+                scratch[pt] = y[r]
+                pt += 1
+            else:
+                scratch[pc] = y[r]
+                pc += 1
+        counts[2 * s] += n_c
+        counts[2 * s + 1] += n_t
+        if n_c > 0 and n_t > 0:
+            for g, own0, n_own, opp0, n_opp, sign in (
+                (2 * s + 1, n_c, n_t, 0, n_c, 1.0),
+                (2 * s, 0, n_c, n_c, n_t, -1.0),
+            ):
+                t_add, more, base = _match_side(
+                    scratch, to_grid, own0, n_own, opp0, n_opp, sign, empty, empty, False
+                )
+                tau_sum += t_add
+                sq_more[g] = more
+                sq_base[g] = base
+        i = j
+    return _OK, tau_sum
+
+
+def matching_statistics_of_strata(
+    chunks: Iterable[tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]],
+    *,
+    n: int,
+    domain_size: int,
+    bound: float,
+) -> MatchingStatistics:
+    """:func:`matching_statistics` from records read one stratum at a time: memory bounded by
+    the largest chunk, never by ``N``.
+
+    ``chunks``: ``(w, y, x)`` arrays, each holding whole strata in increasing stratum id (across
+    chunks too), a stratum's records in their rank order (the data-independent order Algorithm 1
+    is applied in, docs/privacy.md "Record order"). ``n``: the number of records in all chunks
+    (it fixes ``V_hat``'s grid; checked). The result is :func:`matching_statistics` on the
+    records in that order, bit for bit: ``tau_hat``'s float sum adds the same terms in the same
+    order, and ``V_hat``'s sums are exact."""
+    y_max = float(bound)
+    size = int(domain_size)
+    k = variance_bits(n)
+    to_grid = 2.0**k / y_max
+    counts = np.zeros(2 * size, np.int64)
+    sq_more = np.zeros(2 * size, np.int64)
+    sq_base = np.zeros(2 * size, np.int64)
+    tau_sum = 0.0
+    seen = 0
+    last = -1
+    for chunk in chunks:
+        w, y, x = record_arrays(*chunk)
+        if w.size == 0:
+            continue
+        if int(x[0]) <= last:
+            raise ValueError("chunks must hold whole strata in increasing stratum id")
+        status, tau_sum = _strata_kernel(
+            w, y, x, size, y_max, to_grid, tau_sum, counts, sq_more, sq_base
+        )
+        check_status(status, size, y_max)
+        seen += w.size
+        last = int(x[-1])
+    if seen != n:
+        raise ValueError(f"the chunks hold {seen} records, not the n ({n}) the grid was chosen for")
+    if n == 0:
+        raise ValueError("matching needs at least one record")
+    return MatchingStatistics(
+        tau=float(tau_sum / n),
+        variance=float(_exact_variance(counts, sq_more, sq_base, y_max, k, n)),
+        treated_counts=counts[1::2].copy(),
+        control_counts=counts[0::2].copy(),
+        bound=y_max,
     )
 
 

@@ -1,13 +1,13 @@
 """Feasibility of a site's release, checked before any budget is reserved.
 
 :func:`feasibility_problems` looks at a site's validated records (:class:`SiteData`), or at the
-per-cell counts a streamed release keeps instead of them (:class:`~dpate_core.grid_sums.CellStatistics`
-from ``dpate.schemas.site_statistics.stream_cell_statistics``), and says whether the spec's estimator can
-release anything useful from them: both give the same answer, word for word, for the same
-records. It is pure (no I/O, no
-noise, no ledger) and its messages are **public wording**: they name the rule that fails and what
-to do, never a count or any other number computed from the records, so they may appear in a
-Prefect state or a log like any other public error.
+per-cell counts a release reads instead of them (:class:`~dpate_core.grid_sums.CellStatistics`,
+computed by the site's engine: :func:`dpate.schemas.site_data.read_site_records`), and says
+whether the spec's estimator can release anything useful from them: both give the same answer,
+word for word, for the same records. It is pure (no I/O, no noise, no ledger) and its messages
+are **public wording**: they name the rule that fails and what to do, never a count or any other
+number computed from the records, so they may appear in a Prefect state or a log like any other
+public error.
 
 The rules (the estimators' own preconditions, ``dpate_core.release``):
 
@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dpate.schemas.site_preparation import SiteData
-from dpate.schemas.site_statistics import SiteStatistics
+from dpate.schemas.site_data import SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
 
 if TYPE_CHECKING:

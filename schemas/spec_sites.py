@@ -38,7 +38,8 @@ class SiteSpec(_Model):
     relative to the spec file's folder (see :meth:`dpate.schemas.spec.StudySpec.data_location`). ``format`` is
     inferred from the suffix (``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``; a trailing ``/``: a
     partitioned Parquet dataset, ``"parquet-dataset"``) unless given. A site's own data location
-    may also be a database (schemas/sources.py); that is site configuration, never the spec's.
+    may also be a database or Spark (dpate.schemas.site_data); that is site configuration, never
+    the spec's.
     ``budget_split`` defaults to the even split over the estimator's parts.
     ``ledger`` overrides the study-level ledger URL for this site.
     """

@@ -10,15 +10,14 @@ The plain parts live beside the tasks, without Prefect: the mechanism plan in
 :mod:`dpate.site_plans`, the report's bytes, the lifetime spend and the published summary in
 :mod:`dpate.site_reports`.
 
-**Memory.** The estimators whose statistics are sums of per-record terms that add exactly
-(:data:`STREAMED_ESTIMATORS`: the adjusted estimator's and the difference in means' integer per-cell
-sums) are released in one streaming pass:
-:func:`~dpate.schemas.site_statistics.read_site_records` returns their statistics
-(:class:`~dpate.schemas.site_statistics.SiteStatistics`, from ``stream_cell_statistics``), never the
-records, and the feasibility rules run on the per-cell counts. Memory: one batch's working set plus
-``O(|X|)``, whatever ``N``. The published bytes are those of the materialising path (the statistics
-are equal, integer for integer). Every other estimator gets the validated ``(w, y, x)`` (17 bytes a
-record) and needs what its plan needs on top (docs/study-spec.md, "Data sources").
+**Where the work is done.** The site's data is validated and reduced where it lives (DuckDB for
+files, the site's database, Spark): :func:`~dpate.schemas.site_data.read_site_records` returns the
+statistics the estimator needs (:class:`~dpate.schemas.site_data.SiteStatistics`: per-cell counts
+and exact grid sums, and Algorithm 1's statistics from the records read one stratum at a time),
+never the records, and the feasibility rules run on the per-cell counts. Memory: ``O(|X|)`` plus,
+for the matching estimators, the largest stratum, whatever ``N``. The published bytes are those
+of the records path for the same records, noise and record order (docs/study-spec.md, "Data
+sources").
 
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
 counts and row positions) are not private releases: they go to the site-local operator log file
@@ -36,6 +35,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
+from dpate import site_plans
 from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems
 from dpate.schemas.report import (
@@ -43,9 +43,7 @@ from dpate.schemas.report import (
 )
 from dpate.schemas.result import interval_text
 from dpate.schemas.signing import site_signing_key
-from dpate.schemas.site_errors import SiteDataError
-from dpate.schemas.site_preparation import SiteData
-from dpate.schemas.site_statistics import STREAMED_ESTIMATORS, SiteStatistics, read_site_records
+from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from dpate.site_plans import plan_from_records
 from dpate.site_reports import (
@@ -61,7 +59,6 @@ from dpate_core.aggregators import UNRESOLVED
 from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [
-    "STREAMED_ESTIMATORS",
     "SiteDataRejected",
     "SiteStatistics",
     "check_publication",
@@ -194,10 +191,10 @@ def check_publication(ctx: SiteContext) -> None:
 
 
 @task(name="load-site-data", **PRIVATE_TASK)
-def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
-    """Read, validate and discretise the site's records (schemas). Raw: never leaves memory.
-    For a streamed estimator only its per-cell statistics are kept
-    (:func:`dpate.schemas.site_statistics.read_site_records`).
+def load_site_data(ctx: SiteContext) -> SiteStatistics:
+    """Validate the site's records and reduce them to the statistics the release needs, in the
+    engine where they live (:func:`dpate.schemas.site_data.read_site_records`): only counts and
+    sums come back. Private: never leaves this process's memory.
 
     A failed check's full text (counts, row positions) goes to the operator log only; Prefect
     gets :class:`SiteDataRejected` (columns and rules), raised outside the ``except`` so no
@@ -212,6 +209,7 @@ def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
             ctx.data_location,
             query=ctx.data_query,
             secret=ctx.data_secret,
+            order=site_plans.record_order,
         )
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
@@ -233,7 +231,7 @@ def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
-        "%d clipped low, %d clipped high, mapped to 'other': %s%s",
+        "%d clipped low, %d clipped high, mapped to 'other': %s",
         ctx.site_id,
         r.n_read,
         r.n_used,
@@ -241,7 +239,6 @@ def load_site_data(ctx: SiteContext) -> SiteData | SiteStatistics:
         r.clipped_low,
         r.clipped_high,
         r.mapped_to_other,
-        " (streamed: per-cell statistics only)" if isinstance(data, SiteStatistics) else "",
     )
     get_run_logger().info(
         "site %s: data validated against spec %s", ctx.site_id, ctx.spec.spec_hash[:12]

@@ -1,7 +1,7 @@
 """``dpate check``: what a release would do at a site, before anything is spent.
 
 It reads the study spec, validates the site's records with the same code as a release
-(:func:`dpate.schemas.site_preparation.prepare_site_data`), discretises them, runs the feasibility rules
+(:func:`dpate.schemas.site_data.read_site_records`), discretises them, runs the feasibility rules
 (:func:`dpate.schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
 a missing ledger is reported, never created). It prints the study's public facts, what a release
 would publish exactly, the budget it would spend and what the ledger has left, and, for the site
@@ -165,12 +165,17 @@ def _check_site(
 
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from dpate.schemas.preflight import feasibility_problems
-    from dpate.schemas.site_errors import SiteDataError
-    from dpate.schemas.site_statistics import read_site_records
+    from dpate.schemas.site_data import SiteDataError, read_site_records
 
-    try:  # as the release reads them (streamed for STREAMED_ESTIMATORS; SQL query and secret)
+    try:  # as the release reads them (in the site's engine; its query and secret), without
+        # Algorithm 1's ordered pass: the counts suffice for the feasibility rules
         data = read_site_records(
-            study, site_id, ctx.data_location, query=ctx.data_query, secret=ctx.data_secret
+            study,
+            site_id,
+            ctx.data_location,
+            query=ctx.data_query,
+            secret=ctx.data_secret,
+            matching=False,
         )
     except SiteDataError as exc:
         # the full message (counts, row positions) is for this terminal: the operator's own

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from dpate.cli.demo_study import DEMO_SITES, TRUE_ATE, write_demo_study
 from dpate.cli.main import app
-from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import load_spec
 from dpate_core.estimators import matching_statistics
 

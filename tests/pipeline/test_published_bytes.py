@@ -9,7 +9,9 @@ one place each enters a release, with deterministic stand-ins, and nothing else:
 
 - the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
   generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
-- the record order: :func:`dpate.site_plans.data_independent_order` is a permutation seeded the same way;
+- the record order: :func:`dpate.site_plans.record_order` ranks each stratum's records by their place
+  in a permutation of the ``N`` records seeded the same way (the order the records path would
+  present them in: :class:`dpate.schemas.site_data.PermutationOrder`);
 - the clock: :mod:`dpate.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
   chain and the reports' ``created_at`` carry).
 
@@ -53,6 +55,7 @@ from typer.testing import CliRunner
 
 from dpate.cli.demo_study import DEMO_SITES
 from dpate.cli.main import app
+from dpate.schemas.site_data import PermutationOrder
 
 pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
 
@@ -87,8 +90,8 @@ def deterministic_release(monkeypatch):
     monkeypatch.setattr(core_release, "draw_once", seeded_draw)
     monkeypatch.setattr(
         dpate.site_plans,
-        "data_independent_order",
-        lambda n: np.random.default_rng([SEED, n]).permutation(n),
+        "record_order",
+        lambda n: PermutationOrder(np.random.default_rng([SEED, n]).permutation(n)),
     )
     monkeypatch.setattr(dpate.ledger, "datetime", _FixedClock)
     monkeypatch.setattr(dpate.tasks.site, "software_version", lambda: "golden")

@@ -1,4 +1,4 @@
-"""A site release streamed from PostgreSQL with the password in a Prefect Secret block, configured
+"""A site release computed in PostgreSQL with the password in a Prefect Secret block, configured
 in the site config file (``data``, ``data_query``, ``data_secret``): the release runs through the
 site flow on the session's Prefect harness, and the block's value appears nowhere (operator log,
 Prefect logs, run parameters and states, the published report)."""
@@ -64,13 +64,13 @@ def pg_records(tmp_path, pg_url):
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path, monkeypatch):
+def test_release_from_postgres_with_a_secret_block(pg_records, tmp_path, monkeypatch):
     from prefect.blocks.system import Secret
     from prefect.client.orchestration import get_client
     from prefect.logging.handlers import APILogWorker
 
     from dpate.flows.site_release import site_release
-    from dpate.schemas.site_statistics import stream_cell_statistics
+    from dpate.schemas.site_data import site_statistics
 
     st, schema = pg_records
     block = f"site-db-{uuid.uuid4().hex[:8]}"
@@ -90,16 +90,14 @@ def test_streamed_release_from_postgres_with_a_secret_block(pg_records, tmp_path
     st.init_ledgers()
 
     seen = []
-    import dpate.schemas.source_sql
+    import dpate.schemas.site_data._engine as engine
 
-    real = dpate.schemas.source_sql._secret_value
-    monkeypatch.setattr(
-        dpate.schemas.source_sql, "_secret_value", lambda name: seen.append(name) or real(name)
-    )
+    real = engine.secret_value
+    monkeypatch.setattr(engine, "secret_value", lambda name: seen.append(name) or real(name))
     out = site_release(spec=str(st.spec), site="solo")
     assert out["status"] == "written" and out["estimator"] == "adjusted"
     assert block in seen  # the block was loaded at the site (trust auth ignores the password)
-    want, _ = stream_cell_statistics(st.root / "sites" / "solo" / "records.parquet", _spec(st))
+    want = site_statistics(st.root / "sites" / "solo" / "records.parquet", _spec(st))
     assert out["n"] == want.n == 1200
 
     texts = [b.decode() for b in st.snapshot().values()]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from dpate.schemas.report import SiteReport, read_report
-from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import load_spec
 from dpate_core import aggregate, smooth_dp_matching
 from dpate_core.synth import split_proportions, synth

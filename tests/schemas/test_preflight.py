@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems
-from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import StudySpec
 
 from .test_spec import base

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpate.schemas.site_errors import SiteDataError
-from dpate.schemas.site_preparation import prepare_site_data
+from dpate.schemas.site_data import SiteDataError, prepare_site_data
 from dpate.schemas.spec import StudySpec
 
 from .test_spec import base

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from dpate.schemas.report import ReportError, read_report
+from dpate.schemas.site_data import SecureOrder
 from dpate.settings import resolve_site
-from dpate.site_plans import data_independent_order
+from dpate.site_plans import data_independent_order, record_order
 from dpate.site_reports import ledger_spend, site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 
@@ -32,11 +33,18 @@ def test_plan_release_is_the_specs_mechanism_at_the_sites_budget(study):
 
 
 def test_plan_release_presents_records_in_a_data_independent_order(study):
-    """Algorithm 1 pairs records by rank: the site reorders its records by a fresh secure random
-    permutation (never derived from the data or a fixed seed; docs/privacy.md, Record order)."""
+    """Algorithm 1 pairs records by rank: the site ranks each stratum's records by a fresh secure
+    random order (never derived from the data or a fixed seed; docs/privacy.md, Record order),
+    and the records path reorders its records by a fresh secure permutation."""
     order = data_independent_order(400)
     assert sorted(order.tolist()) == list(range(400))
     assert not np.array_equal(order, data_independent_order(400))
+    first, second = record_order(400), record_order(400)
+    assert isinstance(first, SecureOrder) and not first.needs_positions
+    keys = first.keys(400, None)
+    assert sorted(keys.tolist()) == list(range(400))
+    assert not np.array_equal(keys, second.keys(400, None))
+    assert not np.array_equal(keys, first.keys(400, None))  # fresh for every chunk too
     ctx = resolve_site(str(study.spec), "south")
     assert ctx.spec.estimator_info.order_dependent
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate.schemas.site_preparation import PreparationReport, SiteData
-from dpate.schemas.site_statistics import SiteStatistics
+from dpate.schemas.site_data import PreparationReport, SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
 from dpate.site_plans import plan_from_records
 from dpate_core.adjusted import plan_adjusted

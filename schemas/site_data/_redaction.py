@@ -1,23 +1,34 @@
-"""What a message may say about a site's data source: locations with no credential, and reader
-failures reduced to their type (a reader's or driver's text may quote record values or credentials).
+"""What a message may say about a site's data source: locations with no credential, and engine
+failures reduced to their type (an engine's or driver's text may quote record values or
+credentials).
 
-Every location shown in an error goes through :func:`redact_location` (no password, no query
-string); every exception a reader raises while batches are read goes through :func:`_guarded`."""
+Every location shown in an error goes through :func:`redact_location` (no password, no secret-like
+query value); every call into an engine goes through :func:`engine_call`, which replaces any
+exception by a :class:`~._errors.SiteDataError` naming the source and the exception's type only,
+raised outside the ``except`` block (no chained original)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-import pyarrow as pa
+from ._errors import SiteDataError
 
-from dpate.schemas.site_errors import SiteDataError, _Redacted
+__all__ = [
+    "QUERY_ENV",
+    "SECRET_ENV",
+    "SQL_DIALECTS",
+    "engine_call",
+    "is_sql_url",
+    "redact_location",
+]
 
-__all__ = ["QUERY_ENV", "SECRET_ENV", "SQL_DIALECTS", "is_sql_url", "redact_location"]
+T = TypeVar("T")
 
-#: URL schemes (before an optional ``+driver``) read as SQLAlchemy database URLs.
+#: URL schemes (before an optional ``+driver``) read as database URLs.
 SQL_DIALECTS = (
     "postgresql",
     "postgres",
@@ -30,18 +41,28 @@ SQL_DIALECTS = (
     "snowflake",
     "redshift",
     "trino",
+    "bigquery",
+    "clickhouse",
+    "databricks",
+    "pyspark",
+    "spark",
+    "risingwave",
+    "impala",
+    "exasol",
+    "druid",
+    "athena",
 )
 
-#: The site's query for a SQL source: a ``SELECT`` (or ``WITH``) statement, or a table name.
+#: The site's query for a database source: a ``SELECT`` (or ``WITH``) statement, or a table name.
 QUERY_ENV = "DPATE_DATA_QUERY"
-#: A Prefect Secret block holding the SQL source's password (resolved at the site).
+#: A Prefect Secret block holding the database source's password (resolved at the site).
 SECRET_ENV = "DPATE_DATA_SECRET"
 
 _SECRET_KEYS = re.compile(r"(pass|secret|token|key|sig|credential|auth)", re.IGNORECASE)
 
 
 def is_sql_url(location: str | Path) -> bool:
-    """True when ``location`` is a SQLAlchemy database URL (scheme in :data:`SQL_DIALECTS`)."""
+    """True when ``location`` is a database URL (scheme in :data:`SQL_DIALECTS`)."""
     loc = str(location)
     if "://" not in loc:
         return False
@@ -52,8 +73,8 @@ def is_sql_url(location: str | Path) -> bool:
 def redact_location(location: str | Path) -> str:
     """``location`` as it may appear in a message: no password, no secret-looking query value.
 
-    A SQL URL keeps its dialect, user, host, port and database (``***`` for a password, and its
-    query string dropped); another URL loses the password of its user part and the value of
+    A database URL keeps its dialect, user, host, port and database (``***`` for a password, and
+    its query string dropped); another URL loses the password of its user part and the value of
     every query parameter whose name looks like a credential."""
     loc = str(location)
     if "://" not in loc:
@@ -82,8 +103,9 @@ def redact_location(location: str | Path) -> str:
     return f"{scheme}://{head}{sep}{query}"
 
 
-def _read_failure(name: str, fmt: str, exc: BaseException) -> SiteDataError:
-    """read_site_table's wording, for every source."""
+def read_failure(name: str, kind: str, exc: BaseException) -> SiteDataError:
+    """The error for a source that could not be read: the location (redacted) and the type of
+    the engine's error, never its text."""
     if isinstance(exc, FileNotFoundError):
         return SiteDataError(
             [],
@@ -91,7 +113,7 @@ def _read_failure(name: str, fmt: str, exc: BaseException) -> SiteDataError:
         )
     if isinstance(exc, PermissionError):
         return SiteDataError([], hint=f"no permission to read {name}")
-    if fmt == "sql":
+    if kind == "sql":
         return SiteDataError(
             [],
             hint=f"could not read {name} as sql ({type(exc).__name__}; the driver's message is "
@@ -101,30 +123,22 @@ def _read_failure(name: str, fmt: str, exc: BaseException) -> SiteDataError:
         )
     return SiteDataError(
         [],
-        hint=f"could not read {name} as {fmt} ({type(exc).__name__}; the reader's message is "
+        hint=f"could not read {name} as {kind} ({type(exc).__name__}; the engine's message is "
         f"withheld because it may quote record values): check the file's format and encoding",
     )
 
 
-def _guarded(name: str, fmt: str, make: Callable[[], Iterable[Any]]) -> Iterator[pa.RecordBatch]:
-    """Run the reader ``make()`` (an iterator of batches) with every exception it raises replaced
-    by a redacted :class:`SiteDataError`, raised outside the ``except`` (no chained original)."""
-    it: Iterator[pa.RecordBatch] | None = None
-    while True:
-        failure: SiteDataError | None = None
-        batch = None
+def engine_call(name: str, kind: str, run: Callable[[], T]) -> T:
+    """``run()`` with every exception but a :class:`SiteDataError` replaced by
+    :func:`read_failure`'s (raised outside the ``except``: no chained original), and its warnings
+    swallowed (their texts may quote values)."""
+    failure: SiteDataError | None = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         try:
-            if it is None:
-                it = iter(make())
-            batch = next(it)
-        except StopIteration:
-            return
-        except _Redacted as exc:
-            failure = exc.args[0]
+            return run()
         except SiteDataError as exc:
             failure = exc
-        except Exception as exc:  # the reader's text may quote values: keep the type only
-            failure = _read_failure(name, fmt, exc)
-        if failure is not None:
-            raise failure
-        yield batch
+        except Exception as exc:  # the engine's text may quote values or credentials
+            failure = read_failure(name, kind, exc)
+    raise failure

@@ -1,0 +1,429 @@
+"""The study spec's rules and conversions as Ibis expressions, evaluated where the data lives.
+
+:func:`record_codes` turns the spec's public declarations into one small integer per spec column
+and row, its *code*, plus the outcome a release uses; the engine groups the rows by their codes,
+and everything else (which rules are broken and how often, the rows kept, the stratum ``x`` and
+arm ``w`` of each group, the clipped and mapped counts) is decoded from the groups
+(:class:`RecordCodes`). A code is:
+
+- ``>= 0``: a valid value: the treatment's arm (1 treated, 0 control), the outcome's position
+  (0 within ``[0, B]`` after the offset, 1 clipped up from below 0, 2 clipped down from above B;
+  3 within but not 0 or B, for a binary outcome), a covariate's level or bin index;
+- :data:`MISSING`: absent, or not finite (``NaN``; an infinite outcome; an infinite covariate
+  value outside an open-ended bin): ``missing = "reject"`` reports it, ``"drop"`` drops the row;
+- :data:`NOT_ALLOWED`: treatment not 0/1 (or not one of its two labels), a level not declared
+  (without ``other``);
+- :data:`OUTSIDE`: the outcome outside ``[0, B]`` after the offset (``policy = "reject"``), a
+  number outside the bin edges;
+- :data:`NOT_NUMBER`: present but not a number (numbers read as text are converted), or not one
+  of the outcome's ``labels``: reported whatever the missing policy;
+- :data:`MAPPED`: a categorical value not declared, mapped to the covariate's ``other`` level.
+
+Each row has one code per column, so a row is reported at most once per column, at the first
+rule it breaks; rules other than the conversion are reported on the rows kept under ``"drop"``.
+Everything compared with comes from the spec; nothing is learned from the data.
+
+Float constants (``B``, the offset, bin edges) enter as text cast to double, which every engine
+parses correctly rounded: a decimal literal may become a DECIMAL whose conversion to double is
+not (DuckDB). :func:`grid_value` rounds half to even with exact float operations only, so a
+record's grid value is the integer the core's compiled kernel computes
+(:func:`dpate_core.grid_sums.cell_statistics`), on every engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpate.schemas.spec import StudySpec
+from dpate.schemas.spec_columns import CategoricalCovariate
+
+from ._errors import (
+    R_EDGES,
+    R_LEVEL,
+    R_MISSING_REJECTED,
+    R_NOT_NUMBER,
+    R_OUT_OF_BOUNDS,
+    R_OUTCOME_LABEL,
+    R_TREATMENT_01,
+    R_TREATMENT_LABEL,
+)
+
+__all__ = [
+    "MISSING",
+    "RecordCodes",
+    "count_of",
+    "double",
+    "grid_value",
+    "needed_columns",
+    "record_codes",
+]
+
+MISSING, NOT_ALLOWED, OUTSIDE, NOT_NUMBER, MAPPED = -2, -1, -3, -4, -6
+#: added to a code to make it non-negative (the smallest code is MAPPED)
+SHIFT = 6
+
+#: text a CSV (or a text column) may hold for a boolean treatment: pyarrow's spellings
+_TRUE = ("True", "TRUE", "true")
+_FALSE = ("False", "FALSE", "false")
+#: a number written as text, for engines without a safe cast (a failed CAST raises there)
+_NUMBER = r"^\s*[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])\s*$"
+#: the largest finite double
+_MAX = 1.7976931348623157e308
+
+
+def needed_columns(spec: StudySpec) -> list[str]:
+    """The spec's columns, in its order: treatment, outcome, covariates."""
+    return [spec.treatment.column, spec.outcome.column, *(c.column for c in spec.covariates)]
+
+
+def double(value: float) -> Any:
+    """``value`` as a double constant every engine reads exactly (text cast to double)."""
+    import ibis
+
+    if math.isinf(value):  # each dialect's own spelling of infinity
+        return ibis.literal(float(value), type="float64")
+    return ibis.literal(repr(float(value))).cast("float64")
+
+
+def count_of(flag: Any) -> Any:
+    """A boolean as the integer 1 or 0 (some engines cannot cast a boolean to an integer)."""
+    return flag.ifelse(1, 0).cast("int64")
+
+
+def grid_value(v: Any) -> Any:
+    """``rint(v)`` (round half to even) of a double ``0 <= v < 2^52``, as a double holding that
+    integer: ``(v + 2^52) - 2^52``. Adding ``2^52`` leaves no fraction bits, so IEEE double
+    addition (round to nearest, ties to even, on every engine here) rounds ``v`` exactly as
+    numpy's and numba's ``rint`` do, and the subtraction is exact. (SQL's ``ROUND`` often rounds
+    half away from zero instead.) Summed as doubles, such integers stay exact while every partial
+    sum is below ``2^53``, which the grid guarantees (:func:`dpate_core.grid_sums.grid_bits`)."""
+    magic = double(2.0**52)
+    return (v + magic) - magic
+
+
+@dataclass(frozen=True)
+class ColumnCodes:
+    """What one column's codes mean: its name, the rule each problem code stands for, and (a
+    categorical covariate with ``other``) the index a :data:`MAPPED` value counts as."""
+
+    column: str
+    rules: dict[int, str]
+    other: int | None = None
+
+
+@dataclass
+class RecordCodes:
+    """The spec's rules over a site's table (see the module docstring): ``table`` is the site's
+    rows with a code column ``_k<i>`` per spec column (:attr:`columns`, in the spec's order:
+    treatment, outcome, covariates) and ``_y``, the outcome a release uses (``Y - offset``,
+    clipped under ``policy = "clip"``; meaningful where the outcome's code is valid)."""
+
+    table: Any
+    columns: list[ColumnCodes]
+    sizes: list[int]
+    reject: bool
+
+    @property
+    def keys(self) -> list[str]:
+        return [f"_k{i}" for i in range(len(self.columns))]
+
+    @property
+    def radices(self) -> list[int]:
+        """How many values each column's code takes (its valid values and the problem codes,
+        shifted by :data:`SHIFT` to be non-negative)."""
+        top = [2, 4, *self.sizes]  # treatment 0/1; outcome 0..3; covariates' indices
+        return [t + SHIFT for t in top]
+
+    def key(self, table: Any) -> Any | None:
+        """All the codes as one integer (a mixed-radix number of the shifted codes, so a
+        ``GROUP BY`` hashes one column), or None when it would not fit 62 bits."""
+        if math.prod(self.radices) >= 1 << 62:
+            return None
+        key: Any = None
+        for name, radix in zip(self.keys, self.radices, strict=True):
+            code = table[name].cast("int64") + SHIFT
+            key = code if key is None else key * radix + code
+        return key
+
+    def codes_of(self, keys: np.ndarray) -> np.ndarray:
+        """The codes (a column per spec column) of the integers :meth:`key` made."""
+        out = np.empty((keys.size, len(self.columns)), dtype=np.int64)
+        rest = keys.astype(np.int64)
+        for j in range(len(self.columns) - 1, -1, -1):
+            rest, out[:, j] = np.divmod(rest, self.radices[j])
+        out -= SHIFT
+        return out
+
+    def kept(self, codes: np.ndarray) -> np.ndarray:
+        """Which rows (one per row of ``codes``, a column per spec column) a release uses."""
+        if self.reject:
+            return np.ones(codes.shape[0], dtype=bool)
+        kept: np.ndarray = ~(codes == MISSING).any(axis=1)
+        return kept
+
+    def problems(self, codes: np.ndarray) -> list[tuple[int, str, int, np.ndarray]]:
+        """``(column index, rule, code, rows)`` of every rule broken by some row of ``codes``, in
+        the order messages list them (the spec's columns; conversions, missing, rules)."""
+        kept = self.kept(codes)
+        out = []
+        for j, col in enumerate(self.columns):
+            for code in (NOT_NUMBER, MISSING, NOT_ALLOWED, OUTSIDE):
+                rule = col.rules.get(code)
+                if rule is None or (code == MISSING and not self.reject):
+                    continue
+                rows = codes[:, j] == code
+                if code in (NOT_ALLOWED, OUTSIDE):
+                    rows &= kept
+                if rows.any():
+                    out.append((j, rule, code, rows))
+        return out
+
+    def strata(self, codes: np.ndarray) -> np.ndarray:
+        """The stratum id of each row of valid ``codes``: the covariates' indices (a
+        :data:`MAPPED` value at its ``other`` level) as a mixed-radix number."""
+        x = np.zeros(codes.shape[0], dtype=np.int64)
+        for j, (col, size) in enumerate(zip(self.columns[2:], self.sizes, strict=True), start=2):
+            index = codes[:, j].astype(np.int64)
+            if col.other is not None:
+                index = np.where(index == MAPPED, col.other, index)
+            x = x * size + index
+        return x
+
+    def stratum_expr(self, table: Any) -> Any:
+        """:meth:`strata` as an expression over ``table``'s code columns (valid rows)."""
+        import ibis
+
+        x: Any = ibis.literal(0).cast("int64")
+        for j, (col, size) in enumerate(zip(self.columns[2:], self.sizes, strict=True), start=2):
+            index = table[f"_k{j}"].cast("int64")
+            if col.other is not None:
+                index = (index == MAPPED).ifelse(col.other, index)
+            x = x * size + index
+        return x
+
+
+def _nan(v: Any, dialect: str) -> Any:
+    """``v`` is NaN (SQLite stores NaN as NULL: never)."""
+    import ibis
+
+    return ibis.literal(False) if dialect == "sqlite" else v.isnan()
+
+
+def _absent(v: Any, dialect: str) -> Any:
+    """``v`` is null or NaN."""
+    return v.isnull() | _nan(v, dialect)
+
+
+def _number(col: Any, dialect: str, *, booleans: bool) -> tuple[Any, Any]:
+    """``(value, not_a_number)``: the column as float64 (null where missing) and the rows that
+    hold something other than a number (text that is not one; ``"nan"`` text too, a value
+    present but not a number; None: a numeric column, which cannot). ``booleans``: the text
+    true/false counts as 1/0."""
+    import ibis
+
+    t = col.type()
+    if t.is_boolean():
+        return col.ifelse(1.0, 0.0).cast("float64"), None
+    if t.is_numeric():
+        return col.cast("float64"), None
+    text = col if t.is_string() else col.cast("string")
+    if dialect in ("duckdb", "pyspark"):
+        num = text.try_cast("float64")
+    else:
+        num = ibis.cases((text.re_search(_NUMBER), text.cast("float64")), else_=ibis.null())
+    if booleans:
+        num = ibis.cases(
+            (text.isin(_TRUE), double(1.0)), (text.isin(_FALSE), double(0.0)), else_=num
+        )
+    bad = text.notnull() & _absent(num, dialect)
+    return ibis.cases((bad, ibis.null()), else_=num).cast("float64"), bad
+
+
+def _text(col: Any) -> Any:
+    """The column as text (numbers by their text, as a CSV field holds them)."""
+    return col if col.type().is_string() else col.cast("string")
+
+
+def _cases(*branches: tuple[Any, Any], else_: Any) -> Any:
+    """A CASE over the branches that can be true (a condition None is dropped)."""
+    import ibis
+
+    kept = [(c, v) for c, v in branches if c is not None]
+    if not kept:
+        return else_
+    return ibis.cases(*kept, else_=else_)
+
+
+def _bins(v: Any, edges: list[float]) -> Any:
+    """The bin of ``v`` among the sorted inner ``edges`` (``#{edges <= v}``): a CASE that tests
+    the edges in order (each test only on the rows not binned yet), or with many edges a
+    balanced tree of them (``log2`` tests a row)."""
+    import ibis
+
+    if len(edges) <= 8:
+        if not edges:
+            return ibis.literal(0)
+        return ibis.cases(*((v < double(e), i) for i, e in enumerate(edges)), else_=len(edges))
+    return _bin_tree(v, edges, 0)
+
+
+def _bin_tree(v: Any, edges: list[float], lo: int) -> Any:
+    import ibis
+
+    if not edges:
+        return ibis.literal(lo)
+    mid = len(edges) // 2
+    return ibis.cases(
+        (v < double(edges[mid]), _bin_tree(v, edges[:mid], lo)),
+        else_=_bin_tree(v, edges[mid + 1 :], lo + mid + 1),
+    )
+
+
+def _as_compared(col: Any, values: list[float]) -> tuple[Any, list[Any]] | None:
+    """An integer column and integer ``values`` compared as integers (no cast per row)."""
+    import ibis
+
+    if col.type().is_integer() and all(float(v).is_integer() for v in values):
+        return col, [ibis.literal(int(v)) for v in values]
+    return None
+
+
+def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
+    """The code of each spec column and the outcome used, over ``table`` (module docstring).
+
+    Each code is one CASE whose first branches are the valid values, so a row of clean data is
+    settled by its first tests; the kinds of problem are told apart only on the rows left."""
+    import ibis
+
+    t, o = spec.treatment, spec.outcome
+    codes: dict[str, Any] = {}
+    columns: list[ColumnCodes] = []
+
+    # treatment W: 1 treated, 0 control
+    col = table[t.column]
+    if t.labels is not None and isinstance(t.treated, str):
+        text = _text(col)
+        codes["_k0"] = ibis.cases(
+            (text == t.treated, 1),
+            (text == t.control, 0),
+            (text.isnull(), MISSING),
+            else_=NOT_ALLOWED,
+        )
+        rules = {MISSING: R_MISSING_REJECTED, NOT_ALLOWED: R_TREATMENT_LABEL}
+    else:
+        pair = [1.0, 0.0] if t.labels is None else [float(t.treated), float(t.control)]  # type: ignore[arg-type]
+        ints = _as_compared(col, pair)
+        if ints is not None:  # an integer column: compared as integers, nothing to convert
+            num, bad = col, None
+            treated, control = ints[1]
+        else:
+            num, bad = _number(col, dialect, booleans=t.labels is None)
+            treated, control = double(pair[0]), double(pair[1])
+        codes["_k0"] = _cases(
+            (num == treated, 1),
+            (num == control, 0),
+            (bad, NOT_NUMBER),
+            (_absent(num.cast("float64"), dialect), MISSING),
+            else_=NOT_ALLOWED,
+        )
+        rule = R_TREATMENT_01 if t.labels is None else R_TREATMENT_LABEL
+        rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED, NOT_ALLOWED: rule}
+    columns.append(ColumnCodes(t.column, rules))
+
+    # outcome Y: 0 within [0, B] (3: within, not 0 or B, for a binary outcome), 1 and 2 clipped
+    col = table[o.column]
+    rules = {MISSING: R_MISSING_REJECTED}
+    if o.labels is not None:
+        text = _text(col)
+        value = ibis.cases(
+            *((text == k, double(float(v))) for k, v in o.labels.items()), else_=ibis.null()
+        ).cast("float64")
+        bad = text.notnull() & value.isnull()
+        rules[NOT_NUMBER] = R_OUTCOME_LABEL
+    else:
+        value, bad = _number(col, dialect, booleans=False)
+        rules[NOT_NUMBER] = R_NOT_NUMBER
+    v = value - double(o.offset)
+    zero, bound = double(0.0), double(o.bound)
+    big = double(_MAX)
+    inside: Any = 0
+    if o.binary:  # every kept outcome 0 or B (the release checks it; the spec cannot)
+        inside = ibis.cases(((v == zero) | (v == bound), 0), else_=3)
+    missing = _absent(value, dialect) | (value > big) | (value < -big)  # null, NaN, +-inf
+    below, above = (OUTSIDE, OUTSIDE) if o.policy == "reject" else (1, 2)
+    if o.policy == "reject":
+        rules[OUTSIDE] = R_OUT_OF_BOUNDS
+    codes["_k1"] = _cases(
+        ((v >= zero) & (v <= bound), inside),
+        (bad, NOT_NUMBER),
+        (missing, MISSING),
+        (v < zero, below),
+        else_=above,
+    )
+    columns.append(ColumnCodes(o.column, rules))
+    # the outcome used: clipped to [0, B] (the identity on valid outcomes under "reject"); an
+    # invalid one (NaN sorts above every number, in every engine here) lands in [0, B] too, so
+    # every row's grid value is a small integer (rows with problems are never summed)
+    y = ibis.least(ibis.greatest(v, zero), bound)
+
+    # covariates X
+    sizes = []
+    for j, c in enumerate(spec.covariates, start=2):
+        col = table[c.column]
+        sizes.append(c.size)
+        if isinstance(c, CategoricalCovariate):
+            if isinstance(c.levels[0], str):
+                key, bad = _text(col), None
+                keys = list(c.all_levels)
+                missing = key.isnull()
+            else:
+                ints = _as_compared(col, [float(lv) for lv in c.all_levels])
+                if ints is not None:
+                    key, bad = col, None
+                    keys = ints[1]
+                else:
+                    key, bad = _number(col, dialect, booleans=False)
+                    keys = [double(float(lv)) for lv in c.all_levels]
+                missing = _absent(key.cast("float64"), dialect)
+            unknown = MAPPED if c.other is not None else NOT_ALLOWED
+            codes[f"_k{j}"] = _cases(
+                *((key == k, i) for i, k in enumerate(keys)),
+                (bad, NOT_NUMBER),
+                (missing, MISSING),
+                else_=unknown,
+            )
+            rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED}
+            if c.other is None:
+                rules[NOT_ALLOWED] = R_LEVEL
+            other = c.all_levels.index(c.other) if c.other is not None else None
+            columns.append(ColumnCodes(c.column, rules, other))
+            continue
+        num, bad = _number(col, dialect, booleans=False)
+        lo, hi = c.edges[0], c.edges[-1]
+        # within the edges (an infinite value only at an open end; NaN sorts above everything)
+        within = num <= double(hi)
+        if not math.isinf(lo):
+            within = within & (num >= double(lo))
+        missing = _absent(num, dialect)
+        if not math.isinf(lo):
+            missing = missing | (num == double(-math.inf))
+        if not math.isinf(hi):
+            missing = missing | (num == double(math.inf))
+        codes[f"_k{j}"] = _cases(
+            (within, _bins(num, list(c.edges[1:-1]))),
+            (bad, NOT_NUMBER),
+            (missing, MISSING),
+            else_=OUTSIDE,
+        )
+        columns.append(
+            ColumnCodes(
+                c.column, {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED, OUTSIDE: R_EDGES}
+            )
+        )
+    added = {name: expr.cast("int32") for name, expr in codes.items()}
+    added["_y"] = y.cast("float64")
+    return RecordCodes(table.mutate(**added).view(), columns, sizes, spec.missing == "reject")

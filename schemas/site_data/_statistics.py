@@ -1,0 +1,315 @@
+"""The queries a site's release runs on its engine: the validation summary, the per-cell exact
+grid sums, and Algorithm 1's statistics from the records read one stratum at a time.
+
+What comes back from the engine is counts and sums, never records, except in two places: the first
+row positions of a rule's violations (for the operator's log only, on the error path), and the
+matching estimators' records, read one stratum at a time in stratum order (memory bounded by the
+largest stratum, never by ``N``; the engine sorts, spilling to the site's own disk beyond its
+memory limit).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from dpate.schemas.spec import StudySpec
+
+from ._engine import POSITION, SiteTable
+from ._errors import MAX_ROWS_LISTED, Problem, SiteDataError
+from ._records import PreparationReport
+from ._rules import MAPPED, MISSING, NOT_NUMBER, RecordCodes, double, grid_value, record_codes
+
+__all__ = [
+    "PermutationOrder",
+    "RecordOrder",
+    "SecureOrder",
+    "Summary",
+    "matching_statistics_of",
+    "records_of",
+    "site_summary",
+]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The validation summary: the operator's report, each rule broken with its count and the
+    code that stands for it, and how many kept outcomes are neither 0 nor B (a binary outcome)."""
+
+    report: PreparationReport
+    broken: list[tuple[int, str, int, int]]
+    not_binary: int
+
+
+def site_summary(
+    site: SiteTable,
+    codes: RecordCodes,
+    spec: StudySpec,
+    *,
+    centred: bool | None = None,
+    n_guess: int | None = None,
+) -> tuple[Summary, Any]:
+    """The validation summary and (``centred`` not None) the per-cell statistics, in one
+    ``GROUP BY`` of the site's rows by their codes (:func:`._rules.record_codes`): a plain
+    group-by of a few small integers with three aggregates, the count and the exact integer sums
+    of each record's grid values (:func:`_grid_sums`). On clean data the groups are the
+    (stratum, arm, clipped or not) combinations; every count the summary reports, and each
+    group's stratum and arm, are decoded from the codes.
+
+    The grid depends on the number of records used, known only after the query: it is taken
+    from ``n_guess`` and the sums are computed again when the count lands in another grid
+    (:func:`dpate_core.grid_sums.grid_bits` changes only at powers of two)."""
+    from dpate_core.grid_sums import CellStatistics, grid_bits
+
+    t = codes.table
+    grid = grid_bits(max(n_guess or 1, 1), centred=bool(centred))
+    while True:
+        terms = _grid_sums(t, spec, grid, bool(centred)) if centred is not None else {}
+        key = codes.key(t)
+        rows = t.mutate(_key=key, **terms) if key is not None else t.mutate(**terms)
+        aggs: dict[str, Any] = {"_n": rows.count()}
+        aggs |= {f"_{name}": rows[name].sum() for name in terms}
+        if key is not None:  # one integer key: one column to hash
+            groups = site.to_arrow(rows.group_by("_key").aggregate(**aggs))
+            keys = codes.codes_of(np.asarray(groups.column("_key").to_numpy(zero_copy_only=False)))
+        else:
+            groups = site.to_arrow(rows.group_by(codes.keys).aggregate(**aggs))
+            keys = np.column_stack(
+                [np.asarray(groups.column(k).to_numpy(zero_copy_only=False)) for k in codes.keys]
+            ).astype(np.int64)
+        n = _ints(groups.column("_n"))
+        summary = _summary(codes, keys, n)
+        if centred is None or summary.broken or summary.not_binary:
+            return summary, None
+        needed = grid_bits(max(summary.report.n_used, 1), centred=centred)
+        if needed == grid:
+            break
+        grid = needed
+    kept = codes.kept(keys)
+    g = 2 * codes.strata(keys[kept]) + keys[kept, 0]
+    size = 2 * spec.domain_size
+    counts, sums, squares = (np.zeros(size, np.int64) for _ in range(3))
+    for cell, values in (
+        (counts, n),
+        (sums, _ints(groups.column("__s"))),
+        (squares, _ints(groups.column("__q"))),
+    ):
+        np.add.at(cell, g, values[kept])
+    k, m = grid
+    return summary, CellStatistics(counts, sums, squares, float(spec.outcome.bound), k, m, centred)
+
+
+def _grid_sums(t: Any, spec: StudySpec, grid: tuple[int, int], centred: bool) -> dict[str, Any]:
+    """Each record's grid values (``rint(Y/B 2^k) - 2^(k-1)`` and ``rint((Y/B - 1/2)^2 2^m)``,
+    or ``Y`` and ``Y^2`` not centred): :func:`dpate_core.grid_sums.cell_statistics`'s per-record
+    terms, with exact float operations (:func:`._rules.grid_value`)."""
+    k, m = grid
+    u = t._y / double(float(spec.outcome.bound))  # in [0, 1] on every row (record_codes)
+    s = grid_value(u * double(2.0**k))
+    if centred:
+        s = s - double(2.0 ** (k - 1))
+    d = u - double(0.5) if centred else u
+    return {"_s": s, "_q": grid_value(d * d * double(2.0**m))}
+
+
+def _summary(codes: RecordCodes, keys: np.ndarray, n: np.ndarray) -> Summary:
+    """The summary of the groups ``keys`` (a row of codes per group) holding ``n`` rows each."""
+    kept = codes.kept(keys)
+    cols = codes.columns
+    missing = {col.column: int(n[keys[:, j] == MISSING].sum()) for j, col in enumerate(cols)}
+    outcome = keys[:, 1]
+    report = PreparationReport(
+        n_read=int(n.sum()),
+        n_used=int(n[kept].sum()),
+        dropped_missing=int(n[~kept].sum()),
+        missing_by_column={c: v for c, v in missing.items() if v},
+        clipped_low=int(n[kept & (outcome == 1)].sum()),
+        clipped_high=int(n[kept & (outcome == 2)].sum()),
+        mapped_to_other={
+            col.column: int(n[kept & (keys[:, j] == MAPPED)].sum())
+            for j, col in enumerate(cols)
+            if col.other is not None and (n[kept & (keys[:, j] == MAPPED)].sum())
+        },
+    )
+    broken = [(j, rule, code, int(n[rows].sum())) for j, rule, code, rows in codes.problems(keys)]
+    return Summary(report, broken, int(n[kept & (outcome == 3)].sum()))
+
+
+def raise_problems(site: SiteTable, spec: StudySpec, summary: Summary) -> None:
+    """Raise the :class:`SiteDataError` of a summary with broken rules: columns, rules, counts
+    and each rule's first row positions (one small query per rule; the error path only)."""
+    codes = record_codes(site.positioned(), spec, site.dialect)
+    t = codes.table
+    kept = None
+    if not codes.reject:
+        kept = ibis_all(t[k] != MISSING for k in codes.keys)
+    problems = []
+    for j, rule, code, count in summary.broken:
+        rows = t[f"_k{j}"] == code
+        if kept is not None and code not in (NOT_NUMBER, MISSING):
+            rows = rows & kept
+        first = t.filter(rows).select(POSITION).order_by(POSITION).limit(MAX_ROWS_LISTED)
+        positions = tuple(int(v) for v in site.to_arrow(first).column(0).to_pylist())
+        problems.append(Problem(codes.columns[j].column, rule, count, positions))
+    raise SiteDataError(problems, n_rows=summary.report.n_read)
+
+
+def ibis_all(flags: Any) -> Any:
+    """The conjunction of boolean expressions."""
+    out = None
+    for f in flags:
+        out = f if out is None else (out & f)
+    return out
+
+
+def _ints(column: Any) -> np.ndarray:
+    """An engine's integer sums (int64, HUGEINT or NUMERIC, or doubles holding integers below
+    ``2^53``) as int64, exactly."""
+    values = column.to_pylist()
+    out = np.array([int(v) for v in values], dtype=np.int64)
+    if any(float(v) != float(o) for v, o in zip(values, out.tolist(), strict=True)):
+        raise ValueError("an engine's sum is not an integer")  # pragma: no cover
+    return out
+
+
+class RecordOrder(Protocol):
+    """The order Algorithm 1 ranks a stratum's records in: data-independent (docs/privacy.md,
+    Record order). ``keys`` gives a chunk of records sort keys; within a stratum the records are
+    ranked by key. ``needs_positions``: whether ``keys`` reads the records' positions (0-based,
+    among the records used, in the source's order)."""
+
+    needs_positions: bool
+
+    def keys(self, size: int, positions: np.ndarray | None) -> np.ndarray: ...
+
+
+class SecureOrder:
+    """A uniformly random order, drawn per release from the operating system's secure source:
+    each chunk's keys are a random permutation of its rows, so within every stratum the order is
+    uniformly random and independent of the data (and of the order the engine returns rows in)."""
+
+    needs_positions = False
+
+    def __init__(self) -> None:
+        self._rng = np.random.default_rng(secrets.randbits(256))
+
+    def keys(self, size: int, positions: np.ndarray | None) -> np.ndarray:
+        return self._rng.permutation(size)
+
+
+class PermutationOrder:
+    """The order of a given permutation of the ``N`` records used (the records path's
+    ``data_independent_order``): the record at position ``i`` among them is ranked by its place
+    in ``permutation``. Reproduces a release from the records in that order (tests)."""
+
+    needs_positions = True
+
+    def __init__(self, permutation: np.ndarray) -> None:
+        perm = np.asarray(permutation, dtype=np.int64)
+        self._place = np.empty_like(perm)
+        self._place[perm] = np.arange(perm.size)
+
+    def keys(self, size: int, positions: np.ndarray | None) -> np.ndarray:
+        assert positions is not None
+        keys: np.ndarray = self._place[positions]
+        return keys
+
+
+def matching_statistics_of(
+    site: SiteTable,
+    spec: StudySpec,
+    n: int,
+    order: RecordOrder,
+    batch_rows: int = 1 << 20,
+) -> Any:
+    """Algorithm 1's statistics (:func:`dpate_core.estimators.matching_statistics_of_strata`) of
+    the kept records, read from the engine one stratum at a time in stratum order, each stratum's
+    records ranked by ``order``. Memory: one batch plus the largest stratum."""
+    import ibis
+
+    from dpate_core.estimators import matching_statistics_of_strata
+
+    codes = record_codes(site.table, spec, site.dialect)
+    t = codes.table
+    kept = (
+        ibis_all(t[k] >= 0 for k in codes.keys)
+        if codes.reject
+        else ibis_all(t[k] != MISSING for k in codes.keys)
+    )
+    rows = t.filter(kept).select(_x=codes.stratum_expr(t), _w=t._k0.cast("int8"), _y=t._y)
+    keys = ["_x"]
+    if order.needs_positions:  # the record's place among the records used, in source order
+        rows = rows.mutate(_p=ibis.row_number())
+        keys.append("_p")
+    ordered = rows.order_by(keys)
+    chunks = _strata_chunks(site.batches(ordered, batch_rows), order)
+    return matching_statistics_of_strata(
+        chunks, n=n, domain_size=spec.domain_size, bound=float(spec.outcome.bound)
+    )
+
+
+def _strata_chunks(
+    batches: Iterator[Any], order: RecordOrder
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Whole strata from batches sorted by stratum, each stratum's records in ``order``."""
+    carry: list[Any] = []
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        x = batch.column("_x").to_numpy()
+        last = x[-1]
+        cut = int(np.searchsorted(x, last, side="left"))
+        if cut > 0:
+            yield _ranked([*carry, batch.slice(0, cut)], order)
+            carry = []
+        carry.append(batch.slice(cut))
+    if carry:
+        yield _ranked(carry, order)
+
+
+def _ranked(parts: list[Any], order: RecordOrder) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import pyarrow as pa
+
+    table = pa.Table.from_batches(parts).combine_chunks()
+    x = np.asarray(table.column("_x").to_numpy(), dtype=np.int64)
+    w = np.asarray(table.column("_w").to_numpy(), dtype=np.int8)
+    y = np.asarray(table.column("_y").to_numpy(), dtype=np.float64)
+    pos = (
+        np.asarray(table.column("_p").to_numpy(), dtype=np.int64) if order.needs_positions else None
+    )
+    del table
+    keys = order.keys(x.size, pos)
+    idx = np.lexsort((keys, x))
+    return w[idx], y[idx], x[idx]
+
+
+def records_of(
+    site: SiteTable, codes: RecordCodes
+) -> tuple[Summary, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The records path (tests and simulations): every row's codes and outcome in one query,
+    in the source's order; the summary computed from them as :func:`site_summary` computes it
+    from its groups, and the kept records' ``(w, y, x)``. Raises the :class:`SiteDataError` of
+    the rules broken, with the rows' positions."""
+    table = site.to_arrow(codes.table.select(*codes.keys, "_y"))
+    keys = np.column_stack(
+        [np.asarray(table.column(k).to_numpy(zero_copy_only=False)) for k in codes.keys]
+    ).astype(np.int64)
+    y = np.asarray(table.column("_y").to_numpy(zero_copy_only=False), dtype=np.float64)
+    del table
+    summary = _summary(codes, keys, np.ones(keys.shape[0], dtype=np.int64))
+    if summary.broken:
+        problems = []
+        for j, rule, _, rows in codes.problems(keys):
+            first = tuple(int(i) for i in np.flatnonzero(rows)[:MAX_ROWS_LISTED])
+            problems.append(Problem(codes.columns[j].column, rule, int(rows.sum()), first))
+        raise SiteDataError(problems, n_rows=summary.report.n_read)
+    kept = codes.kept(keys)
+    return summary, (
+        np.ascontiguousarray(keys[kept, 0], dtype=np.int8),
+        np.ascontiguousarray(y[kept], dtype=np.float64),
+        np.ascontiguousarray(codes.strata(keys[kept]), dtype=np.int64),
+    )
