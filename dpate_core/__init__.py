@@ -21,6 +21,8 @@ Pure and fast: numpy arrays in, numbers out; no I/O, no logging, no orchestratio
 - :mod:`dpate_core.aggregation`: MVAgg, AggAll, AggLargest, inverse-variance, random effects.
 """
 
+# first: numba must not cache compiled kernels inside the installed package
+import dpate_core.compile_cache  # noqa: F401
 from dpate_core.adjusted import dp_adjusted
 from dpate_core.aggregation import AGGREGATORS, AggregateResult, aggregate
 from dpate_core.difference_in_means import dp_difference_in_means
