@@ -41,10 +41,9 @@ from dpate_core.release import (
     NoiseSpec,
     Outputs,
     SiteEstimate,
-    _check_bound,
-    _check_outcomes,
-    _release,
-    _scale,
+    check_bound,
+    check_outcomes,
+    release_once,
 )
 
 __all__ = [
@@ -74,9 +73,9 @@ def plan_difference_in_means(
     ``Y^2 = B Y``, so the arm sums give the variance too (``s^2 = B^2 p (1 - p)`` with
     ``p = mean / B``): no sums of squares are released and their budget part is dropped (parts:
     the arm sums, plus the treated count when arm sizes are private)."""
-    bound = _check_bound(bound)
+    bound = check_bound(bound)
     y_arr = np.asarray(y, dtype=np.float64)
-    _check_outcomes(y_arr, bound)
+    check_outcomes(y_arr, bound)
     if binary and y_arr.size and not np.all((y_arr == 0.0) | (y_arr == bound)):
         raise ValueError(
             "a binary outcome must be exactly 0 or B in every record: map the outcome's two "
@@ -142,7 +141,7 @@ def plan_difference_in_means_from_statistics(
     or a streamed site's, of any number of strata: the arms are summed over them). With
     ``binary=True`` the caller has checked that every outcome is 0 or ``B``
     (:func:`plan_difference_in_means` and :func:`dpate.schemas.site_data.site_statistics` do)."""
-    bound = _check_bound(stats.bound)
+    bound = check_bound(stats.bound)
     total = _spent(epsilon, delta)
     n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)
     if n_t + n_c < 2:
@@ -157,13 +156,13 @@ def plan_difference_in_means_from_statistics(
         _require_both_arms(n_t, n_c)
         shares = BudgetSplit.of(split, 2)
         p_sum, p_sq = shares.apply(total)
-        sum_scale, sq_scale = _scale(sum_units, p_sum), _scale(sq_units, p_sq)
+        sum_scale, sq_scale = p_sum.laplace_scale(sum_units), p_sq.laplace_scale(sq_units)
     else:
         shares = BudgetSplit.of(split, 3)
         p_sum, p_sq, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * sum_units, p_sum)
-        sq_scale = _scale(2 * sq_units, p_sq)
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "integer_laplace"))
+        sum_scale = p_sum.laplace_scale(2 * sum_units)
+        sq_scale = p_sq.laplace_scale(2 * sq_units)
+        noise.append(NoiseSpec("n_treated", float(n_t), p_cnt.laplace_scale(1), "integer_laplace"))
     noise += [
         NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", unit_s),
         NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", unit_s),
@@ -256,12 +255,12 @@ def _plan_binary_dim(
         _require_both_arms(n_t, n_c)
         shares = BudgetSplit.of(split, 1)
         (p_sum,) = shares.apply(total)
-        sum_scale = _scale(sum_units, p_sum)
+        sum_scale = p_sum.laplace_scale(sum_units)
     else:
         shares = BudgetSplit.of(split, 2)
         p_sum, p_cnt = shares.apply(total)
-        sum_scale = _scale(2 * sum_units, p_sum)
-        noise.append(NoiseSpec("n_treated", float(n_t), _scale(1, p_cnt), "integer_laplace"))
+        sum_scale = p_sum.laplace_scale(2 * sum_units)
+        noise.append(NoiseSpec("n_treated", float(n_t), p_cnt.laplace_scale(1), "integer_laplace"))
     noise += [
         NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", stats.sum_unit),
         NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", stats.sum_unit),
@@ -321,4 +320,4 @@ def dp_difference_in_means(
         split=split,
         arm_sizes_public=arm_sizes_public,
     )
-    return _release(plan, rng)
+    return release_once(plan, rng)

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from dpate_core.estimators import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
 from dpate_core.privacy import PrivacyParams
-from dpate_core.release import NoiseSpec, _check_bound, _scale
+from dpate_core.release import NoiseSpec, check_bound
 
 __all__ = [
     "COUNT_SENSITIVITY",
@@ -154,7 +154,7 @@ def cell_statistics(
     """The three per-cell vectors in one compiled pass, which also checks ``0 <= y <= B``,
     ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value). ``centred=False``:
     sums of ``Y`` and ``Y^2`` instead of ``Y - B/2`` and ``(Y - B/2)^2`` (:func:`grid_bits`)."""
-    bound = _check_bound(bound)
+    bound = check_bound(bound)
     w, y, x = record_arrays(w, y, x)
     size = int(domain_size)
     if size < 1:
@@ -175,7 +175,11 @@ def cell_scales(
     :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent)."""
     sens = sensitivities(cells.bound, cells.k, cells.m)
     p_n, p_s, p_q = parts
-    return _scale(sens["counts"], p_n), _scale(sens["sums"], p_s), _scale(sens["squares"], p_q)
+    return (
+        p_n.laplace_scale(sens["counts"]),
+        p_s.laplace_scale(sens["sums"]),
+        p_q.laplace_scale(sens["squares"]),
+    )
 
 
 def cell_noise(

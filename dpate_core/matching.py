@@ -26,11 +26,8 @@ from dpate_core.release import (
     NoiseSpec,
     Outputs,
     SiteEstimate,
-    _check_bound,
-    _delta,
-    _eps,
-    _release,
-    _scale,
+    check_bound,
+    release_once,
 )
 from dpate_core.sensitivity import (
     matching_ate_float_error,
@@ -64,8 +61,8 @@ def _variance_noise(
     """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate,
     ``S_V`` padded by twice the computed ``V_hat``'s rounding bound
     (:func:`dpate_core.sensitivity.matching_variance_float_error`)."""
-    e2 = _eps(p_var)
-    beta2 = smooth_beta(e2, _delta(p_var))
+    e2 = p_var.epsilon_float
+    beta2 = smooth_beta(e2, p_var.delta_float)
     s_var = matching_variance_smooth_sensitivity(
         stats.treated_counts, stats.control_counts, stats.n, bound, beta2, domain_size
     ) + 2.0 * matching_variance_float_error(bound)  # the computed V_hat's rounding, both sides
@@ -177,7 +174,7 @@ def _checked_request(
         raise ValueError(
             f"variance ({variance!r}) must be 'appendix' (the paper's) or 'stratified'"
         )
-    bound = _check_bound(bound)
+    bound = check_bound(bound)
     if stats.bound is None or stats.bound > bound:
         raise ValueError(
             "the matching statistics were not checked against this release's outcome bound B: "
@@ -219,13 +216,13 @@ def _smooth_ate(
     """SmoothDPMatching's ATE parts (steps 1 and 3 of :func:`smooth_dp_matching`): the noise sites
     of ``tau`` and ``ln S``, and how the noise variance ``8 S2_dp / eps_1^2`` and the
     ``smooth_sensitivity_dp`` diagnostic are read back."""
-    e1 = _eps(p_ate)
-    beta1 = smooth_beta(e1, _delta(p_ate))
+    e1 = p_ate.epsilon_float
+    beta1 = smooth_beta(e1, p_ate.delta_float)
     s_ate = matching_smooth_sensitivity(
         stats.treated_counts, stats.control_counts, stats.n, bound, beta1, domain_size
     ) + 2.0 * matching_ate_float_error(stats.n, bound)  # the computed tau's rounding, both sides
     # ln S has global sensitivity beta_1 (S is beta_1-smooth); analytic Gaussian calibration
-    sigma = analytic_gaussian_sigma(beta1 + 1e-12, _eps(p_sens), _delta(p_sens))
+    sigma = analytic_gaussian_sigma(beta1 + 1e-12, p_sens.epsilon_float, p_sens.delta_float)
     noise = (
         NoiseSpec("tau", stats.tau, 2.0 * s_ate / e1, "laplace"),
         NoiseSpec("log_smooth_sensitivity", math.log(s_ate), sigma, "gaussian"),
@@ -248,7 +245,7 @@ def _global_ate(
     sensitivity = Fraction(matching_global_sensitivity(stats.n, bound)) + 2 * Fraction(
         matching_ate_float_error(stats.n, bound)
     )  # 2B, plus the computed tau's rounding on both sides
-    scale = _scale(sensitivity, p_ate)
+    scale = p_ate.laplace_scale(sensitivity)
     noise_var = 2.0 * scale * scale  # public
     return (NoiseSpec("tau", stats.tau, scale, "laplace"),), lambda v: (noise_var, {})
 
@@ -266,7 +263,7 @@ def _matching_release(
     rng: Rng,
 ) -> SiteEstimate:
     # the outcome range [0, B] is checked inside the one compiled pass
-    stats = matching_statistics(w, y, x, domain_size, bound=_check_bound(bound))
+    stats = matching_statistics(w, y, x, domain_size, bound=check_bound(bound))
     plan = plan_matching(
         estimator,
         stats,
@@ -276,7 +273,7 @@ def _matching_release(
         domain_size=domain_size,
         split=split,
     )
-    return _release(plan, rng)
+    return release_once(plan, rng)
 
 
 def smooth_dp_matching(

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpate_core.noise import analytic_gaussian_sigma
-from dpate_core.privacy import PrivacyParams, to_float
 from dpate_core.release import SiteEstimate
 from dpate_core.sensitivity import smooth_beta
 
@@ -55,10 +54,6 @@ def register_noise_model(estimator: str) -> Callable[[NoiseModel], NoiseModel]:
     return wrap
 
 
-def _eps(p: PrivacyParams) -> float:
-    return to_float(p.epsilon, round_up=False)
-
-
 def _held(site: SiteEstimate, reps: int) -> np.ndarray:
     return np.full(reps, site.variance)
 
@@ -83,12 +78,12 @@ def _dim_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> Noise
     if site.diagnostics.get("binary_outcome"):  # binary outcome: no sums of squares released
         if not public_arms:
             slope = 0.5 * site.bound * (1.0 / nt + 1.0 / nc)
-            noise = noise - slope * rng.laplace(0.0, 1.0, reps) / _eps(parts[1])
+            noise = noise - slope * rng.laplace(0.0, 1.0, reps) / parts[1].epsilon_float
         return NoiseDraws(noise, _held(site, reps))
     b2 = site.bound**2 if public_arms else 2.0 * site.bound**2
-    q = b2 / _eps(parts[1])
+    q = b2 / parts[1].epsilon_float
     if not public_arms:
-        count_scale = 1.0 / _eps(parts[2])
+        count_scale = 1.0 / parts[2].epsilon_float
         slope = 0.5 * site.bound * (1.0 / nt + 1.0 / nc)
         noise = noise - slope * count_scale * rng.laplace(0.0, 1.0, reps)
     sampling = np.maximum(
@@ -117,12 +112,10 @@ def _smooth_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> No
     ``8 exp(2 ln S + 2z - 2 sigma^2) / eps_1^2`` is redrawn; ``V_dp``'s noise scale is not
     published, so the sampling part is held."""
     p_ate, _, p_sens = site.shares()
-    e1 = _eps(p_ate)
+    e1 = p_ate.epsilon_float
     s_dp = float(site.diagnostics["smooth_sensitivity_dp"])
-    beta1 = smooth_beta(e1, to_float(p_ate.delta, round_up=False))
-    sigma = analytic_gaussian_sigma(
-        beta1 + 1e-12, _eps(p_sens), to_float(p_sens.delta, round_up=False)
-    )
+    beta1 = smooth_beta(e1, p_ate.delta_float)
+    sigma = analytic_gaussian_sigma(beta1 + 1e-12, p_sens.epsilon_float, p_sens.delta_float)
     # ln S_dp = ln S + z0 - sigma^2/2 with z0 ~ N(0, sigma^2) public in law: the bootstrap world's
     # S is drawn as S_dp exp(sigma^2/2 - z1), so the interval carries the uncertainty of S_dp
     s_true = s_dp * np.exp(sigma**2 / 2.0 - rng.normal(0.0, sigma, reps))

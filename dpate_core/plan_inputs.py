@@ -13,9 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact, to_float
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 
-__all__ = ["Assumptions", "SiteDesign", "SitePrediction", "balanced_counts", "clamped_mean"]
+__all__ = [
+    "Assumptions",
+    "PredictionInputs",
+    "SiteDesign",
+    "SitePrediction",
+    "balanced_counts",
+    "clamped_mean",
+]
 
 
 @dataclass(frozen=True)
@@ -135,16 +142,8 @@ def balanced_counts(n: int, domain_size: int, arm_share: float) -> tuple[np.ndar
     return spread(n_t), spread(n_c)
 
 
-def _eps(p: PrivacyParams) -> float:
-    return to_float(p.epsilon, round_up=False)
-
-
-def _delta(p: PrivacyParams) -> float:
-    return to_float(p.delta, round_up=False)
-
-
 @dataclass(frozen=True)
-class _Inputs:
+class PredictionInputs:
     design: SiteDesign
     domain_size: int
     bound: float

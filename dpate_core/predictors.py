@@ -13,7 +13,7 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.plan_inputs import _delta, _eps, _Inputs, balanced_counts, clamped_mean
+from dpate_core.plan_inputs import PredictionInputs, balanced_counts, clamped_mean
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.sensitivity import (
     matching_smooth_sensitivity,
@@ -24,7 +24,7 @@ from dpate_core.sensitivity import (
 __all__ = ["PREDICTORS", "Predictor", "adjusted_weighting", "register_predictor"]
 
 
-Predictor = Callable[[_Inputs], tuple[float, float, float]]
+Predictor = Callable[[PredictionInputs], tuple[float, float, float]]
 
 #: estimator -> ``fn(inputs) -> (sampling variance, noise variance, expected reported variance)``
 PREDICTORS: dict[str, Predictor] = {}
@@ -41,7 +41,7 @@ def register_predictor(estimator: str) -> Callable[[Predictor], Predictor]:
 
 
 @register_predictor("dim")
-def _dim(inp: _Inputs) -> tuple[float, float, float]:
+def _dim(inp: PredictionInputs) -> tuple[float, float, float]:
     """Section 3.1.1: sampling ``sd^2 (1/N_t + 1/N_c)``; noise ``2 s^2 (1/N_t^2 + 1/N_c^2)`` with
     ``s = B/eps_1`` (``2B/eps_1`` with private arm sizes); each arm's ``s^2`` is clamped after
     ``Lap(q)/N_arm`` noise, ``q = B^2/eps_2`` (``2B^2``). The treated count's own noise (private
@@ -52,15 +52,15 @@ def _dim(inp: _Inputs) -> tuple[float, float, float]:
     nc = n - nt
     parts = inp.parts()
     mult = 1.0 if inp.arm_sizes_public else 2.0
-    s = mult * b / _eps(parts[0])
-    q = mult * b * b / _eps(parts[1])
+    s = mult * b / parts[0].epsilon_float
+    q = mult * b * b / parts[1].epsilon_float
     sampling = sd * sd * (1.0 / nt + 1.0 / nc)
     noise = 2.0 * s * s * (1.0 / nt**2 + 1.0 / nc**2)
     reported = clamped_mean(sd * sd, q / nt) / nt + clamped_mean(sd * sd, q / nc) / nc + noise
     return sampling, noise, reported
 
 
-def _matching_sampling(inp: _Inputs) -> tuple[np.ndarray, np.ndarray, float, float]:
+def _matching_sampling(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Assumed counts, the matching estimator's sampling variance (per stratum
     ``(N_x/N)^2 sd^2 (1/T_x + 1/C_x)``) and ``E V_hat`` (appendix:
     ``1/(2N^2) sum_i (1+L_i)^2 E d_i^2``, ``E d^2 = effect^2 + 2 sd^2``)."""
@@ -82,10 +82,10 @@ def _matching_sampling(inp: _Inputs) -> tuple[np.ndarray, np.ndarray, float, flo
 
 
 def _variance_scale(
-    inp: _Inputs, tc: npt.ArrayLike, cc: npt.ArrayLike, p_var: PrivacyParams
+    inp: PredictionInputs, tc: npt.ArrayLike, cc: npt.ArrayLike, p_var: PrivacyParams
 ) -> float:
-    e2 = _eps(p_var)
-    beta2 = smooth_beta(e2, _delta(p_var))
+    e2 = p_var.epsilon_float
+    beta2 = smooth_beta(e2, p_var.delta_float)
     s_v = matching_variance_smooth_sensitivity(
         tc, cc, inp.design.n, inp.bound, beta2, inp.domain_size
     )
@@ -93,25 +93,25 @@ def _variance_scale(
 
 
 @register_predictor("smooth_matching")
-def _smooth(inp: _Inputs) -> tuple[float, float, float]:
+def _smooth(inp: PredictionInputs) -> tuple[float, float, float]:
     """Algorithm 2: noise ``8 S^2/eps_1^2`` with ``S`` the smooth sensitivity of the assumed
     counts (``E S2_dp = S^2``); reported ``E max(V_hat + Lap(2 S_V/eps_2), 0) + noise``."""
     p_ate, p_var, _ = inp.parts()
     tc, cc, sampling, v_hat = _matching_sampling(inp)
-    e1 = _eps(p_ate)
+    e1 = p_ate.epsilon_float
     s = matching_smooth_sensitivity(
-        tc, cc, inp.design.n, inp.bound, smooth_beta(e1, _delta(p_ate)), inp.domain_size
+        tc, cc, inp.design.n, inp.bound, smooth_beta(e1, p_ate.delta_float), inp.domain_size
     )
     noise = 8.0 * s * s / (e1 * e1)
     return sampling, noise, clamped_mean(v_hat, _variance_scale(inp, tc, cc, p_var)) + noise
 
 
 @register_predictor("global_matching")
-def _global(inp: _Inputs) -> tuple[float, float, float]:
+def _global(inp: PredictionInputs) -> tuple[float, float, float]:
     """GlobalDPMatching: noise ``2 (2B/eps_1)^2``; reported as for SmoothDPMatching."""
     p_ate, p_var = inp.parts()
     tc, cc, sampling, v_hat = _matching_sampling(inp)
-    noise = 2.0 * (2.0 * inp.bound / _eps(p_ate)) ** 2
+    noise = 2.0 * (2.0 * inp.bound / p_ate.epsilon_float) ** 2
     return sampling, noise, clamped_mean(v_hat, _variance_scale(inp, tc, cc, p_var)) + noise
 
 
@@ -130,7 +130,6 @@ def adjusted_weighting(
     in the spec."""
     from dpate_core.adjusted import DEFAULT_SPLIT, resolve_weighting
     from dpate_core.grid_sums import COUNT_SENSITIVITY
-    from dpate_core.release import _scale
 
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
     p_n, p_s, _ = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)
@@ -138,13 +137,13 @@ def adjusted_weighting(
         weighting,
         int(n),
         max(int(domain_size), 1),
-        _scale(COUNT_SENSITIVITY, p_n),
+        p_n.laplace_scale(COUNT_SENSITIVITY),
         float(p_s.epsilon),
     )
 
 
 @register_predictor("adjusted")
-def _adjusted(inp: _Inputs) -> tuple[float, float, float]:
+def _adjusted(inp: PredictionInputs) -> tuple[float, float, float]:
     """The adjusted release (``dpate_core.adjusted``) with the weighting it would use
     (:func:`adjusted_weighting`): Laplace ``2/eps_n`` on every cell count, ``B/eps_s`` on every
     centred sum, ``B^2/(2 eps_q)`` on every sum of squares (the module's sensitivities in outcome
@@ -177,7 +176,7 @@ def _positive_square(mu: float, sd: float) -> float:
     return (mu * mu + sd * sd) * NormalDist().cdf(a) + mu * sd * NormalDist().pdf(a)
 
 
-def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
+def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, float]:
     """A stratum is used when both noisy arm counts reach ``m = max(2, 2/eps_n)``: with the
     assumed counts ``n`` and Laplace count noise, with probability ``p_x`` (the product of the two
     arms' tail probabilities); a used stratum's noisy size is, on average, its size plus the
@@ -194,9 +193,9 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
 
     p_n, p_s, p_q = inp.parts()
     b = inp.bound
-    scale_n = COUNT_SENSITIVITY / _eps(p_n)
-    b_s = b / _eps(p_s)
-    b_q = b * b / 2.0 / _eps(p_q)
+    scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
+    b_s = b / p_s.epsilon_float
+    b_q = b * b / 2.0 / p_q.epsilon_float
     n = inp.design.n
     tc, cc = balanced_counts(n, inp.domain_size, inp.assumptions.arm_share)
     both = (tc > 0) & (cc > 0)
@@ -232,7 +231,7 @@ def _adjusted_subclassification(inp: _Inputs) -> tuple[float, float, float]:
     return sampling, noise, reported_sampling + noise + unestimated
 
 
-def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
+def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float]:
     """``tau = A / D`` with ``A = sum (S_t n_c - S_c n_t)``, ``D = sum n_t n_c`` over every stratum
     (docs/adjusted.md). With count noise variance ``v_n = 2 (2/eps_n)^2``, sum noise variance
     ``v_s = 2 (B/eps_s)^2`` and centred means ``m_t = effect/2``, ``m_c = -effect/2``
@@ -251,8 +250,8 @@ def _adjusted_fixed_effects(inp: _Inputs) -> tuple[float, float, float]:
 
     p_n, p_s, _ = inp.parts()
     b = inp.bound
-    v_n = 2.0 * (COUNT_SENSITIVITY / _eps(p_n)) ** 2
-    v_s = 2.0 * (b / _eps(p_s)) ** 2
+    v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
+    v_s = 2.0 * (b / p_s.epsilon_float) ** 2
     tc, cc = balanced_counts(inp.design.n, inp.domain_size, inp.assumptions.arm_share)
     t, c = tc.astype(float), cc.astype(float)
     big_d = float((t * c).sum())

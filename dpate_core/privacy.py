@@ -133,6 +133,24 @@ class PrivacyParams:
     def as_strings(self) -> dict[str, str]:
         return {"epsilon": fraction_str(self.epsilon), "delta": fraction_str(self.delta)}
 
+    @property
+    def epsilon_float(self) -> float:
+        """Epsilon as the float that calibrates noise: rounded *down*, so noise is never smaller
+        than the exact parameter asks for."""
+        return to_float(self.epsilon, round_up=False)
+
+    @property
+    def delta_float(self) -> float:
+        """Delta as a float, rounded down (a smaller delta asks for more noise)."""
+        return to_float(self.delta, round_up=False)
+
+    def laplace_scale(self, sensitivity: Number) -> float:
+        """The Laplace scale ``sensitivity / epsilon``, computed exactly and rounded *up*: a
+        float ``B / eps`` is rounded to nearest and can land one ulp below the exact ratio.
+        ``sensitivity`` is read exactly (a float as its binary value)."""
+        sens = Fraction(sensitivity) if isinstance(sensitivity, float) else exact(sensitivity)
+        return to_float(sens / self.epsilon, round_up=True)
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetSplit:

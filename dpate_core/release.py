@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from dpate_core.intervals import normal_interval
 from dpate_core.noise import Rng, gaussian, integer_laplace_vector, laplace, laplace_vector
-from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact, to_float
+from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
     "ESTIMATORS",
@@ -37,8 +37,11 @@ __all__ = [
     "Outputs",
     "PublishedAssembly",
     "SiteEstimate",
+    "check_bound",
+    "check_outcomes",
     "draw_many",
     "draw_once",
+    "release_once",
 ]
 
 ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.registry
@@ -130,14 +133,16 @@ class SiteEstimate:
         return fields
 
 
-def _check_bound(bound: float) -> float:
+def check_bound(bound: float) -> float:
+    """``B`` as a float, or an error when it is not positive and finite."""
     bound = float(bound)
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
     return bound
 
 
-def _check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
+def check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
+    """Refuse outcomes outside ``[0, B]`` (the privacy proofs need them there)."""
     # The privacy proof needs 0 <= Y <= B. Clipping is the data layer's job (schemas), done with the
     # public B before anything reaches here; the message carries the rule, never a value.
     if y.size and not (np.isfinite(y).all() and y.min() >= 0.0 and y.max() <= bound):
@@ -145,23 +150,6 @@ def _check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
             "outcomes must be finite and lie in [0, B]: clip or reject them with the study's "
             "public bound before the release"
         )
-
-
-def _eps(p: PrivacyParams) -> float:
-    """Epsilon as the float that scales noise: rounded down, so noise is never too small."""
-    return to_float(p.epsilon, round_up=False)
-
-
-def _delta(p: PrivacyParams) -> float:
-    return to_float(p.delta, round_up=False)
-
-
-def _scale(sensitivity: Number, p: PrivacyParams) -> float:
-    """The Laplace scale ``sensitivity / epsilon`` computed exactly and rounded *up*, so the noise
-    is never smaller than the exact ratio asks for (a float ``B / eps`` is rounded to nearest and
-    can land one ulp below it). ``sensitivity`` is read exactly (a float as its binary value)."""
-    sens = Fraction(sensitivity) if isinstance(sensitivity, float) else exact(sensitivity)
-    return to_float(sens / p.epsilon, round_up=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,5 +345,6 @@ def draw_many(
     return out
 
 
-def _release(plan: MechanismPlan, rng: Rng) -> SiteEstimate:
+def release_once(plan: MechanismPlan, rng: Rng = None) -> SiteEstimate:
+    """``plan``'s release of one draw (:func:`draw_once`): secure noise when ``rng`` is None."""
     return plan.estimate(draw_once(plan, rng))

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpate_core.privacy import to_float
+from dpate_core.release import check_bound
 
 __all__ = [
     "matching_ate_float_error",
@@ -276,7 +277,7 @@ def matching_smooth_sensitivity(
     not present in the data (the conservative choice). Capped at the global sensitivity ``2B``.
     """
     counts = _as_counts(treated_counts, control_counts, n, domain_size)
-    _check_bound(bound)
+    check_bound(bound)
     smooth = _smooth_bound(_ATE, bound, n, beta, counts)
     # LS <= GS = 2B everywhere, and a constant is beta-smooth: the minimum of two beta-smooth upper
     # bounds on LS is one too (for tiny sites the ball maximum can pass 2B)
@@ -303,7 +304,7 @@ def matching_variance_smooth_sensitivity(
     ball maxima of the two terms ``max_x LS+_x`` and ``max_x LS-''_x``, each exact for its monotone
     per-stratum bound, added (ERRATA section 9)."""
     counts = _as_counts(treated_counts, control_counts, n, domain_size)
-    _check_bound(bound)
+    check_bound(bound)
     return _smooth_bound(_VAR, bound, n, beta, counts)
 
 
@@ -315,7 +316,7 @@ def matching_global_sensitivity(n: int, bound: float) -> float:
     """
     if n < 2:
         raise ValueError(f"n ({n}) must be at least 2")
-    _check_bound(bound)
+    check_bound(bound)
     return 2.0 * bound
 
 
@@ -335,7 +336,7 @@ def matching_ate_float_error(n: int, bound: float) -> float:
     case, nothing at the sizes of the paper's data."""
     if n < 1:
         raise ValueError(f"n ({n}) must be at least 1")
-    _check_bound(bound)
+    check_bound(bound)
     ku = Fraction(n + 2, 2**53)
     return to_float(ku / (1 - ku) * Fraction(bound), round_up=True)
 
@@ -355,11 +356,6 @@ def matching_variance_float_error(bound: float) -> float:
     therefore differ by at most ``S_V`` plus twice this: the release adds that constant to
     ``S_V`` (a smooth bound plus a constant is smooth). About ``2.2 10^-16 B^2``; the smooth bound
     is about ``B^2 / N^2``, so it adds under 2% up to ``N = 10^6`` (measured in the tests)."""
-    _check_bound(bound)
+    check_bound(bound)
     err = Fraction(2, 2**53) * Fraction(bound) ** 2 + Fraction(1, 2**1074)
     return to_float(err, round_up=True)
-
-
-def _check_bound(bound: float) -> None:
-    if not (bound > 0 and math.isfinite(bound)):
-        raise ValueError(f"outcome bound B ({bound}) must be positive and finite")

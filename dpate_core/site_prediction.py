@@ -10,7 +10,7 @@ from statistics import NormalDist
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
-from dpate_core.plan_inputs import Assumptions, SiteDesign, SitePrediction, _Inputs
+from dpate_core.plan_inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
 from dpate_core.predictors import PREDICTORS, Predictor, adjusted_weighting
 
 __all__ = ["SitePredictions", "predict_site"]
@@ -63,7 +63,7 @@ def predict_site(
         )
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
-    inp = _Inputs(
+    inp = PredictionInputs(
         design, max(int(domain_size), 1), float(bound), arm_sizes_public, assumptions, weighting
     )
     sampling, noise, reported = predictor(inp)

@@ -28,7 +28,7 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from dpate_core.privacy import PrivacyParams, to_float
+from dpate_core.privacy import PrivacyParams
 from dpate_core.registry import ESTIMATORS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,11 +60,6 @@ def required_diagnostics(estimator: str, arm_sizes_public: bool | None) -> tuple
     if estimator == "adjusted":
         return ("noise_variance", "sampling_variance_dp", "usable_strata", "usable_weight")
     return ()
-
-
-def _scale(sensitivity: Fraction, epsilon: Fraction) -> float:
-    """Laplace scale ``sensitivity / epsilon`` rounded up, as ``dpate_core.release._scale``."""
-    return to_float(sensitivity / epsilon, round_up=True)
 
 
 def _close(a: float, b: float) -> bool:
@@ -120,7 +115,7 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     elif e.estimator == "global_matching":
         # plan_matching(global_matching): tau_hat + Lap(2B/eps_1) (ERRATA 2: sensitivity 2B);
         # noise variance 2 (2B/eps_1)^2, public
-        b = _scale(2 * bound, eps_1)
+        b = PrivacyParams(eps_1).laplace_scale(2 * bound)
         out += _noise_matches(2.0 * b * b, noise_diag, e.variance, "2 (2B/eps_1)^2")
         if e.n_treated is not None:
             out.append("n_treated/n_control must be null: matching does not publish arm sizes")
@@ -180,7 +175,7 @@ def _dim(
         # public arms: b = B/eps_1 (a neighbour changes one outcome within its arm);
         # noise variance 2 b^2 (1/N_t^2 + 1/N_c^2)
         nt, nc = float(e.n_treated), float(e.n_control)
-        b = _scale(bound, eps_1)
+        b = PrivacyParams(eps_1).laplace_scale(bound)
     else:
         if e.n_treated is not None:
             return [
@@ -192,7 +187,7 @@ def _dim(
         if not 1.0 <= diag_nt <= e.n - 1.0:
             return [f"diagnostics.n_treated_dp ({diag_nt}) must lie in [1, N-1] (post-processing)"]
         nc = e.n - nt
-        b = _scale(2 * bound, eps_1)
+        b = PrivacyParams(eps_1).laplace_scale(2 * bound)
     noise_var = 2.0 * b * b * (1.0 / nt**2 + 1.0 / nc**2)
     out += _noise_matches(noise_var, noise_diag, e.variance, "2 b^2 (1/N_t^2 + 1/N_c^2)")
     return out
