@@ -1,15 +1,13 @@
 """The private releases a site makes: an ATE estimate and an estimate of its variance.
 
-This module holds what every mechanism shares: the :class:`MechanismPlan` (everything computed
-from the data before noise, and how the noisy values assemble into the outputs), the draw
-machinery (:func:`draw_once` for a release, :func:`draw_many` for simulations), the public
-:class:`SiteEstimate` a release returns, and the checks and safe rounding every plan uses. Each
-mechanism lives in its own module with its privacy cost stated next to it:
-:mod:`dpate_core.difference_in_means` (section 3.1.1), :mod:`dpate_core.matching` (Algorithm 2,
-the appendix, GlobalDPMatching) and :mod:`dpate_core.adjusted`. A mechanism spends exactly the
-``(epsilon, delta)`` it is given (split by ``split`` among its parts, sequential composition) and
-returns a :class:`SiteEstimate` holding public values only. ``rng=None`` draws secure noise
-(OpenDP); a ``numpy.random.Generator`` is for simulations.
+This module holds what every mechanism shares: the :class:`MechanismPlan` (everything computed from
+the data before noise, and how the noisy values assemble into the outputs), the draw machinery
+(:func:`draw_once` for a release, :func:`draw_many` for simulations), the public
+:class:`SiteEstimate` a release returns, and the checks every plan uses. Each mechanism lives in its
+own package of :mod:`dpate_core.mechanisms` with its privacy cost stated next to it. A mechanism
+spends exactly the ``(epsilon, delta)`` it is given (split by ``split`` among its parts, sequential
+composition) and returns a :class:`SiteEstimate` holding public values only. ``rng=None`` draws
+secure noise (OpenDP); a ``numpy.random.Generator`` is for simulations.
 
 Neighbouring datasets replace one record; ``N`` is public. What else is assumed public is listed
 per mechanism and in ``docs/privacy.md``.
@@ -44,7 +42,7 @@ __all__ = [
     "release_once",
 ]
 
-ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.registry
+ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.mechanisms
 
 
 @dataclass(frozen=True)
@@ -167,7 +165,7 @@ class NoiseSpec:
     one vector query (its privacy follows from the vector's L1 sensitivity).
 
     ``unit``: ``loc`` and ``scale`` are in units of ``unit`` (a power-of-two multiple of ``B``
-    or ``B^2``, e.g. the grids ``B 2^-k`` and ``B^2 2^-m`` of :mod:`dpate_core.grid_sums`). The
+    or ``B^2``, e.g. the grids ``B 2^-k`` and ``B^2 2^-m`` of :mod:`dpate_core.statistics`). The
     noise is drawn in those units, on the exact integer ``loc`` with the sensitivity stated in the
     same units, and the noisy value is multiplied by ``unit`` afterwards (post-processing, in
     :func:`draw_once` and :func:`draw_many`), so a statistic whose neighbours differ by exactly
@@ -175,7 +173,7 @@ class NoiseSpec:
     move it by one more ulp than the sensitivity allows). This is the one convention for grid
     units: every assembly receives outcome units (the difference in means' arm sums, the adjusted
     estimator's and the stratified variance's cell vectors,
-    :func:`dpate_core.grid_sums.cell_noise`), and whatever reads a noise site in those units
+    :func:`dpate_core.statistics.cell_noise`), and whatever reads a noise site in those units
     reads :attr:`value` and :attr:`value_scale`, not ``loc`` and ``scale``.
     """
 

@@ -28,8 +28,8 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from dpate_core.mechanisms import ESTIMATORS
 from dpate_core.privacy import PrivacyParams
-from dpate_core.registry import ESTIMATORS
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpate.schemas.report import PublicEstimate
@@ -194,7 +194,7 @@ def _dim(
 
 
 def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
-    """dpate_core.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
+    """dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
     Subclassification: each usable stratum's centred arm means are clipped to ``[-B, B]`` and
     its weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``; with the
     ratio-bias correction ``tau`` is linear in the means with coefficients ``(n_t + n_c (1 -
@@ -248,7 +248,7 @@ def spend_problems(
     this release's reservation (empty when they can). Exact comparisons, both components.
 
     The ledger debits a reservation only when the new total stays within the cap
-    (:func:`dpate_core.budget.check_budget`), so ``spent <= cap``; the total includes this
+    (:func:`dpate_core.privacy.check_budget`), so ``spent <= cap``; the total includes this
     release, so ``spent >= release``; and a reservation is refused under any cap other than the
     one the spec gives the site (``CapMismatchError``), so ``cap == spec_cap``.
     """

@@ -322,7 +322,7 @@ def matching_global_sensitivity(n: int, bound: float) -> float:
 
 def matching_ate_float_error(n: int, bound: float) -> float:
     """An upper bound on ``|fl(tau_hat) - tau_hat|``, the rounding error of Algorithm 1's estimate
-    as :func:`dpate_core.estimators.matching_statistics` computes it, for *any* ``n`` records
+    as :func:`dpate_core.statistics.matching_statistics` computes it, for *any* ``n`` records
     with outcomes in ``[0, B]``: ``gamma_(n+2) B`` with ``gamma_k = k u / (1 - k u)``,
     ``u = 2^-53`` (rounded up).
 
@@ -343,7 +343,7 @@ def matching_ate_float_error(n: int, bound: float) -> float:
 
 def matching_variance_float_error(bound: float) -> float:
     """An upper bound on ``|fl(V_hat) - V_hat|`` for *any* records with outcomes in ``[0, B]``,
-    ``V_hat`` as :func:`dpate_core.estimators.matching_statistics` computes it: ``2 u B^2``
+    ``V_hat`` as :func:`dpate_core.statistics.matching_statistics` computes it: ``2 u B^2``
     plus the smallest subnormal, ``u = 2^-53`` (rounded up).
 
     The pass quantises each outcome on the public grid ``B 2^-k`` (a record-wise map into

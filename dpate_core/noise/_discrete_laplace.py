@@ -114,7 +114,7 @@ def discrete_laplace_vector(
         if not (np.isfinite(arr).all() and np.array_equal(arr, np.rint(arr))):
             raise ValueError(
                 "discrete Laplace noise takes integer values: noise the statistic in its "
-                "integer units (dpate_core.grid_sums) and convert afterwards"
+                "integer units (dpate_core.statistics) and convert afterwards"
             )
     elif arr.dtype.kind not in "iub":
         raise ValueError(f"discrete Laplace noise takes integer values (got dtype {arr.dtype})")

@@ -13,13 +13,13 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.plan_inputs import PredictionInputs, balanced_counts, clamped_mean
-from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.matching import (
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,
     smooth_beta,
 )
+from dpate_core.planning._inputs import PredictionInputs, balanced_counts, clamped_mean
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 
 __all__ = ["PREDICTORS", "Predictor", "adjusted_weighting", "register_predictor"]
 
@@ -123,13 +123,13 @@ def adjusted_weighting(
     split: Sequence[Number] | None = None,
 ) -> str:
     """The weighting an adjusted release with these public values uses: ``weighting``, or for
-    ``"auto"`` the rule of :func:`dpate_core.adjusted.resolve_weighting` (subclassification when
+    ``"auto"`` the rule of :func:`dpate_core.mechanisms.adjusted.resolve_weighting` (subclassification when
     ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` and the ratio bias's predicted remainder is small)
     with the count scale and the sums' epsilon computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
-    from dpate_core.adjusted import DEFAULT_SPLIT, resolve_weighting
-    from dpate_core.grid_sums import COUNT_SENSITIVITY
+    from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT, resolve_weighting
+    from dpate_core.statistics import COUNT_SENSITIVITY
 
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
     p_n, p_s, _ = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)
@@ -144,7 +144,7 @@ def adjusted_weighting(
 
 @register_predictor("adjusted")
 def _adjusted(inp: PredictionInputs) -> tuple[float, float, float]:
-    """The adjusted release (``dpate_core.adjusted``) with the weighting it would use
+    """The adjusted release (``dpate_core.mechanisms.adjusted``) with the weighting it would use
     (:func:`adjusted_weighting`): Laplace ``2/eps_n`` on every cell count, ``B/eps_s`` on every
     centred sum, ``B^2/(2 eps_q)`` on every sum of squares (the module's sensitivities in outcome
     units), at the assumed counts and centred arm means ``+-effect/2`` (arm means
@@ -188,8 +188,8 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     variance of the ``p_x`` draws and of the left-out strata's count noise; the noise of the
     total count cancels in that share). No stratum with both arms in the assumed counts:
     infinite (the release would estimate 0 from nothing)."""
-    from dpate_core.adjusted import THRESHOLD_FACTOR
-    from dpate_core.grid_sums import COUNT_SENSITIVITY
+    from dpate_core.mechanisms.adjusted import THRESHOLD_FACTOR
+    from dpate_core.statistics import COUNT_SENSITIVITY
 
     p_n, p_s, p_q = inp.parts()
     b = inp.bound
@@ -245,8 +245,8 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float]
     with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the
     one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B / z)^2``
     (``z = 1.96``)."""
-    from dpate_core.adjusted import RESOLVE_Z
-    from dpate_core.grid_sums import COUNT_SENSITIVITY
+    from dpate_core.mechanisms.adjusted import RESOLVE_Z
+    from dpate_core.statistics import COUNT_SENSITIVITY
 
     p_n, p_s, _ = inp.parts()
     b = inp.bound

@@ -10,10 +10,10 @@ from fractions import Fraction
 from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
-from dpate_core.plan_inputs import SiteDesign
-from dpate_core.predictors import PREDICTORS
+from dpate_core.planning._inputs import SiteDesign
+from dpate_core.planning._predictors import PREDICTORS
+from dpate_core.planning._site import SitePredictions, _combine, _needs_delta, _parts, _z
 from dpate_core.privacy import BudgetSplit
-from dpate_core.site_prediction import SitePredictions, _combine, _needs_delta, _parts, _z
 
 __all__ = ["CANDIDATE_SPLITS", "Recommendation"]
 
@@ -59,14 +59,14 @@ CANDIDATE_SPLITS: dict[tuple[str, int], tuple[tuple[Fraction, ...], ...]] = {
 
 
 def _valid_estimators(design: str) -> tuple[str, ...]:
-    """Estimators the registry allows for ``design`` (``dpate_core.registry``)."""
-    from dpate_core.registry import ESTIMATORS
+    """Estimators the registry allows for ``design`` (``dpate_core.mechanisms``)."""
+    from dpate_core.mechanisms import ESTIMATORS
 
     return tuple(name for name, e in ESTIMATORS.items() if design in e.designs)
 
 
 def _default_split(estimator: str, arm_sizes_public: bool) -> tuple[Fraction, ...]:
-    from dpate_core.registry import ESTIMATORS
+    from dpate_core.mechanisms import ESTIMATORS
 
     e = ESTIMATORS.get(estimator)
     parts = _parts(estimator, arm_sizes_public)

@@ -13,9 +13,9 @@ and ``V_hat``.
 of two at or above every outcome in place of ``B``), sums the squared grid differences as int64
 per (stratum, arm) and per value of ``L``, and :func:`_exact_variance` combines them in Python
 integers. A float sum would round by up to ``N u`` relative, more than ``V_hat``'s smooth
-sensitivity at large ``N`` (:func:`dpate_core.sensitivity.matching_variance_float_error`).
+sensitivity at large ``N`` (:func:`dpate_core.mechanisms.matching.matching_variance_float_error`).
 ``tau_hat`` is a float sum whose rounding is covered by padding instead
-(:func:`dpate_core.sensitivity.matching_ate_float_error`).
+(:func:`dpate_core.mechanisms.matching.matching_ate_float_error`).
 
 With ``L_i`` the number of records matched to record ``i``, the appendix writes
 ``tau_hat = (1/N) sum_x [sum_{T_x} (1 + L_i) Y_i - sum_{C_x} (1 + L_i) Y_i]`` and
@@ -469,7 +469,7 @@ def stratum_counts(
 def arm_sums(w: npt.ArrayLike, y: npt.ArrayLike) -> tuple[int, int, float, float, float, float]:
     """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` as float sums (the non-private
     estimate; the DP release sums grid-rounded outcomes exactly instead,
-    :func:`dpate_core.difference_in_means.arm_statistics`)."""
+    :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`)."""
     w, y = _as_inputs(w, y)
     t = w.astype(bool)
     yt, yc = y[t], y[~t]

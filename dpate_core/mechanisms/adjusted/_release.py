@@ -16,11 +16,11 @@ count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighti
 the common effect when every stratum has the same effect (Synth: 0.5).
 ``docs/adjusted.md`` has the design, the proofs and the measurements.
 
-Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.grid_sums`,
+Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.statistics`,
 which has the argument); the noise is added to those integers, with scales in grid units, and the
 noisy sums and squares are multiplied by their grid units after the draw (post-processing,
-``NoiseSpec.unit``; :func:`dpate_core.grid_sums.cell_noise`), so the two weightings'
-post-processing (:mod:`dpate_core.adjusted_weightings`) reads outcome units.
+``NoiseSpec.unit``; :func:`dpate_core.statistics.cell_noise`), so the two weightings'
+post-processing (:mod:`dpate_core.mechanisms.adjusted`) reads outcome units.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy.typing as npt
 
-from dpate_core.adjusted_weightings import (
+from dpate_core.mechanisms.adjusted._weightings import (
     RATIO_DAMPING,
     RESOLVE_Z,
     UNRESOLVED_FIXED_EFFECTS,
@@ -41,12 +41,6 @@ from dpate_core.adjusted_weightings import (
     assemble_fixed_effects,
     assemble_subclassification,
 )
-from dpate_core.grid_sums import (
-    CellStatistics,
-    cell_noise,
-    cell_scales,
-    cell_statistics,
-)
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -54,6 +48,12 @@ from dpate_core.release import (
     NoiseSpec,
     SiteEstimate,
     draw_once,
+)
+from dpate_core.statistics import (
+    CellStatistics,
+    cell_noise,
+    cell_scales,
+    cell_statistics,
 )
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Every combiner takes ``tau``, ``n`` and ``variance`` per site and returns an
 :class:`AggregateResult` with the estimate, its variance, a 95% confidence interval and which sites
-were used. Each is declared once, in :mod:`dpate_core.aggregators` (name, label, wording, plot
+were used. Each is declared once, in :mod:`dpate_core.aggregation` (name, label, wording, plot
 style and one vectorised implementation); the functions here are its one-row case, kept under
 their historical names.
 
@@ -28,12 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from dpate_core import aggregators as _reg
-from dpate_core.aggregator_parts import scalar_inputs, weighted_one
-from dpate_core.aggregators import AggregateResult, NoUsableSiteError
+from dpate_core.aggregation._parts import scalar_inputs, weighted_one
+from dpate_core.aggregation._registry import (
+    AggregateResult,
+    NoUsableSiteError,
+    RegistryView,
+    aggregator_of,
+)
 
 __all__ = [
-    "AGGREGATORS",
     "AggregateResult",
     "NoUsableSiteError",
     "agg_all",
@@ -49,8 +52,8 @@ __all__ = [
 Combiner = Callable[[Any, Any, Any], AggregateResult]
 
 
-#: ``{name: combiner}`` for every registered aggregator (:data:`dpate_core.aggregators.AGGREGATORS`)
-AGGREGATORS: Mapping[str, Combiner] = _reg.RegistryView(lambda a: a.one)
+#: ``{name: combiner}`` for every registered aggregator (:data:`dpate_core.aggregation.AGGREGATORS`)
+COMBINERS: Mapping[str, Combiner] = RegistryView(lambda a: a.one)
 
 
 def mvagg(tau: Any, n: Any, variance: Any) -> AggregateResult:
@@ -61,7 +64,7 @@ def mvagg(tau: Any, n: Any, variance: Any) -> AggregateResult:
     ``N_j var_j`` ascending, so sorting and one pass of prefix sums find it in O(J log J). Ties in
     the objective go to the shortest prefix.
     """
-    return _reg.aggregator_of("mvagg").one(tau, n, variance)
+    return aggregator_of("mvagg").one(tau, n, variance)
 
 
 def mvagg_brute_force(tau: Any, n: Any, variance: Any) -> AggregateResult:
@@ -79,17 +82,17 @@ def mvagg_brute_force(tau: Any, n: Any, variance: Any) -> AggregateResult:
 
 def agg_all(tau: Any, n: Any, variance: Any) -> AggregateResult:
     """AggAll: the ``N_j``-weighted mean of every usable site."""
-    return _reg.aggregator_of("all").one(tau, n, variance)
+    return aggregator_of("all").one(tau, n, variance)
 
 
 def agg_largest(tau: Any, n: Any, variance: Any) -> AggregateResult:
     """AggLargest: the site with the largest ``N_j`` (the first of equals, as in the paper)."""
-    return _reg.aggregator_of("largest").one(tau, n, variance)
+    return aggregator_of("largest").one(tau, n, variance)
 
 
 def inverse_variance(tau: Any, n: Any, variance: Any) -> AggregateResult:
     """Fixed-effect inverse-variance weighting: weights ``1/var_j``, variance ``1/sum(1/var_j)``."""
-    return _reg.aggregator_of("inverse_variance").one(tau, n, variance)
+    return aggregator_of("inverse_variance").one(tau, n, variance)
 
 
 def random_effects(tau: Any, n: Any, variance: Any) -> AggregateResult:
@@ -99,7 +102,7 @@ def random_effects(tau: Any, n: Any, variance: Any) -> AggregateResult:
     ``tau^2 = max(0, (Q - (k-1)) / (sum w - sum w^2 / sum w))``; weights ``1/(var_j + tau^2)``;
     ``I^2 = max(0, (Q - (k-1)) / Q)``. The reported variance is ``1 / sum 1/(var_j + tau^2)``.
     """
-    return _reg.aggregator_of("random_effects").one(tau, n, variance)
+    return aggregator_of("random_effects").one(tau, n, variance)
 
 
 def combiner(table: Mapping[str, Callable[..., Any]], method: str) -> Callable[..., Any]:
@@ -115,4 +118,4 @@ def aggregate(
 ) -> AggregateResult:
     """Dispatch by the study spec's aggregator name; ``resolved`` (one flag per site, default
     all True) marks the sites whose release resolved an estimate: the others are excluded."""
-    return _reg.aggregator_of(method).one(tau, n, variance, resolved)
+    return aggregator_of(method).one(tau, n, variance, resolved)

@@ -156,7 +156,7 @@ class Estimator:
 
 
 def _plan_dim(p: PlanInputs) -> MechanismPlan:
-    from dpate_core.difference_in_means import plan_difference_in_means
+    from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 
     return plan_difference_in_means(
         p.w,
@@ -172,9 +172,8 @@ def _plan_dim(p: PlanInputs) -> MechanismPlan:
 
 def _plan_matching(name: str) -> Callable[[PlanInputs], MechanismPlan]:
     def build(p: PlanInputs) -> MechanismPlan:
-        from dpate_core.estimators import matching_statistics
-        from dpate_core.grid_sums import cell_statistics
-        from dpate_core.matching import plan_matching
+        from dpate_core.mechanisms.matching import plan_matching
+        from dpate_core.statistics import cell_statistics, matching_statistics
 
         stats = matching_statistics(p.w, p.y, p.x, p.domain_size, bound=p.bound)
         cells = None
@@ -196,7 +195,7 @@ def _plan_matching(name: str) -> Callable[[PlanInputs], MechanismPlan]:
 
 
 def _plan_adjusted(p: PlanInputs) -> MechanismPlan:
-    from dpate_core.adjusted import plan_adjusted
+    from dpate_core.mechanisms.adjusted import plan_adjusted
 
     return plan_adjusted(
         p.w,
@@ -212,13 +211,16 @@ def _plan_adjusted(p: PlanInputs) -> MechanismPlan:
 
 
 def _adjusted_default() -> tuple[str, ...]:
-    from dpate_core.adjusted import DEFAULT_SPLIT
+    from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT
 
     return tuple(DEFAULT_SPLIT)
 
 
 def _adjusted_unresolved() -> tuple[str, ...]:
-    from dpate_core.adjusted import UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION
+    from dpate_core.mechanisms.adjusted import (
+        UNRESOLVED_FIXED_EFFECTS,
+        UNRESOLVED_SUBCLASSIFICATION,
+    )
 
     return (UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION)
 

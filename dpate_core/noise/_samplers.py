@@ -7,7 +7,7 @@ Two sources, chosen explicitly by the caller:
   arithmetic, which closes the floating-point attack on textbook samplers (Mironov 2012). See
   ``docs/privacy.md`` for why OpenDP and not a home-grown sampler. Integer statistics (counts and
   grid sums, :func:`integer_laplace_vector`) take the exact discrete Laplace sampler of
-  :mod:`dpate_core.discrete_laplace` instead: the same algorithm as OpenDP's, vectorised.
+  :mod:`dpate_core.noise` instead: the same algorithm as OpenDP's, vectorised.
 * ``rng=numpy.random.Generator`` (simulations, experiments and tests only): fast, seeded, vectorised,
   and **not** private. Nothing falls back to it silently: a release without an explicit generator
   always takes the secure path.
@@ -123,13 +123,13 @@ def integer_laplace_vector(
 ) -> npt.NDArray[np.float64]:
     """``loc + noise`` per entry of the 1-d array ``loc`` of integer values (counts, grid sums).
 
-    Secure (``rng`` None): exact discrete Laplace ``DLap(scale)`` (:mod:`dpate_core.discrete_laplace`;
+    Secure (``rng`` None): exact discrete Laplace ``DLap(scale)`` (:mod:`dpate_core.noise`;
     the privacy map of continuous Laplace noise of the same scale: ``L1 sensitivity / scale`` for
     an integer query), or OpenDP's :func:`laplace_vector` when the scale is beyond the exact
-    sampler's range (:func:`dpate_core.discrete_laplace.fits`; the values are exact, so its map
+    sampler's range (:func:`dpate_core.noise.fits`; the values are exact, so its map
     holds too). Simulated (``rng`` given): continuous ``Lap(scale)``, whose variance ``2 t^2``
     exceeds the discrete one by less than ``1/6`` (relative ``1 / (12 t^2)``)."""
-    from dpate_core.discrete_laplace import discrete_laplace_vector, fits
+    from dpate_core.noise._discrete_laplace import discrete_laplace_vector, fits
 
     _check_rng(rng)
     _check_scale(scale)

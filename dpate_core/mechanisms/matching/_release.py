@@ -3,7 +3,7 @@ variance (the appendix, as corrected), and the GlobalDPMatching baseline.
 
 :func:`smooth_dp_matching` and :func:`global_dp_matching` state the privacy costs;
 :func:`plan_matching` builds their :class:`~dpate_core.release.MechanismPlan` from the one-pass
-statistics of :func:`dpate_core.estimators.matching_statistics` (one plan serves the release and
+statistics of :func:`dpate_core.statistics.matching_statistics` (one plan serves the release and
 the simulations, see :mod:`dpate_core.release`).
 """
 
@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.estimators import MatchingStatistics, matching_statistics
+from dpate_core.mechanisms.matching._sensitivity import (
+    matching_ate_float_error,
+    matching_global_sensitivity,
+    matching_smooth_sensitivity,
+    matching_variance_float_error,
+    matching_variance_smooth_sensitivity,
+    smooth_beta,
+)
 from dpate_core.noise import Rng, analytic_gaussian_sigma
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -29,14 +36,7 @@ from dpate_core.release import (
     check_bound,
     release_once,
 )
-from dpate_core.sensitivity import (
-    matching_ate_float_error,
-    matching_global_sensitivity,
-    matching_smooth_sensitivity,
-    matching_variance_float_error,
-    matching_variance_smooth_sensitivity,
-    smooth_beta,
-)
+from dpate_core.statistics import MatchingStatistics, matching_statistics
 
 __all__ = ["global_dp_matching", "plan_matching", "smooth_dp_matching"]
 
@@ -60,7 +60,7 @@ def _variance_noise(
 ) -> NoiseSpec:
     """``V_hat + (2 S_V / eps_2) Lap(1)``: smooth-sensitivity Laplace on the variance estimate,
     ``S_V`` padded by twice the computed ``V_hat``'s rounding bound
-    (:func:`dpate_core.sensitivity.matching_variance_float_error`)."""
+    (:func:`dpate_core.mechanisms.matching.matching_variance_float_error`)."""
     e2 = p_var.epsilon_float
     beta2 = smooth_beta(e2, p_var.delta_float)
     s_var = matching_variance_smooth_sensitivity(
@@ -84,19 +84,19 @@ def _variance_part(
     """The variance part of a matching plan: its noise sites and how to read ``V_dp`` back.
 
     ``"appendix"``: one smooth-sensitivity Laplace draw on ``V_hat`` (the paper's). ``"stratified"``:
-    the three per-cell Laplace vectors of :func:`dpate_core.stratified_variance.stratified_noise`,
+    the three per-cell Laplace vectors of :func:`dpate_core.mechanisms.matching.stratified_noise`,
     the part's epsilon split by its ``SUBSPLIT`` (sensitivities of
-    :func:`dpate_core.grid_sums.sensitivities`); its delta is not spent."""
+    :func:`dpate_core.statistics.sensitivities`); its delta is not spent."""
     if variance == "appendix":
         return (_variance_noise(stats, bound, p_var, domain_size),), _read_appendix
-    from dpate_core.adjusted import THRESHOLD_FACTOR
-    from dpate_core.grid_sums import CellStatistics, cell_scales
-    from dpate_core.stratified_variance import SUBSPLIT, stratified_noise
+    from dpate_core.mechanisms.adjusted import THRESHOLD_FACTOR
+    from dpate_core.mechanisms.matching._stratified_variance import SUBSPLIT, stratified_noise
+    from dpate_core.statistics import CellStatistics, cell_scales
 
     if not isinstance(cells, CellStatistics):
         raise ValueError(
             "variance = 'stratified' needs the per-cell statistics of the same records: pass "
-            "cells=dpate_core.grid_sums.cell_statistics(w, y, x, domain_size=..., bound=B)"
+            "cells=dpate_core.statistics.cell_statistics(w, y, x, domain_size=..., bound=B)"
         )
     if (
         cells.n != stats.n
@@ -127,13 +127,13 @@ def plan_matching(
     cells: Any = None,
 ) -> MechanismPlan:
     """The plan of :func:`smooth_dp_matching` or :func:`global_dp_matching` from the one-pass
-    statistics of :func:`dpate_core.estimators.matching_statistics` (see those for the privacy
+    statistics of :func:`dpate_core.statistics.matching_statistics` (see those for the privacy
     statements). Experiments compute ``stats`` once per data split and reuse it.
 
     ``variance``: ``"appendix"`` (default, the paper's ``V_hat`` with its smooth sensitivity) or
-    ``"stratified"``: the within-cell sampling variance of :mod:`dpate_core.stratified_variance`,
+    ``"stratified"``: the within-cell sampling variance of :mod:`dpate_core.mechanisms.matching`,
     released from noisy per-cell statistics (``cells``, from
-    :func:`dpate_core.grid_sums.cell_statistics` on the same records) with the variance part of
+    :func:`dpate_core.statistics.cell_statistics` on the same records) with the variance part of
     the budget, pure ``(eps_2, 0)``-DP (``docs/privacy.md``, Stratified variance)."""
     bound, total = _checked_request(estimator, stats, bound, epsilon, delta, variance)
     smooth = estimator == "smooth_matching"

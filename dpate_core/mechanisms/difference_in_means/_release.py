@@ -7,9 +7,9 @@ only and derives the variance from ``p (1 - p)``.
 
 Exact sums. The arm counts, sums of ``Y`` and sums of ``Y^2`` are the adjusted estimator's cell
 statistics with one stratum and no centring (:func:`arm_statistics`, the one compiled kernel of
-:func:`dpate_core.grid_sums.cell_statistics`): each record's ``Y`` is rounded to the public grid
+:func:`dpate_core.statistics.cell_statistics`): each record's ``Y`` is rounded to the public grid
 ``B 2^-k`` and its square to ``B^2 2^-m`` (``k``, ``m`` from the public ``N``,
-:func:`~dpate_core.grid_sums.grid_bits`), and the grid values are summed as integers. The sums are
+:func:`~dpate_core.statistics.grid_bits`), and the grid values are summed as integers. The sums are
 exact, so they do not depend on record order or on how the records are summed: a site whose
 engine computes them (:func:`dpate.schemas.site_data.read_site_records`) releases exactly what the
 in-memory path releases.
@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.grid_sums import CellStatistics, cell_statistics
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
@@ -45,6 +44,7 @@ from dpate_core.release import (
     check_outcomes,
     release_once,
 )
+from dpate_core.statistics import CellStatistics, cell_statistics
 
 __all__ = [
     "arm_statistics",

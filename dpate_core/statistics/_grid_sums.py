@@ -1,6 +1,6 @@
 """Per-cell sufficient statistics as exact integer sums on a public grid: the one compiled pass
-that the adjusted release (:mod:`dpate_core.adjusted`, centred) and the DP difference in means
-(:func:`dpate_core.difference_in_means.arm_statistics`, one stratum, not centred) both use.
+that the adjusted release (:mod:`dpate_core.mechanisms.adjusted`, centred) and the DP difference in means
+(:func:`dpate_core.mechanisms.difference_in_means.arm_statistics`, one stratum, not centred) both use.
 
 Exactness. Floating-point sums are not exactly additive, so the sensitivity of a float sum can
 exceed the bound proved for real numbers. One pass therefore quantises each record's centred outcome
@@ -11,7 +11,7 @@ is added to those integers, with scales in grid units, and the noisy value is mu
 grid unit after the draw (post-processing, :attr:`dpate_core.release.NoiseSpec.unit`; the three
 per-cell vectors as noise sites: :func:`cell_noise`), so every assembly reads outcome units. The DP
 difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
-stratum and no centring (``centred=False``; :func:`dpate_core.difference_in_means.arm_statistics`).
+stratum and no centring (``centred=False``; :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,16 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from dpate_core.estimators import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
 from dpate_core.privacy import PrivacyParams
 from dpate_core.release import NoiseSpec, check_bound
+from dpate_core.statistics._algorithm1 import (
+    _BAD_W,
+    _BAD_X,
+    _BAD_Y,
+    _OK,
+    check_status,
+    record_arrays,
+)
 
 __all__ = [
     "COUNT_SENSITIVITY",
@@ -50,7 +57,7 @@ def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
 
     ``centred`` (the adjusted estimator): a centred outcome ``Y - B/2`` is an integer in
     ``[-2^(k-1), 2^(k-1)]``, its square one in ``[0, 2^(m-2)]``. Not centred (the difference in
-    means, :func:`dpate_core.difference_in_means.arm_statistics`): ``Y`` is an integer in
+    means, :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`): ``Y`` is an integer in
     ``[0, 2^k]`` and ``Y^2`` one in ``[0, 2^m]``, so both grids are one or two bits coarser. With
     ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the sums are
     exact in int64 and exactly representable as floats.

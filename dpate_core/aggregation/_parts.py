@@ -1,9 +1,9 @@
-"""What every aggregator of :mod:`dpate_core.aggregators` shares: the result types (one
+"""What every aggregator of :mod:`dpate_core.aggregation` shares: the result types (one
 combination, :class:`AggregateResult`; many rows, :class:`AggregateMany`), a combiner's inputs and
 decision (:class:`Rows`, :class:`Combination`), and the two halves around a combiner: the inputs
 checked (one set of sites, or ``(reps, J)`` rows) and the final weighted mean.
 
-The names are importable from :mod:`dpate_core.aggregators` too.
+The names are importable from :mod:`dpate_core.aggregation` too.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from statistics import NormalDist
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
-from dpate_core.plan_inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
-from dpate_core.predictors import PREDICTORS, Predictor, adjusted_weighting
+from dpate_core.planning._inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
+from dpate_core.planning._predictors import PREDICTORS, Predictor, adjusted_weighting
 
 __all__ = ["SitePredictions", "predict_site"]
 
@@ -33,7 +33,7 @@ def _predictor(estimator: str) -> Predictor:
     except KeyError:
         raise ValueError(
             f"no prediction for estimator {estimator!r} (known: {sorted(PREDICTORS)}): register "
-            f"one with dpate_core.predictors.register_predictor"
+            f"one with dpate_core.planning.register_predictor"
         ) from None
 
 
@@ -97,14 +97,14 @@ def _combine(aggregator: str, preds: Sequence[SitePrediction]) -> AggregateResul
 
 
 def _parts(estimator: str, arm_sizes_public: bool) -> int:
-    from dpate_core.registry import ESTIMATORS
+    from dpate_core.mechanisms import ESTIMATORS
 
     e = ESTIMATORS.get(estimator)
     return 2 if e is None else e.n_parts(arm_sizes_public)
 
 
 def _needs_delta(estimator: str) -> bool:
-    from dpate_core.registry import ESTIMATORS
+    from dpate_core.mechanisms import ESTIMATORS
 
     e = ESTIMATORS.get(estimator)
     return e is not None and not e.pure

@@ -1,11 +1,11 @@
 """The two post-processings of the adjusted release's three noisy vectors
-(:mod:`dpate_core.adjusted`, ``docs/adjusted.md``, "Two weightings"): stratum fixed effects
+(:mod:`dpate_core.mechanisms.adjusted`, ``docs/adjusted.md``, "Two weightings"): stratum fixed effects
 (:func:`assemble_fixed_effects`) and Algorithm 1's subclassification
 (:func:`assemble_subclassification`), each with its sampling and noise variances, from the noisy
 vectors and public constants only (:class:`PublicConstants`). Both work on one release
 ``(cells,)`` and on ``(reps, cells)`` at once. The noisy sums and squares arrive in outcome units:
 they are noised in grid units and multiplied by their grid unit after the draw
-(:func:`dpate_core.grid_sums.cell_noise`, ``NoiseSpec.unit``).
+(:func:`dpate_core.statistics.cell_noise`, ``NoiseSpec.unit``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Inputs: each site's ``N``, the strata domain ``|X|``, the outcome bound ``B``, the per-site budget
 ``(epsilon, delta)`` and its split, the estimator and the aggregator. No record is read and nothing
 is spent. Where a prediction needs a feature of the data, it is an explicit
-:class:`~dpate_core.plan_inputs.Assumptions` field, listed in every :class:`StudyPlan`
+:class:`~dpate_core.planning.Assumptions` field, listed in every :class:`StudyPlan`
 (``assumptions``):
 
 * the treated share of each site (default 1/2) and strata equally filled (each arm's records spread
@@ -12,25 +12,25 @@ is spent. Where a prediction needs a feature of the data, it is an explicit
   outcome in ``[0, B]`` can have: a worst case);
 * the effect, for the matching variance estimate's ``(Yhat(1) - Yhat(0))^2`` (default 0).
 
-Predictions per site (one function per estimator in :data:`~dpate_core.predictors.PREDICTORS`;
+Predictions per site (one function per estimator in :data:`~dpate_core.planning.PREDICTORS`;
 add one for a new estimator): the sampling variance, the DP noise variance, the expected
 *reported* variance (the release clamps a noisy sampling part at 0, which inflates it:
 ``E max(v + Lap(b), 0) = v + (b/2) e^(-v/b)``) and the normal interval's half-width
 ``z sqrt(E reported variance)``. For the matching estimators the smooth sensitivities are computed
-by :mod:`dpate_core.sensitivity` on the assumed count vector (public, given the assumption). The
+by :mod:`dpate_core.mechanisms.matching` on the assumed count vector (public, given the assumption). The
 adjusted estimator is predicted for the weighting the release would use (the spec's
 ``adjusted_weighting``, ``"auto"`` resolved by the release's own public rule:
-:func:`~dpate_core.predictors.adjusted_weighting`). The combined prediction runs the spec's
+:func:`~dpate_core.planning.adjusted_weighting`). The combined prediction runs the spec's
 combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
 its predicted choice of sites (in a release the choice is made on noisy variances).
 
 ``docs/inference.md`` describes the method and its accuracy.
 
 Modules: this one holds the study plan (:func:`plan_study`, :class:`StudyPlan`); the inputs and a
-site's prediction are in :mod:`dpate_core.plan_inputs`, the per-estimator predictions in
-:mod:`dpate_core.predictors`, one site's prediction and the combined one in
-:mod:`dpate_core.site_prediction`, the recommendation of estimator and split in
-:mod:`dpate_core.plan_recommendation`.
+site's prediction are in :mod:`dpate_core.planning`, the per-estimator predictions in
+:mod:`dpate_core.planning`, one site's prediction and the combined one in
+:mod:`dpate_core.planning`, the recommendation of estimator and split in
+:mod:`dpate_core.planning`.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
-from dpate_core.plan_inputs import Assumptions, SiteDesign, SitePrediction
-from dpate_core.plan_recommendation import Recommendation, _recommend
-from dpate_core.site_prediction import SitePredictions, _combine, _z, predict_site
+from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
+from dpate_core.planning._recommendation import Recommendation, _recommend
+from dpate_core.planning._site import SitePredictions, _combine, _z, predict_site
 
 __all__ = ["StudyPlan", "plan_study"]
 

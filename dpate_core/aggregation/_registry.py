@@ -23,7 +23,7 @@ spec's choices, the aggregation task's wording and the experiments' labels and s
 (``docs/extending.md``).
 
 The result types, a combiner's :class:`Rows` and :class:`Combination`, and the shared halves (the
-inputs checked, the final weighted mean) are in :mod:`dpate_core.aggregator_parts`.
+inputs checked, the final weighted mean) are in :mod:`dpate_core.aggregation`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from dpate_core.aggregator_parts import (
+from dpate_core.aggregation._parts import (
     UNRESOLVED,
     AggregateMany,
     AggregateResult,

@@ -18,7 +18,7 @@ within-cell sample variances ``s_g^2`` (divisor ``n_g - 1``), which are unbiased
 ``sigma_g^2``: so is the estimate.
 
 Release. The cell counts, centred sums and centred sums of squares are released exactly as by the
-adjusted estimator (:func:`dpate_core.grid_sums.cell_statistics`; the same three Laplace vector
+adjusted estimator (:func:`dpate_core.statistics.cell_statistics`; the same three Laplace vector
 queries and sensitivities 2, ``B``, ``B^2/2``), spending the variance part of a matching release
 split by :data:`SUBSPLIT`; everything after the noise is post-processing. The variance part is
 then ``(eps_2, 0)``-DP with no smooth sensitivity and no data-dependent scale.
@@ -100,11 +100,11 @@ def stratified_noise(
     """The noise sites of the stratified variance and the post-processing that turns their noisy
     values into the estimate (floats for a release, ``(reps,)`` arrays in simulations).
 
-    ``cells``: :class:`dpate_core.grid_sums.CellStatistics`; ``scales``: the Laplace scales of the
+    ``cells``: :class:`dpate_core.statistics.CellStatistics`; ``scales``: the Laplace scales of the
     counts, sums and squares in the units they are noised in (grid units for the sums and
     squares), computed by the caller from the sensitivities and the shares; ``min_count``: a
     stratum is used when both noisy arm counts reach it (public). The noise sites are
-    :func:`dpate_core.grid_sums.cell_noise`'s, named ``variance_*``: the sums and squares are
+    :func:`dpate_core.statistics.cell_noise`'s, named ``variance_*``: the sums and squares are
     multiplied by their grid units after the draw, so the post-processing reads outcome units.
 
     Post-processing, per cell: counts clipped to ``[0, N]``;
@@ -115,7 +115,7 @@ def stratified_noise(
     ``(1/N^2) sum_usable [K(n_t, n_c) s_t^2 + K(n_c, n_t) s_c^2]`` with ``K`` at the rounded noisy
     counts. The caller clamps the total at 0 for the reported variance.
     """
-    from dpate_core.grid_sums import cell_noise
+    from dpate_core.statistics import cell_noise
 
     noise = cell_noise(cells, scales, "variance_")
     scale_n = noise[0].scale

@@ -23,7 +23,7 @@ interval also spans the percentile interval of the re-runs (:func:`_pivot`).
 A site whose release is not resolved (``SiteEstimate.resolved``) has no interval, and no
 combiner uses it.
 
-The noise models live in :mod:`dpate_core.noise_models`; their names are importable from here.
+The noise models live in :mod:`dpate_core.inference`; their names are importable from here.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
+from dpate_core.inference._noise_models import NOISE_MODELS, NoiseDraws, register_noise_model
 from dpate_core.intervals import normal_interval
-from dpate_core.noise_models import NOISE_MODELS, NoiseDraws, register_noise_model
 from dpate_core.release import SiteEstimate
 from dpate_core.simulation import aggregate_many
 
@@ -281,7 +281,7 @@ def public_site(site: Any) -> SiteEstimate:
 
 
 # ---------------------------------------------------------------------------------------------
-# A site's bootstrap draws (the noise models are in dpate_core.noise_models)
+# A site's bootstrap draws (the noise models are in dpate_core.inference)
 
 
 def site_draws(site: Any, rng: np.random.Generator, reps: int) -> NoiseDraws:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpate_core.privacy import PrivacyParams
+from dpate_core.privacy._params import PrivacyParams
 
 __all__ = ["NOTHING", "BudgetCheck", "check_budget"]
 
@@ -54,7 +54,7 @@ def check_budget(
     sums are compared as numbers, never built as a :class:`PrivacyParams`, so a spend past the
     cap or a delta sum of 1 or more is answered (it does not fit) rather than raised.
 
-    >>> from dpate_core.privacy import PrivacyParams as P
+    >>> from dpate_core.privacy._params import PrivacyParams as P
     >>> c = check_budget(P.of(1, "1e-5"), P.of("2/3", "1e-5"), P.of("1/3"))
     >>> c.fits, str(c.remaining.epsilon), str(c.remaining.delta)
     (True, '1/3', '0')

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpate_core.mechanisms.matching import smooth_beta
 from dpate_core.noise import analytic_gaussian_sigma
 from dpate_core.release import SiteEstimate
-from dpate_core.sensitivity import smooth_beta
 
 __all__ = ["NOISE_MODELS", "NoiseDraws", "NoiseModel", "register_noise_model"]
 
@@ -128,7 +128,7 @@ def _smooth_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> No
 
 @register_noise_model("adjusted")
 def _adjusted_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
-    """DP subclassification (``dpate_core.adjusted``, ``docs/adjusted.md``): the error is a sum of
+    """DP subclassification (``dpate_core.mechanisms.adjusted``, ``docs/adjusted.md``): the error is a sum of
     Laplace terms over the usable strata's cells (sums and counts, delta method), whose total
     variance is the published ``noise_variance``. Per-cell counts are not published, so the
     model spreads that variance evenly over ``2 k`` Laplace terms, ``k`` the published
