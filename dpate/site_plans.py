@@ -6,18 +6,24 @@ simulations) from its validated records (pre-noise values: private), apart from 
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import numpy as np
 
-from dpate.schemas.site_data import RecordOrder, SecureOrder, SiteData, SiteStatistics
+from dpate.schemas.site_data import (
+    RecordOrder,
+    SecureOrder,
+    SiteData,
+    SiteStatistics,
+    prepare_site_data,
+    read_site_records,
+)
 from dpate.schemas.spec import StudySpec
-from dpate_core.mechanisms import PlanInputs
-from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
-from dpate_core.mechanisms.difference_in_means import plan_difference_in_means_from_statistics
-from dpate_core.mechanisms.matching import plan_matching
+from dpate.settings import SiteContext
+from dpate_core.mechanisms import PlanInputs, StatisticsInputs
 from dpate_core.release import MechanismPlan
 
-__all__ = ["data_independent_order", "plan_from_records", "record_order"]
+__all__ = ["data_independent_order", "plan_from_records", "read_for_release", "record_order"]
 
 
 def data_independent_order(n: int) -> np.ndarray:
@@ -36,42 +42,27 @@ def record_order(n: int) -> RecordOrder:
     return SecureOrder()
 
 
-def _plan_statistics(spec: StudySpec, site_id: str, data: SiteStatistics) -> MechanismPlan:
-    """The spec's mechanism from the statistics its engine computed."""
-    privacy = spec.site(site_id).privacy
-    split = spec.budget_split(site_id).shares
-    if spec.estimator == "adjusted":
-        return plan_adjusted_from_statistics(
-            data.cells,
-            epsilon=privacy.epsilon,
-            delta=privacy.delta,
-            split=split,
-            weighting=spec.weighting,
+def read_for_release(ctx: SiteContext) -> SiteStatistics | SiteData:
+    """The site's data validated and reduced, where it lives, to what its estimator's release
+    needs (:func:`dpate.schemas.site_data.read_site_records`: per-cell statistics, and Algorithm
+    1's for an order-dependent estimator); for an estimator that plans only from records (no
+    ``plan_from_statistics``), the validated records themselves, read into the site's process.
+    Raises :class:`~dpate.schemas.site_data.SiteDataError` (columns, rules, counts, positions)."""
+    if ctx.spec.estimator_info.plan_from_statistics is None:
+        return prepare_site_data(
+            ctx.data_location,
+            ctx.spec,
+            fmt=ctx.spec.site(ctx.site_id).format,
+            query=ctx.data_query,
+            secret=ctx.data_secret,
         )
-    if spec.estimator == "dim":
-        return plan_difference_in_means_from_statistics(
-            data.cells,
-            epsilon=privacy.epsilon,
-            delta=privacy.delta,
-            split=split,
-            arm_sizes_public=bool(spec.arm_sizes_public),
-            binary=spec.outcome.binary,
-        )
-    if data.matching is None:
-        raise ValueError(
-            f"estimator {spec.estimator!r} needs Algorithm 1's statistics: read the site's data "
-            f"with matching=True"
-        )
-    return plan_matching(
-        spec.estimator,
-        data.matching,
-        bound=spec.outcome.bound,
-        epsilon=privacy.epsilon,
-        delta=privacy.delta,
-        domain_size=spec.domain_size,
-        split=split,
-        variance=spec.variance_mode,
-        cells=data.cells if spec.variance_mode == "stratified" else None,
+    return read_site_records(
+        ctx.spec,
+        ctx.site_id,
+        ctx.data_location,
+        query=ctx.data_query,
+        secret=ctx.data_secret,
+        order=record_order,
     )
 
 
@@ -81,24 +72,24 @@ def plan_from_records(
     """The spec's mechanism on the site's statistics (a release) or validated records (tests and
     simulations; an order-dependent estimator gets its records in a fresh data-independent
     order). Pre-noise values: private."""
+    est = spec.estimator_info
+    common: dict[str, Any] = {
+        "domain_size": spec.domain_size,
+        "bound": spec.outcome.bound,
+        "privacy": spec.site(site_id).privacy,
+        "split": spec.budget_split(site_id).shares,
+        "options": spec.options,
+        "binary": spec.outcome.binary,
+    }
     if isinstance(data, SiteStatistics):
-        return _plan_statistics(spec, site_id, data)
+        if est.plan_from_statistics is None:
+            raise ValueError(
+                f"estimator {est.name!r} plans only from records: read the site's data with "
+                f"dpate.schemas.site_data.prepare_site_data"
+            )
+        return est.plan_from_statistics(StatisticsInputs(data.cells, data.matching, **common))
     w, y, x = data.w, data.y, data.x
-    if spec.estimator_info.order_dependent:
+    if est.order_dependent:
         order = data_independent_order(data.n)
         w, y, x = w[order], y[order], x[order]
-    return spec.estimator_info.plan(
-        PlanInputs(
-            w=w,
-            y=y,
-            x=x,
-            domain_size=data.domain_size,
-            bound=spec.outcome.bound,
-            privacy=spec.site(site_id).privacy,
-            split=spec.budget_split(site_id).shares,
-            arm_sizes_public=spec.arm_sizes_public,
-            variance=spec.variance_mode,
-            binary=spec.outcome.binary,
-            weighting=spec.weighting,
-        )
-    )
+    return est.plan(PlanInputs(w, y, x, **common))

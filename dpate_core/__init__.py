@@ -22,11 +22,12 @@ from the bottom up:
 # first: numba must not cache compiled kernels inside the installed package
 import dpate_core.compile_cache  # noqa: F401
 from dpate_core.aggregation import AGGREGATORS, AggregateResult, aggregate
+from dpate_core.mechanisms import ESTIMATORS
 from dpate_core.mechanisms.adjusted import dp_adjusted
 from dpate_core.mechanisms.difference_in_means import dp_difference_in_means
 from dpate_core.mechanisms.matching import global_dp_matching, smooth_dp_matching
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
-from dpate_core.release import ESTIMATORS, SiteEstimate
+from dpate_core.release import SiteEstimate
 
 __all__ = [
     "AGGREGATORS",

@@ -29,7 +29,6 @@ from dpate_core.noise import Rng, gaussian, integer_laplace_vector, laplace, lap
 from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
-    "ESTIMATORS",
     "MechanismPlan",
     "NoiseSpec",
     "Outputs",
@@ -41,8 +40,6 @@ __all__ = [
     "draw_once",
     "release_once",
 ]
-
-ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.mechanisms
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def _problems(
             )
     # every stratified estimator (matching, adjusted) needs a stratum with both arms; the
     # difference in means ignores strata
-    if out or spec.estimator == "dim":
+    if out or not spec.estimator_info.stratified:
         return out
     if not common_support():
         out.append(

@@ -47,7 +47,7 @@ from pydantic import (
     model_validator,
 )
 
-from dpate.schemas.spec_checks import cross_field_problems
+from dpate.schemas.spec_checks import cross_field_problems, option_object
 from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
 from dpate.schemas.spec_fields import _ID, _ID_HINT, _Model
 from dpate.schemas.spec_sites import SiteSpec
@@ -125,10 +125,12 @@ class StudySpec(_Model):
     finite: ``"reject"`` (default: refuse the file, naming columns and counts) or ``"drop"`` (drop
     those rows; the operator's report says how many, and the released ``N`` is the count kept).
 
-    ``arm_sizes_public``: required with estimator ``"dim"`` (no silent default: ``true``
-    publishes ``N_t`` and ``N_c`` exactly as public design facts, ``false`` spends a third budget
-    part on a DP treated count, ERRATA section 5); refused with the matching estimators, which
-    publish no arm sizes (and in an observational design arm sizes are never public).
+    The estimator's options (:attr:`options`, an instance of its ``options`` dataclass): the built-in
+    estimators' are read from the top-level keys ``arm_sizes_public`` (required with ``"dim"``:
+    ``true`` publishes ``N_t`` and ``N_c`` exactly as public design facts, ``false`` spends a
+    third budget part on a DP treated count), ``variance`` (the matching estimators) and
+    ``adjusted_weighting``; any estimator's from the ``[estimator_options]`` table. An option the
+    estimator does not have is refused.
 
     ``require_all_sites``: the aggregation fails unless every site has published a valid report
     (True, default); otherwise it proceeds with the valid reports and lists the missing sites.
@@ -157,6 +159,9 @@ class StudySpec(_Model):
     adjusted_weighting: Literal["auto", "subclassification", "fixed_effects"] | None = Field(
         default=None, exclude_if=lambda v: v is None
     )
+    #: the estimator's options that have no top-level key (its ``options`` dataclass's other
+    #: fields, by name); omitted from the canonical form when empty
+    estimator_options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
     missing: Literal["reject", "drop"] = "reject"
     treatment: TreatmentSpec
     outcome: OutcomeSpec
@@ -184,15 +189,27 @@ class StudySpec(_Model):
         return estimator_of(self.estimator)
 
     @property
+    def options(self) -> Any:
+        """The estimator's options (an instance of its ``options`` dataclass; None when it has
+        none), read from the spec's top-level keys and ``[estimator_options]``
+        (:func:`dpate.schemas.spec_checks.option_object`; validated with the spec)."""
+        return option_object(self)
+
+    @property
     def release_parts(self) -> int:
         """How many parts one release splits its budget into (the length of a budget split)."""
-        return self.estimator_info.n_parts(self.arm_sizes_public, self.outcome.binary)
+        return self.estimator_info.n_parts(self.options, self.outcome.binary)
 
     @property
     def publishes_exact_arm_sizes(self) -> bool:
-        """Whether a release publishes ``N_t`` and ``N_c`` exactly (``dim`` with public arm
-        sizes); every release publishes its ``N`` exactly."""
-        return self.estimator == "dim" and bool(self.arm_sizes_public)
+        """Whether a release publishes ``N_t`` and ``N_c`` exactly (the difference in means with
+        public arm sizes); every release publishes its ``N`` exactly."""
+        return self.estimator_info.publishes_arm_sizes(self.options)
+
+    @property
+    def estimand(self) -> str:
+        """What the study estimates, in words a clinician reads."""
+        return self.estimator_info.estimand_of(self.options)
 
     @property
     def domain_size(self) -> int:
@@ -214,35 +231,16 @@ class StudySpec(_Model):
         split for the paper's mechanisms, ``docs/adjusted.md`` for the adjusted one; the presets
         ``"paper"`` and ``"default"`` per :meth:`dpate_core.mechanisms.Estimator.split`)."""
         return self.estimator_info.split(
-            self.site(site_id).budget_split, self.arm_sizes_public, self.outcome.binary
+            self.site(site_id).budget_split, self.options, self.outcome.binary
         )
 
-    @property
-    def variance_mode(self) -> str:
-        """The matching estimators' variance mode (``"appendix"`` unless the spec says
-        ``"stratified"``); pass it as ``PlanInputs.variance``."""
-        return self.variance or "appendix"
-
-    @property
-    def weighting(self) -> str:
-        """The adjusted estimator's weighting as written (``"auto"`` unless the spec says
-        otherwise); pass it as ``PlanInputs.weighting``. :meth:`resolved_weighting` gives the one
-        a site's release uses."""
-        return self.adjusted_weighting or "auto"
-
-    def resolved_weighting(self, site_id: str, n: int) -> str | None:
-        """The weighting the site's adjusted release would use with ``n`` records (its public,
-        published ``N``): :attr:`weighting`, or for ``"auto"`` the public rule
-        ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` with the ratio bias's predicted remainder at
-        most ``AUTO_BIAS`` (:func:`dpate_core.planning.adjusted_weighting`).
-        None for the other estimators."""
-        if self.estimator != "adjusted":
-            return None
-        from dpate_core.planning import adjusted_weighting
-
+    def site_variant(self, site_id: str, n: int) -> str | None:
+        """The variant the site's release would use with ``n`` records (its public, published
+        ``N``), where a public rule picks one (the adjusted estimator's weighting); None for an
+        estimator with one variant."""
         s = self.site(site_id)
-        return adjusted_weighting(
-            self.weighting, n, self.domain_size, s.epsilon, self.budget_split(site_id).shares
+        return self.estimator_info.variant_of(
+            self.options, n, self.domain_size, s.epsilon, self.budget_split(site_id).shares
         )
 
     def release_cost(self, site_id: str) -> PrivacyParams:

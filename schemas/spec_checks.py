@@ -4,14 +4,18 @@ the rule and says what would be valid."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from dpate_core.mechanisms import ESTIMATORS
+from pydantic import TypeAdapter, ValidationError
+
+from dpate_core.mechanisms import ESTIMATORS, Estimator
 
 if TYPE_CHECKING:
     from dpate.schemas.spec import StudySpec
 
-__all__ = ["MAX_DOMAIN_SIZE", "cross_field_problems"]
+__all__ = ["MAX_DOMAIN_SIZE", "cross_field_problems", "option_object", "option_values"]
 
 #: Largest allowed |X|: stratum ids must fit comfortably in int64 and the smooth sensitivity's
 #: O(N min(|X|, N)) cost must stay sane.
@@ -43,27 +47,6 @@ def _design_problems(spec: StudySpec) -> Problems:
                 f"design: use one of {valid} for an {spec.design} study",
             )
         )
-    if spec.estimator == "dim" and spec.arm_sizes_public is None:
-        problems.append(
-            (
-                "arm_sizes_public",
-                "estimator 'dim' publishes the arm sizes N_t and N_c exactly when they are "
-                "public design facts: say so explicitly, arm_sizes_public = true (the paper's "
-                "randomized-trial setting) or false (a DP treated count, a third budget part)",
-            )
-        )
-    elif spec.estimator != "dim" and spec.arm_sizes_public is not None:
-        why = (
-            "arm sizes are not public in an observational design"
-            if spec.design == "observational"
-            else f"estimator {spec.estimator!r} publishes no arm sizes"
-        )
-        problems.append(
-            (
-                "arm_sizes_public",
-                f"{why}: remove arm_sizes_public (it applies to estimator 'dim' only)",
-            )
-        )
     if (est.needs_covariates or spec.design == "observational") and not spec.covariates:
         why = (
             f"estimator {spec.estimator!r} matches on covariates"
@@ -93,35 +76,114 @@ def _repeat_problems(spec: StudySpec) -> Problems:
     return problems
 
 
+def _spec_key(f: dataclasses.Field[Any]) -> str | None:
+    key = f.metadata.get("spec_key")
+    return None if key is None else str(key)
+
+
+def _keyed_options() -> dict[str, list[str]]:
+    """Every top-level spec key an estimator reads an option from, with the estimators that do."""
+    out: dict[str, list[str]] = {}
+    for est in ESTIMATORS.values():
+        for f in est.option_fields():
+            key = _spec_key(f)
+            if key is not None:
+                out.setdefault(key, []).append(est.name)
+    return out
+
+
+def option_values(spec: StudySpec) -> dict[str, Any]:
+    """The estimator's option values the spec gives, by field name: a field with a
+    ``spec_key`` from that top-level key (when set), every other from ``[estimator_options]``."""
+    est = spec.estimator_info
+    values: dict[str, Any] = {}
+    for f in est.option_fields():
+        key = _spec_key(f)
+        if key is None:
+            if f.name in spec.estimator_options:
+                values[f.name] = spec.estimator_options[f.name]
+        elif getattr(spec, key, None) is not None:
+            values[f.name] = getattr(spec, key)
+    return values
+
+
+@lru_cache(maxsize=64)
+def _adapter(options: type) -> TypeAdapter[Any]:
+    return TypeAdapter(options)
+
+
+def option_object(spec: StudySpec) -> Any:
+    """The estimator's options (its ``options`` dataclass, validated), None without options."""
+    est = spec.estimator_info
+    if est.options is None:
+        return None
+    return _adapter(est.options).validate_python(option_values(spec))
+
+
 def _option_problems(spec: StudySpec) -> Problems:
-    """Estimator options (variance, adjusted_weighting, outcome.binary) the estimator lacks."""
+    """The estimator's options: each one given must be one it has (a top-level key or an
+    ``[estimator_options]`` entry), each one without a default must be given, each value must
+    have its type; a binary outcome needs an estimator with a binary-outcome mode."""
     est = spec.estimator_info
     problems: Problems = []
-    if spec.variance is not None and spec.variance not in est.variance_modes:
+    fields = est.option_fields()
+    own_keys = {_spec_key(f) for f in fields} - {None}
+    for key, owners in _keyed_options().items():
+        if key not in own_keys and getattr(spec, key, None) is not None:
+            designs = {d for name in owners for d in ESTIMATORS[name].designs}
+            where = "" if spec.design in designs else f", never to an {spec.design} design"
+            problems.append(
+                (
+                    key,
+                    f"estimator {est.name!r} has no option {key}: remove it (it applies to "
+                    f"{_names(owners)}{where})",
+                )
+            )
+    table = {f.name for f in fields if _spec_key(f) is None}
+    for name in sorted(set(spec.estimator_options) - table):
         problems.append(
             (
-                "variance",
-                f"estimator {spec.estimator!r} has no variance option: remove variance (it "
-                f"applies to 'smooth_matching' and 'global_matching')",
+                f"estimator_options.{name}",
+                f"estimator {est.name!r} has no option {name!r}"
+                + (f": its options are {sorted(table)}" if table else ": it has none here"),
             )
         )
-    if spec.adjusted_weighting is not None and spec.estimator != "adjusted":
-        problems.append(
-            (
-                "adjusted_weighting",
-                f"estimator {spec.estimator!r} has no weighting option: remove "
-                f"adjusted_weighting (it applies to estimator 'adjusted' only)",
-            )
-        )
-    if spec.outcome.binary and est.binary_parts is None:
+    values = option_values(spec)
+    for f in fields:
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in values:
+            where = _spec_key(f) or f"estimator_options.{f.name}"
+            doc = f.metadata.get("doc", f"required by estimator {est.name!r}")
+            problems.append((where, str(doc)))
+    if not problems and est.options is not None:
+        try:
+            option_object(spec)
+        except ValidationError as exc:
+            problems += _validation_problems(est, exc)
+    if spec.outcome.binary and not est.binary_outcome:
+        owners = [e.name for e in ESTIMATORS.values() if e.binary_outcome]
         problems.append(
             (
                 "outcome.binary",
                 f"estimator {spec.estimator!r} has no binary-outcome mode: remove "
-                f"outcome.binary (it applies to estimator 'dim')",
+                f"outcome.binary (it applies to {_names(owners)})",
             )
         )
     return problems
+
+
+def _names(names: list[str]) -> str:
+    return f"estimator {names[0]!r}" if len(names) == 1 else f"estimators {names}"
+
+
+def _validation_problems(est: Estimator, exc: ValidationError) -> Problems:
+    """An option's wrong type or value, at the key the spec gives it (never echoing it)."""
+    keys = {f.name: _spec_key(f) or f"estimator_options.{f.name}" for f in est.option_fields()}
+    out: Problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        name = str(err["loc"][0]) if err["loc"] else ""
+        out.append((keys.get(name, "estimator_options"), err["msg"]))
+    return out
 
 
 def _site_problems(spec: StudySpec) -> Problems:
@@ -129,7 +191,11 @@ def _site_problems(spec: StudySpec) -> Problems:
     public keys required by require_signed_reports."""
     est = spec.estimator_info
     problems: Problems = []
-    parts = spec.release_parts
+    try:  # an option problem is reported by _option_problems; count the parts without it
+        options = option_object(spec)
+    except ValidationError:
+        options = None
+    parts = est.n_parts(options, spec.outcome.binary)
     for j, s in enumerate(spec.sites):
         if isinstance(s.budget_split, list) and len(s.budget_split) != parts:
             problems.append(

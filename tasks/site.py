@@ -191,7 +191,7 @@ def check_publication(ctx: SiteContext) -> None:
 
 
 @task(name="load-site-data", **PRIVATE_TASK)
-def load_site_data(ctx: SiteContext) -> SiteStatistics:
+def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     """Validate the site's records and reduce them to the statistics the release needs, in the
     engine where they live (:func:`dpate.schemas.site_data.read_site_records`): only counts and
     sums come back. Private: never leaves this process's memory.
@@ -203,14 +203,7 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics:
     oplog = operator_logger(ctx)
     failure: SiteDataRejected | None = None
     try:
-        data = read_site_records(
-            ctx.spec,
-            ctx.site_id,
-            ctx.data_location,
-            query=ctx.data_query,
-            secret=ctx.data_secret,
-            order=site_plans.record_order,
-        )
+        data = site_plans.read_for_release(ctx)
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
         failure = _redacted(ctx, exc)

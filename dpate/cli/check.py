@@ -111,8 +111,8 @@ def _print_study(study: Any) -> None:
     )
     exact = "N (the number of records used)"
     if study.publishes_exact_arm_sizes:
-        exact += " and the arm sizes N_t, N_c (arm_sizes_public = true)"
-    elif study.estimator == "dim":
+        exact += " and the arm sizes N_t, N_c (public design facts)"
+    elif study.arm_sizes_public is False:
         exact += "; the arm sizes are not published (arm_sizes_public = false: a DP treated count)"
     out.print(
         f"  a site's report publishes exactly: {exact}; the estimate and its variance are "
@@ -185,9 +185,9 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     out.print(
         f"  N after the missing-value policy: {data.n} (published exactly in the site's report)"
     )
-    if study.estimator == "adjusted":  # a public rule on N, |X| and eps (docs/adjusted.md)
-        mode = study.resolved_weighting(site_id, data.n)
-        out.print(f"  weighting: {mode} (adjusted_weighting = {study.weighting!r})")
+    variant = study.site_variant(site_id, data.n)  # a public rule on N, |X| and eps
+    if variant is not None:
+        out.print(f"  the release would use: {variant} ({study.estimand})")
     out.print(
         f"  [yellow]operator only, not private, do not share:[/yellow] {r.n_read} rows read, "
         f"{r.dropped_missing} dropped as missing"

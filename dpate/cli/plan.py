@@ -82,7 +82,6 @@ def plan(
         raise typer.BadParameter("must lie strictly between 0 and 1", param_hint="--arm-share")
     if outcome_sd is not None and not outcome_sd >= 0:
         raise typer.BadParameter("must be at least 0", param_hint="--outcome-sd")
-    arms_public = bool(study.arm_sizes_public) if study.estimator == "dim" else True
     designs = [
         SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
         for s in study.sites
@@ -94,10 +93,9 @@ def plan(
         domain_size=study.domain_size,
         bound=study.outcome.bound,
         design=study.design,
-        arm_sizes_public=arms_public,
+        options=study.options,
         assumptions=Assumptions(arm_share=arm_share, outcome_sd=outcome_sd, effect=effect),
         target_width=target_width,
-        weighting=study.weighting,
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     if as_json:

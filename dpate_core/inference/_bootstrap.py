@@ -10,8 +10,8 @@ seeded by a hash of the public inputs, so publishing the same reports again give
 Model (per site). A release is ``tau = theta + e_sampling + e_noise``. ``e_sampling`` is taken as
 normal with the released sampling variance (``variance - noise_variance``, clamped at 0 by the
 release); ``e_noise`` has the mechanism's public distribution, whose scale follows from published
-fields: one small function per estimator in :data:`NOISE_MODELS` (add an estimator with
-:func:`register_noise_model`). The model also draws the *released variance* a re-run would
+fields: each estimator's ``noise_model`` (:class:`dpate_core.mechanisms.Estimator`). The model
+also draws the *released variance* a re-run would
 publish, so a combiner's selection (MVAgg dropping a site) is re-done in every bootstrap draw.
 
 Interval: the basic (pivot) bootstrap ``[est - q_hi, est - q_lo]`` with ``q`` the quantiles of the
@@ -22,8 +22,6 @@ interval also spans the percentile interval of the re-runs (:func:`_pivot`).
 
 A site whose release is not resolved (``SiteEstimate.resolved``) has no interval, and no
 combiner uses it.
-
-The noise models live in :mod:`dpate_core.inference`; their names are importable from here.
 """
 
 from __future__ import annotations
@@ -39,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
-from dpate_core.inference._noise_models import NOISE_MODELS, NoiseDraws, register_noise_model
 from dpate_core.intervals import normal_interval
+from dpate_core.mechanisms import estimator_of
 from dpate_core.release import SiteEstimate
 from dpate_core.simulation import aggregate_many
 
@@ -48,7 +46,6 @@ __all__ = [
     "DEFAULT_DRAWS",
     "INFORMATION_RULES",
     "NOISE_DOMINATED",
-    "NOISE_MODELS",
     "NOISE_RATIO",
     "UNINFORMATIVE",
     "UNINFORMATIVE_RULES",
@@ -60,11 +57,21 @@ __all__ = [
     "combined_bootstrap_interval",
     "combined_normal_interval",
     "public_site",
-    "register_noise_model",
     "site_bootstrap_interval",
     "site_draws",
     "site_normal_interval",
 ]
+
+
+@dataclass(frozen=True)
+class NoiseDraws:
+    """``reps`` draws of a re-run of a mechanism in the bootstrap world: ``noise`` the error its DP
+    noise adds to ``tau``; ``variance`` the variance the re-run would publish (an estimator's
+    ``noise_model`` gives these, from published fields only)."""
+
+    noise: np.ndarray
+    variance: np.ndarray
+
 
 #: bootstrap draws per interval: the 2.5% quantile then has a Monte Carlo error of ~0.3% of the
 #: interval's width
@@ -281,21 +288,14 @@ def public_site(site: Any) -> SiteEstimate:
 
 
 # ---------------------------------------------------------------------------------------------
-# A site's bootstrap draws (the noise models are in dpate_core.inference)
+# A site's bootstrap draws (each estimator's noise model)
 
 
 def site_draws(site: Any, rng: np.random.Generator, reps: int) -> NoiseDraws:
     """The bootstrap world's ``reps`` re-runs of ``site``: total error of ``tau`` (sampling normal
     plus the estimator's noise model) and the variance each re-run would publish."""
     s = _resolved(public_site(site))
-    try:
-        model = NOISE_MODELS[s.estimator]
-    except KeyError:
-        raise ValueError(
-            f"no noise model for estimator {s.estimator!r} (known: {sorted(NOISE_MODELS)}): "
-            f"register one with dpate_core.inference.register_noise_model"
-        ) from None
-    d = model(s, rng, reps)
+    d = estimator_of(s.estimator).noise_model(s, rng, reps)
     err = d.noise + math.sqrt(s.sampling_variance) * rng.standard_normal(reps)
     return NoiseDraws(err, d.variance)
 

@@ -3,8 +3,8 @@
 
 :func:`plan_study` gives each site's and the combined predicted interval, the budget a target
 width needs and a recommendation of estimator and split (:class:`StudyPlan`); the inputs and the
-stated assumptions are :class:`SiteDesign` and :class:`Assumptions`; one prediction per estimator
-is registered in :data:`PREDICTORS`.
+stated assumptions are :class:`SiteDesign` and :class:`Assumptions`; each estimator's own
+``predict`` gives a site's variances (:class:`PredictionInputs` in, three variances out).
 """
 
 from ._inputs import (
@@ -15,26 +15,20 @@ from ._inputs import (
     balanced_counts,
     clamped_mean,
 )
-from ._predictors import PREDICTORS, Predictor, adjusted_weighting, register_predictor
-from ._recommendation import CANDIDATE_SPLITS, Recommendation
+from ._recommendation import Recommendation
 from ._site import SitePredictions, predict_site
 from ._study import StudyPlan, plan_study
 
 __all__ = [
-    "CANDIDATE_SPLITS",
-    "PREDICTORS",
     "Assumptions",
     "PredictionInputs",
-    "Predictor",
     "Recommendation",
     "SiteDesign",
     "SitePrediction",
     "SitePredictions",
     "StudyPlan",
-    "adjusted_weighting",
     "balanced_counts",
     "clamped_mean",
     "plan_study",
     "predict_site",
-    "register_predictor",
 ]

@@ -144,12 +144,14 @@ def balanced_counts(n: int, domain_size: int, arm_share: float) -> tuple[np.ndar
 
 @dataclass(frozen=True)
 class PredictionInputs:
+    """What an estimator's ``predict`` reads: the site's public design, ``|X|``, ``B``, the stated
+    assumptions and the estimator's spec options (None: its defaults)."""
+
     design: SiteDesign
     domain_size: int
     bound: float
-    arm_sizes_public: bool
     assumptions: Assumptions
-    weighting: str = "auto"
+    options: Any = None
 
     def parts(self) -> tuple[PrivacyParams, ...]:
         total = PrivacyParams(self.design.epsilon, self.design.delta)

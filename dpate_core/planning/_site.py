@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
+from dpate_core.mechanisms import estimator_of
 from dpate_core.planning._inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
-from dpate_core.planning._predictors import PREDICTORS, Predictor, adjusted_weighting
 
 __all__ = ["SitePredictions", "predict_site"]
 
@@ -27,35 +28,24 @@ def _z(level: float) -> float:
     return _Z.get(level) or NormalDist().inv_cdf(0.5 + level / 2.0)
 
 
-def _predictor(estimator: str) -> Predictor:
-    try:
-        return PREDICTORS[estimator]
-    except KeyError:
-        raise ValueError(
-            f"no prediction for estimator {estimator!r} (known: {sorted(PREDICTORS)}): register "
-            f"one with dpate_core.planning.register_predictor"
-        ) from None
-
-
 def predict_site(
     estimator: str,
     design: SiteDesign,
     *,
     domain_size: int,
     bound: float,
-    arm_sizes_public: bool = True,
+    options: Any = None,
     assumptions: Assumptions = Assumptions(),
     level: float = 0.95,
-    weighting: str = "auto",
 ) -> SitePrediction:
     """One site's predicted variances and normal-interval half-width (public inputs only).
-    ``weighting``: the adjusted estimator's (the spec's ``adjusted_weighting``)."""
-    predictor = _predictor(estimator)
-    if _needs_delta(estimator) and design.delta <= 0:
+    ``options``: the estimator's spec options (None: its defaults)."""
+    est = estimator_of(estimator)
+    if not est.pure and design.delta <= 0:
         raise ValueError(
             f"site {design.site_id!r}: estimator {estimator!r} needs delta > 0 (e.g. '1e-5')"
         )
-    parts = _parts(estimator, arm_sizes_public)
+    parts = est.n_parts(options)
     if len(design.split) != parts:
         raise ValueError(
             f"site {design.site_id!r}: estimator {estimator!r} splits its budget into {parts} "
@@ -63,15 +53,9 @@ def predict_site(
         )
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
-    inp = PredictionInputs(
-        design, max(int(domain_size), 1), float(bound), arm_sizes_public, assumptions, weighting
-    )
-    sampling, noise, reported = predictor(inp)
-    mode = None
-    if estimator == "adjusted":
-        mode = adjusted_weighting(
-            weighting, design.n, inp.domain_size, design.epsilon, design.split
-        )
+    domain = max(int(domain_size), 1)
+    inp = PredictionInputs(design, domain, float(bound), assumptions, options)
+    sampling, noise, reported = est.predict(inp)
     return SitePrediction(
         site_id=design.site_id,
         n=design.n,
@@ -83,7 +67,7 @@ def predict_site(
         noise_variance=noise,
         reported_variance=reported,
         half_width=_z(level) * math.sqrt(reported),
-        weighting=mode,
+        weighting=est.variant_of(options, design.n, domain, design.epsilon, design.split),
     )
 
 
@@ -94,17 +78,3 @@ def _combine(aggregator: str, preds: Sequence[SitePrediction]) -> AggregateResul
         [p.n for p in preds],
         [p.reported_variance for p in preds],
     )
-
-
-def _parts(estimator: str, arm_sizes_public: bool) -> int:
-    from dpate_core.mechanisms import ESTIMATORS
-
-    e = ESTIMATORS.get(estimator)
-    return 2 if e is None else e.n_parts(arm_sizes_public)
-
-
-def _needs_delta(estimator: str) -> bool:
-    from dpate_core.mechanisms import ESTIMATORS
-
-    e = ESTIMATORS.get(estimator)
-    return e is not None and not e.pure

@@ -12,7 +12,7 @@ is spent. Where a prediction needs a feature of the data, it is an explicit
   outcome in ``[0, B]`` can have: a worst case);
 * the effect, for the matching variance estimate's ``(Yhat(1) - Yhat(0))^2`` (default 0).
 
-Predictions per site (one function per estimator in :data:`~dpate_core.planning.PREDICTORS`;
+Predictions per site (each estimator's ``predict``, :class:`dpate_core.mechanisms.Estimator`;
 add one for a new estimator): the sampling variance, the DP noise variance, the expected
 *reported* variance (the release clamps a noisy sampling part at 0, which inflates it:
 ``E max(v + Lap(b), 0) = v + (b/2) e^(-v/b)``) and the normal interval's half-width
@@ -20,7 +20,7 @@ add one for a new estimator): the sampling variance, the DP noise variance, the 
 by :mod:`dpate_core.mechanisms.matching` on the assumed count vector (public, given the assumption). The
 adjusted estimator is predicted for the weighting the release would use (the spec's
 ``adjusted_weighting``, ``"auto"`` resolved by the release's own public rule:
-:func:`~dpate_core.planning.adjusted_weighting`). The combined prediction runs the spec's
+:func:`~dpate_core.mechanisms.adjusted.adjusted_weighting`). The combined prediction runs the spec's
 combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
 its predicted choice of sites (in a release the choice is made on noisy variances).
 
@@ -43,6 +43,7 @@ from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
+from dpate_core.mechanisms import estimator_of
 from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.planning._recommendation import Recommendation, _recommend
 from dpate_core.planning._site import SitePredictions, _combine, _z, predict_site
@@ -107,37 +108,43 @@ def plan_study(
     domain_size: int,
     bound: float,
     design: str = "observational",
-    arm_sizes_public: bool = True,
+    options: Any = None,
     assumptions: Assumptions = Assumptions(),
     target_width: float | None = None,
     level: float = 0.95,
     recommend: bool = True,
-    weighting: str = "auto",
 ) -> StudyPlan:
     """Predicted site and combined intervals; with ``target_width`` (the full width of the
     combined interval) the per-site epsilon that reaches it (every site's epsilon times one
     common factor, splits kept); a recommendation of estimator and split among those valid for the
     ``design``; and warnings when the study cannot answer its question at its budget.
-    ``weighting``: the adjusted estimator's (the spec's ``adjusted_weighting``); the weighting
-    each site would use is in its prediction and, for the adjusted estimator, in the notes."""
+    ``options``: the estimator's spec options (None: its defaults; the other estimators a
+    recommendation tries use theirs, :meth:`~dpate_core.mechanisms.Estimator.assumed_options`);
+    the variant each site would use (the adjusted estimator's weighting) is in its prediction
+    and in the notes."""
     if not designs:
         raise ValueError("a plan needs at least one site")
     if target_width is not None and not (target_width > 0 and math.isfinite(target_width)):
         raise ValueError(f"target width ({target_width}) must be positive and finite")
-    predict = _site_predictions(domain_size, bound, arm_sizes_public, assumptions, level, weighting)
+
+    def options_for(name: str) -> Any:
+        """The study's options for its estimator; what a plan assumes for another."""
+        return options if name == estimator else estimator_of(name).assumed_options()
+
+    predict = _site_predictions(options_for, domain_size, bound, assumptions, level)
     preds = predict(estimator, designs)
     z = _z(level)
     variance, used = _combined(aggregator, preds)
     half = z * math.sqrt(variance)
     warnings = _range_warnings(preds, half, bound)
-    notes = _notes(estimator, aggregator, weighting, preds, used)
+    notes = _notes(estimator, aggregator, options, preds, used)
     eps_needed = None
     if target_width is not None:
         width_of = _width_at(predict, estimator, aggregator, z)
         eps_needed = _epsilon_for_target(width_of, designs, target_width, half, warnings)
     recommendation = None
     if recommend:
-        recommendation = _recommend(design, designs, aggregator, arm_sizes_public, predict, level)
+        recommendation = _recommend(design, designs, aggregator, predict, options_for, level)
     return StudyPlan(
         estimator=estimator,
         aggregator=aggregator,
@@ -157,27 +164,27 @@ def plan_study(
 
 
 def _site_predictions(
+    options_for: Callable[[str], Any],
     domain_size: int,
     bound: float,
-    arm_sizes_public: bool,
     assumptions: Assumptions,
     level: float,
-    weighting: str,
 ) -> SitePredictions:
     """:func:`predict_site` with every input but the estimator and the designs fixed (the plan's
-    and its recommendation's predictions, so both predict alike)."""
+    and its recommendation's predictions, so both predict alike), each estimator with the
+    options ``options_for`` gives it."""
 
     def predict(est: str, ds: Sequence[SiteDesign]) -> list[SitePrediction]:
+        opts = options_for(est)
         return [
             predict_site(
                 est,
                 d,
                 domain_size=domain_size,
                 bound=bound,
-                arm_sizes_public=arm_sizes_public,
+                options=opts,
                 assumptions=assumptions,
                 level=level,
-                weighting=weighting,
             )
             for d in ds
         ]
@@ -227,20 +234,14 @@ def _range_warnings(preds: Sequence[SitePrediction], half: float, bound: float) 
 def _notes(
     estimator: str,
     aggregator: str,
-    weighting: str,
+    options: Any,
     preds: Sequence[SitePrediction],
     used: tuple[str, ...],
 ) -> list[str]:
-    """The plan's notes: the adjusted estimator's weighting per site; MVAgg's predicted choice."""
-    notes: list[str] = []
-    if estimator == "adjusted":
-        notes.append(
-            "adjusted weighting (adjusted_weighting = "
-            + f"{weighting!r}): "
-            + ", ".join(f"{p.site_id} {p.weighting}" for p in preds)
-            + " (docs/adjusted.md: subclassification targets Algorithm 1's estimand, fixed "
-            "effects the overlap-weighted average of the stratum effects)"
-        )
+    """The plan's notes: the estimator's own (e.g. the adjusted estimator's weighting per site);
+    MVAgg's predicted choice."""
+    describe = estimator_of(estimator).describe
+    notes: list[str] = [] if describe is None else describe(options, preds)
     if len(used) < len(preds) and aggregator == "mvagg":
         notes.append(
             f"MVAgg is predicted to use {', '.join(used)} only (on noisy variances its choice "

@@ -24,9 +24,6 @@ from ._statistics import (
 
 __all__ = ["prepare_site_data", "read_site_records", "site_statistics"]
 
-#: estimators whose cell statistics are sums of ``Y`` and ``Y^2`` (not centred)
-_UNCENTRED = frozenset({"dim"})
-
 _NOT_BINARY = (
     "a binary outcome must be exactly 0 or B in every record: map the outcome's two labels to 0 "
     "and B, or remove outcome.binary from the spec"
@@ -65,7 +62,7 @@ def site_statistics(
     value)."""
     site = open_site_table(source, needed_columns(spec), fmt, query=query, secret=secret)
     try:
-        _, report, cells = _validated(site, spec, centred=spec.estimator not in _UNCENTRED)
+        _, report, cells = _validated(site, spec, centred=spec.estimator_info.centred_cells)
         n = report.n_used
         stats = None
         if matching and spec.estimator_info.order_dependent and n > 0:

@@ -143,7 +143,7 @@ def test_check_says_when_arm_sizes_are_published_and_skips_unreachable_data(tmp_
     )
     spec.write_text(text, encoding="utf-8")
     r = runner.invoke(app, ["check", str(spec)])
-    assert "N_t, N_c (arm_sizes_public = true)" in r.output
+    assert "N_t, N_c (public design facts)" in r.output
     assert "site far" in r.output and "skipped" in r.output
     r = runner.invoke(app, ["check", str(spec), "--site", "far"])
     assert r.exit_code == ExitCode.SITE_DATA and "no data at" in r.output

@@ -16,8 +16,8 @@ def test_check_prints_the_weighting_a_release_would_use(tmp_path, home):  # noqa
     spec = write_study(tmp_path, {"small": {"n": 300}, "big": {"n": 400}}, estimator='"adjusted"')
     out = runner.invoke(app, ["check", str(spec)]).output
     small, big = out.split("site big")[0].split("site small")[1], out.split("site big")[1]
-    assert "weighting: fixed_effects (adjusted_weighting = 'auto')" in small
-    assert "weighting: subclassification (adjusted_weighting = 'auto')" in big
+    assert "the release would use: fixed_effects (chosen per site" in small
+    assert "the release would use: subclassification (chosen per site" in big
     forced = write_study(
         tmp_path / "f",
         {"small": {"n": 300}},
@@ -25,6 +25,6 @@ def test_check_prints_the_weighting_a_release_would_use(tmp_path, home):  # noqa
         adjusted_weighting='"subclassification"',
     )
     out = runner.invoke(app, ["check", str(forced)]).output
-    assert "weighting: subclassification (adjusted_weighting = 'subclassification')" in out
+    assert "the release would use: subclassification (the average effect over patients" in out
     other = write_study(tmp_path / "o", {"a": {}})
-    assert "weighting:" not in runner.invoke(app, ["check", str(other)]).output
+    assert "the release would use" not in runner.invoke(app, ["check", str(other)]).output

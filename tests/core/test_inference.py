@@ -17,7 +17,6 @@ import pytest
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.inference import (
     NOISE_DOMINATED,
-    NOISE_MODELS,
     NOISE_RATIO,
     UNINFORMATIVE,
     UNINFORMATIVE_RULES,
@@ -26,11 +25,11 @@ from dpate_core.inference import (
     combined_bootstrap_interval,
     combined_normal_interval,
     public_site,
-    register_noise_model,
     site_bootstrap_interval,
     site_draws,
     site_normal_interval,
 )
+from dpate_core.mechanisms import estimator_of
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import SiteEstimate, draw_many
@@ -151,7 +150,11 @@ def test_noise_model_matches_the_mechanism_on_fixed_data(estimator):
     q_real = np.quantile(taus - np.mean(taus), [0.025, 0.975])
     ratios = []
     for site in releases(plan, rng, 15):  # the model's scale reads each release's public fields
-        model = NOISE_MODELS[estimator](public_site(site), np.random.default_rng(0), 20_000).noise
+        model = (
+            estimator_of(estimator)
+            .noise_model(public_site(site), np.random.default_rng(0), 20_000)
+            .noise
+        )
         q_model = np.quantile(model, [0.025, 0.975])
         ratios.append((q_model[1] - q_model[0]) / (q_real[1] - q_real[0]))
     # smooth: the model also carries the uncertainty of the released S, so it is a little wider
@@ -334,7 +337,9 @@ def test_private_arm_sizes_have_a_model():
     assert iv.lo < iv.estimate < iv.hi
 
 
-def test_a_new_estimator_needs_one_function():
+def test_a_new_estimator_brings_its_noise_model():
+    from dpate_core.mechanisms import Estimator, register, unregister
+
     fields = {
         "estimator": "test_gaussian",
         "tau": 0.2,
@@ -346,18 +351,33 @@ def test_a_new_estimator_needs_one_function():
         "budget_split": ["1"],
         "diagnostics": {"noise_variance": 0.0064},
     }
-    with pytest.raises(ValueError, match="register_noise_model"):
+    with pytest.raises(ValueError, match=r"estimator \('test_gaussian'\) is not one of"):
         site_bootstrap_interval(fields)
 
-    @register_noise_model("test_gaussian")
-    def _model(site, rng, reps):
+    def model(site, rng, reps):
         return NoiseDraws(
             np.sqrt(site.noise_variance) * rng.standard_normal(reps), np.full(reps, site.variance)
         )
 
+    def not_here(*args):
+        raise NotImplementedError
+
+    register(
+        Estimator(
+            name="test_gaussian",
+            label="Gaussian toy",
+            estimand="a toy's",
+            parts=("all",),
+            pure=True,
+            designs=("randomized",),
+            plan=not_here,
+            noise_model=model,
+            predict=not_here,
+        )
+    )
     try:
         iv = site_bootstrap_interval(fields, draws=20_000)
         assert iv.width == pytest.approx(2 * 1.96 * 0.1, rel=0.03)  # all normal: the z interval
         assert site_draws(fields, np.random.default_rng(0), 10).noise.shape == (10,)
     finally:
-        del NOISE_MODELS["test_gaussian"]
+        unregister("test_gaussian")

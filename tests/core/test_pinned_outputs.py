@@ -116,10 +116,10 @@ def outputs() -> dict[str, Any]:
         SiteDesign.of("a", 8000, "1/2", "1e-5", None, 3),
         SiteDesign.of("b", 4000, 1, "1e-5", None, 3),
     ]
-    for design, public in (("observational", True), ("randomized", False)):
+    for design in ("observational", "randomized"):
         p = plan_study(
             "smooth_matching", "mvagg", designs, domain_size=50, bound=1.0, design=design,
-            arm_sizes_public=public, target_width=0.1,
+            target_width=0.1,
         )  # fmt: skip
         rec = p.recommendation.as_dict() if p.recommendation else None
         out["plan" + design] = [p.combined_variance, p.used, p.epsilon_needed, rec]

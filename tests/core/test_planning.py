@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dpate.schemas.datasets import DataUnavailableError, load_ist, load_star
+from dpate_core.mechanisms.adjusted import AdjustedOptions
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.planning import (
@@ -143,15 +144,19 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
         domain_size=k,
         bound=1.0,
         assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5, arm_share=float(d.w.mean())),
-        weighting=weighting,
+        options=AdjustedOptions(weighting),
     )
     assert pred.weighting == expected
     assert pred.width == pytest.approx(realised, rel=0.25)
 
 
 def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
-    from dpate_core.mechanisms.adjusted import AUTO_RATIO, plan_adjusted, resolve_weighting
-    from dpate_core.planning import adjusted_weighting
+    from dpate_core.mechanisms.adjusted import (
+        AUTO_RATIO,
+        adjusted_weighting,
+        plan_adjusted,
+        resolve_weighting,
+    )
 
     # |X| = 10, eps 1, default split (eps_n = 7/20): subclassification iff N >= 20 * 10 * 40/7
     edge = 20 * AUTO_RATIO * 40 / 7
@@ -183,7 +188,7 @@ def test_study_plan_names_each_site_s_weighting():
         domain_size=100,
         bound=1.0,
         recommend=False,
-        weighting="fixed_effects",
+        options=AdjustedOptions("fixed_effects"),
     )
     assert {s.weighting for s in forced.sites} == {"fixed_effects"}
     assert (
@@ -339,7 +344,7 @@ def test_errors_name_the_rule():
         predict_site(
             "smooth_matching", SiteDesign.of("a", 100, 1, 0, None, 3), domain_size=2, bound=1.0
         )
-    with pytest.raises(ValueError, match="register_predictor"):
+    with pytest.raises(ValueError, match="is not one of"):
         predict_site("nope", SiteDesign.of("a", 100, 1), domain_size=2, bound=1.0)
     with pytest.raises(ValueError, match="give exactly 3"):
         predict_site("smooth_matching", SiteDesign.of("a", 100, 1, "1e-5"), domain_size=2, bound=1)

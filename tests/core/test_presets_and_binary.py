@@ -12,12 +12,17 @@ import pytest
 from dpate.schemas.spec import SpecError, StudySpec
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.mechanisms import ESTIMATORS, PlanInputs, estimator_of
-from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.difference_in_means import (
+    DifferenceInMeansOptions,
+    plan_difference_in_means,
+)
+from dpate_core.mechanisms.matching import MatchingOptions
 from dpate_core.privacy import BudgetSplit, to_float
 from dpate_core.release import draw_many
 from dpate_core.statistics import difference_in_means
 
 THIRD = (Fraction(1, 3),) * 3
+PUBLIC, PRIVATE = DifferenceInMeansOptions(True), DifferenceInMeansOptions(False)
 
 
 def test_no_split_keeps_the_papers_even_split_and_presets_resolve():
@@ -31,17 +36,17 @@ def test_no_split_keeps_the_papers_even_split_and_presets_resolve():
     assert adj.split("default") == adj.split(None)  # its searched split is already its default
     assert adj.split("paper").shares == THIRD
     dim = estimator_of("dim")
-    assert dim.split("paper", True).shares == (Fraction(1, 2),) * 2
+    assert dim.split("paper", PUBLIC).shares == (Fraction(1, 2),) * 2
     with pytest.raises(ValueError, match=r"one of \['paper', 'default'\]"):
         smooth.split("best")
 
 
 def test_binary_parts_in_the_registry():
     dim = ESTIMATORS["dim"]
-    assert dim.part_names(True, binary=True) == ("arm sums",)
-    assert dim.part_names(False, binary=True) == ("arm sums", "treated count")
-    assert dim.n_parts(True) == 2 and dim.n_parts(False) == 3
-    assert dim.split(None, True, binary=True).shares == (Fraction(1),)
+    assert dim.part_names(PUBLIC, binary=True) == ("arm sums",)
+    assert dim.part_names(PRIVATE, binary=True) == ("arm sums", "treated count")
+    assert dim.n_parts(PUBLIC) == 2 and dim.n_parts(PRIVATE) == 3
+    assert dim.split(None, PUBLIC, binary=True).shares == (Fraction(1),)
 
 
 def _binary(n=4000, seed=0, bound=1.0):
@@ -96,13 +101,15 @@ def test_binary_refuses_other_values():
 
 def test_plan_inputs_carry_binary_and_variance_mode():
     w, y = _binary()
-    p = PlanInputs(w, y, np.zeros_like(w), 1, 1.0, estimator_of("dim").cost(_priv()), None, True)
+    dim_cost = estimator_of("dim").cost(_priv())
+    p = PlanInputs(w, y, np.zeros_like(w), 1, 1.0, dim_cost, None, PUBLIC)
     assert estimator_of("dim").plan(p).noise[-1].name == "sumsq_control"
-    pb = PlanInputs(w, y, np.zeros_like(w), 1, 1.0, _priv(), (Fraction(1),), True, binary=True)
+    pb = PlanInputs(w, y, np.zeros_like(w), 1, 1.0, _priv(), (Fraction(1),), PUBLIC, binary=True)
     assert [s.name for s in estimator_of("dim").plan(pb).noise] == ["sum_treated", "sum_control"]
     rng = np.random.default_rng(2)
     x = rng.integers(0, 4, w.size)
-    pm = PlanInputs(w, y, x, 4, 1.0, _priv(Fraction(1, 10**5)), None, variance="stratified")
+    stratified = MatchingOptions(variance="stratified")
+    pm = PlanInputs(w, y, x, 4, 1.0, _priv(Fraction(1, 10**5)), None, stratified)
     names = [s.name for s in estimator_of("smooth_matching").plan(pm).noise]
     assert names == ["tau", "variance_counts", "variance_sums", "variance_squares",
                      "log_smooth_sensitivity"]  # fmt: skip
@@ -171,12 +178,12 @@ def test_spec_matching_options():
     d["sites"][0]["delta"] = "1e-5"
     d["sites"][0]["lifetime_cap"] = {"epsilon": "10", "delta": "1e-4"}
     spec = StudySpec.from_dict(d)
-    assert spec.variance_mode == "appendix"
+    assert spec.options == MatchingOptions("appendix")
     assert spec.budget_split("a").shares == THIRD
     d["variance"] = "stratified"
     d["sites"][0]["budget_split"] = "default"
     spec = StudySpec.from_dict(d)
-    assert spec.variance_mode == "stratified"
+    assert spec.options == MatchingOptions("stratified")
     assert spec.budget_split("a").shares == (Fraction(11, 20), Fraction(3, 20), Fraction(3, 10))
     d["outcome"]["binary"] = True
     with pytest.raises(SpecError, match=r"outcome\.binary"):

@@ -238,22 +238,23 @@ def _adjusted_spec(**extra) -> dict:
 def test_adjusted_weighting_selects_the_post_processing_and_is_refused_elsewhere():
     # unset: "auto", and omitted from the canonical form (existing specs keep their hash)
     plain = StudySpec.from_dict(_adjusted_spec())
-    assert plain.adjusted_weighting is None and plain.weighting == "auto"
+    assert plain.adjusted_weighting is None and plain.options.weighting == "auto"
     assert "adjusted_weighting" not in plain.canonical_dict()
     assert StudySpec.from_dict(_adjusted_spec(adjusted_weighting="auto")).spec_hash != (
         plain.spec_hash
     )
     for mode in ("subclassification", "fixed_effects"):
         spec = StudySpec.from_dict(_adjusted_spec(adjusted_weighting=mode))
-        assert spec.weighting == mode and spec.canonical_dict()["adjusted_weighting"] == mode
-        assert spec.resolved_weighting("a", 10) == mode  # an explicit choice is never overridden
+        assert spec.options.weighting == mode
+        assert spec.canonical_dict()["adjusted_weighting"] == mode
+        assert spec.site_variant("a", 10) == mode  # an explicit choice is never overridden
     [(loc, _)] = problems(_adjusted_spec(adjusted_weighting="regression"))
     assert loc == "adjusted_weighting"
     other = base()
     other["adjusted_weighting"] = "fixed_effects"
     [(loc, msg)] = problems(other)
-    assert loc == "adjusted_weighting" and "remove" in msg and "'adjusted' only" in msg
-    assert StudySpec.from_dict(base()).resolved_weighting("a", 10_000) is None
+    assert loc == "adjusted_weighting" and "remove" in msg and "estimator 'adjusted')" in msg
+    assert StudySpec.from_dict(base()).site_variant("a", 10_000) is None
 
 
 def test_auto_weighting_follows_the_public_rule_at_each_site():
@@ -262,8 +263,8 @@ def test_auto_weighting_follows_the_public_rule_at_each_site():
     spec = StudySpec.from_dict(_adjusted_spec())  # |X| = 6; default split: eps_n = 7/20 eps
     # site a: eps 1, count scale 2 / (7/20) = 40/7; subclassification iff N / 12 >= 10 * 40 / 7
     edge = 12 * AUTO_RATIO * 40 / 7  # 685.7...
-    assert spec.resolved_weighting("a", 686) == "subclassification"
-    assert spec.resolved_weighting("a", 685) == "fixed_effects"
+    assert spec.site_variant("a", 686) == "subclassification"
+    assert spec.site_variant("a", 685) == "fixed_effects"
     # site b: eps 1/2 with a split of its own (the same eps_n share): twice the scale
-    assert spec.resolved_weighting("b", 686) == "fixed_effects"
-    assert spec.resolved_weighting("b", int(2 * edge) + 1) == "subclassification"
+    assert spec.site_variant("b", 686) == "fixed_effects"
+    assert spec.site_variant("b", int(2 * edge) + 1) == "subclassification"

@@ -5,8 +5,24 @@ sufficient statistics, pure epsilon-DP (``docs/adjusted.md``).
 :func:`dp_adjusted` plans and draws once. The two post-processings of the noisy vectors, stratum
 fixed effects and Algorithm 1's subclassification, are :func:`assemble_fixed_effects` and
 :func:`assemble_subclassification`; :func:`resolve_weighting` is the public rule of ``"auto"``.
+:data:`ADJUSTED` is the estimator a study names ``"adjusted"``.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+from dpate_core.mechanisms._estimator import (
+    Estimator,
+    PlanInputs,
+    StatisticsInputs,
+)
+from dpate_core.release import MechanismPlan
+
+from ._public import adjusted_weighting, noise_model, plausible, predict, required_diagnostics
 from ._release import (
     AUTO_BIAS,
     AUTO_RATIO,
@@ -26,6 +42,7 @@ from ._release import (
 from ._weightings import PublicConstants, assemble_fixed_effects, assemble_subclassification
 
 __all__ = [
+    "ADJUSTED",
     "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
@@ -35,7 +52,9 @@ __all__ = [
     "UNRESOLVED_FIXED_EFFECTS",
     "UNRESOLVED_SUBCLASSIFICATION",
     "WEIGHTINGS",
+    "AdjustedOptions",
     "PublicConstants",
+    "adjusted_weighting",
     "assemble_fixed_effects",
     "assemble_subclassification",
     "dp_adjusted",
@@ -44,3 +63,90 @@ __all__ = [
     "ratio_bias_remainder",
     "resolve_weighting",
 ]
+
+
+@dataclass(frozen=True)
+class AdjustedOptions:
+    """The adjusted estimator's spec options."""
+
+    weighting: Literal["auto", "subclassification", "fixed_effects"] = field(
+        default="auto",
+        metadata={
+            "spec_key": "adjusted_weighting",
+            "doc": "the post-processing (docs/adjusted.md, 'Two weightings'): 'auto' (a public "
+            "rule on N, |X| and eps), 'subclassification' or 'fixed_effects'",
+        },
+    )
+
+
+def _plan(p: PlanInputs) -> MechanismPlan:
+    return plan_adjusted(
+        p.w,
+        p.y,
+        p.x,
+        bound=p.bound,
+        epsilon=p.privacy.epsilon,
+        delta=p.privacy.delta,
+        domain_size=p.domain_size,
+        split=p.split,
+        weighting=p.options.weighting if p.options is not None else "auto",
+    )
+
+
+def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
+    return plan_adjusted_from_statistics(
+        s.cells,
+        epsilon=s.privacy.epsilon,
+        delta=s.privacy.delta,
+        split=s.split,
+        weighting=s.options.weighting if s.options is not None else "auto",
+    )
+
+
+_ESTIMANDS = {
+    "subclassification": "the average effect over patients in covariate strata where both "
+    "treatments occur (subclassification)",
+    "fixed_effects": "an overlap-weighted average of the stratum effects: strata where both "
+    "treatments are common weigh most (stratum fixed effects)",
+    "auto": "chosen per site from public values: subclassification (the average effect over "
+    "patients in strata where both treatments occur) or stratum fixed effects (an "
+    "overlap-weighted average of the stratum effects)",
+}
+
+
+def _describe(options: Any, predictions: Sequence[Any]) -> list[str]:
+    weighting = options.weighting if options is not None else "auto"
+    return [
+        f"adjusted weighting (adjusted_weighting = {weighting!r}): "
+        + ", ".join(f"{p.site_id} {p.weighting}" for p in predictions)
+        + " (docs/adjusted.md: subclassification targets Algorithm 1's estimand, fixed "
+        "effects the overlap-weighted average of the stratum effects)"
+    ]
+
+
+#: the estimator a study names "adjusted"
+ADJUSTED = Estimator(
+    name="adjusted",
+    label="DP subclassification (adjusted)",
+    estimand=_ESTIMANDS["auto"],
+    estimand_for=lambda options: _ESTIMANDS[options.weighting],
+    parts=("cell counts", "cell sums", "cell sums of squares"),
+    pure=True,
+    designs=("randomized", "observational"),
+    options=AdjustedOptions,
+    plan=_plan,
+    plan_from_statistics=_plan_from_statistics,
+    default_shares=DEFAULT_SPLIT,
+    noise_model=noise_model,
+    predict=predict,
+    required_diagnostics=required_diagnostics,
+    plausible=plausible,
+    unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
+    describe=_describe,
+    variant=lambda options, n, domain_size, epsilon, split: adjusted_weighting(
+        options.weighting, n, domain_size, epsilon, split
+    ),
+    candidate_splits={
+        3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10)))
+    },
+)

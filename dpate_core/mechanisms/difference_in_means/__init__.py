@@ -1,7 +1,25 @@
 """The DP difference in means for randomized trials (section 3.1.1): noisy arm sums and sums of
 squares (and, with private arm sizes, a noisy treated count), pure epsilon-DP.
+
+:data:`DIFFERENCE_IN_MEANS` is the estimator a study names ``"dim"``; :func:`dp_difference_in_means`
+releases it on records, :func:`plan_difference_in_means` (records) and
+:func:`plan_difference_in_means_from_statistics` (a site engine's arm sums) build its plan.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from dpate_core.mechanisms._estimator import (
+    Estimator,
+    PlanInputs,
+    StatisticsInputs,
+)
+from dpate_core.release import MechanismPlan
+
+from ._public import noise_model, plausible, predict, required_diagnostics
 from ._release import (
     arm_statistics,
     dp_difference_in_means,
@@ -10,8 +28,88 @@ from ._release import (
 )
 
 __all__ = [
+    "DIFFERENCE_IN_MEANS",
+    "DifferenceInMeansOptions",
     "arm_statistics",
     "dp_difference_in_means",
     "plan_difference_in_means",
     "plan_difference_in_means_from_statistics",
 ]
+
+
+@dataclass(frozen=True)
+class DifferenceInMeansOptions:
+    """The difference in means' spec options."""
+
+    arm_sizes_public: bool = field(
+        metadata={
+            "spec_key": "arm_sizes_public",
+            "doc": "estimator 'dim' publishes the arm sizes N_t and N_c exactly when they are "
+            "public design facts: say so explicitly, arm_sizes_public = true (the paper's "
+            "randomized-trial setting) or false (a DP treated count, a third budget part)",
+            "assumed": True,
+        }
+    )
+
+
+def _parts(options: Any, binary: bool) -> tuple[str, ...]:
+    private = options is not None and not options.arm_sizes_public
+    parts: tuple[str, ...] = ("arm sums",) if binary else ("arm sums", "arm sums of squares")
+    return (*parts, "treated count") if private else parts
+
+
+def _plan(p: PlanInputs) -> MechanismPlan:
+    return plan_difference_in_means(
+        p.w,
+        p.y,
+        bound=p.bound,
+        epsilon=p.privacy.epsilon,
+        delta=p.privacy.delta,
+        split=p.split,
+        arm_sizes_public=bool(p.options.arm_sizes_public),
+        binary=p.binary,
+    )
+
+
+def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
+    return plan_difference_in_means_from_statistics(
+        s.cells,
+        epsilon=s.privacy.epsilon,
+        delta=s.privacy.delta,
+        split=s.split,
+        arm_sizes_public=bool(s.options.arm_sizes_public),
+        binary=s.binary,
+    )
+
+
+_SUMS_SHARES = (Fraction(1, 2), Fraction(7, 10), Fraction(4, 5), Fraction(9, 10))
+
+#: the estimator a study names "dim"
+DIFFERENCE_IN_MEANS = Estimator(
+    name="dim",
+    label="DP difference in means",
+    estimand="the average effect over the trial's population (difference in arm means)",
+    parts=("arm sums", "arm sums of squares"),
+    parts_for=_parts,
+    pure=True,
+    designs=("randomized",),
+    options=DifferenceInMeansOptions,
+    binary_outcome=True,
+    plan=_plan,
+    plan_from_statistics=_plan_from_statistics,
+    centred_cells=False,
+    stratified=False,
+    noise_model=noise_model,
+    predict=predict,
+    required_diagnostics=required_diagnostics,
+    plausible=plausible,
+    publishes_arm_sizes=lambda options: bool(options.arm_sizes_public),
+    candidate_splits={
+        2: tuple((a, 1 - a) for a in _SUMS_SHARES),
+        3: (
+            (Fraction(1, 3),) * 3,
+            (Fraction(9, 10), Fraction(1, 20), Fraction(1, 20)),
+            (Fraction(7, 10), Fraction(3, 20), Fraction(3, 20)),
+        ),
+    },
+)

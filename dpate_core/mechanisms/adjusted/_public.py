@@ -1,118 +1,49 @@
-"""One prediction per estimator (:data:`PREDICTORS`): from a site's public design and the stated
-assumptions, its sampling variance, DP noise variance and expected *reported* variance (the
-release clamps a noisy sampling part at 0). :mod:`dpate_core.planning` describes the method;
-register a new estimator's prediction with :func:`register_predictor`."""
+"""What the adjusted release makes checkable, drawable and predictable from public values alone:
+the weighting a site's release uses (:func:`adjusted_weighting`, the public rule of ``"auto"``),
+the rules a published estimate satisfies (:func:`plausible`), its noise in the bootstrap world
+(:func:`noise_model`) and its predicted variances for ``dpate plan`` (:func:`predict`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
-from dpate_core.mechanisms.matching import (
-    matching_smooth_sensitivity,
-    matching_variance_smooth_sensitivity,
-    smooth_beta,
+from dpate_core.mechanisms._rules import (
+    RTOL,
+    at_least,
+    no_arm_sizes_problems,
+    tau_range_problems,
 )
-from dpate_core.planning._inputs import PredictionInputs, balanced_counts, clamped_mean
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
+from dpate_core.statistics import COUNT_SENSITIVITY
 
-__all__ = ["PREDICTORS", "Predictor", "adjusted_weighting", "register_predictor"]
+from ._release import DEFAULT_SPLIT, RESOLVE_Z, THRESHOLD_FACTOR, resolve_weighting
 
+if TYPE_CHECKING:
+    from dpate_core.inference import NoiseDraws
+    from dpate_core.planning import PredictionInputs
+    from dpate_core.release import SiteEstimate
 
-Predictor = Callable[[PredictionInputs], tuple[float, float, float]]
-
-#: estimator -> ``fn(inputs) -> (sampling variance, noise variance, expected reported variance)``
-PREDICTORS: dict[str, Predictor] = {}
-
-
-def register_predictor(estimator: str) -> Callable[[Predictor], Predictor]:
-    """Decorator: register a new estimator's prediction (see :data:`PREDICTORS`)."""
-
-    def wrap(fn: Predictor) -> Predictor:
-        PREDICTORS[estimator] = fn
-        return fn
-
-    return wrap
+__all__ = [
+    "adjusted_weighting",
+    "noise_model",
+    "plausible",
+    "predict",
+    "required_diagnostics",
+]
 
 
-@register_predictor("dim")
-def _dim(inp: PredictionInputs) -> tuple[float, float, float]:
-    """Section 3.1.1: sampling ``sd^2 (1/N_t + 1/N_c)``; noise ``2 s^2 (1/N_t^2 + 1/N_c^2)`` with
-    ``s = B/eps_1`` (``2B/eps_1`` with private arm sizes); each arm's ``s^2`` is clamped after
-    ``Lap(q)/N_arm`` noise, ``q = B^2/eps_2`` (``2B^2``). The treated count's own noise (private
-    arm sizes) is left out."""
-    b, sd = inp.bound, inp.assumptions.sd(inp.bound)
-    n = inp.design.n
-    nt = min(max(round(inp.assumptions.arm_share * n), 1), n - 1)
-    nc = n - nt
-    parts = inp.parts()
-    mult = 1.0 if inp.arm_sizes_public else 2.0
-    s = mult * b / parts[0].epsilon_float
-    q = mult * b * b / parts[1].epsilon_float
-    sampling = sd * sd * (1.0 / nt + 1.0 / nc)
-    noise = 2.0 * s * s * (1.0 / nt**2 + 1.0 / nc**2)
-    reported = clamped_mean(sd * sd, q / nt) / nt + clamped_mean(sd * sd, q / nc) / nc + noise
-    return sampling, noise, reported
+def _weighting(options: Any) -> str:
+    return "auto" if options is None else str(options.weighting)
 
 
-def _matching_sampling(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Assumed counts, the matching estimator's sampling variance (per stratum
-    ``(N_x/N)^2 sd^2 (1/T_x + 1/C_x)``) and ``E V_hat`` (appendix:
-    ``1/(2N^2) sum_i (1+L_i)^2 E d_i^2``, ``E d^2 = effect^2 + 2 sd^2``)."""
-    n = inp.design.n
-    tc, cc = balanced_counts(n, inp.domain_size, inp.assumptions.arm_share)
-    sd2 = inp.assumptions.sd(inp.bound) ** 2
-    both = (tc > 0) & (cc > 0)
-    t, c = tc[both].astype(float), cc[both].astype(float)
-    sampling = float((((t + c) / n) ** 2 * sd2 * (1.0 / t + 1.0 / c)).sum())
-
-    def side(own: np.ndarray, opp: np.ndarray) -> float:
-        q, r = opp // own, opp % own
-        return float((r * (2.0 + q) ** 2 + (own - r) * (1.0 + q) ** 2).sum())
-
-    ti, ci = tc[both], cc[both]
-    d2 = inp.assumptions.effect**2 + 2.0 * sd2
-    v_hat = (side(ti, ci) + side(ci, ti)) * d2 / (2.0 * n * n)
-    return tc, cc, sampling, v_hat
-
-
-def _variance_scale(
-    inp: PredictionInputs, tc: npt.ArrayLike, cc: npt.ArrayLike, p_var: PrivacyParams
-) -> float:
-    e2 = p_var.epsilon_float
-    beta2 = smooth_beta(e2, p_var.delta_float)
-    s_v = matching_variance_smooth_sensitivity(
-        tc, cc, inp.design.n, inp.bound, beta2, inp.domain_size
-    )
-    return 2.0 * s_v / e2
-
-
-@register_predictor("smooth_matching")
-def _smooth(inp: PredictionInputs) -> tuple[float, float, float]:
-    """Algorithm 2: noise ``8 S^2/eps_1^2`` with ``S`` the smooth sensitivity of the assumed
-    counts (``E S2_dp = S^2``); reported ``E max(V_hat + Lap(2 S_V/eps_2), 0) + noise``."""
-    p_ate, p_var, _ = inp.parts()
-    tc, cc, sampling, v_hat = _matching_sampling(inp)
-    e1 = p_ate.epsilon_float
-    s = matching_smooth_sensitivity(
-        tc, cc, inp.design.n, inp.bound, smooth_beta(e1, p_ate.delta_float), inp.domain_size
-    )
-    noise = 8.0 * s * s / (e1 * e1)
-    return sampling, noise, clamped_mean(v_hat, _variance_scale(inp, tc, cc, p_var)) + noise
-
-
-@register_predictor("global_matching")
-def _global(inp: PredictionInputs) -> tuple[float, float, float]:
-    """GlobalDPMatching: noise ``2 (2B/eps_1)^2``; reported as for SmoothDPMatching."""
-    p_ate, p_var = inp.parts()
-    tc, cc, sampling, v_hat = _matching_sampling(inp)
-    noise = 2.0 * (2.0 * inp.bound / p_ate.epsilon_float) ** 2
-    return sampling, noise, clamped_mean(v_hat, _variance_scale(inp, tc, cc, p_var)) + noise
+def required_diagnostics(options: Any) -> tuple[str, ...]:
+    return ("noise_variance", "sampling_variance_dp", "usable_strata", "usable_weight")
 
 
 def adjusted_weighting(
@@ -128,9 +59,6 @@ def adjusted_weighting(
     with the count scale and the sums' epsilon computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
-    from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT, resolve_weighting
-    from dpate_core.statistics import COUNT_SENSITIVITY
-
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
     p_n, p_s, _ = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)
     return resolve_weighting(
@@ -142,8 +70,62 @@ def adjusted_weighting(
     )
 
 
-@register_predictor("adjusted")
-def _adjusted(inp: PredictionInputs) -> tuple[float, float, float]:
+def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
+    """dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
+    Subclassification: each usable stratum's centred arm means are clipped to ``[-B, B]`` and
+    its weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``; with the
+    ratio-bias correction ``tau`` is linear in the means with coefficients ``(n_t + n_c (1 -
+    v_n / (n_t^2 + D v_n^2 / n_t^2))) / N`` for ``m_t`` (and likewise for ``m_c``), which lie in
+    ``[0, (n_t + n_c) / N]`` because ``v_n / (n^2 + D v_n^2 / n^2) <= 1 / (2 sqrt(D)) < 1``
+    (``D = RATIO_DAMPING``); so ``|tau| <= 2 B usable_weight``, and ``tau`` is clipped to
+    ``[-B, B]``: ``|tau| <= B min(1, 2 usable_weight)``. Fixed effects: ``usable_weight`` is 1.
+    A resolved release uses at least one stratum (with none it is unresolved). The noise
+    variance is a sum of non-negative terms."""
+    out: list[str] = []
+    d = e.diagnostics
+    nv, strata, weight = d["noise_variance"], d["usable_strata"], d["usable_weight"]
+    if not (strata == math.floor(strata) and 1 <= strata <= domain_size):
+        out.append(
+            f"diagnostics.usable_strata ({strata}) must be a whole number of strata in "
+            f"[1, |X| = {domain_size}]: a resolved release uses at least one stratum"
+        )
+    if not 0 <= weight <= 2.0 * strata * (1.0 + RTOL):
+        out.append(
+            f"diagnostics.usable_weight ({weight}) must lie in [0, 2 * usable_strata]: each "
+            f"stratum's weight is a clipped noisy count over N"
+        )
+    if not nv >= 0:
+        out.append(f"diagnostics.noise_variance ({nv}) must not be negative")
+    if not at_least(e.variance, nv):
+        out.append(
+            f"variance ({e.variance}) is below the report's own noise variance ({nv}): a "
+            f"released variance is the clipped sampling part + noise variance"
+        )
+    # (no variance >= raw_variance rule: the within-cell variances are clipped to [0, B^2/4])
+    reach = float(e.bound) * min(1.0, 2.0 * weight) * (1.0 + RTOL) + float(e.bound) * 1e-12
+    out += tau_range_problems(
+        e.tau, reach, "B * min(1, 2 usable_weight) (the post-processing's bounds)"
+    )
+    return out + no_arm_sizes_problems(e, "the adjusted release does not publish them")
+
+
+def noise_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
+    """DP subclassification (``dpate_core.mechanisms.adjusted``, ``docs/adjusted.md``): the error is a sum of
+    Laplace terms over the usable strata's cells (sums and counts, delta method), whose total
+    variance is the published ``noise_variance``. Per-cell counts are not published, so the
+    model spreads that variance evenly over ``2 k`` Laplace terms, ``k`` the published
+    ``usable_strata`` (capped at 32 terms, where the sum is already close to normal): one stratum
+    gives the shape of a difference of two Laplaces, many give a normal. The sampling part's noise
+    scale depends on unpublished cell counts: the released variance is held."""
+    from dpate_core.inference import NoiseDraws
+
+    k = int(min(max(site.diagnostics.get("usable_strata", 1.0), 1.0), 16.0))
+    terms = rng.laplace(0.0, 1.0, (reps, 2 * k)).sum(axis=1)
+    noise = math.sqrt(site.noise_variance / (2.0 * 2 * k)) * terms
+    return NoiseDraws(noise, np.full(reps, site.variance))
+
+
+def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     """The adjusted release (``dpate_core.mechanisms.adjusted``) with the weighting it would use
     (:func:`adjusted_weighting`): Laplace ``2/eps_n`` on every cell count, ``B/eps_s`` on every
     centred sum, ``B^2/(2 eps_q)`` on every sum of squares (the module's sensitivities in outcome
@@ -151,7 +133,7 @@ def _adjusted(inp: PredictionInputs) -> tuple[float, float, float]:
     ``B/2 +- effect/2``). Subclassification: :func:`_adjusted_subclassification`; fixed effects:
     :func:`_adjusted_fixed_effects`."""
     d = inp.design
-    mode = adjusted_weighting(inp.weighting, d.n, inp.domain_size, d.epsilon, d.split)
+    mode = adjusted_weighting(_weighting(inp.options), d.n, inp.domain_size, d.epsilon, d.split)
     if mode == "fixed_effects":
         return _adjusted_fixed_effects(inp)
     return _adjusted_subclassification(inp)
@@ -188,8 +170,7 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     variance of the ``p_x`` draws and of the left-out strata's count noise; the noise of the
     total count cancels in that share). No stratum with both arms in the assumed counts:
     infinite (the release would estimate 0 from nothing)."""
-    from dpate_core.mechanisms.adjusted import THRESHOLD_FACTOR
-    from dpate_core.statistics import COUNT_SENSITIVITY
+    from dpate_core.planning import balanced_counts, clamped_mean
 
     p_n, p_s, p_q = inp.parts()
     b = inp.bound
@@ -245,8 +226,7 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float]
     with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the
     one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B / z)^2``
     (``z = 1.96``)."""
-    from dpate_core.mechanisms.adjusted import RESOLVE_Z
-    from dpate_core.statistics import COUNT_SENSITIVITY
+    from dpate_core.planning import balanced_counts
 
     p_n, p_s, _ = inp.parts()
     b = inp.bound

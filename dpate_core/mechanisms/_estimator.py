@@ -1,0 +1,300 @@
+"""What an estimator is, in one object: everything the study spec, the site's release, the server's
+report check, the intervals and ``dpate plan`` need to know about a release mechanism.
+
+An :class:`Estimator` is defined in its mechanism's own module, next to the plan it describes, and
+registered by name (:func:`register`, :func:`unregister`); nothing else in dpate names an
+estimator. What it holds:
+
+- who it is: ``name`` (the spec's ``estimator = "..."``), ``label`` (tables and figures),
+  ``estimand`` (the quantity it estimates, in words a clinician reads; :meth:`estimand_of`);
+- what it costs: ``parts`` (the budget parts, in the order of a ``budget_split``;
+  ``parts_for`` when they depend on the options or a binary outcome), ``pure`` (``(epsilon,
+  0)``-DP: the ledger charges no delta, :meth:`cost`), ``default_shares`` and ``searched_shares``
+  (the ``"default"`` preset), ``candidate_splits`` (what ``dpate plan`` tries);
+- what a study must declare: ``designs``, ``needs_covariates``, ``options`` (a frozen dataclass
+  whose fields are the estimator's spec options; a field's ``metadata["spec_key"]`` names the
+  spec's top-level key it is read from, else it is read from the spec's ``[options]`` table;
+  ``metadata["doc"]`` explains it) and ``binary_outcome`` (a binary-outcome mode);
+- how a site releases it: ``plan`` (from validated records: tests and simulations),
+  ``plan_from_statistics`` (from the statistics the site's engine computes, when the estimator
+  needs no more than per-cell statistics and Algorithm 1's: ``centred_cells``,
+  ``order_dependent``), and ``stratified`` (it compares arms within strata);
+- what the server checks: ``required_diagnostics`` and ``plausible`` (the rules a published
+  estimate must satisfy to be one this mechanism can produce from the public values),
+  ``unresolved_reasons`` (the public reasons of an unresolved release), ``publishes_arm_sizes``;
+- the intervals: ``noise_model`` (the error its noise adds to ``tau``, from published fields);
+- ``dpate plan``: ``predict`` (sampling, noise and expected reported variance from public inputs
+  and stated assumptions), ``variant`` (the variant a site's release uses where a public rule
+  picks one, e.g. the adjusted estimator's weighting) and ``describe`` (notes on the plan).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpate_core.privacy import BudgetSplit, PrivacyParams
+
+if TYPE_CHECKING:  # the release and the prediction types import no estimator
+    from dpate_core.inference import NoiseDraws
+    from dpate_core.planning import PredictionInputs
+    from dpate_core.release import MechanismPlan, SiteEstimate
+    from dpate_core.statistics import CellStatistics, MatchingStatistics
+
+__all__ = [
+    "ESTIMATORS",
+    "PRESETS",
+    "Estimator",
+    "NoiseModel",
+    "PlanInputs",
+    "Predictor",
+    "StatisticsInputs",
+    "estimator_of",
+    "register",
+    "unregister",
+]
+
+#: named budget splits a spec may give instead of explicit shares
+PRESETS = ("paper", "default")
+
+#: ``fn(site, rng, reps) -> NoiseDraws``: the error a re-run's noise adds to ``tau`` and the
+#: variance it would publish, from published fields only (:mod:`dpate_core.inference`)
+NoiseModel = Callable[["SiteEstimate", np.random.Generator, int], "NoiseDraws"]
+#: ``fn(inputs) -> (sampling variance, noise variance, expected reported variance)``
+Predictor = Callable[["PredictionInputs"], tuple[float, float, float]]
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """A site's validated records and the public constants a plan needs (tests, simulations;
+    a release plans from its engine's statistics, :class:`StatisticsInputs`). ``options``: the
+    estimator's options (an instance of its ``options`` dataclass, or None for its defaults)."""
+
+    w: np.ndarray
+    y: np.ndarray
+    x: np.ndarray
+    domain_size: int
+    bound: float
+    privacy: PrivacyParams
+    split: Sequence[Fraction] | None
+    options: Any = None
+    #: the outcome is 0 or B in every record (a mode of estimators with ``binary_outcome``)
+    binary: bool = False
+
+
+@dataclass(frozen=True)
+class StatisticsInputs:
+    """The statistics a site's engine computed (the per-cell counts and exact grid sums, and
+    Algorithm 1's statistics for an ``order_dependent`` estimator) and the public constants."""
+
+    cells: CellStatistics
+    matching: MatchingStatistics | None
+    domain_size: int
+    bound: float
+    privacy: PrivacyParams
+    split: Sequence[Fraction] | None
+    options: Any = None
+    binary: bool = False
+
+
+def _no_rules(estimate: SiteEstimate, options: Any, domain_size: int) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One release mechanism as a study names it (see the module docstring)."""
+
+    name: str
+    label: str
+    estimand: str
+    parts: tuple[str, ...]
+    pure: bool
+    designs: tuple[str, ...]
+    plan: Callable[[PlanInputs], MechanismPlan]
+    noise_model: NoiseModel
+    predict: Predictor
+    needs_covariates: bool = False
+    #: the spec options (a frozen dataclass type, instantiated with keywords); None: no options
+    options: type | None = None
+    #: ``(options, binary) -> parts`` when the parts depend on them (else ``parts``)
+    parts_for: Callable[[Any, bool], tuple[str, ...]] | None = None
+    binary_outcome: bool = False
+    default_shares: tuple[str, ...] | None = None  # None: the even split
+    #: the searched split, used with budget_split = "default" (None: same as default_shares)
+    searched_shares: tuple[str, ...] | None = None
+    #: splits ``dpate plan`` tries for a recommendation, by number of parts
+    candidate_splits: Mapping[int, tuple[tuple[Fraction, ...], ...]] = dataclasses.field(
+        default_factory=dict
+    )
+    plan_from_statistics: Callable[[StatisticsInputs], MechanismPlan] | None = None
+    #: the per-cell sums are of ``Y - B/2`` (else of ``Y``)
+    centred_cells: bool = True
+    #: the estimate depends on the order of the records (Algorithm 1 pairs records by rank): the
+    #: site presents them in a fresh data-independent order and its engine computes Algorithm 1's
+    #: statistics
+    order_dependent: bool = False
+    #: the estimator compares arms within covariate strata (a site needs a stratum with both)
+    stratified: bool = True
+    #: ``options -> names`` of the diagnostics every resolved release publishes
+    required_diagnostics: Callable[[Any], tuple[str, ...]] = lambda options: ("noise_variance",)
+    #: ``(estimate, options, |X|) -> problems``: why a resolved published estimate cannot be this
+    #: mechanism's output (beyond the generic checks every estimate gets)
+    plausible: Callable[[SiteEstimate, Any, int], list[str]] = _no_rules
+    #: the public reasons of an unresolved release (empty: every release resolves)
+    unresolved_reasons: tuple[str, ...] = ()
+    #: ``options -> bool``: whether a report publishes the arm sizes exactly
+    publishes_arm_sizes: Callable[[Any], bool] = lambda options: False
+    #: ``options -> text``: the estimand in words when it depends on the options
+    estimand_for: Callable[[Any], str] | None = None
+    #: ``(options, N, |X|, epsilon, split) -> name``: the variant a site's release uses, where
+    #: a public rule picks one (the adjusted estimator's weighting); None: one variant
+    variant: Callable[[Any, int, int, Fraction, Sequence[Fraction]], str] | None = None
+    #: ``(options, predicted sites) -> notes`` for ``dpate plan``
+    describe: Callable[[Any, Sequence[Any]], list[str]] | None = None
+
+    # --- options --------------------------------------------------------------------------
+
+    def option_fields(self) -> tuple[dataclasses.Field[Any], ...]:
+        """The fields of :attr:`options` (none without options)."""
+        return () if self.options is None else dataclasses.fields(self.options)
+
+    def make_options(self, values: Mapping[str, Any] | None = None) -> Any:
+        """The options from ``values`` (keyword names of :attr:`options`), defaults filled; None
+        for an estimator without options. Raises ``TypeError``/``ValueError`` naming what is
+        wrong (an unknown or a missing option)."""
+        if self.options is None:
+            if values:
+                raise TypeError(f"estimator {self.name!r} has no options (got {sorted(values)})")
+            return None
+        return self.options(**dict(values or {}))
+
+    def assumed_options(self) -> Any:
+        """The options ``dpate plan`` assumes when a study does not give them (another estimator
+        it compares): each field's default, or its ``metadata["assumed"]`` value for an option a
+        spec must state (the difference in means' public arm sizes: the paper's setting)."""
+        if self.options is None:
+            return None
+        assumed = {
+            f.name: f.metadata["assumed"] for f in self.option_fields() if "assumed" in f.metadata
+        }
+        return self.options(**assumed)
+
+    def _options(self, options: Any) -> Any:
+        return self.make_options() if options is None and self.options is not None else options
+
+    # --- budget -----------------------------------------------------------------------------
+
+    def part_names(self, options: Any = None, binary: bool = False) -> tuple[str, ...]:
+        if self.parts_for is not None:
+            return self.parts_for(self._options_or_none(options), binary)
+        return self.parts
+
+    def _options_or_none(self, options: Any) -> Any:
+        if options is not None or self.options is None:
+            return options
+        try:
+            return self.make_options()
+        except (TypeError, ValueError):  # an option without a default: read as not given
+            return None
+
+    def n_parts(self, options: Any = None, binary: bool = False) -> int:
+        return len(self.part_names(options, binary))
+
+    def default_split(self, options: Any = None, binary: bool = False) -> BudgetSplit:
+        n = self.n_parts(options, binary)
+        if self.default_shares is not None and len(self.default_shares) == n:
+            return BudgetSplit.of(self.default_shares, n)
+        return BudgetSplit.even(n)
+
+    def searched_split(self, options: Any = None, binary: bool = False) -> BudgetSplit:
+        """The ``"default"`` preset: the searched split where one is documented for these parts,
+        else the estimator's default split."""
+        n = self.n_parts(options, binary)
+        if self.searched_shares is not None and len(self.searched_shares) == n:
+            return BudgetSplit.of(self.searched_shares, n)
+        return self.default_split(options, binary)
+
+    def split(
+        self, shares: Sequence[object] | str | None, options: Any = None, binary: bool = False
+    ) -> BudgetSplit:
+        """The site's split: its own shares, a preset (``"paper"``: even; ``"default"``: the
+        searched split), else this estimator's default (the even split for the paper's
+        mechanisms, so that a spec without a split releases exactly what the paper does)."""
+        if shares is None:
+            return self.default_split(options, binary)
+        if isinstance(shares, str):
+            if shares == "paper":
+                return BudgetSplit.even(self.n_parts(options, binary))
+            if shares == "default":
+                return self.searched_split(options, binary)
+            raise ValueError(
+                f"budget_split ({shares!r}) must be explicit shares or one of {list(PRESETS)}"
+            )
+        n = self.n_parts(options, binary)
+        return BudgetSplit.of(shares, n)  # type: ignore[arg-type]
+
+    def cost(self, privacy: PrivacyParams) -> PrivacyParams:
+        """What one release charges the ledger: a pure mechanism spends no delta."""
+        return PrivacyParams(privacy.epsilon, Fraction(0)) if self.pure else privacy
+
+    def splits_to_try(self, options: Any = None) -> tuple[tuple[Fraction, ...], ...]:
+        """The default split first, then :attr:`candidate_splits` for this many parts."""
+        first = self.default_split(options).shares
+        return tuple(dict.fromkeys((first, *self.candidate_splits.get(len(first), ()))))
+
+    def variant_of(
+        self,
+        options: Any,
+        n: int,
+        domain_size: int,
+        epsilon: Fraction,
+        split: Sequence[Fraction],
+    ) -> str | None:
+        """The variant a release with these public values uses (None: the estimator has one)."""
+        if self.variant is None:
+            return None
+        return self.variant(self._options(options), n, domain_size, epsilon, split)
+
+    # --- words ------------------------------------------------------------------------------
+
+    def estimand_of(self, options: Any = None) -> str:
+        """What the estimator estimates, in words (with these options)."""
+        if self.estimand_for is not None:
+            return self.estimand_for(self._options(options))
+        return self.estimand
+
+
+_REGISTRY: dict[str, Estimator] = {}
+#: every registered estimator by name, in registration order (read-only: use :func:`register`)
+ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)
+
+
+def register(estimator: Estimator) -> Estimator:
+    """Add ``estimator`` to :data:`ESTIMATORS` (refused if its name is taken); returns it."""
+    if estimator.name in _REGISTRY:
+        raise ValueError(f"estimator {estimator.name!r} is already registered")
+    _REGISTRY[estimator.name] = estimator
+    return estimator
+
+
+def unregister(name: str) -> Estimator:
+    """Remove the estimator called ``name`` (a test's toy, a plug-in being replaced)."""
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise ValueError(f"estimator {name!r} is not registered") from None
+
+
+def estimator_of(name: str) -> Estimator:
+    """The estimator called ``name``, or an error listing the valid names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"estimator ({name!r}) is not one of {sorted(_REGISTRY)}") from None
