@@ -13,7 +13,13 @@ from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.plan_inputs import SiteDesign
 from dpate_core.predictors import PREDICTORS
 from dpate_core.privacy import BudgetSplit
-from dpate_core.site_prediction import SitePredictions, _combine, _needs_delta, _parts, _z
+from dpate_core.site_prediction import (
+    SitePredictions,
+    _needs_delta,
+    _parts,
+    _z,
+    combined_prediction,
+)
 
 __all__ = ["CANDIDATE_SPLITS", "Recommendation"]
 
@@ -80,6 +86,7 @@ def _recommend(
     arm_sizes_public: bool,
     predict: SitePredictions,
     level: float,
+    bound: float,
 ) -> Recommendation | None:
     """The estimator and split with the narrowest predicted combined interval; ``predict``: the
     site predictions of an estimator (:func:`plan_study`'s, so both predict alike)."""
@@ -95,7 +102,8 @@ def _recommend(
         for split in splits:
             preds = predict(est, [replace(d, split=split) for d in designs])
             try:
-                w = 2.0 * _z(level) * math.sqrt(_combine(aggregator, preds).variance)
+                z = _z(level)
+                w = 2.0 * z * math.sqrt(combined_prediction(aggregator, preds, bound, z)[0])
             except NoUsableSiteError:
                 continue
             if best is None or w < best[0] * (1 - 1e-9):

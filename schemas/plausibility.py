@@ -6,10 +6,10 @@ the site's ``(epsilon, delta)`` and budget split, ``N`` and, when public, the ar
 rule below cites the mechanism in :mod:`dpate_core.release` it follows from.
 
 Two shapes of release are possible, and only these (:func:`estimate_problems`): a resolved one,
-whose ``tau`` lies in ``[-B, B]`` (every release clips it there, ``dpate_core.release``), tighter
-for the adjusted estimator; and, for a mechanism that can fail to resolve (the registry's
-``unresolved_reasons``), an unresolved one: no ``tau`` and no variance, one of that mechanism's
-own reasons, and the diagnostics it publishes then (nothing usable). Float comparisons allow a
+whose ``tau`` lies in ``[-B, B]`` (every release clips it there, ``dpate_core.release``); and,
+for a mechanism that can fail to resolve (the registry's ``unresolved_reasons``), an unresolved
+one: no ``tau`` and no variance, one of that mechanism's own reasons, and the diagnostics it
+publishes then (nothing usable). Float comparisons allow a
 relative ``RTOL`` (the site and the aggregator compute the same formula from the same public
 values).
 
@@ -90,7 +90,7 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     shares = [Fraction(s) for s in e.budget_split]
     eps_1 = total.epsilon * shares[0]  # the ATE's share is always the first part
     diag = e.diagnostics
-    if e.estimator == "adjusted":  # a tighter range than [-B, B]
+    if e.estimator == "adjusted":
         return _missing(e, spec) or _adjusted(e, spec)
     # every release clips tau to [-B, B] (dpate_core.release.PublishedAssembly)
     out += _tau_range(e.tau, float(bound), "B (every release clips tau to [-B, B])")
@@ -200,15 +200,12 @@ def _dim(
 
 def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
     """dpate_core.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
-    Subclassification: each usable stratum's centred arm means are clipped to ``[-B, B]`` and
-    its weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``; with the
-    ratio-bias correction ``tau`` is linear in the means with coefficients ``(n_t + n_c (1 -
-    v_n / (n_t^2 + D v_n^2 / n_t^2))) / N`` for ``m_t`` (and likewise for ``m_c``), which lie in
-    ``[0, (n_t + n_c) / N]`` because ``v_n / (n^2 + D v_n^2 / n^2) <= 1 / (2 sqrt(D)) < 1``
-    (``D = RATIO_DAMPING``); so ``|tau| <= 2 B usable_weight``, and ``tau`` is clipped to
-    ``[-B, B]``: ``|tau| <= B min(1, 2 usable_weight)``. Fixed effects: ``usable_weight`` is 1.
-    A resolved release uses at least one stratum (with none it is unresolved). The noise
-    variance is a sum of non-negative terms."""
+    ``tau`` is clipped to ``[-B, B]`` (subclassification averages the used strata's clipped arm
+    means over the size of the strata used, which is itself a noisy count, so ``tau`` has no
+    tighter public bound); ``usable_weight`` is the used strata's noisy size (each count clipped
+    to ``[0, N]``) over ``N``, at most 2 per stratum; fixed effects: ``usable_weight`` is 1. A
+    resolved release uses at least one stratum (with none it is unresolved). The noise variance
+    is a sum of non-negative terms."""
     out: list[str] = []
     assert e.tau is not None and e.variance is not None
     d = e.diagnostics
@@ -231,8 +228,7 @@ def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
             f"released variance is the clipped sampling part + noise variance"
         )
     # (no variance >= raw_variance rule: the within-cell variances are clipped to [0, B^2/4])
-    reach = float(e.bound) * min(1.0, 2.0 * weight) * (1.0 + RTOL) + float(e.bound) * 1e-12
-    out += _tau_range(e.tau, reach, "B * min(1, 2 usable_weight) (the post-processing's bounds)")
+    out += _tau_range(e.tau, float(e.bound), "B (every release clips tau to [-B, B])")
     if e.n_treated is not None:
         out.append("n_treated/n_control must be null: the adjusted release does not publish them")
     return out
