@@ -1,4 +1,4 @@
-"""Speed and memory of the adjusted release (dpate_core.adjusted). Prints figures; asserts nothing.
+"""Speed and memory of the adjusted release (dpate_core.mechanisms.adjusted). Prints figures; asserts nothing.
 
 At N = 10^7 records and |X| = 10^4 strata (2 * 10^4 cells), each figure next to one
 ``np.bincount`` over the stratum ids measured in the same run (goal: one release plan + draw within
@@ -7,7 +7,7 @@ At N = 10^7 records and |X| = 10^4 strata (2 * 10^4 cells), each figure next to 
 * the compiled pass (``cell_statistics``: validation, quantisation, per-cell counts and exact
   integer sums), and the whole plan (``plan_adjusted``);
 * the secure draw (``draw_once`` with ``rng=None``: three integer Laplace vectors,
-  3 * 2 |X| = 6 * 10^4 entries, the exact discrete sampler of dpate_core.discrete_laplace),
+  3 * 2 |X| = 6 * 10^4 entries, the exact discrete sampler of dpate_core.noise),
   whose cost grows with the number of cells, not with N;
 * the whole release (``dp_adjusted``, secure) and its peak memory above the inputs, as the rise of
   the resident-set high-water mark in a fresh subprocess (as in ``bench_core.py``).
@@ -27,12 +27,11 @@ import numpy as np
 from _inputs import site_data
 from _timing import line, memory_child_result, parse_or_run_child, peak_rise, print_peak, timed
 
-from dpate_core.adjusted import dp_adjusted, plan_adjusted, plan_adjusted_from_statistics
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import matching_statistics
-from dpate_core.grid_sums import cell_statistics
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.adjusted import dp_adjusted, plan_adjusted, plan_adjusted_from_statistics
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import draw_many, draw_once
+from dpate_core.statistics import cell_statistics, matching_statistics
 from dpate_core.synth import synth
 
 SIM_REPS = 4000

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpate.schemas.datasets import DataUnavailableError
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.grid_sums import cell_statistics
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.simulation import aggregate_many
+from dpate_core.statistics import cell_statistics
 from dpate_core.synth import split_equal, synth_strata
 
 Z95 = 1.959963984540054
@@ -205,6 +205,7 @@ def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int
     from fractions import Fraction
 
     from dpate_core.plan_inputs import Assumptions, SiteDesign
+
     from dpate_core.planning import plan_study
 
     rng = np.random.default_rng(seed)

@@ -24,7 +24,7 @@ from dpate.experiments.coverage import COVERAGE_ALPHAS, COVERAGE_EPSILONS, _cove
 from dpate.experiments.data import default_source
 from dpate.experiments.settings import Z95, ExperimentSettings, generator
 from dpate.experiments.sweep import prepare
-from dpate_core.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.release import draw_many
 from dpate_core.simulation import site_epsilons
 from dpate_core.synth import parse_proportions

@@ -32,11 +32,11 @@ from _inputs import site_data
 from _timing import line, memory_child_result, parse_or_run_child, peak_rise, print_peak, timed
 
 from dpate_core.aggregation import mvagg, mvagg_brute_force
-from dpate_core.matching import smooth_dp_matching
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.matching import (
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,
     smooth_beta,
+    smooth_dp_matching,
 )
 
 EPSILON, DELTA = 1, "1e-5"

@@ -29,10 +29,10 @@ import numpy as np
 
 from dpate.experiments.run import run_experiments
 from dpate.experiments.settings import ALPHAS, ExperimentSettings
-from dpate_core.aggregation import AGGREGATORS
-from dpate_core.estimators import matching_statistics
-from dpate_core.matching import plan_matching, smooth_dp_matching
+from dpate_core.aggregation import COMBINERS
+from dpate_core.mechanisms.matching import plan_matching, smooth_dp_matching
 from dpate_core.simulation import aggregate_many, simulate_sites, site_epsilons
+from dpate_core.statistics import matching_statistics
 from dpate_core.synth import split_proportions, synth
 
 DELTA = Fraction(1, 100_000)
@@ -59,7 +59,7 @@ def baseline(sites, reps: int) -> float:
             tau = [e.tau for e in ests]
             n = [e.n for e in ests]
             var = [e.variance for e in ests]
-            for fn in AGGREGATORS.values():
+            for fn in COMBINERS.values():
                 fn(tau, n, var)
     return time.perf_counter() - t
 
@@ -74,7 +74,7 @@ def vectorised(sites, reps: int) -> float:
             for s, e in zip(stats, eps, strict=True)
         ]
         tau, n, var = simulate_sites(plans, np.random.default_rng(0), reps)
-        for name in AGGREGATORS:
+        for name in COMBINERS:
             aggregate_many(name, tau, n, var)
     return time.perf_counter() - t
 

@@ -19,17 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from dpate_core.adjusted import plan_adjusted
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import matching_statistics
 from dpate_core.inference import (
     combined_bootstrap_interval,
     combined_normal_interval,
     site_bootstrap_interval,
     site_normal_interval,
 )
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.adjusted import plan_adjusted
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import MechanismPlan, SiteEstimate, draw_many
+from dpate_core.statistics import matching_statistics
 from dpate_core.synth import split_proportions, synth
 
 DRAWS = 2000

@@ -39,10 +39,13 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpate.schemas.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
-from dpate_core.adjusted import DEFAULT_SPLIT, plan_adjusted_from_statistics, resolve_weighting
-from dpate_core.estimators import matching_statistics
-from dpate_core.grid_sums import cell_statistics
+from dpate_core.mechanisms.adjusted import (
+    DEFAULT_SPLIT,
+    plan_adjusted_from_statistics,
+    resolve_weighting,
+)
 from dpate_core.release import draw_many
+from dpate_core.statistics import cell_statistics, matching_statistics
 from dpate_core.synth import split_equal, synth
 
 Array = npt.NDArray[np.float64]

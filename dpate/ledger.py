@@ -58,8 +58,7 @@ from dpate.ledger_chain import (
 from dpate.ledger_engine import shown_url
 from dpate.ledger_reads import LedgerReader
 from dpate.ledger_verify import verify_events
-from dpate_core.budget import check_budget
-from dpate_core.privacy import PrivacyParams, fraction_str
+from dpate_core.privacy import PrivacyParams, check_budget, fraction_str
 
 __all__ = [
     "BudgetExceededError",

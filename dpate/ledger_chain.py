@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpate_core.budget import check_budget
-from dpate_core.privacy import PrivacyParams, exact, fraction_str
+from dpate_core.privacy import PrivacyParams, check_budget, exact, fraction_str
 
 __all__ = [
     "GENESIS",
@@ -169,7 +168,7 @@ class SiteSpend:
 
     @property
     def remaining(self) -> PrivacyParams | None:
-        """What the cap leaves (:func:`dpate_core.budget.check_budget`); None without a cap."""
+        """What the cap leaves (:func:`dpate_core.privacy.check_budget`); None without a cap."""
         if self.cap is None:
             return None
         return check_budget(self.cap, self.spent).remaining

@@ -9,8 +9,7 @@ import json
 from collections.abc import Sequence
 
 from dpate.ledger_chain import GENESIS, Event, VerifyReport, row_hash
-from dpate_core.budget import NOTHING, check_budget
-from dpate_core.privacy import PrivacyParams
+from dpate_core.privacy import NOTHING, PrivacyParams, check_budget
 
 __all__ = ["verify_events"]
 

@@ -11,10 +11,10 @@ import numpy as np
 
 from dpate.schemas.site_data import RecordOrder, SecureOrder, SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.difference_in_means import plan_difference_in_means_from_statistics
-from dpate_core.matching import plan_matching
-from dpate_core.registry import PlanInputs
+from dpate_core.mechanisms import PlanInputs
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means_from_statistics
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import MechanismPlan
 
 __all__ = ["data_independent_order", "plan_from_records", "record_order"]

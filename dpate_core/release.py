@@ -1,15 +1,13 @@
 """The private releases a site makes: an ATE estimate and an estimate of its variance.
 
-This module holds what every mechanism shares: the :class:`MechanismPlan` (everything computed
-from the data before noise, and how the noisy values assemble into the outputs), the draw
-machinery (:func:`draw_once` for a release, :func:`draw_many` for simulations), the public
-:class:`SiteEstimate` a release returns, and the checks and safe rounding every plan uses. Each
-mechanism lives in its own module with its privacy cost stated next to it:
-:mod:`dpate_core.difference_in_means` (section 3.1.1), :mod:`dpate_core.matching` (Algorithm 2,
-the appendix, GlobalDPMatching) and :mod:`dpate_core.adjusted`. A mechanism spends exactly the
-``(epsilon, delta)`` it is given (split by ``split`` among its parts, sequential composition) and
-returns a :class:`SiteEstimate` holding public values only. ``rng=None`` draws secure noise
-(OpenDP); a ``numpy.random.Generator`` is for simulations.
+This module holds what every mechanism shares: the :class:`MechanismPlan` (everything computed from
+the data before noise, and how the noisy values assemble into the outputs), the draw machinery
+(:func:`draw_once` for a release, :func:`draw_many` for simulations), the public
+:class:`SiteEstimate` a release returns, and the checks every plan uses. Each mechanism lives in its
+own package of :mod:`dpate_core.mechanisms` with its privacy cost stated next to it. A mechanism
+spends exactly the ``(epsilon, delta)`` it is given (split by ``split`` among its parts, sequential
+composition) and returns a :class:`SiteEstimate` holding public values only. ``rng=None`` draws
+secure noise (OpenDP); a ``numpy.random.Generator`` is for simulations.
 
 Neighbouring datasets replace one record; ``N`` is public. What else is assumed public is listed
 per mechanism and in ``docs/privacy.md``.
@@ -28,7 +26,7 @@ import numpy.typing as npt
 
 from dpate_core.intervals import normal_interval
 from dpate_core.noise import Rng, gaussian, integer_laplace_vector, laplace, laplace_vector
-from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact, to_float
+from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
     "ESTIMATORS",
@@ -37,11 +35,14 @@ __all__ = [
     "Outputs",
     "PublishedAssembly",
     "SiteEstimate",
+    "check_bound",
+    "check_outcomes",
     "draw_many",
     "draw_once",
+    "release_once",
 ]
 
-ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.registry
+ESTIMATORS = ("dim", "smooth_matching", "global_matching", "adjusted")  # dpate_core.mechanisms
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,16 @@ class SiteEstimate:
         return fields
 
 
-def _check_bound(bound: float) -> float:
+def check_bound(bound: float) -> float:
+    """``B`` as a float, or an error when it is not positive and finite."""
     bound = float(bound)
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
     return bound
 
 
-def _check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
+def check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
+    """Refuse outcomes outside ``[0, B]`` (the privacy proofs need them there)."""
     # The privacy proof needs 0 <= Y <= B. Clipping is the data layer's job (schemas), done with the
     # public B before anything reaches here; the message carries the rule, never a value.
     if y.size and not (np.isfinite(y).all() and y.min() >= 0.0 and y.max() <= bound):
@@ -145,23 +148,6 @@ def _check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
             "outcomes must be finite and lie in [0, B]: clip or reject them with the study's "
             "public bound before the release"
         )
-
-
-def _eps(p: PrivacyParams) -> float:
-    """Epsilon as the float that scales noise: rounded down, so noise is never too small."""
-    return to_float(p.epsilon, round_up=False)
-
-
-def _delta(p: PrivacyParams) -> float:
-    return to_float(p.delta, round_up=False)
-
-
-def _scale(sensitivity: Number, p: PrivacyParams) -> float:
-    """The Laplace scale ``sensitivity / epsilon`` computed exactly and rounded *up*, so the noise
-    is never smaller than the exact ratio asks for (a float ``B / eps`` is rounded to nearest and
-    can land one ulp below it). ``sensitivity`` is read exactly (a float as its binary value)."""
-    sens = Fraction(sensitivity) if isinstance(sensitivity, float) else exact(sensitivity)
-    return to_float(sens / p.epsilon, round_up=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +165,7 @@ class NoiseSpec:
     one vector query (its privacy follows from the vector's L1 sensitivity).
 
     ``unit``: ``loc`` and ``scale`` are in units of ``unit`` (a power-of-two multiple of ``B``
-    or ``B^2``, e.g. the grids ``B 2^-k`` and ``B^2 2^-m`` of :mod:`dpate_core.grid_sums`). The
+    or ``B^2``, e.g. the grids ``B 2^-k`` and ``B^2 2^-m`` of :mod:`dpate_core.statistics`). The
     noise is drawn in those units, on the exact integer ``loc`` with the sensitivity stated in the
     same units, and the noisy value is multiplied by ``unit`` afterwards (post-processing, in
     :func:`draw_once` and :func:`draw_many`), so a statistic whose neighbours differ by exactly
@@ -187,7 +173,7 @@ class NoiseSpec:
     move it by one more ulp than the sensitivity allows). This is the one convention for grid
     units: every assembly receives outcome units (the difference in means' arm sums, the adjusted
     estimator's and the stratified variance's cell vectors,
-    :func:`dpate_core.grid_sums.cell_noise`), and whatever reads a noise site in those units
+    :func:`dpate_core.statistics.cell_noise`), and whatever reads a noise site in those units
     reads :attr:`value` and :attr:`value_scale`, not ``loc`` and ``scale``.
     """
 
@@ -357,5 +343,6 @@ def draw_many(
     return out
 
 
-def _release(plan: MechanismPlan, rng: Rng) -> SiteEstimate:
+def release_once(plan: MechanismPlan, rng: Rng = None) -> SiteEstimate:
+    """``plan``'s release of one draw (:func:`draw_once`): secure noise when ``rng`` is None."""
     return plan.estimate(draw_once(plan, rng))

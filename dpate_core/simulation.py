@@ -13,7 +13,7 @@ Two halves:
 * Combiners on ``(reps, J)`` arrays: :func:`aggregate_many` (and :func:`mvagg_many`,
   :func:`agg_all_many`, :func:`agg_largest_many`, :func:`inverse_variance_many`,
   :func:`random_effects_many`) run the one vectorised implementation each aggregator declares in
-  :mod:`dpate_core.aggregators`, whose one-row case is :mod:`dpate_core.aggregation` (tests hold
+  :mod:`dpate_core.aggregation`, whose one-row case is :mod:`dpate_core.aggregation` (tests hold
   them equal on random inputs), including the rule for unusable sites: a site whose estimate or
   variance is not finite (an unresolved release carries NaN, ``Outputs``), or whose variance is
   not positive, is left out of that row. A row with no usable site gives NaN: no answer (where
@@ -30,15 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from dpate_core import aggregators as _reg
-from dpate_core.aggregators import AggregateMany
+from dpate_core.aggregation import AggregateMany, RegistryView, aggregator_of
 from dpate_core.privacy import Number, exact
 from dpate_core.release import MechanismPlan, draw_many
 
 CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 
 __all__ = [
-    "AGGREGATORS_MANY",
+    "COMBINERS_MANY",
     "AggregateMany",
     "SiteDraws",
     "agg_all_many",
@@ -97,29 +96,29 @@ def simulate_sites(
 
 
 #: ``{name: vectorised combiner}`` for every registered aggregator
-AGGREGATORS_MANY: Mapping[str, CombinerMany] = _reg.RegistryView(lambda a: a.many)
+COMBINERS_MANY: Mapping[str, CombinerMany] = RegistryView(lambda a: a.many)
 
 
 def mvagg_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """MVAgg (Algorithm 3) per row, exact: sort sites by ``N_j var_j`` ascending (stable), take the
     prefix minimising ``sum_{j<=k} N_j^2 var_j / (sum_{j<=k} N_j)^2`` (the first minimum, i.e. the
     shortest optimal prefix; ERRATA section 6), then the ``N_j``-weighted mean over it."""
-    return _reg.aggregator_of("mvagg").many(tau, n, variance)
+    return aggregator_of("mvagg").many(tau, n, variance)
 
 
 def agg_all_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """AggAll per row: the ``N_j``-weighted mean of every usable site."""
-    return _reg.aggregator_of("all").many(tau, n, variance)
+    return aggregator_of("all").many(tau, n, variance)
 
 
 def agg_largest_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """AggLargest per row: the usable site with the largest ``N_j`` (the first of equals)."""
-    return _reg.aggregator_of("largest").many(tau, n, variance)
+    return aggregator_of("largest").many(tau, n, variance)
 
 
 def inverse_variance_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """Fixed-effect inverse-variance weighting per row: weights ``1 / var_j``."""
-    return _reg.aggregator_of("inverse_variance").many(tau, n, variance)
+    return aggregator_of("inverse_variance").many(tau, n, variance)
 
 
 def random_effects_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
@@ -127,12 +126,12 @@ def random_effects_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     ``tau^2 = max(0, (Q - (k-1)) / (sum w - sum w^2 / sum w))`` with ``w_j = 1/var_j`` and ``k`` the
     number of usable sites, weights ``1 / (var_j + tau^2)``; reported variance uses
     ``var_j + tau^2``; ``extra`` holds ``Q``, ``I2`` and ``tau2`` per row."""
-    return _reg.aggregator_of("random_effects").many(tau, n, variance)
+    return aggregator_of("random_effects").many(tau, n, variance)
 
 
 def aggregate_many(method: str, tau: Any, n: Any, variance: Any) -> AggregateMany:
     """Dispatch by the same names as :func:`dpate_core.aggregation.aggregate`."""
-    return _reg.aggregator_of(method).many(tau, n, variance)
+    return aggregator_of(method).many(tau, n, variance)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ import math
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from dpate_core.privacy import PrivacyParams, to_float
-from dpate_core.registry import ESTIMATORS
+from dpate_core.mechanisms import ESTIMATORS
+from dpate_core.privacy import PrivacyParams
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpate.schemas.report import PublicEstimate
@@ -60,11 +60,6 @@ def required_diagnostics(estimator: str, arm_sizes_public: bool | None) -> tuple
     if estimator == "adjusted":
         return ("noise_variance", "sampling_variance_dp", "usable_strata", "usable_weight")
     return ()
-
-
-def _scale(sensitivity: Fraction, epsilon: Fraction) -> float:
-    """Laplace scale ``sensitivity / epsilon`` rounded up, as ``dpate_core.release._scale``."""
-    return to_float(sensitivity / epsilon, round_up=True)
 
 
 def _close(a: float, b: float) -> bool:
@@ -120,7 +115,7 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     elif e.estimator == "global_matching":
         # plan_matching(global_matching): tau_hat + Lap(2B/eps_1) (ERRATA 2: sensitivity 2B);
         # noise variance 2 (2B/eps_1)^2, public
-        b = _scale(2 * bound, eps_1)
+        b = PrivacyParams(eps_1).laplace_scale(2 * bound)
         out += _noise_matches(2.0 * b * b, noise_diag, e.variance, "2 (2B/eps_1)^2")
         if e.n_treated is not None:
             out.append("n_treated/n_control must be null: matching does not publish arm sizes")
@@ -180,7 +175,7 @@ def _dim(
         # public arms: b = B/eps_1 (a neighbour changes one outcome within its arm);
         # noise variance 2 b^2 (1/N_t^2 + 1/N_c^2)
         nt, nc = float(e.n_treated), float(e.n_control)
-        b = _scale(bound, eps_1)
+        b = PrivacyParams(eps_1).laplace_scale(bound)
     else:
         if e.n_treated is not None:
             return [
@@ -192,20 +187,20 @@ def _dim(
         if not 1.0 <= diag_nt <= e.n - 1.0:
             return [f"diagnostics.n_treated_dp ({diag_nt}) must lie in [1, N-1] (post-processing)"]
         nc = e.n - nt
-        b = _scale(2 * bound, eps_1)
+        b = PrivacyParams(eps_1).laplace_scale(2 * bound)
     noise_var = 2.0 * b * b * (1.0 / nt**2 + 1.0 / nc**2)
     out += _noise_matches(noise_var, noise_diag, e.variance, "2 b^2 (1/N_t^2 + 1/N_c^2)")
     return out
 
 
 def _adjusted(e: PublicEstimate, spec: StudySpec) -> list[str]:
-    """dpate_core.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
-    ``tau`` is clipped to ``[-B, B]`` (subclassification averages the used strata's clipped arm
-    means over the size of the strata used, which is itself a noisy count, so ``tau`` has no
-    tighter public bound); ``usable_weight`` is the used strata's noisy size (each count clipped
-    to ``[0, N]``) over ``N``, at most 2 per stratum; fixed effects: ``usable_weight`` is 1. A
-    resolved release uses at least one stratum (with none it is unresolved). The noise variance
-    is a sum of non-negative terms."""
+    """dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics: every post-processing bound
+    is exact. ``tau`` is clipped to ``[-B, B]`` (subclassification averages the used strata's
+    clipped arm means over the size of the strata used, which is itself a noisy count, so
+    ``tau`` has no tighter public bound); ``usable_weight`` is the used strata's noisy size (each
+    count clipped to ``[0, N]``) over ``N``, at most 2 per stratum; fixed effects:
+    ``usable_weight`` is 1. A resolved release uses at least one stratum (with none it is
+    unresolved). The noise variance is a sum of non-negative terms."""
     out: list[str] = []
     assert e.tau is not None and e.variance is not None
     d = e.diagnostics
@@ -249,7 +244,7 @@ def spend_problems(
     this release's reservation (empty when they can). Exact comparisons, both components.
 
     The ledger debits a reservation only when the new total stays within the cap
-    (:func:`dpate_core.budget.check_budget`), so ``spent <= cap``; the total includes this
+    (:func:`dpate_core.privacy.check_budget`), so ``spent <= cap``; the total includes this
     release, so ``spent >= release``; and a reservation is refused under any cap other than the
     one the spec gives the site (``CapMismatchError``), so ``cap == spec_cap``.
     """

@@ -1,7 +1,7 @@
 """Feasibility of a site's release, checked before any budget is reserved.
 
 :func:`feasibility_problems` looks at a site's validated records (:class:`SiteData`), or at the
-per-cell counts a release reads instead of them (:class:`~dpate_core.grid_sums.CellStatistics`,
+per-cell counts a release reads instead of them (:class:`~dpate_core.statistics.CellStatistics`,
 computed by the site's engine: :func:`dpate.schemas.site_data.read_site_records`), and says
 whether the spec's estimator can release anything useful from them: both give the same answer,
 word for word, for the same records. It is pure (no I/O, no noise, no ledger) and its messages
@@ -31,7 +31,7 @@ from dpate.schemas.site_data import SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
 
 if TYPE_CHECKING:
-    from dpate_core.grid_sums import CellStatistics
+    from dpate_core.statistics import CellStatistics
 
 __all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problems"]
 
@@ -86,7 +86,7 @@ def feasibility_problems(
 
 def cell_feasibility_problems(counts: np.ndarray, spec: StudySpec) -> list[str]:
     """:func:`feasibility_problems` from the records' counts per cell ``g = 2 x + w`` (control
-    then treated for each stratum, as :class:`~dpate_core.grid_sums.CellStatistics` holds them):
+    then treated for each stratum, as :class:`~dpate_core.statistics.CellStatistics` holds them):
     ``N`` is their sum, an arm is empty when its cells sum to 0, and a stratum has both arms when
     both its cells are positive. ``O(|X|)``, nothing per record."""
     c = np.asarray(counts)

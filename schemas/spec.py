@@ -51,9 +51,9 @@ from dpate.schemas.spec_checks import cross_field_problems
 from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
 from dpate.schemas.spec_fields import _ID, _ID_HINT, _Model
 from dpate.schemas.spec_sites import SiteSpec
-from dpate_core.aggregators import AGGREGATORS
+from dpate_core.aggregation import AGGREGATORS
+from dpate_core.mechanisms import ESTIMATORS, Estimator, estimator_of
 from dpate_core.privacy import BudgetSplit, PrivacyParams
-from dpate_core.registry import ESTIMATORS, Estimator, estimator_of
 
 __all__ = [
     "SPEC_VERSION",
@@ -103,14 +103,14 @@ def _aggregator_name(value: str) -> str:
     return value
 
 
-#: an aggregator registered in :data:`dpate_core.aggregators.AGGREGATORS`
+#: an aggregator registered in :data:`dpate_core.aggregation.AGGREGATORS`
 AggregatorName = Annotated[
     str,
     AfterValidator(_aggregator_name),
     WithJsonSchema({"type": "string", "enum": sorted(AGGREGATORS)}),
 ]
 
-#: an estimator registered in :data:`dpate_core.registry.ESTIMATORS`
+#: an estimator registered in :data:`dpate_core.mechanisms.ESTIMATORS`
 EstimatorName = Annotated[
     str,
     AfterValidator(_estimator_name),
@@ -180,7 +180,7 @@ class StudySpec(_Model):
 
     @property
     def estimator_info(self) -> Estimator:
-        """The registered estimator this study names (:mod:`dpate_core.registry`)."""
+        """The registered estimator this study names (:mod:`dpate_core.mechanisms`)."""
         return estimator_of(self.estimator)
 
     @property
@@ -212,7 +212,7 @@ class StudySpec(_Model):
     def budget_split(self, site_id: str) -> BudgetSplit:
         """The site's split (the estimator's default split when not given: the paper's even
         split for the paper's mechanisms, ``docs/adjusted.md`` for the adjusted one; the presets
-        ``"paper"`` and ``"default"`` per :meth:`dpate_core.registry.Estimator.split`)."""
+        ``"paper"`` and ``"default"`` per :meth:`dpate_core.mechanisms.Estimator.split`)."""
         return self.estimator_info.split(
             self.site(site_id).budget_split, self.arm_sizes_public, self.outcome.binary
         )
@@ -234,11 +234,11 @@ class StudySpec(_Model):
         """The weighting the site's adjusted release would use with ``n`` records (its public,
         published ``N``): :attr:`weighting`, or for ``"auto"`` the public rule
         ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` with the ratio bias's predicted remainder at
-        most ``AUTO_BIAS`` (:func:`dpate_core.predictors.adjusted_weighting`).
+        most ``AUTO_BIAS`` (:func:`dpate_core.planning.adjusted_weighting`).
         None for the other estimators."""
         if self.estimator != "adjusted":
             return None
-        from dpate_core.predictors import adjusted_weighting
+        from dpate_core.planning import adjusted_weighting
 
         s = self.site(site_id)
         return adjusted_weighting(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dpate_core.registry import ESTIMATORS
+from dpate_core.mechanisms import ESTIMATORS
 
 if TYPE_CHECKING:
     from dpate.schemas.spec import StudySpec

@@ -38,8 +38,13 @@ from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
 from dpate.tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
-from dpate_core.aggregation import AggregateResult, NoUsableSiteError, aggregate
-from dpate_core.aggregators import UNRESOLVED, aggregator_of
+from dpate_core.aggregation import (
+    UNRESOLVED,
+    AggregateResult,
+    NoUsableSiteError,
+    aggregate,
+    aggregator_of,
+)
 from dpate_core.inference import (
     Interval,
     combined_bootstrap_interval,

@@ -55,7 +55,7 @@ from dpate.site_reports import (
 from dpate.storage import PublicationConflictError, Store
 from dpate.tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
 from dpate_core import release as core_release
-from dpate_core.aggregators import UNRESOLVED
+from dpate_core.aggregation import UNRESOLVED
 from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [

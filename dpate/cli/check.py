@@ -207,7 +207,7 @@ def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     from sqlalchemy.engine import make_url
 
     from dpate.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
-    from dpate_core.budget import check_budget
+    from dpate_core.privacy import check_budget
 
     s = study.site(site_id)
     cost = study.release_cost(site_id)  # a pure mechanism charges no delta
@@ -242,7 +242,7 @@ def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
             f"re-publishes the recorded value and spends nothing"
         )
         return []
-    # the ledger's own rule (dpate_core.budget): what this check predicts is what a run does
+    # the ledger's own rule (dpate_core.privacy): what this check predicts is what a run does
     budget = None if spend.cap is None else check_budget(spend.cap, spend.spent, cost)
     out.print(
         f"  ledger {url}: spent epsilon {spend.spent.epsilon}, delta {spend.spent.delta}; "

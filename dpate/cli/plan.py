@@ -87,8 +87,7 @@ def plan(
     nothing), the epsilon per site a target width needs, a recommended estimator and split, and
     warn when the study cannot answer its question at its budget."""
     from dpate.settings import load_study_spec
-    from dpate_core.plan_inputs import Assumptions, SiteDesign
-    from dpate_core.planning import plan_study
+    from dpate_core.planning import Assumptions, SiteDesign, plan_study
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     sizes = _sizes(n or [], [s.id for s in study.sites])

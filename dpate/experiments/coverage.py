@@ -22,10 +22,10 @@ from dpate.experiments.settings import (
 )
 from dpate.experiments.sweep import prepare, site_plans
 from dpate.experiments.tables import markdown_table
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.estimators import difference_in_means, matching_statistics
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, site_epsilons
+from dpate_core.statistics import difference_in_means, matching_statistics
 
 __all__ = [
     "COVERAGE_ALPHAS",

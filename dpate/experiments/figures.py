@@ -17,7 +17,7 @@ from dpate.experiments.settings import (
     THREE_SITE_PROPORTIONS,
     frac,
 )
-from dpate_core.aggregators import aggregator_of
+from dpate_core.aggregation import aggregator_of
 
 __all__ = ["make_figures"]
 

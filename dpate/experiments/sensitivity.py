@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dpate.experiments.settings import ExperimentSettings, seed_key
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.matching import (
     matching_global_sensitivity,
     matching_local_sensitivity_bound,
     matching_smooth_sensitivity,
@@ -28,7 +28,7 @@ def paper_literal_smooth_sensitivity(
 
     **Not a valid smooth bound** (ERRATA section 1: it is not beta-smooth, so a release calibrated
     to it is not (epsilon, delta)-DP). Computed here only to show, in the figures, how much the
-    corrected bound of :func:`dpate_core.sensitivity.matching_smooth_sensitivity` differs from it.
+    corrected bound of :func:`dpate_core.mechanisms.matching.matching_smooth_sensitivity` differs from it.
     Never use it in a release.
     """
     t = np.asarray(treated_counts, dtype=np.int64)

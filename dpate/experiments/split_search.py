@@ -1,5 +1,5 @@
 """The search behind SmoothDPMatching's ``budget_split = "default"``
-(:data:`dpate_core.registry.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split presets").
+(:data:`dpate_core.mechanisms.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split presets").
 
 Not run by ``dpate experiments``; ``python -c "from dpate.experiments.split_search import *;
 from dpate.experiments.settings import ExperimentSettings;
@@ -16,10 +16,10 @@ import numpy as np
 
 from dpate.experiments.settings import Z95, ExperimentSettings, generator, seed_key
 from dpate.experiments.tables import markdown_table
-from dpate_core.estimators import MatchingStatistics, matching_statistics
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import MechanismPlan, draw_many
 from dpate_core.simulation import aggregate_many
+from dpate_core.statistics import MatchingStatistics, matching_statistics
 
 __all__ = ["SPLIT_CANDIDATES", "search_budget_split", "split_search_markdown"]
 
@@ -153,7 +153,7 @@ def search_budget_split(
     multi_reps: int = 50,
 ) -> list[dict[str, Any]]:
     """The search behind SmoothDPMatching's ``budget_split = "default"``
-    (:data:`dpate_core.registry.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split
+    (:data:`dpate_core.mechanisms.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split
     presets"), on Synth (``settings.synth_n``, ``settings.synth_domain``, the given ``epsilon``):
 
     - one site: ``seeds`` data draws per imbalance ``a``, ``reps`` releases of each candidate;

@@ -2,8 +2,9 @@
 splits (:func:`run_split`), one row of ``experiments.csv`` per point (:data:`TABLE_COLUMNS`).
 
 Every point runs the mechanisms that are released, through their plans
-(:func:`dpate_core.difference_in_means.plan_difference_in_means`, :func:`~dpate_core.matching.plan_matching`,
-:func:`dpate_core.adjusted.plan_adjusted_from_statistics`): the statistics and the smooth
+(:func:`~dpate_core.mechanisms.difference_in_means.plan_difference_in_means`,
+:func:`~dpate_core.mechanisms.matching.plan_matching`,
+:func:`~dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics`): the statistics and the smooth
 sensitivities are computed once per site and budget, then
 :func:`dpate_core.simulation.simulate_sites` draws all repetitions at once with the plan's
 ``draw_many`` and the mechanism's own assembly, and the ``(reps, J)`` combiners of
@@ -31,14 +32,12 @@ import numpy as np
 from dpate.experiments.data import Split
 from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
 from dpate.experiments.settings import AGGREGATORS, ExperimentSettings, frac, generator
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import difference_in_means, matching_statistics
-from dpate_core.grid_sums import cell_statistics
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import matching_smooth_sensitivity, plan_matching, smooth_beta
 from dpate_core.release import MechanismPlan
-from dpate_core.sensitivity import matching_smooth_sensitivity, smooth_beta
 from dpate_core.simulation import aggregate_many, simulate_sites, site_epsilons
+from dpate_core.statistics import cell_statistics, difference_in_means, matching_statistics
 
 __all__ = ["TABLE_COLUMNS", "prepare", "run_split", "site_plans", "tau_noise_sd"]
 

@@ -11,10 +11,9 @@ import numpy as np
 
 from dpate.experiments.settings import ExperimentSettings, generator, seed_key
 from dpate.experiments.tables import markdown_table
-from dpate_core.estimators import matching_statistics
-from dpate_core.grid_sums import cell_statistics
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import draw_many
+from dpate_core.statistics import cell_statistics, matching_statistics
 
 __all__ = ["variance_markdown", "variance_ratio_study"]
 
@@ -28,14 +27,14 @@ def variance_ratio_study(
     """Reported over true sampling variance of SmoothDPMatching's release on Synth (``|X|`` of
     the settings, eps = 1, the even split), for ``variance = "appendix"`` and ``"stratified"``.
 
-    True: ``Var(tau_hat | W, X)`` of Algorithm 1 (:func:`dpate_core.stratified_variance.
+    True: ``Var(tau_hat | W, X)`` of Algorithm 1 (:func:`dpate_core.mechanisms.matching.
     conditional_variance` with Synth's within-cell variance ``0.1^2 / 12``; ``b`` fixed at 0.2,
     so each stratum's outcome is a constant plus the uniform error). Reported: the release's
     ``sampling_variance_dp`` (before clamping, ``raw``) and clamped at 0 (what ``variance``
     adds to the noise variance), averaged over ``reps`` draws of the plan (``draw_many`` and
     ``assemble``, seeded); ``rmse`` is the root mean squared error over the truth.
     """
-    from dpate_core.stratified_variance import conditional_variance, stratified_variance
+    from dpate_core.mechanisms.matching import conditional_variance, stratified_variance
     from dpate_core.synth import synth
 
     sigma2 = 0.1**2 / 12.0

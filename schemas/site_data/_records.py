@@ -10,8 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from dpate_core.estimators import MatchingStatistics
-    from dpate_core.grid_sums import CellStatistics
+    from dpate_core.statistics import CellStatistics, MatchingStatistics
 
 __all__ = ["PreparationReport", "SiteData", "SiteStatistics"]
 
@@ -56,8 +55,8 @@ class SiteData:
 class SiteStatistics:
     """A release's private input, computed where the data lives: the per-cell sufficient
     statistics of the validated records (counts and exact grid sums,
-    :class:`~dpate_core.grid_sums.CellStatistics`), Algorithm 1's statistics for the matching
-    estimators (:class:`~dpate_core.estimators.MatchingStatistics`, else None), and the
+    :class:`~dpate_core.statistics.CellStatistics`), Algorithm 1's statistics for the matching
+    estimators (:class:`~dpate_core.statistics.MatchingStatistics`, else None), and the
     operator-only report. No record is kept; ``repr`` shows nothing computed from the records."""
 
     cells: CellStatistics

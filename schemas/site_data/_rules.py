@@ -27,7 +27,7 @@ Float constants (``B``, the offset, bin edges) enter as text cast to double, whi
 parses correctly rounded: a decimal literal may become a DECIMAL whose conversion to double is
 not (DuckDB). :func:`grid_value` rounds half to even with exact float operations only, so a
 record's grid value is the integer the core's compiled kernel computes
-(:func:`dpate_core.grid_sums.cell_statistics`), on every engine.
+(:func:`dpate_core.statistics.cell_statistics`), on every engine.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def grid_value(v: Any) -> Any:
     addition (round to nearest, ties to even, on every engine here) rounds ``v`` exactly as
     numpy's and numba's ``rint`` do, and the subtraction is exact. (SQL's ``ROUND`` often rounds
     half away from zero instead.) Summed as doubles, such integers stay exact while every partial
-    sum is below ``2^53``, which the grid guarantees (:func:`dpate_core.grid_sums.grid_bits`)."""
+    sum is below ``2^53``, which the grid guarantees (:func:`dpate_core.statistics.grid_bits`)."""
     magic = double(2.0**52)
     return (v + magic) - magic
 

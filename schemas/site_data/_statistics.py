@@ -62,8 +62,8 @@ def site_summary(
 
     The grid depends on the number of records used, known only after the query: it is taken
     from ``n_guess`` and the sums are computed again when the count lands in another grid
-    (:func:`dpate_core.grid_sums.grid_bits` changes only at powers of two)."""
-    from dpate_core.grid_sums import CellStatistics, grid_bits
+    (:func:`dpate_core.statistics.grid_bits` changes only at powers of two)."""
+    from dpate_core.statistics import CellStatistics, grid_bits
 
     t = codes.table
     grid = grid_bits(max(n_guess or 1, 1), centred=bool(centred))
@@ -105,7 +105,7 @@ def site_summary(
 
 def _grid_sums(t: Any, spec: StudySpec, grid: tuple[int, int], centred: bool) -> dict[str, Any]:
     """Each record's grid values (``rint(Y/B 2^k) - 2^(k-1)`` and ``rint((Y/B - 1/2)^2 2^m)``,
-    or ``Y`` and ``Y^2`` not centred): :func:`dpate_core.grid_sums.cell_statistics`'s per-record
+    or ``Y`` and ``Y^2`` not centred): :func:`dpate_core.statistics.cell_statistics`'s per-record
     terms, with exact float operations (:func:`._rules.grid_value`)."""
     k, m = grid
     u = t._y / double(float(spec.outcome.bound))  # in [0, 1] on every row (record_codes)
@@ -226,12 +226,12 @@ def matching_statistics_of(
     order: RecordOrder,
     batch_rows: int = 1 << 20,
 ) -> Any:
-    """Algorithm 1's statistics (:func:`dpate_core.estimators.matching_statistics_of_strata`) of
+    """Algorithm 1's statistics (:func:`dpate_core.statistics.matching_statistics_of_strata`) of
     the kept records, read from the engine one stratum at a time in stratum order, each stratum's
     records ranked by ``order``. Memory: one batch plus the largest stratum."""
     import ibis
 
-    from dpate_core.estimators import matching_statistics_of_strata
+    from dpate_core.statistics import matching_statistics_of_strata
 
     codes = record_codes(site.table, spec, site.dialect)
     t = codes.table

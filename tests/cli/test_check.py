@@ -179,7 +179,7 @@ def test_check_refuses_what_the_ledger_refuses_a_pure_release_under_a_lowered_de
     tmp_path, home
 ):
     """A cap lowered below the delta already spent: a pure release asks no delta, yet the ledger
-    refuses it (spent + ask passes the cap); the check uses the same rule (dpate_core.budget)."""
+    refuses it (spent + ask passes the cap); the check uses the same rule (dpate_core.privacy)."""
     from dpate.ledger import BudgetExceededError, PrivacyLedger
     from dpate_core.privacy import PrivacyParams
 

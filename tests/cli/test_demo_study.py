@@ -15,7 +15,7 @@ from dpate.cli.demo_study import DEMO_SITES, TRUE_ATE, write_demo_study
 from dpate.cli.main import app
 from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import load_spec
-from dpate_core.estimators import matching_statistics
+from dpate_core.statistics import matching_statistics
 
 
 def test_demo_study_is_valid_and_unequal(tmp_path):

@@ -386,7 +386,8 @@ def true_smooth_sensitivity(ball: list[np.ndarray], beta: float) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# The monotone per-stratum variance bounds, re-typed from the comments of dpate_core/sensitivity.py
+# The monotone per-stratum variance bounds, re-typed from the comments of
+# dpate_core/mechanisms/matching/_sensitivity.py
 
 
 def variance_g(big: int, small: int) -> float:

@@ -1,4 +1,4 @@
-"""The adjusted release (dpate_core.adjusted): exact compiled statistics, exhaustive sensitivities,
+"""The adjusted release (dpate_core.mechanisms.adjusted): exact compiled statistics, exhaustive sensitivities,
 the plan's privacy accounting, post-processing that never yields NaN, and utility on Synth.
 
 The empirical privacy of the whole release is in ``test_adjusted_privacy.py``.
@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate_core.adjusted import (
+from dpate_core.mechanisms.adjusted import (
     AUTO_BIAS,
     AUTO_RATIO,
     DEFAULT_SPLIT,
@@ -27,11 +27,10 @@ from dpate_core.adjusted import (
     ratio_bias_remainder,
     resolve_weighting,
 )
-from dpate_core.estimators import matching_statistics
-from dpate_core.grid_sums import cell_statistics, grid_bits, sensitivities
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.privacy import PrivacyParams, to_float
 from dpate_core.release import draw_many, draw_once
+from dpate_core.statistics import cell_statistics, grid_bits, matching_statistics, sensitivities
 from dpate_core.synth import synth
 from tests.core import reference as ref
 
@@ -386,7 +385,7 @@ def test_adjusted_estimate_is_close_to_the_truth_and_intervals_cover(synth_plans
 def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
     # an independent check of the accounting: OpenDP's vector Laplace measurement, built with each
     # plan scale, maps the claimed L1 sensitivity to at most that vector's share of epsilon
-    from dpate_core import noise
+    from dpate_core.noise import _samplers as noise
 
     dp, _ = noise._opendp()
     w, y, x = _data(400, 5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate_core.adjusted import plan_adjusted
+from dpate_core.mechanisms.adjusted import plan_adjusted
 from dpate_core.privacy import PrivacyParams
 from tests.core.test_release_privacy import (
     _assert_private,

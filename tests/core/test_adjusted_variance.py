@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate_core.adjusted import plan_adjusted_from_statistics
-from dpate_core.grid_sums import cell_statistics
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.release import draw_many
+from dpate_core.statistics import cell_statistics
 
 B = 1.0
 NIL = 10**6  # an epsilon at which the noise is nothing next to the sampling error

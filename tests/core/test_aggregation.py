@@ -330,7 +330,7 @@ def test_confidence_interval_is_estimate_plus_minus_z_sd(method):
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry (dpate_core.aggregators) gives the bytes of the implementation it replaced: the
+# The registry (dpate_core.aggregation) gives the bytes of the implementation it replaced: the
 # scalar combiners as they were before it (commit 5f60934), copied here as the reference.
 
 
@@ -481,10 +481,11 @@ def zlib_key(*parts: str) -> int:
 def test_registry_declares_each_aggregator_once():
     """The scalar table, the vectorised table and the registry hold the same names, and each
     aggregator declares what the spec, the result document and the figures need."""
-    from dpate_core import aggregators
-    from dpate_core.simulation import AGGREGATORS_MANY
+    import dpate_core.aggregation as aggregators
+    from dpate_core.aggregation import COMBINERS
+    from dpate_core.simulation import COMBINERS_MANY
 
-    assert list(AGGREGATORS) == list(aggregators.AGGREGATORS) == list(AGGREGATORS_MANY)
+    assert list(COMBINERS) == list(aggregators.AGGREGATORS) == list(COMBINERS_MANY)
     assert set(aggregators.AGGREGATORS) >= set(OLD)
     for name, agg in aggregators.AGGREGATORS.items():
         assert agg.name == name and agg.label and agg.why_used and agg.why_not_used

@@ -1,4 +1,4 @@
-"""The budget rule (dpate_core.budget): remaining and would-exceed, exactly, at the boundaries."""
+"""The budget rule (dpate_core.privacy): remaining and would-exceed, exactly, at the boundaries."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from dpate_core.budget import NOTHING, check_budget
-from dpate_core.privacy import PrivacyParams
+from dpate_core.privacy import NOTHING, PrivacyParams, check_budget
 
 P = PrivacyParams.of
 

@@ -1,4 +1,4 @@
-"""The exact discrete Laplace sampler (dpate_core.discrete_laplace): its distribution against the
+"""The exact discrete Laplace sampler (dpate_core.noise): its distribution against the
 closed form, its bounds and refusals, and its secure word source."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpate_core.discrete_laplace import (
+from dpate_core.noise import (
     MAX_NUMERATOR,
     discrete_laplace_vector,
     fits,
@@ -98,9 +98,9 @@ def test_secure_releases_draw_integer_statistics_through_the_exact_sampler(monke
     """A secure release (``rng=None``) of the adjusted estimator and of the difference in means
     noises its counts and grid sums with the exact discrete sampler, on integer values; a
     simulated one (``rng`` given) never touches it."""
-    import dpate_core.discrete_laplace as dl
-    from dpate_core.adjusted import dp_adjusted
-    from dpate_core.difference_in_means import dp_difference_in_means
+    import dpate_core.noise._discrete_laplace as dl
+    from dpate_core.mechanisms.adjusted import dp_adjusted
+    from dpate_core.mechanisms.difference_in_means import dp_difference_in_means
 
     calls: list[tuple[np.ndarray, float]] = []
     real = dl.discrete_laplace_vector
@@ -125,7 +125,7 @@ def test_secure_releases_draw_integer_statistics_through_the_exact_sampler(monke
 
 
 def test_a_long_float_scale_is_rounded_up_to_51_bits_never_down():
-    from dpate_core.discrete_laplace import _rational
+    from dpate_core.noise._discrete_laplace import _rational
 
     for scale in (10.000000000000002, 2 / 0.3, 0.7, 1e-3, 3 * 2.0**40, 2.0**50 * 1.5):
         num, den = _rational(scale)

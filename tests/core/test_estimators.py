@@ -30,7 +30,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpate_core.estimators import (
+from dpate_core.statistics import (
     difference_in_means,
     exact_matching,
     matching_statistics,
@@ -323,7 +323,7 @@ def test_difference_in_means_accepts_booleans_and_needs_both_arms():
 
 
 # ---------------------------------------------------------------------------------------------
-# the DP difference in means' exact arm sums (dpate_core.difference_in_means.arm_statistics)
+# the DP difference in means' exact arm sums (dpate_core.mechanisms.difference_in_means.arm_statistics)
 
 
 def _dim_locs(plan) -> dict[str, float]:
@@ -334,8 +334,8 @@ def _dim_locs(plan) -> dict[str, float]:
 def test_dim_exact_sums_move_only_at_rounding_level(bound):
     """The grid-rounded sums are within ``N B 2^-(k+1)`` of the old float sums (``yt.sum()``,
     ``yt @ yt``), and the noise-free estimate within ``B 2^-k`` of the old one."""
-    from dpate_core.difference_in_means import plan_difference_in_means
-    from dpate_core.grid_sums import grid_bits
+    from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+    from dpate_core.statistics import grid_bits
 
     rng = np.random.default_rng(11)
     n = 5_000
@@ -367,12 +367,12 @@ def test_dim_exact_sums_move_only_at_rounding_level(bound):
 def test_dim_sums_are_batch_and_strata_independent():
     """Summing the integer statistics of any batching (or of any strata) gives the whole data's
     bit for bit; float sums of batches generally do not."""
-    from dpate_core.difference_in_means import (
+    from dpate_core.mechanisms.difference_in_means import (
         arm_statistics,
         plan_difference_in_means,
         plan_difference_in_means_from_statistics,
     )
-    from dpate_core.grid_sums import CellStatistics, _cell_kernel, grid_bits
+    from dpate_core.statistics._grid_sums import CellStatistics, _cell_kernel, grid_bits
 
     rng = np.random.default_rng(5)
     n = 10_001
@@ -397,11 +397,11 @@ def test_dim_sums_are_batch_and_strata_independent():
 
 
 def test_dim_rounding_keeps_a_binary_outcome_exact_and_refuses_centred_statistics():
-    from dpate_core.difference_in_means import (
+    from dpate_core.mechanisms.difference_in_means import (
         plan_difference_in_means,
         plan_difference_in_means_from_statistics,
     )
-    from dpate_core.grid_sums import cell_statistics
+    from dpate_core.statistics import cell_statistics
 
     bound = 2.5
     w = np.array([1, 1, 1, 0, 0, 0, 0])
@@ -414,8 +414,8 @@ def test_dim_rounding_keeps_a_binary_outcome_exact_and_refuses_centred_statistic
     centred = cell_statistics(w, y, np.zeros(7, np.int64), domain_size=1, bound=bound)
     with pytest.raises(ValueError, match="uncentred statistics"):
         plan_difference_in_means_from_statistics(centred, epsilon=1)
-    from dpate_core.adjusted import plan_adjusted_from_statistics
-    from dpate_core.difference_in_means import arm_statistics
+    from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+    from dpate_core.mechanisms.difference_in_means import arm_statistics
 
     with pytest.raises(ValueError, match="needs centred cell statistics"):
         plan_adjusted_from_statistics(arm_statistics(w, y, bound=bound), epsilon=1)
@@ -425,8 +425,8 @@ def test_dim_grid_keeps_the_largest_arm_sums_exact():
     """``grid_bits(N, centred=False)``: N records all at B in one arm sum to exactly 2^53 grid
     units (N a power of two above the 2^-40 cap), the largest integer a float holds with its
     neighbours; one more bit would not be exact."""
-    from dpate_core.difference_in_means import arm_statistics
-    from dpate_core.grid_sums import grid_bits
+    from dpate_core.mechanisms.difference_in_means import arm_statistics
+    from dpate_core.statistics import grid_bits
 
     n = 1 << 14
     k, m = grid_bits(n, centred=False)

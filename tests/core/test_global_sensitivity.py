@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpate_core.estimators import exact_matching
-from dpate_core.sensitivity import matching_global_sensitivity
+from dpate_core.mechanisms.matching import matching_global_sensitivity
+from dpate_core.statistics import exact_matching
 from tests.core import reference as ref
 
 

@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 
 from dpate_core.aggregation import NoUsableSiteError
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import matching_statistics
 from dpate_core.inference import (
     NOISE_DOMINATED,
     NOISE_MODELS,
@@ -33,9 +31,11 @@ from dpate_core.inference import (
     site_draws,
     site_normal_interval,
 )
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import SiteEstimate, draw_many
-from dpate_core.simulation import AGGREGATORS_MANY
+from dpate_core.simulation import COMBINERS_MANY
+from dpate_core.statistics import matching_statistics
 from dpate_core.synth import split_proportions, synth
 
 
@@ -125,7 +125,7 @@ def test_mvagg_under_selection_bootstrap_restores_coverage():
             pairs.append((normal, combined_bootstrap_interval(sites, "mvagg", draws=1000)))
             tau = np.array([[s.tau for s in sites]])
             var = np.array([[s.variance for s in sites]])
-            dropped += int(AGGREGATORS_MANY["mvagg"](tau, [s.n for s in sites], var).used.sum() < 3)
+            dropped += int(COMBINERS_MANY["mvagg"](tau, [s.n for s in sites], var).used.sum() < 3)
     normal, boot, _ = _coverage(pairs, 0.5)
     assert dropped / len(pairs) > 0.5  # the selection is really at work
     assert normal < 0.91
@@ -140,7 +140,7 @@ def test_noise_model_matches_the_mechanism_on_fixed_data(estimator):
     if estimator == "dim":
         plan = plan_difference_in_means(d.w, d.y, bound=1.0, epsilon="1/4", arm_sizes_public=True)
     elif estimator == "adjusted":
-        from dpate_core.adjusted import plan_adjusted
+        from dpate_core.mechanisms.adjusted import plan_adjusted
 
         plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon="1/4", domain_size=10)
     else:
@@ -259,7 +259,7 @@ def test_unresolved_sites_have_no_interval_and_are_never_combined():
         site_normal_interval(unresolved)
     with pytest.raises(ValueError, match="not resolved"):
         site_bootstrap_interval(unresolved.public_fields())
-    for method in sorted(AGGREGATORS_MANY):
+    for method in sorted(COMBINERS_MANY):
         alone = combined_normal_interval([resolved], method)
         assert combined_normal_interval([unresolved, resolved], method) == alone
         boot = combined_bootstrap_interval([unresolved, resolved], method, draws=500)
@@ -297,7 +297,7 @@ def test_deterministic_given_the_public_fields():
     assert both.lo <= both.estimate <= both.hi
 
 
-@pytest.mark.parametrize("method", sorted(AGGREGATORS_MANY))
+@pytest.mark.parametrize("method", sorted(COMBINERS_MANY))
 def test_every_combiner_gets_a_bootstrap_interval(method):
     rng = np.random.default_rng(17)
     sites = []

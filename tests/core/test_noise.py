@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpate_core import noise
+from dpate_core.noise import _samplers as noise
 from dpate_core.noise import analytic_gaussian_delta, analytic_gaussian_sigma, gaussian, laplace
 
 SECURE_DRAWS = 6000  # OpenDP draws cost ~0.15 ms each
@@ -117,7 +117,7 @@ def test_secure_path_leaves_numpy_global_state_untouched():
 
 
 def test_secure_path_never_calls_numpy_random(monkeypatch):
-    from dpate_core.matching import smooth_dp_matching
+    from dpate_core.mechanisms.matching import smooth_dp_matching
 
     def forbidden(*args, **kwargs):
         raise AssertionError("numpy.random was used on the secure path")

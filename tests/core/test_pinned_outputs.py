@@ -34,15 +34,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpate_core import inference, noise, sensitivity
-from dpate_core.adjusted import plan_adjusted
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import exact_matching, matching_statistics, matching_variance
-from dpate_core.grid_sums import cell_statistics
-from dpate_core.matching import plan_matching
-from dpate_core.plan_inputs import SiteDesign
-from dpate_core.planning import plan_study
+from dpate_core import inference, noise
+from dpate_core.mechanisms.adjusted import plan_adjusted
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import _sensitivity as sensitivity
+from dpate_core.mechanisms.matching import plan_matching
+from dpate_core.planning import SiteDesign, plan_study
 from dpate_core.release import NoiseSpec, draw_many
+from dpate_core.statistics import (
+    cell_statistics,
+    exact_matching,
+    matching_statistics,
+    matching_variance,
+)
 from dpate_core.synth import synth
 
 PINNED = Path(__file__).with_name("pinned_outputs.json")

@@ -20,14 +20,19 @@ from dpate.schemas.datasets import (
     load_lalonde,
     load_star,
 )
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import matching_statistics
-from dpate_core.matching import plan_matching
-from dpate_core.plan_inputs import Assumptions, SiteDesign, balanced_counts, clamped_mean
-from dpate_core.planning import plan_study
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import plan_matching
+from dpate_core.planning import (
+    Assumptions,
+    SiteDesign,
+    balanced_counts,
+    clamped_mean,
+    plan_study,
+    predict_site,
+)
 from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, simulate_sites
-from dpate_core.site_prediction import predict_site
+from dpate_core.statistics import matching_statistics
 from dpate_core.synth import split_equal, split_proportions, synth
 
 Z = 1.959963984540054
@@ -88,7 +93,7 @@ def test_synth_matching_site_width_within_25_percent(estimator, n, k, eps):
 
 @pytest.mark.parametrize(("n", "k", "eps"), [(10_000, 20, 1), (20_000, 100, "1/2"), (4000, 4, 5)])
 def test_synth_adjusted_site_width_within_25_percent(n, k, eps):
-    from dpate_core.adjusted import plan_adjusted
+    from dpate_core.mechanisms.adjusted import plan_adjusted
 
     d = synth(n, k, a=0.0, b=0.2, seed=6)
     plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k)
@@ -125,7 +130,7 @@ def test_synth_adjusted_site_width_within_25_percent(n, k, eps):
 )
 @pytest.mark.parametrize("a", [0.0, -0.5])
 def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, expected, a):
-    from dpate_core.adjusted import plan_adjusted, resolve_weighting
+    from dpate_core.mechanisms.adjusted import plan_adjusted, resolve_weighting
 
     d = synth(n, k, a=a, b=0.2, seed=6)
     plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k, weighting=weighting)
@@ -151,8 +156,8 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
 
 
 def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
-    from dpate_core.adjusted import AUTO_RATIO, plan_adjusted, resolve_weighting
-    from dpate_core.predictors import adjusted_weighting
+    from dpate_core.mechanisms.adjusted import AUTO_RATIO, plan_adjusted, resolve_weighting
+    from dpate_core.planning import adjusted_weighting
 
     # |X| = 10, eps 1, default split (eps_n = 7/20): subclassification iff N >= 20 * 10 * 40/7
     edge = 20 * AUTO_RATIO * 40 / 7
@@ -409,7 +414,7 @@ def test_adjusted_widths_on_sparse_real_strata_within_25_percent(name):
     # strata, 3 sites of 3,000) at eps 1: "auto" is fixed effects at every site; the prediction
     # reads the occupancy a planner would state (the effective number of strata), the baseline
     # outcome and its spread, and runs over which sites resolve
-    from dpate_core.adjusted import DEFAULT_SPLIT, plan_adjusted
+    from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT, plan_adjusted
 
     sites, k = _realistic(name)
     rng = np.random.default_rng(8)
@@ -430,8 +435,7 @@ def test_adjusted_widths_on_sparse_real_strata_within_25_percent(name):
 
 
 def test_a_chosen_subset_never_holds_a_site_predicted_uninformative():
-    from dpate_core.plan_inputs import SitePrediction
-    from dpate_core.site_prediction import combined_prediction
+    from dpate_core.planning import SitePrediction, combined_prediction
 
     def site(name, n, variance):
         return SitePrediction(name, n, Fraction(1), Fraction(0), (Fraction(1),), "dim", 0.0,

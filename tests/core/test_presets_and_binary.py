@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from dpate.schemas.spec import SpecError, StudySpec
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import difference_in_means
 from dpate_core.inference import site_bootstrap_interval
+from dpate_core.mechanisms import ESTIMATORS, PlanInputs, estimator_of
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.privacy import BudgetSplit, to_float
-from dpate_core.registry import ESTIMATORS, PlanInputs, estimator_of
 from dpate_core.release import draw_many
+from dpate_core.statistics import difference_in_means
 
 THIRD = (Fraction(1, 3),) * 3
 

@@ -12,19 +12,23 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate_core.difference_in_means import dp_difference_in_means, plan_difference_in_means
-from dpate_core.estimators import matching_statistics
-from dpate_core.grid_sums import grid_bits
-from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
-from dpate_core.noise import analytic_gaussian_sigma
-from dpate_core.privacy import exact, to_float
-from dpate_core.release import SiteEstimate, draw_many, draw_once
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.difference_in_means import (
+    dp_difference_in_means,
+    plan_difference_in_means,
+)
+from dpate_core.mechanisms.matching import (
+    global_dp_matching,
     matching_ate_float_error,
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,
+    plan_matching,
     smooth_beta,
+    smooth_dp_matching,
 )
+from dpate_core.noise import analytic_gaussian_sigma
+from dpate_core.privacy import exact, to_float
+from dpate_core.release import SiteEstimate, draw_many, draw_once
+from dpate_core.statistics import grid_bits, matching_statistics
 
 B = 1.0
 
@@ -201,7 +205,7 @@ def test_dim_private_arms_uses_the_clamped_noisy_count():
 
 
 def _plans_of_every_estimator():
-    from dpate_core.adjusted import plan_adjusted
+    from dpate_core.mechanisms.adjusted import plan_adjusted
 
     w, y, x = _trial()
     st = matching_statistics(w, y, x, 5, bound=B)

@@ -31,12 +31,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import matching_statistics
-from dpate_core.matching import global_dp_matching, plan_matching, smooth_dp_matching
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import (
+    global_dp_matching,
+    plan_matching,
+    smooth_beta,
+    smooth_dp_matching,
+)
 from dpate_core.privacy import PrivacyParams, to_float
 from dpate_core.release import MechanismPlan, draw_many, draw_once
-from dpate_core.sensitivity import smooth_beta
+from dpate_core.statistics import matching_statistics
 
 B = 1.0
 REPS = 200_000
@@ -411,7 +415,7 @@ def test_dim_sums_are_noised_where_neighbours_differ_by_at_most_the_sensitivity(
     correctly rounded ``sum * B 2^-k``, what was noised before), the difference exceeds ``B`` by
     an ulp for about a third of such pairs at a non-dyadic ``B``: Laplace noise calibrated to
     ``B`` would then not quite give ``eps``."""
-    from dpate_core.grid_sums import grid_bits
+    from dpate_core.statistics import grid_bits
 
     rng = np.random.default_rng(0)
     bound, n = 1 / 3, 2000
@@ -441,8 +445,8 @@ def test_the_computed_matching_estimate_stays_within_its_rounding_bound():
     """``matching_ate_float_error`` bounds ``|fl(tau_hat) - tau_hat|``: the compiled pass's
     estimate against Algorithm 1 in exact rational arithmetic, on data built to round (outcomes
     with long binary expansions, strata of very unequal sizes, a non-dyadic ``B``)."""
-    from dpate_core.estimators import matching_statistics
-    from dpate_core.sensitivity import matching_ate_float_error
+    from dpate_core.mechanisms.matching import matching_ate_float_error
+    from dpate_core.statistics import matching_statistics
 
     rng = np.random.default_rng(3)
     bound = 1 / 3
@@ -490,8 +494,8 @@ def test_the_computed_matching_variance_is_the_exact_grid_value_rounded_once():
     """``V_hat`` as released is the appendix variance of the grid-quantised outcomes, exact and
     rounded once to the nearest float (so within ``matching_variance_float_error`` of it, for any
     data), and within a grid step's effect of the unquantised value."""
-    from dpate_core.estimators import variance_bits
-    from dpate_core.sensitivity import matching_variance_float_error
+    from dpate_core.mechanisms.matching import matching_variance_float_error
+    from dpate_core.statistics import variance_bits
 
     rng = np.random.default_rng(5)
     bound = 1 / 3
@@ -518,7 +522,7 @@ def test_the_computed_matching_variance_is_the_exact_grid_value_rounded_once():
 def test_the_variance_noise_covers_its_rounding_at_little_cost():
     """Both matching estimators noise ``V_hat`` with ``S_V`` plus twice its rounding bound; the
     padding is under 2% of ``S_V`` at a million records with a typical imbalance."""
-    from dpate_core.sensitivity import (
+    from dpate_core.mechanisms.matching import (
         matching_variance_float_error,
         matching_variance_smooth_sensitivity,
     )

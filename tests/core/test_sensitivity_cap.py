@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.matching import (
     matching_global_sensitivity,
     matching_smooth_sensitivity,
 )

@@ -1,4 +1,4 @@
-"""Exhaustive proofs-by-test that the sensitivities in :mod:`dpate_core.sensitivity` are upper bounds.
+"""Exhaustive proofs-by-test that the sensitivities in :mod:`dpate_core.mechanisms.matching` are upper bounds.
 
 Part 1, every ordered dataset. The domain of one record is ``W in {0, 1}``, ``Y in {0, B/2, B}``
 (``B = 1``), ``X in range(|X|)``: ``d = 6 |X|`` values. For ``|X| in {1, 2}`` and every ``N`` from
@@ -37,13 +37,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpate_core.estimators import exact_matching, matching_variance
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.matching import (
     matching_local_sensitivity_bound,
     matching_smooth_sensitivity,
     matching_variance_local_sensitivity_bound,
     matching_variance_smooth_sensitivity,
 )
+from dpate_core.statistics import exact_matching, matching_variance
 from tests.core import reference as ref
 
 B = 1.0
@@ -190,7 +190,7 @@ def _true_local_sensitivities(w, y, x, n_strata):
     """``(LS of tau_hat, LS of V_hat)`` over every replace-one neighbour with ``Y in {0, B}``
     (extreme outcomes: the largest changes), computed with the core's estimators (which the tests
     above tie to the literal loop)."""
-    from dpate_core.estimators import matching_statistics
+    from dpate_core.statistics import matching_statistics
 
     base = matching_statistics(w, y, x, domain_size=n_strata)
     ls_tau = ls_var = 0.0

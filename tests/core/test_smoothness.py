@@ -31,7 +31,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dpate_core.sensitivity import (
+from dpate_core.mechanisms.matching import (
     matching_smooth_sensitivity,
     matching_variance_smooth_sensitivity,
     smooth_beta,

@@ -1,8 +1,9 @@
-"""The stratified sampling variance of Algorithm 1 (dpate_core/stratified_variance.py) and its
-release as the matching plans' ``variance = "stratified"`` mode (docs/privacy.md, Stratified
-variance): the weights ``K`` against Algorithm 1 itself, unbiasedness of the non-private estimate,
-exhaustive privacy accounting of the released vectors over small datasets, an empirical privacy
-check, the default mode left untouched, and the cell vectors read in outcome units."""
+"""The stratified sampling variance of Algorithm 1
+(dpate_core/mechanisms/matching/_stratified_variance.py) and its release as the matching plans'
+``variance = "stratified"`` mode (docs/privacy.md, Stratified variance): the weights ``K`` against
+Algorithm 1 itself, unbiasedness of the non-private estimate, exhaustive privacy accounting of the
+released vectors over small datasets, an empirical privacy check, the default mode left untouched,
+and the cell vectors read in outcome units."""
 
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate_core.estimators import exact_matching, matching_statistics
-from dpate_core.grid_sums import cell_statistics
-from dpate_core.matching import plan_matching
-from dpate_core.privacy import to_float
-from dpate_core.release import draw_many
-from dpate_core.stratified_variance import (
+from dpate_core.mechanisms.matching import (
     SUBSPLIT,
     conditional_variance,
     match_use_weight,
+    plan_matching,
     stratified_variance,
 )
+from dpate_core.privacy import to_float
+from dpate_core.release import draw_many
+from dpate_core.statistics import cell_statistics, exact_matching, matching_statistics
 from dpate_core.synth import synth
 from tests.core.test_release_privacy import REPS, check_privacy
 

@@ -17,7 +17,7 @@ from dpate.experiments.run import run_experiments
 from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
 from dpate.experiments.settings import AGGREGATORS, ExperimentSettings
 from dpate.experiments.sweep import TABLE_COLUMNS, run_split
-from dpate_core.sensitivity import matching_smooth_sensitivity, smooth_beta
+from dpate_core.mechanisms.matching import matching_smooth_sensitivity, smooth_beta
 from tests.experiments.inline_data import SOURCE, synth
 
 SMALL = ExperimentSettings(

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from dpate_core import aggregation
-from dpate_core.difference_in_means import plan_difference_in_means
-from dpate_core.estimators import matching_statistics
-from dpate_core.matching import plan_matching
+from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.release import draw_many
 from dpate_core.simulation import (
-    AGGREGATORS_MANY,
+    COMBINERS_MANY,
     aggregate_many,
     rational_power_floor,
     simulate_site,
     simulate_sites,
     site_epsilons,
 )
+from dpate_core.statistics import matching_statistics
 
 SCALAR = {
     "mvagg": aggregation.mvagg,
@@ -47,7 +47,7 @@ def _random_rows(rng, reps, n_sites, *, ties=False, bad=False):
     return tau, n, var
 
 
-@pytest.mark.parametrize("method", sorted(AGGREGATORS_MANY))
+@pytest.mark.parametrize("method", sorted(COMBINERS_MANY))
 @pytest.mark.parametrize("n_sites", [1, 2, 3, 4, 7, 12])
 @pytest.mark.parametrize("case", ["plain", "ties", "bad"])
 def test_vectorised_combiners_match_the_scalar_ones(method, n_sites, case):

@@ -14,7 +14,7 @@ from dpate.schemas.datasets import (
     load_lalonde,
     load_star,
 )
-from dpate_core.estimators import exact_matching
+from dpate_core.statistics import exact_matching
 
 needs_data = pytest.mark.skipif(
     not (data_dir() / "ist" / "IST_corrected.csv").is_file(),

@@ -97,7 +97,7 @@ def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex
     word, as the records give (checked through sorted stratum ids, the path for a huge |X|)."""
     import dpate.schemas.preflight
     from dpate.schemas.preflight import cell_feasibility_problems
-    from dpate_core.grid_sums import cell_statistics
+    from dpate_core.statistics import cell_statistics
 
     monkeypatch.setattr(dpate.schemas.preflight, "COUNT_CELLS_UP_TO", 0)
     spec = spec_for(estimator)

@@ -22,7 +22,7 @@ from dpate.schemas.signing import (
 )
 from dpate.schemas.spec import SpecError, StudySpec
 from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
-from dpate_core.adjusted import UNRESOLVED_FIXED_EFFECTS, dp_adjusted, plan_adjusted
+from dpate_core.mechanisms.adjusted import UNRESOLVED_FIXED_EFFECTS, dp_adjusted, plan_adjusted
 
 from .test_spec import base
 

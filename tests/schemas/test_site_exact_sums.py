@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from dpate.schemas.site_data import site_statistics
-from dpate_core.grid_sums import cell_statistics, grid_bits
+from dpate_core.statistics import cell_statistics, grid_bits
 
 from .test_site_data import make_spec
 

@@ -23,7 +23,7 @@ from dpate.schemas.site_data import (
     redact_location,
     site_statistics,
 )
-from dpate_core.grid_sums import cell_statistics
+from dpate_core.statistics import cell_statistics
 
 from .test_site_data import expected_strata, good_frame, make_spec
 

@@ -257,7 +257,7 @@ def test_adjusted_weighting_selects_the_post_processing_and_is_refused_elsewhere
 
 
 def test_auto_weighting_follows_the_public_rule_at_each_site():
-    from dpate_core.adjusted import AUTO_RATIO
+    from dpate_core.mechanisms.adjusted import AUTO_RATIO
 
     spec = StudySpec.from_dict(_adjusted_spec())  # |X| = 6; default split: eps_n = 7/20 eps
     # site a: eps 1, count scale 2 / (7/20) = 40/7; subclassification iff N / 12 >= 10 * 40 / 7

@@ -22,7 +22,7 @@ from dpate.tasks.aggregate import (
     combine_reports,
     result_key,
 )
-from dpate_core.aggregators import aggregator_of
+from dpate_core.aggregation import aggregator_of
 from dpate_core.privacy import PrivacyParams
 
 from .helpers import committed_release, publish_site

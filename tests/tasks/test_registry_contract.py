@@ -18,14 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+import dpate_core.aggregation as aggregators
 from dpate.schemas.report import SiteReport, read_report
 from dpate.schemas.spec import StudySpec
-from dpate_core import aggregators
-from dpate_core.aggregation import aggregate
-from dpate_core.aggregators import Aggregator, Combination, Rows
+from dpate_core.aggregation import Aggregator, Combination, Rows, aggregate
 from dpate_core.inference import NOISE_MODELS, NoiseDraws, PublicSite, combined_bootstrap_interval
+from dpate_core.mechanisms import ESTIMATORS, Estimator, PlanInputs
 from dpate_core.privacy import BudgetSplit, PrivacyParams
-from dpate_core.registry import ESTIMATORS, Estimator, PlanInputs
 from dpate_core.release import MechanismPlan, NoiseSpec, Outputs, draw_once
 from dpate_core.simulation import aggregate_many, simulate_sites
 
@@ -218,9 +217,9 @@ def test_a_toy_estimator_and_aggregator_register_and_pass(toys):
         run_contract(estimator, "median_site")
     # the spec, the scalar and vectorised tables and the result wording see the new names
     from dpate_core.aggregation import AGGREGATORS
-    from dpate_core.simulation import AGGREGATORS_MANY
+    from dpate_core.simulation import COMBINERS_MANY
 
-    assert "median_site" in AGGREGATORS and "median_site" in AGGREGATORS_MANY
+    assert "median_site" in AGGREGATORS and "median_site" in COMBINERS_MANY
     assert spec_for("toy", "median_site").estimator_info is TOY_ESTIMATOR
 
 

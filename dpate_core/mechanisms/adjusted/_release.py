@@ -1,0 +1,270 @@
+"""The covariate-adjusted release ("adjusted"): DP subclassification from per-cell sufficient
+statistics, pure epsilon-DP.
+
+It needs, per cell ``g = (x, arm)``, only the count ``n_g``, the sum of centred outcomes
+``s_g = sum (Y - B/2)`` and the sum of their squares ``q_g = sum (Y - B/2)^2``. One compiled pass
+computes the three vectors; each is released with Laplace noise as ONE vector query (parallel
+composition over cells), and the three share the budget by sequential composition.
+
+Two post-processings of the same three noisy vectors (``weighting``; the privacy proof is the same):
+``"subclassification"``, the average effect over the patients of the strata with both arms,
+``sum_x n_x (mean_xt - mean_xc) / sum_x n_x`` over the strata it can read (Algorithm 1's estimate
+where every stratum has both arms), and
+``"fixed_effects"``, the ratio of sums ``sum (s_xt n_xc - s_xc n_xt) / sum n_xt n_xc``: the
+stratum effects averaged with weights ``n_xt n_xc`` (strata without both arms weigh 0), with no
+threshold and no per-stratum ratio, so unbiased where strata hold few records per arm against the
+count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighting`). Both equal
+the common effect when every stratum has the same effect (Synth: 0.5).
+``docs/adjusted.md`` has the design, the proofs and the measurements.
+
+Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.statistics`,
+which has the argument); the noise is added to those integers, with scales in grid units, and the
+noisy sums and squares are multiplied by their grid units after the draw (post-processing,
+``NoiseSpec.unit``; :func:`dpate_core.statistics.cell_noise`), so the two weightings'
+post-processing (:mod:`dpate_core.mechanisms.adjusted`) reads outcome units.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy.typing as npt
+
+from dpate_core.mechanisms.adjusted._weightings import (
+    RATIO_DAMPING,
+    RESOLVE_Z,
+    UNRESOLVED_FIXED_EFFECTS,
+    UNRESOLVED_SUBCLASSIFICATION,
+    PublicConstants,
+    assemble_fixed_effects,
+    assemble_subclassification,
+)
+from dpate_core.noise import Rng
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
+from dpate_core.release import (
+    MechanismPlan,
+    NoiseSpec,
+    SiteEstimate,
+    draw_once,
+)
+from dpate_core.statistics import (
+    CellStatistics,
+    cell_noise,
+    cell_scales,
+    cell_statistics,
+)
+
+__all__ = [
+    "AUTO_BIAS",
+    "AUTO_RATIO",
+    "DEFAULT_SPLIT",
+    "RATIO_DAMPING",
+    "RESOLVE_Z",
+    "THRESHOLD_FACTOR",
+    "UNRESOLVED_FIXED_EFFECTS",
+    "UNRESOLVED_SUBCLASSIFICATION",
+    "WEIGHTINGS",
+    "dp_adjusted",
+    "plan_adjusted",
+    "plan_adjusted_from_statistics",
+    "ratio_bias_remainder",
+    "resolve_weighting",
+]
+
+DEFAULT_SPLIT = ("7/20", "11/20", "1/10")  # counts, centred sums, squares (docs/adjusted.md)
+THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
+#: the post-processings of the same three noisy vectors (docs/adjusted.md, "Two weightings")
+WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
+#: "auto" uses subclassification when the public design gives at least this many records per arm
+#: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
+AUTO_RATIO = 10
+#: ... and when the ratio bias its correction leaves, predicted for a balanced design, is at most
+#: this many noise sds of the estimate (:func:`ratio_bias_remainder`)
+AUTO_BIAS = 0.25
+
+
+def plan_adjusted(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    domain_size: int,
+    split: Sequence[Number] | None = None,
+    min_count: float | None = None,
+    weighting: str = "auto",
+) -> MechanismPlan:
+    """The plan of :func:`dp_adjusted` (see there for the privacy statement)."""
+    stats = cell_statistics(w, y, x, domain_size=domain_size, bound=bound)
+    return plan_adjusted_from_statistics(
+        stats, epsilon=epsilon, delta=delta, split=split, min_count=min_count, weighting=weighting
+    )
+
+
+def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsilon: float) -> float:
+    """Subclassification's ratio bias left after its correction, over the estimate's noise sd,
+    predicted from public values for a balanced design (``n = N / (2 |X|)`` records per arm per
+    stratum, arm means ``B`` apart): the bias ``|X| v_n B / (N n)`` (``v_n = 2 s_n^2``,
+    ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, i.e.
+    ``|X|^(3/2) s_n^2 eps_s / N``, times the correction's relative remainder
+    ``RATIO_DAMPING (v_n / n^2)^2`` (its damping near the threshold):
+    ``64 RATIO_DAMPING s_n^6 eps_s |X|^(11/2) / N^5`` (docs/adjusted.md, "The ratio bias and its
+    correction")."""
+    size, records = float(domain_size), float(n)
+    return float(64.0 * RATIO_DAMPING * count_scale**6 * sum_epsilon * size**5.5 / records**5)
+
+
+def resolve_weighting(
+    weighting: str, n: int, domain_size: int, count_scale: float, sum_epsilon: float
+) -> str:
+    """The weighting a plan uses: ``weighting`` itself, or for ``"auto"`` subclassification when
+    the public design has at least :data:`AUTO_RATIO` count-noise scales of records per arm per
+    stratum (``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``) and the ratio bias left after the
+    correction is predicted at most :data:`AUTO_BIAS` noise sds (:func:`ratio_bias_remainder`),
+    else fixed effects. Public values only: ``N``, ``|X|``, the count scale ``2 / eps_n`` and
+    the sums' epsilon ``eps_s``."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(
+            f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)} (docs/adjusted.md)"
+        )
+    if weighting != "auto":
+        return weighting
+    per_arm = n / (2.0 * domain_size)
+    populated = per_arm >= AUTO_RATIO * count_scale
+    small_bias = (
+        populated and ratio_bias_remainder(n, domain_size, count_scale, sum_epsilon) <= AUTO_BIAS
+    )
+    return "subclassification" if small_bias else "fixed_effects"
+
+
+def plan_adjusted_from_statistics(
+    stats: CellStatistics,
+    *,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    min_count: float | None = None,
+    weighting: str = "auto",
+) -> MechanismPlan:
+    """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them)."""
+    if not stats.centred:
+        raise ValueError(
+            "the adjusted estimator needs centred cell statistics: compute them with "
+            "cell_statistics(..., centred=True)"
+        )
+    given = PrivacyParams.of(epsilon, delta)  # validates delta; none of it is spent
+    total = PrivacyParams(given.epsilon, Fraction(0))
+    if total.epsilon <= 0:
+        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
+    n = stats.n
+    if n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n})")
+    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
+    parts = shares.apply(total)
+    noise = cell_noise(stats, cell_scales(stats, parts))
+    public = _public_constants(stats, noise, min_count)
+    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, float(parts[1].epsilon))
+    assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
+    return MechanismPlan(
+        estimator="adjusted",
+        n=n,
+        n_treated=None,
+        n_control=None,
+        total=total,
+        bound=stats.bound,
+        shares=shares,
+        noise=noise,
+        assemble=functools.partial(assemble, public),
+    )
+
+
+def _public_constants(
+    stats: CellStatistics, noise: Sequence[NoiseSpec], min_count: float | None
+) -> PublicConstants:
+    """What the post-processing reads besides the noisy vectors: the noise scales of the three
+    vectors in outcome units (from their noise sites ``noise``) and ``min_count`` (default
+    ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
+    counts, sums, _ = noise
+    bound, scale_n = stats.bound, counts.scale
+    b_s = sums.value_scale
+    if min_count is None:
+        min_count = max(2.0, THRESHOLD_FACTOR * scale_n)
+    min_count = float(min_count)
+    if not (min_count >= 1.0 and math.isfinite(min_count)):
+        raise ValueError(f"min_count ({min_count}) must be a finite count of at least 1")
+    return PublicConstants(
+        n=stats.n,
+        bound=bound,
+        n_strata=stats.counts.size // 2,
+        scale_n=scale_n,
+        b_s=b_s,
+        min_count=min_count,
+        half_b=bound / 2.0,
+        max_var=bound * bound / 4.0,
+        v_n=2.0 * scale_n**2,
+        v_s=2.0 * b_s**2,
+    )
+
+
+def dp_adjusted(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    domain_size: int,
+    split: Sequence[Number] | None = None,
+    min_count: float | None = None,
+    weighting: str = "auto",
+    rng: Rng = None,
+) -> SiteEstimate:
+    """DP subclassification (the "adjusted" estimator): a stratified average effect from noisy
+    per-cell counts, centred sums and centred sums of squares.
+
+    Privacy: ``(epsilon, 0)``-DP under replace-one neighbours (a record's ``W``, ``Y`` and ``X`` may
+    all change); ``delta`` is accepted for a uniform interface and not spent (the estimate records
+    ``delta = 0``). Sequential composition of three Laplace vector queries with shares
+    ``(eps_n, eps_s, eps_q)`` (default :data:`DEFAULT_SPLIT`), each parallel over the ``2 |X|``
+    cells: counts ``Lap(2 / eps_n)``, centred sums ``Lap(B / eps_s)``, centred squares
+    ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up; the sums in grid units). Public: ``N``,
+    ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
+    not released.
+
+    Post-processing (``weighting``, see :func:`resolve_weighting` and docs/adjusted.md): with
+    ``"fixed_effects"`` the ratio of sums ``sum (s_t n_c - s_c n_t) / sum n_t n_c`` over every
+    stratum (unresolved, ``resolved`` False with no estimate and no variance, when the noisy
+    denominator is not above ``RESOLVE_Z`` of its noise sds). With ``"subclassification"``: each
+    noisy vector clipped to the range the true one can take (counts to
+    ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
+    when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
+    noise scale), each weighted by its noisy size over the size of the strata used; arm means
+    clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the bias of dividing by noisy
+    counts, estimated at the noisy point and damped near the threshold) and clipped to
+    ``[-B, B]``; the variance a sandwich (each arm's within-cell variance pooled over the usable
+    strata and clamped to ``[0, B^2/4]``, plus the spread of the stratum effects) with the
+    noise's and the strata left out's (``raw_variance`` keeps the unclamped sampling part);
+    unresolved when no stratum is usable. Fixed effects' variance is its sandwich (a polynomial in
+    the cell statistics) plus its noise's given the noisy denominator. An unresolved release says why
+    in ``unresolved_reason`` (:data:`UNRESOLVED_FIXED_EFFECTS`,
+    :data:`UNRESOLVED_SUBCLASSIFICATION`).
+    """
+    plan = plan_adjusted(
+        w,
+        y,
+        x,
+        bound=bound,
+        epsilon=epsilon,
+        delta=delta,
+        domain_size=domain_size,
+        split=split,
+        min_count=min_count,
+        weighting=weighting,
+    )
+    return plan.estimate(draw_once(plan, rng))

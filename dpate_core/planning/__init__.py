@@ -1,0 +1,49 @@
+"""Know before you spend: predicted interval widths of a study from public inputs only
+(``dpate plan``, ``docs/inference.md``).
+
+:func:`plan_study` gives each site's and the combined predicted interval, the budget a target
+width needs and a recommendation of estimator and split (:class:`StudyPlan`); the inputs and the
+stated assumptions are :class:`SiteDesign` and :class:`Assumptions`; one prediction per estimator
+is registered in :data:`PREDICTORS`.
+"""
+
+from ._inputs import (
+    Assumptions,
+    PredictionInputs,
+    SiteDesign,
+    SitePrediction,
+    balanced_counts,
+    clamped_mean,
+)
+from ._predictors import (
+    PREDICTORS,
+    Predictor,
+    adjusted_resolution,
+    adjusted_weighting,
+    register_predictor,
+)
+from ._recommendation import CANDIDATE_SPLITS, Recommendation
+from ._site import SitePredictions, combined_prediction, predict_site, predicted_uninformative
+from ._study import StudyPlan, plan_study
+
+__all__ = [
+    "CANDIDATE_SPLITS",
+    "PREDICTORS",
+    "Assumptions",
+    "PredictionInputs",
+    "Predictor",
+    "Recommendation",
+    "SiteDesign",
+    "SitePrediction",
+    "SitePredictions",
+    "StudyPlan",
+    "adjusted_resolution",
+    "adjusted_weighting",
+    "balanced_counts",
+    "clamped_mean",
+    "combined_prediction",
+    "plan_study",
+    "predict_site",
+    "predicted_uninformative",
+    "register_predictor",
+]

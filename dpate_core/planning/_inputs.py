@@ -1,0 +1,196 @@
+"""What a prediction of :mod:`dpate_core.planning` starts from and gives per site: the public design
+of a site's release (:class:`SiteDesign`), the stated assumptions about data it never sees
+(:class:`Assumptions`), the closed forms every prediction shares (:func:`clamped_mean`,
+:func:`balanced_counts`) and one site's prediction (:class:`SitePrediction`). Public inputs only."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
+
+__all__ = [
+    "Assumptions",
+    "PredictionInputs",
+    "SiteDesign",
+    "SitePrediction",
+    "balanced_counts",
+    "clamped_mean",
+]
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What a prediction assumes about data it never sees. ``outcome_sd=None``: ``B/2``;
+    ``occupied_strata=None``: every one of the ``|X|`` strata holds records (each arm's records
+    spread evenly over them); a number ``K``: the records fill ``K`` strata evenly and the rest
+    are empty (with unevenly filled strata, ``K`` is their effective number ``N^2 / sum_x
+    N_x^2``: docs/inference.md, "Assumptions")."""
+
+    arm_share: float = 0.5
+    outcome_sd: float | None = None
+    effect: float = 0.0
+    occupied_strata: float | None = None
+    #: the outcome's mean (e.g. a baseline risk); None: ``B/2``, the middle of the range
+    outcome_mean: float | None = None
+
+    def mean(self, bound: float) -> float:
+        """The assumed outcome mean, ``B/2`` unless given."""
+        return bound / 2.0 if self.outcome_mean is None else float(self.outcome_mean)
+
+    def sd(self, bound: float) -> float:
+        return bound / 2.0 if self.outcome_sd is None else float(self.outcome_sd)
+
+    def occupied(self, domain_size: int) -> int:
+        """How many of the ``|X|`` strata hold records: :attr:`occupied_strata` rounded, at most
+        ``|X|`` and at least 1 (all of them when not given)."""
+        if self.occupied_strata is None:
+            return int(domain_size)
+        if not self.occupied_strata >= 1:
+            raise ValueError(
+                f"occupied strata ({self.occupied_strata}) must be at least 1 (how many of the "
+                f"|X| strata hold records)"
+            )
+        return max(1, min(int(domain_size), round(self.occupied_strata)))
+
+    def describe(self, bound: float) -> list[str]:
+        sd = (
+            f"outcome sd within arm and stratum {self.sd(bound):g} (B/2: the worst case for "
+            f"outcomes in [0, B]; give --outcome-sd for a better guess)"
+            if self.outcome_sd is None
+            else f"outcome sd within arm and stratum {self.sd(bound):g} (user-supplied)"
+        )
+        spread = (
+            "each arm's records spread evenly over the |X| strata"
+            if self.occupied_strata is None
+            else f"the records fill {self.occupied_strata:g} strata evenly, the rest are empty "
+            "(user-supplied; the effective number N^2 / sum N_x^2 where strata fill unevenly)"
+        )
+        return [
+            f"treated share {self.arm_share:g} at every site",
+            spread,
+            sd,
+            f"effect {self.effect:g} and outcome mean {self.mean(bound):g}"
+            + (" (B/2)" if self.outcome_mean is None else " (user-supplied)")
+            + " (the effect enters the matching variance estimate; both enter the adjusted "
+            "estimator's count noise through arm means mean +- effect/2)",
+        ]
+
+
+@dataclass(frozen=True)
+class SiteDesign:
+    """The public design of one site's release."""
+
+    site_id: str
+    n: int
+    epsilon: Fraction
+    delta: Fraction
+    split: tuple[Fraction, ...]
+
+    @classmethod
+    def of(
+        cls,
+        site_id: str,
+        n: int,
+        epsilon: Number,
+        delta: Number = 0,
+        split: Sequence[Number] | None = None,
+        parts: int = 2,
+    ) -> SiteDesign:
+        if int(n) < 2:
+            raise ValueError(f"site {site_id!r}: N ({n}) must be at least 2")
+        return cls(
+            site_id,
+            int(n),
+            exact(epsilon, "epsilon"),
+            exact(delta, "delta"),
+            BudgetSplit.of(split, parts).shares,
+        )
+
+
+@dataclass(frozen=True)
+class SitePrediction:
+    """Predicted variances and the 95% normal interval of one site (``half_width``)."""
+
+    site_id: str
+    n: int
+    epsilon: Fraction
+    delta: Fraction
+    split: tuple[Fraction, ...]
+    estimator: str
+    sampling_variance: float
+    noise_variance: float
+    reported_variance: float
+    half_width: float
+    #: the adjusted estimator's weighting this release would use (None for the others)
+    weighting: str | None = None
+    #: the probability that the release resolves an estimate, and its variance when it does
+    #: (an unresolved release counts as the whole range in ``reported_variance``)
+    resolved_probability: float = 1.0
+    resolved_variance: float | None = None
+
+    @property
+    def rmse(self) -> float:
+        """Predicted standard error of the estimate: ``sqrt(sampling + noise variance)``."""
+        return math.sqrt(self.sampling_variance + self.noise_variance)
+
+    @property
+    def width(self) -> float:
+        return 2.0 * self.half_width
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["epsilon"], d["delta"] = str(self.epsilon), str(self.delta)
+        d["split"] = [str(s) for s in self.split]
+        d["rmse"], d["width"] = self.rmse, self.width
+        return d
+
+
+def clamped_mean(v: float, b: float) -> float:
+    """``E max(v + L, 0)`` for ``L ~ Lap(b)``: ``v + (b/2) e^(-v/b)`` if ``v >= 0``, else
+    ``(b/2) e^(v/b)``; ``max(v, 0)`` when ``b = 0``."""
+    if b <= 0:
+        return max(v, 0.0)
+    if v >= 0:
+        return v + 0.5 * b * math.exp(-v / b)
+    return 0.5 * b * math.exp(v / b)
+
+
+def balanced_counts(
+    n: int, domain_size: int, arm_share: float, occupied: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The assumed ``(|T_x|, |C_x|)`` over the ``|X|`` strata: ``round(share N)`` treated and the
+    rest control, each spread as evenly as possible over the first ``occupied`` strata (all of
+    them by default), the others empty (public given the assumption)."""
+    if not 0 < arm_share < 1:
+        raise ValueError(f"treated share ({arm_share}) must lie strictly between 0 and 1")
+    size = int(domain_size)
+    k = size if occupied is None else max(1, min(size, int(occupied)))
+    n_t = min(max(round(arm_share * n), 1), n - 1)
+    n_c = n - n_t
+
+    def spread(m: int) -> np.ndarray:
+        filled = np.full(k, m // k, dtype=np.int64) + (np.arange(k) < m % k)
+        return np.concatenate([filled, np.zeros(size - k, dtype=np.int64)])
+
+    return spread(n_t), spread(n_c)
+
+
+@dataclass(frozen=True)
+class PredictionInputs:
+    design: SiteDesign
+    domain_size: int
+    bound: float
+    arm_sizes_public: bool
+    assumptions: Assumptions
+    weighting: str = "auto"
+
+    def parts(self) -> tuple[PrivacyParams, ...]:
+        total = PrivacyParams(self.design.epsilon, self.design.delta)
+        return BudgetSplit(self.design.split).apply(total)

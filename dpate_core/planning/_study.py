@@ -1,0 +1,328 @@
+"""Know before you spend: predicted interval widths of a study from public inputs only.
+
+Inputs: each site's ``N``, the strata domain ``|X|``, the outcome bound ``B``, the per-site budget
+``(epsilon, delta)`` and its split, the estimator and the aggregator. No record is read and nothing
+is spent. Where a prediction needs a feature of the data, it is an explicit
+:class:`~dpate_core.planning.Assumptions` field, listed in every :class:`StudyPlan`
+(``assumptions``):
+
+* the treated share of each site (default 1/2) and strata equally filled (each arm's records spread
+  as evenly as possible over the ``|X|`` strata);
+* the outcome's standard deviation within an arm and stratum (default ``B/2``, the largest any
+  outcome in ``[0, B]`` can have: a worst case);
+* the effect, for the matching variance estimate's ``(Yhat(1) - Yhat(0))^2`` (default 0).
+
+Predictions per site (one function per estimator in :data:`~dpate_core.planning.PREDICTORS`;
+add one for a new estimator): the sampling variance, the DP noise variance, the expected
+*reported* variance (the release clamps a noisy sampling part at 0, which inflates it:
+``E max(v + Lap(b), 0) = v + (b/2) e^(-v/b)``) and the normal interval's half-width
+``z sqrt(E reported variance)``. For the matching estimators the smooth sensitivities are computed
+by :mod:`dpate_core.mechanisms.matching` on the assumed count vector (public, given the assumption). The
+adjusted estimator is predicted for the weighting the release would use (the spec's
+``adjusted_weighting``, ``"auto"`` resolved by the release's own public rule:
+:func:`~dpate_core.planning.adjusted_weighting`). The combined prediction runs the spec's
+combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
+its predicted choice of sites (in a release the choice is made on noisy variances).
+
+``docs/inference.md`` describes the method and its accuracy.
+
+Modules: this one holds the study plan (:func:`plan_study`, :class:`StudyPlan`); the inputs and a
+site's prediction are in :mod:`dpate_core.planning`, the per-estimator predictions in
+:mod:`dpate_core.planning`, one site's prediction and the combined one in
+:mod:`dpate_core.planning`, the recommendation of estimator and split in
+:mod:`dpate_core.planning`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any
+
+from dpate_core.aggregation import NoUsableSiteError
+from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
+from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
+from dpate_core.planning._recommendation import Recommendation, _recommend
+from dpate_core.planning._site import SitePredictions, _z, combined_prediction, predict_site
+
+__all__ = ["StudyPlan", "plan_study"]
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study's predicted intervals, what it would take to reach a target, and warnings."""
+
+    estimator: str
+    aggregator: str
+    bound: float
+    level: float
+    sites: tuple[SitePrediction, ...]
+    combined_variance: float
+    combined_half_width: float
+    used: tuple[str, ...]
+    target_width: float | None
+    epsilon_needed: dict[str, Fraction] | None
+    recommendation: Recommendation | None
+    warnings: tuple[str, ...]
+    assumptions: tuple[str, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def combined_width(self) -> float:
+        return 2.0 * self.combined_half_width
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "estimator": self.estimator,
+            "aggregator": self.aggregator,
+            "bound": self.bound,
+            "level": self.level,
+            "sites": [s.as_dict() for s in self.sites],
+            "combined": {
+                "variance": self.combined_variance,
+                "half_width": self.combined_half_width,
+                "width": self.combined_width,
+                "used": list(self.used),
+            },
+            "target_width": self.target_width,
+            "epsilon_needed": None
+            if self.epsilon_needed is None
+            else {k: str(v) for k, v in self.epsilon_needed.items()},
+            "recommendation": None
+            if self.recommendation is None
+            else self.recommendation.as_dict(),
+            "warnings": list(self.warnings),
+            "assumptions": list(self.assumptions),
+            "notes": list(self.notes),
+        }
+
+
+def plan_study(
+    estimator: str,
+    aggregator: str,
+    designs: Sequence[SiteDesign],
+    *,
+    domain_size: int,
+    bound: float,
+    design: str = "observational",
+    arm_sizes_public: bool = True,
+    assumptions: Assumptions = Assumptions(),
+    target_width: float | None = None,
+    level: float = 0.95,
+    recommend: bool = True,
+    weighting: str = "auto",
+) -> StudyPlan:
+    """Predicted site and combined intervals; with ``target_width`` (the full width of the
+    combined interval) the per-site epsilon that reaches it (every site's epsilon times one
+    common factor, splits kept); a recommendation of estimator and split among those valid for the
+    ``design``; and warnings when the study cannot answer its question at its budget.
+    ``weighting``: the adjusted estimator's (the spec's ``adjusted_weighting``); the weighting
+    each site would use is in its prediction and, for the adjusted estimator, in the notes."""
+    if not designs:
+        raise ValueError("a plan needs at least one site")
+    if target_width is not None and not (target_width > 0 and math.isfinite(target_width)):
+        raise ValueError(f"target width ({target_width}) must be positive and finite")
+    predict = _site_predictions(domain_size, bound, arm_sizes_public, assumptions, level, weighting)
+    preds = predict(estimator, designs)
+    z = _z(level)
+    variance, used = _combined(aggregator, preds, bound, z)
+    half = z * math.sqrt(variance)
+    warnings = _range_warnings(preds, half, bound)
+    notes = _notes(estimator, aggregator, weighting, preds, used)
+    eps_needed = None
+    if target_width is not None:
+        width_of = _width_at(predict, estimator, aggregator, z, bound)
+        eps_needed = _epsilon_for_target(width_of, designs, target_width, half, warnings)
+    recommendation = None
+    if recommend:
+        recommendation = _recommend(
+            design, designs, aggregator, arm_sizes_public, predict, level, bound
+        )
+    return StudyPlan(
+        estimator=estimator,
+        aggregator=aggregator,
+        bound=float(bound),
+        level=level,
+        sites=tuple(preds),
+        combined_variance=variance,
+        combined_half_width=half,
+        used=used,
+        target_width=target_width,
+        epsilon_needed=eps_needed,
+        recommendation=recommendation,
+        warnings=tuple(warnings),
+        assumptions=tuple(assumptions.describe(bound)),
+        notes=tuple(notes),
+    )
+
+
+def _site_predictions(
+    domain_size: int,
+    bound: float,
+    arm_sizes_public: bool,
+    assumptions: Assumptions,
+    level: float,
+    weighting: str,
+) -> SitePredictions:
+    """:func:`predict_site` with every input but the estimator and the designs fixed (the plan's
+    and its recommendation's predictions, so both predict alike)."""
+
+    def predict(est: str, ds: Sequence[SiteDesign]) -> list[SitePrediction]:
+        return [
+            predict_site(
+                est,
+                d,
+                domain_size=domain_size,
+                bound=bound,
+                arm_sizes_public=arm_sizes_public,
+                assumptions=assumptions,
+                level=level,
+                weighting=weighting,
+            )
+            for d in ds
+        ]
+
+    return predict
+
+
+def _combined(
+    aggregator: str, preds: Sequence[SitePrediction], bound: float, z: float
+) -> tuple[float, tuple[str, ...]]:
+    """The combined predicted variance and the sites the combiner uses
+    (:func:`~dpate_core.planning.combined_prediction`: over which sites resolve, and never
+    a chosen subset holding a site predicted uninformative on its own); infinite and none when
+    every site is predicted without a usable stratum."""
+    try:
+        variance, used = combined_prediction(aggregator, preds, bound, z)
+        return variance, tuple(preds[j].site_id for j in used)
+    except NoUsableSiteError:  # every site predicted without a usable stratum
+        return math.inf, ()
+
+
+def _range_warnings(preds: Sequence[SitePrediction], half: float, bound: float) -> list[str]:
+    """Warnings for a site's, and the combined, predicted interval that the release's own rules
+    (:func:`dpate_core.inference.uninformative_rules`) would flag uninformative: wider than the
+    outcome's range ``B``, or (a site) noise variance over :data:`~dpate_core.inference.NOISE_RATIO`
+    times the sampling variance."""
+    warnings: list[str] = []
+    for p in preds:
+        rules = uninformative_rules(
+            -p.half_width, p.half_width, bound, p.noise_variance, p.sampling_variance
+        )
+        if rules:
+            head = (
+                "uninformative at this budget on its own"
+                if any(r in INFORMATION_RULES for r in rules)
+                else "mostly privacy noise"
+            )
+            warnings.append(
+                f"site {p.site_id}: predicted interval width {p.width:.3g} (B = {bound:g}): "
+                f"{head}: " + "; ".join(UNINFORMATIVE_RULES[r] for r in rules)
+            )
+    if "width" in uninformative_rules(-half, half, bound):
+        warnings.append(
+            f"the combined interval (predicted width {2 * half:.3g}) is wider than the outcome's "
+            f"range B = {bound:g}: the study cannot answer its question at this budget; raise "
+            f"epsilon, add records, or narrow B"
+        )
+    return warnings
+
+
+def _notes(
+    estimator: str,
+    aggregator: str,
+    weighting: str,
+    preds: Sequence[SitePrediction],
+    used: tuple[str, ...],
+) -> list[str]:
+    """The plan's notes: the adjusted estimator's weighting per site; MVAgg's predicted choice."""
+    notes: list[str] = []
+    if estimator == "adjusted":
+        notes.append(
+            "adjusted weighting (adjusted_weighting = "
+            + f"{weighting!r}): "
+            + ", ".join(f"{p.site_id} {p.weighting}" for p in preds)
+            + " (docs/adjusted.md: subclassification targets the average effect over the strata "
+            "with both treatments, fixed effects the overlap-weighted average of the stratum "
+            "effects)"
+        )
+    if len(used) < len(preds) and aggregator == "mvagg":
+        notes.append(
+            f"MVAgg is predicted to use {', '.join(used)} only (on noisy variances its choice "
+            f"varies between releases; docs/inference.md)"
+        )
+    return notes
+
+
+def _width_at(
+    predict: SitePredictions, estimator: str, aggregator: str, z: float, bound: float
+) -> Callable[[Sequence[SiteDesign]], float]:
+    """The predicted combined width of the estimator at other designs (infinite when no site
+    has a usable stratum)."""
+
+    def width_of(ds: Sequence[SiteDesign]) -> float:
+        return 2.0 * z * math.sqrt(_combined(aggregator, predict(estimator, ds), bound, z)[0])
+
+    return width_of
+
+
+def _epsilon_for_target(
+    width_of: Callable[[Sequence[SiteDesign]], float],
+    designs: Sequence[SiteDesign],
+    target_width: float,
+    half: float,
+    warnings: list[str],
+) -> dict[str, Fraction] | None:
+    """The per-site epsilon reaching ``target_width`` (every site's times one common factor),
+    None when no epsilon does; the warnings about the target are appended to ``warnings``."""
+    if 2.0 * half > target_width:
+        warnings.append(
+            f"the combined interval (predicted width {2 * half:.3g}) is wider than the target "
+            f"{target_width:g}"
+        )
+    factor = _factor_for_width(width_of, designs, target_width)
+    if factor is None:
+        warnings.append(
+            f"no epsilon reaches the target width {target_width:g}: the sampling variance "
+            f"alone (at the assumed outcome sd) is too large; add records"
+        )
+        return None
+    return {d.site_id: _round_up(d.epsilon * factor) for d in designs}
+
+
+def _round_up(value: Fraction, digits: int = 3) -> Fraction:
+    """``value`` rounded up to ``digits`` significant decimal digits (a budget to ask for)."""
+    if value <= 0:
+        return value
+    e = math.floor(math.log10(value)) - (digits - 1)
+    q = Fraction(10) ** e
+    return math.ceil(value / q) * q
+
+
+def _scaled(designs: Sequence[SiteDesign], factor: Fraction) -> list[SiteDesign]:
+    return [replace(d, epsilon=d.epsilon * factor) for d in designs]
+
+
+def _factor_for_width(
+    width_of: Callable[[Sequence[SiteDesign]], float],
+    designs: Sequence[SiteDesign],
+    target: float,
+) -> Fraction | None:
+    """The smallest common factor on every site's epsilon (bisection in log scale, 40 steps)
+    whose predicted combined width is at most ``target``; None if even 10^4 times fails."""
+    lo, hi = -3.0 * math.log(10), 4.0 * math.log(10)
+
+    def ok(log_f: float) -> bool:
+        f = Fraction(math.exp(log_f)).limit_denominator(10**9)
+        return bool(width_of(_scaled(designs, f)) <= target)
+
+    if not ok(hi):
+        return None
+    if ok(lo):
+        return Fraction(math.exp(lo)).limit_denominator(10**9)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return Fraction(math.exp(hi)).limit_denominator(10**9)

@@ -1,0 +1,212 @@
+"""Per-cell sufficient statistics as exact integer sums on a public grid: the one compiled pass
+that the adjusted release (:mod:`dpate_core.mechanisms.adjusted`, centred) and the DP difference in means
+(:func:`dpate_core.mechanisms.difference_in_means.arm_statistics`, one stratum, not centred) both use.
+
+Exactness. Floating-point sums are not exactly additive, so the sensitivity of a float sum can
+exceed the bound proved for real numbers. One pass therefore quantises each record's centred outcome
+on a public grid (``B 2^-k``; its square on ``B^2 2^-m``), a record-wise map whose values stay in
+``[-B/2, B/2]`` and ``[0, B^2/4]``, and sums *integers*: the sums are exact, and ``k``, ``m`` are
+chosen from the public ``N`` so every sum is an integer below ``2^53`` (exact as a float). The noise
+is added to those integers, with scales in grid units, and the noisy value is multiplied by the
+grid unit after the draw (post-processing, :attr:`dpate_core.release.NoiseSpec.unit`; the three
+per-cell vectors as noise sites: :func:`cell_noise`), so every assembly reads outcome units. The DP
+difference in means sums ``Y`` and ``Y^2`` with the same kernel, one
+stratum and no centring (``centred=False``; :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from dpate_core.privacy import PrivacyParams
+from dpate_core.release import NoiseSpec, check_bound
+from dpate_core.statistics._algorithm1 import (
+    _BAD_W,
+    _BAD_X,
+    _BAD_Y,
+    _OK,
+    check_status,
+    record_arrays,
+)
+
+__all__ = [
+    "COUNT_SENSITIVITY",
+    "CellStatistics",
+    "cell_noise",
+    "cell_scales",
+    "cell_statistics",
+    "grid_bits",
+    "sensitivities",
+]
+
+COUNT_SENSITIVITY = 2  # one record leaves a cell and one enters another
+
+_MAX_BITS = 40  # grid resolution cap: B 2^-40 is far below any noise
+
+
+def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
+    """``(k, m)``: the public grids ``B 2^-k`` (outcomes) and ``B^2 2^-m`` (their squares).
+
+    ``centred`` (the adjusted estimator): a centred outcome ``Y - B/2`` is an integer in
+    ``[-2^(k-1), 2^(k-1)]``, its square one in ``[0, 2^(m-2)]``. Not centred (the difference in
+    means, :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`): ``Y`` is an integer in
+    ``[0, 2^k]`` and ``Y^2`` one in ``[0, 2^m]``, so both grids are one or two bits coarser. With
+    ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the sums are
+    exact in int64 and exactly representable as floats.
+    """
+    if n < 1:
+        raise ValueError(f"n ({n}) must be at least 1")
+    log_n = max(1, math.ceil(math.log2(n)))
+    top = 54 if centred else 53
+    k = min(_MAX_BITS, top - log_n)
+    m = min(_MAX_BITS, top + (1 if centred else 0) - log_n)
+    if k < 8:
+        raise ValueError(
+            f"n ({n}) is too large for exact integer sums (at most 2^{top - 8} records)"
+        )
+    return k, m
+
+
+def sensitivities(bound: float, k: int, m: int) -> dict[str, Fraction]:
+    """L1 sensitivities of the three released vectors, in the units they are noised in (grid
+    units for the sums): counts 2, centred sums ``2^k`` (= ``B``), squares ``2^(m-1)`` (= ``B^2/2``).
+    Proofs in docs/adjusted.md; checked exhaustively in tests/core/test_adjusted.py."""
+    return {
+        "counts": Fraction(COUNT_SENSITIVITY),
+        "sums": Fraction(2) ** k,
+        "squares": Fraction(2) ** (m - 1),
+    }
+
+
+@dataclass(frozen=True)
+class CellStatistics:
+    """Per cell ``g = 2 x + w`` (control then treated for each stratum): the count, and the exact
+    integer sums of the quantised centred outcomes (unit ``B 2^-k``) and of their squares (unit
+    ``B^2 2^-m``). Private: they leave only through noise. ``centred=False``: the sums are of the
+    quantised outcomes ``Y`` and of their squares, not centred (the difference in means,
+    :func:`grid_bits`)."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+    squares: np.ndarray
+    bound: float
+    k: int
+    m: int
+    centred: bool = True
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def sum_unit(self) -> float:
+        """The sums' grid unit ``B 2^-k`` in outcome units (exact: a power-of-two scaling)."""
+        return math.ldexp(self.bound, -self.k)
+
+    @property
+    def square_unit(self) -> float:
+        """The squares' grid unit ``B^2 2^-m`` (of the float ``B * B``; post-processing only)."""
+        return math.ldexp(self.bound * self.bound, -self.m)
+
+
+@numba.njit(cache=True, nogil=True)
+def _cell_kernel(
+    w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int, centre: float
+) -> Any:  # pragma: no cover - compiled
+    # centre: 0.5 sums Y/B - 1/2 (the adjusted estimator), 0.0 sums Y/B (difference in means)
+    n_cells = 2 * n_strata
+    counts = np.zeros(n_cells, np.int64)
+    sums = np.zeros(n_cells, np.int64)
+    squares = np.zeros(n_cells, np.int64)
+    grid_s = 2.0**k
+    half = np.int64(np.rint(centre * grid_s))  # 2^(k-1) or 0, exact
+    grid_q = 2.0**m
+    for i in range(w.shape[0]):
+        xi, wi, yi = x[i], w[i], y[i]
+        if xi < 0 or xi >= n_strata:
+            return _BAD_X, counts, sums, squares
+        if wi != 0 and wi != 1:
+            return _BAD_W, counts, sums, squares
+        if not (yi >= 0.0 and yi <= bound):  # also false for NaN
+            return _BAD_Y, counts, sums, squares
+        # t in [0, 1] (division is monotone and B / B = 1); t 2^k is exact, so the quantised
+        # centred outcome lies in [-2^(k-1), 2^(k-1)]; (t - 1/2)^2 in [0, 1/4] likewise (not
+        # centred: t in [0, 2^k] and t^2 in [0, 2^m] grid units)
+        t = yi / bound
+        d = t - centre
+        g = 2 * xi + wi
+        counts[g] += 1
+        sums[g] += np.int64(np.rint(t * grid_s)) - half
+        squares[g] += np.int64(np.rint(d * d * grid_q))
+    return _OK, counts, sums, squares
+
+
+def cell_statistics(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    x: npt.ArrayLike,
+    *,
+    domain_size: int,
+    bound: float,
+    centred: bool = True,
+) -> CellStatistics:
+    """The three per-cell vectors in one compiled pass, which also checks ``0 <= y <= B``,
+    ``0 <= x < |X|`` and ``w in {0, 1}`` (errors name the rule, never a value). ``centred=False``:
+    sums of ``Y`` and ``Y^2`` instead of ``Y - B/2`` and ``(Y - B/2)^2`` (:func:`grid_bits`)."""
+    bound = check_bound(bound)
+    w, y, x = record_arrays(w, y, x)
+    size = int(domain_size)
+    if size < 1:
+        raise ValueError(f"domain_size ({domain_size}) must be a positive number of strata")
+    k, m = grid_bits(max(w.size, 1), centred=centred)
+    status, counts, sums, squares = _cell_kernel(
+        w, y, x, size, bound, k, m, 0.5 if centred else 0.0
+    )
+    check_status(status, size, bound)
+    return CellStatistics(counts, sums, squares, bound, k, m, centred)
+
+
+def cell_scales(
+    cells: CellStatistics, parts: Sequence[PrivacyParams]
+) -> tuple[float, float, float]:
+    """The Laplace scales of the three vectors for the budget parts ``(eps_n, eps_s, eps_q)``, in
+    the units they are noised in (the sums and squares in grid units): each vector's
+    :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent)."""
+    sens = sensitivities(cells.bound, cells.k, cells.m)
+    p_n, p_s, p_q = parts
+    return (
+        p_n.laplace_scale(sens["counts"]),
+        p_s.laplace_scale(sens["sums"]),
+        p_q.laplace_scale(sens["squares"]),
+    )
+
+
+def cell_noise(
+    cells: CellStatistics, scales: tuple[float, float, float], prefix: str = ""
+) -> tuple[NoiseSpec, NoiseSpec, NoiseSpec]:
+    """The three per-cell vectors as noise sites ``counts``, ``sums``, ``squares`` (names after
+    ``prefix``), each one vector query of exact discrete Laplace noise on its integers.
+
+    ``scales``: their Laplace scales in the units they are noised in (counts; sums in grid units
+    ``B 2^-k``, squares in ``B^2 2^-m``), from :func:`cell_scales` and the caller's budget
+    shares. The sums and squares carry their grid unit (:attr:`CellStatistics.sum_unit`,
+    :attr:`CellStatistics.square_unit`) as ``NoiseSpec.unit``: the draw multiplies the noisy
+    integers by it (post-processing), so the assembly receives all three in outcome units and
+    their scales in those units are ``NoiseSpec.value_scale``."""
+    scale_n, scale_s, scale_q = scales
+    counts, sums, squares = (
+        v.astype(np.float64) for v in (cells.counts, cells.sums, cells.squares)
+    )
+    return (
+        NoiseSpec(prefix + "counts", counts, scale_n, "integer_laplace"),
+        NoiseSpec(prefix + "sums", sums, scale_s, "integer_laplace", unit=cells.sum_unit),
+        NoiseSpec(prefix + "squares", squares, scale_q, "integer_laplace", unit=cells.square_unit),
+    )
