@@ -204,9 +204,7 @@ def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int
     data, ``reps`` releases; an unresolved release, or no answer, counted as ``2B``)."""
     from fractions import Fraction
 
-    from dpate_core.plan_inputs import Assumptions, SiteDesign
-
-    from dpate_core.planning import plan_study
+    from dpate_core.planning import Assumptions, SiteDesign, plan_study
 
     rng = np.random.default_rng(seed)
     w_all = np.concatenate([s[0] for s in d.sites])
