@@ -240,13 +240,18 @@ def _notes(
     """The plan's notes: the adjusted estimator's weighting per site; MVAgg's predicted choice."""
     notes: list[str] = []
     if estimator == "adjusted":
+        from dpate_core.mechanisms.adjusted import ESTIMANDS
+
         notes.append(
             "adjusted weighting (adjusted_weighting = "
             + f"{weighting!r}): "
             + ", ".join(f"{p.site_id} {p.weighting}" for p in preds)
-            + " (docs/adjusted.md: subclassification targets the average effect over the strata "
-            "with both treatments, fixed effects the overlap-weighted average of the stratum "
-            "effects)"
+            + "; "
+            + "; ".join(
+                f"{mode}: the {ESTIMANDS[mode]}"
+                for mode in dict.fromkeys(p.weighting for p in preds if p.weighting)
+            )
+            + " (docs/adjusted.md, Estimand)"
         )
     if len(used) < len(preds) and aggregator == "mvagg":
         notes.append(

@@ -182,6 +182,10 @@ def test_study_plan_names_each_site_s_weighting():
     plan = plan_study("adjusted", "mvagg", designs, domain_size=100, bound=1.0, recommend=False)
     assert [s.weighting for s in plan.sites] == ["subclassification", "fixed_effects"]
     assert any("big subclassification, small fixed_effects" in note for note in plan.notes)
+    # and says in words what each will estimate
+    from dpate_core.mechanisms.adjusted import ESTIMANDS
+
+    assert all(any(ESTIMANDS[m] in note for note in plan.notes) for m in ESTIMANDS)
     forced = plan_study(
         "adjusted",
         "all",

@@ -23,12 +23,18 @@ from ._release import (
     ratio_bias_remainder,
     resolve_weighting,
 )
-from ._weightings import PublicConstants, assemble_fixed_effects, assemble_subclassification
+from ._weightings import (
+    ESTIMANDS,
+    PublicConstants,
+    assemble_fixed_effects,
+    assemble_subclassification,
+)
 
 __all__ = [
     "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
+    "ESTIMANDS",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",

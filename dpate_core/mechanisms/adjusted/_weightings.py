@@ -19,6 +19,7 @@ import numpy as np
 from dpate_core.release import Outputs
 
 __all__ = [
+    "ESTIMANDS",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "UNRESOLVED_FIXED_EFFECTS",
@@ -44,6 +45,14 @@ UNRESOLVED_SUBCLASSIFICATION = (
 #: subclassification: the damping of the ratio-bias plug-in near the count threshold,
 #: ``n_hat^2 + RATIO_DAMPING v_n^2 / n_hat^2`` (chosen by measurement, docs/adjusted.md)
 RATIO_DAMPING = 100.0
+#: each weighting's estimand in the words a report prints (docs/adjusted.md, "Estimand")
+ESTIMANDS = {
+    "subclassification": ("average effect over the patients in strata where both treatments occur"),
+    "fixed_effects": (
+        "average of the effects within strata where both treatments occur, each stratum weighted "
+        "by how many treated-control pairs it holds (strata with balanced treatment count more)"
+    ),
+}
 
 
 @dataclass(frozen=True)
