@@ -28,12 +28,14 @@ __all__ = [
     "PAPER_PROPORTIONS",
     "SYNTH_TAU",
     "SynthData",
+    "SynthStrata",
     "parse_proportions",
     "split_by_labels",
     "split_equal",
     "split_proportions",
     "split_sizes",
     "synth",
+    "synth_strata",
 ]
 
 SYNTH_TAU = 0.5
@@ -180,3 +182,94 @@ def split_by_labels(
             raise ValueError("'order' must list every label that occurs")
     idx = [np.flatnonzero(inverse == k) for k in ranked]
     return idx, [values[k].item() for k in ranked]
+
+
+@dataclass(frozen=True)
+class SynthStrata:
+    """One draw of :func:`synth_strata`: records with several covariates (``covariates``: name ->
+    the covariate's value per record, numeric or integer-coded), their public bins
+    (``levels``: name -> number of levels; ``coded``: name -> the level per record), the stratum
+    id ``x`` of their cross-classification (``|X| = prod(levels)``, mixed radix in the order of
+    ``levels``), and each record's true effect ``effect`` (its ``Y(1) - Y(0)`` in expectation)."""
+
+    w: np.ndarray
+    y: np.ndarray
+    x: np.ndarray
+    domain_size: int
+    covariates: dict[str, np.ndarray]
+    coded: dict[str, np.ndarray]
+    levels: dict[str, int]
+    effect: np.ndarray
+    bound: float = 1.0
+
+    @property
+    def n(self) -> int:
+        return int(self.w.shape[0])
+
+
+#: :func:`synth_strata`'s public bins: age bands (years), severity-score bands (points)
+SYNTH_AGE_EDGES = (40.0, 50.0, 60.0, 70.0, 80.0)
+SYNTH_SEVERITY_EDGES = (2.0, 4.0, 6.0)
+
+
+def synth_strata(n: int, *, seed: int | np.random.Generator | None = None) -> SynthStrata:
+    """A Synth with the adjustment set a clinician writes down: five covariates, mixed numeric
+    and categorical, whose cross-classification has 384 strata filled very unevenly (most hold
+    a handful of records at a few thousand per site), a confounded treatment and an effect that
+    varies with the covariates. Simulations only (seeded numpy).
+
+    Covariates: ``age`` (numeric, ~N(62, 12) clipped to [18, 95], six public bands at
+    :data:`SYNTH_AGE_EDGES`), ``sex`` (binary), ``diagnosis`` (four categories with shares
+    0.5, 0.25, 0.15, 0.1), ``severity`` (a numeric score in [0, 10], Gamma(2, 1.5) clipped, four
+    bands at :data:`SYNTH_SEVERITY_EDGES`), ``comorbid`` (binary, more likely with age). Treatment
+    ``W ~ Bernoulli(sigmoid(-0.4 + 0.5 sev_z - 0.4 age_z + 0.5 [diagnosis 1] - 0.6 [diagnosis 3]
+    + 0.3 comorbid))`` (``sev_z``, ``age_z`` standardised numeric values). Outcome: a 30-day
+    event ``Y ~ Bernoulli(p)`` with baseline risk ``sigmoid(-2.2 + 0.9 sev_z + 0.5 age_z +
+    0.4 comorbid + 0.3 [diagnosis 2])`` lowered by the effect ``-(0.03 + 0.05 sev_band / 3)``
+    (larger in severe patients), so ``B = 1`` and outcomes are 0 or 1."""
+    if n < 1:
+        raise ValueError(f"n ({n}) must be at least 1")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    age = np.clip(rng.normal(62.0, 12.0, n), 18.0, 95.0)
+    sex = rng.integers(0, 2, n)
+    diagnosis = rng.choice(4, size=n, p=(0.5, 0.25, 0.15, 0.1))
+    severity = np.clip(rng.gamma(2.0, 1.5, n), 0.0, 10.0)
+    age_z, sev_z = (age - 62.0) / 12.0, (severity - 3.0) / 2.1
+    comorbid = (rng.random(n) < _sigmoid(-0.5 + 0.8 * age_z)).astype(np.int64)
+    logit_w = (
+        -0.4 + 0.5 * sev_z - 0.4 * age_z + 0.5 * (diagnosis == 1) - 0.6 * (diagnosis == 3)
+        + 0.3 * comorbid
+    )  # fmt: skip
+    w = (rng.random(n) < _sigmoid(logit_w)).astype(np.int8)
+    coded = {
+        "age": np.searchsorted(np.asarray(SYNTH_AGE_EDGES), age, side="right"),
+        "sex": sex,
+        "diagnosis": diagnosis,
+        "severity": np.searchsorted(np.asarray(SYNTH_SEVERITY_EDGES), severity, side="right"),
+        "comorbid": comorbid,
+    }
+    levels = {"age": 6, "sex": 2, "diagnosis": 4, "severity": 4, "comorbid": 2}
+    base = _sigmoid(-2.2 + 0.9 * sev_z + 0.5 * age_z + 0.4 * comorbid + 0.3 * (diagnosis == 2))
+    effect = -(0.03 + 0.05 * coded["severity"] / 3.0)
+    risk = np.clip(base + effect * w, 0.0, 1.0)
+    effect = np.clip(base + effect, 0.0, 1.0) - base  # the effect on the risk scale, clipped
+    y = (rng.random(n) < risk).astype(np.float64)
+    x = np.zeros(n, dtype=np.int64)
+    for name, size in levels.items():
+        x = x * size + coded[name].astype(np.int64)
+    covariates = {"age": age, "sex": sex, "diagnosis": diagnosis, "severity": severity,
+                  "comorbid": comorbid}  # fmt: skip
+    return SynthStrata(
+        w=w,
+        y=y,
+        x=x,
+        domain_size=int(np.prod(list(levels.values()))),
+        covariates=covariates,
+        coded={k: v.astype(np.int64) for k, v in coded.items()},
+        levels=levels,
+        effect=effect,
+    )
+
+
+def _sigmoid(z: Any) -> Any:
+    return 1.0 / (1.0 + np.exp(-z))

@@ -66,7 +66,20 @@ def plan(
     ),
     arm_share: float = typer.Option(0.5, "--arm-share", help="assumed treated share per site"),
     effect: float = typer.Option(
-        0.0, "--effect", help="assumed effect (enters the matching variance estimate only)"
+        0.0,
+        "--effect",
+        help="assumed effect (the matching variance estimate, the adjusted count noise)",
+    ),
+    outcome_mean: float = typer.Option(
+        None,
+        "--outcome-mean",
+        help="assumed outcome mean, e.g. a baseline risk (default B/2; the adjusted estimator)",
+    ),
+    occupied_strata: float = typer.Option(
+        None,
+        "--occupied-strata",
+        help="assumed number of strata holding records, filled evenly (default |X|; with "
+        "strata filled unevenly, their effective number N^2 / sum N_x^2)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
 ) -> None:
@@ -82,6 +95,16 @@ def plan(
         raise typer.BadParameter("must lie strictly between 0 and 1", param_hint="--arm-share")
     if outcome_sd is not None and not outcome_sd >= 0:
         raise typer.BadParameter("must be at least 0", param_hint="--outcome-sd")
+    if outcome_mean is not None and not 0 <= outcome_mean <= study.outcome.bound:
+        raise typer.BadParameter(
+            f"must lie in the outcome's range [0, B = {study.outcome.bound:g}]",
+            param_hint="--outcome-mean",
+        )
+    if occupied_strata is not None and not 1 <= occupied_strata <= study.domain_size:
+        raise typer.BadParameter(
+            f"must lie in [1, |X| = {study.domain_size}] (how many strata hold records)",
+            param_hint="--occupied-strata",
+        )
     designs = [
         SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
         for s in study.sites
@@ -94,7 +117,13 @@ def plan(
         bound=study.outcome.bound,
         design=study.design,
         options=study.options,
-        assumptions=Assumptions(arm_share=arm_share, outcome_sd=outcome_sd, effect=effect),
+        assumptions=Assumptions(
+            arm_share=arm_share,
+            outcome_sd=outcome_sd,
+            effect=effect,
+            occupied_strata=occupied_strata,
+            outcome_mean=outcome_mean,
+        ),
         target_width=target_width,
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}

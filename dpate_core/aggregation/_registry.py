@@ -81,6 +81,9 @@ class Aggregator:
     style: Mapping[str, str] = field(default_factory=lambda: {"marker": "x", "ls": "-"})
     #: the paper's section or our docs, for the docstring of the scalar function
     reference: str = ""
+    #: it chooses a subset of the sites by their reports (a plan predicts that subset without the
+    #: sites it predicts uninformative)
+    selects: bool = False
 
     def one(self, tau: Any, n: Any, variance: Any, resolved: Any = None) -> AggregateResult:
         """The server's combination of one set of sites (see :mod:`dpate_core.aggregation`); a
@@ -233,6 +236,7 @@ for _agg in (
         style={"color": "#d62728", "marker": "o", "ls": "-"},
         combine=_mvagg,
         reference="Algorithm 3; ERRATA section 6",
+        selects=True,
     ),
     Aggregator(
         name="all",
@@ -250,6 +254,7 @@ for _agg in (
         style={"color": "#2ca02c", "marker": "^", "ls": "-"},
         combine=_largest,
         reference="section 4 (baseline)",
+        selects=True,
     ),
     Aggregator(
         name="inverse_variance",

@@ -153,6 +153,9 @@ class Estimator:
     publishes_arm_sizes: Callable[[Any], bool] = lambda options: False
     #: ``options -> text``: the estimand in words when it depends on the options
     estimand_for: Callable[[Any], str] | None = None
+    #: ``inputs -> (probability, variance)``: the predicted probability that a release resolves an
+    #: estimate and the variance it reports when it does (None: every release resolves)
+    resolution: Callable[[PredictionInputs], tuple[float, float]] | None = None
     #: ``(options, N, |X|, epsilon, split) -> name``: the variant a site's release uses, where
     #: a public rule picks one (the adjusted estimator's weighting); None: one variant
     variant: Callable[[Any, int, int, Fraction, Sequence[Fraction]], str] | None = None

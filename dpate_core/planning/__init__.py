@@ -16,7 +16,7 @@ from ._inputs import (
     clamped_mean,
 )
 from ._recommendation import Recommendation
-from ._site import SitePredictions, predict_site
+from ._site import SitePredictions, combined_prediction, predict_site, predicted_uninformative
 from ._study import StudyPlan, plan_study
 
 __all__ = [
@@ -29,6 +29,8 @@ __all__ = [
     "StudyPlan",
     "balanced_counts",
     "clamped_mean",
+    "combined_prediction",
     "plan_study",
     "predict_site",
+    "predicted_uninformative",
 ]

@@ -27,14 +27,37 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Assumptions:
-    """What a prediction assumes about data it never sees. ``outcome_sd=None``: ``B/2``."""
+    """What a prediction assumes about data it never sees. ``outcome_sd=None``: ``B/2``;
+    ``occupied_strata=None``: every one of the ``|X|`` strata holds records (each arm's records
+    spread evenly over them); a number ``K``: the records fill ``K`` strata evenly and the rest
+    are empty (with unevenly filled strata, ``K`` is their effective number ``N^2 / sum_x
+    N_x^2``: docs/inference.md, "Assumptions")."""
 
     arm_share: float = 0.5
     outcome_sd: float | None = None
     effect: float = 0.0
+    occupied_strata: float | None = None
+    #: the outcome's mean (e.g. a baseline risk); None: ``B/2``, the middle of the range
+    outcome_mean: float | None = None
+
+    def mean(self, bound: float) -> float:
+        """The assumed outcome mean, ``B/2`` unless given."""
+        return bound / 2.0 if self.outcome_mean is None else float(self.outcome_mean)
 
     def sd(self, bound: float) -> float:
         return bound / 2.0 if self.outcome_sd is None else float(self.outcome_sd)
+
+    def occupied(self, domain_size: int) -> int:
+        """How many of the ``|X|`` strata hold records: :attr:`occupied_strata` rounded, at most
+        ``|X|`` and at least 1 (all of them when not given)."""
+        if self.occupied_strata is None:
+            return int(domain_size)
+        if not self.occupied_strata >= 1:
+            raise ValueError(
+                f"occupied strata ({self.occupied_strata}) must be at least 1 (how many of the "
+                f"|X| strata hold records)"
+            )
+        return max(1, min(int(domain_size), round(self.occupied_strata)))
 
     def describe(self, bound: float) -> list[str]:
         sd = (
@@ -43,12 +66,20 @@ class Assumptions:
             if self.outcome_sd is None
             else f"outcome sd within arm and stratum {self.sd(bound):g} (user-supplied)"
         )
+        spread = (
+            "each arm's records spread evenly over the |X| strata"
+            if self.occupied_strata is None
+            else f"the records fill {self.occupied_strata:g} strata evenly, the rest are empty "
+            "(user-supplied; the effective number N^2 / sum N_x^2 where strata fill unevenly)"
+        )
         return [
             f"treated share {self.arm_share:g} at every site",
-            "each arm's records spread evenly over the |X| strata",
+            spread,
             sd,
-            f"effect {self.effect:g} (enters the matching variance estimate, and the adjusted "
-            f"estimator's count noise through arm means B/2 +- effect/2)",
+            f"effect {self.effect:g} and outcome mean {self.mean(bound):g}"
+            + (" (B/2)" if self.outcome_mean is None else " (user-supplied)")
+            + " (the effect enters the matching variance estimate; both enter the adjusted "
+            "estimator's count noise through arm means mean +- effect/2)",
         ]
 
 
@@ -99,6 +130,10 @@ class SitePrediction:
     half_width: float
     #: the adjusted estimator's weighting this release would use (None for the others)
     weighting: str | None = None
+    #: the probability that the release resolves an estimate, and its variance when it does
+    #: (an unresolved release counts as the whole range in ``reported_variance``)
+    resolved_probability: float = 1.0
+    resolved_variance: float | None = None
 
     @property
     def rmse(self) -> float:
@@ -127,17 +162,22 @@ def clamped_mean(v: float, b: float) -> float:
     return 0.5 * b * math.exp(v / b)
 
 
-def balanced_counts(n: int, domain_size: int, arm_share: float) -> tuple[np.ndarray, np.ndarray]:
-    """The assumed ``(|T_x|, |C_x|)``: ``round(share N)`` treated and the rest control, each
-    spread as evenly as possible over the ``|X|`` strata (public given the assumption)."""
+def balanced_counts(
+    n: int, domain_size: int, arm_share: float, occupied: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The assumed ``(|T_x|, |C_x|)`` over the ``|X|`` strata: ``round(share N)`` treated and the
+    rest control, each spread as evenly as possible over the first ``occupied`` strata (all of
+    them by default), the others empty (public given the assumption)."""
     if not 0 < arm_share < 1:
         raise ValueError(f"treated share ({arm_share}) must lie strictly between 0 and 1")
-    k = int(domain_size)
+    size = int(domain_size)
+    k = size if occupied is None else max(1, min(size, int(occupied)))
     n_t = min(max(round(arm_share * n), 1), n - 1)
     n_c = n - n_t
 
     def spread(m: int) -> np.ndarray:
-        return np.full(k, m // k, dtype=np.int64) + (np.arange(k) < m % k)
+        filled = np.full(k, m // k, dtype=np.int64) + (np.arange(k) < m % k)
+        return np.concatenate([filled, np.zeros(size - k, dtype=np.int64)])
 
     return spread(n_t), spread(n_c)
 

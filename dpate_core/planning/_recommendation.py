@@ -13,7 +13,7 @@ from typing import Any
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.mechanisms import ESTIMATORS
 from dpate_core.planning._inputs import SiteDesign
-from dpate_core.planning._site import SitePredictions, _combine, _z
+from dpate_core.planning._site import SitePredictions, _z, combined_prediction
 
 __all__ = ["Recommendation"]
 
@@ -41,6 +41,7 @@ def _recommend(
     predict: SitePredictions,
     options_for: Callable[[str], Any],
     level: float,
+    bound: float,
 ) -> Recommendation | None:
     """The estimator and split with the narrowest predicted combined interval; ``predict``: the
     site predictions of an estimator (:func:`plan_study`'s, so both predict alike)."""
@@ -53,7 +54,8 @@ def _recommend(
         for split in estimator.splits_to_try(options_for(est)):
             preds = predict(est, [replace(d, split=split) for d in designs])
             try:
-                w = 2.0 * _z(level) * math.sqrt(_combine(aggregator, preds).variance)
+                z = _z(level)
+                w = 2.0 * z * math.sqrt(combined_prediction(aggregator, preds, bound, z)[0])
             except NoUsableSiteError:
                 continue
             if best is None or w < best[0] * (1 - 1e-9):

@@ -14,7 +14,13 @@ from dpate_core.aggregation import AggregateResult, aggregate
 from dpate_core.mechanisms import estimator_of
 from dpate_core.planning._inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
 
-__all__ = ["SitePredictions", "predict_site"]
+__all__ = [
+    "MAX_PATTERNS_SITES",
+    "SitePredictions",
+    "combined_prediction",
+    "predict_site",
+    "predicted_uninformative",
+]
 
 #: ``predict(estimator, designs)``: the site predictions of an estimator, every other input fixed
 SitePredictions = Callable[[str, Sequence[SiteDesign]], list[SitePrediction]]
@@ -56,6 +62,7 @@ def predict_site(
     domain = max(int(domain_size), 1)
     inp = PredictionInputs(design, domain, float(bound), assumptions, options)
     sampling, noise, reported = est.predict(inp)
+    p_resolved, v_resolved = (1.0, reported) if est.resolution is None else est.resolution(inp)
     return SitePrediction(
         site_id=design.site_id,
         n=design.n,
@@ -68,6 +75,8 @@ def predict_site(
         reported_variance=reported,
         half_width=_z(level) * math.sqrt(reported),
         weighting=est.variant_of(options, design.n, domain, design.epsilon, design.split),
+        resolved_probability=p_resolved,
+        resolved_variance=v_resolved,
     )
 
 
@@ -78,3 +87,77 @@ def _combine(aggregator: str, preds: Sequence[SitePrediction]) -> AggregateResul
         [p.n for p in preds],
         [p.reported_variance for p in preds],
     )
+
+
+#: above this many sites whose release may not resolve, the combined prediction reads the
+#: expected variances instead of every pattern of resolved sites
+MAX_PATTERNS_SITES = 12
+
+
+def predicted_uninformative(p: SitePrediction, bound: float, z: float) -> bool:
+    """The site's interval, when its release resolves, is predicted to meet an information rule
+    of the release (:data:`~dpate_core.inference.INFORMATION_RULES`: wider than ``B``): it says
+    nothing even then. (A site that is wide only because it often does not resolve informs the
+    releases where it does.)"""
+    from dpate_core.inference import INFORMATION_RULES, uninformative_rules
+
+    v = p.reported_variance if p.resolved_variance is None else p.resolved_variance
+    half = z * math.sqrt(v) if math.isfinite(v) else math.inf
+    rules = uninformative_rules(-half, half, bound)
+    return any(r in INFORMATION_RULES for r in rules)
+
+
+def combined_prediction(
+    aggregator: str, preds: Sequence[SitePrediction], bound: float, z: float
+) -> tuple[float, tuple[int, ...]]:
+    """The combined interval's predicted variance (the one whose normal half-width is the
+    expected half-width) and the sites the combiner is predicted to use.
+
+    A site whose release may not resolve (an estimator's ``resolution``) is combined only when it
+    resolves, so the expectation runs over which sites resolve (every pattern, with its
+    probability; none resolved counts as the whole range, half-width ``B``). The combiner reads
+    each resolved site's variance. A combiner that chooses a subset (MVAgg, AggLargest) is
+    predicted on the sites not predicted uninformative (:func:`predicted_uninformative`), so its
+    predicted subset never holds such a site; when every site is, the width is the combination
+    of all of them (what a release would combine) and the predicted subset is empty.
+    Raises :class:`~dpate_core.aggregation.NoUsableSiteError` when no site can be used at all."""
+    from itertools import product
+
+    from dpate_core.aggregation import aggregator_of
+
+    chooses = aggregator_of(aggregator).selects
+    keep = [
+        j for j, p in enumerate(preds) if not (chooses and predicted_uninformative(p, bound, z))
+    ]
+    informative = bool(keep)
+    keep = keep or list(range(len(preds)))
+    sites = [preds[j] for j in keep]
+    variances = [
+        p.reported_variance if p.resolved_variance is None else p.resolved_variance for p in sites
+    ]
+    probs = [min(max(p.resolved_probability, 0.0), 1.0) for p in sites]
+    uncertain = [i for i, q in enumerate(probs) if q < 1.0]
+    full = aggregate(aggregator, np.zeros(len(sites)), [p.n for p in sites], variances)
+    used = tuple(keep[i] for i in full.used) if informative else ()
+    if not uncertain:
+        return float(full.variance), used
+    if len(uncertain) > MAX_PATTERNS_SITES:
+        return float(_combine(aggregator, sites).variance), used
+    half = 0.0
+    for pattern in product((False, True), repeat=len(uncertain)):
+        on = dict(zip(uncertain, pattern, strict=True))
+        prob = float(np.prod([probs[i] if on[i] else 1.0 - probs[i] for i in uncertain]))
+        if prob <= 0.0:
+            continue
+        live = [i for i in range(len(sites)) if on.get(i, True) and math.isfinite(variances[i])]
+        if not live:
+            half += prob * bound
+            continue
+        res = aggregate(
+            aggregator,
+            np.zeros(len(live)),
+            [sites[i].n for i in live],
+            [variances[i] for i in live],
+        )
+        half += prob * z * math.sqrt(res.variance)
+    return (half / z) ** 2, used

@@ -46,7 +46,7 @@ from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninfor
 from dpate_core.mechanisms import estimator_of
 from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.planning._recommendation import Recommendation, _recommend
-from dpate_core.planning._site import SitePredictions, _combine, _z, predict_site
+from dpate_core.planning._site import SitePredictions, _z, combined_prediction, predict_site
 
 __all__ = ["StudyPlan", "plan_study"]
 
@@ -134,17 +134,17 @@ def plan_study(
     predict = _site_predictions(options_for, domain_size, bound, assumptions, level)
     preds = predict(estimator, designs)
     z = _z(level)
-    variance, used = _combined(aggregator, preds)
+    variance, used = _combined(aggregator, preds, bound, z)
     half = z * math.sqrt(variance)
     warnings = _range_warnings(preds, half, bound)
     notes = _notes(estimator, aggregator, options, preds, used)
     eps_needed = None
     if target_width is not None:
-        width_of = _width_at(predict, estimator, aggregator, z)
+        width_of = _width_at(predict, estimator, aggregator, z, bound)
         eps_needed = _epsilon_for_target(width_of, designs, target_width, half, warnings)
     recommendation = None
     if recommend:
-        recommendation = _recommend(design, designs, aggregator, predict, options_for, level)
+        recommendation = _recommend(design, designs, aggregator, predict, options_for, level, bound)
     return StudyPlan(
         estimator=estimator,
         aggregator=aggregator,
@@ -192,12 +192,16 @@ def _site_predictions(
     return predict
 
 
-def _combined(aggregator: str, preds: Sequence[SitePrediction]) -> tuple[float, tuple[str, ...]]:
-    """The combined predicted variance and the sites the combiner uses (infinite and none when
-    every site is predicted without a usable stratum)."""
+def _combined(
+    aggregator: str, preds: Sequence[SitePrediction], bound: float, z: float
+) -> tuple[float, tuple[str, ...]]:
+    """The combined predicted variance and the sites the combiner uses
+    (:func:`~dpate_core.planning.combined_prediction`: over which sites resolve, and never
+    a chosen subset holding a site predicted uninformative on its own); infinite and none when
+    every site is predicted without a usable stratum."""
     try:
-        res = _combine(aggregator, preds)
-        return float(res.variance), tuple(preds[j].site_id for j in res.used)
+        variance, used = combined_prediction(aggregator, preds, bound, z)
+        return variance, tuple(preds[j].site_id for j in used)
     except NoUsableSiteError:  # every site predicted without a usable stratum
         return math.inf, ()
 
@@ -238,8 +242,8 @@ def _notes(
     preds: Sequence[SitePrediction],
     used: tuple[str, ...],
 ) -> list[str]:
-    """The plan's notes: the estimator's own (e.g. the adjusted estimator's weighting per site);
-    MVAgg's predicted choice."""
+    """The plan's notes: the estimator's own (e.g. the adjusted estimator's weighting per site
+    and what each estimates); MVAgg's predicted choice."""
     describe = estimator_of(estimator).describe
     notes: list[str] = [] if describe is None else describe(options, preds)
     if len(used) < len(preds) and aggregator == "mvagg":
@@ -251,16 +255,13 @@ def _notes(
 
 
 def _width_at(
-    predict: SitePredictions, estimator: str, aggregator: str, z: float
+    predict: SitePredictions, estimator: str, aggregator: str, z: float, bound: float
 ) -> Callable[[Sequence[SiteDesign]], float]:
     """The predicted combined width of the estimator at other designs (infinite when no site
     has a usable stratum)."""
 
     def width_of(ds: Sequence[SiteDesign]) -> float:
-        try:
-            return 2.0 * z * math.sqrt(_combine(aggregator, predict(estimator, ds)).variance)
-        except NoUsableSiteError:
-            return math.inf
+        return 2.0 * z * math.sqrt(_combined(aggregator, predict(estimator, ds), bound, z)[0])
 
     return width_of
 

@@ -25,6 +25,6 @@ def test_check_prints_the_weighting_a_release_would_use(tmp_path, home):  # noqa
         adjusted_weighting='"subclassification"',
     )
     out = runner.invoke(app, ["check", str(forced)]).output
-    assert "the release would use: subclassification (the average effect over patients" in out
+    assert "the release would use: subclassification (the average effect over the patients" in out
     other = write_study(tmp_path / "o", {"a": {}})
     assert "the release would use" not in runner.invoke(app, ["check", str(other)]).output

@@ -150,21 +150,21 @@ def test_adjusted_post_processing_bounds_are_checked():
     report = release(spec, "a", np.random.default_rng(9))
     d = report.estimate.diagnostics
     assert 0 < d["usable_strata"] <= spec.domain_size
-    over = edited(report, lambda e: e.update(tau=1.01 * e["bound"] * d["usable_weight"] + 0.1))
-    with pytest.raises(ReportError, match=r"B \* min\(1, 2 usable_weight\)"):
+    over = edited(report, lambda e: e.update(tau=1.01 * e["bound"]))
+    with pytest.raises(ReportError, match=r"clips tau to \[-B, B\]"):
         read_report(over, spec)
-    # a site that could use a small share of its records: |tau| up to 2 B usable_weight (arm
-    # means clipped half a range beyond [0, B]; the ratio-bias correction only pulls inwards)
+    # a site that could use a small share of its records still averages over the strata it
+    # used: any tau in [-B, B]
     bound = report.estimate.bound
-
-    def small(tau: float):
-        return edited(
-            report, lambda e: (e.update(tau=tau), e["diagnostics"].update(usable_weight=0.3))
-        )
-
-    assert read_report(small(-0.55 * bound), spec).estimate.tau == -0.55 * bound
+    small = edited(
+        report, lambda e: (e.update(tau=-0.9 * bound), e["diagnostics"].update(usable_weight=0.3))
+    )
+    assert read_report(small, spec).estimate.tau == -0.9 * bound
+    heavy = edited(
+        report, lambda e: e["diagnostics"].update(usable_weight=2.1 * d["usable_strata"])
+    )
     with pytest.raises(ReportError, match="usable_weight"):
-        read_report(small(-0.65 * bound), spec)
+        read_report(heavy, spec)
     many = edited(report, lambda e: e["diagnostics"].update(usable_strata=spec.domain_size + 1.0))
     with pytest.raises(ReportError, match="usable_strata"):
         read_report(many, spec)

@@ -22,7 +22,14 @@ from dpate_core.mechanisms._estimator import (
 )
 from dpate_core.release import MechanismPlan
 
-from ._public import adjusted_weighting, noise_model, plausible, predict, required_diagnostics
+from ._public import (
+    adjusted_resolution,
+    adjusted_weighting,
+    noise_model,
+    plausible,
+    predict,
+    required_diagnostics,
+)
 from ._release import (
     AUTO_BIAS,
     AUTO_RATIO,
@@ -39,13 +46,19 @@ from ._release import (
     ratio_bias_remainder,
     resolve_weighting,
 )
-from ._weightings import PublicConstants, assemble_fixed_effects, assemble_subclassification
+from ._weightings import (
+    ESTIMANDS,
+    PublicConstants,
+    assemble_fixed_effects,
+    assemble_subclassification,
+)
 
 __all__ = [
     "ADJUSTED",
     "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
+    "ESTIMANDS",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
@@ -103,24 +116,24 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
     )
 
 
-_ESTIMANDS = {
-    "subclassification": "the average effect over patients in covariate strata where both "
-    "treatments occur (subclassification)",
-    "fixed_effects": "an overlap-weighted average of the stratum effects: strata where both "
-    "treatments are common weigh most (stratum fixed effects)",
-    "auto": "chosen per site from public values: subclassification (the average effect over "
-    "patients in strata where both treatments occur) or stratum fixed effects (an "
-    "overlap-weighted average of the stratum effects)",
-}
+def _estimand(options: Any) -> str:
+    weighting = options.weighting if options is not None else "auto"
+    if weighting != "auto":
+        return f"the {ESTIMANDS[weighting]} ({weighting.replace('_', ' ')})"
+    return "chosen per site by a public rule: " + "; or ".join(
+        f"the {text} ({mode.replace('_', ' ')})" for mode, text in ESTIMANDS.items()
+    )
 
 
 def _describe(options: Any, predictions: Sequence[Any]) -> list[str]:
     weighting = options.weighting if options is not None else "auto"
+    modes = dict.fromkeys(p.weighting for p in predictions if p.weighting)
     return [
         f"adjusted weighting (adjusted_weighting = {weighting!r}): "
         + ", ".join(f"{p.site_id} {p.weighting}" for p in predictions)
-        + " (docs/adjusted.md: subclassification targets Algorithm 1's estimand, fixed "
-        "effects the overlap-weighted average of the stratum effects)"
+        + "; "
+        + "; ".join(f"{mode}: the {ESTIMANDS[mode]}" for mode in modes)
+        + " (docs/adjusted.md, Estimand)"
     ]
 
 
@@ -128,8 +141,8 @@ def _describe(options: Any, predictions: Sequence[Any]) -> list[str]:
 ADJUSTED = Estimator(
     name="adjusted",
     label="DP subclassification (adjusted)",
-    estimand=_ESTIMANDS["auto"],
-    estimand_for=lambda options: _ESTIMANDS[options.weighting],
+    estimand=_estimand(None),
+    estimand_for=_estimand,
     parts=("cell counts", "cell sums", "cell sums of squares"),
     pure=True,
     designs=("randomized", "observational"),
@@ -139,6 +152,7 @@ ADJUSTED = Estimator(
     default_shares=DEFAULT_SPLIT,
     noise_model=noise_model,
     predict=predict,
+    resolution=adjusted_resolution,
     required_diagnostics=required_diagnostics,
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),

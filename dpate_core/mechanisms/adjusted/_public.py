@@ -16,8 +16,8 @@ import numpy as np
 from dpate_core.mechanisms._rules import (
     RTOL,
     at_least,
+    clipped_tau_problems,
     no_arm_sizes_problems,
-    tau_range_problems,
 )
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from dpate_core.release import SiteEstimate
 
 __all__ = [
+    "adjusted_resolution",
     "adjusted_weighting",
     "noise_model",
     "plausible",
@@ -71,16 +72,13 @@ def adjusted_weighting(
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
-    """dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics: every post-processing bound is exact.
-    Subclassification: each usable stratum's centred arm means are clipped to ``[-B, B]`` and
-    its weight is its noisy size (counts clipped to ``[0, N]``) over the public ``N``; with the
-    ratio-bias correction ``tau`` is linear in the means with coefficients ``(n_t + n_c (1 -
-    v_n / (n_t^2 + D v_n^2 / n_t^2))) / N`` for ``m_t`` (and likewise for ``m_c``), which lie in
-    ``[0, (n_t + n_c) / N]`` because ``v_n / (n^2 + D v_n^2 / n^2) <= 1 / (2 sqrt(D)) < 1``
-    (``D = RATIO_DAMPING``); so ``|tau| <= 2 B usable_weight``, and ``tau`` is clipped to
-    ``[-B, B]``: ``|tau| <= B min(1, 2 usable_weight)``. Fixed effects: ``usable_weight`` is 1.
-    A resolved release uses at least one stratum (with none it is unresolved). The noise
-    variance is a sum of non-negative terms."""
+    """:func:`plan_adjusted_from_statistics`: every post-processing bound is exact. ``tau`` is
+    clipped to ``[-B, B]`` (subclassification averages the used strata's clipped arm means over
+    the size of the strata used, which is itself a noisy count, so ``tau`` has no tighter public
+    bound); ``usable_weight`` is the used strata's noisy size (each count clipped to ``[0, N]``)
+    over ``N``, at most 2 per stratum; fixed effects: ``usable_weight`` is 1. A resolved release
+    uses at least one stratum (with none it is unresolved). The noise variance is a sum of
+    non-negative terms."""
     out: list[str] = []
     d = e.diagnostics
     nv, strata, weight = d["noise_variance"], d["usable_strata"], d["usable_weight"]
@@ -102,10 +100,7 @@ def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
             f"released variance is the clipped sampling part + noise variance"
         )
     # (no variance >= raw_variance rule: the within-cell variances are clipped to [0, B^2/4])
-    reach = float(e.bound) * min(1.0, 2.0 * weight) * (1.0 + RTOL) + float(e.bound) * 1e-12
-    out += tau_range_problems(
-        e.tau, reach, "B * min(1, 2 usable_weight) (the post-processing's bounds)"
-    )
+    out += clipped_tau_problems(e)
     return out + no_arm_sizes_problems(e, "the adjusted release does not publish them")
 
 
@@ -129,14 +124,40 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     """The adjusted release (``dpate_core.mechanisms.adjusted``) with the weighting it would use
     (:func:`adjusted_weighting`): Laplace ``2/eps_n`` on every cell count, ``B/eps_s`` on every
     centred sum, ``B^2/(2 eps_q)`` on every sum of squares (the module's sensitivities in outcome
-    units), at the assumed counts and centred arm means ``+-effect/2`` (arm means
-    ``B/2 +- effect/2``). Subclassification: :func:`_adjusted_subclassification`; fixed effects:
-    :func:`_adjusted_fixed_effects`."""
+    units), at the assumed counts and centred arm means. Subclassification:
+    :func:`_adjusted_subclassification`; fixed effects: :func:`_adjusted_fixed_effects`. An
+    unresolved release (no estimate) counts as the whole range, a 95% half-width of ``B``: the
+    reported variance is the one whose normal half-width is the expected half-width,
+    ``(p sqrt(v) + (1 - p) B / z)^2`` (:func:`adjusted_resolution` gives ``p`` and ``v``)."""
+    sampling, noise, p, v = _adjusted_parts(inp)
+    if p <= 0.0 or not math.isfinite(v):
+        return sampling, noise, inp.bound * inp.bound / 3.0
+    half_b = inp.bound / NormalDist().inv_cdf(0.975)
+    return sampling, noise, (p * math.sqrt(v) + (1.0 - p) * half_b) ** 2
+
+
+def adjusted_resolution(inp: PredictionInputs) -> tuple[float, float]:
+    """The probability that the adjusted release resolves an estimate, and the variance it
+    reports when it does (what a combiner of resolved sites reads)."""
+    _, _, p, v = _adjusted_parts(inp)
+    return p, v
+
+
+def _adjusted_parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
     d = inp.design
     mode = adjusted_weighting(_weighting(inp.options), d.n, inp.domain_size, d.epsilon, d.split)
     if mode == "fixed_effects":
         return _adjusted_fixed_effects(inp)
     return _adjusted_subclassification(inp)
+
+
+def _counts(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
+    """The assumed arm counts per stratum (``balanced_counts`` over the assumed occupied
+    strata)."""
+    from dpate_core.planning import balanced_counts
+
+    a = inp.assumptions
+    return balanced_counts(inp.design.n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
 
 
 def _laplace_kept(n: np.ndarray, m: float, b: float) -> tuple[np.ndarray, np.ndarray]:
@@ -150,96 +171,77 @@ def _laplace_kept(n: np.ndarray, m: float, b: float) -> tuple[np.ndarray, np.nda
     return p, mean
 
 
-def _positive_square(mu: float, sd: float) -> float:
-    """``E[max(U, 0)^2]`` for ``U ~ N(mu, sd^2)``."""
-    if sd <= 0:
-        return max(mu, 0.0) ** 2
-    a = mu / sd
-    return (mu * mu + sd * sd) * NormalDist().cdf(a) + mu * sd * NormalDist().pdf(a)
-
-
-def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, float]:
+def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, float, float]:
     """A stratum is used when both noisy arm counts reach ``m = max(2, 2/eps_n)``: with the
-    assumed counts ``n`` and Laplace count noise, with probability ``p_x`` (the product of the two
-    arms' tail probabilities); a used stratum's noisy size is, on average, its size plus the
-    noise's mean given that it reached ``m`` (the selection the release makes). Noise variance:
-    the release's own delta-method formula, each stratum weighted by ``p_x``; the reported
-    sampling part clamps each cell's ``s^2`` after ``Lap(B^2/(2 eps_q))/n_cell``; the strata left
-    out add the release's unestimated variance ``B^2 E[max(u, 0)^2] / 3``, ``u`` the left-out
-    strata's share of the noisy counts, one minus the used strata's (normal, with the mean and
-    variance of the ``p_x`` draws and of the left-out strata's count noise; the noise of the
-    total count cancels in that share). No stratum with both arms in the assumed counts:
-    infinite (the release would estimate 0 from nothing)."""
-    from dpate_core.planning import balanced_counts, clamped_mean
-
-    p_n, p_s, p_q = inp.parts()
+    assumed counts and Laplace count noise, with probability ``p_x`` (the product of the two
+    arms' tail probabilities). The estimate averages the used strata's effects over the size of
+    the strata used, ``N_used = sum p_x (n_t + n_c)`` in expectation; the noise variance is the
+    release's own delta-method formula (``dpate_core.mechanisms.adjusted``), each stratum
+    weighted by ``p_x``, with the count noise of ``N_used`` (a share ``alpha`` of left-out
+    strata); the sampling part ``sum p_x w_x^2 sd^2 (1/n_t + 1/n_c)`` (the effect assumed common
+    to every stratum, so the strata's spread and the left-out part add nothing). With no stratum
+    used (probability ``prod (1 - p_x)``) the release is unresolved and counts as the whole range
+    (half-width ``B``), as for fixed effects. No stratum with both arms in the assumed counts:
+    infinite (the release would never resolve)."""
+    p_n, p_s, _ = inp.parts()
     b = inp.bound
     scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
-    b_s = b / p_s.epsilon_float
-    b_q = b * b / 2.0 / p_q.epsilon_float
-    n = inp.design.n
-    tc, cc = balanced_counts(n, inp.domain_size, inp.assumptions.arm_share)
+    v_n, v_s = 2.0 * scale_n**2, 2.0 * (b / p_s.epsilon_float) ** 2
+    tc, cc = _counts(inp)
     both = (tc > 0) & (cc > 0)
     if not both.any():
-        return math.inf, math.inf, math.inf
+        return math.inf, math.inf, 0.0, math.inf
     t, c = tc[both].astype(float), cc[both].astype(float)
     m = max(2.0, THRESHOLD_FACTOR * scale_n)
-    p_t, g_t = _laplace_kept(t, m, scale_n)
-    p_c, g_c = _laplace_kept(c, m, scale_n)
+    p_t, _ = _laplace_kept(t, m, scale_n)
+    p_c, _ = _laplace_kept(c, m, scale_n)
     p = p_t * p_c
-    w = (t + c) / n
-    sd2 = inp.assumptions.sd(b) ** 2
-    m_t, m_c = inp.assumptions.effect / 2.0, -inp.assumptions.effect / 2.0
-    diff = (m_t - m_c) / n
+    # an empty arm's noisy count reaches m with P(Lap >= m): such strata are used too, rarely
+    expected_used = float(p.sum())
+    alpha = 1.0 - expected_used / inp.domain_size
+    n_used = max(float((p * (t + c)).sum()), m)
+    w = (t + c) / n_used
+    tau = inp.assumptions.effect
+    centre = inp.assumptions.mean(b) - b / 2.0
+    m_t, m_c = centre + tau / 2.0, centre - tau / 2.0
+    diff = (m_t - m_c - alpha * tau) / n_used
     d_nt, d_nc = diff - w * m_t / t, diff + w * m_c / c
-    per_noise = 2.0 * b_s**2 * w**2 * (1 / t**2 + 1 / c**2) + 2.0 * scale_n**2 * (d_nt**2 + d_nc**2)
-    noise = float((p * per_noise).sum())
+    per_noise = v_s * w**2 * (1 / t**2 + 1 / c**2) + v_n * (d_nt**2 + d_nc**2)
+    left_cells = 2.0 * (inp.domain_size - expected_used)
+    noise = float((p * per_noise).sum()) + left_cells * v_n * ((1.0 - alpha) * tau / n_used) ** 2
+    sd2 = inp.assumptions.sd(b) ** 2
     sampling = float((p * w**2 * sd2 * (1 / t + 1 / c)).sum())
-    clamp = np.vectorize(clamped_mean)
-    reported_sampling = float(
-        (p * w**2 * (clamp(sd2, b_q / t) / t + clamp(sd2, b_q / c) / c)).sum()
-    )
-    used_w = (t + c + g_t + g_c) / n
-    # u = 1 - (used strata's share of the noisy counts): E[max(u, 0)^2] for a normal u with the
-    # mean and variance of the p_x draws and of the left-out strata's count noise
-    # the release clips each noisy count at 0, which adds (b/2) e^(-n/b) = E[max(n + L, 0)] - n
-    # on average to a cell's count, so to the total it divides by (mostly in left-out strata)
-    cells = np.concatenate([tc, cc]).astype(float)
-    total = n + float((0.5 * scale_n * np.exp(-cells / scale_n)).sum())
-    mu = 1.0 - float((p * used_w).sum()) * n / total
-    var_u = float((p * (1.0 - p) * used_w**2 + (1.0 - p) * 2.0 * (2.0 * scale_n**2) / n**2).sum())
-    unestimated = b * b * _positive_square(mu, math.sqrt(var_u)) / 3.0
-    return sampling, noise, reported_sampling + noise + unestimated
+    return sampling, noise, 1.0 - float(np.prod(1.0 - p)), sampling + noise
 
 
-def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float]:
+def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float, float]:
     """``tau = A / D`` with ``A = sum (S_t n_c - S_c n_t)``, ``D = sum n_t n_c`` over every stratum
     (docs/adjusted.md). With count noise variance ``v_n = 2 (2/eps_n)^2``, sum noise variance
-    ``v_s = 2 (B/eps_s)^2`` and centred means ``m_t = effect/2``, ``m_c = -effect/2``
+    ``v_s = 2 (B/eps_s)^2`` and centred arm means ``m_t = mu + effect/2``, ``m_c = mu -
+    effect/2`` (``mu`` the assumed outcome mean less ``B/2``)
     (``S_t - tau n_t = n_t m_c``, ``S_c + tau n_c = n_c m_t``), the release's own noise variance
-    at the assumed counts: ``sum [v_n (n_t^2 m_c^2 + n_c^2 m_t^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n
-    + tau^2 v_n^2] / D^2 (1 + 3 Var(D) / D^2)``, ``Var(D) = sum v_n (n_t^2 + n_c^2) + |X| v_n^2``.
-    Sampling: ``sum n_t n_c (n_c + n_t) sd^2 / D^2`` (``sd`` the assumed outcome sd within a
-    cell; the release pools each arm's within-cell variance, bounded by its total variance over
-    the strata). The release is unresolved (no estimate: it says no more than the range
-    ``[-B, B]``, a 95% half-width of ``B``) when its noisy ``D`` is at most ``RESOLVE_Z`` sds:
-    with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance is the
-    one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B / z)^2``
-    (``z = 1.96``)."""
-    from dpate_core.planning import balanced_counts
-
+    at the assumed counts (every one of the ``|X|`` strata, empty or not, is noised): ``sum [v_n
+    (n_t^2 m_c^2 + n_c^2 m_t^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n + tau^2 v_n^2] / D^2``,
+    ``Var(D) = sum v_n (n_t^2 + n_c^2) + |X| v_n^2``. Sampling (the release's sandwich with the
+    effect common to every stratum): ``sum n_t n_c (n_c + n_t) sd^2 / D^2`` (``sd`` the assumed
+    outcome sd within a cell). The release is unresolved (no estimate: it says no more than the
+    range ``[-B, B]``, a 95% half-width of ``B``) when its noisy ``D`` is at most ``RESOLVE_Z``
+    sds: with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance
+    is the one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B /
+    z)^2`` (``z = 1.96``), ``v`` at the resolved releases' mean ``D_hat``."""
     p_n, p_s, _ = inp.parts()
     b = inp.bound
     v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
     v_s = 2.0 * (b / p_s.epsilon_float) ** 2
-    tc, cc = balanced_counts(inp.design.n, inp.domain_size, inp.assumptions.arm_share)
+    tc, cc = _counts(inp)
     t, c = tc.astype(float), cc.astype(float)
     big_d = float((t * c).sum())
     var_d = float((v_n * (t * t + c * c)).sum()) + t.size * v_n * v_n
     if big_d <= 0:
-        return math.inf, math.inf, b * b / 3.0
+        return math.inf, math.inf, 0.0, math.inf
     tau = inp.assumptions.effect
-    m_t, m_c = tau / 2.0, -tau / 2.0
+    centre = inp.assumptions.mean(b) - b / 2.0
+    m_t, m_c = centre + tau / 2.0, centre - tau / 2.0
     noise = float(
         (
             v_n * (t * t * m_c * m_c + c * c * m_t * m_t)
@@ -256,11 +258,4 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float]
     # a released variance divides by the noisy D, which is >= RESOLVE_Z sd(D) when resolved:
     # its mean given that (a normal tail), so a budget near the edge is not overstated
     d_kept = big_d + sd_d * NormalDist().pdf(alpha) / max(p, 1e-300)
-
-    def at(d: float) -> float:
-        return (noise * (1.0 + 3.0 * var_d / d**2) + sampling_num) / d**2
-
-    # an unresolved release counts as the whole range: half-width B
-    reported = (p * math.sqrt(at(d_kept)) + (1.0 - p) * b / NormalDist().inv_cdf(0.975)) ** 2
-    noise = noise / big_d**2 * (1.0 + 3.0 * var_d / big_d**2)
-    return sampling_num / big_d**2, noise, reported
+    return sampling_num / big_d**2, noise / big_d**2, p, (noise + sampling_num) / d_kept**2

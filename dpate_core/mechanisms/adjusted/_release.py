@@ -7,8 +7,9 @@ computes the three vectors; each is released with Laplace noise as ONE vector qu
 composition over cells), and the three share the budget by sequential composition.
 
 Two post-processings of the same three noisy vectors (``weighting``; the privacy proof is the same):
-``"subclassification"``, Algorithm 1's estimand ``sum_x (n_x / N) (mean_xt - mean_xc)`` over the
-strata with both arms (a stratum with an empty arm, or too few noisy records, contributes 0), and
+``"subclassification"``, the average effect over the patients of the strata with both arms,
+``sum_x n_x (mean_xt - mean_xc) / sum_x n_x`` over the strata it can read (Algorithm 1's estimate
+where every stratum has both arms), and
 ``"fixed_effects"``, the ratio of sums ``sum (s_xt n_xc - s_xc n_xt) / sum n_xt n_xc``: the
 stratum effects averaged with weights ``n_xt n_xc`` (strata without both arms weigh 0), with no
 threshold and no per-stratum ratio, so unbiased where strata hold few records per arm against the
@@ -188,7 +189,7 @@ def _public_constants(
     """What the post-processing reads besides the noisy vectors: the noise scales of the three
     vectors in outcome units (from their noise sites ``noise``) and ``min_count`` (default
     ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
-    counts, sums, squares = noise
+    counts, sums, _ = noise
     bound, scale_n = stats.bound, counts.scale
     b_s = sums.value_scale
     if min_count is None:
@@ -207,9 +208,6 @@ def _public_constants(
         max_var=bound * bound / 4.0,
         v_n=2.0 * scale_n**2,
         v_s=2.0 * b_s**2,
-        # (sqrt(2) scale) unit, as releases always rounded it (sqrt(2) value_scale rounds
-        # differently, e.g. at B = 1/3)
-        sd_q=math.sqrt(2.0) * squares.scale * squares.unit,
     )
 
 
@@ -227,8 +225,8 @@ def dp_adjusted(
     weighting: str = "auto",
     rng: Rng = None,
 ) -> SiteEstimate:
-    """DP subclassification (the "adjusted" estimator): Algorithm 1's estimand from noisy per-cell
-    counts, centred sums and centred sums of squares.
+    """DP subclassification (the "adjusted" estimator): a stratified average effect from noisy
+    per-cell counts, centred sums and centred sums of squares.
 
     Privacy: ``(epsilon, 0)``-DP under replace-one neighbours (a record's ``W``, ``Y`` and ``X`` may
     all change); ``delta`` is accepted for a uniform interface and not spent (the estimate records
@@ -246,12 +244,14 @@ def dp_adjusted(
     noisy vector clipped to the range the true one can take (counts to
     ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
     when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
-    noise scale), else it contributes 0 (Algorithm 1's convention for a stratum with an empty
-    arm); arm means clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the bias of
-    dividing by noisy counts, estimated at the noisy point and damped near the threshold) and
-    clipped to ``[-B, B]``; each arm's within-cell variance pooled over the usable strata (plus
-    one noise sd of its sum of squares) and clamped to ``[0, B^2/4]`` (``raw_variance`` keeps
-    the unclamped value); unresolved when no stratum is usable. An unresolved release says why
+    noise scale), each weighted by its noisy size over the size of the strata used; arm means
+    clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the bias of dividing by noisy
+    counts, estimated at the noisy point and damped near the threshold) and clipped to
+    ``[-B, B]``; the variance a sandwich (each arm's within-cell variance pooled over the usable
+    strata and clamped to ``[0, B^2/4]``, plus the spread of the stratum effects) with the
+    noise's and the strata left out's (``raw_variance`` keeps the unclamped sampling part);
+    unresolved when no stratum is usable. Fixed effects' variance is its sandwich (a polynomial in
+    the cell statistics) plus its noise's given the noisy denominator. An unresolved release says why
     in ``unresolved_reason`` (:data:`UNRESOLVED_FIXED_EFFECTS`,
     :data:`UNRESOLVED_SUBCLASSIFICATION`).
     """

@@ -19,6 +19,7 @@ import numpy as np
 from dpate_core.release import Outputs
 
 __all__ = [
+    "ESTIMANDS",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "UNRESOLVED_FIXED_EFFECTS",
@@ -44,6 +45,14 @@ UNRESOLVED_SUBCLASSIFICATION = (
 #: subclassification: the damping of the ratio-bias plug-in near the count threshold,
 #: ``n_hat^2 + RATIO_DAMPING v_n^2 / n_hat^2`` (chosen by measurement, docs/adjusted.md)
 RATIO_DAMPING = 100.0
+#: each weighting's estimand in the words a report prints (docs/adjusted.md, "Estimand")
+ESTIMANDS = {
+    "subclassification": ("average effect over the patients in strata where both treatments occur"),
+    "fixed_effects": (
+        "average of the effects within strata where both treatments occur, each stratum weighted "
+        "by how many treated-control pairs it holds (strata with balanced treatment count more)"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,6 @@ class PublicConstants:
     max_var: float  # B^2 / 4
     v_n: float  # variance of one noisy count
     v_s: float  # variance of one noisy sum (outcome units)
-    sd_q: float  # sd of one noisy sum of squares (outcome units)
 
 
 def _clipped_vectors(
@@ -96,8 +104,8 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
     d_safe = np.where(resolved, big_d, 1.0)
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
-    noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, var_d, d_safe)
-    sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, d_safe)
+    noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
+    sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
     # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
@@ -114,13 +122,15 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
 
 
 def _fixed_effects_noise_variance(
-    c: PublicConstants, cnt: Any, s: Any, tau: Any, var_d: Any, d_safe: Any
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
 ) -> Any:
-    """The noise variance of the fixed-effects ratio: ``tau_hat - tau = (1/D) sum [e_c (s_t -
-    tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t e_c]``
-    (``e`` count, ``h`` sum noise), exact for these bilinear terms; squares of noisy values are
-    corrected by their noise variance; times the second order of ``E[1/D_hat^2] = (1/D^2)(1 +
-    3 Var(D)/D^2 + ...)``, the ratio's own spread."""
+    """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
+    tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
+    h_c e_t - tau e_t e_c]`` (``e`` count, ``h`` sum noise), exact for these bilinear terms;
+    squares of noisy values are corrected by their noise variance. Divided by the noisy
+    ``D_hat^2`` the release reads: the variance of the error given ``D_hat``, which is what an
+    interval around this release needs (the spread of ``1/D_hat`` over other draws of ``D_hat``
+    is not this release's error)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -132,29 +142,39 @@ def _fixed_effects_noise_variance(
         + t * t * v_n**2
     )
     floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
-    noise_var = np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
-    return noise_var * (1.0 + 3.0 * var_d / d_safe**2)
+    return np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
 
 
 def _fixed_effects_sampling(
-    c: PublicConstants, cnt: Any, s: Any, q: Any, d_safe: Any
+    c: PublicConstants, cnt: Any, s: Any, q: Any, tau: Any, d_safe: Any
 ) -> tuple[Any, Any]:
-    """``(raw, clamped)`` sampling variance of the fixed-effects ratio: ``sum (n_t n_c)^2
-    (sigma_t^2 / n_t + sigma_c^2 / n_c) / D^2``, with each arm's within-cell variance estimated by
-    :func:`_arm_variance`; clamped to ``[0, B^2/4]`` per arm."""
+    """``(raw, clamped at 0)`` sampling variance of the fixed-effects ratio ``A / D``, by its
+    linearisation (a sandwich): ``A - tau D`` is a sum over the pairs (treated ``i``, control
+    ``j``) of a stratum of ``y_i - y_j - tau``, so each record's influence is ``n_c (y_i - ybar_c -
+    tau)`` (treated) or ``n_t (ybar_t - y_j - tau)`` (control), and ``Var(A / D) = sum_i h_i^2 /
+    D^2``. Per stratum that sum is a polynomial in the cell statistics, with no ratio:
+    ``n_c^2 q_t - 2 n_c s_t (s_c + tau n_c) + n_t (s_c + tau n_c)^2`` plus the same with the arms
+    swapped (``s_t - tau n_t``); each product of noisy values is corrected by its noise's mean
+    (``E n_hat^2 = n^2 + v_n``, ``E s_hat^2 = s^2 + v_s``). It holds both the within-cell
+    variance and the spread of the stratum effects around ``tau`` (what changes when the strata's
+    arm sizes are drawn again, as in a new sample of patients). Its plug-in of the arm means
+    adds ``n_t n_c (sigma_t^2 + sigma_c^2)`` per stratum, ``D (sigma_t^2 + sigma_c^2)`` in all,
+    which is removed with each arm's within-cell variance pooled over the strata
+    (:func:`_arm_variance`, clamped to ``[0, B^2/4]``)."""
+    v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
-    pos_t, pos_c = np.maximum(n_t, 0.0), np.maximum(n_c, 0.0)
-    raw_t = _arm_variance(c, n_t, s_t, q[..., 1::2])
-    raw_c = _arm_variance(c, n_c, s_c, q[..., 0::2])
-    w_t, w_c = pos_c**2 * pos_t, pos_t**2 * pos_c
-
-    def sampling_of(var_t: Any, var_c: Any) -> Any:
-        return np.sum(w_t * var_t + w_c * var_c, axis=-1) / d_safe**2
-
-    sampling_raw = sampling_of(raw_t, raw_c)
-    max_var = c.max_var
-    return sampling_raw, sampling_of(np.clip(raw_t, 0.0, max_var), np.clip(raw_c, 0.0, max_var))
+    q_c, q_t = q[..., 0::2], q[..., 1::2]
+    t = tau[..., None]
+    shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
+    treated = n_c**2 * q_t - 2.0 * n_c * s_t * shift_c + n_t * shift_c**2
+    control = n_t**2 * q_c - 2.0 * n_t * s_c * shift_t + n_c * shift_t**2
+    noise_mean = v_n * (q_t + q_c) - 2.0 * t * v_n * (s_t - s_c) + (v_s + t * t * v_n) * (n_t + n_c)
+    influence = np.sum(treated + control - noise_mean, axis=-1)
+    var_t = np.clip(_arm_variance(c, n_t, s_t, q_t)[..., 0], 0.0, c.max_var)
+    var_c = np.clip(_arm_variance(c, n_c, s_c, q_c)[..., 0], 0.0, c.max_var)
+    raw = influence / d_safe**2 - (var_t + var_c) / d_safe
+    return raw, np.maximum(raw, 0.0)
 
 
 def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
@@ -166,7 +186,7 @@ def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
     such cell, the total alone."""
     total = _total_arm_variance(nn, ss, qq)[..., None]
     kept = nn >= c.min_count
-    pooled = _pooled_variance(c, kept, np.where(kept, nn, 1.0), ss, qq)
+    pooled = _pooled_variance(kept, np.where(kept, nn, 1.0), ss, qq)
     return np.where(np.any(kept, axis=-1, keepdims=True), np.minimum(pooled, total), total)
 
 
@@ -177,14 +197,16 @@ def _total_arm_variance(nn: Any, ss: Any, qq: Any) -> Any:
 
 
 def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
-    """Algorithm 1's estimand from the three noisy vectors (clipped, :func:`_clipped_vectors`):
-    the strata whose noisy arm counts both reach ``min_count``, weighted by their noisy size over
-    the public ``N``, less the ratio bias of the noisy arm means (:func:`_ratio_bias`), clipped
-    to ``[-B, B]``. The noisy arm means are clipped to ``[-B/2, 3B/2]``, not to the outcome's
-    range ``[0, B]``, which biased them inwards wherever a true mean is near 0 or ``B``; the
-    delta-method variance reads them clipped to ``[0, B]``, the range of the true means whose
-    derivatives it estimates."""
-    n, half_b, max_var = c.n, c.half_b, c.max_var
+    """The average effect over the patients of the strata where both treatments occur, from the
+    three noisy vectors (clipped, :func:`_clipped_vectors`): the strata whose noisy arm counts
+    both reach ``min_count`` are used, each weighted by its noisy size over the size of the
+    strata used (:func:`_used_size`: the public ``N`` where every stratum is used), less the
+    ratio bias of the noisy arm means (:func:`_ratio_bias`),
+    clipped to ``[-B, B]``. The noisy arm means are clipped to ``[-B/2, 3B/2]``, not to the
+    outcome's range ``[0, B]``, which biased them inwards wherever a true mean is near 0 or
+    ``B``; the delta-method variance reads them clipped to ``[0, B]``, the range of the true
+    means whose derivatives it estimates. Variance: :func:`_subclassification_variance`."""
+    n = c.n
     cnt, s, q = _clipped_vectors(c, v, (0.0, n))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     usable = (n_t >= c.min_count) & (n_c >= c.min_count)
@@ -196,34 +218,24 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     # cuts the tails of the near-empty cells' noise-only means
     m_t = np.clip(s_t / nt, -c.bound, c.bound)
     m_c = np.clip(s_c / nc, -c.bound, c.bound)
-    weight = np.where(usable, (n_t + n_c) / n, 0.0)  # noisy stratum size over public N
-    raw_tau = np.sum(weight * (m_t - m_c), axis=-1)
-    tau = np.clip(raw_tau - _ratio_bias(c, usable, nt, nc, m_t, m_c), -c.bound, c.bound)
-    # the delta method's derivatives at means in the true means' range [0, B]
-    in_t = np.clip(m_t, -half_b, half_b)
-    in_c = np.clip(m_c, -half_b, half_b)
-    raw_t = _pooled_variance(c, usable, nt, s_t, q[..., 1::2])
-    raw_c = _pooled_variance(c, usable, nc, s_c, q[..., 0::2])
-    w2 = weight * weight
-    sampling_raw = np.sum(w2 * (raw_t / nt + raw_c / nc), axis=-1)
-    sampling = np.sum(
-        w2 * (np.clip(raw_t, 0.0, max_var) / nt + np.clip(raw_c, 0.0, max_var) / nc), axis=-1
+    size = np.where(usable, n_t + n_c, 0.0)
+    den, share_used = _used_size(c, v, usable, size)
+    weight = size / den[..., None]
+    tau = np.clip(
+        np.sum(weight * (m_t - m_c), axis=-1) - _ratio_bias(c, usable, nt, nc, m_t, m_c) / den,
+        -c.bound,
+        c.bound,
     )
-    # noise variance (delta method at the noisy point): Var Lap(b) = 2 b^2 per entry
-    diff = (in_t - in_c) / n
-    d_nt = diff - weight * in_t / nt
-    d_nc = diff + weight * in_c / nc
-    per_stratum = 2.0 * c.b_s**2 * w2 * (1.0 / nt**2 + 1.0 / nc**2) + 2.0 * c.scale_n**2 * (
-        d_nt**2 + d_nc**2
+    sampling, sampling_raw, noise_var, unestimated_var = _subclassification_variance(
+        c,
+        usable,
+        (nt, nc, n_t, n_c),
+        (s_t, s_c, q[..., 1::2], q[..., 0::2]),
+        (m_t, m_c),
+        tau,
+        (den, share_used),
     )
-    noise_var = np.sum(np.where(usable, per_stratum, 0.0), axis=-1)
-    # the strata left out (an empty arm, or too few noisy records to use) hold a share u of
-    # the records whose contribution to the estimand lies in [-B u, B u] and is not
-    # estimated: its uncertainty enters as the variance of a uniform on that range, so a
-    # site that could use little of its data reports that
-    # instead of a falsely precise 0; with no usable stratum nothing is estimated: unresolved
-    usable_weight = np.sum(weight, axis=-1)
-    unestimated_var = (c.bound * _left_out_share(usable, n_t + n_c)) ** 2 / 3.0
+    usable_weight = np.sum(size, axis=-1) / n
     usable_strata = np.sum(usable, axis=-1).astype(np.float64)
     return _outputs(
         usable_strata > 0.0,
@@ -238,13 +250,92 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     )
 
 
+def _used_size(c: PublicConstants, v: Mapping[str, Any], usable: Any, size: Any) -> tuple[Any, Any]:
+    """``N_used``, the size of the strata used, read two ways and combined by their noise: the
+    sum of their noisy sizes ``W`` (noise from ``2 k_used`` counts) and ``N - L``, ``L`` the
+    noisy size of the strata left out (their counts not clipped at 0: a zero count's noise has
+    mean 0; noise from ``2 k_left`` counts, and none shared with the estimate's numerator):
+    ``(k_left W + k_used (N - L)) / |X|``, never below ``min_count``. Where every stratum is used
+    it is the public ``N``. Also the weight ``k_left / |X|`` of ``W`` in it."""
+    n = float(c.n)
+    signed = np.clip(np.asarray(v["counts"], dtype=np.float64), -n, n)
+    left = np.sum(np.where(usable, 0.0, signed[..., 0::2] + signed[..., 1::2]), axis=-1)
+    k_used = np.sum(usable, axis=-1)
+    alpha = (c.n_strata - k_used) / float(c.n_strata)
+    den = alpha * np.sum(size, axis=-1) + (1.0 - alpha) * (n - left)
+    return np.maximum(den, c.min_count), alpha
+
+
+def _subclassification_variance(
+    c: PublicConstants,
+    usable: Any,
+    counts: tuple[Any, Any, Any, Any],
+    sums: tuple[Any, Any, Any, Any],
+    means: tuple[Any, Any],
+    tau: Any,
+    used_size: tuple[Any, Any],
+) -> tuple[Any, Any, Any, Any]:
+    """Subclassification's ``(sampling, raw sampling, noise, left-out)`` variances.
+
+    Sampling, by the linearisation of ``tau = sum_x n_x d_x / sum_x n_x`` (a sandwich): each
+    record's influence is its stratum's weight times its deviation from its cell's mean over
+    its arm's size, plus ``(d_x - tau) / N_used``; so ``sum_x w_x^2 (s2_t / n_t + s2_c / n_c)``
+    with each arm's within-cell variance ``s2`` pooled over the strata used
+    (:func:`_pooled_variance`, clamped to ``[0, B^2/4]``), plus the spread of the stratum effects
+    ``sum_x n_x (d_x - tau)^2 / N_used^2`` (what a new sample's stratum sizes move), each noisy
+    ``(d_x - tau)^2`` less what sampling and noise add to it. Noise, by the delta method at the
+    noisy point (``Var Lap(b) = 2 b^2`` for each noisy count and sum that enters ``tau``,
+    including the left-out strata's counts through ``N_used``). Left out: if the strata left out
+    (a share ``u`` of the noisy counts) are like those used, their mean effect differs from
+    ``tau`` by the spread between strata over their effective number:
+    ``u^2 sigma_b^2 sum_left n^2 / (sum_left n)^2``."""
+    nt, nc, n_t, n_c = counts
+    s_t, s_c, q_t, q_c = sums
+    m_t, m_c = means
+    den, alpha = used_size
+    den2 = den[..., None]
+    size = np.where(usable, n_t + n_c, 0.0)
+    weight = size / den2
+    w2 = weight * weight
+    t = tau[..., None]
+    # the delta method's derivatives at means in the true means' range [0, B]
+    in_t = np.clip(m_t, -c.half_b, c.half_b)
+    in_c = np.clip(m_c, -c.half_b, c.half_b)
+    # a used cell's count moves N_used by alpha, a left-out cell's by -(1 - alpha)
+    diff = (in_t - in_c - alpha[..., None] * t) / den2
+    d_nt = diff - weight * in_t / nt
+    d_nc = diff + weight * in_c / nc
+    per_stratum = c.v_s * w2 * (1.0 / nt**2 + 1.0 / nc**2) + c.v_n * (d_nt**2 + d_nc**2)
+    left_cells = 2.0 * np.sum(~usable, axis=-1)
+    noise_var = np.sum(np.where(usable, per_stratum, 0.0), axis=-1)
+    noise_var = noise_var + left_cells * c.v_n * ((1.0 - alpha) * tau / den) ** 2
+    raw_t = _pooled_variance(usable, nt, s_t, q_t)
+    raw_c = _pooled_variance(usable, nc, s_c, q_c)
+    var_t, var_c = np.clip(raw_t, 0.0, c.max_var), np.clip(raw_c, 0.0, c.max_var)
+    d_var = var_t / nt + var_c / nc + c.v_s * (1.0 / nt**2 + 1.0 / nc**2)
+    d_var = d_var + c.v_n * (in_t**2 / nt**2 + in_c**2 / nc**2)
+    spread = np.sum(np.where(usable, size * ((m_t - m_c - t) ** 2 - d_var), 0.0), axis=-1)
+    spread = spread / den**2
+    within_raw = np.sum(w2 * (raw_t / nt + raw_c / nc), axis=-1)
+    within = np.sum(w2 * (var_t / nt + var_c / nc), axis=-1)
+    sampling_raw = within_raw + spread
+    sampling = within + np.maximum(spread, 0.0)
+    left = np.where(usable, 0.0, np.maximum(n_t, 0.0) + np.maximum(n_c, 0.0))
+    left_total = np.sum(left, axis=-1)
+    u = left_total / np.maximum(left_total + np.sum(size, axis=-1), 1.0)
+    conc = np.sum(left * left, axis=-1) / np.maximum(left_total, 1.0) ** 2
+    sigma_b2 = np.maximum(spread, 0.0) * den
+    return sampling, sampling_raw, noise_var, u * u * sigma_b2 * conc
+
+
 def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c: Any) -> Any:
     """The bias of the subclassification sum from its noisy denominators, estimated at the noisy
-    point (docs/adjusted.md, "The ratio bias and its correction").
+    point (docs/adjusted.md, "The ratio bias and its correction"), times the size of the strata
+    used ``N_used`` (the caller divides by it).
 
-    A stratum's term ``(n_t + n_c)/N (s_t/n_t - s_c/n_c)``, with noisy counts, is
-    ``(s_t - s_c)/N + (n_c s_t/n_t - n_t s_c/n_c)/N``; the first part is unbiased, and the second
-    is biased by ``(n_c m_t (E[n_t/n_hat_t] - 1) - n_t m_c (E[n_c/n_hat_c] - 1))/N`` (``m`` the
+    A stratum's term ``(n_t + n_c) (s_t/n_t - s_c/n_c)``, with noisy counts, is
+    ``(s_t - s_c) + (n_c s_t/n_t - n_t s_c/n_c)``; the first part is unbiased, and the second
+    is biased by ``n_c m_t (E[n_t/n_hat_t] - 1) - n_t m_c (E[n_c/n_hat_c] - 1)`` (``m`` the
     centred arm means; the count noise is independent of everything else). For Laplace noise of
     variance ``v_n``, ``E g(e) = g(0) + (v_n/2) E g''(e)``, so ``E[n/n_hat] - 1 = v_n n
     E[1/n_hat^3]``: the plug-in ``v_n n_hat_c m_t / n_hat_t^2`` is unbiased for it, except near
@@ -256,32 +347,16 @@ def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c
     damp = RATIO_DAMPING * v_n * v_n
     term_t = nc * m_t / (nt * nt + damp / (nt * nt))
     term_c = nt * m_c / (nc * nc + damp / (nc * nc))
-    return v_n * np.sum(np.where(usable, term_t - term_c, 0.0), axis=-1) / c.n
+    return v_n * np.sum(np.where(usable, term_t - term_c, 0.0), axis=-1)
 
 
-def _left_out_share(usable: Any, size: Any) -> Any:
-    """Subclassification: the share ``u`` of the records in the strata left out, their noisy
-    size over the noisy size of all strata (counts clipped to ``[0, N]``): 0 when every stratum
-    is used, 1 when none is. Not ``1 - usable_weight``: the used weights sum the noisy counts over
-    the public ``N``, so that difference is mostly the noise of the total count, which the noise
-    variance already holds (through the weights) and which has nothing to do with the strata
-    left out (until 2026-11 it was counted twice so: on Synth sites at eps 4-5, 0.37-0.42 times
-    the estimate's actual variance, docs/adjusted.md)."""
-    total = np.sum(size, axis=-1)
-    left = np.sum(np.where(usable, 0.0, size), axis=-1)
-    return np.where(total > 0.0, left / np.where(total > 0.0, total, 1.0), 1.0)
-
-
-def _pooled_variance(c: PublicConstants, usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
-    """Subclassification: the within-cell variance of one arm, pooled over the usable strata
-    (sum of within-cell squared deviations over their records; centring does not change a
-    variance): the noise of the squares averages out over the strata instead of being clamped
-    cell by cell (plus one sd of the squares' noise in that sum, public: an upper estimate, so
-    that a noisy sum of squares does not understate the sampling part where noise is small)."""
+def _pooled_variance(usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
+    """The within-cell variance of one arm, pooled over the usable strata (sum of within-cell
+    squared deviations over their records; centring does not change a variance): the noise of
+    the squares averages out over the strata instead of being clamped cell by cell."""
     dev = np.sum(np.where(usable, qq - ss * ss / nn, 0.0), axis=-1)
     total = np.maximum(np.sum(np.where(usable, nn, 0.0), axis=-1), 1.0)
-    margin = c.sd_q * np.sqrt(np.sum(usable, axis=-1))
-    return ((dev + margin) / total)[..., None]
+    return (dev / total)[..., None]
 
 
 def _outputs(

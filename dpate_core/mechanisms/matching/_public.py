@@ -92,13 +92,14 @@ def smooth_noise_model(site: SiteEstimate, rng: np.random.Generator, reps: int) 
 
 
 def _matching_sampling(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Assumed counts, the matching estimator's sampling variance (per stratum
-    ``(N_x/N)^2 sd^2 (1/T_x + 1/C_x)``) and ``E V_hat`` (appendix:
+    """Assumed counts (over the assumed occupied strata), the matching estimator's sampling
+    variance (per stratum ``(N_x/N)^2 sd^2 (1/T_x + 1/C_x)``) and ``E V_hat`` (appendix:
     ``1/(2N^2) sum_i (1+L_i)^2 E d_i^2``, ``E d^2 = effect^2 + 2 sd^2``)."""
     from dpate_core.planning import balanced_counts
 
     n = inp.design.n
-    tc, cc = balanced_counts(n, inp.domain_size, inp.assumptions.arm_share)
+    a = inp.assumptions
+    tc, cc = balanced_counts(n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
     sd2 = inp.assumptions.sd(inp.bound) ** 2
     both = (tc > 0) & (cc > 0)
     t, c = tc[both].astype(float), cc[both].astype(float)

@@ -1,0 +1,253 @@
+"""The adjusted estimator on the adjustment sets a clinician writes down: reported against actual
+variance, coverage and width of every site and every combiner, in plasmode simulations
+(docs/adjusted.md, "Realistic adjustment sets"). Prints tables; asserts nothing.
+
+Designs (each site's records are its population; eps 1 per site, the default split):
+
+- IHDP (replication 1) with the loader's strata (``x4`` in 4 bands, ``x7``, ``x13``: 16) and with
+  ``x9``, ``x10``, ``x11`` added (128 strata), split at random into 2 and 3 sites;
+- Lalonde with the loader's strata (age, 39) and with age bands, schooling bands, ``black``,
+  ``marr``, ``nodeg`` (192 strata), split into 2 and 3 sites;
+- Synth with five covariates (:func:`dpate_core.synth.synth_strata`: 384 strata, mostly sparse),
+  3 sites of 3,000 records and 2 sites of 6,000.
+
+Each repetition resamples every site's records with replacement (its own size) and releases
+once, through the plan's own ``assemble`` (the released post-processing, numpy noise: simulation
+only). Target of a site: its weighting's non-private estimand on its own records; of a combiner:
+the ``N``-weighted mean of the sites' targets. "reported/actual": mean released variance over
+the mean squared error around the target, resolved releases only; "cover": the share of 95%
+normal intervals (``tau +- 1.96 sqrt(variance)``, clipped as released) holding the target, of
+resolved releases (sites) or of releases with an answer (combiners); "resolved" / "answered":
+their share.
+
+Run: ``python bench/bench_adjusted_realistic.py [REPS] [WEIGHTING ...]`` (1000 repetitions: about
+a minute; weightings ``fixed_effects`` and ``subclassification`` by default);
+``python bench/bench_adjusted_realistic.py plan``: ``dpate plan``'s predicted widths against the
+realised ones on the same designs (:func:`plan_against_releases`). Real data through
+``DPATE_DATA_DIR`` (skipped when absent).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpate.schemas.datasets import DataUnavailableError
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.simulation import aggregate_many
+from dpate_core.statistics import cell_statistics
+from dpate_core.synth import split_equal, synth_strata
+
+Z95 = 1.959963984540054
+COMBINERS = ("mvagg", "inverse_variance", "all", "random_effects")
+
+
+@dataclass(frozen=True)
+class Design:
+    """Sites ``(w, y, x)`` sharing ``|X|`` and ``B``."""
+
+    name: str
+    sites: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]
+    domain_size: int
+    bound: float = 1.0
+
+
+def estimand(w: np.ndarray, y: np.ndarray, x: np.ndarray, size: int, weighting: str) -> float:
+    """The weighting's non-private estimand on these records."""
+    g = 2 * x.astype(np.int64) + w.astype(np.int64)
+    cnt = np.bincount(g, minlength=2 * size).astype(float)
+    tot = np.bincount(g, weights=y, minlength=2 * size)
+    n_c, n_t = cnt[0::2], cnt[1::2]
+    both = (n_t > 0) & (n_c > 0)
+    d = np.where(both, tot[1::2] / np.maximum(n_t, 1) - tot[0::2] / np.maximum(n_c, 1), 0.0)
+    if weighting == "fixed_effects":
+        return float(np.sum(n_t * n_c * d) / np.sum(n_t * n_c))
+    if weighting in ("overlap", "subclassification"):
+        return float(np.sum((n_t + n_c) * d) / np.sum(np.where(both, n_t + n_c, 0.0)))
+    return float(np.sum((n_t + n_c) * d) / w.size)  # Algorithm 1's
+
+
+def resampled_cells(
+    w: np.ndarray, y: np.ndarray, x: np.ndarray, size: int, bound: float, reps: int, rng
+) -> dict[str, np.ndarray]:
+    """Per repetition, the cell counts, centred sums and centred squares of a bootstrap sample
+    of the records (``(reps, 2 |X|)`` each; float sums: simulation only)."""
+    n = w.size
+    g = 2 * x.astype(np.int64) + w.astype(np.int64)
+    z = y - bound / 2.0
+    cells = 2 * size
+    idx = rng.integers(0, n, (reps, n))
+    flat = (g[idx] + cells * np.arange(reps)[:, None]).ravel()
+    zi = z[idx].ravel()
+    length = reps * cells
+    return {
+        "counts": np.bincount(flat, minlength=length).reshape(reps, cells).astype(float),
+        "sums": np.bincount(flat, weights=zi, minlength=length).reshape(reps, cells),
+        "squares": np.bincount(flat, weights=zi * zi, minlength=length).reshape(reps, cells),
+    }
+
+
+def run_design(d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    j_sites = len(d.sites)
+    taus = np.full((reps, j_sites), np.nan)
+    var = np.full((reps, j_sites), np.nan)
+    targets, sizes, modes = [], [], []
+    for j, (w, y, x) in enumerate(d.sites):
+        stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
+        plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting)
+        modes.append(plan.assembly.func.__name__.removeprefix("assemble_"))
+        target_kind = "fixed_effects" if modes[-1] == "fixed_effects" else weighting
+        targets.append(estimand(w, y, x, d.domain_size, target_kind))
+        sizes.append(w.size)
+        true = resampled_cells(w, y, x, d.domain_size, d.bound, reps, rng)
+        noisy = {
+            spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
+            for spec in plan.noise
+        }
+        out = plan.assemble(noisy)
+        taus[:, j], var[:, j] = out.tau, out.variance
+    sizes_a = np.asarray(sizes, float)
+    rows = []
+    for j in range(j_sites):
+        ok = np.isfinite(taus[:, j])
+        rows.append(
+            (f"site {j + 1} (N {sizes[j]})", taus[ok, j], var[ok, j], targets[j], ok.mean())
+        )
+    pooled_target = float(np.sum(sizes_a * np.asarray(targets)) / sizes_a.sum())
+    for agg in COMBINERS:
+        res = aggregate_many(agg, taus, sizes_a, var)
+        ok = np.isfinite(res.estimate)
+        rows.append((agg, res.estimate[ok], res.variance[ok], pooled_target, ok.mean()))
+    print(f"\n{d.name}, |X| = {d.domain_size}, weighting {weighting} ({', '.join(modes)}), "
+          f"{reps} repetitions")  # fmt: skip
+    print(f"  {'unit':22s} {'target':>8s} {'resolved':>8s} {'bias':>8s} {'actual sd':>9s} "
+          f"{'rep/act':>7s} {'cover':>6s} {'width':>7s}")  # fmt: skip
+    for unit, t, v, target, share in rows:
+        if t.size < 2:
+            print(f"  {unit:22s} {target:8.4f} {share:8.2f}   (too few resolved)")
+            continue
+        mse = float(np.mean((t - target) ** 2))
+        half = Z95 * np.sqrt(v)
+        lo, hi = np.clip(t - half, -d.bound, d.bound), np.clip(t + half, -d.bound, d.bound)
+        cover = float(np.mean((lo <= target) & (target <= hi)))
+        print(f"  {unit:22s} {target:8.4f} {share:8.2f} {np.mean(t) - target:+8.4f} "
+              f"{np.sqrt(mse):9.4f} {np.mean(v) / mse:7.2f} {cover:6.3f} "
+              f"{np.median(hi - lo):7.4f}")  # fmt: skip
+
+
+def _split(name: str, w, y, x, size: int, j_sites: int, seed: int) -> Design:
+    parts = split_equal(w.size, j_sites, seed)
+    return Design(f"{name}, {j_sites} sites", tuple((w[i], y[i], x[i]) for i in parts), size)
+
+
+def designs() -> list[Design]:
+    out: list[Design] = []
+    try:
+        from bench_regression_adjustment import ihdp_data, lalonde_data, strata_ids
+
+        from dpate.schemas.datasets import load_ihdp, load_lalonde
+
+        ih = load_ihdp(1)
+        la = load_lalonde()
+        rich_i, _ = ihdp_data()
+        rich_l = lalonde_data()
+        xi, ki = strata_ids(rich_i.covs)
+        xl, kl = strata_ids(rich_l.covs)
+        for j_sites in (2, 3):
+            out.append(_split("IHDP", ih.w, ih.y, ih.x, ih.domain_size, j_sites, 11))
+            out.append(_split("IHDP rich", ih.w, ih.y, xi, ki, j_sites, 11))
+            out.append(_split("Lalonde", la.w, la.y, la.x, la.domain_size, j_sites, 11))
+            out.append(_split("Lalonde rich", la.w, la.y, xl, kl, j_sites, 11))
+    except DataUnavailableError as err:
+        print(f"(real data skipped: {err})")
+    for j_sites, n in ((3, 3000), (2, 6000)):
+        sites = []
+        for j in range(j_sites):
+            s = synth_strata(n, seed=100 + j)
+            sites.append((s.w, s.y, s.x))
+        out.append(Design(f"Synth strata, {j_sites} x {n}", tuple(sites), 384))
+    return out
+
+
+def main(reps: int = 1000, weightings: Sequence[str] = ("fixed_effects", "subclassification")):
+    for d in designs():
+        for weighting in weightings:
+            run_design(d, weighting, reps)
+
+
+def occupancy(w: np.ndarray, y: np.ndarray, x: np.ndarray, size: int) -> dict[str, float]:
+    """What a user would give ``dpate plan`` about these records: the treated share, the
+    outcome's mean and its sd within an arm and stratum (pooled), the effective number of occupied strata
+    ``N^2 / sum_x N_x^2`` and the effect (fixed effects, non-private)."""
+    g = 2 * x.astype(np.int64) + w.astype(np.int64)
+    cnt = np.bincount(g, minlength=2 * size).astype(float)
+    tot = np.bincount(g, weights=y, minlength=2 * size)
+    sq = np.bincount(g, weights=y * y, minlength=2 * size)
+    within = np.sum(sq - tot**2 / np.maximum(cnt, 1.0)) / max(w.size - np.sum(cnt > 0), 1)
+    strata = cnt[0::2] + cnt[1::2]
+    return {
+        "arm_share": float(w.mean()),
+        "outcome_mean": float(y.mean()),
+        "outcome_sd": float(np.sqrt(max(within, 0.0))),
+        "occupied_strata": float(w.size**2 / np.sum(strata**2)),
+        "effect": estimand(w, y, x, size, "fixed_effects"),
+    }
+
+
+def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int = 3):
+    """Predicted (``dpate plan``'s predictors, the assumptions from :func:`occupancy` pooled over
+    the sites) against realised mean widths of the sites' and combiners' normal intervals (fixed
+    data, ``reps`` releases; an unresolved release, or no answer, counted as ``2B``)."""
+    from fractions import Fraction
+
+    from dpate_core.planning import Assumptions, SiteDesign, plan_study
+
+    rng = np.random.default_rng(seed)
+    w_all = np.concatenate([s[0] for s in d.sites])
+    y_all = np.concatenate([s[1] for s in d.sites])
+    x_all = np.concatenate([s[2] for s in d.sites])
+    occ = occupancy(w_all, y_all, x_all, d.domain_size)
+    taus, variances, designs = [], [], []
+    for j, (w, y, x) in enumerate(d.sites):
+        stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
+        plan = plan_adjusted_from_statistics(stats, epsilon=eps)
+        true = {s.name: s.value for s in plan.noise}
+        noisy = {
+            s.name: true[s.name] + s.value_scale * rng.laplace(0, 1, (reps, np.size(s.value)))
+            for s in plan.noise
+        }
+        out = plan.assemble(noisy)
+        taus.append(out.tau)
+        variances.append(out.variance)
+        designs.append(SiteDesign(f"site {j + 1}", w.size, Fraction(eps), Fraction(0),
+                                  plan.shares.shares))  # fmt: skip
+    tau, var = np.stack(taus, 1), np.stack(variances, 1)
+    sizes = np.array([dd.n for dd in designs], float)
+    print(f"\n{d.name}, |X| = {d.domain_size}, eps {eps}: assumed " + ", ".join(
+        f"{k} {v:.3g}" for k, v in occ.items()))  # fmt: skip
+    for agg in ("mvagg", "inverse_variance"):
+        plan = plan_study("adjusted", agg, designs, domain_size=d.domain_size, bound=d.bound,
+                          assumptions=Assumptions(**occ), recommend=False)  # fmt: skip
+        res = aggregate_many(agg, tau, sizes, var)
+        comb = np.where(np.isfinite(res.variance), 2 * Z95 * np.sqrt(res.variance), 2 * d.bound)
+        if agg == "mvagg":
+            for j, p in enumerate(plan.sites):
+                v = var[:, j]
+                real = np.mean(np.where(np.isfinite(v), 2 * Z95 * np.sqrt(v), 2 * d.bound))
+                print(f"  {p.site_id:10s} {p.weighting:18s} predicted {p.width:.4f} realised "
+                      f"{real:.4f} ratio {p.width / real:.2f}")  # fmt: skip
+        print(f"  {agg:29s} predicted {plan.combined_width:.4f} realised {np.mean(comb):.4f} "
+              f"ratio {plan.combined_width / np.mean(comb):.2f} (uses {', '.join(plan.used)})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["plan"]:
+        for design in designs():
+            plan_against_releases(design)
+    else:
+        main(int(args[0]) if args else 1000, args[1:] or ("fixed_effects", "subclassification"))
