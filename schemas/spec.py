@@ -47,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from dpate.plugins import load_plugins
 from dpate.schemas.spec_checks import cross_field_problems, option_object
 from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
 from dpate.schemas.spec_fields import _ID, _ID_HINT, _Model
@@ -90,6 +91,7 @@ class SpecError(ValueError):
 
 
 def _estimator_name(value: str) -> str:
+    load_plugins()  # estimators other distributions declare (dpate.plugins)
     if value not in ESTIMATORS:
         names = ", ".join(repr(n) for n in ESTIMATORS)
         raise ValueError(f"must be one of {names}")
@@ -97,6 +99,7 @@ def _estimator_name(value: str) -> str:
 
 
 def _aggregator_name(value: str) -> str:
+    load_plugins()
     if value not in AGGREGATORS:
         names = ", ".join(repr(n) for n in AGGREGATORS)
         raise ValueError(f"must be one of {names}")
