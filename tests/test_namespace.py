@@ -1,4 +1,4 @@
-"""One import namespace (issue 10, item 5): the repository's top-level folders ``schemas/``,
+"""One import namespace: the repository's top-level folders ``schemas/``,
 ``tasks/``, ``flows/`` and ``deployments/`` are installed as ``dpate.schemas``, ``dpate.tasks``,
 ``dpate.flows`` and ``dpate.deployments`` (pyproject ``package-dir``), never as top-level packages
 of those common names, which unrelated PyPI projects hold. Nothing imports them by the old names,

@@ -402,7 +402,7 @@ def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
 
 # ---------------------------------------------------------------------------------------------
 # the weightings (docs/adjusted.md, "Two weightings"): the public rule, fixed effects' edge cases,
-# and the bias that made pooled intervals fail (issue 9)
+# and the ratio bias of dividing by noisy counts, which would make pooled intervals miss
 
 
 def test_auto_weighting_is_a_public_rule_and_names_are_checked():

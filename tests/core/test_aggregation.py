@@ -330,8 +330,8 @@ def test_confidence_interval_is_estimate_plus_minus_z_sd(method):
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry (dpate_core.aggregation) gives the bytes of the implementation it replaced: the
-# scalar combiners as they were before it (commit 5f60934), copied here as the reference.
+# The registry's one vectorised implementation gives the bytes of plain scalar combiners: the
+# reference implementations below, written one site at a time.
 
 
 def _old_inputs(tau, n, variance):

@@ -1,28 +1,13 @@
-"""The core's numbers at fixed numpy seeds, pinned to the outputs recorded before the duplicate
-removal of issue 10 (commit d16f222): every release plan (difference in means, general and binary,
-public and private arms; both matching estimators with both variance modes; both weightings of the
-adjusted estimator) assembled over seeded draws, the sensitivity bounds, the simulated Laplace and
-Gaussian draws, the bootstrap intervals of sites and combiners, and two study plans with their
-recommendations. ``pinned_outputs.json`` holds
-the recorded values (re-recorded on purpose since: the observational study plan when the
-adjusted width prediction began to count strata dropped for noisy counts, and the difference in
-means and the combiners fed by it when its arm sums became exact integer sums of grid-rounded
-outcomes, which moved them by about 1e-13 relative; the matching plans when their noise began
-to cover the computed estimate's rounding error, ``matching_ate_float_error``, which moved them by
-about 1e-11 relative, and the combiners' bootstrap intervals with them, since their seed is a hash of
-the sites' public fields; the appendix variance ``V_hat`` when it began to be summed exactly on
-the grid ``B 2^-k`` and rounded once, which moved it and the matching plans' variances by about
-1e-9 relative, and the combiners' bootstrap intervals again; at the same time the adjusted
-estimator's and the stratified variance's shifted ``.ci`` inputs, which were 0.01 grid units
-while their cell sums reached the assemblies in grid units, became 0.01 outcome units like every
-other input, now that those sums arrive in outcome units, ``NoiseSpec.unit``; and the adjusted
-subclassification's ``unestimated_variance``, ``variance`` and ``raw_variance`` when its left-out
-share became the noisy size of the strata it leaves out over that of all strata instead of one
-minus the used strata's noisy weight, which had counted the total count's noise twice: its
-estimates are unchanged; and the subclassification estimates (``tau``, ``est``, ``ci``) with the
-combiners fed by one, when it began to subtract its ratio bias and stopped clipping arm means
-one by one (its variances are unchanged)); a relative tolerance of 1e-12 allows only
-last-bit differences of the platform's maths library, not a change of formula."""
+"""The core's numbers at fixed numpy seeds, pinned to recorded values: every release plan
+(difference in means, general and binary, public and private arms; both matching estimators with
+both variance modes; both weightings of the adjusted estimator) assembled over seeded draws, the
+sensitivity bounds, the simulated Laplace and Gaussian draws, the bootstrap intervals of sites and
+combiners, and two study plans with their recommendations, against ``pinned_outputs.json``.
+
+A relative tolerance of 1e-12 allows only last-bit differences of the platform's maths library,
+not a change of formula. A change of formula that is meant re-records the file with
+``DPATE_UPDATE_PINNED=1 python -m pytest tests/core/test_pinned_outputs.py``, in a commit of its
+own that says which entries moved and why (the file's history is in git)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""No behaviour change: ``dpate demo``'s study publishes the same bytes as the committed golden
-hashes (issue 10: "every published byte (reports, results, ledgers) for the same inputs and seeds
-stays identical, and a test proves it on the demo study").
+"""No unintended change: ``dpate demo``'s study publishes the same bytes as the committed golden
+hashes, for every published byte (reports, results, ledgers) with the same inputs and seeds. A
+change that is meant re-records them with ``DPATE_UPDATE_GOLDEN=1 python -m pytest
+tests/pipeline/test_published_bytes.py``, in a commit of its own that says what changed.
 
 A release is random by design: its noise comes from the operating system's secure source through
 OpenDP and Algorithm 1's record order is a secure random permutation; neither can be seeded, and
