@@ -141,6 +141,9 @@ def render_html(
     for s in result.sites:
         cells = _site_cells(s, spends.get(s.site_id))
         rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
+    estimand = f"<p>{e(result.estimand_text())}.</p>\n" if result.estimand else ""
+    forest = f'<img alt="forest plot" src="data:image/png;base64,{png}">'
+    plots = _beside(forest, _balance_section(result))
     partial = "" if result.complete else "<p><b>Partial:</b> not every site reported.</p>"
     if result.answered:
         headline = (
@@ -170,9 +173,9 @@ th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
 </style></head><body>
 <h1>Study {e(result.study_id)}, round {e(result.round)}</h1>
 <p class="est">{headline}</p>
-{uninformative}{partial}
+{estimand}{uninformative}{partial}
 <p>Sites used: {e(", ".join(result.used) or "none")}</p>
-<img alt="forest plot" src="data:image/png;base64,{png}">
+{plots}
 <h2>Sites</h2>
 <table><tr>{"".join(f"<th>{e(h)}</th>" for h in _SITE_COLUMNS)}</tr>
 {"".join(rows)}
@@ -181,6 +184,39 @@ th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
 {e(result.software_version)}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>
 </body></html>
 """
+
+
+def _beside(plot: str, balance: str) -> str:
+    """The forest plot, with the balance tables beside it when the sites published any."""
+    if not balance:
+        return plot
+    style = "display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start"
+    return f'<div class="plots" style="{style}">{plot}\n{balance}</div>'
+
+
+def _balance_section(result: StudyResult) -> str:
+    """The sites' DP covariate-balance tables (``[balance]``), one column per site: the
+    standardized mean difference of each covariate (or level) between the arms before, and
+    within strata; "" when no site published one."""
+    sites, rows = result.balance_rows()
+    if not sites:
+        return ""
+    e = html.escape
+    head = "".join(f"<th>{e(s)}</th>" for s in sites)
+    body = "".join(
+        f"<tr><td>{e(c)}</td><td>{e(lev)}</td>"
+        + "".join(f"<td>{e(x)}</td>" for x in cells)
+        + "</tr>"
+        for c, lev, cells in rows
+    )
+    return (
+        '<div class="balance"><h2>Covariate balance (DP)</h2>\n'
+        "<p>Standardized mean difference between treated and control, before / within strata "
+        "(|SMD| below 0.1 is the usual mark of balance; within strata of every covariate it is 0 "
+        "by construction). Each site's table is a differentially private release of its own "
+        "(its epsilon is in the site's report).</p>\n"
+        f"<table><tr><th>covariate</th><th>level</th>{head}</tr>\n{body}</table></div>"
+    )
 
 
 def source_label(result: StudyResult, result_uri: str) -> str:

@@ -281,6 +281,14 @@ class SiteContext(StudyContext):
     def rid(self) -> str:
         return self.release_id(self.site_id)
 
+    @property
+    def balance_rid(self) -> str:
+        """The release id of this round's covariate-balance table at the site (a release of
+        its own in the ledger: its own budget, its own one draw)."""
+        return release_id(
+            self.spec.study_id, self.site_id, self.spec.spec_hash, self.round, "balance"
+        )
+
 
 def resolve_study(
     spec: str, round: str | None = None, storage_url: str | None = None

@@ -112,6 +112,8 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
                     entry["ledger_head"] = report.ledger_head.model_dump(mode="json")
                 if report.lifetime_spend is not None:
                     entry["lifetime_spend"] = report.lifetime_spend.model_dump(mode="json")
+                if report.balance is not None:  # the site's DP covariate-balance table
+                    entry["balance"] = report.balance.to_dict()
             except ReportError as exc:
                 entry.update(status="rejected", reason="; ".join(exc.reasons))
         out.append(entry)
@@ -148,6 +150,9 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         "spec_hash": ctx.spec.spec_hash,
         "round": ctx.round,
         "aggregator": method,
+        # one estimand for the whole study (the spec's choice), in words a clinician reads
+        "estimator": ctx.spec.estimator,
+        "estimand": ctx.spec.estimand,
         "complete": not absent,
     }
     try:
@@ -270,7 +275,7 @@ def _site_entries(
         }
         if not resolved:
             entry["resolved"] = False
-        for copied in ("ledger_head", "lifetime_spend"):
+        for copied in ("ledger_head", "lifetime_spend", "balance"):
             if copied in e:
                 entry[copied] = e[copied]
         if not resolved:

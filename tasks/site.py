@@ -62,14 +62,18 @@ __all__ = [
     "SiteDataRejected",
     "SiteStatistics",
     "check_publication",
+    "commit_balance",
     "commit_release",
+    "compute_balance",
     "compute_release",
     "load_site_data",
     "operator_logger",
     "plan_release",
     "publish_site_report",
     "read_site_records",
+    "recorded_balance",
     "recorded_release",
+    "reserve_balance",
     "reserve_budget",
     "resolve_site_context",
     "show_site_report",
@@ -296,11 +300,73 @@ def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
     return committed
 
 
+@task(name="recorded-balance", **IO_TASK)
+def recorded_balance(ctx: SiteContext) -> Committed | None:
+    """The round's committed covariate-balance table, if the ledger has one (then nothing is
+    computed or drawn: invariant 3)."""
+    with open_site_ledger(ctx) as ledger:
+        return ledger.committed(ctx.balance_rid)
+
+
+@task(name="reserve-balance", **IO_TASK)
+def reserve_balance(ctx: SiteContext) -> Reservation:
+    """Debit the balance table's own budget (the spec's ``[balance]`` epsilon, a release of its
+    own) in the site's ledger, durably, before any of its noise is drawn."""
+    site = ctx.spec.site(ctx.site_id)
+    with open_site_ledger(ctx) as ledger:
+        res = ledger.reserve(
+            release_id=ctx.balance_rid,
+            study_id=ctx.study_id,
+            site_id=ctx.site_id,
+            spec_hash=ctx.spec.spec_hash,
+            round=ctx.round,
+            privacy=ctx.spec.balance_cost(),
+            cap=site.lifetime_cap.params,
+        )
+    get_run_logger().info(
+        "site %s: balance table %s %s: epsilon %s",
+        ctx.site_id,
+        ctx.balance_rid[:12],
+        "reserved" if res.new else "already reserved (nothing more spent)",
+        res.privacy.epsilon,
+    )
+    return res
+
+
+@task(name="compute-balance", **PRIVATE_TASK)
+def compute_balance(
+    ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
+) -> dict[str, Any]:
+    """One secure draw of the balance table's counts and its post-processing (the table is
+    returned only to :func:`commit_balance`)."""
+    plan = site_plans.balance_plan(ctx.spec, data)
+    if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
+        raise RuntimeError(
+            f"site {ctx.site_id}: the balance table's budget does not match the reservation of "
+            f"release {ctx.balance_rid[:12]}; nothing was drawn"
+        )
+    return plan.draw().as_dict()
+
+
+@task(name="commit-balance", **IO_TASK)
+def commit_balance(ctx: SiteContext, table: dict[str, Any]) -> Committed:
+    """Record the balance table in the ledger; only the recorded table is ever published."""
+    with open_site_ledger(ctx) as ledger:
+        committed = ledger.commit(
+            ctx.balance_rid, {"balance": table, "software_version": software_version()}
+        )
+    get_run_logger().info("site %s: balance table %s committed", ctx.site_id, ctx.balance_rid[:12])
+    return committed
+
+
 @task(name="publish-site-report", **IO_TASK)
-def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any]:
+def publish_site_report(
+    ctx: SiteContext, committed: Committed, balance: Committed | None = None
+) -> dict[str, Any]:
     """Write the report once to ``<root>/<study>/sites/<site>/<release_id>.json``, with the
-    ledger's lifetime spend and cap after this release."""
-    data = site_report_bytes(ctx, committed, ledger_spend(ctx, committed))
+    ledger's lifetime spend and cap after this release, and the round's committed balance
+    table when the study has one."""
+    data = site_report_bytes(ctx, committed, ledger_spend(ctx, committed), balance=balance)
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
     try:

@@ -23,9 +23,12 @@ estimator. What it holds:
   estimate must satisfy to be one this mechanism can produce from the public values),
   ``unresolved_reasons`` (the public reasons of an unresolved release), ``publishes_arm_sizes``;
 - the intervals: ``noise_model`` (the error its noise adds to ``tau``, from published fields);
+- one estimand per study: ``choose`` (where the estimator has variants that estimate different
+  quantities, e.g. the adjusted estimator's weightings, the public rule that picks one for the
+  whole study from every site's public design, :meth:`study_choice`); every site releases with
+  the options it returns, so a study never pools two estimands;
 - ``dpate plan``: ``predict`` (sampling, noise and expected reported variance from public inputs
-  and stated assumptions), ``variant`` (the variant a site's release uses where a public rule
-  picks one, e.g. the adjusted estimator's weighting) and ``describe`` (notes on the plan).
+  and stated assumptions) and ``describe`` (notes on the plan).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ __all__ = [
     "PlanInputs",
     "Predictor",
     "StatisticsInputs",
+    "StudyChoice",
+    "StudySite",
     "estimator_of",
     "register",
     "unregister",
@@ -101,6 +106,27 @@ class StatisticsInputs:
     split: Sequence[Fraction] | None
     options: Any = None
     binary: bool = False
+
+
+@dataclass(frozen=True)
+class StudySite:
+    """One site's public design as a study-wide choice reads it: its record count ``n`` as the
+    spec declares it (None: not declared), its per-release epsilon and budget split."""
+
+    n: int | None
+    epsilon: Fraction
+    split: tuple[Fraction, ...]
+
+
+@dataclass(frozen=True)
+class StudyChoice:
+    """What a study releases at every site (:meth:`Estimator.study_choice`): the options with
+    any public choice made (``"auto"`` resolved), the variant's name (None: the estimator has
+    one), and why it was chosen, in words (public: it reads the spec only)."""
+
+    options: Any
+    variant: str | None = None
+    reason: str = ""
 
 
 def _no_rules(estimate: SiteEstimate, options: Any, domain_size: int) -> list[str]:
@@ -156,9 +182,10 @@ class Estimator:
     #: ``inputs -> (probability, variance)``: the predicted probability that a release resolves an
     #: estimate and the variance it reports when it does (None: every release resolves)
     resolution: Callable[[PredictionInputs], tuple[float, float]] | None = None
-    #: ``(options, N, |X|, epsilon, split) -> name``: the variant a site's release uses, where
-    #: a public rule picks one (the adjusted estimator's weighting); None: one variant
-    variant: Callable[[Any, int, int, Fraction, Sequence[Fraction]], str] | None = None
+    #: ``(options, |X|, sites) -> StudyChoice``: the options every site of a study releases
+    #: with, where a public rule picks a variant (the adjusted estimator's weighting, ``"auto"``)
+    #: once for the whole study from every site's public design; None: one variant
+    choose: Callable[[Any, int, Sequence[StudySite]], StudyChoice] | None = None
     #: ``(options, predicted sites) -> notes`` for ``dpate plan``
     describe: Callable[[Any, Sequence[Any]], list[str]] | None = None
 
@@ -252,18 +279,16 @@ class Estimator:
         first = self.default_split(options).shares
         return tuple(dict.fromkeys((first, *self.candidate_splits.get(len(first), ()))))
 
-    def variant_of(
-        self,
-        options: Any,
-        n: int,
-        domain_size: int,
-        epsilon: Fraction,
-        split: Sequence[Fraction],
-    ) -> str | None:
-        """The variant a release with these public values uses (None: the estimator has one)."""
-        if self.variant is None:
-            return None
-        return self.variant(self._options(options), n, domain_size, epsilon, split)
+    def study_choice(
+        self, options: Any, domain_size: int, sites: Sequence[StudySite]
+    ) -> StudyChoice:
+        """The options every site of a study with these public designs releases with, and the
+        variant they pick (one estimand for the whole study, never one per site). Idempotent:
+        a choice's own options choose themselves."""
+        opts = self._options(options)
+        if self.choose is None:
+            return StudyChoice(opts)
+        return self.choose(opts, max(int(domain_size), 1), tuple(sites))
 
     # --- words ------------------------------------------------------------------------------
 
