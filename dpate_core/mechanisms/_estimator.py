@@ -285,10 +285,9 @@ class Estimator:
         """The options every site of a study with these public designs releases with, and the
         variant they pick (one estimand for the whole study, never one per site). Idempotent:
         a choice's own options choose themselves."""
-        opts = self._options(options)
         if self.choose is None:
-            return StudyChoice(opts)
-        return self.choose(opts, max(int(domain_size), 1), tuple(sites))
+            return StudyChoice(options)
+        return self.choose(self._options(options), max(int(domain_size), 1), tuple(sites))
 
     # --- words ------------------------------------------------------------------------------
 

@@ -63,3 +63,30 @@ def test_check_says_when_the_declared_n_is_not_the_sites_n(tmp_path, home):  # n
     spec = write_study(tmp_path, {"a": {"n": 400, "declared": 380}}, estimator='"adjusted"')
     out = runner.invoke(app, ["check", str(spec)]).output
     assert "the spec declares n = 380 for this site (its N here: 400)" in out
+
+
+def test_plan_names_the_estimand_and_when_the_given_n_would_choose_otherwise(tmp_path, home):  # noqa: F811
+    import json
+
+    spec = write_study(tmp_path, {"a": {"n": 100}, "b": {"n": 100}}, estimator='"adjusted"')
+    sizes = ["--n", "a=5000", "--n", "b=6000"]
+    res = runner.invoke(app, ["plan", str(spec), *sizes, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    # no n declared: the releases use fixed effects, whatever --n says
+    assert doc["variant"] == "fixed_effects"
+    assert doc["estimand"].startswith("the average of the effects within strata")
+    assert {s["weighting"] for s in doc["sites"]} == {"fixed_effects"}
+    assert any(
+        "--n) the study's public rule would choose subclassification" in n for n in doc["notes"]
+    )
+    table = runner.invoke(app, ["plan", str(spec), *sizes], env={"COLUMNS": "200"})
+    assert "estimand (one for the whole study): the average of the effects" in table.output
+    declared = write_study(
+        tmp_path / "d",
+        {"a": {"n": 100, "declared": 5000}, "b": {"n": 100, "declared": 6000}},
+        estimator='"adjusted"',
+    )
+    doc = json.loads(runner.invoke(app, ["plan", str(declared), *sizes, "--json"]).output)
+    assert doc["variant"] == "subclassification"
+    assert not any("--n)" in n for n in doc["notes"])
