@@ -1,7 +1,9 @@
 """`dpate` errors: one short message per failing site, the real cause, exit codes by cause.
 
 Runs the real command in a subprocess (its own PREFECT_HOME and DPATE_HOME in a temporary
-folder) and checks the WHOLE stderr: Prefect's console logs and tracebacks must not bury the cause.
+folder, the session's Prefect server as PREFECT_API_URL rather than an embedded server started by
+each command) and checks the WHOLE stderr: Prefect's console logs and tracebacks must not bury
+the cause.
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ def write_study(root: Path, bad_sites: set[str], sites=("a", "b", "c")) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory) -> dict[str, str]:
+def env(tmp_path_factory, prefect_test_server) -> dict[str, str]:
     home = tmp_path_factory.mktemp("cli-errors")
     e = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DPATE_"))}
     e.update(PREFECT_HOME=str(home / "prefect"), DPATE_HOME=str(home / "dpate"), COLUMNS="200")
+    e.update(prefect_test_server.env)
     return e
 
 
