@@ -10,7 +10,6 @@ import typer
 from dpate.cli.environment import load_spec
 from dpate.cli.errors import ExitCode
 from dpate.cli.output import console, fail
-from dpate.schemas.result import StudyResult
 
 __all__ = ["report_cmd", "write_report"]
 
@@ -40,6 +39,7 @@ def write_report(spec: str, round: str | None, storage: str | None, out: Path) -
             continue
         spends[site] = _local_spend(url, site)
     from dpate.html_report import render_html
+    from dpate.schemas.result import StudyResult
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")
