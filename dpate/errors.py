@@ -51,9 +51,33 @@ class DpateError(Exception):
         _REGISTRY.setdefault(cls.__name__, cls)
 
 
+#: the modules that define the errors a run's public text may name (imported on a miss)
+_MODULES = (
+    "dpate.ledger_chain",
+    "dpate.settings",
+    "dpate.storage",
+    "dpate.study_check",
+    "dpate.schemas.spec",
+    "dpate.schemas.report",
+    "dpate.schemas.datasets",
+    "dpate.schemas.preflight",
+    "dpate.schemas.signing",
+    "dpate.schemas.site_data",
+    "dpate.tasks.site",
+    "dpate.tasks.aggregate",
+)
+
+
 def error_class(name: str) -> type[DpateError] | None:
-    """The :class:`DpateError` subclass of that (unqualified) name, if its module is imported."""
-    return _REGISTRY.get(name.rsplit(".", 1)[-1])
+    """The :class:`DpateError` subclass of that (unqualified) name; its module is imported if
+    it was not yet (a run's failure arrives as text naming the class)."""
+    name = name.rsplit(".", 1)[-1]
+    if name not in _REGISTRY and name.endswith(("Error", "Rejected")):
+        import importlib
+
+        for module in _MODULES:
+            importlib.import_module(module)
+    return _REGISTRY.get(name)
 
 
 def exit_code_of(exc: BaseException) -> ExitCode:
