@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from dpate.cli.environment import SpecArg
 from dpate.cli.errors import ExitCode, Failure, from_exception, print_failures, summary_code
 
 __all__ = ["check"]
@@ -34,9 +35,7 @@ err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 def check(
-    spec: Annotated[
-        str, typer.Argument(help="study spec (TOML path or fsspec URL)", show_default=False)
-    ],
+    spec: SpecArg,
     site: Annotated[
         str | None,
         typer.Option(

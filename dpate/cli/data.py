@@ -69,7 +69,7 @@ def fetch(
         raise typer.Exit(2) from None
     table = Table(title=f"data directory: {target}")
     for col in ("data set", "file", "sha256", "status"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for f in done:
         table.add_row(f.dataset, f.name, "verified", f.status)
     console.print(table)
@@ -125,7 +125,7 @@ def describe(
     seeded = "" if mode in ("natural", "none") else f", seed {seed}"
     table = Table(title=f"split: {mode}{seeded}")
     for col in ("site", "N", "N_t", "N_c", "share"):
-        table.add_column(col, justify="right" if col != "site" else "left")
+        table.add_column(col, justify="right" if col != "site" else "left", overflow="fold")
     for label, idx in zip(labels, parts, strict=True):
         nt = int(np.count_nonzero(ds.w[idx]))
         table.add_row(

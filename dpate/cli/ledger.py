@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from dpate.cli.environment import SpecArg
 from dpate.cli.output import console, err, fail, plain
 from dpate.errors import ExitCode
 
@@ -123,7 +124,7 @@ def ledger_show(
         return
     table = Table(title=f"privacy ledger of site {site}")
     for col in ("study", "epsilon spent", "delta spent", "releases reserved", "committed"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # piped: wrap, never cut
     for study, p in sorted(s.per_study.items()):
         reserved, committed = s.releases.get(study, (0, 0))
         table.add_row(study, str(p.epsilon), str(p.delta), str(reserved), str(committed))
@@ -224,6 +225,7 @@ def ledger_verify(
         list[str] | None,
         typer.Option(
             "--study",
+            metavar="ID",
             help="with --against-reports: only these studies (default: all)",
             show_default=False,
         ),
@@ -371,9 +373,7 @@ def ledger_set_cap(
 
 @ledger_app.command("init-commands")
 def ledger_init_commands(
-    spec: Annotated[
-        str, typer.Argument(help="study spec (TOML path or fsspec URL)", show_default=False)
-    ],
+    spec: SpecArg,
 ) -> None:
     """Print the dpate ledger init line of every site of a study spec, with its lifetime cap.
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from dpate.cli.environment import load_spec
+from dpate.cli.environment import SpecArg, load_spec
 from dpate.cli.errors import ExitCode
 from dpate.cli.output import console, fail
 
@@ -58,10 +58,17 @@ def _local_spend(url: str, site: str) -> Any:
 
 
 def report_cmd(
-    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
-    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
-    storage: str = typer.Option(None, help="publication root URL"),
-    out: Path = typer.Option(Path("dpate-report.html"), "--out", "-o", help="HTML file to write"),  # noqa: B008
+    spec: SpecArg,
+    round: Annotated[
+        str | None,
+        typer.Option(help="round label (default: the spec's 'release')", show_default=False),
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option(help="publication root URL", show_default=False)
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write")] = Path(
+        "dpate-report.html"
+    ),
 ) -> None:
     """A self-contained HTML report: forest plot, chosen sites, estimate and CI, privacy spend."""
     load_spec(spec)  # a spec error ends the command here with its own exit code

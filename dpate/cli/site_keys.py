@@ -22,8 +22,8 @@ def keygen(
 ) -> None:
     """Make the site's Ed25519 report-signing key pair.
 
-    Writes ``<out>/<site>.ed25519.pem`` (mode 0600; never leaves the site: point DPATE_SITE_KEY
-    at it) and prints the public key to put in the spec as the site's ``public_key``.
+    Writes OUT/SITE.ed25519.pem (mode 0600; never leaves the site: point DPATE_SITE_KEY
+    at it) and prints the public key to put in the spec as the site's public_key.
     """
     from dpate.schemas.signing import SigningError, generate_key_pair
     from dpate.storage import InvalidKeyError, check_part

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dpate.cli.environment import load_spec, prefect_env, site_settings
+from dpate.cli.environment import SpecArg, load_spec, prefect_env, site_settings
 from dpate.cli.errors import (
     ExitCode,
     Failure,
@@ -172,9 +172,6 @@ def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
     return {"sites": sites, "result": {**found[1], "uri": found[0]}}
 
 
-SpecArg = Annotated[
-    str, typer.Argument(help="study spec (TOML path or fsspec URL)", show_default=False)
-]
 RoundOpt = Annotated[
     str | None, typer.Option(help="round label (default: the spec's 'release')", show_default=False)
 ]

@@ -12,11 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dpate.cli.main import app
-from tests.cli.test_run_preflight import BAD_DATA, HEADER, good_rows, init_ledgers, write_spec
+from tests.cli.test_run_preflight import BAD_DATA, GOOD, init_ledgers, write_spec
 
 runner = CliRunner()
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
-GOOD = "\n".join([HEADER, *good_rows()]) + "\n"
 
 
 def documented() -> dict[tuple[str, str], int]:

@@ -23,6 +23,10 @@ def good_rows(n: int = 60, seed: int = 3) -> list[str]:
     return [f"{i % 2},{rng.random():.4f},{i % 3}" for i in range(n)]
 
 
+#: a good site's data
+GOOD = "\n".join([HEADER, *good_rows()]) + "\n"
+
+
 #: the site data a new user gets wrong, each as the file's text (the good site is unchanged)
 BAD_DATA = {
     "missing-column": "w,x\n"
