@@ -98,3 +98,15 @@ def test_help_text_has_no_python_or_rst_markup():
             assert bad not in r.output, (path, bad, r.output)
         options = [line for line in r.output.splitlines() if " --" in line]
         assert not [line for line in options if "[str]" in line], (path, r.output)
+
+
+def test_verify_against_reports_finds_the_root_as_run_does(tmp_path, home):
+    spec = write_spec(tmp_path, {"a": GOOD, "b": GOOD})
+    assert (
+        runner.invoke(app, ["ledger", "init", "a", "--epsilon", "3", "--delta", "1e-4"]).exit_code
+        == 0
+    )
+    r = runner.invoke(app, ["ledger", "verify", "a", "--against-reports", "--spec", str(spec)])
+    assert r.exit_code == 0, r.output
+    assert str(tmp_path / "published") in " ".join(r.output.split()).replace(" ", "")
+    assert "None" not in r.output
