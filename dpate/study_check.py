@@ -129,8 +129,12 @@ def ledger_init_line(spec: StudySpec, site_id: str, ledger_url: str | None = Non
     return f"dpate ledger init {site_id} --epsilon {cap.epsilon} --delta {cap.delta}{where}"
 
 
-def check_study(spec: str, round: str | None = None, *, public: bool = False) -> StudyCheck:
-    """Check every site of the study and the round's history; spends and draws nothing."""
+def check_study(
+    spec: str, round: str | None = None, *, public: bool = False, deployed: bool = False
+) -> StudyCheck:
+    """Check every site of the study and the round's history; spends and draws nothing.
+    ``deployed``: resolve each site's settings as a deployed run does (no fallback to the spec
+    or a default ledger)."""
     from dpate.settings import resolve_site, resolve_study
 
     ctx = resolve_study(spec, round)
@@ -138,12 +142,12 @@ def check_study(spec: str, round: str | None = None, *, public: bool = False) ->
     for site_id in ctx.site_ids:
         cost = ctx.spec.release_cost(site_id)
         try:
-            site_ctx = resolve_site(spec, site_id, round, deployed=False)
+            site_ctx = resolve_site(spec, site_id, round, deployed=deployed)
         except DpateError as exc:
             study.sites.append(SiteCheck(site_id, cost, [exc]))
             continue
         study.sites.append(check_site(site_ctx, public=public))
-    study.problems += _round_history(ctx, study)
+    study.problems += _round_history(ctx, study, deployed)
     return study
 
 
@@ -284,7 +288,7 @@ def _public_data_error(ctx: SiteContext, exc: Any) -> DpateError:
     return redacted_data_error(ctx, exc)
 
 
-def _round_history(ctx: StudyContext, study: StudyCheck) -> list[DpateError]:
+def _round_history(ctx: StudyContext, study: StudyCheck, deployed: bool) -> list[DpateError]:
     """A release (a ledger RESERVE) or a published result of this study's round under a spec
     hash other than this spec's: refused, naming the choices."""
     from dpate.ledger import PrivacyLedger
@@ -296,7 +300,9 @@ def _round_history(ctx: StudyContext, study: StudyCheck) -> list[DpateError]:
         if site.recorded:
             continue
         try:
-            url = resolve_site(ctx.spec_source, site.site_id, ctx.round).ledger_url
+            url = resolve_site(
+                ctx.spec_source, site.site_id, ctx.round, deployed=deployed
+            ).ledger_url
             with PrivacyLedger(url) as led:
                 events = led.events(site.site_id)
         except (DpateError, OSError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
+from dpate.settings import is_deployed_process
 from dpate.study_check import StudyCheck, check_study
 from dpate.tasks.common import PRIVATE_TASK
 
@@ -20,7 +21,7 @@ __all__ = ["check_study_sites"]
 def check_study_sites(spec: str, round: str | None) -> StudyCheck:
     """Every site's ledger, publication path, data and feasibility, and the round's history;
     reserves nothing. Returns the public outcome (the flow refuses a study that cannot run)."""
-    checked = check_study(spec, round, public=True)
+    checked = check_study(spec, round, public=True, deployed=is_deployed_process())
     ready = sum(s.ok for s in checked.sites)
     get_run_logger().info(
         "study %s round %s: %d of %d site(s) ready before any reservation%s",

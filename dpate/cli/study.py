@@ -89,7 +89,11 @@ def preflight(spec: str, round: str | None) -> StudyCheck:
     checked = check_study(spec, round)
     for s in checked.sites:
         if s.report is not None and _changed_records(s.report):
-            err.print(f"site {s.site_id} (operator only, not private): {_counts(s.report)}")
+            err.print(
+                f"site {s.site_id} (operator only, not private): {_counts(s.report)}",
+                soft_wrap=True,
+                highlight=False,
+            )
     failures = [from_exception(p, s.site_id) for s in checked.sites for p in s.problems]
     failures += [from_exception(p) for p in checked.problems]
     if not checked.can_run:

@@ -184,3 +184,17 @@ def test_public_check_names_columns_and_rules_only(tmp_path, home):
     assert "high" not in text
     log = (home / "logs" / "b.log").read_text()
     assert "not a number" in log  # the details stay in the site's operator log
+
+
+def test_run_tells_the_operator_what_the_clip_policy_clipped(tmp_path, home, capsys):
+    from dpate.cli.study import preflight
+
+    data = "\n".join([HEADER, *good_rows(), "1,7.5,1", "0,-2,2"]) + "\n"
+    spec = write_spec(tmp_path, {"a": GOOD, "b": data})
+    spec.write_text(spec.read_text().replace('policy = "reject"', 'policy = "clip"'))
+    init_ledgers("a", "b")
+    checked = preflight(str(spec), None)
+    assert checked.can_run and not checked.spends_nothing
+    err = capsys.readouterr().err
+    assert "site b (operator only, not private): 62 rows read" in " ".join(err.split())
+    assert "1 clipped low, 1 clipped high" in err and "site a (" not in err
