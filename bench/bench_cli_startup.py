@@ -3,7 +3,8 @@
 Each command runs in a fresh interpreter (``python -m dpate.cli ...``) on a small study written to a
 temporary folder (two CSV sites of 250 records, their ledgers created first); the figure is the
 best of ``--repeats`` wall times after one warm-up run (file cache warm), and its ratio to
-``python -c pass`` measured in the same run. Commands that run no flow never import Prefect
+``python -c pass`` measured in the same run; ``import typer, rich.console`` is the floor of any
+command of this command line. Commands that run no flow never import Prefect
 (checked here: ``-X importtime`` of each command lists no ``prefect`` module).
 
     python bench/bench_cli_startup.py [--repeats 5]
@@ -89,6 +90,11 @@ def main() -> None:
         cases = [
             ("python -c pass", [py, "-c", "pass"], None),
             ("python -c 'import prefect'", [py, "-c", "import prefect"], None),
+            (
+                "python -c 'import typer, rich.console' (the floor)",
+                [py, "-c", "import typer, rich.console"],
+                None,
+            ),
             ("dpate --help", [*dpate, "--help"], 0.3),
             ("dpate ledger show north", [*dpate, "ledger", "show", "north"], 0.5),
             (

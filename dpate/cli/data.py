@@ -28,7 +28,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpate.cli.errors import TYPER_OPTIONS
+
 data_app = typer.Typer(
+    **TYPER_OPTIONS,
     help="The paper's data sets: fetch them, describe them and their site splits.",
     no_args_is_help=True,
 )

@@ -27,6 +27,7 @@ from dpate.errors import DpateError, ExitCode, error_class, exit_code_of
 __all__ = [
     "DEBUG",
     "PREFECT_LOG",
+    "TYPER_OPTIONS",
     "CliGroup",
     "ExitCode",
     "Failure",
@@ -181,6 +182,11 @@ def print_failures(failures: Iterable[Failure], console: Any) -> None:
             highlight=False,
             soft_wrap=True,
         )
+
+
+#: every ``typer.Typer`` of the command line: plain help (click's formatter: no Rich, Markdown or
+#: pretty-traceback import on ``--help``; dpate's own errors are one line each anyway)
+TYPER_OPTIONS: dict[str, Any] = {"rich_markup_mode": None, "pretty_exceptions_enable": False}
 
 
 class CliGroup(TyperGroup):

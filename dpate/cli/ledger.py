@@ -9,12 +9,15 @@ import typer
 from rich.table import Table
 
 from dpate.cli.environment import SpecArg
+from dpate.cli.errors import TYPER_OPTIONS
 from dpate.cli.output import console, err, fail, plain
 from dpate.errors import ExitCode
 
 __all__ = ["ledger_app"]
 
-ledger_app = typer.Typer(help="The site's privacy ledger: spend, audit, cap.", no_args_is_help=True)
+ledger_app = typer.Typer(
+    help="The site's privacy ledger: spend, audit, cap.", no_args_is_help=True, **TYPER_OPTIONS
+)
 
 
 def _ledger_url(site: str | None, ledger: str | None) -> str:

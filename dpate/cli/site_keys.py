@@ -8,7 +8,11 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-site_app = typer.Typer(help="A site's signing key and its worker.", no_args_is_help=True)
+from dpate.cli.errors import TYPER_OPTIONS
+
+site_app = typer.Typer(
+    help="A site's signing key and its worker.", no_args_is_help=True, **TYPER_OPTIONS
+)
 console = Console()
 err = Console(stderr=True)
 
