@@ -31,7 +31,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -170,6 +169,9 @@ class PropensityModel:
     arm_share: float  # the noisy treated share
     means: np.ndarray  # (2,): the index's mean in control, treated
     variances: np.ndarray  # (2,)
+    #: the share of the index's variance that is the model's noise (delta method at the noisy
+    #: point, over the model's distribution of records), in [0, 1]
+    noise_share: float = 0.0
 
     def index(self, z: np.ndarray) -> np.ndarray:
         """The linear index of records ``z`` (``(N, p)``; numeric columns as values)."""
@@ -185,24 +187,21 @@ class PropensityModel:
 
     def edges(self, bands: int) -> np.ndarray:
         """The ``bands - 1`` inner edges: the ``k / bands`` quantiles of the index's model
-        distribution (two normals mixed by the arm shares), by bisection."""
+        distribution (two normals mixed by the arm shares), read off its cdf on a fine grid."""
         share = min(max(self.arm_share, 1e-6), 1 - 1e-6)
         sds = np.sqrt(np.maximum(self.variances, 1e-12))
-        dists = [NormalDist(float(m), float(s)) for m, s in zip(self.means, sds, strict=True)]
+        grid = np.linspace(np.min(self.means - 8 * sds), np.max(self.means + 8 * sds), 1025)
+        cdf = (1 - share) * _normal_cdf((grid - self.means[0]) / sds[0])
+        cdf = cdf + share * _normal_cdf((grid - self.means[1]) / sds[1])
+        levels = np.arange(1, bands) / bands
+        return np.asarray(np.interp(levels, cdf, grid), dtype=np.float64)
 
-        def cdf(x: float) -> float:
-            return (1 - share) * dists[0].cdf(x) + share * dists[1].cdf(x)
 
-        lo = float(np.min(self.means - 10 * sds))
-        hi = float(np.max(self.means + 10 * sds))
-        out = []
-        for k in range(1, bands):
-            a, b = lo, hi
-            for _ in range(60):
-                mid = (a + b) / 2
-                a, b = (mid, b) if cdf(mid) < k / bands else (a, mid)
-            out.append((a + b) / 2)
-        return np.asarray(out)
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _normal_cdf(t: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + _ERF(t / math.sqrt(2.0)).astype(np.float64))
 
 
 def fit_model(
@@ -213,6 +212,8 @@ def fit_model(
     noisy (level, arm) count, clipped at 0 first (a public constant, of the order of the noise
     scale). Post-processing only."""
     v = np.asarray(noisy, dtype=np.float64)
+    v_count = 2.0 * smoothing * smoothing  # each entry's noise variance (smoothing = its scale)
+    index_noise = 0.0
     arm = np.maximum(v[:2], 1.0)
     share = float(arm[1] / arm.sum())
     intercept = math.log(arm[1] / arm[0])
@@ -228,6 +229,8 @@ def fit_model(
             freq = cells / cells.sum(axis=0, keepdims=True)
             term = np.log(freq[:, 1]) - np.log(freq[:, 0])
             terms.append(term)
+            mix = (1 - share) * freq[:, 0] + share * freq[:, 1]
+            index_noise += float(mix @ (v_count * (1 / cells[:, 0] ** 2 + 1 / cells[:, 1] ** 2)))
             for a in (0, 1):
                 m = float(freq[:, a] @ term)
                 means[a] += m
@@ -239,10 +242,16 @@ def fit_model(
             slope = float((m_arm[1] - m_arm[0]) / s2)
             offset = float(-(m_arm[1] ** 2 - m_arm[0] ** 2) / (2.0 * s2))
             terms.append(np.array([slope, offset]))
+            index_noise += v_count * float(np.sum(1.0 / arm**2)) / s2  # Var(slope) E[u^2]
             for a in (0, 1):
                 means[a] += slope * m_arm[a] + offset
                 variances[a] += slope * slope * s2
-    return PropensityModel(tuple(columns), intercept, tuple(terms), share, means, variances)
+    spread = (1 - share) * variances[0] + share * variances[1]
+    spread += share * (1 - share) * float(means[1] - means[0]) ** 2
+    noise_share = min(1.0, index_noise / max(spread, 1e-12))
+    return PropensityModel(
+        tuple(columns), intercept, tuple(terms), share, means, variances, noise_share
+    )
 
 
 def decode_strata(sizes: Sequence[int]) -> np.ndarray:

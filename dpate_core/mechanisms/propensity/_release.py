@@ -228,29 +228,43 @@ def _plan(
         shares=shares,
         noise=(model_site,),
         stages=(Stage(band_sites, locs),),
-        assemble=functools.partial(_assemble, public, model_scale * unit, len(columns)),
+        assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0]),
     )
 
 
 def _assemble(
-    c: PublicConstants, model_scale: float, n_columns: int, v: Mapping[str, Any]
+    c: PublicConstants,
+    fit: Callable[[np.ndarray], PropensityModel],
+    v: Mapping[str, Any],
 ) -> Outputs:
-    """Subclassification on the noisy band cells, plus the model noise's variance."""
+    """Subclassification on the noisy band cells (the adjusted release's), plus the variance
+    the model's noise adds (:func:`model_noise_variance`)."""
     out = assemble_subclassification(c, v)
-    extra = model_noise_variance(c, v, model_scale, n_columns)
+    rows = np.asarray(v["model"], dtype=np.float64)
+    share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
+    extra = model_noise_variance(c, v, share if rows.ndim == 2 else share[0], out.tau)
     d = dict(out.diagnostics)
     d["model_variance"] = extra + np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
-    return Outputs(
-        out.tau, out.variance + extra, out.raw_variance + extra, d, UNRESOLVED
-    )
+    return Outputs(out.tau, out.variance + extra, out.raw_variance + extra, d, UNRESOLVED)
 
 
-def model_noise_variance(
-    c: PublicConstants, v: Mapping[str, Any], model_scale: float, n_columns: int
-) -> Any:
-    """The variance the model's noise adds to the estimate (post-processing): zero for now."""
-    del c, model_scale, n_columns
-    return np.zeros(np.shape(np.asarray(v["counts"]))[:-1])
+def model_noise_variance(c: PublicConstants, v: Mapping[str, Any], share: Any, tau: Any) -> Any:
+    """The variance the model's noise adds to the estimate, a plug-in from noisy values only:
+    the bias the bands remove, ``tau_crude - tau`` (``tau_crude`` the difference in the arms'
+    noisy means over all bands), times the square of the share ``rho`` of the index's variance
+    that is the model's noise: the share of the confounding the noisy index captures moves by
+    about ``rho``, so ``(rho (tau_crude - tau))^2``. A noise-free model adds nothing; a model
+    that is all noise moves the estimate by up to the whole adjustment (measured against the
+    realised spread in docs/research/propensity.md)."""
+    counts = np.asarray(v["counts"], dtype=np.float64)
+    sums = np.asarray(v["sums"], dtype=np.float64)
+    n_c = np.maximum(np.sum(counts[..., 0::2], axis=-1), 1.0)
+    n_t = np.maximum(np.sum(counts[..., 1::2], axis=-1), 1.0)
+    crude = np.sum(sums[..., 1::2], axis=-1) / n_t - np.sum(sums[..., 0::2], axis=-1) / n_c
+    crude = np.clip(crude, -c.bound, c.bound)
+    gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
+    rho = np.asarray(share)
+    return rho * rho * gap * gap
 
 
 def dp_propensity(
