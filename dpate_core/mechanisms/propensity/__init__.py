@@ -23,11 +23,12 @@ from dpate_core.release import MechanismPlan
 
 from ._model import Categorical, Column, Numeric, PropensityModel, decode_strata, fit_model
 from ._release import (
+    ATTENUATION_CAP,
     BANDS,
     DEFAULT_SPLIT,
     UNRESOLVED,
+    attenuation_correction,
     dp_propensity,
-    model_noise_variance,
     plan_propensity,
     plan_propensity_from_strata,
 )
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from dpate_core.release import SiteEstimate
 
 __all__ = [
+    "ATTENUATION_CAP",
     "BANDS",
     "DEFAULT_SPLIT",
     "PROPENSITY",
@@ -48,9 +50,9 @@ __all__ = [
     "PropensityModel",
     "PropensityOptions",
     "decode_strata",
+    "attenuation_correction",
     "dp_propensity",
     "fit_model",
-    "model_noise_variance",
     "plan_propensity",
     "plan_propensity_from_strata",
 ]

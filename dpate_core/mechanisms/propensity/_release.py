@@ -70,8 +70,9 @@ __all__ = [
     "BANDS",
     "DEFAULT_SPLIT",
     "UNRESOLVED",
+    "ATTENUATION_CAP",
+    "attenuation_correction",
     "dp_propensity",
-    "model_noise_variance",
     "plan_propensity",
     "plan_propensity_from_strata",
 ]
@@ -237,25 +238,45 @@ def _assemble(
     fit: Callable[[np.ndarray], PropensityModel],
     v: Mapping[str, Any],
 ) -> Outputs:
-    """Subclassification on the noisy band cells (the adjusted release's), plus the variance
-    the model's noise adds (:func:`model_noise_variance`)."""
+    """Subclassification on the noisy band cells (the adjusted release's), corrected for the
+    model noise's attenuation, with the variance the model's noise adds
+    (:func:`attenuation_correction`)."""
     out = assemble_subclassification(c, v)
     rows = np.asarray(v["model"], dtype=np.float64)
     share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
-    extra = model_noise_variance(c, v, share if rows.ndim == 2 else share[0], out.tau)
+    tau, factor, extra = attenuation_correction(
+        c, v, share if rows.ndim == 2 else share[0], out.tau
+    )
     d = dict(out.diagnostics)
-    d["model_variance"] = extra + np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
-    return Outputs(out.tau, out.variance + extra, out.raw_variance + extra, d, UNRESOLVED)
+    unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
+    d["model_variance"] = extra + unresolved
+    d["model_noise_share"] = np.asarray(share if rows.ndim == 2 else share[0]) + 0.0
+    d["noise_variance"] = d["noise_variance"] * factor
+    variance = out.variance * factor + extra
+    raw = out.raw_variance * factor + extra
+    return Outputs(np.clip(tau, -c.bound, c.bound), variance, raw, d, UNRESOLVED)
 
 
-def model_noise_variance(c: PublicConstants, v: Mapping[str, Any], share: Any, tau: Any) -> Any:
-    """The variance the model's noise adds to the estimate, a plug-in from noisy values only:
-    the bias the bands remove, ``tau_crude - tau`` (``tau_crude`` the difference in the arms'
-    noisy means over all bands), times the square of the share ``rho`` of the index's variance
-    that is the model's noise: the share of the confounding the noisy index captures moves by
-    about ``rho``, so ``(rho (tau_crude - tau))^2``. A noise-free model adds nothing; a model
-    that is all noise moves the estimate by up to the whole adjustment (measured against the
-    realised spread in docs/research/propensity.md)."""
+#: the attenuation correction's largest multiple of the adjustment (a model that is at least
+#: half noise is not extrapolated further)
+ATTENUATION_CAP = 1.0
+
+
+def attenuation_correction(
+    c: PublicConstants, v: Mapping[str, Any], share: Any, tau: Any
+) -> tuple[Any, Any, Any]:
+    """``(corrected tau, variance factor, model variance)`` from noisy values only.
+
+    Bands of a noisy index remove only part of the confounding bias: with a share ``rho`` of
+    the index's variance being the model's noise (:attr:`PropensityModel.noise_share`), the
+    index's reliability is ``1 - rho``, and the bias the bands remove, ``tau_crude - tau``
+    (``tau_crude`` the difference in the arms' noisy means over all bands), is about
+    ``(1 - rho)`` of what bands of the exact index remove. The correction extrapolates:
+    ``tau - k (tau_crude - tau)``, ``k = min(rho / (1 - rho), ATTENUATION_CAP)``; the estimate's
+    variance is multiplied by ``(1 + k)^2`` (it is ``(1 + k) tau - k tau_crude``), and the model
+    noise's own variance, ``(rho (tau_crude - tau))^2`` (the share of the confounding the noisy
+    index captures moves by about ``rho``), is added. A noise-free model changes nothing.
+    Measured in docs/research/propensity.md."""
     counts = np.asarray(v["counts"], dtype=np.float64)
     sums = np.asarray(v["sums"], dtype=np.float64)
     n_c = np.maximum(np.sum(counts[..., 0::2], axis=-1), 1.0)
@@ -263,8 +284,9 @@ def model_noise_variance(c: PublicConstants, v: Mapping[str, Any], share: Any, t
     crude = np.sum(sums[..., 1::2], axis=-1) / n_t - np.sum(sums[..., 0::2], axis=-1) / n_c
     crude = np.clip(crude, -c.bound, c.bound)
     gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
-    rho = np.asarray(share)
-    return rho * rho * gap * gap
+    rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
+    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
+    return tau - k * gap, (1.0 + k) ** 2, (rho * gap) ** 2
 
 
 def dp_propensity(
