@@ -244,9 +244,11 @@ def peer(sites: Sequence[Data], reps: int, seed: int) -> dict[str, Array] | None
             f = Path(tmp) / f"site{j}.npz"
             np.savez(f, w=s.w, y=s.y, x=design_matrix(s)[:, 1:])
             files.append(str(f))
+        # the peer's own "dpate" package, not this project's: no PYTHONPATH, run outside the tree
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         out = subprocess.run(
             [python, str(driver), str(reps), str(seed), str(EPS), *files],
-            check=True, capture_output=True, text=True,
+            check=True, capture_output=True, text=True, env=env, cwd=tmp,
         )  # fmt: skip
     res = json.loads(out.stdout)
     n = np.array([s.w.size for s in sites], dtype=np.float64)

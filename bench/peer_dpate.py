@@ -13,12 +13,13 @@ import json
 import sys
 
 import numpy as np
+
 from dpate import dp_ipw_sequential, dp_prop_blocking
 
 
 def main() -> None:
     reps, seed, eps = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-    np.random.seed(seed)
+    del seed  # the peer draws its noise from fresh unseeded generators (dpate.utils.get_noise)
     out = {"prop_blocking": [], "ipw_sequential": []}
     sites = [np.load(f) for f in sys.argv[4:]]
     for _ in range(reps):

@@ -5,9 +5,10 @@ Each mechanism is a package of its own that defines its estimator (registered he
 :mod:`~dpate_core.mechanisms.difference_in_means` (section 3.1.1, randomized trials),
 :mod:`~dpate_core.mechanisms.matching` (SmoothDPMatching, Algorithm 2, and GlobalDPMatching) and
 :mod:`~dpate_core.mechanisms.adjusted` (DP subclassification) and
-:mod:`~dpate_core.mechanisms.propensity` (DP subclassification on propensity bands). A new estimator is one module
-that builds an :class:`Estimator` and passes it to :func:`register` (``docs/extending.md``); the rules
-its ``plausible`` check shares with the others are here too (:func:`clipped_tau_problems`, ...).
+:mod:`~dpate_core.mechanisms.propensity` (DP subclassification on propensity bands). A new
+estimator is one module that builds an :class:`Estimator` and passes it to :func:`register`
+(``docs/extending.md``); the rules its ``plausible`` check shares with the others are here too
+(:func:`clipped_tau_problems`, ...).
 """
 
 from ._estimator import (

@@ -15,11 +15,12 @@ from dpate_core.mechanisms.propensity import (
     Categorical,
     Numeric,
     fit_model,
+    model_bits,
+    model_sensitivity,
+    model_statistics,
     plan_propensity,
     plan_propensity_from_strata,
 )
-from dpate_core.mechanisms.propensity._model import model_bits, model_sensitivity
-from dpate_core.mechanisms.propensity._model import model_statistics
 from dpate_core.release import draw_many, draw_once
 from dpate_core.statistics import cell_statistics
 

@@ -20,8 +20,17 @@ from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
 from dpate_core.privacy import BudgetSplit
 from dpate_core.release import MechanismPlan
 
-
-from ._model import Categorical, Column, Numeric, PropensityModel, decode_strata, fit_model
+from ._model import (
+    Categorical,
+    Column,
+    Numeric,
+    PropensityModel,
+    decode_strata,
+    fit_model,
+    model_bits,
+    model_sensitivity,
+    model_statistics,
+)
 from ._release import (
     ATTENUATION_CAP,
     BANDS,
@@ -49,10 +58,13 @@ __all__ = [
     "Numeric",
     "PropensityModel",
     "PropensityOptions",
-    "decode_strata",
     "attenuation_correction",
+    "decode_strata",
     "dp_propensity",
     "fit_model",
+    "model_bits",
+    "model_sensitivity",
+    "model_statistics",
     "plan_propensity",
     "plan_propensity_from_strata",
 ]
@@ -111,9 +123,11 @@ def _band_inputs(inp: PredictionInputs) -> PredictionInputs:
     """The adjusted subclassification's prediction inputs on the ``K`` bands with the band
     cells' share of the budget (the model's share spent first)."""
     d = inp.design
-    shares = BudgetSplit(d.split).shares if len(d.split) == 4 else BudgetSplit.of(
-        DEFAULT_SPLIT, 4
-    ).shares
+    shares = (
+        BudgetSplit(d.split).shares
+        if len(d.split) == 4
+        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
+    )
     rest = 1 - shares[0]
     design = dataclasses.replace(
         d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in shares[1:])
@@ -185,5 +199,3 @@ PROPENSITY = Estimator(
     unresolved_reasons=(UNRESOLVED,),
     candidate_splits={4: ((Fraction(1, 4),) * 4,)},
 )
-
-

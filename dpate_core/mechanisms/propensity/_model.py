@@ -103,9 +103,7 @@ def _width(columns: Sequence[Column]) -> int:
     return 2 + sum(c.width for c in columns)
 
 
-def model_statistics(
-    w: np.ndarray, z: np.ndarray, columns: Sequence[Column], g: int
-) -> np.ndarray:
+def model_statistics(w: np.ndarray, z: np.ndarray, columns: Sequence[Column], g: int) -> np.ndarray:
     """The model vector (grid units, exact integers as float64) of records ``w`` (0/1) and
     ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values)."""
     w = np.asarray(w).astype(np.int64)
@@ -152,7 +150,7 @@ def model_statistics_of_strata(
             raise ValueError("strata carry categorical (binned) covariates only")
         c = np.bincount(codes[:, j], weights=n_c, minlength=col.levels)
         t = np.bincount(codes[:, j], weights=n_t, minlength=col.levels)
-        out.append(np.stack([c, t], axis=1).ravel() * unit)
+        out.append(np.asarray(np.stack([c, t], axis=1).ravel() * unit, dtype=np.float64))
     return np.concatenate(out)
 
 
@@ -201,7 +199,8 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def _normal_cdf(t: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _ERF(t / math.sqrt(2.0)).astype(np.float64))
+    erf = np.asarray(_ERF(t / math.sqrt(2.0)), dtype=np.float64)
+    return np.asarray(0.5 * (1.0 + erf), dtype=np.float64)
 
 
 def fit_model(

@@ -67,10 +67,10 @@ from ._model import (
 )
 
 __all__ = [
+    "ATTENUATION_CAP",
     "BANDS",
     "DEFAULT_SPLIT",
     "UNRESOLVED",
-    "ATTENUATION_CAP",
     "attenuation_correction",
     "dp_propensity",
     "plan_propensity",
