@@ -103,9 +103,15 @@ def plan_from_records(
     return est.plan(PlanInputs(w, y, x, **common))
 
 
-def balance_plan(spec: StudySpec, data: SiteData | SiteStatistics) -> BalancePlan:
+def balance_plan(
+    spec: StudySpec,
+    data: SiteData | SiteStatistics,
+    estimate: dict[str, Any] | None = None,
+) -> BalancePlan:
     """The site's covariate-balance release (``[balance]``) from its per-cell counts (the
-    engine's, or counted from validated records): pre-noise values, private."""
+    engine's, or counted from validated records): pre-noise values, private. ``estimate``: the
+    committed estimate's public fields, from which an estimator with ``balance_bands`` takes the
+    public bands its within column compares arms in (a resolved release only)."""
     if spec.balance is None:
         raise ValueError("the study has no [balance] table: nothing to release")
     if isinstance(data, SiteStatistics):
@@ -113,6 +119,12 @@ def balance_plan(spec: StudySpec, data: SiteData | SiteStatistics) -> BalancePla
     else:
         cells = 2 * np.asarray(data.x, dtype=np.int64) + np.asarray(data.w, dtype=np.int64)
         counts = np.bincount(cells, minlength=2 * spec.domain_size)
+    est = spec.estimator_info
+    if est.balance_bands is not None and estimate is not None and estimate.get("resolved", True):
+        bands, n_bands = est.balance_bands(estimate, spec.study_options, spec.domain_size)
+        return plan_balance(
+            counts, spec.balance_layout, spec.balance.epsilon, bands=bands, n_bands=n_bands
+        )
     return plan_balance(
         counts,
         spec.balance_layout,

@@ -71,7 +71,9 @@ def site_release(spec: str, site: Identifier, round: Identifier | None = None) -
         if balance is None:
             data = data if data is not None else load_site_data(ctx)
             held = reserve_balance(ctx)
-            balance = held.committed or commit_balance(ctx, compute_balance(ctx, data, held))
+            balance = held.committed or commit_balance(
+                ctx, compute_balance(ctx, data, held, committed)
+            )
     del data
     published = publish_site_report(ctx, committed, balance)
     show_site_report(ctx, published)

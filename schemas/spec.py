@@ -268,9 +268,11 @@ class StudySpec(_Model):
 
     @property
     def balance_within(self) -> str:
-        """How the balance table's within-strata column is obtained: "by construction" (0) for
-        an estimator that compares arms within the covariates' strata, else "none"."""
-        return "by construction" if self.estimator_info.stratified else "none"
+        """How the balance table's within-strata column is obtained without bands: "by
+        construction" (0) for an estimator that compares arms within the covariates' strata,
+        else "none" (an estimator with ``balance_bands`` releases it within its bands)."""
+        est = self.estimator_info
+        return "by construction" if est.stratified and est.covariate_strata else "none"
 
     def balance_cost(self) -> PrivacyParams:
         """What a site's balance release charges its ledger: ``(epsilon_b, 0)``."""

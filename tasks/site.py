@@ -349,11 +349,16 @@ def reserve_balance(ctx: SiteContext) -> Reservation:
 
 @task(name="compute-balance", **PRIVATE_TASK)
 def compute_balance(
-    ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
+    ctx: SiteContext,
+    data: SiteData | SiteStatistics,
+    reservation: Reservation,
+    committed: Committed | None = None,
 ) -> dict[str, Any]:
     """One secure draw of the balance table's counts and its post-processing (the table is
-    returned only to :func:`commit_balance`)."""
-    plan = site_plans.balance_plan(ctx.spec, data)
+    returned only to :func:`commit_balance`). ``committed``: the round's committed estimate
+    (public), whose bands an estimator with ``balance_bands`` compares arms within."""
+    estimate = None if committed is None else committed.payload["estimate"]
+    plan = site_plans.balance_plan(ctx.spec, data, estimate)
     if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
         raise RuntimeError(
             f"site {ctx.site_id}: the balance table's budget does not match the reservation of "

@@ -173,6 +173,15 @@ class Estimator:
     order_dependent: bool = False
     #: the estimator compares arms within covariate strata (a site needs a stratum with both)
     stratified: bool = True
+    #: its strata are the covariates' cross-classification (each covariate is constant within a
+    #: stratum, so the balance table's within-strata SMD is 0 by construction); False for an
+    #: estimator whose strata are coarser (propensity bands): see ``balance_bands``
+    covariate_strata: bool = True
+    #: ``(estimate's public fields, options, |X|) -> (band of every stratum, number of bands)``:
+    #: the public bands the balance table's within column compares arms in (e.g. propensity bands
+    #: of the released model: post-processing of the committed estimate); None: no within column
+    #: unless ``covariate_strata``
+    balance_bands: Callable[[Mapping[str, Any], Any, int], tuple[np.ndarray, int]] | None = None
     #: ``options -> names`` of the diagnostics every resolved release publishes
     required_diagnostics: Callable[[Any], tuple[str, ...]] = lambda options: ("noise_variance",)
     #: ``(estimate, options, |X|) -> problems``: why a resolved published estimate cannot be this

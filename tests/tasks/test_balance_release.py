@@ -152,3 +152,37 @@ def test_the_spec_refuses_a_balance_table_past_the_cap_or_without_covariates(bal
     balanced.spec.write_text(text.replace('epsilon = "1/4"', 'epsilon = "0"'))
     with pytest.raises(SpecError, match="must be positive"):
         load_spec(balanced.spec)
+
+
+def test_an_estimator_with_public_bands_gets_a_released_within_column(balanced):
+    """Room for an estimator whose strata are coarser than the covariates' cells (propensity
+    bands): its ``balance_bands`` gives the band of every stratum from the committed estimate,
+    and the table's within column is released within those bands; without it, no within
+    column (never a 0 that construction does not give)."""
+    import dataclasses
+
+    import dpate_core.mechanisms as mechanisms
+    from dpate.schemas.spec import StudySpec
+    from dpate.site_plans import balance_plan
+
+    banded = dataclasses.replace(
+        mechanisms.estimator_of("smooth_matching"),
+        name="banded_toy",
+        covariate_strata=False,
+        balance_bands=lambda estimate, options, k: (np.arange(k) // 4, 2),
+    )
+    mechanisms.register(banded)
+    try:
+        ctx = resolve_site(str(balanced.spec), "north")
+        spec = StudySpec.from_dict({**ctx.spec.canonical_dict(), "estimator": "banded_toy"})
+        data = load_site_data.fn(ctx)
+        assert spec.balance_within == "none"
+        assert balance_plan(spec, data).within == "none"
+        plan = balance_plan(spec, data, {"resolved": True})
+        assert plan.within == "released" and plan.n_bands == 2
+        table = plan.draw(np.random.default_rng(0)).as_dict()
+        assert all(r["smd_within"] is not None for r in table["rows"])
+        assert balance_plan(spec, data, {"resolved": False}).within == "none"
+    finally:
+        mechanisms.unregister("banded_toy")
+    assert mechanisms.estimator_of("propensity").covariate_strata is False
