@@ -230,7 +230,7 @@ class BalanceDoc(BaseModel):
     noise_scale: float = Field(gt=0)
     sensitivity: str = Field(max_length=64)
     within: str = Field(pattern=r"^(released|by construction|none)$")
-    rows: list[BalanceRowDoc] = Field(max_length=512)
+    rows: list[BalanceRowDoc] = Field(max_length=200)  # StudySpec's MAX_BALANCE_ROWS
 
     @field_validator("epsilon")
     @classmethod

@@ -70,6 +70,9 @@ __all__ = [
 ]
 
 SPEC_VERSION: Literal[1] = 1
+#: the most rows a balance table may have (one per numeric covariate with finite bins, one per
+#: level of the others): what fits in a site report (schemas/report.py, MAX_REPORT_BYTES)
+MAX_BALANCE_ROWS = 200
 
 
 class _CrossFieldProblems(ValueError):
@@ -221,6 +224,20 @@ class StudySpec(_Model):
                 (
                     "balance",
                     "a balance table needs covariates: add [[covariates]] or remove [balance]",
+                )
+            ]
+        layout = self.balance_layout
+        rows = sum(
+            1 if v is not None else len(lab)
+            for v, lab in zip(layout.values, layout.labels, strict=True)
+        )
+        if rows > MAX_BALANCE_ROWS:
+            return [
+                (
+                    "balance",
+                    f"the covariates give a balance table of {rows} rows, more than the "
+                    f"{MAX_BALANCE_ROWS} a report carries: bin the many-level covariates more "
+                    f"coarsely or remove [balance]",
                 )
             ]
         out = []

@@ -152,6 +152,11 @@ def test_the_spec_refuses_a_balance_table_past_the_cap_or_without_covariates(bal
     balanced.spec.write_text(text.replace('epsilon = "1/4"', 'epsilon = "0"'))
     with pytest.raises(SpecError, match="must be positive"):
         load_spec(balanced.spec)
+    many = ", ".join(f'"{k}"' for k in range(201))  # a table too long for a report
+    levels = next(line for line in text.splitlines() if line.startswith("levels = "))
+    balanced.spec.write_text(text.replace(levels, f"levels = [{many}]"))
+    with pytest.raises(SpecError, match="balance table of 201 rows, more than the 200"):
+        load_spec(balanced.spec)
 
 
 def test_an_estimator_with_public_bands_gets_a_released_within_column(balanced):
