@@ -402,7 +402,10 @@ def publish_site_report(
         store.uri(key),
         "published" if status == "written" else "was already published (identical bytes)",
     )
-    return site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
+    summary = site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
+    if balance is not None:
+        summary["balance"] = balance.payload["balance"]
+    return summary
 
 
 def _published_by_an_earlier_version(
@@ -441,6 +444,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "estimator", "value": published["estimator"]},
         *numbers,
         {"field": "N", "value": str(published["n"])},
+        *_balance_rows(published.get("balance")),
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},
     ]
@@ -470,6 +474,20 @@ def show_site_spend(ctx: SiteContext) -> None:
         description=f"Privacy budget of site {ctx.site_id} after study {ctx.study_id} round "
         f"{ctx.round}",
     )
+
+
+def _balance_rows(table: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The artifact's line for the site's DP covariate-balance table (public: a DP release)."""
+    if not table:
+        return []
+    smds = [abs(r["smd_before"]) for r in table["rows"] if r["smd_before"] is not None]
+    worst = f"; largest |SMD| before: {max(smds):.3g}" if smds else ""
+    return [
+        {
+            "field": "covariate balance (DP)",
+            "value": f"{len(table['rows'])} row(s), epsilon {table['epsilon']}{worst}",
+        }
+    ]
 
 
 def _pair(p: Any) -> str:

@@ -92,7 +92,7 @@ def test_the_balance_table_is_its_own_release_recorded_once(balanced):
     assert report.schema_version == 4 and report.balance is not None
     assert report.balance.to_dict() == table
     assert publish_site_report.fn(ctx, committed, balance)["status"] == "unchanged"
-    assert summary["status"] == "written"
+    assert summary["status"] == "written" and summary["balance"] == table
 
 
 def test_a_report_whose_balance_table_is_not_the_specs_is_rejected(balanced):
