@@ -332,11 +332,13 @@ def timing(n: int = 10**7, p: int = 20) -> None:
     cats = [2] * 10 + [5] * 5
     zc = np.column_stack([rng.integers(0, k, n, dtype=np.int8) for k in cats])
     zn = rng.uniform(0, 1, (n, p - len(cats)))
-    z = np.column_stack([zc.astype(np.float64), zn])
+    z = np.column_stack([zc.astype(np.float32), zn.astype(np.float32)])  # codes exact
     cols = tuple(Categorical(k) for k in cats) + (Numeric(0, 1),) * (p - len(cats))
     w = (rng.uniform(size=n) < 0.4).astype(np.int8)
     y = rng.uniform(size=n)
     codes = zc[:, 0].astype(np.int64)
+    warm = plan_propensity(w[:1000], y[:1000], z[:1000], cols, bound=1.0, epsilon=EPS)
+    warm.assemble(draw_many(warm, np.random.default_rng(1), 1))  # compiled passes loaded
     t0 = time.perf_counter()
     np.bincount(codes, minlength=2)
     base = time.perf_counter() - t0
