@@ -40,11 +40,11 @@ __all__ = [
     "Column",
     "Numeric",
     "PropensityModel",
+    "check_pass",
+    "column_arrays",
     "fit_model",
     "model_bits",
     "model_sensitivity",
-    "check_pass",
-    "column_arrays",
     "model_statistics",
     "model_statistics_of_strata",
 ]
