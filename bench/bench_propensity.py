@@ -291,9 +291,7 @@ def run_fixed(name: str, data: Data, truth: float, reps: int) -> None:
             print(t.row(key))
         peer_res = peer([sites], reps)
         for key, est in (peer_res[0] if peer_res else {}).items():
-            t = Tally([], [], [])
-            t.add(est, np.full_like(est, np.nan), truth)
-            t.errors = list(est - truth)
+            t = Tally(list(est - truth), [], [], est.size, est.size)
             print(t.row(f"peer dpate 0.0.1 {key}"))
 
 
