@@ -16,6 +16,7 @@ import sys
 import warnings
 
 import numpy as np
+
 from dpate import dp_ipw_sequential, dp_prop_blocking
 
 
