@@ -110,10 +110,10 @@ def preflight(spec: str, round: str | None) -> StudyCheck:
         )
         raise typer.Exit(int(summary_code(failures)))
     if failures:  # require_all_sites = false: the study goes on without these sites
-        print_failures(failures, err)
+        names = ", ".join(s.site_id for s in checked.sites if not s.ok)
         err.print(
-            "the study runs without the site(s) above (require_all_sites = false); they spend "
-            "nothing",
+            f"site(s) {names} not ready (each cause follows the result): the study runs without "
+            f"them (require_all_sites = false); they spend nothing",
             soft_wrap=True,
         )
     return checked
