@@ -44,14 +44,16 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger_chain import release_id
 from dpate.ledger_engine import as_sqlalchemy_url
-from dpate.schemas.spec import SpecError, StudySpec, load_spec
+
+if TYPE_CHECKING:  # the spec's models import the estimators (numba): only where a spec is read
+    from dpate.schemas.spec import StudySpec
 
 __all__ = [
     "IDENTIFIER",
@@ -117,6 +119,8 @@ def is_deployed_process() -> bool:
 
 def load_study_spec(source: str) -> StudySpec:
     """Read a study spec from a local path or any fsspec URL (``s3://...``, ``https://...``)."""
+    from dpate.schemas.spec import SpecError, StudySpec, load_spec
+
     if "://" not in source or source.startswith("file://"):
         return load_spec(source.removeprefix("file://"))
     import fsspec

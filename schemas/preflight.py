@@ -40,9 +40,12 @@ __all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problem
 #: strata, else from sorted stratum ids (``O(N)``: ``|X|`` may be 10^9)
 COUNT_CELLS_UP_TO = 1 << 24
 
+
+#: the advice to leave a site out, and its cost: like any spec change it is a new spec hash, so a
+#: site that already released for this spec spends again (public wording: no number)
 _LEAVE_OUT = (
-    "or leave this site out of the study (require_all_sites = false: a new spec hash, so a site "
-    "that already released for this spec releases, and spends, again)"
+    "or leave this site out of the study (require_all_sites = false; like any spec change this "
+    "is a new spec hash: a site that already released spends its release's budget again)"
 )
 
 
@@ -135,7 +138,8 @@ def _problems(
         out.append(
             f"no common support: estimator {spec.estimator!r} compares arms within covariate "
             "strata and no stratum holds both treated and control records, so the release would "
-            f"be pure noise; coarsen the covariate bins or levels in a new spec, {_LEAVE_OUT}"
+            f"be pure noise; coarsen the covariate bins or levels in a new spec "
+            f"(it spends again like any spec change), {_LEAVE_OUT}"
         )
     return out
 
