@@ -281,16 +281,21 @@ def study_deployed(
     A site without a deployment is not asked: its report is awaited in storage (it releases on
     its own schedule), within the same timeout.
 
-    ``spec`` must be readable by the coordinator's worker and by every site's worker (an
-    ``s3://`` or ``https://`` URL, or the same path on every machine). ``site_deployment`` and
-    ``aggregate_deployment`` may contain ``{site}`` and ``{study}``.
+    ``spec`` must be readable by the coordinator's worker (an ``s3://`` or ``https://`` URL, or
+    a path on its machine); each site is asked for the spec's hash and runs the copy its
+    operator approved with ``dpate site approve`` (a site that has not approved it refuses the
+    run). ``site_deployment`` and ``aggregate_deployment`` may contain ``{site}`` and
+    ``{study}``.
     """
     from prefect.runtime import flow_run
 
     round = resolve_round(round, round_format, flow_run.scheduled_start_time)
     ctx = resolve_study(spec, round)
     me = str(flow_run.id)
-    triggered = {s: trigger_site(ctx, spec, s, site_deployment, me) for s in ctx.site_ids}
+    # a site runs the spec its operator approved, named by hash (dpate.spec_approvals)
+    triggered = {
+        s: trigger_site(ctx, ctx.spec.spec_hash, s, site_deployment, me) for s in ctx.site_ids
+    }
     runs = {s: run_id for s, run_id in triggered.items() if run_id is not None}
     awaited = [s for s, run_id in triggered.items() if run_id is None]
     if not runs:

@@ -36,6 +36,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate import site_plans
+from dpate.anchors import require_not_behind
 from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems
 from dpate.schemas.report import (
@@ -241,9 +242,13 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
 
 @task(name="reserve-budget", **IO_TASK)
 def reserve_budget(ctx: SiteContext) -> Reservation:
-    """Debit the release's budget in the site's ledger, durably, before any noise is drawn."""
+    """Debit the release's budget in the site's ledger, durably, before any noise is drawn;
+    first the ledger's head is checked against the newest head the site has published
+    (:func:`dpate.anchors.require_not_behind`: a restored older copy is refused)."""
     site = ctx.spec.site(ctx.site_id)
     with open_site_ledger(ctx) as ledger:
+        # a ledger restored from an older copy is refused before it can spend again
+        require_not_behind(ledger, Store(ctx.storage_url), ctx.site_id)
         res = ledger.reserve(
             release_id=ctx.rid,
             study_id=ctx.study_id,

@@ -210,6 +210,7 @@ def test_storage_config_grants_per_study_and_keeps_keys(tmp_path):
     assert acts["rural"] == [
         "Read:dpate/studies/star-small-classes/sites/rural/*",
         "Write:dpate/studies/star-small-classes/sites/rural/*",
+        "Read:dpate/studies/star-small-classes/results/*",  # the heads it checks its ledger by
         "Read:dpate/specs/*",
         "List:dpate",
     ]
