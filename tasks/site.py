@@ -38,7 +38,7 @@ from prefect.artifacts import create_table_artifact
 from dpate import site_plans
 from dpate.anchors import require_not_behind
 from dpate.ledger import Committed, LedgerError, Reservation
-from dpate.schemas.preflight import FeasibilityError, feasibility_problems
+from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
 from dpate.schemas.report import (
     software_version,
 )
@@ -115,6 +115,15 @@ class SiteDataRejected(ValueError):
 
 
 def _redacted(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
+    """What leaves the site of a failed data check: in a deployed run only that the data was
+    rejected (which column and rule failed would tell the coordinator about the records, e.g.
+    that a value lies past the spec's bound); in the operator's own local run, the columns and
+    rules too."""
+    if ctx.deployed:
+        return SiteDataRejected(
+            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
+            f"or drawn"
+        )
     seen: list[str] = []
     for p in exc.problems:
         line = f"column {p.column!r}: {p.rule}"
@@ -211,17 +220,25 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
         del exc
     except Exception as exc:  # a reader's message may quote a value: keep it at the site
         oplog.error("site %s: reading the data failed: %r", ctx.site_id, exc)
+        kind = "" if ctx.deployed else f" ({type(exc).__name__})"
         failure = SiteDataRejected(
-            f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
-            f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
+            f"site {ctx.site_id}: site data rejected, see the site's log: its data could not be "
+            f"read{kind}; nothing was reserved or drawn"
         )
         del exc
     if failure is not None:
         raise failure
     problems = feasibility_problems(data, ctx.spec)
-    if problems:  # before anything is reserved; public wording (rules, no counts)
-        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(problems))
-        raise FeasibilityError(ctx.site_id, problems)
+    refusals = release_refusals(problems, ctx.spec)
+    if refusals:  # before anything is reserved; public wording (rules on public values only)
+        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(refusals))
+        raise FeasibilityError(ctx.site_id, refusals)
+    if problems:  # a refusal would tell the coordinator this about the records: release anyway
+        oplog.warning(
+            "site %s (operator only): the release goes ahead but will be uninformative: %s",
+            ctx.site_id,
+            "; ".join(problems),
+        )
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "

@@ -66,6 +66,30 @@ def test_load_site_data_refuses_a_bad_file_naming_columns_not_values(tmp_path, m
     assert "does not satisfy the study spec" in s.operator_log("a").read_text()
 
 
+def test_a_deployed_run_tells_the_coordinator_only_that_the_data_was_rejected(
+    tmp_path, monkeypatch
+):
+    """Which column and rule failed (a value past the outcome bound, an unknown level) would
+    let specs differing in one bound probe the records: a deployed run's refusal names neither;
+    the site's operator log has both."""
+    import dataclasses
+
+    from dpate.tasks.site import SiteDataRejected
+    from tests.pipeline.studies import Site, write_study
+
+    s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])
+    for k, v in s.site_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
+    ctx = dataclasses.replace(resolve_site(str(s.spec), "a"), deployed=True)
+    with pytest.raises(SiteDataRejected) as info:
+        load_site_data.fn(ctx)
+    assert str(info.value) == (
+        "site a: site data rejected, see the site's log. Nothing was reserved or drawn"
+    )
+    assert "stratum" in s.operator_log("a").read_text()
+
+
 def test_site_report_bytes_are_a_function_of_the_commit_row(study):
     ctx = resolve_site(str(study.spec), "north")
     committed = committed_release(ctx, seed=1)
