@@ -282,3 +282,43 @@ def test_the_worker_starts_when_the_ledger_is_there(monkeypatch, tmp_path):
     (s,) = served
     assert (s.pool, s.site, s.name) == ("site-rural", "rural", "w1")
     assert s.limit == 1  # one release at a time per site unless the operator raises it
+
+
+def test_the_worker_sends_a_runs_heartbeats_while_its_process_lives(monkeypatch):
+    """The flow-run process's own heartbeat thread needs its GIL; the worker's do not: they go
+    out while the process lives and stop when it ends or the run finishes."""
+    import subprocess
+
+    import anyio
+    import prefect.events
+
+    from dpate.deployments.site_worker import run_heartbeats
+
+    flow_run = _flow_run(spec="0" * 64, site="rural")
+    sent: list[dict[str, Any]] = []
+
+    async def beats(pid: int, stop_after: int) -> None:
+        finished = anyio.Event()
+
+        def emit_event(**event: Any) -> None:
+            sent.append(event)
+            if len(sent) >= stop_after:
+                finished.set()
+
+        monkeypatch.setattr(prefect.events, "emit_event", emit_event)
+        await run_heartbeats(flow_run, pid, finished, 0.01)
+
+    # a process stuck in one C-level computation holding its GIL: the worker still beats for it
+    stuck = subprocess.Popen([sys.executable, "-c", "x = 3 ** (10 ** 9)"])
+    try:
+        anyio.run(beats, stuck.pid, 3)
+    finally:
+        stuck.kill()
+        stuck.wait()
+    assert len(sent) == 3
+    assert {e["event"] for e in sent} == {"prefect.flow-run.heartbeat"}
+    assert sent[0]["resource"]["prefect.resource.id"] == f"prefect.flow-run.{flow_run.id}"
+    # its process gone: no heartbeat, so the server's zombie automation can set it Crashed
+    sent.clear()
+    anyio.run(beats, stuck.pid, 1)
+    assert sent == []
