@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,62 @@ settings.register_profile("dev", **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+@dataclass(frozen=True)
+class PrefectTestServer:
+    """The session's Prefect API server (:func:`prefect_test_server`)."""
+
+    api_url: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a subprocess (``dpate run``, a flow) needs to use this server instead of starting
+        an embedded one of its own: add it to the subprocess's environment."""
+        return {"PREFECT_API_URL": self.api_url}
+
+    @contextmanager
+    def settings(self) -> Iterator[None]:
+        """Prefect's client settings of this process pointed at this server."""
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: self.api_url}):
+            yield
+
+
+@pytest.fixture(scope="session")
+def prefect_test_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectTestServer]:
+    """One Prefect API server for the whole session (one per xdist worker), on a SQLite database
+    of its own: every test that runs flows uses it, in-process through ``prefect_harness`` and in
+    a subprocess through ``prefect_test_server.env``. Each embedded server costs 10-30 s to start
+    and migrate its database; one per command or per test file was most of the CLI tests' time.
+
+    Registered as Prefect's default embedded server of this process (as
+    ``prefect.testing.utilities.prefect_test_harness`` does), so that in-process code that would
+    start one finds this server instead. The settings of this process are left unchanged: a
+    test that needs them uses ``prefect_harness``."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
+
+    db = tmp_path_factory.mktemp("prefect-test-server") / "prefect.db"
+    server = SubprocessASGIServer()
+    # the server process takes its database URL from the settings it is started with
+    with temporary_settings(
+        updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{db}"}
+    ):
+        server.start(timeout=int(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
+    try:
+        yield PrefectTestServer(server.api_url)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def prefect_harness(prefect_test_server: PrefectTestServer) -> Iterator[None]:
+    """Flows run in this process talk to the session's Prefect server, for one test module (its
+    module-scoped fixtures included): ``pytestmark = pytest.mark.usefixtures("prefect_harness")``."""
+    with prefect_test_server.settings():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """Every test leaves ``os.environ`` as it found it. The command line sets Prefect's quiet,
@@ -43,9 +103,70 @@ def _environment_restored():
         os.environ.update(saved)
 
 
+#: Each test file's measured seconds (setup, call and teardown of its tests, one process), to
+#: order the files for the two xdist workers. Regenerate: ``python -m pytest -p no:xdist
+#: --record-durations`` (on a quiet machine; any subset of the suite updates its own files).
+DURATIONS = REPO / "tests" / "durations.json"
+#: Seconds per test by mark for a file not in DURATIONS yet: a test that starts real servers
+#: waits tens of seconds, one on Prefect's test server seconds.
+_COST_BY_MARK = {"services": 30.0, "prefect": 10.0, "slow": 5.0}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test file's measured seconds to {DURATIONS.relative_to(REPO)}",
+    )
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _estimate(item: pytest.Item) -> float:
+    marks = [cost for mark, cost in _COST_BY_MARK.items() if item.get_closest_marker(mark)]
+    return max(marks, default=0.1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The server-backed topology files first (a stable sort: the order is otherwise kept).
-    Under ``-n 2 --dist loadfile`` (.ci/run) the two workers then share the slow files from the start and
-    the quick ones fill in after; collected last, they piled up on one worker at the end while
-    the other sat idle (about 4 of the suite's 11 minutes, docs/benchmarks.md)."""
-    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/topology/") else 1)
+    """The files in decreasing order of their cost (DURATIONS, else estimated from their tests'
+    marks), the tests of a file kept together and in order. Under ``-n 2 --dist loadfile``
+    (.ci/run) each worker takes the next file when it runs out, so the slow server-backed files
+    start at once, one per worker, and the quick ones fill in after (longest first): none is
+    left to run alone at the end."""
+    measured = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    cost: dict[str, float] = {}
+    for item in items:
+        name = _file(item.nodeid)
+        cost[name] = measured[name] if name in measured else cost.get(name, 0) + _estimate(item)
+    items.sort(key=lambda item: -cost[_file(item.nodeid)])  # stable: each file's order kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` in the order ``pytest_collection_modifyitems`` leaves the files: by
+    default xdist queues them by their number of tests, which put the slow server-backed files
+    (a few tests each) last."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
+
+
+_recorded: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _recorded[_file(report.nodeid)] = _recorded.get(_file(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if not config.getoption("record_durations") or hasattr(config, "workerinput"):
+        return
+    durations = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    durations.update({name: round(sec, 1) for name, sec in _recorded.items()})
+    DURATIONS.write_text(json.dumps(dict(sorted(durations.items())), indent=1) + "\n")

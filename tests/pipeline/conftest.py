@@ -1,4 +1,5 @@
-"""Fixtures of the pipeline tests: ledgers on SQLite and PostgreSQL, one Prefect harness per session."""
+"""Fixtures of the pipeline tests: ledgers on SQLite and PostgreSQL (the Prefect server their flows
+use: ``prefect_harness`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -73,13 +74,4 @@ def dpate_home(tmp_path_factory) -> Iterator[None]:
             "DPATE_SITES",
         ):
             mp.delenv(name, raising=False)
-        yield
-
-
-@pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    """One Prefect test server for the whole session (about 20 s to start)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
         yield

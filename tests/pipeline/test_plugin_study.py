@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 import dpate_core.aggregation as aggregators
@@ -15,6 +16,8 @@ from dpate.cli.main import app
 from tests.tasks.test_registry_contract import write_toy_spec
 from tests.tasks.toy_aggregator import MEDIAN_SITE
 from tests.tasks.toy_estimator import TOY
+
+pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
 
 
 def test_dpate_run_and_report_handle_the_toys(tmp_path, monkeypatch):

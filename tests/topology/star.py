@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,9 +248,13 @@ class StarTopology:
             return ledger.events(site)
 
 
-def run_embedded(spec: Path, data_root: Path, out: Path, round: str) -> tuple[float, dict]:
-    """The same study on the embedded default (``dpate run``: ephemeral Prefect, local storage,
-    SQLite ledgers); returns (wall seconds, result document)."""
+def run_embedded(
+    spec: Path, data_root: Path, out: Path, round: str, prefect_env: Mapping[str, str] | None = None
+) -> tuple[float, dict]:
+    """The same study on the embedded default (``dpate run``: flows in the command's process,
+    local storage, SQLite ledgers); returns (wall seconds, result document). Prefect's API is
+    an ephemeral server the command starts, or the server ``prefect_env`` names (the tests pass
+    the session's, ``prefect_test_server.env``)."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_", "DPATE_"))
     }
@@ -259,6 +264,7 @@ def run_embedded(spec: Path, data_root: Path, out: Path, round: str) -> tuple[fl
         DO_NOT_TRACK="1",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+        **(prefect_env or {}),
     )
     storage = out / "published"
     t0 = time.perf_counter()

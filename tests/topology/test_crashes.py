@@ -87,6 +87,20 @@ def test_the_units_stop_sequence_stops_an_idle_worker(prefect_server, tmp_path):
         worker.kill()
 
 
+def _heartbeats(client, flow_run_id) -> bool:
+    """Whether the server has recorded a heartbeat event of this flow run."""
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    page = client.read_events(
+        EventFilter(
+            event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+            resource=EventResourceFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
+        ),
+        limit=1,  # the client's default (100) is above the server's maximum (50)
+    )
+    return bool(page.events)
+
+
 def test_a_run_whose_machine_dies_is_set_crashed(prefect_server, tmp_path):
     """SIGKILL of the worker's whole process group mid-run (the site machine dies): the run
     stops sending heartbeats and the zombie automation sets it Crashed."""
@@ -136,7 +150,8 @@ def test_a_run_whose_machine_dies_is_set_crashed(prefect_server, tmp_path):
                     "the run to start",
                 )
                 assert started.is_running(), f"{started}\n{worker.log_tail()}"
-                time.sleep(40)  # at least one heartbeat has been sent
+                # the run's first heartbeat (sent as it starts) has reached the server
+                wait_for(lambda: _heartbeats(client, run.id), 120, "the run's first heartbeat", 1)
                 worker.kill()  # the machine dies: worker and flow run, no clean shutdown
                 assert state().is_running()  # nobody told the server
                 final = wait_for(

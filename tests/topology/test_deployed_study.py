@@ -21,7 +21,9 @@ def _site_rows(result: dict) -> dict[str, dict]:
     return {s["site_id"]: s for s in result["sites"]}
 
 
-def test_deployed_study_runs_end_to_end_and_matches_embedded_run(star, tmp_path):
+def test_deployed_study_runs_end_to_end_and_matches_embedded_run(
+    star, tmp_path, prefect_test_server
+):
     t0 = time.perf_counter()
     run = star.run_study("e2e")
     deployed_wall = time.perf_counter() - t0
@@ -55,7 +57,9 @@ def test_deployed_study_runs_end_to_end_and_matches_embedded_run(star, tmp_path)
         assert report["site_id"] == site
 
     # the same study on the embedded default: same sites, same public non-noise fields
-    embedded_wall, embedded = run_embedded(star.root / "star.toml", star.root, tmp_path, "e2e")
+    embedded_wall, embedded = run_embedded(
+        star.root / "star.toml", star.root, tmp_path, "e2e", prefect_test_server.env
+    )
     for key in ("study_id", "spec_hash", "round", "aggregator", "complete"):
         assert embedded[key] == result[key], key
     erows = _site_rows(embedded)
