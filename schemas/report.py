@@ -17,10 +17,12 @@ API::
 schema version, wrong types (no coercion: ``"0.5"`` is not a number), non-finite numbers, ``n < 2``,
 ``epsilon <= 0``, a non-positive variance, arm sizes that do not add up to ``n``, another study id,
 another spec hash, a site not in the spec, and a budget or bound that is not the one the spec gives
-that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it,
-numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`), and, when the spec lists
-a public key for the site (or ``require_signed_reports``), an unsigned or wrongly signed report
-(:mod:`dpate.schemas.signing`).
+that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it, a
+document whose nesting or numbers are out of bounds before any arithmetic on them
+(:mod:`dpate.schemas.bounded_json`; exact strings: :func:`dpate_core.privacy.exact`), then, when
+the spec lists a public key for the site (or ``require_signed_reports``), an unsigned or wrongly
+signed report (:mod:`dpate.schemas.signing`) before any of its numbers is checked, and last
+numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`).
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
 ``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
@@ -69,6 +71,7 @@ from pydantic import (
 )
 
 from dpate.errors import DpateError, ExitCode
+from dpate.schemas.bounded_json import BoundedJSONError, loads_bounded
 from dpate.schemas.plausibility import estimate_problems, spend_problems
 from dpate.schemas.report_parts import (
     BalanceDoc,
@@ -355,13 +358,23 @@ def read_report(
             source,
         )
     try:
+        doc = loads_bounded(data, what="report")
+    except BoundedJSONError as exc:
+        raise ReportError([str(exc)], source) from None
+    claimed = doc.get("site_id") if isinstance(doc, dict) else None
+    if site_id is not None and claimed != site_id:
+        raise ReportError(
+            [f"site id {str(claimed)[:64]!r} is not the expected {site_id!r}"], source
+        )
+    if isinstance(claimed, str):  # the signature before anything else is read from the numbers
+        unsigned = _signature_problems(data, claimed, spec)
+        if unsigned:
+            raise ReportError(unsigned, source)
+    try:
         report = SiteReport.model_validate_json(data, strict=True)
     except ValidationError as exc:
         raise ReportError(_reasons(exc), source) from None
     problems = report.problems_against(spec)
-    if site_id is not None and report.site_id != site_id:
-        problems.insert(0, f"site id {report.site_id!r} is not the expected {site_id!r}")
-    problems += _signature_problems(data, report.site_id, spec)
     if problems:
         raise ReportError(problems, source)
     return report

@@ -36,9 +36,10 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate import site_plans
+from dpate.anchors import require_not_behind
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
-from dpate.schemas.preflight import FeasibilityError, feasibility_problems
+from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
 from dpate.schemas.report import (
     software_version,
 )
@@ -124,8 +125,15 @@ class SiteDataRejected(DpateError, ValueError):
 
 
 def redacted_data_error(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
-    """The public form of a data check's failure: the columns and rules broken, no count, no
-    row position (those are in the operator log)."""
+    """The public form of a data check's failure. In a deployed run only that the data was
+    rejected (which column and rule failed would tell the coordinator about the records, e.g.
+    that a value lies past the spec's bound); in the operator's own local run, the columns and
+    rules broken too, never a count or a row position (those are in the operator log)."""
+    if ctx.deployed:
+        return SiteDataRejected(
+            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
+            f"or drawn"
+        )
     seen: list[str] = []
     for p in exc.problems:
         line = f"column {p.column!r}: {p.rule}"
@@ -143,6 +151,11 @@ def unreadable_data_error(ctx: SiteContext, exc: BaseException) -> SiteDataRejec
     """A reader's failure (its message may quote a value): written to the operator log, made
     public by its type only."""
     operator_logger(ctx).error("site %s: reading the data failed: %r", ctx.site_id, exc)
+    if ctx.deployed:  # even the type would tell the coordinator about the site's files
+        return SiteDataRejected(
+            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
+            f"or drawn"
+        )
     return SiteDataRejected(
         f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
         f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
@@ -236,9 +249,16 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     if failure is not None:
         raise failure
     problems = feasibility_problems(data, ctx.spec)
-    if problems:  # before anything is reserved; public wording (rules, no counts)
-        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(problems))
-        raise FeasibilityError(ctx.site_id, problems)
+    refusals = release_refusals(problems, ctx.spec)
+    if refusals:  # before anything is reserved; public wording (rules on public values only)
+        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(refusals))
+        raise FeasibilityError(ctx.site_id, refusals)
+    if problems:  # a refusal would tell the coordinator this about the records: release anyway
+        oplog.warning(
+            "site %s (operator only): the release goes ahead but will be uninformative: %s",
+            ctx.site_id,
+            "; ".join(problems),
+        )
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
@@ -259,9 +279,13 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
 
 @task(name="reserve-budget", **IO_TASK)
 def reserve_budget(ctx: SiteContext) -> Reservation:
-    """Debit the release's budget in the site's ledger, durably, before any noise is drawn."""
+    """Debit the release's budget in the site's ledger, durably, before any noise is drawn;
+    first the ledger's head is checked against the newest head the site has published
+    (:func:`dpate.anchors.require_not_behind`: a restored older copy is refused)."""
     site = ctx.spec.site(ctx.site_id)
     with open_site_ledger(ctx) as ledger:
+        # a ledger restored from an older copy is refused before it can spend again
+        require_not_behind(ledger, Store(ctx.storage_url), ctx.site_id)
         res = ledger.reserve(
             release_id=ctx.rid,
             study_id=ctx.study_id,
