@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from dpate_core.statistics import CellStatistics
 
 __all__ = [
-    "RELEASES_ON_ANY_RECORDS",
     "FeasibilityError",
     "cell_feasibility_problems",
     "feasibility_problems",
@@ -175,20 +174,16 @@ def _some_stratum_has_both_arms(x: np.ndarray, treated: np.ndarray) -> bool:
     return bool(np.intersect1d(t_strata, c_strata, assume_unique=True).size)
 
 
-#: Estimators whose release is defined (and DP) on any records, whatever their arms hold: the
-#: difference in means, the adjusted estimator and both matching estimators (Algorithm 1's
-#: convention for a stratum without both arms). Any other estimator (a plug-in, say) keeps
-#: every feasibility rule as a refusal.
-RELEASES_ON_ANY_RECORDS = frozenset({"dim", "adjusted", "smooth_matching", "global_matching"})
-
-
 def release_refusals(problems: list[str], spec: StudySpec) -> list[str]:
     """The ones among ``problems`` (:func:`feasibility_problems`) a release refuses on: those
     that follow from public values only (``N < 2``; an empty arm when the spec's arm sizes are
     public). Any other problem depends on the records, so a refusal would be a free bit about
-    them: for the estimators of :data:`RELEASES_ON_ANY_RECORDS` the release goes ahead and the
-    problem is for the site's operator log only."""
-    if spec.estimator not in RELEASES_ON_ANY_RECORDS:
+    them: for an estimator whose release is defined on any records
+    (``Estimator.releases_on_any_records``: the difference in means, the adjusted estimator and
+    both matching estimators, Algorithm 1's convention for a stratum without both arms) the
+    release goes ahead and the problem is for the site's operator log only. Any other estimator
+    (a plug-in, say) keeps every feasibility rule as a refusal."""
+    if not spec.estimator_info.releases_on_any_records:
         return list(problems)
     public_arms = bool(spec.arm_sizes_public)
     return [

@@ -18,7 +18,9 @@ estimator. What it holds:
 - how a site releases it: ``plan`` (from validated records: tests and simulations),
   ``plan_from_statistics`` (from the statistics the site's engine computes, when the estimator
   needs no more than per-cell statistics and Algorithm 1's: ``centred_cells``,
-  ``order_dependent``), and ``stratified`` (it compares arms within strata);
+  ``order_dependent``), ``stratified`` (it compares arms within strata) and
+  ``releases_on_any_records`` (an empty arm or no common support gives an uninformative
+  release, not a refusal);
 - what the server checks: ``required_diagnostics`` and ``plausible`` (the rules a published
   estimate must satisfy to be one this mechanism can produce from the public values),
   ``unresolved_reasons`` (the public reasons of an unresolved release), ``publishes_arm_sizes``;
@@ -173,6 +175,11 @@ class Estimator:
     order_dependent: bool = False
     #: the estimator compares arms within covariate strata (a site needs a stratum with both)
     stratified: bool = True
+    #: the release is defined, and DP, on any records whatever its arms hold (an empty arm or
+    #: no stratum with both arms gives an uninformative release): a site then releases instead
+    #: of refusing, since a refusal that depends on the records would tell the coordinator a
+    #: bit about them for free (docs/privacy.md); False: every feasibility rule is a refusal
+    releases_on_any_records: bool = False
     #: its strata are the covariates' cross-classification (each covariate is constant within a
     #: stratum, so the balance table's within-strata SMD is 0 by construction); False for an
     #: estimator whose strata are coarser (propensity bands): see ``balance_bands``

@@ -160,4 +160,5 @@ ADJUSTED = Estimator(
     candidate_splits={
         3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10)))
     },
+    releases_on_any_records=True,
 )

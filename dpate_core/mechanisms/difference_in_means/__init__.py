@@ -112,4 +112,5 @@ DIFFERENCE_IN_MEANS = Estimator(
             (Fraction(7, 10), Fraction(3, 20), Fraction(3, 20)),
         ),
     },
+    releases_on_any_records=True,
 )

@@ -171,6 +171,7 @@ SMOOTH_MATCHING = Estimator(
             (Fraction(7, 10), Fraction(1, 20), Fraction(1, 4)),
         )
     },
+    releases_on_any_records=True,
 )
 
 _global_plan, _global_from_statistics = _planner("global_matching")
@@ -194,4 +195,5 @@ GLOBAL_MATCHING = Estimator(
     candidate_splits={
         2: tuple((a, 1 - a) for a in (Fraction(1, 2), Fraction(4, 5), Fraction(9, 10)))
     },
+    releases_on_any_records=True,
 )
