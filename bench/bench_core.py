@@ -11,7 +11,7 @@ between machines:
   tracemalloc, which is printed alongside for the numpy-visible part;
 * ``matching_smooth_sensitivity`` (target: <= 50 ms) and ``matching_variance_smooth_sensitivity``
   (<= 1 s) at |X| = 10^5 strata and N = 10^7, on typical counts and on an adversarial input whose
-  Pareto front (ERRATA section 9) is as long as N allows;
+  Pareto front (correction 9) is as long as N allows;
 * ``mvagg`` at J = 10^6 sites (<= 1 s) against one ``np.argsort`` of J floats, and the brute force
   of Algorithm 3 at J = 20 against ``mvagg`` at J = 20.
 
@@ -91,7 +91,7 @@ def typical_counts(n: int, strata: int, seed: int = 1):
 
 
 def adversarial_counts(n: int, strata: int):
-    """As many strata on the (high M, low m) Pareto front as N allows (ERRATA section 9: only
+    """As many strata on the (high M, low m) Pareto front as N allows (correction 9: only
     front strata are evaluated): stratum i has T = C = i for i = 1..K, no stratum dominates
     another; the other strata hold (1, 1) each (duplicates, off the front) and the remainder goes to
     the largest front stratum's treated arm."""

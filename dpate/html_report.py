@@ -5,17 +5,20 @@ with its 95% CI, the sites the aggregator chose, the combined estimate and CI, a
 privacy spend: this release's ``(epsilon, delta)`` and its lifetime spend against its cap after
 this release, as its report published it (``lifetime_spend``); for a site whose report did not
 carry it (version 1), the site's ledger where it is reachable from here (the site's own machine,
-or the demo), marked as read now.
+or the demo), marked as read now. The page is the Jinja2 template ``dpate/templates/report.html.j2``
+with autoescape on: every value from a result is escaped.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 from collections.abc import Mapping
+from functools import cache
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
+
+import jinja2
 
 from dpate.ledger import SiteSpend
 from dpate.schemas.result import ReleasedSite, SiteResult, StudyResult, spend_text
@@ -111,22 +114,18 @@ _SITE_COLUMNS = (
     "why",
 )
 
-#: the page's fixed explanation of what each number is (DP release, public constant, ledger)
-_WHAT_THESE_NUMBERS_ARE = """<h2>What these numbers are</h2>
-<ul>
-<li><b>Differentially private releases</b>: each site's estimate (tau), its variance and its 95%
-interval. The combined estimate, its variance and interval, the weights and the choice of sites
-are computed from those releases only (post-processing: no further privacy cost).</li>
-<li><b>Public design constants</b>, fixed before any data were seen and not noised: each site's
-N, each release's epsilon and delta, and the outcome bound B and covariate bins of the study
-spec.</li>
-<li><b>The site's own ledger</b>: the lifetime spend against the lifetime cap, as the site's report
-published it right after this release (the sum of the spec budgets of the releases its ledger has
-reserved, and the cap: public amounts, not data), or, for an older report without it, read from the
-site's privacy ledger where it is reachable from here; it is the site's accounting, not a
-release.</li>
-</ul>
-"""
+
+@cache
+def _template() -> jinja2.Template:
+    """The page's template (``dpate/templates/report.html.j2``), every value HTML-escaped."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dpate", "templates"),
+        autoescape=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["fmt"] = _fmt
+    return env.get_template("report.html.j2")
 
 
 def render_html(
@@ -135,52 +134,13 @@ def render_html(
     """The self-contained page of ``result``; ``spends`` holds each site's lifetime spend where
     its ledger is reachable from here (None, or no entry, where it is not), shown only for a
     site whose report published none."""
-    png = base64.b64encode(forest_plot_png(result)).decode()
-    e = html.escape
-    rows = []
-    for s in result.sites:
-        cells = _site_cells(s, spends.get(s.site_id))
-        rows.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
-    partial = "" if result.complete else "<p><b>Partial:</b> not every site reported.</p>"
-    if result.answered:
-        headline = (
-            f"<b>{e(result.aggregator)}</b> estimate <b>{_fmt(result.estimate)}</b>,\n"
-            f"95% CI {e(result.interval_text(brief=True))} (variance {_fmt(result.variance)})"
-        )
-    else:
-        headline = f"<b>No answer at this budget</b>: {e(result.no_answer_why())}"
-    uninformative = ""
-    if result.answered and result.uninformative:
-        uninformative = (
-            f"<p><b>Uninformative at this budget:</b> {e(result.uninformative_why())} "
-            "(<code>dpate plan</code> predicts the budget a study needs).</p>"
-        )
-    elif result.answered and result.noise_dominated:
-        uninformative = (
-            f"<p><b>Mostly privacy noise:</b> {e(result.noise_why())}; more budget would narrow "
-            "the interval (<code>dpate plan</code> predicts it).</p>"
-        )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>dpate report: {e(result.study_id)} round {e(result.round)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 70em; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3em .6em; }}
-th {{ background: #f2f2f2; }} .est {{ font-size: 1.3em; }}
-</style></head><body>
-<h1>Study {e(result.study_id)}, round {e(result.round)}</h1>
-<p class="est">{headline}</p>
-{uninformative}{partial}
-<p>Sites used: {e(", ".join(result.used) or "none")}</p>
-<img alt="forest plot" src="data:image/png;base64,{png}">
-<h2>Sites</h2>
-<table><tr>{"".join(f"<th>{e(h)}</th>" for h in _SITE_COLUMNS)}</tr>
-{"".join(rows)}
-</table>
-{_WHAT_THESE_NUMBERS_ARE}<p>Study spec hash <code>{e(result.spec_hash)}</code>, software
-{e(result.software_version)}. Result: <code>{e(source_label(result, result_uri))}</code>.</p>
-</body></html>
-"""
+    return _template().render(
+        result=result,
+        png=base64.b64encode(forest_plot_png(result)).decode(),
+        columns=_SITE_COLUMNS,
+        rows=[[str(c) for c in _site_cells(s, spends.get(s.site_id))] for s in result.sites],
+        source=source_label(result, result_uri),
+    )
 
 
 def source_label(result: StudyResult, result_uri: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpate.errors import DpateError, ExitCode
 from dpate_core.privacy import PrivacyParams, check_budget, exact, fraction_str
 
 __all__ = [
@@ -36,20 +37,29 @@ __all__ = [
 GENESIS = "0" * 64
 
 
-class LedgerError(RuntimeError):
+class LedgerError(DpateError, RuntimeError):
     """The ledger refuses an operation; the message says why and what to do next."""
+
+    exit_code = ExitCode.LEDGER
+    cause = "privacy ledger"
 
 
 class LedgerNotFoundError(LedgerError):
     """No ledger at the URL (SQLite: no file or no ledger table; PostgreSQL: no table)."""
 
+    cause = "no privacy ledger"
+
 
 class BudgetExceededError(LedgerError):
     """A reservation would take the site's spend past its lifetime cap."""
 
+    cause = "privacy budget refused"
+
 
 class CapMismatchError(LedgerError):
     """A study spec asks for a different lifetime cap than the one recorded in the ledger."""
+
+    cause = "privacy ledger cap"
 
 
 def canonical_json(value: Any) -> str:

@@ -48,6 +48,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dpate.errors import DpateError, ExitCode
 from dpate.ledger_chain import release_id
 from dpate.ledger_engine import as_sqlalchemy_url
 from dpate.schemas.spec import SpecError, StudySpec, load_spec
@@ -76,8 +77,11 @@ _ID_HINT = "1-128 characters: letters, digits, '_', '.', '-', starting with a le
 Identifier = Annotated[str, Field(pattern=IDENTIFIER)]
 
 
-class SettingsError(ValueError):
+class SettingsError(DpateError, ValueError):
     """A site's settings are missing or not allowed; the message says which and how to fix it."""
+
+    exit_code = ExitCode.SETTINGS
+    cause = "site settings"
 
 
 class SiteRun(BaseModel):

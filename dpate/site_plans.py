@@ -80,6 +80,7 @@ def plan_from_records(
         "split": spec.budget_split(site_id).shares,
         "options": spec.options,
         "binary": spec.outcome.binary,
+        "covariate_sizes": tuple(c.size for c in spec.covariates),
     }
     if isinstance(data, SiteStatistics):
         if est.plan_from_statistics is None:

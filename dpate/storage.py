@@ -28,6 +28,8 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from dpate.errors import DpateError, ExitCode
+
 __all__ = [
     "InvalidKeyError",
     "ObjectTooLargeError",
@@ -72,8 +74,11 @@ def check_key(key: str) -> str:
     return key
 
 
-class PublicationConflictError(RuntimeError):
+class PublicationConflictError(DpateError, RuntimeError):
     """An object already exists at the path with different bytes; it is never overwritten."""
+
+    exit_code = ExitCode.STORAGE
+    cause = "publication conflict"
 
 
 class ObjectTooLargeError(ValueError):

@@ -34,6 +34,7 @@ __all__ = [
     "Outputs",
     "PublishedAssembly",
     "SiteEstimate",
+    "Stage",
     "check_bound",
     "check_outcomes",
     "draw_many",
@@ -192,6 +193,22 @@ class NoiseSpec:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """Noise sites whose private values depend on the noisy values drawn before them (adaptive
+    sequential composition: a later query is chosen by post-processing earlier DP outputs, and
+    the costs add, ``docs/privacy.md``).
+
+    ``sites``: the stage's noise sites; their ``scale`` and ``unit`` are public and fixed in
+    advance, their ``loc`` only gives the shape (its values are not read). ``locs``: the noisy
+    values drawn so far (by name, in assembly units) to the private values of ``sites`` (by name,
+    1-d, in the units they are noised in); in simulations (:func:`draw_many`) it receives
+    ``(reps, ...)`` arrays and returns ``(reps, k)`` ones. Private: never leaves the site."""
+
+    sites: tuple[NoiseSpec, ...]
+    locs: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
 class Outputs:
     """Assembled outputs; floats for a release, arrays (one entry per repetition) in simulations.
 
@@ -245,6 +262,8 @@ class MechanismPlan:
     shares: BudgetSplit
     noise: tuple[NoiseSpec, ...]
     assemble: Callable[[Mapping[str, Any]], Outputs]
+    #: later noise sites, each stage's values chosen from the noisy values before it
+    stages: tuple[Stage, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.assemble, PublishedAssembly):
@@ -292,23 +311,33 @@ class MechanismPlan:
 
 
 def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:
-    """One draw per noise site: secure noise when ``rng`` is None. A vector ``loc`` is drawn
+    """One draw per noise site: secure noise when ``rng`` is None; a plan's :class:`Stage` s
+    after its first sites, each from the values drawn before it. A vector ``loc`` is drawn
     through one vector measurement (:func:`dpate_core.noise.laplace_vector`); kind
     ``"integer_laplace"`` (integer values, scalar or vector) through the exact discrete sampler
     (:func:`dpate_core.noise.integer_laplace_vector`)."""
-    sample = {"laplace": laplace, "gaussian": gaussian}
     out: dict[str, Any] = {}
     for spec in plan.noise:
-        if spec.kind == "integer_laplace":
-            drawn = integer_laplace_vector(np.atleast_1d(spec.loc), spec.scale, rng)
-            out[spec.name] = drawn if _is_vector(spec) else float(drawn[0])
-        elif _is_vector(spec):
-            out[spec.name] = laplace_vector(spec.loc, spec.scale, rng)
-        else:
-            out[spec.name] = sample[spec.kind](cast(float, spec.loc), spec.scale, rng)
-        if spec.unit != 1.0:
-            out[spec.name] = out[spec.name] * spec.unit  # post-processing (NoiseSpec.unit)
+        _draw_site(spec, out, rng)
+    for stage in plan.stages:
+        locs = stage.locs(dict(out))
+        for spec in stage.sites:
+            loc = np.asarray(locs[spec.name], dtype=np.float64)
+            _draw_site(NoiseSpec(spec.name, loc, spec.scale, spec.kind, spec.unit), out, rng)
     return out
+
+
+def _draw_site(spec: NoiseSpec, out: dict[str, Any], rng: Rng) -> None:
+    sample = {"laplace": laplace, "gaussian": gaussian}
+    if spec.kind == "integer_laplace":
+        drawn = integer_laplace_vector(np.atleast_1d(spec.loc), spec.scale, rng)
+        out[spec.name] = drawn if _is_vector(spec) else float(drawn[0])
+    elif _is_vector(spec):
+        out[spec.name] = laplace_vector(spec.loc, spec.scale, rng)
+    else:
+        out[spec.name] = sample[spec.kind](cast(float, spec.loc), spec.scale, rng)
+    if spec.unit != 1.0:
+        out[spec.name] = out[spec.name] * spec.unit  # post-processing (NoiseSpec.unit)
 
 
 def _is_vector(spec: NoiseSpec) -> bool:
@@ -328,16 +357,26 @@ def draw_many(
     ``loc`` of ``k`` entries gives an array of shape ``(reps, k)``."""
     if not isinstance(rng, np.random.Generator):
         raise TypeError("draw_many is for simulations: pass a seeded numpy.random.Generator")
-    out = {}
+    out: dict[str, npt.NDArray[np.float64]] = {}
     for spec in plan.noise:
-        if _is_vector(spec):
-            z = rng.laplace(0.0, 1.0, (reps, cast(npt.NDArray[np.float64], spec.loc).size))
-        elif spec.kind in ("laplace", "integer_laplace"):  # simulations: continuous Lap
-            z = rng.laplace(0.0, 1.0, reps)
-        else:
-            z = rng.normal(0.0, 1.0, reps)
-        out[spec.name] = (spec.loc + spec.scale * z) * spec.unit
+        out[spec.name] = _simulated(spec, spec.loc, rng, reps)
+    for stage in plan.stages:
+        locs = stage.locs(dict(out))
+        for spec in stage.sites:
+            out[spec.name] = _simulated(spec, np.asarray(locs[spec.name], np.float64), rng, reps)
     return out
+
+
+def _simulated(
+    spec: NoiseSpec, loc: Any, rng: np.random.Generator, reps: int
+) -> npt.NDArray[np.float64]:
+    if _is_vector(spec):
+        z = rng.laplace(0.0, 1.0, (reps, cast(npt.NDArray[np.float64], spec.loc).size))
+    elif spec.kind in ("laplace", "integer_laplace"):  # simulations: continuous Lap
+        z = rng.laplace(0.0, 1.0, reps)
+    else:
+        z = rng.normal(0.0, 1.0, reps)
+    return cast(npt.NDArray[np.float64], (loc + spec.scale * z) * spec.unit)
 
 
 def release_once(plan: MechanismPlan, rng: Rng = None) -> SiteEstimate:

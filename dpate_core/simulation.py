@@ -102,7 +102,7 @@ COMBINERS_MANY: Mapping[str, CombinerMany] = RegistryView(lambda a: a.many)
 def mvagg_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
     """MVAgg (Algorithm 3) per row, exact: sort sites by ``N_j var_j`` ascending (stable), take the
     prefix minimising ``sum_{j<=k} N_j^2 var_j / (sum_{j<=k} N_j)^2`` (the first minimum, i.e. the
-    shortest optimal prefix; ERRATA section 6), then the ``N_j``-weighted mean over it."""
+    shortest optimal prefix; correction 6), then the ``N_j``-weighted mean over it."""
     return aggregator_of("mvagg").many(tau, n, variance)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from dpate.settings import Identifier, SiteRun
+from dpate.settings import Identifier, SiteRun, load_study_spec
 from dpate.tasks.site import (
     check_publication,
     commit_release,
@@ -32,7 +32,13 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     p = flow_run.parameters
-    return f"release-{p.get('site')}-round-{p.get('round') or 'spec'}"
+    round = p.get("round")
+    if not round:
+        try:  # the spec's round label
+            round = load_study_spec(str(p["spec"])).release
+        except Exception:  # an unreadable spec fails in the flow itself, with its message
+            round = "default"
+    return f"release-{p.get('site')}-round-{round}"
 
 
 @flow(name="site-release", flow_run_name=_run_name, persist_result=False, validate_parameters=True)

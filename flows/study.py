@@ -20,10 +20,12 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpate.flows.aggregate import aggregate_study
 from dpate.flows.site_release import site_release
-from dpate.settings import resolve_site
+from dpate.settings import load_study_spec, resolve_site
 from dpate.site_reports import published_site
+from dpate.study_check import not_ready_error
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
 from dpate.tasks.common import PUBLIC_TASK
+from dpate.tasks.preflight import check_study_sites
 
 
 def state_output(state: State, fallback: Callable[[], Any]) -> Any:
@@ -65,8 +67,12 @@ def _run_name() -> str:
     from prefect.runtime import flow_run
 
     p = flow_run.parameters
-    name = str(p["spec"]).rstrip("/").rsplit("/", 1)[-1].removesuffix(".toml")
-    return f"study-{name}-round-{p.get('round') or 'spec'}"
+    try:  # the study's id and round, as the spec names them
+        study = load_study_spec(str(p["spec"]))
+        return f"study-{study.study_id}-round-{p.get('round') or study.release}"
+    except Exception:  # an unreadable spec fails in the flow itself, with its message
+        name = str(p["spec"]).rstrip("/").rsplit("/", 1)[-1].removesuffix(".toml")
+        return f"study-{name}-round-{p.get('round') or 'default'}"
 
 
 #: Sites released at once on this machine. The embedded Prefect server keeps its state in SQLite,
@@ -82,8 +88,13 @@ PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
     persist_result=False,
 )
 def study(spec: str, round: str | None = None) -> dict[str, Any]:
-    """Run ``site_release`` for every site of the spec in parallel, then ``aggregate_study``."""
+    """Check every site (:func:`dpate.study_check.check_study`: ledger, publication path, data,
+    feasibility, the round's history) before any site reserves; then ``site_release`` for every
+    site in parallel, then ``aggregate_study``. A study that cannot complete spends nothing."""
     ctx = resolve_study_context(spec, round, None)
+    checked = check_study_sites(spec, ctx.round)
+    if not checked.can_run:  # before any site reserves: a study that cannot complete spends nothing
+        raise not_ready_error(checked)
     runs = run_site.map(spec, ctx.site_ids, unmapped(ctx.round))
     sites = [r.result() for r in runs]
     state = aggregate_study(spec, ctx.round, None, return_state=True)

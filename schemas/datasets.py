@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpate.errors import DpateError, ExitCode
 from dpate.schemas.dataset_sources import SOURCES, DatasetSource, SourceFile
 from dpate_core.synth import synth
 
@@ -81,8 +82,11 @@ LALONDE_EARNINGS_CAP = 50_000.0
 LALONDE_AGES = (17, 55)
 
 
-class DataUnavailableError(FileNotFoundError):
+class DataUnavailableError(DpateError, FileNotFoundError):
     """A data set's files are not in the data directory."""
+
+    exit_code = ExitCode.SITE_DATA
+    cause = "site data unavailable"
 
 
 def data_dir() -> Path:

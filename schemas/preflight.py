@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpate.errors import DpateError, ExitCode
 from dpate.schemas.site_data import SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
 
@@ -39,11 +40,17 @@ __all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problem
 #: strata, else from sorted stratum ids (``O(N)``: ``|X|`` may be 10^9)
 COUNT_CELLS_UP_TO = 1 << 24
 
-_LEAVE_OUT = "or leave this site out of the study (require_all_sites = false)"
+_LEAVE_OUT = (
+    "or leave this site out of the study (require_all_sites = false: a new spec hash, so a site "
+    "that already released for this spec releases, and spends, again)"
+)
 
 
-class FeasibilityError(ValueError):
+class FeasibilityError(DpateError, ValueError):
     """The site's records cannot support the spec's release (public wording, no counts)."""
+
+    exit_code = ExitCode.SITE_DATA
+    cause = "release not feasible"
 
     def __init__(self, site_id: str, problems: list[str]):
         self.site_id = site_id

@@ -63,6 +63,7 @@ from pydantic import (
     model_validator,
 )
 
+from dpate.errors import DpateError, ExitCode
 from dpate.schemas.plausibility import estimate_problems, spend_problems
 from dpate.schemas.report_parts import BudgetAmount, LedgerHead, LifetimeSpend, PublicEstimate
 from dpate.schemas.spec import StudySpec, canonical_json
@@ -96,8 +97,11 @@ _RELEASE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"
 MAX_REPORT_BYTES = 64 * 1024
 
 
-class ReportError(ValueError):
+class ReportError(DpateError, ValueError):
     """A site report cannot be used; the message says why (one reason per line)."""
+
+    exit_code = ExitCode.REPORT
+    cause = "invalid report"
 
     def __init__(self, reasons: list[str], source: str | None = None):
         self.reasons = reasons

@@ -349,7 +349,9 @@ class StudyResult(_WithInterval):
             "lifetime delta",
         )
         for col in (*cols, "status"):
-            table.add_column(col, justify="right" if col not in ("site", "status") else "left")
+            # overflow "fold": a narrow or piped console wraps a cell, never cuts it ("hospi…")
+            left = col in ("site", "status")
+            table.add_column(col, justify="left" if left else "right", overflow="fold")
         for s in self.sites:
             if isinstance(s, ReleasedSite):
                 life = s.lifetime_spend

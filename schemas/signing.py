@@ -27,6 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from dpate.errors import DpateError, ExitCode
 from dpate.schemas.spec import canonical_json
 
 __all__ = [
@@ -45,8 +46,11 @@ SITE_KEY_ENV = "DPATE_SITE_KEY"
 _PREFIX = "ed25519:"
 
 
-class SigningError(ValueError):
+class SigningError(DpateError, ValueError):
     """A key or signature cannot be used; the message says what to do next."""
+
+    exit_code = ExitCode.SETTINGS
+    cause = "site signing key"
 
 
 def _b64(text: str) -> bytes:

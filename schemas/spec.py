@@ -47,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from dpate.errors import DpateError, ExitCode
 from dpate.plugins import load_plugins
 from dpate.schemas.spec_checks import cross_field_problems, option_object
 from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
@@ -75,8 +76,11 @@ class _CrossFieldProblems(ValueError):
         super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in problems))
 
 
-class SpecError(ValueError):
+class SpecError(DpateError, ValueError):
     """A study spec is invalid. ``problems`` holds ``(field path, message)`` pairs."""
+
+    exit_code = ExitCode.SPEC
+    cause = "invalid study spec"
 
     def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
         self.problems = problems

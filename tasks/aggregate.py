@@ -32,11 +32,13 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from dpate.errors import DpateError, ExitCode
 from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
 from dpate.schemas.result import NO_ANSWER, RESULT_SCHEMA, StudyResult
 from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
+from dpate.study_check import respend_text
 from dpate.tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
 from dpate_core.aggregation import (
     UNRESOLVED,
@@ -72,8 +74,11 @@ __all__ = [
 RESULT_SCHEMA_VERSION = 3
 
 
-class StudyIncompleteError(RuntimeError):
+class StudyIncompleteError(DpateError, RuntimeError):
     """The spec requires every site, and at least one has no valid report."""
+
+    exit_code = ExitCode.REPORT
+    cause = "study incomplete"
 
 
 @task(name="resolve-study", **IO_TASK)
@@ -229,7 +234,8 @@ def _require_enough_sites(
             f"study {ctx.study_id} round {ctx.round} requires every site, but "
             f"{len(absent)} of {len(inputs)} have no valid report: {'; '.join(lines)}. Re-run "
             f"the missing sites (a site that already released spends nothing), or set "
-            f"require_all_sites = false in the spec to aggregate the others"
+            f"require_all_sites = false in the spec to aggregate the others (this changes the "
+            f"spec's hash: {respend_text(ctx.spec)})"
         )
     if not valid:
         raise StudyIncompleteError(

@@ -36,6 +36,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate import site_plans
+from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems
 from dpate.schemas.report import (
@@ -70,10 +71,12 @@ __all__ = [
     "publish_site_report",
     "read_site_records",
     "recorded_release",
+    "redacted_data_error",
     "reserve_budget",
     "resolve_site_context",
     "show_site_report",
     "show_site_spend",
+    "unreadable_data_error",
 ]
 
 #: The parent of every site's operator logger; never propagates (to Prefect or the root logger).
@@ -108,12 +111,17 @@ def site_file_logger(site_id: str, log_path: str) -> logging.Logger:
     return log
 
 
-class SiteDataRejected(ValueError):
+class SiteDataRejected(DpateError, ValueError):
     """The site's data failed the spec's checks. Public: names columns and rules only; the counts
     and row positions are in the site's operator log."""
 
+    exit_code = ExitCode.SITE_DATA
+    cause = "invalid site data"
 
-def _redacted(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
+
+def redacted_data_error(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
+    """The public form of a data check's failure: the columns and rules broken, no count, no
+    row position (those are in the operator log)."""
     seen: list[str] = []
     for p in exc.problems:
         line = f"column {p.column!r}: {p.rule}"
@@ -124,6 +132,16 @@ def _redacted(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
         f"site {ctx.site_id}: its data does not satisfy the study spec ({what}). Nothing was "
         f"reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details; fix the "
         f"extract, or the spec's levels/bins or 'missing'/'policy' settings if the data is right"
+    )
+
+
+def unreadable_data_error(ctx: SiteContext, exc: BaseException) -> SiteDataRejected:
+    """A reader's failure (its message may quote a value): written to the operator log, made
+    public by its type only."""
+    operator_logger(ctx).error("site %s: reading the data failed: %r", ctx.site_id, exc)
+    return SiteDataRejected(
+        f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
+        f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
     )
 
 
@@ -206,14 +224,10 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
         data = site_plans.read_for_release(ctx)
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
-        failure = _redacted(ctx, exc)
+        failure = redacted_data_error(ctx, exc)
         del exc
     except Exception as exc:  # a reader's message may quote a value: keep it at the site
-        oplog.error("site %s: reading the data failed: %r", ctx.site_id, exc)
-        failure = SiteDataRejected(
-            f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
-            f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
-        )
+        failure = unreadable_data_error(ctx, exc)
         del exc
     if failure is not None:
         raise failure

@@ -19,12 +19,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from dpate.cli.environment import SpecArg
 from dpate.cli.errors import ExitCode, Failure, from_exception, print_failures, summary_code
 
 __all__ = ["check"]
@@ -34,21 +35,34 @@ err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 def check(
-    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
-    site: str = typer.Option(
-        None,
-        "--site",
-        help="check only this site (default: every site whose data is reachable from here)",
-    ),
-    data: str = typer.Option(
-        None, "--data", help="the site's data (with --site; default: the site's configuration)"
-    ),
-    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
+    spec: SpecArg,
+    site: Annotated[
+        str | None,
+        typer.Option(
+            "--site",
+            help="check only this site (default: every site whose data is reachable from here)",
+            show_default=False,
+        ),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="the site's data (with --site; default: the site's configuration)",
+            show_default=False,
+        ),
+    ] = None,
+    round: Annotated[
+        str | None,
+        typer.Option(help="round label (default: the spec's 'release')", show_default=False),
+    ] = None,
 ) -> None:
     """Check a study spec and a site's data before any release: spends nothing, draws nothing.
 
     Prints the public facts of the study, what a release would publish exactly, the budget it
-    would spend and what the site's ledger has left (read-only), and operator-only counts."""
+    would spend and what the site's ledger has left (read-only), and operator-only counts.
+    Exit 4 when a site's data is not ready (whatever its ledger), else 5 when only the ledger
+    state would refuse (a missing ledger: the dpate ledger init lines are printed)."""
     from dpate.settings import load_study_spec
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
@@ -57,10 +71,11 @@ def check(
     site_ids = [study.site(site).id] if site else [s.id for s in study.sites]
     _print_study(study)
     failures: list[Failure] = []
+    missing: list[tuple[str, str]] = []  # (site, ledger URL) without a ledger
     checked = 0
     with _data_override(data):
         for site_id in site_ids:
-            result = _check_site(spec, study, site_id, round, explicit=bool(site))
+            result = _check_site(spec, study, site_id, round, explicit=bool(site), missing=missing)
             if result is None:
                 continue
             checked += 1
@@ -75,10 +90,31 @@ def check(
                 ExitCode.SETTINGS,
             )
         )
-    if failures:
-        out.print()
-        print_failures(failures, err)
-        raise typer.Exit(int(summary_code(failures)))
+    _finish(study, checked, failures, missing)
+
+
+def _finish(
+    study: Any, checked: int, failures: list[Failure], missing: list[tuple[str, str]]
+) -> None:
+    """Data and settings problems first, then the ledger state (with the lines that create
+    the missing ledgers); the exit code is the data's when the data is not ready."""
+    data = [f for f in failures if f.code != ExitCode.LEDGER]
+    ledger = [f for f in failures if f.code == ExitCode.LEDGER]
+    if data:
+        err.print("\n[bold]data and settings[/bold] (fix these first):")
+        print_failures(data, err)
+    if ledger:
+        err.print("\n[bold]ledger state[/bold] (a run would be refused until these are fixed):")
+        print_failures(ledger, err)
+    if missing:
+        from dpate.study_check import ledger_init_line
+
+        out.print("create the missing ledger(s) with the spec's lifetime cap:")
+        for site_id, _url in missing:
+            out.print(f"  {ledger_init_line(study, site_id)}", markup=False)
+        out.print("(or `dpate run --init-ledgers`; all sites' lines: `dpate ledger init-commands`)")
+    if data or ledger:
+        raise typer.Exit(int(summary_code(data) if data else summary_code(ledger)))
     out.print(f"\n[green]OK[/green]: {checked} site(s) checked; nothing was spent or drawn.")
 
 
@@ -133,7 +169,13 @@ def _reachable(location: str) -> bool:
 
 
 def _check_site(
-    spec: str, study: Any, site_id: str, round: str | None, *, explicit: bool
+    spec: str,
+    study: Any,
+    site_id: str,
+    round: str | None,
+    *,
+    explicit: bool,
+    missing: list[tuple[str, str]],
 ) -> list[Failure] | None:
     """The site's problems (empty: it could release), or None when its data is not reachable
     from here and the site was not asked for explicitly."""
@@ -159,7 +201,7 @@ def _check_site(
             )
         ]
     problems = _check_data(ctx, study, site_id)
-    problems += _check_budget(ctx, study, site_id)
+    problems += _check_budget(ctx, study, site_id, missing)
     return problems
 
 
@@ -203,7 +245,9 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     return []
 
 
-def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
+def _check_budget(
+    ctx: Any, study: Any, site_id: str, missing_ledgers: list[tuple[str, str]]
+) -> list[Failure]:
     from sqlalchemy.engine import make_url
 
     from dpate.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
@@ -221,18 +265,19 @@ def _check_budget(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     missing = Failure(
         site_id,
         "no privacy ledger",
-        f"no ledger at {url}: a release would be refused; create it with `dpate ledger init "
-        f"{site_id} --epsilon E --delta D` (or `dpate run --init-ledgers`)",
+        f"no ledger at {url} yet: a release would be refused until it is created",
         ExitCode.LEDGER,
     )
     u = make_url(url)
     if u.get_backend_name() == "sqlite" and not (u.database and Path(u.database).is_file()):
+        missing_ledgers.append((site_id, url))
         return [missing]  # never created by a check
     try:
         with PrivacyLedger(url) as led:
             spend = led.spend(site_id)
             recorded = led.committed(ctx.rid)
     except LedgerNotFoundError:
+        missing_ledgers.append((site_id, url))
         return [missing]
     except LedgerError as exc:
         return [from_exception(exc, site_id)]

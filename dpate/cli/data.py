@@ -28,7 +28,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpate.cli.errors import TYPER_OPTIONS
+
 data_app = typer.Typer(
+    **TYPER_OPTIONS,
     help="The paper's data sets: fetch them, describe them and their site splits.",
     no_args_is_help=True,
 )
@@ -69,7 +72,7 @@ def fetch(
         raise typer.Exit(2) from None
     table = Table(title=f"data directory: {target}")
     for col in ("data set", "file", "sha256", "status"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for f in done:
         table.add_row(f.dataset, f.name, "verified", f.status)
     console.print(table)
@@ -125,7 +128,7 @@ def describe(
     seeded = "" if mode in ("natural", "none") else f", seed {seed}"
     table = Table(title=f"split: {mode}{seeded}")
     for col in ("site", "N", "N_t", "N_c", "share"):
-        table.add_column(col, justify="right" if col != "site" else "left")
+        table.add_column(col, justify="right" if col != "site" else "left", overflow="fold")
     for label, idx in zip(labels, parts, strict=True):
         nt = int(np.count_nonzero(ds.w[idx]))
         table.add_row(

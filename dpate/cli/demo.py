@@ -27,8 +27,8 @@ def demo(
 
     SmoothDPMatching at each site (its own ledger, budget and size), MVAgg on the reports, an
     HTML report with a forest plot. Re-running it spends nothing: the releases are recorded.
-    Each site's ledger is created under the folder (``<out>/ledgers/<site>.sqlite``, with the
-    spec's lifetime cap) when absent; the operator logs go to ``<out>/logs/<site>.log``.
+    Each site's ledger is created under the folder (OUT/ledgers/SITE.sqlite, with the
+    spec's lifetime cap) when absent; the operator logs go to OUT/logs/SITE.log.
     """
     from dpate.cli.demo_study import TRUE_ATE, write_demo_study
 

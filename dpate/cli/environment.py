@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from dpate.cli.errors import DEBUG, quiet_prefect_console
 
@@ -57,3 +59,12 @@ def load_spec(spec: str) -> Any:
     from dpate.settings import load_study_spec
 
     return load_study_spec(spec)
+
+
+#: the study spec argument of every command that reads one
+SpecArg = Annotated[
+    str,
+    typer.Argument(
+        help="study spec (TOML path or fsspec URL)", metavar="STUDY.toml", show_default=False
+    ),
+]

@@ -4,7 +4,8 @@ An expected error ends a command with one short message naming its cause and an 
 tells the causes apart (the table: ``docs/pipeline.md``, "Checking before spending, and exit
 codes"); a traceback is shown only with ``--debug``. Failures that come back from a Prefect run
 arrive as public text ``"ExceptionType: message"`` (:func:`dpate.flows.study.state_error`);
-:func:`classify` reads the type.
+:func:`classify` reads the type. The exit code and cause of each error are its class's
+(:class:`dpate.errors.DpateError`).
 
 No Prefect import here: ``dpate check`` and the spec check before a run use it too.
 """
@@ -12,10 +13,8 @@ No Prefect import here: ``dpate check`` and the spec check before a run use it t
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,9 +22,12 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from dpate.errors import DpateError, ExitCode, error_class, exit_code_of
+
 __all__ = [
     "DEBUG",
     "PREFECT_LOG",
+    "TYPER_OPTIONS",
     "CliGroup",
     "ExitCode",
     "Failure",
@@ -38,44 +40,11 @@ __all__ = [
 ]
 
 
-class ExitCode(IntEnum):
-    """What a ``dpate`` command's exit status means (table in docs/pipeline.md)."""
-
-    OK = 0
-    UNEXPECTED = 1  #: an unexpected error (a bug, or an unclassified failure): rerun with --debug
-    USAGE = 2  #: wrong command-line usage (typer's own code)
-    SPEC = 3  #: the study spec is invalid or unreadable
-    SITE_DATA = 4  #: a site's data fails validation, or the release is not feasible on it
-    LEDGER = 5  #: the privacy ledger refused (lifetime cap) or is missing / unusable
-    REPORT = 6  #: a published report or result failed validation, or is missing
-    STORAGE = 7  #: the publication storage could not be read or written
-    SETTINGS = 8  #: a site's settings (ledger, data, storage location) are missing or refused
-    PARTIAL = 10  #: the study ran, but without some sites (require_all_sites = false)
-    SITES_FAILED = 11  #: the study failed: its sites failed for different causes (each listed)
-
-
-#: exception type name -> (exit code, short cause shown to the operator)
-_CAUSES: dict[str, tuple[ExitCode, str]] = {
-    "SpecError": (ExitCode.SPEC, "invalid study spec"),
-    "SiteDataError": (ExitCode.SITE_DATA, "invalid site data"),
-    "SiteDataRejected": (ExitCode.SITE_DATA, "invalid site data"),
-    "FeasibilityError": (ExitCode.SITE_DATA, "release not feasible"),
-    "DataUnavailableError": (ExitCode.SITE_DATA, "site data unavailable"),
-    "LedgerError": (ExitCode.LEDGER, "privacy ledger"),
-    "BudgetExceededError": (ExitCode.LEDGER, "privacy budget refused"),
-    "CapMismatchError": (ExitCode.LEDGER, "privacy ledger cap"),
-    "LedgerNotFoundError": (ExitCode.LEDGER, "no privacy ledger"),
-    "ReportError": (ExitCode.REPORT, "invalid report"),
-    "StudyIncompleteError": (ExitCode.REPORT, "study incomplete"),
-    "PublicationConflictError": (ExitCode.STORAGE, "publication conflict"),
-    "StorageError": (ExitCode.STORAGE, "storage"),
-    "PermissionError": (ExitCode.STORAGE, "storage permission"),
-    "FileNotFoundError": (ExitCode.STORAGE, "not found"),
-    "OSError": (ExitCode.STORAGE, "storage"),
-    "SettingsError": (ExitCode.SETTINGS, "site settings"),
-}
-
-_TYPE_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*): ", re.S)
+_BUILTIN_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (PermissionError, "storage permission"),
+    (FileNotFoundError, "not found"),
+    (OSError, "storage"),
+)
 
 
 @dataclass(frozen=True)
@@ -95,24 +64,18 @@ class Failure:
         return [f"{head}{first}", *(f"    {line.strip()}" for line in rest)]
 
 
-def exit_code_of(exc: BaseException) -> ExitCode:
-    """The exit code of an exception (by its class or a base class's name)."""
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _CAUSES:
-            return _CAUSES[cls.__name__][0]
-    if isinstance(exc, KeyError):
-        return ExitCode.USAGE
-    return ExitCode.UNEXPECTED
-
-
 def from_exception(exc: BaseException, site: str | None = None) -> Failure:
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _CAUSES:
-            code, cause = _CAUSES[cls.__name__]
-            return Failure(site, cause, _text(exc), code)
+    """The failure an exception stands for: a :class:`~dpate.errors.DpateError` names its own
+    cause and exit code; a storage ``OSError`` is 7, an unknown site id (``KeyError``) 2."""
+    code = exit_code_of(exc)
+    if isinstance(exc, DpateError):
+        return Failure(site, exc.cause, _strip_site(_text(exc), site), code)
     if isinstance(exc, KeyError):  # an unknown site id: KeyError's text is the message
-        return Failure(site, "unknown site", str(exc.args[0]) if exc.args else "", ExitCode.USAGE)
-    return Failure(site, f"unexpected {type(exc).__name__}", _text(exc), ExitCode.UNEXPECTED)
+        return Failure(site, "unknown site", str(exc.args[0]) if exc.args else "", code)
+    for kind, cause in _BUILTIN_CAUSES:
+        if isinstance(exc, kind):
+            return Failure(site, cause, _text(exc), code)
+    return Failure(site, f"unexpected {type(exc).__name__}", _text(exc), code)
 
 
 def _text(exc: BaseException) -> str:
@@ -120,16 +83,21 @@ def _text(exc: BaseException) -> str:
 
 
 def classify(error: str, site: str | None = None) -> Failure:
-    """A failure from a run's public error text ``"Type: message"`` (or bare text)."""
-    m = _TYPE_PREFIX.match(error)
-    if m:
-        name = m.group(1).rsplit(".", 1)[-1]
-        message = error[m.end() :]
-        if name in _CAUSES:
-            code, cause = _CAUSES[name]
-            return Failure(site, cause, _strip_site(message, site), code)
-        if name.endswith(("Error", "Exception")):
-            return Failure(site, f"unexpected {name}", message, ExitCode.UNEXPECTED)
+    """A failure from a run's public error text ``"Type: message"`` (Prefect hands a failed
+    run's exception back as that text): the :class:`~dpate.errors.DpateError` of that name gives
+    the cause and exit code; an unknown type is unexpected (1)."""
+    name, sep, message = error.partition(": ")
+    name = name.rsplit(".", 1)[-1]
+    if not sep or not name.isidentifier():
+        return Failure(site, "failed", error, ExitCode.UNEXPECTED)
+    cls = error_class(name)
+    if cls is not None:
+        return Failure(site, cls.cause, _strip_site(message, site), cls.exit_code)
+    for kind, cause in _BUILTIN_CAUSES:
+        if name == kind.__name__:
+            return Failure(site, cause, message, ExitCode.STORAGE)
+    if name.endswith(("Error", "Exception")):
+        return Failure(site, f"unexpected {name}", message, ExitCode.UNEXPECTED)
     return Failure(site, "failed", error, ExitCode.UNEXPECTED)
 
 
@@ -214,6 +182,11 @@ def print_failures(failures: Iterable[Failure], console: Any) -> None:
             highlight=False,
             soft_wrap=True,
         )
+
+
+#: every ``typer.Typer`` of the command line: plain help (click's formatter: no Rich, Markdown or
+#: pretty-traceback import on ``--help``; dpate's own errors are one line each anyway)
+TYPER_OPTIONS: dict[str, Any] = {"rich_markup_mode": None, "pretty_exceptions_enable": False}
 
 
 class CliGroup(TyperGroup):

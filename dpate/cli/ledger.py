@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from dpate.cli.environment import SpecArg
+from dpate.cli.errors import TYPER_OPTIONS
 from dpate.cli.output import console, err, fail, plain
+from dpate.errors import ExitCode
 
 __all__ = ["ledger_app"]
 
-ledger_app = typer.Typer(help="The site's privacy ledger: spend, audit, cap.", no_args_is_help=True)
+ledger_app = typer.Typer(
+    help="The site's privacy ledger: spend, audit, cap.", no_args_is_help=True, **TYPER_OPTIONS
+)
 
 
 def _ledger_url(site: str | None, ledger: str | None) -> str:
@@ -30,7 +35,10 @@ def _ledger_url(site: str | None, ledger: str | None) -> str:
             return url
         except ValueError as exc:
             raise fail(exc) from None
-    raise fail(ValueError("say which ledger: SITE (its configured ledger) or --ledger URL"))
+    raise fail(
+        ValueError("say which ledger: SITE (its configured ledger) or --ledger URL"),
+        ExitCode.USAGE,
+    )
 
 
 def _open(url: str, site: str | None) -> Any:
@@ -42,41 +50,59 @@ def _open(url: str, site: str | None) -> Any:
         raise fail(exc) from None
 
 
-_LEDGER_OPT = typer.Option(
-    None,
-    "--ledger",
-    help="ledger URL (SQLAlchemy) or SQLite path (default: the site's DPATE_LEDGER_URL, site "
-    "config, or $DPATE_HOME/ledgers/<site>.sqlite)",
-)
-_JSON_OPT = typer.Option(False, "--json", help="machine-readable output")
+LedgerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ledger",
+        help="ledger URL (SQLAlchemy) or SQLite path (default: the site's DPATE_LEDGER_URL, site "
+        "config, or $DPATE_HOME/ledgers/SITE.sqlite)",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+SiteArg = Annotated[str, typer.Argument(help="site id", show_default=False)]
 
 
 @ledger_app.command("init")
 def ledger_init(
-    site: str = typer.Argument(..., help="site id"),
-    epsilon: str = typer.Option(..., help="lifetime epsilon cap (exact, e.g. '5' or '7/2')"),
-    delta: str = typer.Option(..., help="lifetime delta cap (e.g. '1e-4')"),
-    ledger: str = _LEDGER_OPT,
-    reason: str = typer.Option(
-        "initial lifetime cap (dpate ledger init)", help="kept in the ledger for auditors"
-    ),
+    site: SiteArg,
+    epsilon: Annotated[
+        str,
+        typer.Option(help="lifetime epsilon cap (exact, e.g. '5' or '7/2')", show_default=False),
+    ],
+    delta: Annotated[
+        str, typer.Option(help="lifetime delta cap (e.g. '1e-4')", show_default=False)
+    ],
+    ledger: LedgerOpt = None,
+    reason: Annotated[
+        str, typer.Option(help="kept in the ledger for auditors")
+    ] = "initial lifetime cap (dpate ledger init)",
 ) -> None:
     """Create the site's ledger and pin its lifetime cap (a CAP event). The only way a ledger
     is created; running it again with the same cap changes nothing."""
     from dpate.ledger import LedgerError, PrivacyLedger
-    from dpate_core.privacy import PrivacyParams
 
     url = _ledger_url(site, ledger)
+    cap = _cap(epsilon, delta)
     try:
-        cap = PrivacyParams.of(epsilon, delta)
         with PrivacyLedger.init(url, site, cap, reason=reason) as led:
             s = led.spend(site)
-    except (TypeError, ValueError, LedgerError) as exc:
+    except LedgerError as exc:
         raise fail(exc) from None
     plain(
         f"site {site}: ledger {url}: lifetime cap epsilon {cap.epsilon}, delta {cap.delta} "
         f"(spent epsilon {s.spent.epsilon}, delta {s.spent.delta})"
     )
+
+
+def _cap(epsilon: str, delta: str) -> Any:
+    """The cap given on the command line (exact numbers); a bad number is a usage error."""
+    from dpate_core.privacy import PrivacyParams
+
+    try:
+        return PrivacyParams.of(epsilon, delta)
+    except (TypeError, ValueError) as exc:
+        raise fail(exc, ExitCode.USAGE) from None
 
 
 def _pair(p: Any) -> dict[str, str] | None:
@@ -85,9 +111,9 @@ def _pair(p: Any) -> dict[str, str] | None:
 
 @ledger_app.command("show")
 def ledger_show(
-    site: str = typer.Argument(..., help="site id"),
-    ledger: str = _LEDGER_OPT,
-    as_json: bool = _JSON_OPT,
+    site: SiteArg,
+    ledger: LedgerOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """The site's lifetime cap, spend per study and remaining budget (exact)."""
     url = _ledger_url(site, ledger)
@@ -101,7 +127,7 @@ def ledger_show(
         return
     table = Table(title=f"privacy ledger of site {site}")
     for col in ("study", "epsilon spent", "delta spent", "releases reserved", "committed"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # piped: wrap, never cut
     for study, p in sorted(s.per_study.items()):
         reserved, committed = s.releases.get(study, (0, 0))
         table.add_row(study, str(p.epsilon), str(p.delta), str(reserved), str(committed))
@@ -134,73 +160,109 @@ def _spend_doc(site: str, url: str, s: Any) -> dict[str, Any]:
     }
 
 
-def _storage_root(site: str, storage: str | None) -> str:
-    """``--storage``, else the site's own publication root (DPATE_STORAGE_URL or the site
-    config's ``storage``): the root holding ``<study>/sites/<site>/``."""
-    from dpate.settings import SettingsError, site_config
+def _storage_root(site: str, storage: str | None, spec: str | None) -> str:
+    """``--storage``, else the site's publication root found the way ``dpate run`` finds it:
+    the site's DPATE_STORAGE_URL or site config ``storage``, else (with ``--spec``) the spec's
+    ``reports``: the root holding ``<study>/sites/<site>/``."""
+    from dpate.settings import resolve_site, site_config
 
-    try:
-        root = storage or site_config(site, "{study}").storage
-    except SettingsError as exc:
-        raise fail(exc) from None
+    if storage:
+        return storage
+    if spec:  # as a run of this spec at this site publishes
+        return resolve_site(spec, site, None, deployed=False).storage_url
+    root = site_config(site, "{study}").storage
     if not root or "{study}" in root:
+        why = "it is not configured" if not root else f"its setting {root} names one study"
         raise fail(
             ValueError(
-                f"say where site {site} publishes: --storage URL, the root holding "
-                f"<study>/sites/{site}/ (default: the site's DPATE_STORAGE_URL or 'storage' in "
-                f"its site config, without {{study}}); found {root!r}"
+                f"say where site {site} publishes ({why}): --spec STUDY.toml (the root a run of "
+                f"that spec uses), --storage URL (the root holding <study>/sites/{site}/), or "
+                f"the site's DPATE_STORAGE_URL / 'storage' in its site config"
             ),
-            2,
+            ExitCode.USAGE,
         )
     return str(root)
 
 
 @ledger_app.command("verify")
 def ledger_verify(
-    site: str = typer.Argument(None, help="site id (to find its configured ledger)"),
-    ledger: str = _LEDGER_OPT,
-    expect_head: str = typer.Option(
-        None, help="a head hash noted earlier (detects removed last rows)"
-    ),
-    against_reports: bool = typer.Option(
-        False,
-        "--against-reports",
-        help="also check every ledger head the site has published (its reports, and the "
-        "results that used them): detects removed last rows, and rows rewritten with a "
-        "recomputed chain; needs SITE",
-    ),
-    storage: str = typer.Option(
-        None,
-        "--storage",
-        help="with --against-reports: the publication root (default: the site's configured "
-        "storage)",
-    ),
-    study: list[str] = typer.Option(  # noqa: B008
-        None, "--study", help="with --against-reports: only these studies (default: all)"
-    ),
-    as_json: bool = _JSON_OPT,
+    site: Annotated[
+        str | None,
+        typer.Argument(help="site id (to find its configured ledger)", show_default=False),
+    ] = None,
+    ledger: LedgerOpt = None,
+    expect_head: Annotated[
+        str | None,
+        typer.Option(
+            help="a head hash noted earlier (detects removed last rows)", show_default=False
+        ),
+    ] = None,
+    against_reports: Annotated[
+        bool,
+        typer.Option(
+            "--against-reports",
+            help="also check every ledger head the site has published (its reports, and the "
+            "results that used them): detects removed last rows, and rows rewritten with a "
+            "recomputed chain; needs SITE",
+        ),
+    ] = False,
+    spec: Annotated[
+        str | None,
+        typer.Option(
+            "--spec",
+            help="with --against-reports: find the publication root as a run of this study "
+            "spec does, and check its study",
+            show_default=False,
+        ),
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage",
+            help="with --against-reports: the publication root (default: the site's configured "
+            "storage, else --spec's)",
+            show_default=False,
+        ),
+    ] = None,
+    study: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--study",
+            metavar="ID",
+            help="with --against-reports: only these studies (default: all)",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Recompute the hash chain and the budget rules; exit 1 on any problem.
+    """Recompute the hash chain and the budget rules; exit 5 on any problem.
 
-    With ``--against-reports`` the ledger is also compared with every head the site has
+    With --against-reports the ledger is also compared with every head the site has
     published (each report carries its COMMIT row's number and hash): a removed last row, a
     removed middle row, an edited amount or reordered rows no longer match a published head,
     even when the whole chain was recomputed to hide them. No other input is needed."""
     if against_reports and not site:
-        raise fail(ValueError("--against-reports needs the SITE whose reports to read"), 2)
+        raise fail(
+            ValueError("--against-reports needs the SITE whose reports to read"), ExitCode.USAGE
+        )
     url = _ledger_url(site, ledger)
-    root = _storage_root(site, storage) if against_reports else None
-    check = _verify(url, site, root, study or None, expect_head)
+    root = _storage_root(site, storage, spec) if against_reports and site else None
+    studies = study or None
+    if spec and against_reports and not studies:
+        from dpate.settings import load_study_spec
+
+        studies = [load_study_spec(spec).study_id]
+    check = _verify(url, site, root, studies, expect_head)
     if as_json:
         print(json.dumps(check.doc(), indent=2))
         if not check.ok:
-            raise typer.Exit(1)
+            raise typer.Exit(int(ExitCode.LEDGER))
         return
     if check.ok:
         check.print_ok()
         return
     check.print_problems()
-    raise typer.Exit(1)
+    raise typer.Exit(int(ExitCode.LEDGER))
 
 
 class _Verification:
@@ -281,20 +343,25 @@ def _verify(
 
 @ledger_app.command("set-cap")
 def ledger_set_cap(
-    site: str = typer.Argument(..., help="site id"),
-    epsilon: str = typer.Option(..., help="new lifetime epsilon cap (exact, e.g. '5' or '7/2')"),
-    delta: str = typer.Option(..., help="new lifetime delta cap (e.g. '1e-4')"),
-    reason: str = typer.Option(..., help="why (kept in the ledger for auditors)"),
-    ledger: str = _LEDGER_OPT,
+    site: SiteArg,
+    epsilon: Annotated[
+        str,
+        typer.Option(
+            help="new lifetime epsilon cap (exact, e.g. '5' or '7/2')", show_default=False
+        ),
+    ],
+    delta: Annotated[
+        str, typer.Option(help="new lifetime delta cap (e.g. '1e-4')", show_default=False)
+    ],
+    reason: Annotated[
+        str, typer.Option(help="why (kept in the ledger for auditors)", show_default=False)
+    ],
+    ledger: LedgerOpt = None,
 ) -> None:
     """Record a new lifetime cap for the site (an explicit, audited CAP event)."""
     from dpate.ledger import LedgerError
-    from dpate_core.privacy import PrivacyParams
 
-    try:
-        cap = PrivacyParams.of(epsilon, delta)
-    except (TypeError, ValueError) as exc:
-        raise fail(exc) from None
+    cap = _cap(epsilon, delta)
     with _open(_ledger_url(site, ledger), site) as led:
         try:
             led.set_cap(site, cap, reason)
@@ -305,3 +372,19 @@ def ledger_set_cap(
         f"site {site}: lifetime cap now epsilon {cap.epsilon}, delta {cap.delta} "
         f"(spent epsilon {s.spent.epsilon}, delta {s.spent.delta})"
     )
+
+
+@ledger_app.command("init-commands")
+def ledger_init_commands(
+    spec: SpecArg,
+) -> None:
+    """Print the dpate ledger init line of every site of a study spec, with its lifetime cap.
+
+    Creates nothing: each site's operator runs its own line (on this machine: all of them, or
+    dpate run --init-ledgers)."""
+    from dpate.settings import load_study_spec
+    from dpate.study_check import ledger_init_line
+
+    study = load_study_spec(spec)
+    for s in study.sites:
+        plain(ledger_init_line(study, s.id))

@@ -23,7 +23,7 @@ import typer
 from dpate.cli.check import check
 from dpate.cli.data import data_app
 from dpate.cli.demo import demo
-from dpate.cli.errors import DEBUG, CliGroup
+from dpate.cli.errors import DEBUG, TYPER_OPTIONS, CliGroup
 from dpate.cli.ledger import ledger_app
 from dpate.cli.plan import plan
 from dpate.cli.report import report_cmd
@@ -35,7 +35,10 @@ from dpate.experiments.cli import experiments
 __all__ = ["app"]
 
 app = typer.Typer(
-    help="Differentially private multi-site ATE estimation.", no_args_is_help=True, cls=CliGroup
+    help="Differentially private multi-site ATE estimation.",
+    no_args_is_help=True,
+    cls=CliGroup,
+    **TYPER_OPTIONS,
 )
 # `dpate --help` lists the commands in this order, then the groups
 app.command("experiments")(experiments)

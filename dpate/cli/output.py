@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from dpate.cli.errors import classify, print_failures
-from dpate.schemas.result import StudyResult
+from dpate.cli.errors import classify, from_exception, print_failures
+from dpate.errors import DpateError
+
+if TYPE_CHECKING:
+    from dpate.schemas.result import StudyResult
 
 console = Console()
 err = Console(stderr=True)
 
 
-def fail(exc: BaseException, code: int = 1) -> typer.Exit:
-    """Print ``error: <exc>`` on stderr; returns the exit to raise."""
-    err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-    return typer.Exit(code)
+def fail(exc: BaseException, code: int | None = None) -> typer.Exit:
+    """Print ``error: <exc>`` on stderr (a :class:`~dpate.errors.DpateError` with its cause);
+    returns the exit to raise: ``code``, else the error's own (:func:`dpate.errors.exit_code_of`)."""
+    failure = from_exception(exc)
+    if isinstance(exc, DpateError):
+        print_failures([failure], err)
+    else:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    return typer.Exit(int(failure.code if code is None else code))
 
 
 def plain(text: str) -> None:
@@ -33,6 +42,8 @@ def sites_table(result: StudyResult, runs: list[dict[str, Any]] | None = None) -
 
 def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
     """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
+    from dpate.schemas.result import StudyResult
+
     typed = StudyResult.of(result)
     console.print(sites_table(typed, runs))
     if not typed.answered or typed.estimate is None or typed.variance is None:

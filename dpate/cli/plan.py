@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dpate.cli.environment import SpecArg
+
 __all__ = ["plan"]
 
 out = Console(soft_wrap=True, highlight=False)
@@ -50,38 +52,52 @@ def _sizes(values: list[str], site_ids: list[str]) -> dict[str, int]:
     return sizes
 
 
+def _opt(help: str, name: str, metavar: str = "FLOAT") -> Any:
+    return typer.Option(name, help=help, metavar=metavar, show_default=False)
+
+
 def plan(
-    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
+    spec: SpecArg,
     n: Annotated[
         list[str] | None,
-        typer.Option("--n", help="a site's public record count, SITE=N (repeat for every site)"),
+        _opt("a site's public record count, SITE=N (repeat for every site)", "--n", "SITE=N"),
     ] = None,
-    target_width: float = typer.Option(
-        None, "--target-width", help="the full width of the combined 95% interval you need"
-    ),
-    outcome_sd: float = typer.Option(
-        None,
-        "--outcome-sd",
-        help="assumed outcome sd within an arm and stratum (default B/2, the worst case)",
-    ),
-    arm_share: float = typer.Option(0.5, "--arm-share", help="assumed treated share per site"),
-    effect: float = typer.Option(
-        0.0,
-        "--effect",
-        help="assumed effect (the matching variance estimate, the adjusted count noise)",
-    ),
-    outcome_mean: float = typer.Option(
-        None,
-        "--outcome-mean",
-        help="assumed outcome mean, e.g. a baseline risk (default B/2; the adjusted estimator)",
-    ),
-    occupied_strata: float = typer.Option(
-        None,
-        "--occupied-strata",
-        help="assumed number of strata holding records, filled evenly (default |X|; with "
-        "strata filled unevenly, their effective number N^2 / sum N_x^2)",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+    target_width: Annotated[
+        float | None, _opt("the full width of the combined 95% interval you need", "--target-width")
+    ] = None,
+    outcome_sd: Annotated[
+        float | None,
+        _opt(
+            "assumed outcome sd within an arm and stratum (default B/2, the worst case)",
+            "--outcome-sd",
+        ),
+    ] = None,
+    arm_share: Annotated[
+        float, typer.Option("--arm-share", help="assumed treated share per site")
+    ] = 0.5,
+    effect: Annotated[
+        float,
+        typer.Option(
+            "--effect",
+            help="assumed effect (the matching variance estimate, the adjusted count noise)",
+        ),
+    ] = 0.0,
+    outcome_mean: Annotated[
+        float | None,
+        _opt(
+            "assumed outcome mean, e.g. a baseline risk (default B/2; the adjusted estimator)",
+            "--outcome-mean",
+        ),
+    ] = None,
+    occupied_strata: Annotated[
+        float | None,
+        _opt(
+            "assumed number of strata holding records, filled evenly (default |X|; with strata "
+            "filled unevenly, their effective number N^2 / sum N_x^2)",
+            "--occupied-strata",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
     """Predict each site's and the combined 95% interval width from public inputs only (spends
     nothing), the epsilon per site a target width needs, a recommended estimator and split, and
@@ -140,7 +156,7 @@ def _print(doc: dict[str, Any]) -> None:
     )
     for col in ("site", "N", "epsilon", "delta", "split", "95% ±", "rmse", "note"):
         left = col in ("site", "split", "note")
-        table.add_column(col, justify="left" if left else "right", no_wrap=col != "note")
+        table.add_column(col, justify="left" if left else "right", overflow="fold")
     from dpate_core.inference import INFORMATION_RULES, uninformative_rules
 
     def flag(rules: tuple[str, ...]) -> str:

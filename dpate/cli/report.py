@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from dpate.cli.environment import load_spec
+from dpate.cli.environment import SpecArg, load_spec
 from dpate.cli.errors import ExitCode
 from dpate.cli.output import console, fail
-from dpate.schemas.result import StudyResult
 
 __all__ = ["report_cmd", "write_report"]
 
@@ -40,6 +39,7 @@ def write_report(spec: str, round: str | None, storage: str | None, out: Path) -
             continue
         spends[site] = _local_spend(url, site)
     from dpate.html_report import render_html
+    from dpate.schemas.result import StudyResult
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")
@@ -58,10 +58,17 @@ def _local_spend(url: str, site: str) -> Any:
 
 
 def report_cmd(
-    spec: str = typer.Argument(..., help="study spec (TOML path or fsspec URL)"),
-    round: str = typer.Option(None, help="round label (default: the spec's 'release')"),
-    storage: str = typer.Option(None, help="publication root URL"),
-    out: Path = typer.Option(Path("dpate-report.html"), "--out", "-o", help="HTML file to write"),  # noqa: B008
+    spec: SpecArg,
+    round: Annotated[
+        str | None,
+        typer.Option(help="round label (default: the spec's 'release')", show_default=False),
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option(help="publication root URL", show_default=False)
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write")] = Path(
+        "dpate-report.html"
+    ),
 ) -> None:
     """A self-contained HTML report: forest plot, chosen sites, estimate and CI, privacy spend."""
     load_spec(spec)  # a spec error ends the command here with its own exit code

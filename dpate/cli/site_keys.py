@@ -8,7 +8,11 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-site_app = typer.Typer(help="A site's signing key and its worker.", no_args_is_help=True)
+from dpate.cli.errors import TYPER_OPTIONS
+
+site_app = typer.Typer(
+    help="A site's signing key and its worker.", no_args_is_help=True, **TYPER_OPTIONS
+)
 console = Console()
 err = Console(stderr=True)
 
@@ -22,8 +26,8 @@ def keygen(
 ) -> None:
     """Make the site's Ed25519 report-signing key pair.
 
-    Writes ``<out>/<site>.ed25519.pem`` (mode 0600; never leaves the site: point DPATE_SITE_KEY
-    at it) and prints the public key to put in the spec as the site's ``public_key``.
+    Writes OUT/SITE.ed25519.pem (mode 0600; never leaves the site: point DPATE_SITE_KEY
+    at it) and prints the public key to put in the spec as the site's public_key.
     """
     from dpate.schemas.signing import SigningError, generate_key_pair
     from dpate.storage import InvalidKeyError, check_part

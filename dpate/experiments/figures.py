@@ -219,7 +219,7 @@ def make_figures(rows: Rows, sens: Rows, out: Path) -> list[Path]:
 
 
 _SENSITIVITY_SERIES = (
-    ("smooth_sensitivity", "smooth sensitivity (ours, ERRATA 1)", "-", "o"),
+    ("smooth_sensitivity", "smooth sensitivity (ours, correction 1)", "-", "o"),
     ("paper_literal", "paper's formula (not DP; comparison only)", "--", "x"),
     ("local_bound", "Theorem 1 local bound", ":", "."),
 )

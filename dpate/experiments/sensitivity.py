@@ -26,7 +26,7 @@ def paper_literal_smooth_sensitivity(
 ) -> float:
     """Eq. (smooth-sens) as printed in the paper, with its ``R_x^(k)``.
 
-    **Not a valid smooth bound** (ERRATA section 1: it is not beta-smooth, so a release calibrated
+    **Not a valid smooth bound** (correction 1: it is not beta-smooth, so a release calibrated
     to it is not (epsilon, delta)-DP). Computed here only to show, in the figures, how much the
     corrected bound of :func:`dpate_core.mechanisms.matching.matching_smooth_sensitivity` differs from it.
     Never use it in a release.
@@ -37,7 +37,7 @@ def paper_literal_smooth_sensitivity(
     big_all = np.maximum(t, c)[present]
     small_all = np.minimum(t, c)[present]
     # R_x^(k) is non-decreasing in M and non-increasing in m: only the (high M, low m) Pareto
-    # front can attain the maximum over x (same argument as ERRATA section 9)
+    # front can attain the maximum over x (same argument as correction 9)
     order = np.lexsort((-big_all, small_all))
     big_all, small_all = big_all[order], small_all[order]
     prev = np.concatenate(([-1], np.maximum.accumulate(big_all)[:-1]))

@@ -68,7 +68,7 @@ answer among ``reps`` spread over ``splits`` random splits, ``no_answer_share`` 
 repetitions with no combined estimate: no site resolved, or none usable), the sites' exact
 budgets (``epsilons``) and sizes, the ``reference``
 (its kind and mean value), ``mean_sites_used`` by the combiner, ``noise_sd_site1`` (sd of site 1's
-DP noise on its ATE), ``sens_ratio_vs_paper`` (how ERRATA moves the ATE noise against the paper's
+DP noise on its ATE), ``sens_ratio_vs_paper`` (how the corrections move the ATE noise against the paper's
 mechanism: the largest ratio over the sites of corrected over literal smooth sensitivity for
 SmoothDPMatching, 2 for GlobalDPMatching's 2B, 1 for the difference in means) and ``seed``."""
 
@@ -133,7 +133,7 @@ def _paper_ratio(
     split: Split, stats: SiteStatistics, epsilons: Sequence[Fraction], delta: Fraction
 ) -> float:
     """The largest, over the sites, of the corrected smooth sensitivity over the paper's literal
-    one, each at the beta its release uses (``eps_j / 3``, ``delta / 3``): how much ERRATA 1 moves
+    one, each at the beta its release uses (``eps_j / 3``, ``delta / 3``): how much correction 1 moves
     SmoothDPMatching's noise at this point (its noise is proportional to S)."""
     ratios = []
     for st, eps in zip(stats, epsilons, strict=True):

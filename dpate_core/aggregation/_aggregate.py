@@ -60,7 +60,7 @@ def mvagg(tau: Any, n: Any, variance: Any) -> AggregateResult:
     """MVAgg (Algorithm 3), exact: the subset ``I`` minimising
     ``sum_{j in I} (N_j / N_I)^2 var_j``, then the ``N_j``-weighted mean over ``I``.
 
-    No search over 2^J subsets (ERRATA section 6): an optimal set is a prefix of the sites sorted by
+    No search over 2^J subsets (correction 6): an optimal set is a prefix of the sites sorted by
     ``N_j var_j`` ascending, so sorting and one pass of prefix sums find it in O(J log J). Ties in
     the objective go to the shortest prefix.
     """

@@ -115,7 +115,7 @@ class Aggregator:
 def _mvagg(r: Rows) -> Combination:
     """MVAgg (Algorithm 3), exact: sort the usable sites by ``N_j var_j`` ascending (stable), take
     the prefix minimising ``sum_{j<=k} N_j^2 var_j / (sum_{j<=k} N_j)^2`` (the first minimum, i.e.
-    the shortest optimal prefix; ERRATA section 6: no search over 2^J subsets), weights ``N_j``."""
+    the shortest optimal prefix; correction 6: no search over 2^J subsets), weights ``N_j``."""
     key = np.where(r.ok, r.n * r.var, np.inf)
     order = np.argsort(key, axis=1, kind="stable")  # unusable sites sort last
     n_s = np.take_along_axis(r.n, order, axis=1)
@@ -235,7 +235,7 @@ for _agg in (
         ),
         style={"color": "#d62728", "marker": "o", "ls": "-"},
         combine=_mvagg,
-        reference="Algorithm 3; ERRATA section 6",
+        reference="Algorithm 3; correction 6",
         selects=True,
     ),
     Aggregator(

@@ -4,9 +4,11 @@
 Each mechanism is a package of its own that defines its estimator (registered here):
 :mod:`~dpate_core.mechanisms.difference_in_means` (section 3.1.1, randomized trials),
 :mod:`~dpate_core.mechanisms.matching` (SmoothDPMatching, Algorithm 2, and GlobalDPMatching) and
-:mod:`~dpate_core.mechanisms.adjusted` (DP subclassification). A new estimator is one module
-that builds an :class:`Estimator` and passes it to :func:`register` (``docs/extending.md``); the rules
-its ``plausible`` check shares with the others are here too (:func:`clipped_tau_problems`, ...).
+:mod:`~dpate_core.mechanisms.adjusted` (DP subclassification) and
+:mod:`~dpate_core.mechanisms.propensity` (DP subclassification on propensity bands). A new
+estimator is one module that builds an :class:`Estimator` and passes it to :func:`register`
+(``docs/extending.md``); the rules its ``plausible`` check shares with the others are here too
+(:func:`clipped_tau_problems`, ...).
 """
 
 from ._estimator import (
@@ -33,9 +35,10 @@ from ._rules import (
 from .adjusted import ADJUSTED
 from .difference_in_means import DIFFERENCE_IN_MEANS
 from .matching import GLOBAL_MATCHING, SMOOTH_MATCHING
+from .propensity import PROPENSITY
 
 # the built-in estimators, in the order lists show them in
-for _builtin in (DIFFERENCE_IN_MEANS, SMOOTH_MATCHING, GLOBAL_MATCHING, ADJUSTED):
+for _builtin in (DIFFERENCE_IN_MEANS, SMOOTH_MATCHING, GLOBAL_MATCHING, ADJUSTED, PROPENSITY):
     register(_builtin)
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "ESTIMATORS",
     "GLOBAL_MATCHING",
     "PRESETS",
+    "PROPENSITY",
     "RTOL",
     "SMOOTH_MATCHING",
     "Estimator",

@@ -86,6 +86,9 @@ class PlanInputs:
     options: Any = None
     #: the outcome is 0 or B in every record (a mode of estimators with ``binary_outcome``)
     binary: bool = False
+    #: the public level counts of the spec's covariates, in its order: ``x`` is their
+    #: mixed-radix number, the first covariate most significant (empty: not given)
+    covariate_sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class StatisticsInputs:
     split: Sequence[Fraction] | None
     options: Any = None
     binary: bool = False
+    #: the covariates' public level counts (:attr:`PlanInputs.covariate_sizes`)
+    covariate_sizes: tuple[int, ...] = ()
 
 
 def _no_rules(estimate: SiteEstimate, options: Any, domain_size: int) -> list[str]:

@@ -168,7 +168,7 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
 
     The analytic Gaussian mechanism of Balle and Wang (2018) holds for every epsilon > 0, unlike the
     classic ``sqrt(2 ln(1.25/delta)) * sensitivity / epsilon`` that the paper's Lemma uses (valid only
-    for epsilon < 1; ERRATA section 4). Bisection on the exact delta curve, which decreases in sigma;
+    for epsilon < 1; correction 4). Bisection on the exact delta curve, which decreases in sigma;
     the upper end of the final bracket is returned, then padded by one part in 10^9 against
     rounding in the delta evaluation.
     """

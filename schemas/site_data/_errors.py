@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpate.errors import DpateError, ExitCode
+
 __all__ = ["MAX_ROWS_LISTED", "Problem", "SiteDataError"]
 
 #: How many row positions a problem lists (the count is always complete).
@@ -56,9 +58,12 @@ class Problem:
         return f"column {self.column!r}: {self.count} row(s) {self.rule}{where}"
 
 
-class SiteDataError(ValueError):
+class SiteDataError(DpateError, ValueError):
     """The site's data does not satisfy the study spec. Names columns, rules, counts, row
     positions (0-based, in the source's order) and what to do; never a data value."""
+
+    exit_code = ExitCode.SITE_DATA
+    cause = "invalid site data"
 
     def __init__(self, problems: list[Problem], *, n_rows: int | None = None, hint: str = ""):
         self.problems = list(problems)

@@ -120,7 +120,8 @@ def test_check_finds_data_and_feasibility_problems_per_site(tmp_path, home):
         },
     )
     r = runner.invoke(app, ["check", str(spec)])
-    assert r.exit_code == ExitCode.SITES_FAILED, r.output  # data problems and no ledgers
+    assert r.exit_code == ExitCode.SITE_DATA, r.output  # data problems come first, then ledgers
+    assert r.output.index("data and settings") < r.output.index("ledger state")
     out = r.output
     assert "error: site bad: invalid site data" in out and "column 'y'" in out
     assert "oops" not in out and "5521" not in out

@@ -89,9 +89,10 @@ def test_all_sites_fail_validation_short_stderr_with_each_cause(tmp_path, env):
     assert r.returncode == ExitCode.SITE_DATA, r.stderr
     assert len(lines) < 25, r.stderr
     assert "Traceback" not in r.stderr and "ERROR" not in r.stderr
-    for site in ("a", "b", "c"):
-        [line] = [x for x in lines if x.startswith(f"error: site {site}: ")]
-        assert "column 'outcome'" in line and "not a number" in line, line
+    for site in ("a", "b", "c"):  # each site's block names the column and the rule
+        [i] = [k for k, x in enumerate(lines) if x.startswith(f"error: site {site}: ")]
+        block = " ".join(lines[i : i + 3])
+        assert "column 'outcome'" in block and "not a number" in block, block
     assert MARKER not in r.stderr + r.stdout and "7391" not in r.stderr + r.stdout
 
 

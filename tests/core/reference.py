@@ -1,6 +1,6 @@
 """Independent reference implementations the core is tested against.
 
-Nothing here imports :mod:`dpate_core`: each function is written from the paper (or the ERRATA) in
+Nothing here imports :mod:`dpate_core`: each function is written from the paper (or docs/corrections.md) in
 the most literal form available, slow and obvious, so that agreement with the compiled and
 vectorised code means something.
 
@@ -12,8 +12,8 @@ vectorised code means something.
 - :func:`stratified_difference_in_means`: the closed form the matching estimator must agree with
   in the cases named in ``test_estimators.py``.
 - :func:`paper_smooth_sensitivity`: eq. (smooth-sens) with the appendix's ``R_x^(k)`` *as printed*
-  (ERRATA section 1 shows it is not beta-smooth): the wrong implementation the checkers must fail.
-- :func:`theorem1_local_bound` and the appendix's variance terms (ERRATA section 3 reading).
+  (correction 1 shows it is not beta-smooth): the wrong implementation the checkers must fail.
+- :func:`theorem1_local_bound` and the appendix's variance terms (correction 3 reading).
 - :func:`count_space_smooth`: ``max_k e^(-k beta) max_{ball_k} f`` computed exactly by
   breadth-first search over every count vector of a small domain.
 """
@@ -157,7 +157,7 @@ def theorem1_local_bound(t: Sequence[int], c: Sequence[int], n: int, bound: floa
 
 
 def paper_R_k(t: int, c: int, k: int) -> int:
-    """The appendix's ``R_x^(k)`` exactly as printed (the wrong one: ERRATA section 1)."""
+    """The appendix's ``R_x^(k)`` exactly as printed (the wrong one: correction 1)."""
     if t >= c and k >= c:
         return t + k
     if t >= c:
@@ -184,7 +184,7 @@ def paper_smooth_sensitivity(
 
 
 # ---------------------------------------------------------------------------------------------
-# The appendix's variance terms (ERRATA section 3 reading: the unmatched "(" dropped)
+# The appendix's variance terms (correction 3 reading: the unmatched "(" dropped)
 
 
 def _cd(a: int, b: int) -> int:

@@ -45,7 +45,7 @@ def _all_objectives(n, var):
 
 
 # ---------------------------------------------------------------------------------------------
-# MVAgg == brute force (ERRATA section 6)
+# MVAgg == brute force (correction 6)
 
 _N_VALUES = [1, 2, 3, 4, 5, 10, 50, 100, 1000]
 _VAR_VALUES = [1e-4, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 2.0, 4.0]

@@ -1,4 +1,4 @@
-"""Global sensitivity of the matching ATE (GlobalDPMatching, ERRATA section 2).
+"""Global sensitivity of the matching ATE (GlobalDPMatching, correction 2).
 
 The paper uses ``B``; the true global sensitivity is at least ``(N + 1) B / N``. The core uses
 ``2B``, which is provable: every record contributes ``Yhat_i(1) - Yhat_i(0)`` in ``[-B, B]`` (0 in a
@@ -20,7 +20,7 @@ from tests.core import reference as ref
 
 
 def _errata_witness(n: int, bound: float, position: int = 0):
-    """ERRATA section 2: stratum 0 holds ``N - 2`` controls with ``Y = 0`` and one treated with
+    """correction 2: stratum 0 holds ``N - 2`` controls with ``Y = 0`` and one treated with
     ``Y = B`` (at ``position``), stratum 1 one control with ``Y = B``; the neighbour changes the
     treated record to ``(W = 1, Y = 0, X = 1)``."""
     w = np.zeros(n, np.int64)

@@ -208,7 +208,7 @@ def test_analytic_sigma_matches_an_independent_root(eps, delta):
 
 @pytest.mark.parametrize(("eps", "delta"), [(10.0, 1e-5), (40.0, 1e-12), (20.0, 1e-3)])
 def test_classic_formula_fails_for_large_epsilon_where_analytic_holds(eps, delta):
-    # ERRATA section 4: sqrt(2 ln(1.25/delta)) / eps is not (eps, delta)-DP once eps >= 1
+    # correction 4: sqrt(2 ln(1.25/delta)) / eps is not (eps, delta)-DP once eps >= 1
     classic = _classic_sigma(1.0, eps, delta)
     assert _delta_scipy(classic, 1.0, eps) > delta
     assert _delta_scipy(analytic_gaussian_sigma(1.0, eps, delta), 1.0, eps) <= delta

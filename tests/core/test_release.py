@@ -1,6 +1,6 @@
 """The site releases (dpate_core.release): public fields only, the variance decomposition, the
 budget split, the noise scales each mechanism documents, refusals with helpful messages that carry
-no data value, and the unbiasedness of the private smooth sensitivity (ERRATA section 4)."""
+no data value, and the unbiasedness of the private smooth sensitivity (correction 4)."""
 
 from __future__ import annotations
 
@@ -612,7 +612,7 @@ def test_vectorised_assemble_equals_scalar_estimates(kind):
 
 
 # ---------------------------------------------------------------------------------------------
-# ERRATA section 4: S_dp unbiased for S, S2_dp unbiased for S^2 (and the naive S_dp^2 is not)
+# correction 4: S_dp unbiased for S, S2_dp unbiased for S^2 (and the naive S_dp^2 is not)
 
 
 @pytest.mark.parametrize(("eps", "delta", "n"), [(1, "1e-5", 400), ("0.3", "1e-6", 120)])

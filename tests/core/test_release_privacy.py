@@ -8,7 +8,7 @@ of the budget that statistic consumes, up to sampling error: a bin is a violatio
 one-sided Clopper-Pearson lower bound of ``P_D(bin)`` exceeds ``e^eps`` times the upper bound of
 ``P_D'(bin)`` plus ``delta`` (both directions, Bonferroni over bins). Deliberately broken
 mechanisms (Laplace at half the scale; the paper's global sensitivity ``B`` for GlobalDPMatching,
-ERRATA section 2) show that the checker rejects what it should.
+correction 2) show that the checker rejects what it should.
 
 ``test_release.py`` checks that vectorised ``assemble`` equals one release at a time, and that the
 step every release adds after the assembly (``tau`` clipped to ``[-B, B]``, NaN where the release
@@ -16,7 +16,7 @@ is not resolved) reads nothing but the assembly's outputs: post-processing, so t
 outputs are what privacy is judged on, at full resolution (a clipped ``tau`` would pile its mass
 into atoms at ``+-B``). A value the assembly does not resolve (NaN) is one atom of its own.
 
-An empirical test cannot prove privacy (the ``delta``-sized failures of ERRATA section 1 are far
+An empirical test cannot prove privacy (the ``delta``-sized failures of correction 1 are far
 below what 2*10^5 draws can see); it catches calibration errors of a constant factor.
 """
 
@@ -137,19 +137,19 @@ def _neighbours(name, rows, index, new_row, domain_size) -> Pair:
 
 
 def _errata1_smallest() -> Pair:
-    # ERRATA section 1: |X| = 1, N = 2, counts (T, C) = (2, 0) vs (1, 1); tau moves 0 -> B
+    # correction 1: |X| = 1, N = 2, counts (T, C) = (2, 0) vs (1, 1); tau moves 0 -> B
     return _neighbours("errata1_N2", [(1, B, 0), (1, 0.0, 0)], 1, (0, 0.0, 0), 1)
 
 
 def _errata2_witness(n: int = 3) -> Pair:
-    # ERRATA section 2: x0 = {N-2 controls Y=0, one treated Y=B}, x1 = {one control Y=B};
+    # correction 2: x0 = {N-2 controls Y=0, one treated Y=B}, x1 = {one control Y=B};
     # the treated record becomes (W=1, Y=0, X=x1): tau goes from (N-1)B/N to -2B/N
     rows = [(0, 0.0, 0)] * (n - 2) + [(1, B, 0), (0, B, 1)]
     return _neighbours(f"errata2_N{n}", rows, n - 2, (1, 0.0, 1), 2)
 
 
 def _imbalanced_stratum(change: str) -> Pair:
-    # ERRATA section 1 at realistic size: N = 5000, |X| = 100, a stratum (67, 1) next to balanced
+    # correction 1 at realistic size: N = 5000, |X| = 100, a stratum (67, 1) next to balanced
     # ones. "counts": a treated record of that stratum moves to another stratum, (67,1)->(66,1);
     # "outcome": the single control's outcome goes 0 -> B (tau moves by 68B/N).
     rng = np.random.default_rng(2024)
@@ -295,7 +295,7 @@ def test_smooth_dp_matching_is_private_on_worst_case_neighbours(pair):
 @pytest.mark.parametrize("pair", [MATCHING_PAIRS[2], MATCHING_PAIRS[3]], ids=lambda p: p.name)
 def test_smooth_dp_matching_is_private_at_the_papers_epsilon(pair):
     # the paper's eps = 5: each part gets 5/3 >= 1, where the classic Gaussian calibration of the
-    # Lemma is invalid and the analytic one is used (ERRATA section 4)
+    # Lemma is invalid and the analytic one is used (correction 4)
     plan_d = _matching_plan("smooth_matching", pair.d, pair.domain_size, eps="5")
     plan_dp = _matching_plan("smooth_matching", pair.d_prime, pair.domain_size, eps="5")
     _check_outputs(plan_d, plan_dp, SMOOTH_OUTPUTS, PrivacyParams.of("5", DELTA), pair.name)
@@ -379,7 +379,7 @@ def test_checker_rejects_difference_in_means_at_half_the_scale():
 
 
 def test_checker_rejects_global_matching_with_the_papers_sensitivity():
-    # ERRATA section 2: GS = B (the paper) instead of 2B is Laplace at half the scale; on the
+    # correction 2: GS = B (the paper) instead of 2B is Laplace at half the scale; on the
     # witness (N = 3) tau moves by 4B/3 > B, and the ratio e^(4 eps_1 / 3) is seen
     pair = _errata2_witness(3)
     plan_d = _matching_plan("global_matching", pair.d, pair.domain_size)
@@ -391,7 +391,7 @@ def test_checker_rejects_global_matching_with_the_papers_sensitivity():
 
 
 def test_checker_rejects_the_private_smooth_sensitivity_at_half_sigma():
-    # part 3 (the Gaussian on ln S) is the tightest part of SmoothDPMatching: on the ERRATA
+    # part 3 (the Gaussian on ln S) is the tightest part of SmoothDPMatching: on the corrections
     # section 1 pair (67, 1) -> (66, 1), ln S moves by exactly beta_1. At half the analytic
     # Gaussian's sigma the released S_dp breaks e^(eps_3); 2*10^6 draws make it visible.
     pair = _imbalanced_stratum("counts")

@@ -14,7 +14,7 @@ Both must stay under the core's bounds (Theorem 1, the corrected eq. (smooth-sen
 ``domain_size = |X|``, and the variance bounds), for ``beta`` in 0.05, 0.3, 1. About 25 s of CPU.
 
 Part 2, every count vector. The core's smooth bounds are *defined* as ball maxima of a
-local-sensitivity bound that depends on the counts only (ERRATA sections 1, 3 and 9). Over every
+local-sensitivity bound that depends on the counts only (corrections 1, 3 and 9). Over every
 count vector of ``|X| <= 3`` strata and small ``N``, a breadth-first search computes those ball
 maxima exactly; the ATE bound must equal it, capped at the global sensitivity ``2B`` (not merely
 exceed it: a smaller value is a privacy bug, a larger one a utility bug), and the variance bound
@@ -22,7 +22,7 @@ must equal the sum of the ball maxima of its two terms. The same search shows th
 ``R_x^(k)`` is not a ball maximum.
 
 Part 3, the variance bound's monotone terms ``g`` and ``h`` dominate the appendix's per-stratum
-expressions (ERRATA section 3 reading) on a grid and on random large counts.
+expressions (correction 3 reading) on a grid and on random large counts.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def test_ate_smooth_bound_with_an_open_domain(n_strata, n_max):
 
 def test_the_papers_R_k_is_not_the_ball_maximum():
     """The same breadth-first search shows that the paper's printed ``R_x^(k)`` is not the ball
-    maximum of ``R`` (ERRATA section 1). Smallest case: ``|X| = 2``, ``N = 3``, stratum 0 with one
+    maximum of ``R`` (correction 1). Smallest case: ``|X| = 2``, ``N = 3``, stratum 0 with one
     treated and one control, stratum 1 with one treated; one replacement moves that treated record
     into stratum 0, giving (2, 1) and ``R = ceil(3 / 1) = 3``, where the paper has ``M + k = 2``.
     (Its smooth bound is still never below the exact one in these small spaces, because its terms
@@ -332,7 +332,7 @@ def test_the_papers_R_k_is_not_the_ball_maximum():
 @pytest.mark.parametrize(("n_strata", "sizes"), COUNT_SPACES, ids=["X1", "X2", "X3"])
 def test_variance_smooth_bound_is_the_sum_of_exact_ball_maxima(n_strata, sizes):
     """``matching_variance_smooth_sensitivity(D) == max_k e^(-k beta) B^2/(2N^2)
-    (max_{ball_k} max_x term+ + max_{ball_k} max_x term-)`` for every count vector (ERRATA section
+    (max_{ball_k} max_x term+ + max_{ball_k} max_x term-)`` for every count vector (correction
     9: each term's ball maximum taken separately), and the local bound is ``k = 0`` of it."""
     for n in sizes:
         vectors, nbrs = _count_space(n_strata, n)
@@ -362,7 +362,7 @@ def test_variance_smooth_bound_is_the_sum_of_exact_ball_maxima(n_strata, sizes):
 def test_appendix_add_and_remove_bounds_hold_at_every_insertion_position(n_strata, n_max):
     """The proofs bound ``|f(D) - f(D + r)|`` by ``LS+`` of ``D`` and by ``LS-`` of ``D + r``,
     stratum by stratum (``f = N tau_hat`` for Theorem 1, ``g = 2 N^2 V_hat`` for the appendix),
-    "w.l.o.g." for a record added last, which is not without loss of generality (ERRATA section
+    "w.l.o.g." for a record added last, which is not without loss of generality (correction
     8). Here every dataset ``E`` of up to ``n_max`` records and every record removed from it (so
     every insertion position) is checked against the printed per-stratum terms."""
     universes = {size: ref.enumerate_datasets(size, n_strata) for size in range(1, n_max + 1)}

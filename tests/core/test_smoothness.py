@@ -5,7 +5,7 @@ moves one record from one (stratum, arm) cell to another, possibly into a stratu
 data leave empty or out of the last record of a stratum. That is the neighbour relation checked
 here, in both directions, for the ATE bound and the variance bound:
 
-- the two witnesses of ERRATA section 1, which the paper's printed ``R_x^(k)`` fails (so the
+- the two witnesses of correction 1, which the paper's printed ``R_x^(k)`` fails (so the
   checker can fail);
 - every pair of count vectors in small spaces (``|X| = 1`` up to ``N = 60``, ``|X| = 2`` up to 12,
   ``|X| = 3`` up to 6);
@@ -82,7 +82,7 @@ _paper.__name__ = "paper_smooth_sensitivity"
 
 
 # ---------------------------------------------------------------------------------------------
-# The ERRATA witnesses
+# The witnesses of correction 1
 
 
 def test_first_witness_smallest_case():

@@ -124,7 +124,7 @@ def test_paper_literal_formula_is_the_printed_one(seed):
 
 
 def test_corrected_bound_is_not_below_the_paper_on_balanced_synth():
-    """ERRATA 1 only raises R^(k) (until the cap at N): on Synth the corrected bound is the
+    """correction 1 only raises R^(k) (until the cap at N): on Synth the corrected bound is the
     larger, by a little."""
     w, _, x = synth(10_000, 100, 0.0, 5)
     t = np.bincount(x[w == 1], minlength=100)

@@ -221,7 +221,7 @@ def test_cli_verify_against_reports_catches_each_tampering(site_env, change, exp
     plain = CliRunner().invoke(app, ["ledger", "verify", "a"])
     assert plain.exit_code == 0, plain.output  # the recomputed chain fools the chain check
     bad = _verify()
-    assert bad.exit_code == 1
+    assert bad.exit_code == 5  # the ledger fails verification
     assert expected in bad.output
     assert "FAILED verification against the published heads" in bad.output
     doc = json.loads(_verify("--json").stdout)

@@ -325,4 +325,4 @@ def test_cli_ledger_init_show_verify_set_cap(tmp_path, monkeypatch):
                 f"UPDATE {led.table_name} SET epsilon = '1/1000' WHERE kind = 'RESERVE'"
             )
     out = runner.invoke(app, ["ledger", "verify", "--ledger", url])
-    assert out.exit_code == 1 and "edited row" in out.output
+    assert out.exit_code == 5 and "edited row" in out.output

@@ -89,6 +89,9 @@ def test_wheel_ships_the_deployment_files(wheel):
         for path in SHIPPED:
             assert f"dpate/{path}" in names, path
             assert z.read(f"dpate/{path}") == (REPO / path).read_bytes(), path
+        # the HTML report's template (dpate/html_report.py loads it from the package)
+        template = "dpate/templates/report.html.j2"
+        assert z.read(template) == (REPO / template).read_bytes()
 
 
 def test_wheel_installs_one_namespace(wheel, tmp_path):

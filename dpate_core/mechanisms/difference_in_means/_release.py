@@ -300,7 +300,7 @@ def dp_difference_in_means(
     within its arm), the budget splits in two: ``eps_1`` for the arm sums (``Lap(B/eps_1)`` each,
     parallel composition) and ``eps_2`` for the arm sums of squares (``Lap(B^2/eps_2)`` each).
 
-    With ``arm_sizes_public=False`` a neighbour may also move a record between arms (ERRATA
+    With ``arm_sizes_public=False`` a neighbour may also move a record between arms (correction
     section 5); the budget splits in three: the pair of arm sums (L1 sensitivity ``2B``), the pair
     of sums of squares (``2B^2``), and the treated count (sensitivity 1; ``N_c = N - N_t``).
 

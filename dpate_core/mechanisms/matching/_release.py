@@ -231,7 +231,7 @@ def _smooth_ate(
     def read(v: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         log_s = v["log_smooth_sensitivity"]
         s_dp = np.exp(log_s - sigma**2 / 2.0)  # unbiased for S (the Lemma)
-        s2_dp = np.exp(2.0 * log_s - 2.0 * sigma**2)  # unbiased for S^2 (ERRATA 4)
+        s2_dp = np.exp(2.0 * log_s - 2.0 * sigma**2)  # unbiased for S^2 (correction 4)
         return 8.0 * s2_dp / e1**2, {"smooth_sensitivity_dp": s_dp}
 
     return noise, read
@@ -294,15 +294,15 @@ def smooth_dp_matching(
     default, the paper's ``eps/3, delta/3``):
 
     1. ``tau_dp = tau_hat + (2 S / eps_1) eta``, ``eta ~ Lap(1)``, ``S`` the beta_1-smooth bound of
-       ERRATA section 1, ``beta_1 = eps_1 / (2 ln(2/delta_1))``: ``(eps_1, delta_1)``-DP.
+       correction 1, ``beta_1 = eps_1 / (2 ln(2/delta_1))``: ``(eps_1, delta_1)``-DP.
     2. ``V_dp = V_hat + (2 S_V / eps_2) eta'`` with the variance's beta_2-smooth bound
-       (ERRATA section 3): ``(eps_2, delta_2)``-DP.
+       (correction 3): ``(eps_2, delta_2)``-DP.
     3. ``ln S_dp = ln S + z``, ``z ~ N(0, sigma^2)``; ``ln S`` has global sensitivity ``beta_1``
        because ``S`` is beta_1-smooth, and ``sigma`` is calibrated by the analytic Gaussian
-       mechanism (ERRATA section 4): ``(eps_3, delta_3)``-DP.
+       mechanism (correction 4): ``(eps_3, delta_3)``-DP.
 
     The reported variance is ``max(V_dp, 0) + 8 S2_dp / eps_1^2`` with
-    ``S2_dp = exp(2 ln S + 2z - 2 sigma^2)``, unbiased for ``S^2`` (ERRATA section 4).
+    ``S2_dp = exp(2 ln S + 2z - 2 sigma^2)``, unbiased for ``S^2`` (correction 4).
     Public: ``N``, ``B``, ``|X|`` (``domain_size``) and the covariate discretisation.
     Arm sizes are **not** released.
     """
@@ -323,7 +323,7 @@ def global_dp_matching(
     split: Sequence[Number] | None = None,
     rng: Rng = None,
 ) -> SiteEstimate:
-    """GlobalDPMatching, the baseline: ``tau_hat + Lap(2B / eps_1)`` (ERRATA section 2: the global
+    """GlobalDPMatching, the baseline: ``tau_hat + Lap(2B / eps_1)`` (correction 2: the global
     sensitivity is ``2B``, not the paper's ``B``), with the private variance of step 2 of
     :func:`smooth_dp_matching`.
 

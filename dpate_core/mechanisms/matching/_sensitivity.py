@@ -1,6 +1,6 @@
 """Local and smooth sensitivities of the matching estimator and of its variance estimate.
 
-Neighbours replace one record; N is public. ``beta``-smooth upper bounds are built as ERRATA
+Neighbours replace one record; N is public. ``beta``-smooth upper bounds are built as correction
 section 9 prescribes: a family ``A^(k)(D)`` equal to the maximum of a local-sensitivity bound over
 the ball of radius ``k`` around ``D`` is automatically beta-smooth,
 ``S(D) = max_k e^(-k beta) A^(k)(D)`` (because ``ball_k(D)`` lies inside ``ball_(k+1)(D')``).
@@ -18,10 +18,10 @@ exactly by :func:`_ball_corners`:
 
 A stratum absent from the data (always possible unless every stratum of the public domain is
 present) is the case ``M = m = 0`` and enters only for ``k >= 1``. For the ATE this reproduces the
-corrected ``R_x^(k)`` of ERRATA section 1 exactly.
+corrected ``R_x^(k)`` of correction 1 exactly.
 
 Only strata on the (high ``M``, low ``m``) Pareto front, the empty-arm stratum with the largest
-``M`` and one absent stratum can attain the maximum (ERRATA section 9), and the terms can stop at
+``M`` and one absent stratum can attain the maximum (correction 9), and the terms can stop at
 ``k = ln(A_max / S) / beta``: one compiled loop over radii and front strata, no temporaries,
 instead of O(N |X|).
 """
@@ -269,7 +269,7 @@ def matching_smooth_sensitivity(
 ) -> float:
     """``beta``-smooth upper bound on the local sensitivity of the matching ATE.
 
-    Eq. (smooth-sens) **as corrected in ERRATA section 1**: ``R_x^(k)`` is the exact maximum over
+    Eq. (smooth-sens) **as corrected in correction 1**: ``R_x^(k)`` is the exact maximum over
     the ball of radius k (``min(M + k + 1, N)`` once the smaller arm can be reduced to one record,
     ``min(M + k, N)`` for an empty arm, ``min(k, N)`` for an absent stratum), so that
     ``S(D) <= e^beta S(D')`` for every pair of neighbours. ``domain_size`` is ``|X|``, the number of
@@ -300,9 +300,9 @@ def matching_variance_smooth_sensitivity(
     beta: float,
     domain_size: int | None = None,
 ) -> float:
-    """``beta``-smooth upper bound on the local sensitivity of ``V_hat`` (ERRATA section 3): the
+    """``beta``-smooth upper bound on the local sensitivity of ``V_hat`` (correction 3): the
     ball maxima of the two terms ``max_x LS+_x`` and ``max_x LS-''_x``, each exact for its monotone
-    per-stratum bound, added (ERRATA section 9)."""
+    per-stratum bound, added (correction 9)."""
     counts = _as_counts(treated_counts, control_counts, n, domain_size)
     check_bound(bound)
     return _smooth_bound(_VAR, bound, n, beta, counts)
@@ -312,7 +312,7 @@ def matching_global_sensitivity(n: int, bound: float) -> float:
     """Global sensitivity used by GlobalDPMatching: ``2B``.
 
     ``|tau_hat| <= B`` for every dataset, so no pair of datasets differs by more than ``2B``; the
-    paper's ``B`` is too small (ERRATA section 2: a neighbour pair differing by ``(N+1)B/N``).
+    paper's ``B`` is too small (correction 2: a neighbour pair differing by ``(N+1)B/N``).
     """
     if n < 2:
         raise ValueError(f"n ({n}) must be at least 2")

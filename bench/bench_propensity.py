@@ -1,0 +1,376 @@
+"""The DP propensity estimator (``"propensity"``) against ``adjusted``, the non-private
+propensity-stratified and AIPW estimates and the PyPI package ``dpate`` 0.0.1: bias, RMSE, coverage
+and width of the inverse-variance combination over 2 and 3 sites at eps = 1 per site; and its
+release time at N = 10^7 with 20 covariates against one ``np.bincount`` pass.
+Simulation only (numpy noise); prints tables, asserts nothing. Results: docs/results.md
+("Propensity bands") and docs/benchmarks.md.
+
+Data: Synth with 5 covariates (3 categorical, 2 numeric; 384 strata once the numeric ones are
+binned for ``adjusted``), a fresh data set per repetition (the truth is the common effect 0.3);
+IHDP replication 1 (25 covariates: x1..x6 numeric with public bounds [-4, 4], the rest binary;
+the truth the sample's mean of ``mu1 - mu0``) and Lalonde ``nswdemo`` (8 covariates: age, years of
+schooling, 1974 and 1975 earnings numeric with public bounds, four binary; a randomized
+experiment, the reference is the whole experiment's difference in means), fixed data, split at
+random into equal sites, fresh noise per repetition. ``adjusted`` runs on the product strata of
+the binned covariates (bench_regression_adjustment's IHDP and Lalonde strata: 128 and 192).
+
+The peer: set ``DPATE_PEER_PYTHON`` to a Python with ``dpate==0.0.1`` and ``scikit-learn<1.8``
+installed (a separate environment, never a dependency: docs/results.md says how); its
+``dp_prop_blocking`` and ``dp_ipw_sequential`` publish no variance, so only bias and RMSE (the
+sites pooled by size).
+
+Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
+``--timing`` for the release time only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dpate.schemas.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.propensity import Categorical, Column, Numeric, plan_propensity
+from dpate_core.release import draw_many
+from dpate_core.simulation import aggregate_many
+from dpate_core.statistics import cell_statistics
+
+Array = npt.NDArray[np.float64]
+Z95 = 1.959963984540054
+EPS = 1
+
+
+@dataclass(frozen=True)
+class Data:
+    w: np.ndarray
+    y: Array
+    z: np.ndarray  # (N, p): level codes or values
+    columns: tuple[Column, ...]
+    x: np.ndarray  # product strata of the binned covariates (adjusted)
+    domain: int
+
+    def take(self, idx: np.ndarray) -> Data:
+        return Data(self.w[idx], self.y[idx], self.z[idx], self.columns, self.x[idx], self.domain)
+
+
+# ------------------------------------------------------------------------------------------
+# Data
+
+
+def synth5(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
+    c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
+    u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
+    lin = -0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2
+    w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
+    base = 0.15 + 0.05 * c1 + 0.04 * c2 + 0.05 * c3 + 0.15 * u1 + 0.1 * u2
+    y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
+    b1, b2 = np.minimum((u1 * 4).astype(int), 3), np.minimum((u2 * 4).astype(int), 3)
+    x = (((c1 * 3 + c2) * 2 + c3) * 4 + b1) * 4 + b2
+    cols = (Categorical(4), Categorical(3), Categorical(2), Numeric(0, 1), Numeric(0, 1))
+    return Data(w, y, np.column_stack([c1, c2, c3, u1, u2]), cols, x, 384)
+
+
+def ihdp() -> tuple[Data, float]:
+    from bench_regression_adjustment import ihdp_data
+
+    d = load_ihdp(1)
+    raw = pd.read_csv(data_dir() / "ihdp" / "ihdp_npci_1.csv", header=None)
+    binned, _ = ihdp_data()
+    x = np.zeros(d.w.size, np.int64)
+    size = 1
+    for c in binned.covs:
+        x, size = x * c.levels + c.values, size * c.levels
+    zs, cols = [], []
+    for k in range(1, 26):
+        v = raw[4 + k].to_numpy()
+        if k <= 6:
+            zs.append(v.astype(np.float64))
+            cols.append(Numeric(-4.0, 4.0))
+        else:
+            zs.append((v - v.min()).astype(np.int64))
+            cols.append(Categorical(2))
+    truth = float((raw[4] - raw[3]).mean() / 20.0)
+    return Data(d.w, d.y, np.column_stack(zs), tuple(cols), x, size), truth
+
+
+def lalonde() -> tuple[Data, float]:
+    from bench_regression_adjustment import lalonde_data
+
+    d = load_lalonde()
+    raw = pd.read_csv(data_dir() / "lalonde" / "nswdemo.csv")
+    binned = lalonde_data()
+    x = np.zeros(d.w.size, np.int64)
+    size = 1
+    for c in binned.covs:
+        x, size = x * c.levels + c.values, size * c.levels
+    names = ("age", "educ", "re74", "re75", "black", "hisp", "marr", "nodeg")
+    bounds = {"age": (17.0, 55.0), "educ": (0.0, 18.0), "re74": (0.0, 40000.0),
+              "re75": (0.0, 40000.0)}  # fmt: skip
+    zs = [raw[c].fillna(0.0).to_numpy().astype(np.float64) for c in names]  # re74: 277 missing
+    cols = tuple(Numeric(*bounds[c]) if c in bounds else Categorical(2) for c in names)
+    truth = float(d.y[d.w == 1].mean() - d.y[d.w == 0].mean())
+    return Data(d.w, d.y, np.column_stack(zs), cols, x, size), truth
+
+
+# ------------------------------------------------------------------------------------------
+# Non-private propensity stratification and AIPW
+
+
+def design_matrix(d: Data) -> Array:
+    out = [np.ones(d.w.size)]
+    for j, col in enumerate(d.columns):
+        if isinstance(col, Categorical):
+            codes = d.z[:, j].astype(np.int64)
+            out += [(codes == level).astype(np.float64) for level in range(1, col.levels)]
+        else:
+            mid, half = (col.lo + col.hi) / 2, (col.hi - col.lo) / 2
+            out.append(np.clip((d.z[:, j] - mid) / half, -1, 1))
+    return np.column_stack(out)
+
+
+def logistic(xm: Array, w: np.ndarray, ridge: float = 1e-3) -> Array:
+    beta = np.zeros(xm.shape[1])
+    for _ in range(30):
+        p = 1 / (1 + np.exp(-(xm @ beta)))
+        grad = xm.T @ (w - p) - ridge * beta
+        hess = (xm * (p * (1 - p))[:, None]).T @ xm + ridge * np.eye(xm.shape[1])
+        step = np.linalg.solve(hess, grad)
+        beta += step
+        if np.max(np.abs(step)) < 1e-8:
+            break
+    return np.asarray(1 / (1 + np.exp(-(xm @ beta))))
+
+
+def np_stratified(d: Data, bands: int = 5) -> tuple[float, float]:
+    e = logistic(design_matrix(d), d.w)
+    band = np.searchsorted(np.quantile(e, np.arange(1, bands) / bands), e)
+    tau, var, used = 0.0, 0.0, 0
+    for b in range(bands):
+        t, c = (band == b) & (d.w == 1), (band == b) & (d.w == 0)
+        if t.sum() >= 2 and c.sum() >= 2:
+            nb = t.sum() + c.sum()
+            used += nb
+            tau += nb * (d.y[t].mean() - d.y[c].mean())
+            var += nb**2 * (d.y[t].var(ddof=1) / t.sum() + d.y[c].var(ddof=1) / c.sum())
+    return tau / used, var / used**2
+
+
+def np_aipw(d: Data) -> tuple[float, float]:
+    xm = design_matrix(d)
+    e = np.clip(logistic(xm, d.w), 0.01, 0.99)
+    mu = []
+    for a in (0, 1):
+        s = d.w == a
+        beta, *_ = np.linalg.lstsq(xm[s], d.y[s], rcond=None)
+        mu.append(xm @ beta)
+    psi = mu[1] - mu[0] + d.w * (d.y - mu[1]) / e - (1 - d.w) * (d.y - mu[0]) / (1 - e)
+    return float(psi.mean()), float(psi.var(ddof=1) / psi.size)
+
+
+# ------------------------------------------------------------------------------------------
+# DP releases, many draws
+
+
+def ours(d: Data, rng: np.random.Generator, reps: int) -> tuple[Array, Array]:
+    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
+    out = plan.assemble(draw_many(plan, rng, reps))
+    return np.asarray(out.tau), np.asarray(out.variance)
+
+
+def adjusted(d: Data, rng: np.random.Generator, reps: int) -> tuple[Array, Array]:
+    cells = cell_statistics(d.w, d.y, d.x, domain_size=d.domain, bound=1.0)
+    plan = plan_adjusted_from_statistics(cells, epsilon=EPS)
+    out = plan.assemble(draw_many(plan, rng, reps))
+    return np.asarray(out.tau), np.asarray(out.variance)
+
+
+@dataclass
+class Tally:
+    errors: list[float]
+    covered: list[bool]
+    widths: list[float]
+    answered: int = 0
+    total: int = 0
+
+    def add(self, est: Array, var: Array, truth: float) -> None:
+        ok = np.isfinite(est) & np.isfinite(var)
+        self.total += est.size
+        self.answered += int(ok.sum())
+        sd = np.sqrt(var[ok])
+        self.errors += list(est[ok] - truth)
+        self.covered += list(np.abs(est[ok] - truth) <= Z95 * sd)
+        self.widths += list(2 * Z95 * sd)
+
+    def row(self, name: str) -> str:
+        e = np.asarray(self.errors)
+        if e.size == 0:
+            return f"| {name} | no answer | | | | |"
+        cov = f"{np.mean(self.covered):.3f}" if self.widths and np.isfinite(self.widths).all() \
+            else "n/a"  # fmt: skip
+        width = f"{np.mean(self.widths):.4f}" if cov != "n/a" else "n/a"
+        return (
+            f"| {name} | {e.mean():+.4f} | {np.sqrt(np.mean(e**2)):.4f} | {cov} | {width} | "
+            f"{self.answered}/{self.total} |"
+        )
+
+
+def pooled(tau: np.ndarray, var: np.ndarray) -> tuple[Array, Array]:
+    """Inverse-variance combination of ``(reps, J)`` site releases (unresolved sites out)."""
+    r = aggregate_many("inverse_variance", tau, np.ones_like(tau), var)
+    return np.asarray(r.estimate), np.asarray(r.variance)
+
+
+def peer(sites: Sequence[Data], reps: int, seed: int) -> dict[str, Array] | None:
+    """The peer package's estimates per repetition (sites pooled by size), or None."""
+    python = os.environ.get("DPATE_PEER_PYTHON")
+    if not python:
+        return None
+    driver = Path(__file__).with_name("peer_dpate.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for j, s in enumerate(sites):
+            f = Path(tmp) / f"site{j}.npz"
+            np.savez(f, w=s.w, y=s.y, x=design_matrix(s)[:, 1:])
+            files.append(str(f))
+        # the peer's own "dpate" package, not this project's: no PYTHONPATH, run outside the tree
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        out = subprocess.run(
+            [python, str(driver), str(reps), str(seed), str(EPS), *files],
+            check=True, capture_output=True, text=True, env=env, cwd=tmp,
+        )  # fmt: skip
+    res = json.loads(out.stdout)
+    n = np.array([s.w.size for s in sites], dtype=np.float64)
+    return {k: np.asarray(v) @ (n / n.sum()) for k, v in res.items()}
+
+
+def run_fixed(name: str, data: Data, truth: float, reps: int) -> None:
+    for sites_n in (2, 3):
+        rng = np.random.default_rng(7 + sites_n)
+        parts = np.array_split(rng.permutation(data.w.size), sites_n)
+        sites = [data.take(p) for p in parts]
+        tallies = {k: Tally([], [], []) for k in ("propensity", "adjusted", "np_strat", "np_aipw")}
+        taus: dict[str, list[Array]] = {"propensity": [], "adjusted": []}
+        vars_: dict[str, list[Array]] = {"propensity": [], "adjusted": []}
+        for s in sites:
+            for key, fn in (("propensity", ours), ("adjusted", adjusted)):
+                t, v = fn(s, rng, reps)
+                taus[key].append(t)
+                vars_[key].append(v)
+        for key in ("propensity", "adjusted"):
+            est, var = pooled(np.column_stack(taus[key]), np.column_stack(vars_[key]))
+            tallies[key].add(est, var, truth)
+        for key, fn in (("np_strat", np_stratified), ("np_aipw", np_aipw)):
+            tv = np.array([fn(s) for s in sites])
+            est, var = pooled(tv[None, :, 0], tv[None, :, 1])
+            tallies[key].add(est, var, truth)
+        print(f"\n{name}, {sites_n} sites of about {data.w.size // sites_n}, eps {EPS} per site, "
+              f"truth {truth:.4f}, {reps} noise draws")  # fmt: skip
+        print("| estimator | bias | RMSE | coverage | width | answered |")
+        print("|---|---|---|---|---|---|")
+        for key, t in tallies.items():
+            print(t.row(key))
+        peer_res = peer(sites, reps, 11 + sites_n)
+        for key, est in (peer_res or {}).items():
+            t = Tally([], [], [])
+            t.add(est, np.full_like(est, np.nan), truth)
+            t.errors = list(est - truth)
+            print(t.row(f"peer dpate 0.0.1 {key}"))
+
+
+def run_synth(reps: int) -> None:
+    truth = 0.3
+    for sites_n in (2, 3):
+        rng = np.random.default_rng(100 + sites_n)
+        tallies = {k: Tally([], [], []) for k in ("propensity", "adjusted", "np_strat", "np_aipw")}
+        peer_rows: dict[str, list[float]] = {}
+        per_site = 2000
+        for rep in range(reps):
+            sites = [synth5(rng, per_site) for _ in range(sites_n)]
+            for key, fn in (("propensity", ours), ("adjusted", adjusted)):
+                tv = np.array([[float(a[0]) for a in fn(s, rng, 1)] for s in sites])
+                est, var = pooled(tv[None, :, 0], tv[None, :, 1])
+                tallies[key].add(est, var, truth)
+            for key, np_fn in (("np_strat", np_stratified), ("np_aipw", np_aipw)):
+                tv = np.array([np_fn(s) for s in sites])
+                est, var = pooled(tv[None, :, 0], tv[None, :, 1])
+                tallies[key].add(est, var, truth)
+            if rep < 50:
+                for key, est in (peer(sites, 1, rep) or {}).items():
+                    peer_rows.setdefault(key, []).append(float(est[0]))
+        print(f"\nSynth, 5 covariates (384 strata binned), {sites_n} sites of {per_site}, eps "
+              f"{EPS} per site, truth {truth}, {reps} data sets")  # fmt: skip
+        print("| estimator | bias | RMSE | coverage | width | answered |")
+        print("|---|---|---|---|---|---|")
+        for key, t in tallies.items():
+            print(t.row(key))
+        for key, vals in peer_rows.items():
+            t = Tally(list(np.asarray(vals) - truth), [], [], len(vals), len(vals))
+            print(t.row(f"peer dpate 0.0.1 {key}"))
+
+
+# ------------------------------------------------------------------------------------------
+# Timing
+
+
+def timing(n: int = 10**7, p: int = 20) -> None:
+    """The release's computation (both stages' statistics, the model, the secure-free
+    simulated draw) at ``N`` records and ``p`` covariates (10 binary, 5 with 5 levels, 5
+    numeric), against one ``np.bincount`` pass over ``N`` codes, in the same run."""
+    rng = np.random.default_rng(0)
+    cats = [2] * 10 + [5] * 5
+    zc = np.column_stack([rng.integers(0, k, n, dtype=np.int8) for k in cats])
+    zn = rng.uniform(0, 1, (n, p - len(cats)))
+    z = np.column_stack([zc.astype(np.float64), zn])
+    cols = tuple(Categorical(k) for k in cats) + (Numeric(0, 1),) * (p - len(cats))
+    w = (rng.uniform(size=n) < 0.4).astype(np.int8)
+    y = rng.uniform(size=n)
+    codes = zc[:, 0].astype(np.int64)
+    t0 = time.perf_counter()
+    np.bincount(codes, minlength=2)
+    base = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = plan_propensity(w, y, z, cols, bound=1.0, epsilon=EPS)
+    t1 = time.perf_counter()
+    out = plan.assemble(draw_many(plan, np.random.default_rng(1), 1))
+    t2 = time.perf_counter()
+    print(f"N = {n:.0e}, {p} covariates: one np.bincount pass {base:.3f} s; stage 1 "
+          f"(model statistics) {t1 - t0:.3f} s; stage 2 (model, index, band cells) and the "
+          f"estimate {t2 - t1:.3f} s; release total {t2 - t0:.3f} s = {(t2 - t0) / base:.1f}x "
+          f"one bincount (tau {float(out.tau[0]):.4f})")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--timing", action="store_true")
+    args = ap.parse_args(argv)
+    if args.timing:
+        timing()
+        return
+    reps = 60 if args.quick else 300
+    run_synth(reps // 2 if args.quick else 200)
+    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
+        try:
+            data, truth = load()
+        except DataUnavailableError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        run_fixed(name, data, truth, reps)
+    timing()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()

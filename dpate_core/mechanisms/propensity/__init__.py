@@ -1,0 +1,201 @@
+"""The propensity release (``"propensity"``): a DP additive-logit propensity model fitted on a
+share of the budget, then DP subclassification on ``K`` bands of its index reusing the adjusted
+release's noisy cell statistics; pure epsilon-DP (``docs/research/propensity.md``).
+
+:func:`plan_propensity` plans from records (a covariate matrix: categorical level codes, or
+numeric values within public bounds and no bins); :func:`plan_propensity_from_strata` from the
+engine's per-stratum cell statistics (binned covariates); :func:`dp_propensity` plans and draws
+once. :data:`PROPENSITY` is the estimator a study names ``"propensity"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from dpate_core.mechanisms._estimator import Estimator, PlanInputs, StatisticsInputs
+from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
+from dpate_core.privacy import BudgetSplit
+from dpate_core.release import MechanismPlan
+
+from ._model import (
+    Categorical,
+    Column,
+    Numeric,
+    PropensityModel,
+    decode_strata,
+    fit_model,
+    model_bits,
+    model_sensitivity,
+    model_statistics,
+)
+from ._release import (
+    ATTENUATION_CAP,
+    BANDS,
+    DEFAULT_SPLIT,
+    UNRESOLVED,
+    attenuation_correction,
+    dp_propensity,
+    plan_propensity,
+    plan_propensity_from_strata,
+)
+
+if TYPE_CHECKING:
+    from dpate_core.inference import NoiseDraws
+    from dpate_core.planning import PredictionInputs
+    from dpate_core.release import SiteEstimate
+
+__all__ = [
+    "ATTENUATION_CAP",
+    "BANDS",
+    "DEFAULT_SPLIT",
+    "PROPENSITY",
+    "UNRESOLVED",
+    "Categorical",
+    "Column",
+    "Numeric",
+    "PropensityModel",
+    "PropensityOptions",
+    "attenuation_correction",
+    "decode_strata",
+    "dp_propensity",
+    "fit_model",
+    "model_bits",
+    "model_sensitivity",
+    "model_statistics",
+    "plan_propensity",
+    "plan_propensity_from_strata",
+]
+
+
+@dataclass(frozen=True)
+class PropensityOptions:
+    """The propensity estimator's spec options (``[estimator_options]``)."""
+
+    bands: int = field(
+        default=BANDS,
+        metadata={
+            "doc": "the number of propensity bands K, 2 to 50 (Cochran: 5 remove about 90% of "
+            "one confounder's bias)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bands, bool) or not 2 <= int(self.bands) <= 50:
+            raise ValueError(f"bands ({self.bands}) must be a whole number in [2, 50]")
+
+
+def _bands(options: Any) -> int:
+    return BANDS if options is None else int(options.bands)
+
+
+def _plan(p: PlanInputs) -> MechanismPlan:
+    from ._model import as_columns
+
+    columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+    return plan_propensity(
+        p.w,
+        p.y,
+        codes[p.x],
+        columns,
+        bound=p.bound,
+        epsilon=p.privacy.epsilon,
+        delta=p.privacy.delta,
+        split=p.split,
+        bands=_bands(p.options),
+    )
+
+
+def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
+    return plan_propensity_from_strata(
+        s.cells,
+        s.covariate_sizes,
+        epsilon=s.privacy.epsilon,
+        delta=s.privacy.delta,
+        split=s.split,
+        bands=_bands(s.options),
+    )
+
+
+def _band_inputs(inp: PredictionInputs) -> PredictionInputs:
+    """The adjusted subclassification's prediction inputs on the ``K`` bands with the band
+    cells' share of the budget (the model's share spent first)."""
+    d = inp.design
+    shares = (
+        BudgetSplit(d.split).shares
+        if len(d.split) == 4
+        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
+    )
+    rest = 1 - shares[0]
+    design = dataclasses.replace(
+        d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in shares[1:])
+    )
+    assumptions = dataclasses.replace(inp.assumptions, occupied_strata=None)
+    return dataclasses.replace(
+        inp,
+        design=design,
+        domain_size=_bands(inp.options),
+        assumptions=assumptions,
+        options=AdjustedOptions(weighting="subclassification"),
+    )
+
+
+def predict(inp: PredictionInputs) -> tuple[float, float, float]:
+    """``dpate plan``: the adjusted subclassification's prediction on ``K`` equally filled
+    bands with the band cells' budget (the model's noise assumed not to add variance: the
+    bands are assumed to balance the arms)."""
+    return ADJUSTED.predict(_band_inputs(inp))
+
+
+def _resolution(inp: PredictionInputs) -> tuple[float, float]:
+    assert ADJUSTED.resolution is not None
+    return ADJUSTED.resolution(_band_inputs(inp))
+
+
+def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
+    """The adjusted subclassification's rules on ``K`` bands, and a non-negative model
+    variance."""
+    out = ADJUSTED.plausible(e, AdjustedOptions("subclassification"), _bands(options))
+    mv = e.diagnostics.get("model_variance", 0.0)
+    if not mv >= 0:
+        out.append(f"diagnostics.model_variance ({mv}) must not be negative")
+    return [p.replace("the adjusted release", "the propensity release") for p in out]
+
+
+def noise_model(site: SiteEstimate, rng: Any, reps: int) -> NoiseDraws:
+    """The band cells' noise, as the adjusted release's (sums of Laplace terms over the used
+    bands' cells); the released variance is held."""
+    return ADJUSTED.noise_model(site, rng, reps)
+
+
+#: the estimator a study names "propensity"
+PROPENSITY = Estimator(
+    name="propensity",
+    label="DP propensity subclassification",
+    estimand=(
+        "average effect over the patients in propensity-score bands where both treatments "
+        "occur (every patient, when each band holds both)"
+    ),
+    parts=("propensity model", "band counts", "band sums", "band sums of squares"),
+    pure=True,
+    designs=("randomized", "observational"),
+    options=PropensityOptions,
+    plan=_plan,
+    plan_from_statistics=_plan_from_statistics,
+    default_shares=DEFAULT_SPLIT,
+    noise_model=noise_model,
+    predict=predict,
+    resolution=_resolution,
+    required_diagnostics=lambda options: (
+        "noise_variance",
+        "sampling_variance_dp",
+        "usable_strata",
+        "usable_weight",
+        "model_variance",
+    ),
+    plausible=plausible,
+    unresolved_reasons=(UNRESOLVED,),
+    candidate_splits={4: ((Fraction(1, 4),) * 4,)},
+)

@@ -1,0 +1,272 @@
+"""The propensity release's first stage: a DP additive-logit (naive-Bayes) model of the treatment
+from noisy per-covariate statistics (``docs/research/propensity.md``, ``docs/privacy.md``).
+
+The statistics, one vector on one public grid (unit ``2^-g``, :func:`model_bits`):
+
+- the two arm counts;
+- per categorical covariate with ``L`` public levels, the ``2 L`` counts of (level, arm);
+- per numeric covariate with public bounds ``[lo, hi]``, its value clipped to them and rescaled to
+  ``u = (z - mid) / half`` in ``[-1, 1]`` (``mid``, ``half`` the bounds' centre and half-width),
+  quantised to the grid: the two per-arm sums of ``u`` and the sum of ``u^2``.
+
+Each entry is an exact integer (counts times ``2^g``; sums of grid integers, below ``2^53``).
+Replacing one record changes the arm counts by at most 2 in L1, each categorical covariate's
+counts by at most 2 (one cell loses the record, one gains it), each numeric covariate's arm sums by
+at most 2 (``|u| <= 1`` leaves one sum, ``|u'| <= 1`` enters one) and its sum of squares by at most 1
+(``u^2`` in ``[0, 1]``): L1 sensitivity ``(2 + 2 p_cat + 3 p_num) 2^g`` in grid units
+(:func:`model_sensitivity`). One Laplace vector query at that scale is ``(eps_m, 0)``-DP.
+
+The model (post-processing): arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
+of its smoothed noisy arm frequencies; per numeric covariate the linear discriminant term
+``u (m_1 - m_0) / s^2 - (m_1^2 - m_0^2) / (2 s^2)`` from the noisy arm means and pooled variance.
+The index of a record is the sum of its terms (:meth:`PropensityModel.index`); the public band
+edges are the ``k / K`` quantiles of the index under the model's own distribution (per arm a normal
+with the summed per-covariate means and variances, mixed by the noisy arm shares:
+:meth:`PropensityModel.edges`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Categorical",
+    "Column",
+    "Numeric",
+    "PropensityModel",
+    "fit_model",
+    "model_bits",
+    "model_sensitivity",
+    "model_statistics",
+    "model_statistics_of_strata",
+]
+
+_MAX_MODEL_BITS = 30
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """A covariate with ``levels`` public levels, coded ``0 .. levels - 1``."""
+
+    levels: int
+
+    @property
+    def width(self) -> int:
+        return 2 * self.levels
+
+
+@dataclass(frozen=True)
+class Numeric:
+    """A numeric covariate with public bounds ``[lo, hi]`` (values outside are clipped to them, a
+    record-wise map fixed in advance) and no bins."""
+
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.lo) and math.isfinite(self.hi) and self.hi > self.lo):
+            raise ValueError(
+                f"numeric covariate bounds [{self.lo}, {self.hi}] must be finite with lo < hi"
+            )
+
+    @property
+    def width(self) -> int:
+        return 3
+
+
+Column = Categorical | Numeric
+
+
+def model_bits(n: int) -> int:
+    """``g``: the model vector's grid ``2^-g``; ``N 2^g <= 2^52`` keeps every entry exact."""
+    log_n = max(1, math.ceil(math.log2(max(n, 2))))
+    g = min(_MAX_MODEL_BITS, 52 - log_n)
+    if g < 8:
+        raise ValueError(f"n ({n}) is too large for the propensity model's exact sums")
+    return g
+
+
+def model_sensitivity(columns: Sequence[Column], g: int) -> Fraction:
+    """The L1 sensitivity of the model vector in grid units (module docstring)."""
+    p_cat = sum(isinstance(c, Categorical) for c in columns)
+    p_num = len(columns) - p_cat
+    return Fraction(2 + 2 * p_cat + 3 * p_num) * Fraction(2) ** g
+
+
+def _width(columns: Sequence[Column]) -> int:
+    return 2 + sum(c.width for c in columns)
+
+
+def model_statistics(w: np.ndarray, z: np.ndarray, columns: Sequence[Column], g: int) -> np.ndarray:
+    """The model vector (grid units, exact integers as float64) of records ``w`` (0/1) and
+    ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values)."""
+    w = np.asarray(w).astype(np.int64)
+    unit = float(2**g)
+    out = [np.bincount(w, minlength=2).astype(np.float64) * unit]
+    for j, col in enumerate(columns):
+        if isinstance(col, Categorical):
+            code = np.asarray(z[:, j]).astype(np.int64)
+            if code.size and (code.min() < 0 or code.max() >= col.levels):
+                raise ValueError(
+                    f"covariate {j}: a level code lies outside [0, {col.levels}): map the "
+                    f"column to its public levels first"
+                )
+            cells = np.bincount(2 * code + w, minlength=col.width)
+            out.append(cells.astype(np.float64) * unit)
+        else:
+            q = _grid_u(np.asarray(z[:, j], dtype=np.float64), col, g)
+            u = q / unit  # exact: a power-of-two scaling
+            sums = np.bincount(w, weights=q, minlength=2)
+            out.append(np.concatenate([sums, [float(np.sum(np.rint(u * u * unit)))]]))
+    return np.concatenate(out)
+
+
+def _grid_u(v: np.ndarray, col: Numeric, g: int) -> np.ndarray:
+    """``rint(u 2^g)``, ``u`` the value clipped to the bounds and rescaled to ``[-1, 1]``."""
+    if not np.isfinite(v).all():
+        raise ValueError("a numeric covariate must be finite: drop or impute missing values first")
+    mid, half = (col.lo + col.hi) / 2.0, (col.hi - col.lo) / 2.0
+    u = np.clip((v - mid) / half, -1.0, 1.0)
+    return np.rint(u * float(2**g))
+
+
+def model_statistics_of_strata(
+    counts: np.ndarray, codes: np.ndarray, columns: Sequence[Column], g: int
+) -> np.ndarray:
+    """:func:`model_statistics` from per-stratum arm counts ``counts`` (``2 |X|``: control then
+    treated per stratum) and the strata's level codes ``codes`` (``(|X|, p)``; categorical
+    columns only): the same vector, from the sums of the stratum counts."""
+    unit = float(2**g)
+    n_c, n_t = counts[0::2].astype(np.float64), counts[1::2].astype(np.float64)
+    out = [np.array([n_c.sum(), n_t.sum()]) * unit]
+    for j, col in enumerate(columns):
+        if not isinstance(col, Categorical):
+            raise ValueError("strata carry categorical (binned) covariates only")
+        c = np.bincount(codes[:, j], weights=n_c, minlength=col.levels)
+        t = np.bincount(codes[:, j], weights=n_t, minlength=col.levels)
+        out.append(np.asarray(np.stack([c, t], axis=1).ravel() * unit, dtype=np.float64))
+    return np.concatenate(out)
+
+
+@dataclass(frozen=True)
+class PropensityModel:
+    """The fitted additive logit (module docstring): ``intercept`` plus, per covariate, a term
+    table (categorical: one value per level) or ``(slope, offset)`` in ``u`` (numeric); and, per
+    arm, the mean and variance of each covariate's term (the model's distribution of the index).
+    """
+
+    columns: tuple[Column, ...]
+    intercept: float
+    terms: tuple[np.ndarray, ...]
+    arm_share: float  # the noisy treated share
+    means: np.ndarray  # (2,): the index's mean in control, treated
+    variances: np.ndarray  # (2,)
+    #: the share of the index's variance that is the model's noise (delta method at the noisy
+    #: point, over the model's distribution of records), in [0, 1]
+    noise_share: float = 0.0
+
+    def index(self, z: np.ndarray) -> np.ndarray:
+        """The linear index of records ``z`` (``(N, p)``; numeric columns as values)."""
+        eta = np.full(z.shape[0], self.intercept)
+        for j, (col, term) in enumerate(zip(self.columns, self.terms, strict=True)):
+            if isinstance(col, Categorical):
+                eta += term[np.asarray(z[:, j]).astype(np.int64)]
+            else:
+                mid, half = (col.lo + col.hi) / 2.0, (col.hi - col.lo) / 2.0
+                u = np.clip((np.asarray(z[:, j], dtype=np.float64) - mid) / half, -1.0, 1.0)
+                eta += term[0] * u + term[1]
+        return eta
+
+    def edges(self, bands: int) -> np.ndarray:
+        """The ``bands - 1`` inner edges: the ``k / bands`` quantiles of the index's model
+        distribution (two normals mixed by the arm shares), read off its cdf on a fine grid."""
+        share = min(max(self.arm_share, 1e-6), 1 - 1e-6)
+        sds = np.sqrt(np.maximum(self.variances, 1e-12))
+        grid = np.linspace(np.min(self.means - 8 * sds), np.max(self.means + 8 * sds), 1025)
+        cdf = (1 - share) * _normal_cdf((grid - self.means[0]) / sds[0])
+        cdf = cdf + share * _normal_cdf((grid - self.means[1]) / sds[1])
+        levels = np.arange(1, bands) / bands
+        return np.asarray(np.interp(levels, cdf, grid), dtype=np.float64)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _normal_cdf(t: np.ndarray) -> np.ndarray:
+    erf = np.asarray(_ERF(t / math.sqrt(2.0)), dtype=np.float64)
+    return np.asarray(0.5 * (1.0 + erf), dtype=np.float64)
+
+
+def fit_model(
+    noisy: np.ndarray, columns: Sequence[Column], g: int, n: int, smoothing: float
+) -> PropensityModel:
+    """The model from one noisy model vector in outcome units (the grid unit already applied:
+    counts are counts, sums are sums of ``u``). ``smoothing``: the pseudo-count added to every
+    noisy (level, arm) count, clipped at 0 first (a public constant, of the order of the noise
+    scale). Post-processing only."""
+    v = np.asarray(noisy, dtype=np.float64)
+    v_count = 2.0 * smoothing * smoothing  # each entry's noise variance (smoothing = its scale)
+    index_noise = 0.0
+    arm = np.maximum(v[:2], 1.0)
+    share = float(arm[1] / arm.sum())
+    intercept = math.log(arm[1] / arm[0])
+    terms: list[np.ndarray] = []
+    means = np.array([0.0, 0.0]) + intercept
+    variances = np.zeros(2)
+    at = 2
+    for col in columns:
+        block = v[at : at + col.width]
+        at += col.width
+        if isinstance(col, Categorical):
+            cells = np.maximum(block.reshape(col.levels, 2), 0.0) + smoothing
+            freq = cells / cells.sum(axis=0, keepdims=True)
+            term = np.log(freq[:, 1]) - np.log(freq[:, 0])
+            terms.append(term)
+            mix = (1 - share) * freq[:, 0] + share * freq[:, 1]
+            index_noise += float(mix @ (v_count * (1 / cells[:, 0] ** 2 + 1 / cells[:, 1] ** 2)))
+            for a in (0, 1):
+                m = float(freq[:, a] @ term)
+                means[a] += m
+                variances[a] += float(freq[:, a] @ (term - m) ** 2)
+        else:
+            m_arm = np.clip(block[:2] / arm, -1.0, 1.0)
+            pooled = (block[2] - float(np.sum(block[:2] ** 2 / arm))) / float(n)
+            s2 = float(np.clip(pooled, 1e-2, 1.0))
+            slope = float((m_arm[1] - m_arm[0]) / s2)
+            offset = float(-(m_arm[1] ** 2 - m_arm[0] ** 2) / (2.0 * s2))
+            terms.append(np.array([slope, offset]))
+            index_noise += v_count * float(np.sum(1.0 / arm**2)) / s2  # Var(slope) E[u^2]
+            for a in (0, 1):
+                means[a] += slope * m_arm[a] + offset
+                variances[a] += slope * slope * s2
+    spread = (1 - share) * variances[0] + share * variances[1]
+    spread += share * (1 - share) * float(means[1] - means[0]) ** 2
+    noise_share = min(1.0, index_noise / max(spread, 1e-12))
+    return PropensityModel(
+        tuple(columns), intercept, tuple(terms), share, means, variances, noise_share
+    )
+
+
+def decode_strata(sizes: Sequence[int]) -> np.ndarray:
+    """The level codes ``(|X|, p)`` of every stratum ``x``, the mixed-radix number of the
+    covariates' codes (the first covariate most significant, as the spec's strata are)."""
+    total = math.prod(sizes)
+    rest = np.arange(total, dtype=np.int64)
+    out = np.empty((total, len(sizes)), dtype=np.int64)
+    for j in range(len(sizes) - 1, -1, -1):
+        rest, out[:, j] = np.divmod(rest, sizes[j])
+    return out
+
+
+def as_columns(sizes: Sequence[int], domain_size: int) -> tuple[tuple[Column, ...], Any]:
+    """The categorical columns of strata with these level counts (one column of ``|X|`` levels
+    when the sizes are not given) and their codes per stratum."""
+    if not sizes or math.prod(sizes) != domain_size:
+        sizes = (domain_size,)
+    return tuple(Categorical(int(s)) for s in sizes), decode_strata(sizes)

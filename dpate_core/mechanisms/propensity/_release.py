@@ -1,0 +1,316 @@
+"""The propensity release (``"propensity"``): a DP propensity model, then subclassification on
+``K`` bands of its index, pure epsilon-DP (``docs/research/propensity.md``, ``docs/privacy.md``).
+
+Two stages, four budget parts ``(eps_m, eps_n, eps_s, eps_q)`` summing exactly to ``eps``:
+
+1. the model vector (:mod:`~dpate_core.mechanisms.propensity._model`), one Laplace vector query
+   at scale ``Delta_m / eps_m``: ``(eps_m, 0)``-DP;
+2. given the noisy model (post-processing: the model, its index and the band edges, the
+   ``k / K`` quantiles of the index's model distribution), each record's band, and the adjusted
+   release's three per-cell vectors over the ``2 K`` (band, arm) cells: counts ``Lap(2 / eps_n)``,
+   centred grid sums ``Lap(B / eps_s)``, squares ``Lap(B^2 / (2 eps_q))`` (the bands are a
+   partition fixed before this stage's noise, so one record is in one cell and the adjusted
+   release's sensitivities hold: ``(eps_n + eps_s + eps_q, 0)``-DP for every fixed model).
+
+Adaptive sequential composition: stage 2 is chosen from stage 1's output only, so the release is
+``(eps_m + eps_n + eps_s + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
+:class:`dpate_core.release.Stage` draws stage 2 after stage 1). The estimate and its variance are
+the adjusted release's subclassification of the noisy band cells
+(:func:`dpate_core.mechanisms.adjusted.assemble_subclassification`), plus the variance the
+model's noise adds (:func:`model_noise_variance`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpate_core.mechanisms.adjusted import (
+    THRESHOLD_FACTOR,
+    PublicConstants,
+    assemble_subclassification,
+)
+from dpate_core.noise import Rng
+from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
+from dpate_core.release import (
+    MechanismPlan,
+    NoiseSpec,
+    Outputs,
+    SiteEstimate,
+    Stage,
+    check_bound,
+    draw_once,
+)
+from dpate_core.statistics import (
+    CellStatistics,
+    cell_noise,
+    cell_scales,
+    cell_statistics,
+    grid_bits,
+)
+
+from ._model import (
+    Column,
+    PropensityModel,
+    as_columns,
+    fit_model,
+    model_bits,
+    model_sensitivity,
+    model_statistics,
+    model_statistics_of_strata,
+)
+
+__all__ = [
+    "ATTENUATION_CAP",
+    "BANDS",
+    "DEFAULT_SPLIT",
+    "UNRESOLVED",
+    "attenuation_correction",
+    "dp_propensity",
+    "plan_propensity",
+    "plan_propensity_from_strata",
+]
+
+#: Cochran's five subclasses (about 90% of one confounder's bias removed)
+BANDS = 5
+#: the model, then the band cells' counts, centred sums and squares (docs/research/propensity.md)
+DEFAULT_SPLIT = ("1/4", "21/80", "33/80", "3/40")
+UNRESOLVED = (
+    "propensity bands: no band has enough patients in both treatments at this budget (both "
+    "noisy arm counts at least min_count)"
+)
+
+
+def plan_propensity(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    z: npt.ArrayLike,
+    columns: Sequence[Column],
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    bands: int = BANDS,
+) -> MechanismPlan:
+    """The plan of :func:`dp_propensity` from records: ``z`` is ``(N, p)``, one column per entry
+    of ``columns`` (level codes, or values within public bounds)."""
+    bound = check_bound(bound)
+    w_arr = np.asarray(w).astype(np.int8)
+    y_arr = np.asarray(y, dtype=np.float64)
+    z_arr = np.asarray(z)
+    if z_arr.ndim == 1:
+        z_arr = z_arr[:, None]
+    if z_arr.shape != (w_arr.size, len(columns)):
+        raise ValueError(
+            f"covariates: expected an array of shape (N, {len(columns)}) for {len(columns)} "
+            f"declared columns"
+        )
+    n = int(w_arr.size)
+    g = model_bits(n)
+    k, m = grid_bits(max(n, 1))
+
+    def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
+        band = np.searchsorted(edges, model.index(z_arr)).astype(np.int64)
+        return cell_statistics(w_arr, y_arr, band, domain_size=len(edges) + 1, bound=bound)
+
+    return _plan(
+        n, model_statistics(w_arr, z_arr, columns, g), columns, g, band_cells,
+        (k, m), bound, epsilon, delta, split, bands,
+    )  # fmt: skip
+
+
+def plan_propensity_from_strata(
+    cells: CellStatistics,
+    covariate_sizes: Sequence[int],
+    *,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    bands: int = BANDS,
+) -> MechanismPlan:
+    """The same release from the engine's per-stratum cell statistics (centred), the strata
+    being the mixed-radix number of categorical covariates with ``covariate_sizes`` levels:
+    the model vector is the sums of the stratum counts over each covariate's levels, a band is
+    a set of strata and its cells are sums of theirs (exact integers): equal to
+    :func:`plan_propensity` on the records."""
+    if not cells.centred:
+        raise ValueError("the propensity release needs centred cell statistics")
+    size = cells.counts.size // 2
+    columns, codes = as_columns(tuple(covariate_sizes), size)
+    n = cells.n
+    g = model_bits(n)
+
+    def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
+        band = np.searchsorted(edges, model.index(codes)).astype(np.int64)
+        cell = np.stack([2 * band, 2 * band + 1], axis=1).ravel()
+        k = 2 * (len(edges) + 1)
+        sums = [np.bincount(cell, weights=v.astype(np.float64), minlength=k) for v in
+                (cells.counts, cells.sums, cells.squares)]  # fmt: skip
+        counts, s, q = (np.rint(v).astype(np.int64) for v in sums)
+        return CellStatistics(counts, s, q, cells.bound, cells.k, cells.m)
+
+    return _plan(
+        n, model_statistics_of_strata(cells.counts, codes, columns, g), columns, g, band_cells,
+        (cells.k, cells.m), cells.bound, epsilon, delta, split, bands,
+    )  # fmt: skip
+
+
+def _plan(
+    n: int,
+    model_vector: np.ndarray,
+    columns: Sequence[Column],
+    g: int,
+    band_cells: Callable[[PropensityModel, np.ndarray], CellStatistics],
+    grid: tuple[int, int],
+    bound: float,
+    epsilon: Number,
+    delta: Number,
+    split: Sequence[Number] | None,
+    bands: int,
+) -> MechanismPlan:
+    given = PrivacyParams.of(epsilon, delta)  # validates delta; none of it is spent
+    total = PrivacyParams(given.epsilon, Fraction(0))
+    if total.epsilon <= 0:
+        raise ValueError(f"epsilon ({total.epsilon}) must be positive for a release")
+    if n < 2:
+        raise ValueError(f"a release needs at least 2 records (got {n})")
+    if not 2 <= int(bands) <= 50:
+        raise ValueError(f"bands ({bands}) must be a whole number in [2, 50] (Cochran: 5)")
+    bands = int(bands)
+    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 4)
+    p_m, *cell_parts = shares.apply(total)
+    unit = math.ldexp(1.0, -g)
+    model_scale = p_m.laplace_scale(model_sensitivity(columns, g))
+    model_site = NoiseSpec("model", model_vector, model_scale, "integer_laplace", unit=unit)
+    smoothing = max(1.0, model_scale * unit)  # the count noise scale, in counts
+    shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
+    band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
+
+    def fitted(noisy: np.ndarray) -> tuple[PropensityModel, np.ndarray]:
+        model = fit_model(noisy, columns, g, n, smoothing)
+        return model, model.edges(bands)
+
+    def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        rows = np.asarray(noisy["model"], dtype=np.float64)
+        out: dict[str, list[np.ndarray]] = {"counts": [], "sums": [], "squares": []}
+        for row in np.atleast_2d(rows):
+            c = band_cells(*fitted(row))
+            for name, v in (("counts", c.counts), ("sums", c.sums), ("squares", c.squares)):
+                out[name].append(v.astype(np.float64))
+        return {k: (np.stack(v) if rows.ndim == 2 else v[0]) for k, v in out.items()}
+
+    counts, sums, _ = band_sites
+    public = PublicConstants(
+        n=n,
+        bound=bound,
+        n_strata=bands,
+        scale_n=counts.scale,
+        b_s=sums.value_scale,
+        min_count=max(2.0, THRESHOLD_FACTOR * counts.scale),
+        half_b=bound / 2.0,
+        max_var=bound * bound / 4.0,
+        v_n=2.0 * counts.scale**2,
+        v_s=2.0 * sums.value_scale**2,
+    )
+    return MechanismPlan(
+        estimator="propensity",
+        n=n,
+        n_treated=None,
+        n_control=None,
+        total=total,
+        bound=bound,
+        shares=shares,
+        noise=(model_site,),
+        stages=(Stage(band_sites, locs),),
+        assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0]),
+    )
+
+
+def _assemble(
+    c: PublicConstants,
+    fit: Callable[[np.ndarray], PropensityModel],
+    v: Mapping[str, Any],
+) -> Outputs:
+    """Subclassification on the noisy band cells (the adjusted release's), corrected for the
+    model noise's attenuation, with the variance the model's noise adds
+    (:func:`attenuation_correction`)."""
+    out = assemble_subclassification(c, v)
+    rows = np.asarray(v["model"], dtype=np.float64)
+    share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
+    tau, factor, extra = attenuation_correction(
+        c, v, share if rows.ndim == 2 else share[0], out.tau
+    )
+    d = dict(out.diagnostics)
+    unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
+    d["model_variance"] = extra + unresolved
+    d["model_noise_share"] = np.asarray(share if rows.ndim == 2 else share[0]) + 0.0
+    d["noise_variance"] = d["noise_variance"] * factor
+    variance = out.variance * factor + extra
+    raw = out.raw_variance * factor + extra
+    return Outputs(np.clip(tau, -c.bound, c.bound), variance, raw, d, UNRESOLVED)
+
+
+#: the attenuation correction's largest multiple of the adjustment (a model that is at least
+#: half noise is not extrapolated further)
+ATTENUATION_CAP = 1.0
+
+
+def attenuation_correction(
+    c: PublicConstants, v: Mapping[str, Any], share: Any, tau: Any
+) -> tuple[Any, Any, Any]:
+    """``(corrected tau, variance factor, model variance)`` from noisy values only.
+
+    Bands of a noisy index remove only part of the confounding bias: with a share ``rho`` of
+    the index's variance being the model's noise (:attr:`PropensityModel.noise_share`), the
+    index's reliability is ``1 - rho``, and the bias the bands remove, ``tau_crude - tau``
+    (``tau_crude`` the difference in the arms' noisy means over all bands), is about
+    ``(1 - rho)`` of what bands of the exact index remove. The correction extrapolates:
+    ``tau - k (tau_crude - tau)``, ``k = min(rho / (1 - rho), ATTENUATION_CAP)``; the estimate's
+    variance is multiplied by ``(1 + k)^2`` (it is ``(1 + k) tau - k tau_crude``), and the model
+    noise's own variance, ``(rho (tau_crude - tau))^2`` (the share of the confounding the noisy
+    index captures moves by about ``rho``), is added. A noise-free model changes nothing.
+    Measured in docs/research/propensity.md."""
+    counts = np.asarray(v["counts"], dtype=np.float64)
+    sums = np.asarray(v["sums"], dtype=np.float64)
+    n_c = np.maximum(np.sum(counts[..., 0::2], axis=-1), 1.0)
+    n_t = np.maximum(np.sum(counts[..., 1::2], axis=-1), 1.0)
+    crude = np.sum(sums[..., 1::2], axis=-1) / n_t - np.sum(sums[..., 0::2], axis=-1) / n_c
+    crude = np.clip(crude, -c.bound, c.bound)
+    gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
+    rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
+    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
+    return tau - k * gap, (1.0 + k) ** 2, (rho * gap) ** 2
+
+
+def dp_propensity(
+    w: npt.ArrayLike,
+    y: npt.ArrayLike,
+    z: npt.ArrayLike,
+    columns: Sequence[Column],
+    *,
+    bound: float,
+    epsilon: Number,
+    delta: Number = 0,
+    split: Sequence[Number] | None = None,
+    bands: int = BANDS,
+    rng: Rng = None,
+) -> SiteEstimate:
+    """DP subclassification on propensity bands (module docstring): ``(epsilon, 0)``-DP under
+    replace-one neighbours; ``delta`` is accepted and not spent. Public: ``N``, ``B``, the
+    columns (levels, bounds), ``bands`` and the split."""
+    plan = plan_propensity(
+        w, y, z, columns, bound=bound, epsilon=epsilon, delta=delta, split=split, bands=bands
+    )
+    return plan.estimate(draw_once(plan, rng))
+
+
+def as_strata_columns(sizes: Sequence[int], domain_size: int) -> tuple[Column, ...]:
+    """The categorical columns the strata's covariates give (:func:`as_columns`)."""
+    return as_columns(sizes, domain_size)[0]
