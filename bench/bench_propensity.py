@@ -232,27 +232,35 @@ def pooled(tau: np.ndarray, var: np.ndarray) -> tuple[Array, Array]:
     return np.asarray(r.estimate), np.asarray(r.variance)
 
 
-def peer(sites: Sequence[Data], reps: int, seed: int) -> dict[str, Array] | None:
-    """The peer package's estimates per repetition (sites pooled by size), or None."""
+def peer(groups: Sequence[Sequence[Data]], reps: int) -> list[dict[str, Array]] | None:
+    """The peer package's estimates, per group of sites, per repetition (the sites pooled by
+    size), from one run of its environment; None without ``DPATE_PEER_PYTHON``."""
     python = os.environ.get("DPATE_PEER_PYTHON")
     if not python:
         return None
     driver = Path(__file__).with_name("peer_dpate.py")
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
-        for j, s in enumerate(sites):
-            f = Path(tmp) / f"site{j}.npz"
-            np.savez(f, w=s.w, y=s.y, x=design_matrix(s)[:, 1:])
-            files.append(str(f))
+        manifest: dict[str, object] = {"reps": reps, "eps": EPS, "groups": []}
+        for g, sites in enumerate(groups):
+            files = []
+            for j, s in enumerate(sites):
+                f = Path(tmp) / f"g{g}site{j}.npz"
+                np.savez(f, w=s.w, y=s.y, x=design_matrix(s)[:, 1:])
+                files.append(str(f))
+            manifest["groups"].append(files)  # type: ignore[attr-defined]
+        path = Path(tmp) / "manifest.json"
+        path.write_text(json.dumps(manifest))
         # the peer's own "dpate" package, not this project's: no PYTHONPATH, run outside the tree
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         out = subprocess.run(
-            [python, str(driver), str(reps), str(seed), str(EPS), *files],
+            [python, str(driver), str(path)],
             check=True, capture_output=True, text=True, env=env, cwd=tmp,
         )  # fmt: skip
-    res = json.loads(out.stdout)
-    n = np.array([s.w.size for s in sites], dtype=np.float64)
-    return {k: np.asarray(v) @ (n / n.sum()) for k, v in res.items()}
+    results = []
+    for sites, res in zip(groups, json.loads(out.stdout), strict=True):
+        n = np.array([s.w.size for s in sites], dtype=np.float64)
+        results.append({k: np.asarray(v) @ (n / n.sum()) for k, v in res.items()})
+    return results
 
 
 def run_fixed(name: str, data: Data, truth: float, reps: int) -> None:
@@ -281,11 +289,9 @@ def run_fixed(name: str, data: Data, truth: float, reps: int) -> None:
         print("|---|---|---|---|---|---|")
         for key, t in tallies.items():
             print(t.row(key))
-        peer_res = peer(sites, reps, 11 + sites_n)
-        for key, est in (peer_res or {}).items():
-            t = Tally([], [], [])
-            t.add(est, np.full_like(est, np.nan), truth)
-            t.errors = list(est - truth)
+        peer_res = peer([sites], reps)
+        for key, est in (peer_res[0] if peer_res else {}).items():
+            t = Tally(list(est - truth), [], [], est.size, est.size)
             print(t.row(f"peer dpate 0.0.1 {key}"))
 
 
@@ -296,8 +302,11 @@ def run_synth(reps: int) -> None:
         tallies = {k: Tally([], [], []) for k in ("propensity", "adjusted", "np_strat", "np_aipw")}
         peer_rows: dict[str, list[float]] = {}
         per_site = 2000
+        peer_groups = []
         for rep in range(reps):
             sites = [synth5(rng, per_site) for _ in range(sites_n)]
+            if rep < 100:
+                peer_groups.append(sites)
             for key, fn in (("propensity", ours), ("adjusted", adjusted)):
                 tv = np.array([[float(a[0]) for a in fn(s, rng, 1)] for s in sites])
                 est, var = pooled(tv[None, :, 0], tv[None, :, 1])
@@ -306,9 +315,9 @@ def run_synth(reps: int) -> None:
                 tv = np.array([np_fn(s) for s in sites])
                 est, var = pooled(tv[None, :, 0], tv[None, :, 1])
                 tallies[key].add(est, var, truth)
-            if rep < 50:
-                for key, est in (peer(sites, 1, rep) or {}).items():
-                    peer_rows.setdefault(key, []).append(float(est[0]))
+        for res in peer(peer_groups, 1) or []:
+            for key, est in res.items():
+                peer_rows.setdefault(key, []).append(float(est[0]))
         print(f"\nSynth, 5 covariates (384 strata binned), {sites_n} sites of {per_site}, eps "
               f"{EPS} per site, truth {truth}, {reps} data sets")  # fmt: skip
         print("| estimator | bias | RMSE | coverage | width | answered |")
@@ -332,11 +341,13 @@ def timing(n: int = 10**7, p: int = 20) -> None:
     cats = [2] * 10 + [5] * 5
     zc = np.column_stack([rng.integers(0, k, n, dtype=np.int8) for k in cats])
     zn = rng.uniform(0, 1, (n, p - len(cats)))
-    z = np.column_stack([zc.astype(np.float64), zn])
+    z = np.column_stack([zc.astype(np.float32), zn.astype(np.float32)])  # codes exact
     cols = tuple(Categorical(k) for k in cats) + (Numeric(0, 1),) * (p - len(cats))
     w = (rng.uniform(size=n) < 0.4).astype(np.int8)
     y = rng.uniform(size=n)
     codes = zc[:, 0].astype(np.int64)
+    warm = plan_propensity(w[:1000], y[:1000], z[:1000], cols, bound=1.0, epsilon=EPS)
+    warm.assemble(draw_many(warm, np.random.default_rng(1), 1))  # compiled passes loaded
     t0 = time.perf_counter()
     np.bincount(codes, minlength=2)
     base = time.perf_counter() - t0

@@ -333,7 +333,8 @@ def test_recommendation_is_valid_for_the_design():
     designs = [SiteDesign.of("a", 10_000, 1, "1e-5", None, 3)]
     obs = plan_study("smooth_matching", "mvagg", designs, domain_size=100, bound=1.0)
     assert obs.recommendation is not None
-    assert obs.recommendation.estimator in ("smooth_matching", "global_matching", "adjusted")
+    observational = ("smooth_matching", "global_matching", "adjusted", "propensity")
+    assert obs.recommendation.estimator in observational
     assert sum(obs.recommendation.split) == 1
     assert obs.recommendation.combined_width <= obs.combined_width
     rct = plan_study(

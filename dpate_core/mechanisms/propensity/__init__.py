@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from dpate_core.release import SiteEstimate
 
 __all__ = [
+    "ASSUMED_INDEX_VARIANCE",
     "ATTENUATION_CAP",
     "BANDS",
     "DEFAULT_SPLIT",
@@ -67,6 +68,7 @@ __all__ = [
     "model_statistics",
     "plan_propensity",
     "plan_propensity_from_strata",
+    "predicted_noise_share",
 ]
 
 
@@ -142,16 +144,54 @@ def _band_inputs(inp: PredictionInputs) -> PredictionInputs:
     )
 
 
+#: ``dpate plan``'s assumed spread of the true propensity index (logit sd 1: a c-statistic of
+#: about 0.76), against which the model's predicted noise gives its noise share ``rho``
+ASSUMED_INDEX_VARIANCE = 1.0
+
+
+def predicted_noise_share(inp: PredictionInputs) -> float:
+    """The model's noise share ``rho`` ``dpate plan`` assumes: ``p = log2 |X|`` binary covariates
+    (the strata's count if each covariate has two levels), each level's arm counts at the
+    assumed treated share, the log-ratio terms' noise variance ``v (1/c_1^2 + 1/c_0^2)`` summed
+    over them, against :data:`ASSUMED_INDEX_VARIANCE`."""
+    import math
+
+    d = inp.design
+    shares = (
+        BudgetSplit(d.split).shares
+        if len(d.split) == 4
+        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
+    )
+    eps_m = float(d.epsilon * shares[0])
+    p = max(1.0, math.log2(max(inp.domain_size, 2)))
+    scale = (2.0 + 2.0 * p) / eps_m
+    v = 2.0 * scale * scale
+    a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
+    c1, c0 = max(d.n * a / 2.0, 1.0) + scale, max(d.n * (1 - a) / 2.0, 1.0) + scale
+    noise = p * v * (1.0 / c1**2 + 1.0 / c0**2)
+    return min(noise / (ASSUMED_INDEX_VARIANCE + noise), 1.0)
+
+
+def _factor(inp: PredictionInputs) -> float:
+    rho = predicted_noise_share(inp)
+    k = min(rho / max(1.0 - rho, 1e-12), ATTENUATION_CAP)
+    return (1.0 + k) ** 2
+
+
 def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     """``dpate plan``: the adjusted subclassification's prediction on ``K`` equally filled
-    bands with the band cells' budget (the model's noise assumed not to add variance: the
-    bands are assumed to balance the arms)."""
-    return ADJUSTED.predict(_band_inputs(inp))
+    bands with the band cells' budget, times the attenuation correction's variance factor
+    ``(1 + k)^2`` at the predicted noise share (:func:`predicted_noise_share`); the model
+    noise's own term needs the confounding, which a plan does not assume (zero)."""
+    sampling, noise, reported = ADJUSTED.predict(_band_inputs(inp))
+    f = _factor(inp)
+    return sampling * f, noise * f, reported * f
 
 
 def _resolution(inp: PredictionInputs) -> tuple[float, float]:
     assert ADJUSTED.resolution is not None
-    return ADJUSTED.resolution(_band_inputs(inp))
+    p, v = ADJUSTED.resolution(_band_inputs(inp))
+    return p, v * _factor(inp)
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:

@@ -40,6 +40,8 @@ __all__ = [
     "Column",
     "Numeric",
     "PropensityModel",
+    "check_pass",
+    "column_arrays",
     "fit_model",
     "model_bits",
     "model_sensitivity",
@@ -103,37 +105,48 @@ def _width(columns: Sequence[Column]) -> int:
     return 2 + sum(c.width for c in columns)
 
 
+def column_arrays(columns: Sequence[Column]) -> tuple[np.ndarray, ...]:
+    """The columns as the compiled passes read them: ``kind`` (0 categorical, 1 numeric),
+    ``levels``, ``mid`` and ``half`` (a numeric column's bounds' centre and half-width), and each
+    column's block ``offset`` in the model vector."""
+    kind = np.array([0 if isinstance(c, Categorical) else 1 for c in columns], np.int64)
+    levels = np.array([c.levels if isinstance(c, Categorical) else 0 for c in columns], np.int64)
+    mid = np.array([(c.lo + c.hi) / 2 if isinstance(c, Numeric) else 0.0 for c in columns])
+    half = np.array([(c.hi - c.lo) / 2 if isinstance(c, Numeric) else 1.0 for c in columns])
+    widths = np.array([c.width for c in columns], np.int64)
+    offset = 2 + np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    return kind, levels, mid, half, offset
+
+
+_PASS_ERRORS = {
+    1: "the treatment must be 0 or 1 in every record",
+    2: "outcomes must be finite and lie in [0, B]: clip or reject them with the study's public "
+    "bound before the release",
+    3: "a categorical covariate's code lies outside [0, levels) or is not whole: map the column "
+    "to its public levels first",
+    4: "a numeric covariate must be finite: drop or impute missing values first",
+}
+
+
+def check_pass(status: int) -> None:
+    """Raise the rule a compiled pass found broken (never a value)."""
+    if status != 0:
+        raise ValueError(_PASS_ERRORS[int(status)])
+
+
 def model_statistics(w: np.ndarray, z: np.ndarray, columns: Sequence[Column], g: int) -> np.ndarray:
     """The model vector (grid units, exact integers as float64) of records ``w`` (0/1) and
-    ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values)."""
-    w = np.asarray(w).astype(np.int64)
-    unit = float(2**g)
-    out = [np.bincount(w, minlength=2).astype(np.float64) * unit]
-    for j, col in enumerate(columns):
-        if isinstance(col, Categorical):
-            code = np.asarray(z[:, j]).astype(np.int64)
-            if code.size and (code.min() < 0 or code.max() >= col.levels):
-                raise ValueError(
-                    f"covariate {j}: a level code lies outside [0, {col.levels}): map the "
-                    f"column to its public levels first"
-                )
-            cells = np.bincount(2 * code + w, minlength=col.width)
-            out.append(cells.astype(np.float64) * unit)
-        else:
-            q = _grid_u(np.asarray(z[:, j], dtype=np.float64), col, g)
-            u = q / unit  # exact: a power-of-two scaling
-            sums = np.bincount(w, weights=q, minlength=2)
-            out.append(np.concatenate([sums, [float(np.sum(np.rint(u * u * unit)))]]))
-    return np.concatenate(out)
+    ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values), in one
+    compiled pass (:func:`dpate_core.mechanisms.propensity._kernels.model_pass`)."""
+    from ._kernels import model_pass
 
-
-def _grid_u(v: np.ndarray, col: Numeric, g: int) -> np.ndarray:
-    """``rint(u 2^g)``, ``u`` the value clipped to the bounds and rescaled to ``[-1, 1]``."""
-    if not np.isfinite(v).all():
-        raise ValueError("a numeric covariate must be finite: drop or impute missing values first")
-    mid, half = (col.lo + col.hi) / 2.0, (col.hi - col.lo) / 2.0
-    u = np.clip((v - mid) / half, -1.0, 1.0)
-    return np.rint(u * float(2**g))
+    kind, levels, mid, half, offset = column_arrays(columns)
+    status, out = model_pass(
+        np.ascontiguousarray(w, dtype=np.int8), np.ascontiguousarray(z), kind, levels, mid, half,
+        offset, _width(columns), g,
+    )  # fmt: skip
+    check_pass(status)
+    return np.asarray(out, dtype=np.float64)
 
 
 def model_statistics_of_strata(

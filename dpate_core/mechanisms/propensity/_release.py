@@ -51,14 +51,16 @@ from dpate_core.statistics import (
     CellStatistics,
     cell_noise,
     cell_scales,
-    cell_statistics,
     grid_bits,
 )
 
+from ._kernels import band_pass
 from ._model import (
     Column,
     PropensityModel,
     as_columns,
+    check_pass,
+    column_arrays,
     fit_model,
     model_bits,
     model_sensitivity,
@@ -116,9 +118,17 @@ def plan_propensity(
     g = model_bits(n)
     k, m = grid_bits(max(n, 1))
 
+    z_arr = np.ascontiguousarray(z_arr)
+    kind, _, mid, half, _ = column_arrays(columns)
+
     def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
-        band = np.searchsorted(edges, model.index(z_arr)).astype(np.int64)
-        return cell_statistics(w_arr, y_arr, band, domain_size=len(edges) + 1, bound=bound)
+        term_at = np.concatenate([[0], np.cumsum([t.size for t in model.terms])[:-1]])
+        status, counts, sums, squares = band_pass(
+            w_arr, y_arr, z_arr, kind, mid, half, term_at.astype(np.int64),
+            np.concatenate(model.terms), model.intercept, edges, bound, k, m,
+        )  # fmt: skip
+        check_pass(status)
+        return CellStatistics(counts, sums, squares, bound, k, m)
 
     return _plan(
         n, model_statistics(w_arr, z_arr, columns, g), columns, g, band_cells,
