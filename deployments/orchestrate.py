@@ -91,9 +91,11 @@ def _run_name() -> str:
     **_TASK,
 )
 def trigger_site(
-    ctx: StudyContext, spec: str, site: str, site_deployment: str, study_run_id: str
+    ctx: StudyContext, site: str, site_deployment: str, study_run_id: str
 ) -> str | None:
     """Create the site's flow run (not waiting); returns its id. Idempotent per study run.
+    The run names the spec by its hash: the site runs the copy its operator approved
+    (``dpate site approve``, :mod:`dpate.spec_approvals`), never a path or URL it is sent.
 
     None when the site has no such deployment: it releases on its own schedule, and its report
     is awaited in storage instead (:func:`wait_for_sites`)."""
@@ -101,7 +103,7 @@ def trigger_site(
     try:
         run = run_deployment(
             name,
-            parameters={"spec": spec, "site": site, "round": ctx.round},
+            parameters={"spec": ctx.spec.spec_hash, "site": site, "round": ctx.round},
             timeout=0,
             idempotency_key=f"{study_run_id}:{site}:{ctx.round}",
             tags=["dpate", f"study:{ctx.study_id}", f"site:{site}", f"round:{ctx.round}"],
@@ -281,16 +283,18 @@ def study_deployed(
     A site without a deployment is not asked: its report is awaited in storage (it releases on
     its own schedule), within the same timeout.
 
-    ``spec`` must be readable by the coordinator's worker and by every site's worker (an
-    ``s3://`` or ``https://`` URL, or the same path on every machine). ``site_deployment`` and
-    ``aggregate_deployment`` may contain ``{site}`` and ``{study}``.
+    ``spec`` must be readable by the coordinator's worker (an ``s3://`` or ``https://`` URL, or
+    a path on its machine); each site is asked for the spec's hash and runs the copy its
+    operator approved with ``dpate site approve`` (a site that has not approved it refuses the
+    run). ``site_deployment`` and ``aggregate_deployment`` may contain ``{site}`` and
+    ``{study}``.
     """
     from prefect.runtime import flow_run
 
     round = resolve_round(round, round_format, flow_run.scheduled_start_time)
     ctx = resolve_study(spec, round)
     me = str(flow_run.id)
-    triggered = {s: trigger_site(ctx, spec, s, site_deployment, me) for s in ctx.site_ids}
+    triggered = {s: trigger_site(ctx, s, site_deployment, me) for s in ctx.site_ids}
     runs = {s: run_id for s, run_id in triggered.items() if run_id is not None}
     awaited = [s for s, run_id in triggered.items() if run_id is None]
     if not runs:

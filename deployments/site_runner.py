@@ -11,7 +11,10 @@ no deployment entrypoint is imported. The flow is always the installed
 1. the process was started by a site worker: ``DPATE_WORKER_SITE`` names the worker's site;
 2. the flow run is a run of the flow ``site-release``;
 3. its parameters are only ``spec``, ``site`` and ``round`` (:class:`dpate.settings.SiteRun`);
-4. its ``site`` is the worker's site.
+4. its ``site`` is the worker's site;
+5. its ``spec`` is the hash of a spec the site's operator approved (``dpate site approve``,
+   :mod:`dpate.spec_approvals`): a path or URL, or an unapproved hash, is refused before
+   anything is read, with a message naming no local path.
 
 A refused run is set Failed with a message naming the rule, the message goes to the site's
 operator log (``DPATE_SITE_LOG`` or the site config's ``log``, else
@@ -79,6 +82,18 @@ def refusal(flow_name: str, parameters: dict[str, Any], worker_site: str | None)
             f"site {worker_site}'s worker runs only releases for site {worker_site}, not "
             f"{run.site!r}: refused (each site's deployment belongs on that site's pool)"
         )
+    return _unapproved(run.spec, worker_site)
+
+
+def _unapproved(spec: str, site: str) -> str | None:
+    """Why ``spec`` is not a spec ``site``'s operator approved (rule 5), or None. The message
+    names the hash and what to do, never a local path."""
+    from dpate.spec_approvals import load_approved_spec
+
+    try:
+        load_approved_spec(spec, site=site)
+    except SettingsError as exc:
+        return str(exc)
     return None
 
 

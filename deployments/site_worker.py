@@ -22,7 +22,9 @@ string (the coordinator) writes deployments. :class:`SiteWorker` keeps none of t
   (``FlowRunExecutorContext``: its observer sees the Cancelling run, its cancellation manager
   signals and terminates the runner and sets the run Cancelled; tests/topology/test_site_worker.py).
 
-:func:`serve` runs it until the first SIGTERM or SIGINT (Prefect's own worker needs two).
+:func:`serve` runs it until the first SIGTERM or SIGINT (Prefect's own worker needs two). While a
+flow run's process lives, the worker sends that run's heartbeats itself (:func:`run_heartbeats`),
+so a run stuck holding its process's GIL does not look crashed while it still runs.
 
 What the coordinator still sets and this worker still reads: ``stream_output``, the job's
 ``name`` and ``labels`` (cosmetic). Started by ``dpate site worker SITE``
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 import signal
 import tempfile
 import warnings
@@ -60,7 +63,15 @@ if TYPE_CHECKING:
     from prefect.client.schemas.responses import DeploymentResponse
     from prefect.flows import Flow
 
-__all__ = ["RUNNER_MODULE", "SiteJobConfiguration", "SiteWorker", "serve", "site_command"]
+__all__ = [
+    "RUNNER_MODULE",
+    "SiteJobConfiguration",
+    "SiteWorker",
+    "heartbeat_seconds",
+    "run_heartbeats",
+    "serve",
+    "site_command",
+]
 
 #: The module every flow run of a site worker executes (``python -m ...``).
 RUNNER_MODULE = "dpate.deployments.site_runner"
@@ -174,18 +185,25 @@ class SiteWorker(ProcessWorker, abc.ABC):
                     propose_submitting=False,
                 )
                 execution: FlowRunExecutionResult | None = None
+                finished = anyio.Event()
 
                 async def execute(
                     *, task_status: anyio.abc.TaskStatus[ProcessHandle] = anyio.TASK_STATUS_IGNORED
                 ) -> None:
                     nonlocal execution
-                    execution = await executor.submit(task_status=task_status)
+                    try:
+                        execution = await executor.submit(task_status=task_status)
+                    finally:
+                        finished.set()
 
                 async with anyio.create_task_group() as task_group:
                     handle = await task_group.start(execute)
                     if handle.pid is None:
                         raise RuntimeError("Flow run process has no PID")
                     task_status.started(handle.pid)
+                    task_group.start_soon(
+                        run_heartbeats, flow_run, handle.pid, finished, heartbeat_seconds()
+                    )
 
         if execution is None or execution.status_code is None:
             raise RuntimeError("Failed to start flow run process.")
@@ -197,6 +215,53 @@ class SiteWorker(ProcessWorker, abc.ABC):
         """Ad-hoc submission (``worker.submit(flow)``: a bundle of a flow from this process) is
         not a site worker's job: only deployed ``site-release`` runs are."""
         raise RuntimeError("a site worker runs only deployed site-release flow runs")
+
+
+def heartbeat_seconds() -> int:
+    """The interval of the worker's heartbeats for its runs: ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``
+    (the site's ``worker.env`` sets 30, the zombie automation's third; Prefect's default 180)."""
+    from prefect.settings import get_current_settings
+
+    value = get_current_settings().flows.heartbeat_frequency
+    return max(int(value or 30), 1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - another user's process: it exists
+        return True
+    return True
+
+
+async def run_heartbeats(
+    flow_run: FlowRun, pid: int, finished: anyio.Event, every_s: float
+) -> None:
+    """Send the flow run's heartbeat (``prefect.flow-run.heartbeat``, as the flow engine does)
+    from the worker every ``every_s`` seconds while its process ``pid`` is alive, until
+    ``finished``.
+
+    The engine's own heartbeat thread runs in the flow-run process and needs its GIL: a release
+    stuck in one long C-level computation (a huge integer power, say) sends none, and the
+    server's zombie automation would set the run Crashed while it still runs. The worker is
+    another process, so its heartbeats continue exactly as long as the run's process lives: a run
+    is reported Crashed only when that process (or the worker's machine) is gone. A stuck run
+    still holds the site's one slot (``dpate site worker --limit``): the coordinator cancels it
+    (the worker terminates the process), or the operator stops the worker."""
+    from prefect.events import emit_event
+
+    resource = {
+        "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
+        "prefect.resource.name": flow_run.name or "",
+    }
+    while not finished.is_set():
+        with anyio.move_on_after(every_s):
+            await finished.wait()
+        if finished.is_set() or not _alive(pid):
+            return
+        emit_event(event="prefect.flow-run.heartbeat", resource=resource)
 
 
 def serve(pool: str, *, name: str | None = None, limit: int | None = None) -> None:

@@ -18,8 +18,16 @@ the rows it anchored. No input is needed beyond the ledger and the storage root 
 publishes to. One code path, :func:`verify_against_reports`, serves ``dpate ledger verify
 --against-reports``.
 
+Before every reservation a site runs :func:`require_not_behind`: the newest head it has published
+(its own reports and the results naming it, at its publication root) must be a row of its ledger
+with the same hash. A ledger restored from an older copy ends before that row (or, padded with
+rows, has another hash there): it is refused with :class:`LedgerBehindError` before anything is
+reserved, so a restore can never refund budget that published releases spent. The row number
+``seq`` is the monotonic counter; the published hash at it is what a copy cannot fake.
+
 API::
 
+    require_not_behind(ledger, Store(url), "site-a")   # or LedgerBehindError, before reserving
     report = verify_against_reports(ledger, Store(url), "site-a")  # chain + every published head
     heads, bare, unreadable = published_heads(Store(url), "site-a")
     report = check_anchors(ledger, heads)                          # ledger.verify() + the anchors
@@ -27,26 +35,26 @@ API::
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dpate.ledger import PrivacyLedger
+from dpate.ledger import LedgerError, PrivacyLedger
+from dpate.schemas.bounded_json import loads_bounded
 from dpate.schemas.report import MAX_REPORT_BYTES
+from dpate.schemas.result import MAX_RESULT_BYTES
 from dpate.storage import ObjectTooLargeError, Store
 
 __all__ = [
     "MAX_RESULT_BYTES",
     "AnchorReport",
+    "LedgerBehindError",
     "PublishedHead",
     "check_anchors",
     "published_heads",
+    "require_not_behind",
     "verify_against_reports",
 ]
-
-#: A result document larger than this is not read (it lists one entry of a few hundred bytes per
-#: site): reported as unreadable.
-MAX_RESULT_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,8 +80,22 @@ class AnchorReport:
     unreadable: list[str] = field(default_factory=list)  # documents that could not be read
 
 
+_ROW_HASH = re.compile(r"^[0-9a-f]{64}$")
+#: a ledger row number is an SQLite integer
+_MAX_SEQ = 2**63 - 1
+
+
 def _head(uri: str, rid: object, head: Any, source: Literal["report", "result"]) -> PublishedHead:
-    return PublishedHead(uri, str(rid), int(head["seq"]), str(head["row_hash"]), source)
+    """The head a document states, its fields checked (ValueError when they are not a ledger
+    row's: a positive integer ``seq`` and a 64-hex ``row_hash``)."""
+    seq, row_hash = head["seq"], head["row_hash"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= _MAX_SEQ:
+        raise ValueError("ledger_head.seq is not a ledger row number")
+    if not isinstance(row_hash, str) or not _ROW_HASH.match(row_hash):
+        raise ValueError("ledger_head.row_hash is not a row hash")
+    if not isinstance(rid, str):
+        raise ValueError("release_id is not a string")
+    return PublishedHead(uri, rid, seq, row_hash, source)
 
 
 def _result_heads(
@@ -85,7 +107,7 @@ def _result_heads(
             continue
         uri = store.uri(key)
         try:
-            doc = json.loads(store.read(key, max_bytes=MAX_RESULT_BYTES) or b"null")
+            doc = loads_bounded(store.read(key, max_bytes=MAX_RESULT_BYTES) or b"null")
             for entry in doc["sites"]:
                 if entry.get("site_id") == site_id and entry.get("ledger_head") is not None:
                     heads.append(_head(uri, entry["release_id"], entry["ledger_head"], "result"))
@@ -112,7 +134,7 @@ def published_heads(
         for key in keys:
             uri = store.uri(key)
             try:
-                doc = json.loads(store.read(key, max_bytes=MAX_REPORT_BYTES) or b"null")
+                doc = loads_bounded(store.read(key, max_bytes=MAX_REPORT_BYTES) or b"null")
                 if doc.get("ledger_head") is None:
                     bare.append(uri)
                     continue
@@ -186,3 +208,36 @@ def verify_against_reports(
     return AnchorReport(
         not problems, found.rows, found.head_hash, heads, problems, unanchored=bare, unreadable=bad
     )
+
+
+class LedgerBehindError(LedgerError):
+    """The site's ledger is behind (or beside) what the site has published: restored from an
+    older copy or replaced. Nothing is reserved."""
+
+
+def require_not_behind(ledger: PrivacyLedger, store: Store, site_id: str) -> PublishedHead | None:
+    """Refuse (:class:`LedgerBehindError`) when the newest ledger head ``site_id`` has published
+    under ``store`` is not a row of ``ledger`` with the same hash; returns that head (None when
+    the site has published none). Documents that cannot be read are skipped here (they are
+    ``verify --against-reports``'s problems)."""
+    heads, _, _ = published_heads(store, site_id)
+    if not heads:
+        return None
+    newest = heads[-1]
+    rows = {e.seq: e for e in ledger.events()}
+    last = max(rows, default=0)
+    row = rows.get(newest.seq)
+    if row is None or row.row_hash != newest.row_hash:
+        state = (
+            f"the ledger ends at row {last}"
+            if row is None
+            else f"the ledger's row {newest.seq} has another hash"
+        )
+        raise LedgerBehindError(
+            f"site {site_id}: this site has published ledger row {newest.seq} (release "
+            f"{newest.release_id[:12]}...), but {state}: the ledger was restored from an older "
+            f"copy or replaced, and spending from it would spend budget again. Nothing was "
+            f"reserved. Restore the newest copy (docs/ledger.md, Backups) and check it with "
+            f"dpate ledger verify {site_id} --against-reports"
+        )
+    return newest

@@ -192,6 +192,7 @@ class PrivacyLedger(LedgerReader):
             standing = self._standing(conn, release_id, site_id, study_id, privacy, cap)
             if standing is not None:
                 return standing
+            self._one_release_per_round(conn, site_id, study_id, spec_hash, str(round))
             recorded = self._cap_for(conn, site_id, study_id, spec_hash, cap)
             spent = self._spent(conn, site_id)
             budget = check_budget(recorded, spent, privacy)
@@ -250,6 +251,30 @@ class PrivacyLedger(LedgerReader):
             new=False,
             committed=self._committed(conn, release_id),
         )
+
+    def _one_release_per_round(
+        self, conn: Any, site_id: str, study_id: str, spec_hash: str, round: str
+    ) -> None:
+        """Refuse a second release of one study round under another spec (a spec replaced
+        after the round ran: its hash, so its release id, differs). Inside :meth:`reserve`'s
+        transaction."""
+        t = self.table
+        other = conn.execute(
+            sa.select(t.c.spec_hash).where(
+                t.c.kind == "RESERVE",
+                t.c.site_id == site_id,
+                t.c.study_id == study_id,
+                t.c.round == round,
+                t.c.spec_hash != spec_hash,
+            )
+        ).first()
+        if other is not None:
+            raise LedgerError(
+                f"site {site_id}: study {study_id} round {round} was already released under spec "
+                f"{str(other.spec_hash)[:12]}..., not this spec ({spec_hash[:12]}...): a round is "
+                f"released once. Nothing was reserved; a changed spec needs a new round (its "
+                f"'release')"
+            )
 
     def _cap_for(
         self, conn: Any, site_id: str, study_id: str, spec_hash: str, cap: PrivacyParams

@@ -67,9 +67,14 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def release_id(study_id: str, site_id: str, spec_hash: str, round: str) -> str:
-    """Deterministic release id: sha256 of the canonical JSON ``[study, site, spec_hash, round]``."""
-    text = canonical_json([str(study_id), str(site_id), str(spec_hash), str(round)])
+def release_id(
+    study_id: str, site_id: str, spec_hash: str, round: str, part: str | None = None
+) -> str:
+    """Deterministic release id: sha256 of the canonical JSON ``[study, site, spec_hash, round]``;
+    a round's other release at the site (``part``, e.g. ``"balance"``, the covariate-balance
+    table) appends its name, so it is a release of its own in the ledger."""
+    key = [str(study_id), str(site_id), str(spec_hash), str(round)]
+    text = canonical_json(key if part is None else [*key, str(part)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

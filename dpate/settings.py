@@ -24,6 +24,7 @@ publication root  ``DPATE_STORAGE_URL``     ``storage``         local: the spec'
 operator log      ``DPATE_SITE_LOG``        ``log``             ``$DPATE_HOME/logs/<site>.log``
 spec data ok      ``DPATE_ALLOW_SPEC_DATA`` ``allow_spec_data`` no
 sites served      ``DPATE_SITES``           ``sites``           any site of the spec
+approved specs    ``DPATE_SPECS``           ``specs``           ``$DPATE_HOME/specs``
 ================  ========================  ==================  =================================
 
 The site config file is a TOML file named by ``DPATE_SITE_CONFIG`` (e.g. ``/etc/dpate/site.toml``).
@@ -34,7 +35,9 @@ ignored: a ledger's location is a site setting only. The local command line (``d
 its own process before any flow starts.
 
 A *deployed* run is one started by a Prefect worker (``PREFECT__FLOW_RUN_ID`` in the process
-environment) or from a deployment: there nothing falls back to the spec or to a default ledger.
+environment) or from a deployment: there nothing falls back to the spec or to a default ledger,
+and the ``spec`` parameter is a spec hash the site's operator approved (:mod:`dpate.spec_approvals`),
+never a path or URL.
 """
 
 from __future__ import annotations
@@ -44,14 +47,16 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger_chain import release_id
 from dpate.ledger_engine import as_sqlalchemy_url
-from dpate.schemas.spec import SpecError, StudySpec, load_spec
+
+if TYPE_CHECKING:  # the spec's models import the estimators (numba): only where a spec is read
+    from dpate.schemas.spec import StudySpec
 
 __all__ = [
     "IDENTIFIER",
@@ -117,6 +122,8 @@ def is_deployed_process() -> bool:
 
 def load_study_spec(source: str) -> StudySpec:
     """Read a study spec from a local path or any fsspec URL (``s3://...``, ``https://...``)."""
+    from dpate.schemas.spec import SpecError, StudySpec, load_spec
+
     if "://" not in source or source.startswith("file://"):
         return load_spec(source.removeprefix("file://"))
     import fsspec
@@ -163,6 +170,8 @@ class SiteConfig:
     log: str | None = None
     allow_spec_data: bool = False
     sites: tuple[str, ...] | None = None
+    #: the folder of the specs this site's operator approved (dpate.spec_approvals)
+    specs: str | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, key: str) -> str:
@@ -178,6 +187,7 @@ _ENV = {
     "log": "DPATE_SITE_LOG",
     "allow_spec_data": "DPATE_ALLOW_SPEC_DATA",
     "sites": "DPATE_SITES",
+    "specs": "DPATE_SPECS",
 }
 
 
@@ -238,6 +248,7 @@ def site_config(site: str, study: str) -> SiteConfig:
         log=_str(values.get("log")),
         allow_spec_data=_truthy(values.get("allow_spec_data", False)),
         sites=sites,
+        specs=_str(values.get("specs")),
         sources=tuple(sources),
     )
 
@@ -284,6 +295,14 @@ class SiteContext(StudyContext):
     @property
     def rid(self) -> str:
         return self.release_id(self.site_id)
+
+    @property
+    def balance_rid(self) -> str:
+        """The release id of this round's covariate-balance table at the site (a release of
+        its own in the ledger: its own budget, its own one draw)."""
+        return release_id(
+            self.spec.study_id, self.site_id, self.spec.spec_hash, self.round, "balance"
+        )
 
 
 def resolve_study(
@@ -342,7 +361,14 @@ def resolve_site(
     if deployed is None:
         deployed = is_deployed_process()
     run = SiteRun(spec=spec, site=site, round=round)
-    study = resolve_study_spec_only(run.spec, run.round)
+    if deployed:  # the site's approved copy, by hash: nothing is read at a coordinator's path
+        from dpate.spec_approvals import load_approved_spec
+
+        validate_round(run.round)
+        approved = load_approved_spec(run.spec, site=site)
+        study = StudyContext(approved, run.spec, run.round or approved.release, "")
+    else:
+        study = resolve_study_spec_only(run.spec, run.round)
     s = study.spec
     s.site(site)  # KeyError naming the study's sites
     cfg = site_config(site, s.study_id)
@@ -351,7 +377,7 @@ def resolve_site(
             f"this site's configuration serves sites {list(cfg.sites)} "
             f"({cfg.source('sites')}), not {site!r}: refused"
         )
-    base = _spec_dir(spec)
+    base = None if deployed else _spec_dir(spec)
     data = cfg.data or _spec_data(s, site, base, cfg, deployed)
     ledger = site_ledger_url(site, s.study_id, deployed=deployed, cfg=cfg)
     if cfg.storage:

@@ -20,10 +20,17 @@ from dpate.schemas.site_data import (
 )
 from dpate.schemas.spec import StudySpec
 from dpate.settings import SiteContext
+from dpate_core.balance import BalancePlan, plan_balance
 from dpate_core.mechanisms import PlanInputs, StatisticsInputs
 from dpate_core.release import MechanismPlan
 
-__all__ = ["data_independent_order", "plan_from_records", "read_for_release", "record_order"]
+__all__ = [
+    "balance_plan",
+    "data_independent_order",
+    "plan_from_records",
+    "read_for_release",
+    "record_order",
+]
 
 
 def data_independent_order(n: int) -> np.ndarray:
@@ -78,7 +85,7 @@ def plan_from_records(
         "bound": spec.outcome.bound,
         "privacy": spec.site(site_id).privacy,
         "split": spec.budget_split(site_id).shares,
-        "options": spec.options,
+        "options": spec.study_options,  # one variant for the whole study
         "binary": spec.outcome.binary,
         "covariate_sizes": tuple(c.size for c in spec.covariates),
     }
@@ -94,3 +101,33 @@ def plan_from_records(
         order = data_independent_order(data.n)
         w, y, x = w[order], y[order], x[order]
     return est.plan(PlanInputs(w, y, x, **common))
+
+
+def balance_plan(
+    spec: StudySpec,
+    data: SiteData | SiteStatistics,
+    estimate: dict[str, Any] | None = None,
+) -> BalancePlan:
+    """The site's covariate-balance release (``[balance]``) from its per-cell counts (the
+    engine's, or counted from validated records): pre-noise values, private. ``estimate``: the
+    committed estimate's public fields, from which an estimator with ``balance_bands`` takes the
+    public bands its within column compares arms in (a resolved release only)."""
+    if spec.balance is None:
+        raise ValueError("the study has no [balance] table: nothing to release")
+    if isinstance(data, SiteStatistics):
+        counts = np.asarray(data.cells.counts, dtype=np.int64)
+    else:
+        cells = 2 * np.asarray(data.x, dtype=np.int64) + np.asarray(data.w, dtype=np.int64)
+        counts = np.bincount(cells, minlength=2 * spec.domain_size)
+    est = spec.estimator_info
+    if est.balance_bands is not None and estimate is not None and estimate.get("resolved", True):
+        bands, n_bands = est.balance_bands(estimate, spec.study_options, spec.domain_size)
+        return plan_balance(
+            counts, spec.balance_layout, spec.balance.epsilon, bands=bands, n_bands=n_bands
+        )
+    return plan_balance(
+        counts,
+        spec.balance_layout,
+        spec.balance.epsilon,
+        within=spec.balance_within,  # type: ignore[arg-type]
+    )

@@ -78,12 +78,14 @@ def site_report_bytes(
     spend: LifetimeSpend | None = None,
     *,
     schema_version: int = REPORT_SCHEMA_VERSION,
+    balance: Committed | None = None,
 ) -> bytes:
     """The published report of a committed release: a function of the ledger's COMMIT row,
     the spec and ``spend`` (the ledger's totals after the release, :func:`ledger_spend`; left
     out of the report when None), so every re-publication gives identical bytes.
     ``schema_version=1`` or ``2`` gives the bytes an earlier software published (version 1:
-    no ``spend``)."""
+    no ``spend``). ``balance``: the committed balance table of this round (its own release in
+    the ledger; the report is then version 4)."""
     payload = committed.payload
     report = SiteReport.from_estimate(
         PublicEstimate.model_validate(payload["estimate"]),
@@ -94,6 +96,7 @@ def site_report_bytes(
         software=payload["software_version"],
         lifetime_spend=spend,
         schema_version=schema_version,
+        balance=None if balance is None else balance.payload["balance"],
     )
     # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
     sealed: SiteReport = seal_site_report(report, ctx.spec, ctx.site_id, committed)

@@ -152,8 +152,12 @@ def check_study(
 
 
 def check_site(ctx: SiteContext, *, public: bool = False) -> SiteCheck:
-    """One site's ledger, publication path and data, as its release would meet them."""
-    check = SiteCheck(ctx.site_id, ctx.spec.release_cost(ctx.site_id))
+    """One site's ledger, publication path and data, as its release would meet them (with the
+    spec's ``[balance]``, its covariate-balance table is a second release: its budget counts)."""
+    cost = ctx.spec.release_cost(ctx.site_id)
+    if ctx.spec.balance is not None:
+        cost = cost + ctx.spec.balance_cost()
+    check = SiteCheck(ctx.site_id, cost)
     check.problems += _ledger_problems(ctx, check)
     if check.recorded:
         return check  # re-published from the ledger: no data read, nothing spent

@@ -16,11 +16,15 @@ from prefect import flow
 from dpate.settings import Identifier, SiteRun, load_study_spec
 from dpate.tasks.site import (
     check_publication,
+    commit_balance,
     commit_release,
+    compute_balance,
     compute_release,
     load_site_data,
     publish_site_report,
+    recorded_balance,
     recorded_release,
+    reserve_balance,
     reserve_budget,
     resolve_site_context,
     show_site_report,
@@ -43,7 +47,9 @@ def _run_name() -> str:
 
 @flow(name="site-release", flow_run_name=_run_name, persist_result=False, validate_parameters=True)
 def site_release(spec: str, site: Identifier, round: Identifier | None = None) -> dict[str, Any]:
-    """Validate -> reserve (ledger) -> one secure draw -> commit (ledger) -> publish the report.
+    """Validate -> reserve (ledger) -> one secure draw -> commit (ledger) -> publish the report;
+    with the spec's ``[balance]``, the covariate-balance table is a second release of its own
+    (reserve -> one draw -> commit) before the report that carries it is published.
 
     A committed release is re-published from the ledger (no budget, no noise); a reserved but
     uncommitted one draws once under its standing reservation (docs/ledger.md). A report already
@@ -51,6 +57,7 @@ def site_release(spec: str, site: Identifier, round: Identifier | None = None) -
     """
     ctx = resolve_site_context(SiteRun(spec=spec, site=site, round=round))
     committed = recorded_release(ctx)
+    data = None
     if committed is None:
         check_publication(ctx)
         data = load_site_data(ctx)
@@ -58,8 +65,17 @@ def site_release(spec: str, site: Identifier, round: Identifier | None = None) -
         committed = reservation.committed or commit_release(
             ctx, compute_release(ctx, data, reservation)
         )
-        del data
-    published = publish_site_report(ctx, committed)
+    balance = None
+    if ctx.spec.balance is not None:  # the covariate-balance table: a release of its own
+        balance = recorded_balance(ctx)
+        if balance is None:
+            data = data if data is not None else load_site_data(ctx)
+            held = reserve_balance(ctx)
+            balance = held.committed or commit_balance(
+                ctx, compute_balance(ctx, data, held, committed)
+            )
+    del data
+    published = publish_site_report(ctx, committed, balance)
     show_site_report(ctx, published)
     show_site_spend(ctx)
     return published

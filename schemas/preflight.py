@@ -17,7 +17,16 @@ The rules (the estimators' own preconditions, ``dpate_core.release``):
   covariate stratum holding both treated and control records: otherwise no record has a match and
   the release would be pure noise, which the aggregator (MVAgg) would still weight by ``N_j / N``.
 
-Used by the site's release task (before reserving) and by ``dpate check``.
+``dpate check`` (the site operator's own command) reports every rule. A release refuses only on
+what does not depend on the records beyond the public values (:func:`release_refusals`): fewer
+than 2 records (``N`` is published with every release), and an empty arm when the spec treats
+the arm sizes as public (they are published too). Every other rule would tell whoever reads the
+refusal something about the records for free (an empty arm, no common support), so the release
+goes ahead instead, as each mechanism defines it whatever its arms hold: the difference in means
+with private arm sizes and the adjusted estimator are DP on any records (an empty arm gives an
+uninformative release), and matching follows Algorithm 1's convention that a stratum without
+both arms contributes nothing (``Yhat(1) = Yhat(0) = Y``). The rule that failed goes to the
+site's operator log.
 """
 
 from __future__ import annotations
@@ -34,15 +43,24 @@ from dpate.schemas.spec import StudySpec
 if TYPE_CHECKING:
     from dpate_core.statistics import CellStatistics
 
-__all__ = ["FeasibilityError", "cell_feasibility_problems", "feasibility_problems"]
+__all__ = [
+    "RELEASES_ON_ANY_RECORDS",
+    "FeasibilityError",
+    "cell_feasibility_problems",
+    "feasibility_problems",
+    "release_refusals",
+]
 
 #: Records' feasibility is checked from per-cell counts (``O(|X|)`` memory) up to this many
 #: strata, else from sorted stratum ids (``O(N)``: ``|X|`` may be 10^9)
 COUNT_CELLS_UP_TO = 1 << 24
 
+
+#: the advice to leave a site out, and its cost: like any spec change it is a new spec hash, so a
+#: site that already released for this spec spends again (public wording: no number)
 _LEAVE_OUT = (
-    "or leave this site out of the study (require_all_sites = false: a new spec hash, so a site "
-    "that already released for this spec releases, and spends, again)"
+    "or leave this site out of the study (require_all_sites = false; like any spec change this "
+    "is a new spec hash: a site that already released spends its release's budget again)"
 )
 
 
@@ -135,7 +153,8 @@ def _problems(
         out.append(
             f"no common support: estimator {spec.estimator!r} compares arms within covariate "
             "strata and no stratum holds both treated and control records, so the release would "
-            f"be pure noise; coarsen the covariate bins or levels in a new spec, {_LEAVE_OUT}"
+            f"be pure noise; coarsen the covariate bins or levels in a new spec "
+            f"(it spends again like any spec change), {_LEAVE_OUT}"
         )
     return out
 
@@ -154,3 +173,26 @@ def _some_stratum_has_both_arms(x: np.ndarray, treated: np.ndarray) -> bool:
     t_strata = np.unique(x[treated])
     c_strata = np.unique(x[~treated])
     return bool(np.intersect1d(t_strata, c_strata, assume_unique=True).size)
+
+
+#: Estimators whose release is defined (and DP) on any records, whatever their arms hold: the
+#: difference in means, the adjusted estimator and both matching estimators (Algorithm 1's
+#: convention for a stratum without both arms). Any other estimator (a plug-in, say) keeps
+#: every feasibility rule as a refusal.
+RELEASES_ON_ANY_RECORDS = frozenset({"dim", "adjusted", "smooth_matching", "global_matching"})
+
+
+def release_refusals(problems: list[str], spec: StudySpec) -> list[str]:
+    """The ones among ``problems`` (:func:`feasibility_problems`) a release refuses on: those
+    that follow from public values only (``N < 2``; an empty arm when the spec's arm sizes are
+    public). Any other problem depends on the records, so a refusal would be a free bit about
+    them: for the estimators of :data:`RELEASES_ON_ANY_RECORDS` the release goes ahead and the
+    problem is for the site's operator log only."""
+    if spec.estimator not in RELEASES_ON_ANY_RECORDS:
+        return list(problems)
+    public_arms = bool(spec.arm_sizes_public)
+    return [
+        p
+        for p in problems
+        if p.startswith("too few records") or (public_arms and p.startswith("empty "))
+    ]

@@ -17,10 +17,12 @@ API::
 schema version, wrong types (no coercion: ``"0.5"`` is not a number), non-finite numbers, ``n < 2``,
 ``epsilon <= 0``, a non-positive variance, arm sizes that do not add up to ``n``, another study id,
 another spec hash, a site not in the spec, and a budget or bound that is not the one the spec gives
-that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it,
-numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`), and, when the spec lists
-a public key for the site (or ``require_signed_reports``), an unsigned or wrongly signed report
-(:mod:`dpate.schemas.signing`).
+that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it, a
+document whose nesting or numbers are out of bounds before any arithmetic on them
+(:mod:`dpate.schemas.bounded_json`; exact strings: :func:`dpate_core.privacy.exact`), then, when
+the spec lists a public key for the site (or ``require_signed_reports``), an unsigned or wrongly
+signed report (:mod:`dpate.schemas.signing`) before any of its numbers is checked, and last
+numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`).
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
 ``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
@@ -31,6 +33,11 @@ reserved, as exact strings (public amounts: sums of releases' spec budgets and t
 data; docs/privacy.md). A report whose spend passes its cap, falls short of this release's own
 budget, or names a cap other than the spec's for the site is refused
 (:func:`dpate.schemas.plausibility.spend_problems`).
+
+Version 4 adds the optional ``balance``: the site's DP covariate-balance table
+(:class:`BalanceDoc`, a release of its own with the spec's ``[balance]`` epsilon, committed to the
+site's ledger under its own release id before the report is published); a report without one is
+written as version 3, so its bytes are those of earlier software.
 
 From version 3, a release that is not resolved (``SiteEstimate.resolved``: its noisy values do not
 determine an estimate at this budget) is published as such: the estimate's ``resolved`` is false
@@ -64,16 +71,25 @@ from pydantic import (
 )
 
 from dpate.errors import DpateError, ExitCode
+from dpate.schemas.bounded_json import BoundedJSONError, loads_bounded
 from dpate.schemas.plausibility import estimate_problems, spend_problems
-from dpate.schemas.report_parts import BudgetAmount, LedgerHead, LifetimeSpend, PublicEstimate
+from dpate.schemas.report_parts import (
+    BalanceDoc,
+    BudgetAmount,
+    LedgerHead,
+    LifetimeSpend,
+    PublicEstimate,
+)
 from dpate.schemas.spec import StudySpec, canonical_json
 from dpate_core.release import SiteEstimate
 
 __all__ = [
+    "BALANCE_SCHEMA_VERSION",
     "MAX_REPORT_BYTES",
     "REPORT_SCHEMA",
     "REPORT_SCHEMA_VERSION",
     "REPORT_SCHEMA_VERSIONS",
+    "BalanceDoc",
     "BudgetAmount",
     "LedgerHead",
     "LifetimeSpend",
@@ -88,8 +104,10 @@ __all__ = [
 REPORT_SCHEMA: Literal["dpate.site-report"] = "dpate.site-report"
 #: the version this software writes (2 added ``lifetime_spend``, 3 the unresolved release)
 REPORT_SCHEMA_VERSION: Literal[3] = 3
+#: the version of a report that carries a balance table (4 added ``balance``)
+BALANCE_SCHEMA_VERSION: Literal[4] = 4
 #: the versions this software reads
-REPORT_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3)
+REPORT_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2, 3, 4)
 
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 _RELEASE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,255}$"
@@ -128,12 +146,12 @@ def default_release_id(spec: StudySpec, site_id: str) -> str:
 
 
 class SiteReport(BaseModel):
-    """One site's published report (schema ``dpate.site-report``, versions 1 to 3)."""
+    """One site's published report (schema ``dpate.site-report``, versions 1 to 4)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     schema_: Literal["dpate.site-report"] = Field(default=REPORT_SCHEMA, alias="schema")
-    schema_version: Literal[1, 2, 3] = REPORT_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4] = REPORT_SCHEMA_VERSION
     study_id: str = Field(pattern=_ID)
     site_id: str = Field(pattern=_ID)
     spec_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -143,6 +161,7 @@ class SiteReport(BaseModel):
     estimate: PublicEstimate
     ledger_head: LedgerHead | None = Field(default=None, exclude_if=lambda v: v is None)
     lifetime_spend: LifetimeSpend | None = Field(default=None, exclude_if=lambda v: v is None)
+    balance: BalanceDoc | None = Field(default=None, exclude_if=lambda v: v is None)
     signature: str | None = Field(
         default=None, pattern=r"^ed25519:[A-Za-z0-9+/]{86}==$", exclude_if=lambda v: v is None
     )
@@ -160,6 +179,12 @@ class SiteReport(BaseModel):
             raise ValueError(
                 f"lifetime_spend is a version-2 field, but the report says schema_version "
                 f"{self.schema_version}"
+            )
+        if (self.balance is not None) != (self.schema_version >= 4):
+            raise ValueError(
+                f"balance is a version-4 field, and a version-4 report carries it, but the "
+                f"report says schema_version {self.schema_version}"
+                + (" with a balance table" if self.balance is not None else " without one")
             )
         if self.schema_version < 3 and "resolved" in self.estimate.model_fields_set:
             raise ValueError(
@@ -186,6 +211,7 @@ class SiteReport(BaseModel):
         software: str | None = None,
         lifetime_spend: LifetimeSpend | None = None,
         schema_version: int = REPORT_SCHEMA_VERSION,
+        balance: BalanceDoc | dict[str, Any] | None = None,
     ) -> SiteReport:
         """The report of ``estimate`` released by ``site_id`` under ``spec``.
 
@@ -194,14 +220,15 @@ class SiteReport(BaseModel):
         (UTC) and ``software`` to this :func:`software_version`; ``lifetime_spend`` is the site
         ledger's totals after the release (omitted when None); ``schema_version=1`` or ``2`` is
         an earlier software's report (version 1: no ``lifetime_spend``; neither can hold an
-        unresolved release). The result is checked against ``spec`` exactly as
-        :func:`read_report` would check it.
+        unresolved release). ``balance``: the site's committed balance table (the report is
+        then version 4). The result is checked against ``spec`` exactly as :func:`read_report`
+        would check it.
         """
         public = estimate if isinstance(estimate, PublicEstimate) else PublicEstimate.of(estimate)
         report = cls.model_validate(
             {
                 "schema": REPORT_SCHEMA,
-                "schema_version": schema_version,
+                "schema_version": BALANCE_SCHEMA_VERSION if balance is not None else schema_version,
                 "study_id": spec.study_id,
                 "site_id": site_id,
                 "spec_hash": spec.spec_hash,
@@ -210,6 +237,7 @@ class SiteReport(BaseModel):
                 "created_at": created_at or datetime.now(UTC),
                 "estimate": public,
                 "lifetime_spend": lifetime_spend,
+                "balance": balance,
             }
         )
         problems = report.problems_against(spec)
@@ -271,6 +299,7 @@ class SiteReport(BaseModel):
             out.append(f"budget split {e.budget_split} is not the spec's {want_split}")
         if not out:  # the mechanism's public values are the spec's: check what they imply
             out += estimate_problems(e, spec)
+        out += self._balance_problems(spec)
         if self.lifetime_spend is not None:
             out += spend_problems(
                 self.lifetime_spend.spent.params,
@@ -278,6 +307,34 @@ class SiteReport(BaseModel):
                 release=cost,
                 spec_cap=site.lifetime_cap.params,
             )
+        return out
+
+    def _balance_problems(self, spec: StudySpec) -> list[str]:
+        """A balance table is one the spec's ``[balance]`` release can produce: its epsilon,
+        its noise scale ``2 p / epsilon``, one row set per covariate of the spec."""
+        b = self.balance
+        if b is None:
+            return []
+        if spec.balance is None:
+            return ["balance: the spec has no [balance] table, so a report carries none"]
+        from dpate_core.balance import balance_scale
+
+        out = []
+        if Fraction(b.epsilon) != spec.balance.epsilon:
+            out.append(
+                f"balance.epsilon ({b.epsilon}) is not the spec's [balance] epsilon "
+                f"({spec.balance.epsilon})"
+            )
+        layout = spec.balance_layout
+        scale = balance_scale(layout, spec.balance.epsilon)
+        if abs(b.noise_scale - scale) > 1e-9 * scale:
+            out.append(
+                f"balance.noise_scale ({b.noise_scale}) is not 2 p / epsilon = {scale} for the "
+                f"spec's {len(layout.names)} covariate(s)"
+            )
+        names = set(layout.names)
+        if {r.covariate for r in b.rows} != names:
+            out.append("balance.rows must cover exactly the spec's covariates")
         return out
 
     def to_estimate(self) -> SiteEstimate:
@@ -301,13 +358,23 @@ def read_report(
             source,
         )
     try:
+        doc = loads_bounded(data, what="report")
+    except BoundedJSONError as exc:
+        raise ReportError([str(exc)], source) from None
+    claimed = doc.get("site_id") if isinstance(doc, dict) else None
+    if site_id is not None and claimed != site_id:
+        raise ReportError(
+            [f"site id {str(claimed)[:64]!r} is not the expected {site_id!r}"], source
+        )
+    if isinstance(claimed, str):  # the signature before anything else is read from the numbers
+        unsigned = _signature_problems(data, claimed, spec)
+        if unsigned:
+            raise ReportError(unsigned, source)
+    try:
         report = SiteReport.model_validate_json(data, strict=True)
     except ValidationError as exc:
         raise ReportError(_reasons(exc), source) from None
     problems = report.problems_against(spec)
-    if site_id is not None and report.site_id != site_id:
-        problems.insert(0, f"site id {report.site_id!r} is not the expected {site_id!r}")
-    problems += _signature_problems(data, report.site_id, spec)
     if problems:
         raise ReportError(problems, source)
     return report

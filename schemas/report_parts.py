@@ -17,7 +17,14 @@ from dpate.schemas.spec import EstimatorName
 from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
 from dpate_core.release import SiteEstimate
 
-__all__ = ["BudgetAmount", "LedgerHead", "LifetimeSpend", "PublicEstimate"]
+__all__ = [
+    "BalanceDoc",
+    "BalanceRowDoc",
+    "BudgetAmount",
+    "LedgerHead",
+    "LifetimeSpend",
+    "PublicEstimate",
+]
 
 
 def _exact_str(value: Any, name: str) -> str:
@@ -189,3 +196,46 @@ class LifetimeSpend(BaseModel):
     @classmethod
     def of(cls, spent: PrivacyParams, cap: PrivacyParams) -> LifetimeSpend:
         return cls(spent=BudgetAmount.of(spent), cap=BudgetAmount.of(cap))
+
+
+class BalanceRowDoc(BaseModel):
+    """One row of a published balance table (:class:`dpate_core.balance.BalanceRow`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    covariate: str = Field(min_length=1, max_length=128)
+    level: str | None = Field(default=None, max_length=128)
+    mean_treated: float | None
+    mean_control: float | None
+    smd_before: float | None
+    smd_within: float | None
+
+    @field_validator("mean_treated", "mean_control", "smd_before", "smd_within")
+    @classmethod
+    def _finite(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("must be a finite number or null")
+        return v
+
+
+class BalanceDoc(BaseModel):
+    """A site's published DP covariate-balance table (report version 4; a release of its own:
+    ``epsilon`` its budget, ``noise_scale`` its discrete Laplace scale ``2 p / epsilon``;
+    :mod:`dpate_core.balance`). Post-processing of one noisy count vector: nothing else."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    schema_: str = Field(default="dpate.balance", alias="schema", pattern=r"^dpate\.balance$")
+    epsilon: str
+    noise_scale: float = Field(gt=0)
+    sensitivity: str = Field(max_length=64)
+    within: str = Field(pattern=r"^(released|by construction|none)$")
+    rows: list[BalanceRowDoc] = Field(max_length=200)  # StudySpec's MAX_BALANCE_ROWS
+
+    @field_validator("epsilon")
+    @classmethod
+    def _exact(cls, v: str) -> str:
+        return _exact_str(v, "epsilon")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)

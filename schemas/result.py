@@ -19,7 +19,11 @@ that fired, and its ``note`` says them in words. Version 1 and 2 documents are s
 software does not know are ignored when reading (a view of a newer document still renders), so an
 optional field is added without a new version: a released site's ``ledger_head``, ``signed`` and
 ``lifetime_spend`` (its ledger's lifetime ``spent`` and ``cap`` after this release, exact strings,
-copied from its report; the views show them as "spent of cap").
+copied from its report; the views show them as "spent of cap"); the study's ``estimator`` and
+``estimand`` (what every site's estimate and the combination estimate, in words a clinician reads:
+one for the whole study, ``StudySpec.estimand``), which every view prints; a released site's
+``balance`` (its DP covariate-balance table, copied from its report), which the HTML report shows
+beside the forest plot (:meth:`StudyResult.balance_rows`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = [
+    "MAX_RESULT_BYTES",
     "NO_ANSWER",
     "NO_INTERVAL",
     "RESULT_SCHEMA",
@@ -49,6 +54,10 @@ __all__ = [
 ]
 
 RESULT_SCHEMA: Literal["dpate.study-result"] = "dpate.study-result"
+
+#: A result document larger than this is not read (it lists one entry of a few hundred bytes per
+#: site); its numbers and nesting are bounded too (:mod:`dpate.schemas.bounded_json`)
+MAX_RESULT_BYTES = 8 * 1024 * 1024
 
 #: how the views show the interval of an estimate that does not exist (no answer, unresolved)
 NO_INTERVAL = "none"
@@ -169,6 +178,16 @@ class ResultSpend(_Document):
     cap: ResultBudget
 
 
+def _smd_text(row: Mapping[str, Any]) -> str:
+    """A balance row's "before / within" standardized mean differences (2 decimals)."""
+
+    def one(v: Any) -> str:
+        return "n/a" if v is None else f"{float(v):+.2f}"
+
+    within = row.get("smd_within")
+    return one(row.get("smd_before")) + ("" if within is None else f" / {one(within)}")
+
+
 def spend_text(spent: Any, cap: Any) -> str:
     """``"<spent epsilon> of <cap epsilon> (delta <spent> of <cap>)"``: how every view shows a
     site's lifetime spend against its cap (anything with ``epsilon`` and ``delta``).
@@ -196,6 +215,8 @@ class ReleasedSite(_WithInterval):
     signed: bool | None = None
     ledger_head: _LedgerHead | None = None
     lifetime_spend: ResultSpend | None = None
+    #: the site's DP covariate-balance table as its report published it (``[balance]``)
+    balance: dict[str, Any] | None = None
 
     def spend_text(self) -> str:
         """The lifetime spend of cap after this release (:func:`spend_text`), or "" when the
@@ -231,6 +252,9 @@ class StudyResult(_WithInterval):
     spec_hash: str
     round: str
     aggregator: str
+    #: the study's estimator and what it estimates at every site, in words (optional fields)
+    estimator: str | None = None
+    estimand: str | None = None
     complete: bool
     status: Literal["answered", "no_answer"] = "answered"
     reason: str | None = None
@@ -268,6 +292,25 @@ class StudyResult(_WithInterval):
     def no_answer_why(self) -> str:
         """Why there is no answer: the ``reason`` after its leading "no answer at this budget"."""
         return (self.reason or "").removeprefix(NO_ANSWER).removeprefix(": ")
+
+    def balance_rows(self) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
+        """The sites' balance tables side by side: the ids of the sites that published one,
+        and per covariate (and level) row ``(covariate, level, cells)``, one cell per such site,
+        "SMD before / within" ("" where a site's table has no such row); empty without tables."""
+        sites = [s for s in self.released if s.balance]
+        keys: dict[tuple[str, str], dict[str, str]] = {}
+        for s in sites:
+            for r in (s.balance or {}).get("rows", []):
+                key = (str(r["covariate"]), "" if r.get("level") is None else str(r["level"]))
+                keys.setdefault(key, {})[s.site_id] = _smd_text(r)
+        rows = [
+            (c, lev, [cells.get(s.site_id, "") for s in sites]) for (c, lev), cells in keys.items()
+        ]
+        return [s.site_id for s in sites], rows
+
+    def estimand_text(self) -> str:
+        """ "Estimand: <words>" for the views ("" when the document does not carry it)."""
+        return f"Estimand: {self.estimand}" if self.estimand else ""
 
     def summary_text(self, digits: int = 4, bold: str = "") -> str:
         """One line: "<aggregator> estimate E (variance V; 95% CI ...)", followed by why the
@@ -317,6 +360,7 @@ class StudyResult(_WithInterval):
             self.summary_text(6, bold="**")
             + ("" if self.complete else " -- partial: not every site reported"),
             "",
+            *([self.estimand_text(), ""] if self.estimand else []),
             "| site | status | tau | 95% CI | N | epsilon | delta | weight | lifetime spent of cap "
             "| why |",
             "|---|---|---|---|---|---|---|---|---|---|",
@@ -377,6 +421,8 @@ class StudyResult(_WithInterval):
         not_used = [s for s in self.sites if s.status == "not_used"]
         if not_used:
             notes.append(f"not used: {not_used[0].reason}")
+        if self.estimand:
+            notes.append(self.estimand_text())
         if notes:
             table.caption = "\n".join(notes)
         return table

@@ -17,7 +17,6 @@ content) and that the signature verifies under the spec's key for that site.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import stat
 from pathlib import Path
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from dpate.errors import DpateError, ExitCode
+from dpate.schemas.bounded_json import loads_bounded
 from dpate.schemas.spec import canonical_json
 
 __all__ = [
@@ -161,9 +161,9 @@ def sign_bytes(key: Ed25519PrivateKey, message: bytes) -> str:
 def signature_problems(data: bytes, public_key: str) -> list[str]:
     """Why ``data`` (a published report) is not signed by ``public_key`` (empty when it is)."""
     try:
-        doc: Any = json.loads(data)
-    except ValueError:
-        return ["not valid JSON"]
+        doc: Any = loads_bounded(data, what="report")
+    except ValueError as exc:
+        return [str(exc)]
     if not isinstance(doc, dict):
         return ["not a JSON object"]
     sig = doc.pop("signature", None)

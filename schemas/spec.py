@@ -31,9 +31,11 @@ schemas/spec_sites.py, the cross-field rules in schemas/spec_checks.py, and what
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import tomllib
+from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -51,14 +53,16 @@ from dpate.errors import DpateError, ExitCode
 from dpate.plugins import load_plugins
 from dpate.schemas.spec_checks import cross_field_problems, option_object
 from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
-from dpate.schemas.spec_fields import _ID, _ID_HINT, _Model
+from dpate.schemas.spec_fields import _ID, _ID_HINT, ExactNumber, _Model
 from dpate.schemas.spec_sites import SiteSpec
 from dpate_core.aggregation import AGGREGATORS
-from dpate_core.mechanisms import ESTIMATORS, Estimator, estimator_of
+from dpate_core.balance import BalanceLayout
+from dpate_core.mechanisms import ESTIMATORS, Estimator, StudyChoice, StudySite, estimator_of
 from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
     "SPEC_VERSION",
+    "BalanceSpec",
     "SpecError",
     "StudySpec",
     "canonical_json",
@@ -66,6 +70,9 @@ __all__ = [
 ]
 
 SPEC_VERSION: Literal[1] = 1
+#: the most rows a balance table may have (one per numeric covariate with finite bins, one per
+#: level of the others): what fits in a site report (schemas/report.py, MAX_REPORT_BYTES)
+MAX_BALANCE_ROWS = 200
 
 
 class _CrossFieldProblems(ValueError):
@@ -125,6 +132,23 @@ EstimatorName = Annotated[
 ]
 
 
+class BalanceSpec(_Model):
+    """The optional DP covariate-balance table (docs/study-spec.md, ``[balance]``): a release of
+    its own at every site, charged to the site's ledger with its own ``epsilon`` (exact; pure
+    DP, no delta) on top of the estimate's, before any noise (docs/privacy.md)."""
+
+    epsilon: ExactNumber
+
+    @model_validator(mode="after")
+    def _check(self) -> BalanceSpec:
+        if not self.epsilon > 0:
+            raise ValueError(
+                f"the balance table's epsilon ({self.epsilon}) must be positive, e.g. '1/10'; "
+                f"remove [balance] for no table"
+            )
+        return self
+
+
 class StudySpec(_Model):
     """A whole study. See the module docstring and ``docs/study-spec.md``.
 
@@ -180,15 +204,98 @@ class StudySpec(_Model):
     release: str = Field(default="1", pattern=_ID)
     reports: str | None = Field(default=None, min_length=1)
     ledger: str | None = None
+    #: the DP covariate-balance table (None: off, the default); omitted from the canonical form
+    #: when unset, so specs without it keep their hash
+    balance: BalanceSpec | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
         problems = cross_field_problems(self)  # schemas/spec_checks.py
+        problems += self._balance_problems()
         if problems:
             raise _CrossFieldProblems(problems)
         return self
 
+    def _balance_problems(self) -> list[tuple[str, str]]:
+        if self.balance is None:
+            return []
+        if not self.covariates:
+            return [
+                (
+                    "balance",
+                    "a balance table needs covariates: add [[covariates]] or remove [balance]",
+                )
+            ]
+        layout = self.balance_layout
+        rows = sum(
+            1 if v is not None else len(lab)
+            for v, lab in zip(layout.values, layout.labels, strict=True)
+        )
+        if rows > MAX_BALANCE_ROWS:
+            return [
+                (
+                    "balance",
+                    f"the covariates give a balance table of {rows} rows, more than the "
+                    f"{MAX_BALANCE_ROWS} a report carries: bin the many-level covariates more "
+                    f"coarsely or remove [balance]",
+                )
+            ]
+        out = []
+        for i, s in enumerate(self.sites):
+            total = PrivacyParams(s.epsilon + self.balance.epsilon, s.delta)
+            if not total <= s.lifetime_cap.params:
+                out.append(
+                    (
+                        f"sites.{i}.lifetime_cap",
+                        f"one round (the estimate's epsilon {s.epsilon} plus the balance "
+                        f"table's {self.balance.epsilon}) exceeds the lifetime cap (epsilon "
+                        f"{s.lifetime_cap.epsilon}): lower one of them or raise the cap",
+                    )
+                )
+        return out
+
     # --- derived, public quantities ---------------------------------------------------------
+
+    @property
+    def balance_layout(self) -> BalanceLayout:
+        """The covariates as the balance table reads them (public): each covariate's levels,
+        and each level's value where it has one (a numeric covariate with finite bins: each
+        bin's midpoint; otherwise indicator rows)."""
+        names: list[str] = []
+        labels: list[tuple[str, ...]] = []
+        values: list[tuple[float, ...] | None] = []
+        for c in self.covariates:
+            names.append(c.column)
+            if c.kind == "categorical":
+                labels.append(tuple(str(v) for v in c.all_levels))
+                values.append(None)
+                continue
+            edges = c.edges
+            labels.append(
+                tuple(
+                    f"[{a:g}, {b:g}{']' if i == len(edges) - 2 else ')'}"
+                    for i, (a, b) in enumerate(itertools.pairwise(edges))
+                )
+            )
+            finite = all(math.isfinite(e) for e in edges)
+            values.append(
+                tuple((a + b) / 2.0 for a, b in itertools.pairwise(edges)) if finite else None
+            )
+        return BalanceLayout(tuple(names), tuple(labels), tuple(values))
+
+    @property
+    def balance_within(self) -> str:
+        """How the balance table's within-strata column is obtained without bands: "by
+        construction" (0) for an estimator that compares arms within the covariates' strata,
+        else "none" (an estimator with ``balance_bands`` releases it within its bands)."""
+        est = self.estimator_info
+        return "by construction" if est.stratified and est.covariate_strata else "none"
+
+    def balance_cost(self) -> PrivacyParams:
+        """What a site's balance release charges its ledger: ``(epsilon_b, 0)``."""
+        if self.balance is None:
+            raise ValueError("the study has no [balance] table")
+        return PrivacyParams(self.balance.epsilon, Fraction(0))
 
     @property
     def estimator_info(self) -> Estimator:
@@ -214,9 +321,29 @@ class StudySpec(_Model):
         return self.estimator_info.publishes_arm_sizes(self.options)
 
     @property
+    def study_choice(self) -> StudyChoice:
+        """The options every site releases with, the variant they pick and why: one estimand for
+        the whole study, chosen from the spec alone (each site's declared ``n``, ``|X|``, its
+        epsilon and split; :meth:`dpate_core.mechanisms.Estimator.study_choice`), never per
+        site."""
+        sites = [StudySite(s.n, s.epsilon, self.budget_split(s.id).shares) for s in self.sites]
+        return self.estimator_info.study_choice(self.options, self.domain_size, sites)
+
+    @property
+    def study_options(self) -> Any:
+        """The options every site's release uses (:attr:`study_choice`: ``"auto"`` resolved)."""
+        return self.study_choice.options
+
+    @property
+    def variant(self) -> str | None:
+        """The variant every site's release uses (the adjusted estimator's weighting), None for
+        an estimator with one."""
+        return self.study_choice.variant
+
+    @property
     def estimand(self) -> str:
-        """What the study estimates, in words a clinician reads."""
-        return self.estimator_info.estimand_of(self.options)
+        """What the study estimates at every site, in words a clinician reads."""
+        return self.estimator_info.estimand_of(self.study_options)
 
     @property
     def domain_size(self) -> int:
@@ -239,15 +366,6 @@ class StudySpec(_Model):
         ``"paper"`` and ``"default"`` per :meth:`dpate_core.mechanisms.Estimator.split`)."""
         return self.estimator_info.split(
             self.site(site_id).budget_split, self.options, self.outcome.binary
-        )
-
-    def site_variant(self, site_id: str, n: int) -> str | None:
-        """The variant the site's release would use with ``n`` records (its public, published
-        ``N``), where a public rule picks one (the adjusted estimator's weighting); None for an
-        estimator with one variant."""
-        s = self.site(site_id)
-        return self.estimator_info.variant_of(
-            self.options, n, self.domain_size, s.epsilon, self.budget_split(site_id).shares
         )
 
     def release_cost(self, site_id: str) -> PrivacyParams:

@@ -42,6 +42,10 @@ class SiteSpec(_Model):
     the spec's.
     ``budget_split`` defaults to the even split over the estimator's parts.
     ``ledger`` overrides the study-level ledger URL for this site.
+    ``n``: the site's record count as the study declares it in advance (public: every report
+    publishes the site's ``N`` exactly); a study-wide public rule reads it (the adjusted
+    estimator's ``adjusted_weighting = "auto"``, one estimand for the whole study), and nothing
+    else does: a release whose ``N`` differs still releases, with the choice the spec made.
     """
 
     id: str = Field(pattern=_ID)
@@ -54,6 +58,9 @@ class SiteSpec(_Model):
     budget_split: list[ExactNumber] | Literal["paper", "default"] | None = None
     lifetime_cap: PrivacyCap
     ledger: str | None = None
+    #: the record count the study declares for this site (public; None: not declared); omitted
+    #: from the canonical form when unset, so specs without it keep their hash
+    n: int | None = Field(default=None, ge=2, exclude_if=lambda v: v is None)
     #: the site's Ed25519 report-signing key (``dpate site keygen``); the aggregator then refuses
     #: a report of this site that is unsigned or wrongly signed (docs/deploying.md, Trust)
     public_key: str | None = Field(

@@ -33,8 +33,9 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from dpate.errors import DpateError, ExitCode
+from dpate.schemas.bounded_json import BoundedJSONError, loads_bounded
 from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
-from dpate.schemas.result import NO_ANSWER, RESULT_SCHEMA, StudyResult
+from dpate.schemas.result import MAX_RESULT_BYTES, NO_ANSWER, RESULT_SCHEMA, StudyResult
 from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
@@ -117,8 +118,16 @@ def collect_reports(ctx: StudyContext) -> list[dict[str, Any]]:
                     entry["ledger_head"] = report.ledger_head.model_dump(mode="json")
                 if report.lifetime_spend is not None:
                     entry["lifetime_spend"] = report.lifetime_spend.model_dump(mode="json")
+                if report.balance is not None:  # the site's DP covariate-balance table
+                    entry["balance"] = report.balance.to_dict()
             except ReportError as exc:
                 entry.update(status="rejected", reason="; ".join(exc.reasons))
+            except Exception as exc:  # a report is refused alone; it never fails the study
+                entry.update(
+                    status="rejected",
+                    reason=f"the report could not be checked ({type(exc).__name__}); it is not "
+                    f"aggregated",
+                )
         out.append(entry)
     log = get_run_logger()
     for e in out:
@@ -153,6 +162,9 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         "spec_hash": ctx.spec.spec_hash,
         "round": ctx.round,
         "aggregator": method,
+        # one estimand for the whole study (the spec's choice), in words a clinician reads
+        "estimator": ctx.spec.estimator,
+        "estimand": ctx.spec.estimand,
         "complete": not absent,
     }
     try:
@@ -276,7 +288,7 @@ def _site_entries(
         }
         if not resolved:
             entry["resolved"] = False
-        for copied in ("ledger_head", "lifetime_spend"):
+        for copied in ("ledger_head", "lifetime_spend", "balance"):
             if copied in e:
                 entry[copied] = e[copied]
         if not resolved:
@@ -354,22 +366,23 @@ def _artifact_incomplete(ctx: StudyContext, lines: list[str]) -> None:
 def published_result(ctx: StudyContext) -> tuple[str, dict[str, Any]] | None:
     """The round's published result: the complete one, else the partial with the most sites
     reporting (None if nothing was published)."""
-    import json
-
     store = Store(ctx.storage_url)
     key = Store.result_key(ctx.study_id, ctx.round)
-    data = store.read(key)
+    data = store.read(key, max_bytes=MAX_RESULT_BYTES)
     if data is not None:
-        return store.uri(key), json.loads(data)
+        return store.uri(key), loads_bounded(data, what="result document")
     prefix = key.removesuffix(".json") + ".partial-"
     best: tuple[int, str, dict[str, Any]] | None = None
     for k in store.children(f"{ctx.study_id}/results"):
         if k.startswith(prefix) and k.endswith(".json"):
-            raw = store.read(k)
-            if raw is None:
+            try:
+                raw = store.read(k, max_bytes=MAX_RESULT_BYTES)
+                doc = None if raw is None else loads_bounded(raw, what="result document")
+            except (ObjectTooLargeError, BoundedJSONError):
+                continue  # not a result this software wrote
+            if not isinstance(doc, dict) or not isinstance(doc.get("sites"), list):
                 continue
-            doc = json.loads(raw)
-            score = sum("tau" in s for s in doc.get("sites", []))
+            score = sum(isinstance(s, dict) and "tau" in s for s in doc["sites"])
             if best is None or score > best[0]:
                 best = (score, k, doc)
     return None if best is None else (store.uri(best[1]), best[2])

@@ -36,9 +36,10 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate import site_plans
+from dpate.anchors import require_not_behind
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
-from dpate.schemas.preflight import FeasibilityError, feasibility_problems
+from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
 from dpate.schemas.report import (
     software_version,
 )
@@ -63,15 +64,19 @@ __all__ = [
     "SiteDataRejected",
     "SiteStatistics",
     "check_publication",
+    "commit_balance",
     "commit_release",
+    "compute_balance",
     "compute_release",
     "load_site_data",
     "operator_logger",
     "plan_release",
     "publish_site_report",
     "read_site_records",
+    "recorded_balance",
     "recorded_release",
     "redacted_data_error",
+    "reserve_balance",
     "reserve_budget",
     "resolve_site_context",
     "show_site_report",
@@ -120,8 +125,15 @@ class SiteDataRejected(DpateError, ValueError):
 
 
 def redacted_data_error(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
-    """The public form of a data check's failure: the columns and rules broken, no count, no
-    row position (those are in the operator log)."""
+    """The public form of a data check's failure. In a deployed run only that the data was
+    rejected (which column and rule failed would tell the coordinator about the records, e.g.
+    that a value lies past the spec's bound); in the operator's own local run, the columns and
+    rules broken too, never a count or a row position (those are in the operator log)."""
+    if ctx.deployed:
+        return SiteDataRejected(
+            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
+            f"or drawn"
+        )
     seen: list[str] = []
     for p in exc.problems:
         line = f"column {p.column!r}: {p.rule}"
@@ -139,6 +151,11 @@ def unreadable_data_error(ctx: SiteContext, exc: BaseException) -> SiteDataRejec
     """A reader's failure (its message may quote a value): written to the operator log, made
     public by its type only."""
     operator_logger(ctx).error("site %s: reading the data failed: %r", ctx.site_id, exc)
+    if ctx.deployed:  # even the type would tell the coordinator about the site's files
+        return SiteDataRejected(
+            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
+            f"or drawn"
+        )
     return SiteDataRejected(
         f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
         f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
@@ -232,9 +249,16 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     if failure is not None:
         raise failure
     problems = feasibility_problems(data, ctx.spec)
-    if problems:  # before anything is reserved; public wording (rules, no counts)
-        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(problems))
-        raise FeasibilityError(ctx.site_id, problems)
+    refusals = release_refusals(problems, ctx.spec)
+    if refusals:  # before anything is reserved; public wording (rules on public values only)
+        oplog.error("site %s: release not feasible: %s", ctx.site_id, "; ".join(refusals))
+        raise FeasibilityError(ctx.site_id, refusals)
+    if problems:  # a refusal would tell the coordinator this about the records: release anyway
+        oplog.warning(
+            "site %s (operator only): the release goes ahead but will be uninformative: %s",
+            ctx.site_id,
+            "; ".join(problems),
+        )
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
@@ -255,9 +279,13 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
 
 @task(name="reserve-budget", **IO_TASK)
 def reserve_budget(ctx: SiteContext) -> Reservation:
-    """Debit the release's budget in the site's ledger, durably, before any noise is drawn."""
+    """Debit the release's budget in the site's ledger, durably, before any noise is drawn;
+    first the ledger's head is checked against the newest head the site has published
+    (:func:`dpate.anchors.require_not_behind`: a restored older copy is refused)."""
     site = ctx.spec.site(ctx.site_id)
     with open_site_ledger(ctx) as ledger:
+        # a ledger restored from an older copy is refused before it can spend again
+        require_not_behind(ledger, Store(ctx.storage_url), ctx.site_id)
         res = ledger.reserve(
             release_id=ctx.rid,
             study_id=ctx.study_id,
@@ -310,11 +338,78 @@ def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
     return committed
 
 
+@task(name="recorded-balance", **IO_TASK)
+def recorded_balance(ctx: SiteContext) -> Committed | None:
+    """The round's committed covariate-balance table, if the ledger has one (then nothing is
+    computed or drawn: invariant 3)."""
+    with open_site_ledger(ctx) as ledger:
+        return ledger.committed(ctx.balance_rid)
+
+
+@task(name="reserve-balance", **IO_TASK)
+def reserve_balance(ctx: SiteContext) -> Reservation:
+    """Debit the balance table's own budget (the spec's ``[balance]`` epsilon, a release of its
+    own) in the site's ledger, durably, before any of its noise is drawn."""
+    site = ctx.spec.site(ctx.site_id)
+    with open_site_ledger(ctx) as ledger:
+        res = ledger.reserve(
+            release_id=ctx.balance_rid,
+            study_id=ctx.study_id,
+            site_id=ctx.site_id,
+            spec_hash=ctx.spec.spec_hash,
+            round=ctx.round,
+            privacy=ctx.spec.balance_cost(),
+            cap=site.lifetime_cap.params,
+        )
+    get_run_logger().info(
+        "site %s: balance table %s %s: epsilon %s",
+        ctx.site_id,
+        ctx.balance_rid[:12],
+        "reserved" if res.new else "already reserved (nothing more spent)",
+        res.privacy.epsilon,
+    )
+    return res
+
+
+@task(name="compute-balance", **PRIVATE_TASK)
+def compute_balance(
+    ctx: SiteContext,
+    data: SiteData | SiteStatistics,
+    reservation: Reservation,
+    committed: Committed | None = None,
+) -> dict[str, Any]:
+    """One secure draw of the balance table's counts and its post-processing (the table is
+    returned only to :func:`commit_balance`). ``committed``: the round's committed estimate
+    (public), whose bands an estimator with ``balance_bands`` compares arms within."""
+    estimate = None if committed is None else committed.payload["estimate"]
+    plan = site_plans.balance_plan(ctx.spec, data, estimate)
+    if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
+        raise RuntimeError(
+            f"site {ctx.site_id}: the balance table's budget does not match the reservation of "
+            f"release {ctx.balance_rid[:12]}; nothing was drawn"
+        )
+    return plan.draw().as_dict()
+
+
+@task(name="commit-balance", **IO_TASK)
+def commit_balance(ctx: SiteContext, table: dict[str, Any]) -> Committed:
+    """Record the balance table in the ledger; only the recorded table is ever published."""
+    with open_site_ledger(ctx) as ledger:
+        committed = ledger.commit(
+            ctx.balance_rid, {"balance": table, "software_version": software_version()}
+        )
+    get_run_logger().info("site %s: balance table %s committed", ctx.site_id, ctx.balance_rid[:12])
+    return committed
+
+
 @task(name="publish-site-report", **IO_TASK)
-def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any]:
+def publish_site_report(
+    ctx: SiteContext, committed: Committed, balance: Committed | None = None
+) -> dict[str, Any]:
     """Write the report once to ``<root>/<study>/sites/<site>/<release_id>.json``, with the
-    ledger's lifetime spend and cap after this release."""
-    data = site_report_bytes(ctx, committed, ledger_spend(ctx, committed))
+    ledger's lifetime spend and cap after this release, and the round's committed balance
+    table when the study has one."""
+    data = site_report_bytes(ctx, committed, ledger_spend(ctx, committed), balance=balance)
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
     try:
@@ -331,7 +426,10 @@ def publish_site_report(ctx: SiteContext, committed: Committed) -> dict[str, Any
         store.uri(key),
         "published" if status == "written" else "was already published (identical bytes)",
     )
-    return site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
+    summary = site_summary(ctx, store.uri(key), status, committed.payload["estimate"])
+    if balance is not None:
+        summary["balance"] = balance.payload["balance"]
+    return summary
 
 
 def _published_by_an_earlier_version(
@@ -370,6 +468,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "estimator", "value": published["estimator"]},
         *numbers,
         {"field": "N", "value": str(published["n"])},
+        *_balance_rows(published.get("balance")),
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},
     ]
@@ -399,6 +498,20 @@ def show_site_spend(ctx: SiteContext) -> None:
         description=f"Privacy budget of site {ctx.site_id} after study {ctx.study_id} round "
         f"{ctx.round}",
     )
+
+
+def _balance_rows(table: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The artifact's line for the site's DP covariate-balance table (public: a DP release)."""
+    if not table:
+        return []
+    smds = [abs(r["smd_before"]) for r in table["rows"] if r["smd_before"] is not None]
+    worst = f"; largest |SMD| before: {max(smds):.3g}" if smds else ""
+    return [
+        {
+            "field": "covariate balance (DP)",
+            "value": f"{len(table['rows'])} row(s), epsilon {table['epsilon']}{worst}",
+        }
+    ]
 
 
 def _pair(p: Any) -> str:

@@ -9,8 +9,9 @@ Two files, written once by the coordinator's operator into ``/etc/seaweedfs/`` (
     ==========  ===================================================================================
     identity    actions
     ==========  ===================================================================================
-    ``<site>``  ``Read``/``Write`` ``<bucket>/<root>/<study>/sites/<site>/*`` for each study it is
-                in; ``Read`` ``<bucket>/specs/*``; ``List`` ``<bucket>``
+    ``<site>``  ``Read``/``Write`` ``<bucket>/<root>/<study>/sites/<site>/*`` and ``Read``
+                ``<bucket>/<root>/<study>/results/*`` for each study it is in; ``Read``
+                ``<bucket>/specs/*``; ``List`` ``<bucket>``
     aggregator  ``Read`` and ``List`` ``<bucket>``; ``Write`` ``<bucket>/<root>/<study>/results/*``
                 for each study
     setup       ``Read``/``Write`` ``<bucket>/specs/*`` (upload the specs; keep its key offline)
@@ -65,11 +66,13 @@ AGGREGATOR = "aggregator"
 
 
 def site_actions(bucket: str, root: str, studies: Iterable[str], site: str) -> list[str]:
-    """What site ``site`` may do: its own folder of each of its studies, the specs, list."""
+    """What site ``site`` may do: its own folder of each of its studies, read those studies'
+    results (the heads its ledger is checked against before every reservation and by ``dpate
+    ledger verify --against-reports``), the specs, list."""
     acts: list[str] = []
     for study in sorted(studies):
         scope = f"{bucket}/{root}/{study}/sites/{site}/*"
-        acts += [f"Read:{scope}", f"Write:{scope}"]
+        acts += [f"Read:{scope}", f"Write:{scope}", f"Read:{bucket}/{root}/{study}/results/*"]
     return [*acts, f"Read:{bucket}/specs/*", f"List:{bucket}"]
 
 

@@ -154,6 +154,10 @@ def _print_study(study: Any) -> None:
         f"  a site's report publishes exactly: {exact}; the estimate and its variance are "
         f"differentially private"
     )
+    choice = study.study_choice  # one for the whole study, from the spec alone
+    out.print(f"  estimand (every site): {escape(study.estimand)}")
+    if choice.variant is not None:
+        out.print(f"  every site's release would use: {choice.variant} ({escape(choice.reason)})")
 
 
 def _reachable(location: str) -> bool:
@@ -227,9 +231,15 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     out.print(
         f"  N after the missing-value policy: {data.n} (published exactly in the site's report)"
     )
-    variant = study.site_variant(site_id, data.n)  # a public rule on N, |X| and eps
-    if variant is not None:
-        out.print(f"  the release would use: {variant} ({study.estimand})")
+    if study.variant is not None:  # the study's one choice, from the spec alone
+        out.print(f"  the release would use: {study.variant} (the study's, as every site's)")
+        declared = study.site(site_id).n
+        if declared is not None and declared != data.n:
+            out.print(
+                f"  the spec declares n = {declared} for this site (its N here: {data.n}): the "
+                f"study's choice reads the declared n, so this release still uses "
+                f"{study.variant}; update n in the spec if the study should choose again"
+            )
     out.print(
         f"  [yellow]operator only, not private, do not share:[/yellow] {r.n_read} rows read, "
         f"{r.dropped_missing} dropped as missing"
@@ -261,6 +271,12 @@ def _check_budget(
         f"lifetime cap in the spec: epsilon {s.lifetime_cap.epsilon}, "
         f"delta {s.lifetime_cap.delta}"
     )
+    if study.balance is not None:  # a release of its own, charged on top
+        out.print(
+            f"  the covariate-balance table ([balance]) would spend: epsilon "
+            f"{study.balance.epsilon}, delta 0 (a release of its own in the ledger)"
+        )
+        cost = cost + study.balance_cost()
     url = ctx.ledger_url
     missing = Failure(
         site_id,

@@ -132,7 +132,7 @@ def plan(
         domain_size=study.domain_size,
         bound=study.outcome.bound,
         design=study.design,
-        options=study.options,
+        options=study.study_options,  # the spec's one choice for the whole study
         assumptions=Assumptions(
             arm_share=arm_share,
             outcome_sd=outcome_sd,
@@ -143,10 +143,30 @@ def plan(
         target_width=target_width,
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
+    doc["notes"] += _choice_notes(study, designs)
     if as_json:
         out.print_json(json.dumps(doc))
         return
     _print(doc)
+
+
+def _choice_notes(study: Any, designs: list[Any]) -> list[str]:
+    """A note when the record counts given here (``--n``) would make the study's public choice
+    differently from the spec's declared ``n``, which is what the releases read."""
+    from dpate_core.mechanisms import StudySite
+
+    given = study.estimator_info.study_choice(
+        study.options,
+        study.domain_size,
+        [StudySite(d.n, d.epsilon, tuple(d.split)) for d in designs],
+    )
+    if given.variant == study.variant:
+        return []
+    return [
+        f"with the record counts given here (--n) the study's public rule would choose "
+        f"{given.variant}, but the releases choose from the n each site declares in the spec "
+        f"({study.variant}): declare n = ... in every [[sites]] block to choose with these counts"
+    ]
 
 
 def _print(doc: dict[str, Any]) -> None:
@@ -190,6 +210,7 @@ def _print(doc: dict[str, Any]) -> None:
         flag(uninformative_rules(-c["half_width"], c["half_width"], b)),
     )
     out.print(table)
+    out.print(f"estimand (one for the whole study): {escape(doc['estimand'])}")
     if doc["epsilon_needed"]:
         need = ", ".join(f"{k} {float(Fraction(v)):g}" for k, v in doc["epsilon_needed"].items())
         out.print(f"epsilon per site for a width of {doc['target_width']:g}: {escape(need)}")

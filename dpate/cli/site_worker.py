@@ -6,7 +6,9 @@ It polls the pool ``site-<SITE>`` of the coordinator's Prefect server (``PREFECT
 for ``SITE``, in its own environment (:mod:`dpate.deployments.site_worker`). Before polling it
 checks what a release would need first: the site's ledger (``DPATE_LEDGER_URL`` or the site
 config's ``ledger``) exists and holds the site's lifetime cap. It sets ``DPATE_WORKER_SITE=SITE``
-in its own environment: its flow runs refuse a release for another site. The first SIGTERM or
+in its own environment: its flow runs refuse a release for another site, and a spec its operator
+did not approve (``dpate site approve``). It runs at most ``--limit`` flow runs at once (default
+1). The first SIGTERM or
 SIGINT stops it (a flow run still running is terminated and reported Crashed; the next run of
 that release finishes it from the ledger without a second spend).
 """
@@ -70,8 +72,12 @@ def site_worker_cmd(
     name: str | None = typer.Option(
         None, "--name", help="the worker's name on the server (default: Prefect's)"
     ),
-    limit: int | None = typer.Option(
-        None, "--limit", min=1, help="at most this many flow runs at once (default: no limit)"
+    limit: int = typer.Option(
+        1,
+        "--limit",
+        min=1,
+        help="at most this many flow runs at once (default 1: the site runs one release at a "
+        "time, so runs the coordinator piles up wait instead of each taking a process)",
     ),
 ) -> None:
     """Run this site's Prefect worker: only the installed site-release flow, for this site.

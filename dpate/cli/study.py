@@ -32,6 +32,7 @@ __all__ = [
     "run_cmd",
     "run_study",
     "site_release_cmd",
+    "study_failed",
 ]
 
 
@@ -72,7 +73,7 @@ def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
 
         state = study(spec=spec, round=round, return_state=True)
     if not state.is_completed():
-        raise _study_failed(state_error(state), _sites_of_failed_run(state))
+        raise study_failed(state_error(state), _sites_of_failed_run(state))
     output: dict[str, Any] = state_output(state, lambda: _study_from_storage(spec, round))
     return {**output, "spent": not checked.spends_nothing}
 
@@ -109,10 +110,10 @@ def preflight(spec: str, round: str | None) -> StudyCheck:
         )
         raise typer.Exit(int(summary_code(failures)))
     if failures:  # require_all_sites = false: the study goes on without these sites
-        print_failures(failures, err)
+        names = ", ".join(s.site_id for s in checked.sites if not s.ok)
         err.print(
-            "the study runs without the site(s) above (require_all_sites = false); they spend "
-            "nothing",
+            f"site(s) {names} not ready (each cause follows the result): the study runs without "
+            f"them (require_all_sites = false); they spend nothing",
             soft_wrap=True,
         )
     return checked
@@ -142,7 +143,7 @@ def _sites_of_failed_run(state: Any) -> list[dict[str, Any]]:
 _INNER_TYPE = re.compile(r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception)): ")
 
 
-def _study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
+def study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
     """One line for the study, then each failed site's cause; the exit code names the cause
     (the sites' common cause, or SITES_FAILED when they differ; without a failed site, the
     innermost known error the study's message carries)."""

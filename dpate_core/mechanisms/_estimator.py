@@ -23,9 +23,12 @@ estimator. What it holds:
   estimate must satisfy to be one this mechanism can produce from the public values),
   ``unresolved_reasons`` (the public reasons of an unresolved release), ``publishes_arm_sizes``;
 - the intervals: ``noise_model`` (the error its noise adds to ``tau``, from published fields);
+- one estimand per study: ``choose`` (where the estimator has variants that estimate different
+  quantities, e.g. the adjusted estimator's weightings, the public rule that picks one for the
+  whole study from every site's public design, :meth:`study_choice`); every site releases with
+  the options it returns, so a study never pools two estimands;
 - ``dpate plan``: ``predict`` (sampling, noise and expected reported variance from public inputs
-  and stated assumptions), ``variant`` (the variant a site's release uses where a public rule
-  picks one, e.g. the adjusted estimator's weighting) and ``describe`` (notes on the plan).
+  and stated assumptions) and ``describe`` (notes on the plan).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ __all__ = [
     "PlanInputs",
     "Predictor",
     "StatisticsInputs",
+    "StudyChoice",
+    "StudySite",
     "estimator_of",
     "register",
     "unregister",
@@ -108,6 +113,27 @@ class StatisticsInputs:
     covariate_sizes: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class StudySite:
+    """One site's public design as a study-wide choice reads it: its record count ``n`` as the
+    spec declares it (None: not declared), its per-release epsilon and budget split."""
+
+    n: int | None
+    epsilon: Fraction
+    split: tuple[Fraction, ...]
+
+
+@dataclass(frozen=True)
+class StudyChoice:
+    """What a study releases at every site (:meth:`Estimator.study_choice`): the options with
+    any public choice made (``"auto"`` resolved), the variant's name (None: the estimator has
+    one), and why it was chosen, in words (public: it reads the spec only)."""
+
+    options: Any
+    variant: str | None = None
+    reason: str = ""
+
+
 def _no_rules(estimate: SiteEstimate, options: Any, domain_size: int) -> list[str]:
     return []
 
@@ -147,6 +173,15 @@ class Estimator:
     order_dependent: bool = False
     #: the estimator compares arms within covariate strata (a site needs a stratum with both)
     stratified: bool = True
+    #: its strata are the covariates' cross-classification (each covariate is constant within a
+    #: stratum, so the balance table's within-strata SMD is 0 by construction); False for an
+    #: estimator whose strata are coarser (propensity bands): see ``balance_bands``
+    covariate_strata: bool = True
+    #: ``(estimate's public fields, options, |X|) -> (band of every stratum, number of bands)``:
+    #: the public bands the balance table's within column compares arms in (e.g. propensity bands
+    #: of the released model: post-processing of the committed estimate); None: no within column
+    #: unless ``covariate_strata``
+    balance_bands: Callable[[Mapping[str, Any], Any, int], tuple[np.ndarray, int]] | None = None
     #: ``options -> names`` of the diagnostics every resolved release publishes
     required_diagnostics: Callable[[Any], tuple[str, ...]] = lambda options: ("noise_variance",)
     #: ``(estimate, options, |X|) -> problems``: why a resolved published estimate cannot be this
@@ -161,9 +196,10 @@ class Estimator:
     #: ``inputs -> (probability, variance)``: the predicted probability that a release resolves an
     #: estimate and the variance it reports when it does (None: every release resolves)
     resolution: Callable[[PredictionInputs], tuple[float, float]] | None = None
-    #: ``(options, N, |X|, epsilon, split) -> name``: the variant a site's release uses, where
-    #: a public rule picks one (the adjusted estimator's weighting); None: one variant
-    variant: Callable[[Any, int, int, Fraction, Sequence[Fraction]], str] | None = None
+    #: ``(options, |X|, sites) -> StudyChoice``: the options every site of a study releases
+    #: with, where a public rule picks a variant (the adjusted estimator's weighting, ``"auto"``)
+    #: once for the whole study from every site's public design; None: one variant
+    choose: Callable[[Any, int, Sequence[StudySite]], StudyChoice] | None = None
     #: ``(options, predicted sites) -> notes`` for ``dpate plan``
     describe: Callable[[Any, Sequence[Any]], list[str]] | None = None
 
@@ -257,18 +293,15 @@ class Estimator:
         first = self.default_split(options).shares
         return tuple(dict.fromkeys((first, *self.candidate_splits.get(len(first), ()))))
 
-    def variant_of(
-        self,
-        options: Any,
-        n: int,
-        domain_size: int,
-        epsilon: Fraction,
-        split: Sequence[Fraction],
-    ) -> str | None:
-        """The variant a release with these public values uses (None: the estimator has one)."""
-        if self.variant is None:
-            return None
-        return self.variant(self._options(options), n, domain_size, epsilon, split)
+    def study_choice(
+        self, options: Any, domain_size: int, sites: Sequence[StudySite]
+    ) -> StudyChoice:
+        """The options every site of a study with these public designs releases with, and the
+        variant they pick (one estimand for the whole study, never one per site). Idempotent:
+        a choice's own options choose themselves."""
+        if self.choose is None:
+            return StudyChoice(options)
+        return self.choose(self._options(options), max(int(domain_size), 1), tuple(sites))
 
     # --- words ------------------------------------------------------------------------------
 

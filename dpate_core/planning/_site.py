@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
-from dpate_core.mechanisms import estimator_of
+from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.planning._inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
 
 __all__ = [
@@ -45,7 +45,9 @@ def predict_site(
     level: float = 0.95,
 ) -> SitePrediction:
     """One site's predicted variances and normal-interval half-width (public inputs only).
-    ``options``: the estimator's spec options (None: its defaults)."""
+    ``options``: the estimator's spec options (None: its defaults), a study's choice already
+    made (:meth:`~dpate_core.mechanisms.Estimator.study_choice`; left open, it is made for this
+    site as a study of one)."""
     est = estimator_of(estimator)
     if not est.pure and design.delta <= 0:
         raise ValueError(
@@ -60,6 +62,10 @@ def predict_site(
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
     domain = max(int(domain_size), 1)
+    choice = est.study_choice(
+        options, domain, [StudySite(design.n, design.epsilon, tuple(design.split))]
+    )
+    options = choice.options
     inp = PredictionInputs(design, domain, float(bound), assumptions, options)
     sampling, noise, reported = est.predict(inp)
     p_resolved, v_resolved = (1.0, reported) if est.resolution is None else est.resolution(inp)
@@ -74,7 +80,7 @@ def predict_site(
         noise_variance=noise,
         reported_variance=reported,
         half_width=_z(level) * math.sqrt(reported),
-        weighting=est.variant_of(options, design.n, domain, design.epsilon, design.split),
+        weighting=choice.variant,
         resolved_probability=p_resolved,
         resolved_variance=v_resolved,
     )

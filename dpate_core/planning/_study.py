@@ -18,9 +18,10 @@ add one for a new estimator): the sampling variance, the DP noise variance, the 
 ``E max(v + Lap(b), 0) = v + (b/2) e^(-v/b)``) and the normal interval's half-width
 ``z sqrt(E reported variance)``. For the matching estimators the smooth sensitivities are computed
 by :mod:`dpate_core.mechanisms.matching` on the assumed count vector (public, given the assumption). The
-adjusted estimator is predicted for the weighting the release would use (the spec's
-``adjusted_weighting``, ``"auto"`` resolved by the release's own public rule:
-:func:`~dpate_core.mechanisms.adjusted.adjusted_weighting`). The combined prediction runs the spec's
+adjusted estimator is predicted for the weighting every release of the study would use (the
+spec's ``adjusted_weighting``; ``"auto"`` resolved once for the whole study from every site's
+public design: :func:`~dpate_core.mechanisms.adjusted.study_weighting`), and the plan names the
+study's estimand (:attr:`StudyPlan.estimand`). The combined prediction runs the spec's
 combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
 its predicted choice of sites (in a release the choice is made on noisy variances).
 
@@ -43,7 +44,7 @@ from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
-from dpate_core.mechanisms import estimator_of
+from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.planning._recommendation import Recommendation, _recommend
 from dpate_core.planning._site import SitePredictions, _z, combined_prediction, predict_site
@@ -69,6 +70,10 @@ class StudyPlan:
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: what every site's release estimates, in words a clinician reads (one for the study)
+    estimand: str = ""
+    #: the variant every site uses (the adjusted estimator's weighting), None with one variant
+    variant: str | None = None
 
     @property
     def combined_width(self) -> float:
@@ -77,6 +82,8 @@ class StudyPlan:
     def as_dict(self) -> dict[str, Any]:
         return {
             "estimator": self.estimator,
+            "estimand": self.estimand,
+            "variant": self.variant,
             "aggregator": self.aggregator,
             "bound": self.bound,
             "level": self.level,
@@ -131,13 +138,19 @@ def plan_study(
         """The study's options for its estimator; what a plan assumes for another."""
         return options if name == estimator else estimator_of(name).assumed_options()
 
+    est = estimator_of(estimator)
+    choice = est.study_choice(options, domain_size, _study_sites(designs))
     predict = _site_predictions(options_for, domain_size, bound, assumptions, level)
     preds = predict(estimator, designs)
     z = _z(level)
     variance, used = _combined(aggregator, preds, bound, z)
     half = z * math.sqrt(variance)
     warnings = _range_warnings(preds, half, bound)
-    notes = _notes(estimator, aggregator, options, preds, used)
+    estimand = est.estimand_of(choice.options)
+    notes = [
+        *([f"{choice.variant} at every site: {choice.reason}"] if choice.variant else []),
+        *_notes(estimator, aggregator, choice.options, preds, used),
+    ]
     eps_needed = None
     if target_width is not None:
         width_of = _width_at(predict, estimator, aggregator, z, bound)
@@ -160,6 +173,8 @@ def plan_study(
         warnings=tuple(warnings),
         assumptions=tuple(assumptions.describe(bound)),
         notes=tuple(notes),
+        estimand=estimand,
+        variant=choice.variant,
     )
 
 
@@ -175,7 +190,9 @@ def _site_predictions(
     options ``options_for`` gives it."""
 
     def predict(est: str, ds: Sequence[SiteDesign]) -> list[SitePrediction]:
-        opts = options_for(est)
+        # one variant for the whole study, chosen from every site's public design
+        opts = estimator_of(est).study_choice(options_for(est), domain_size, _study_sites(ds))
+        opts = opts.options
         return [
             predict_site(
                 est,
@@ -190,6 +207,10 @@ def _site_predictions(
         ]
 
     return predict
+
+
+def _study_sites(designs: Sequence[SiteDesign]) -> list[StudySite]:
+    return [StudySite(d.n, d.epsilon, tuple(d.split)) for d in designs]
 
 
 def _combined(

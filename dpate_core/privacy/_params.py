@@ -18,6 +18,9 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 __all__ = [
+    "MAX_EXACT_CHARS",
+    "MAX_EXACT_EXPONENT",
+    "MAX_EXACT_INT_BITS",
     "BudgetSplit",
     "PrivacyParams",
     "exact",
@@ -26,6 +29,32 @@ __all__ = [
 ]
 
 Number = int | float | str | Fraction | Decimal
+
+#: an exact number given as text has at most this many characters (so a fraction's numerator and
+#: denominator at most this many digits; a ledger's lifetime total of many releases stays far below)
+MAX_EXACT_CHARS = 300
+#: a decimal's exponent (``1e-5``: -5) lies within +-this: ``"1e-999999999"`` would otherwise
+#: become a billion-digit integer before any comparison could refuse it
+MAX_EXACT_EXPONENT = 400
+#: an integer (or a decimal's integer digits) has at most this many bits
+MAX_EXACT_INT_BITS = 1024
+
+
+def _bounded_decimal(value: Decimal, name: str, shown: object) -> Decimal:
+    """``value`` if its exponent and digits are within the bounds, else ValueError (checked on
+    the Decimal's own fields, before the exact conversion computes ``10**exponent``)."""
+    if not value.is_finite():
+        # checked before the conversion: Fraction(Decimal('Infinity')) raises OverflowError
+        raise ValueError(f"{name} ({shown!r}) must be finite")
+    if value and not -MAX_EXACT_EXPONENT <= value.adjusted() <= MAX_EXACT_EXPONENT:
+        raise ValueError(
+            f"{name}: the exponent of {str(shown)[:40]!r} is beyond +-{MAX_EXACT_EXPONENT}: write "
+            f"a number of ordinary size (privacy parameters are between 1e-{MAX_EXACT_EXPONENT} "
+            f"and 1e{MAX_EXACT_EXPONENT})"
+        )
+    if len(value.as_tuple().digits) > MAX_EXACT_CHARS:
+        raise ValueError(f"{name} has more than {MAX_EXACT_CHARS} significant digits")
+    return value
 
 
 def exact(value: Number, name: str = "value") -> Fraction:
@@ -45,24 +74,28 @@ def exact(value: Number, name: str = "value") -> Fraction:
     if isinstance(value, Fraction):
         result = value
     elif isinstance(value, numbers.Integral):  # int, and numpy's integers (np.int64(1))
+        if int(value).bit_length() > MAX_EXACT_INT_BITS:
+            raise ValueError(f"{name} is an integer of more than {MAX_EXACT_INT_BITS} bits")
         result = Fraction(int(value))
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{name} ({value!r}) must be finite")
         result = Fraction(Decimal(repr(float(value))))  # repr(np.float64) is "np.float64(..)"
     elif isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError(f"{name} ({value}) must be finite")
-        result = Fraction(value)
+        result = Fraction(_bounded_decimal(value, name, value))
     elif isinstance(value, str):
         text = value.strip()
+        if len(text) > MAX_EXACT_CHARS:
+            raise ValueError(
+                f"{name} is written with more than {MAX_EXACT_CHARS} characters: write a decimal "
+                f"such as '0.5' or '1e-5', or a fraction such as '1/3'"
+            )
         try:
             parsed = None if "/" in text else Decimal(text)
         except InvalidOperation:
             parsed = None
-        if parsed is not None and not parsed.is_finite():
-            # checked before the conversion: Fraction(Decimal('Infinity')) raises OverflowError
-            raise ValueError(f"{name} ({value!r}) must be finite")
+        if parsed is not None:
+            _bounded_decimal(parsed, name, value)
         try:
             result = Fraction(text) if parsed is None else Fraction(parsed)
         except (ValueError, ZeroDivisionError) as exc:

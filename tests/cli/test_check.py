@@ -18,7 +18,8 @@ runner = CliRunner()
 
 
 def write_study(root: Path, sites: dict[str, dict], **top: str) -> Path:
-    """CSV sites; ``sites[id]`` may set n, all_treated, one_stratum_per_arm, bad_outcome."""
+    """CSV sites; ``sites[id]`` may set n, all_treated, one_stratum_per_arm, bad_outcome and
+    declared (the record count the spec declares for the site)."""
     rng = np.random.default_rng(5)
     blocks = []
     for site, opts in sites.items():
@@ -39,6 +40,7 @@ def write_study(root: Path, sites: dict[str, dict], **top: str) -> Path:
         blocks.append(
             f'\n[[sites]]\nid = "{site}"\ndata = "{site}/data.csv"\nepsilon = "1"\n'
             f'delta = "1e-5"\nlifetime_cap = {{ epsilon = "2", delta = "1e-4" }}\n'
+            + (f"n = {opts['declared']}\n" if "declared" in opts else "")
         )
     head = {
         "design": '"observational"',

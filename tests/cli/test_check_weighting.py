@@ -1,5 +1,6 @@
-"""`dpate check` prints the adjusted estimator's weighting a release would use (a public rule on
-the published N, |X| and eps; docs/adjusted.md), and nothing about it for the other estimators."""
+"""`dpate check` names the study's one estimand and the adjusted estimator's weighting every
+site's release would use (a public rule on every site's declared n, |X| and eps, made once for
+the whole study; docs/adjusted.md), and no weighting for the other estimators."""
 
 from __future__ import annotations
 
@@ -11,13 +12,38 @@ from tests.cli.test_check import home, write_study  # noqa: F401 (home: a fixtur
 runner = CliRunner()
 
 
-def test_check_prints_the_weighting_a_release_would_use(tmp_path, home):  # noqa: F811
-    # |X| = 3, eps 1, default split: subclassification iff N / 6 >= 10 * 2 / (7/20), N >= 343
-    spec = write_study(tmp_path, {"small": {"n": 300}, "big": {"n": 400}}, estimator='"adjusted"')
+def _site_part(out: str, site: str, nxt: str | None) -> str:
+    part = out.split(f"site {site}")[1]
+    return part.split(f"site {nxt}")[0] if nxt else part
+
+
+def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):  # noqa: F811
+    # |X| = 3, eps 1, default split: one site alone would choose subclassification iff
+    # N / 6 >= 10 * 2 / (7/20), N >= 343: the small site would choose fixed effects
+    spec = write_study(
+        tmp_path,
+        {"small": {"n": 300, "declared": 300}, "big": {"n": 400, "declared": 400}},
+        estimator='"adjusted"',
+    )
     out = runner.invoke(app, ["check", str(spec)]).output
-    small, big = out.split("site big")[0].split("site small")[1], out.split("site big")[1]
-    assert "the release would use: fixed_effects (chosen per site" in small
-    assert "the release would use: subclassification (chosen per site" in big
+    assert (
+        "every site's release would use: fixed_effects (adjusted_weighting = 'auto': 1 of 2" in out
+    )
+    assert "estimand (every site): the average of the effects within strata" in out
+    for site, nxt in (("small", "big"), ("big", None)):
+        assert "the release would use: fixed_effects (the study's" in _site_part(out, site, nxt)
+    both_big = write_study(
+        tmp_path / "b",
+        {"a": {"n": 400, "declared": 400}, "b": {"n": 450, "declared": 450}},
+        estimator='"adjusted"',
+    )
+    out = runner.invoke(app, ["check", str(both_big)]).output
+    assert "estimand (every site): the average effect over the patients in strata where both" in out
+    assert out.count("the release would use: subclassification") == 2
+    undeclared = write_study(tmp_path / "u", {"a": {"n": 400}}, estimator='"adjusted"')
+    out = runner.invoke(app, ["check", str(undeclared)]).output
+    assert "not every site declares its record count n" in out
+    assert "the release would use: fixed_effects" in out
     forced = write_study(
         tmp_path / "f",
         {"small": {"n": 300}},
@@ -25,6 +51,42 @@ def test_check_prints_the_weighting_a_release_would_use(tmp_path, home):  # noqa
         adjusted_weighting='"subclassification"',
     )
     out = runner.invoke(app, ["check", str(forced)]).output
-    assert "the release would use: subclassification (the average effect over the patients" in out
+    assert "the release would use: subclassification" in out
+    assert "declared in the spec (adjusted_weighting = 'subclassification')" in out
     other = write_study(tmp_path / "o", {"a": {}})
-    assert "the release would use" not in runner.invoke(app, ["check", str(other)]).output
+    out = runner.invoke(app, ["check", str(other)]).output
+    assert "the release would use" not in out
+    assert "estimand (every site): the " in out
+
+
+def test_check_says_when_the_declared_n_is_not_the_sites_n(tmp_path, home):  # noqa: F811
+    spec = write_study(tmp_path, {"a": {"n": 400, "declared": 380}}, estimator='"adjusted"')
+    out = runner.invoke(app, ["check", str(spec)]).output
+    assert "the spec declares n = 380 for this site (its N here: 400)" in out
+
+
+def test_plan_names_the_estimand_and_when_the_given_n_would_choose_otherwise(tmp_path, home):  # noqa: F811
+    import json
+
+    spec = write_study(tmp_path, {"a": {"n": 100}, "b": {"n": 100}}, estimator='"adjusted"')
+    sizes = ["--n", "a=5000", "--n", "b=6000"]
+    res = runner.invoke(app, ["plan", str(spec), *sizes, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    # no n declared: the releases use fixed effects, whatever --n says
+    assert doc["variant"] == "fixed_effects"
+    assert doc["estimand"].startswith("the average of the effects within strata")
+    assert {s["weighting"] for s in doc["sites"]} == {"fixed_effects"}
+    assert any(
+        "--n) the study's public rule would choose subclassification" in n for n in doc["notes"]
+    )
+    table = runner.invoke(app, ["plan", str(spec), *sizes], env={"COLUMNS": "200"})
+    assert "estimand (one for the whole study): the average of the effects" in table.output
+    declared = write_study(
+        tmp_path / "d",
+        {"a": {"n": 100, "declared": 5000}, "b": {"n": 100, "declared": 6000}},
+        estimator='"adjusted"',
+    )
+    doc = json.loads(runner.invoke(app, ["plan", str(declared), *sizes, "--json"]).output)
+    assert doc["variant"] == "subclassification"
+    assert not any("--n)" in n for n in doc["notes"])

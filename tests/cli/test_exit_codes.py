@@ -151,3 +151,16 @@ def test_exit_code_as_documented(tmp_path, home, case):
     )
     # no Python None or repr in what the user reads
     assert not re.search(r"\bNone\b|<[a-z_.]+ object at|\w+Error\(", r.output), r.output
+
+
+def test_a_publication_conflict_is_7_from_run_as_from_aggregate(capsys):
+    from dpate.cli.study import study_failed
+    from dpate.errors import ExitCode
+
+    error = (
+        "StudyIncompleteError: study s round r1: PublicationConflictError: results/r1.json "
+        "already exists with different content"
+    )
+    assert study_failed(error, []).exit_code == ExitCode.STORAGE
+    err = capsys.readouterr().err
+    assert "error: study failed" in err and "PublicationConflictError" not in err

@@ -22,14 +22,23 @@ from dpate.cli.main import app
 from dpate.deployments import site_runner
 from dpate.deployments.site_runner import FLOW_NAME, REFUSED, WORKER_SITE_ENV, refusal
 from dpate.deployments.site_worker import SiteJobConfiguration, SiteWorker, site_command
+from dpate.schemas.spec import load_spec
 
 runner = CliRunner()
+#: the example spec the deployment guide uploads (deployments/examples/star.toml)
+STAR = Path(__file__).resolve().parents[2] / "deployments" / "examples" / "star.toml"
 
 
 @pytest.fixture(autouse=True)
 def _no_site_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
-    for name in ("DPATE_LEDGER_URL", "DPATE_SITE_CONFIG", "DPATE_SITES", "DPATE_SITE_LOG"):
+    for name in (
+        "DPATE_LEDGER_URL",
+        "DPATE_SITE_CONFIG",
+        "DPATE_SITES",
+        "DPATE_SITE_LOG",
+        "DPATE_SPECS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv(WORKER_SITE_ENV, raising=False)
 
@@ -103,9 +112,80 @@ def test_the_runner_refuses_what_a_site_did_not_agree_to(flow_name, parameters, 
     assert why is not None and rule in why
 
 
-def test_the_runner_accepts_a_release_of_its_own_site():
-    assert refusal(FLOW_NAME, {"spec": "s3://b/s.toml", "site": "rural"}, "rural") is None
-    assert refusal(FLOW_NAME, {"spec": "s", "site": "rural", "round": "2026-11"}, "rural") is None
+def _approved_star(tmp_path: Path) -> str:
+    """The shipped STAR spec approved at site rural (``dpate site approve``); its hash."""
+    res = runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"])
+    assert res.exit_code == 0, res.output
+    return res.stdout.strip().splitlines()[-1]
+
+
+def test_the_runner_accepts_a_release_of_an_approved_spec_for_its_own_site(tmp_path):
+    spec_hash = _approved_star(tmp_path)
+    assert spec_hash == load_spec(STAR).spec_hash
+    assert refusal(FLOW_NAME, {"spec": spec_hash, "site": "rural"}, "rural") is None
+    params = {"spec": spec_hash, "site": "rural", "round": "2026-11"}
+    assert refusal(FLOW_NAME, params, "rural") is None
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "/etc/dpate/site.toml",
+        "/work/data/rural.parquet",
+        "file:///etc/passwd",
+        "http://127.0.0.1:5432/",
+        "s3://dpate/specs/star.toml",
+        "../../ledger.sqlite",
+    ],
+)
+def test_a_spec_named_by_path_or_url_is_refused_before_anything_is_read(
+    spec, tmp_path, monkeypatch
+):
+    import builtins
+
+    _approved_star(tmp_path)
+    opened: list[Any] = []
+    real_open = builtins.open
+    monkeypatch.setattr(
+        builtins, "open", lambda f, *a, **k: opened.append(f) or real_open(f, *a, **k)
+    )
+    why = refusal(FLOW_NAME, {"spec": spec, "site": "rural"}, "rural")
+    assert why is not None and "names its study spec by hash" in why
+    assert spec not in why and "/" not in why.replace("dpate site approve", "")
+    assert opened == []
+
+
+def test_an_unapproved_or_edited_spec_is_refused_naming_no_path(tmp_path, monkeypatch):
+    from dpate.spec_approvals import approved_specs_dir
+
+    spec_hash = _approved_star(tmp_path)
+    other = "0" * 64
+    why = refusal(FLOW_NAME, {"spec": other, "site": "rural"}, "rural")
+    assert why is not None and "is not approved at this site" in why
+    assert str(tmp_path) not in why and "dpate site approve" in why
+    # the approved copy edited in place (another budget): its content no longer has its hash
+    path = approved_specs_dir("rural") / f"{spec_hash}.toml"
+    path.chmod(0o644)
+    path.write_text(path.read_text().replace('epsilon = "1"', 'epsilon = "2"', 1))
+    why = refusal(FLOW_NAME, {"spec": spec_hash, "site": "rural"}, "rural")
+    assert why is not None and "no longer hashes to its name" in why
+    assert str(tmp_path) not in why
+
+
+def test_approve_refuses_a_spec_not_naming_the_site_or_not_its_content_address(tmp_path):
+    res = runner.invoke(app, ["site", "approve", str(STAR), "--site", "nowhere"])
+    assert res.exit_code == ExitCode.SPEC, res.output
+    renamed = tmp_path / f"{'a' * 64}.toml"  # a content-addressed key whose content was replaced
+    renamed.write_text(STAR.read_text())
+    res = runner.invoke(app, ["site", "approve", str(renamed), "--site", "rural"])
+    assert res.exit_code == ExitCode.SPEC, res.output
+    assert "was replaced after it was published" in res.output
+    again = runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"])
+    assert "approved" in again.output and again.exit_code == 0
+    assert (
+        "already approved"
+        in runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"]).output
+    )
 
 
 def test_a_refused_run_is_failed_logged_at_the_site_and_never_run(monkeypatch, tmp_path):
@@ -201,3 +281,44 @@ def test_the_worker_starts_when_the_ledger_is_there(monkeypatch, tmp_path):
     assert res.exit_code == 0, res.output
     (s,) = served
     assert (s.pool, s.site, s.name) == ("site-rural", "rural", "w1")
+    assert s.limit == 1  # one release at a time per site unless the operator raises it
+
+
+def test_the_worker_sends_a_runs_heartbeats_while_its_process_lives(monkeypatch):
+    """The flow-run process's own heartbeat thread needs its GIL; the worker's do not: they go
+    out while the process lives and stop when it ends or the run finishes."""
+    import subprocess
+
+    import anyio
+    import prefect.events
+
+    from dpate.deployments.site_worker import run_heartbeats
+
+    flow_run = _flow_run(spec="0" * 64, site="rural")
+    sent: list[dict[str, Any]] = []
+
+    async def beats(pid: int, stop_after: int) -> None:
+        finished = anyio.Event()
+
+        def emit_event(**event: Any) -> None:
+            sent.append(event)
+            if len(sent) >= stop_after:
+                finished.set()
+
+        monkeypatch.setattr(prefect.events, "emit_event", emit_event)
+        await run_heartbeats(flow_run, pid, finished, 0.01)
+
+    # a process stuck in one C-level computation holding its GIL: the worker still beats for it
+    stuck = subprocess.Popen([sys.executable, "-c", "x = 3 ** (10 ** 9)"])
+    try:
+        anyio.run(beats, stuck.pid, 3)
+    finally:
+        stuck.kill()
+        stuck.wait()
+    assert len(sent) == 3
+    assert {e["event"] for e in sent} == {"prefect.flow-run.heartbeat"}
+    assert sent[0]["resource"]["prefect.resource.id"] == f"prefect.flow-run.{flow_run.id}"
+    # its process gone: no heartbeat, so the server's zombie automation can set it Crashed
+    sent.clear()
+    anyio.run(beats, stuck.pid, 1)
+    assert sent == []

@@ -179,18 +179,27 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
         adjusted_weighting("regression", 100, 5, 1)
 
 
-def test_study_plan_names_each_site_s_weighting():
+def test_study_plan_names_the_one_weighting_every_site_uses():
+    from dpate_core.mechanisms.adjusted import ESTIMANDS, adjusted_weighting
+
     designs = [
         SiteDesign.of("big", 100_000, 1, 0, None, 3),
         SiteDesign.of("small", 2000, 1, 0, None, 3),
     ]
+    # alone, each site would choose differently; the study chooses once
+    assert adjusted_weighting("auto", 100_000, 100, 1) == "subclassification"
+    assert adjusted_weighting("auto", 2000, 100, 1) == "fixed_effects"
     plan = plan_study("adjusted", "mvagg", designs, domain_size=100, bound=1.0, recommend=False)
-    assert [s.weighting for s in plan.sites] == ["subclassification", "fixed_effects"]
-    assert any("big subclassification, small fixed_effects" in note for note in plan.notes)
-    # and says in words what each will estimate
-    from dpate_core.mechanisms.adjusted import ESTIMANDS
-
-    assert all(any(ESTIMANDS[m] in note for note in plan.notes) for m in ESTIMANDS)
+    assert [s.weighting for s in plan.sites] == ["fixed_effects", "fixed_effects"]
+    assert plan.variant == "fixed_effects"
+    assert any(note.startswith("fixed_effects at every site: ") for note in plan.notes)
+    # and says in words what it will estimate
+    assert ESTIMANDS["fixed_effects"] in plan.estimand
+    both_big = plan_study(
+        "adjusted", "mvagg", designs[:1] * 2, domain_size=100, bound=1.0, recommend=False
+    )
+    assert {s.weighting for s in both_big.sites} == {"subclassification"}
+    assert ESTIMANDS["subclassification"] in both_big.estimand
     forced = plan_study(
         "adjusted",
         "all",

@@ -169,6 +169,34 @@ def test_unreadable_document_and_missing_heads_are_problems(site, tmp_path):
     assert any("unreadable published document" in p for p in found.problems)
 
 
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'{"sites": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+        b'{"sites": [{"site_id": "a", "release_id": "x", "ledger_head": {"seq": 1e999, '
+        b'"row_hash": "' + b"0" * 64 + b'"}}]}',
+        b'{"sites": [{"site_id": "a", "release_id": "x", "ledger_head": {"seq": '
+        + b"9" * 400
+        + b', "row_hash": "'
+        + b"0" * 64
+        + b'"}}]}',
+        b'{"sites": [{"site_id": "a", "release_id": "x", "ledger_head": {"seq": -4, '
+        b'"row_hash": 7}}]}',
+    ],
+    ids=["deep", "seq-1e999", "seq-400-digits", "wrong-types"],
+)
+def test_a_hostile_result_document_is_unreadable_not_a_crash(site, doc):
+    """A result under the aggregator's key is read with bounded nesting and numbers: the audit
+    lists it as unreadable and still checks every other head."""
+    url, store = site
+    study = store.children("")[0]
+    store.publish(f"{study}/results/hostile.json", doc)
+    with PrivacyLedger(url) as led:
+        found = verify_against_reports(led, store, "a")
+    assert found.unreadable == [store.uri(f"{study}/results/hostile.json")]
+    assert [h.seq for h in found.heads] == [3, 5, 7]
+
+
 def test_a_ledger_without_releases_needs_no_head(tmp_path):
     url = f"sqlite:///{tmp_path / 'new.sqlite'}"
     with PrivacyLedger.init(url, "a", PrivacyParams.of("3", "1e-4")) as led:

@@ -38,7 +38,7 @@ def test_site_release_cli_publishes_once_then_reports_the_recorded_release(tmp_p
 
     second = runner.invoke(app, args)
     assert second.exit_code == 0, second.output
-    assert "already published (recorded release)" in _text(second)
+    assert "already published (nothing spent: recorded release re-published)" in _text(second)
     assert study.snapshot() == published  # identical bytes, nothing new
 
     # the cap (epsilon 1) is spent: a new round is refused, nothing more is published

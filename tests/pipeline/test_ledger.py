@@ -101,6 +101,19 @@ def test_commit_needs_a_reservation_and_mismatched_reservations_are_refused(ledg
         _reserve(led, "r0", eps="0")
 
 
+def test_a_round_is_released_once_even_under_a_replaced_spec(ledger_factory):
+    """The spec replaced on the server after its round ran (another hash, so another release
+    id): the same round is refused, nothing is reserved; a new round is not."""
+    led = ledger_factory()
+    _reserve(led, "r1")
+    swapped = dict(study_id="st", site_id="s1", round="1", privacy=PrivacyParams.of("1/3"), cap=CAP)
+    with pytest.raises(LedgerError, match="round 1 was already released under spec"):
+        led.reserve(release_id="r1-swapped", spec_hash="h2", **swapped)
+    assert led.spend("s1").spent == PrivacyParams.of("1/3", "1e-6")
+    led.reserve(release_id="r2", spec_hash="h2", **{**swapped, "round": "2"})
+    assert led.verify().ok
+
+
 def test_spend_per_study(ledger_factory):
     led = ledger_factory()
     _reserve(led, "a1", study="A", eps="1/4")

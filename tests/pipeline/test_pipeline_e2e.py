@@ -398,19 +398,27 @@ def test_a_deployed_run_refuses_without_the_sites_own_ledger_setting(
 
     from dpate.flows.site_release import site_release
     from dpate.settings import SettingsError, dpate_home
+    from dpate.spec_approvals import approve_spec
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
+    monkeypatch.setenv("DPATE_SPECS", str(tmp_path / "approved"))
+    spec = approve_spec(str(st.spec), site="solo").spec_hash  # a deployed run names it by hash
     monkeypatch.setattr("dpate.tasks.site.is_deployed_process", lambda: True)
-    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    state = site_release(spec=spec, site="solo", return_state=True)
     exc = state.result(raise_on_failure=False)
     assert isinstance(exc, SettingsError) and "DPATE_DATA_PATH" in str(exc)
     monkeypatch.setenv("DPATE_DATA_PATH", str(st.root / "sites" / "{site}" / "records.parquet"))
     monkeypatch.setenv("DPATE_STORAGE_URL", str(st.published))
     monkeypatch.delenv("DPATE_LEDGER_URL")
-    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    state = site_release(spec=spec, site="solo", return_state=True)
     exc = state.result(raise_on_failure=False)
     assert isinstance(exc, SettingsError) and "DPATE_LEDGER_URL" in str(exc)
     assert not (dpate_home() / "ledgers").exists() and st.snapshot() == {}
     monkeypatch.setenv("DPATE_LEDGER_URL", st.ledger_url("solo"))
-    out = site_release(spec=str(st.spec), site="solo")
+    out = site_release(spec=spec, site="solo")
     assert out["status"] == "written" and "DPATE_ALLOW_SPEC_DATA" not in os.environ
+    # the spec named by its path instead: refused before anything is read, naming no path
+    state = site_release(spec=str(st.spec), site="solo", return_state=True)
+    exc = state.result(raise_on_failure=False)
+    assert isinstance(exc, SettingsError) and "names its study spec by hash" in str(exc)
+    assert str(tmp_path) not in str(exc)

@@ -16,6 +16,15 @@ def study(tmp_path):
     return write_study(tmp_path / "a", [Site("north", 50), Site("south", 50)])
 
 
+def approved(study, tmp_path, monkeypatch) -> str:
+    """The study's spec approved at site north (``dpate site approve``): the hash a deployed run
+    names it by."""
+    from dpate.spec_approvals import approve_spec
+
+    monkeypatch.setenv("DPATE_SPECS", str(tmp_path / "approved"))
+    return approve_spec(str(study.spec), site="north").spec_hash
+
+
 def test_default_ledger_is_per_site_per_machine_not_per_spec_folder(study, tmp_path, monkeypatch):
     monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
     copy = tmp_path / "b"
@@ -45,7 +54,7 @@ def test_environment_over_config_file_and_templates(study, tmp_path, monkeypatch
         f'storage = "{tmp_path}/pub"\nlog = "{tmp_path}/log/{{site}}.log"\n'
     )
     monkeypatch.setenv("DPATE_SITE_CONFIG", str(cfg))
-    ctx = resolve_site(str(study.spec), "north", deployed=True)
+    ctx = resolve_site(approved(study, tmp_path, monkeypatch), "north", deployed=True)
     assert ctx.ledger_url == f"sqlite:///{tmp_path}/cfg/north.sqlite"
     assert ctx.data_location == f"{tmp_path}/data/test-study-north.parquet"
     assert ctx.storage_url == f"{tmp_path}/pub" and ctx.log_path == f"{tmp_path}/log/north.log"
@@ -56,24 +65,42 @@ def test_environment_over_config_file_and_templates(study, tmp_path, monkeypatch
         resolve_site(str(study.spec), "north")
 
 
-def test_deployed_run_takes_nothing_from_the_spec_or_defaults(study, monkeypatch):
+def test_deployed_run_takes_nothing_from_the_spec_or_defaults(study, tmp_path, monkeypatch):
+    spec = approved(study, tmp_path, monkeypatch)
     with pytest.raises(SettingsError, match="data location only from the site"):
-        resolve_site(str(study.spec), "north", deployed=True)
+        resolve_site(spec, "north", deployed=True)
     monkeypatch.setenv("DPATE_DATA_PATH", "/srv/{site}.parquet")
     with pytest.raises(SettingsError, match="DPATE_LEDGER_URL"):
-        resolve_site(str(study.spec), "north", deployed=True)
+        resolve_site(spec, "north", deployed=True)
     monkeypatch.setenv("DPATE_LEDGER_URL", "sqlite:////var/dpate/{site}.sqlite")
     with pytest.raises(SettingsError, match="DPATE_STORAGE_URL"):
-        resolve_site(str(study.spec), "north", deployed=True)
+        resolve_site(spec, "north", deployed=True)
     monkeypatch.setenv("DPATE_STORAGE_URL", "s3://bucket/studies")
-    ctx = resolve_site(str(study.spec), "north", deployed=True)
+    ctx = resolve_site(spec, "north", deployed=True)
     assert ctx.data_location == "/srv/north.parquet" and ctx.storage_url == "s3://bucket/studies"
     assert ctx.ledger_url == "sqlite:////var/dpate/north.sqlite"
     monkeypatch.delenv("DPATE_DATA_PATH")
     monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")  # the site's own choice
-    assert resolve_site(str(study.spec), "north", deployed=True).data_location.endswith(
+    assert resolve_site(spec, "north", deployed=True).data_location.endswith(
         "sites/north/records.parquet"
     )
+
+
+def test_a_deployed_run_names_its_spec_by_an_approved_hash_only(study, tmp_path, monkeypatch):
+    """A path, a URL or an unapproved hash is refused before anything is read, naming no path."""
+    monkeypatch.setenv("DPATE_DATA_PATH", "/srv/{site}.parquet")
+    monkeypatch.setenv("DPATE_LEDGER_URL", "sqlite:////var/dpate/{site}.sqlite")
+    monkeypatch.setenv("DPATE_STORAGE_URL", "s3://bucket/studies")
+    monkeypatch.setenv("DPATE_SPECS", str(tmp_path / "approved"))
+    for spec in (str(study.spec), "/etc/dpate/site.toml", "http://127.0.0.1:5432/"):
+        with pytest.raises(SettingsError, match="names its study spec by hash") as info:
+            resolve_site(spec, "north", deployed=True)
+        assert spec not in str(info.value) and str(tmp_path) not in str(info.value)
+    with pytest.raises(SettingsError, match="is not approved at this site") as info:
+        resolve_site("f" * 64, "north", deployed=True)
+    assert str(tmp_path) not in str(info.value)
+    spec = approved(study, tmp_path, monkeypatch)
+    assert resolve_site(spec, "north", deployed=True).spec.spec_hash == spec
 
 
 @pytest.mark.parametrize(

@@ -247,24 +247,34 @@ def test_adjusted_weighting_selects_the_post_processing_and_is_refused_elsewhere
         spec = StudySpec.from_dict(_adjusted_spec(adjusted_weighting=mode))
         assert spec.options.weighting == mode
         assert spec.canonical_dict()["adjusted_weighting"] == mode
-        assert spec.site_variant("a", 10) == mode  # an explicit choice is never overridden
+        assert spec.variant == mode  # an explicit choice is never overridden
     [(loc, _)] = problems(_adjusted_spec(adjusted_weighting="regression"))
     assert loc == "adjusted_weighting"
     other = base()
     other["adjusted_weighting"] = "fixed_effects"
     [(loc, msg)] = problems(other)
     assert loc == "adjusted_weighting" and "remove" in msg and "estimator 'adjusted')" in msg
-    assert StudySpec.from_dict(base()).site_variant("a", 10_000) is None
+    assert StudySpec.from_dict(base()).variant is None
 
 
-def test_auto_weighting_follows_the_public_rule_at_each_site():
+def test_auto_weighting_follows_the_public_rule_once_for_the_whole_study():
     from dpate_core.mechanisms.adjusted import AUTO_RATIO
 
-    spec = StudySpec.from_dict(_adjusted_spec())  # |X| = 6; default split: eps_n = 7/20 eps
-    # site a: eps 1, count scale 2 / (7/20) = 40/7; subclassification iff N / 12 >= 10 * 40 / 7
+    def variant(n_a: int | None, n_b: int | None) -> str | None:
+        d = _adjusted_spec()
+        for site, n in zip(d["sites"], (n_a, n_b), strict=True):
+            if n is not None:
+                site["n"] = n
+        return StudySpec.from_dict(d).variant
+
+    # |X| = 6; default split: eps_n = 7/20 eps. Site a: eps 1, count scale 2 / (7/20) = 40/7;
+    # alone, subclassification iff N / 12 >= 10 * 40 / 7. Site b: eps 1/2 with a split of its
+    # own (the same eps_n share): twice the scale
     edge = 12 * AUTO_RATIO * 40 / 7  # 685.7...
-    assert spec.site_variant("a", 686) == "subclassification"
-    assert spec.site_variant("a", 685) == "fixed_effects"
-    # site b: eps 1/2 with a split of its own (the same eps_n share): twice the scale
-    assert spec.site_variant("b", 686) == "fixed_effects"
-    assert spec.site_variant("b", int(2 * edge) + 1) == "subclassification"
+    big_b = int(2 * edge) + 1
+    assert variant(686, big_b) == "subclassification"
+    assert variant(685, big_b) == "fixed_effects"  # one small site: fixed effects everywhere
+    assert variant(686, 686) == "fixed_effects"
+    assert variant(None, big_b) == "fixed_effects"  # an undeclared n: fixed effects
+    # a declared n is optional and leaves the hash of a spec without it unchanged
+    assert "n" not in StudySpec.from_dict(_adjusted_spec()).canonical_dict()["sites"][0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+import fsspec
 import numpy as np
 import pytest
 
@@ -99,6 +100,47 @@ def test_combine_reports_partial_or_refused(study, monkeypatch):
     none = [dict(e, status="missing", reason="x") for e in inputs]
     with pytest.raises(StudyIncompleteError, match="no site has a valid report"):
         combine_reports.fn(ctx, none)
+
+
+def test_hostile_reports_are_refused_one_by_one_and_the_study_completes(study, monkeypatch):
+    """A report whose arm sizes overflow a float, one whose budget is 1e-999999999 and one that
+    breaks the checker itself are each rejected with a reason; the others are combined."""
+    for i, site in enumerate(("north", "south", "east")):
+        publish_site(str(study.spec), site, seed=i)
+    ctx = resolve_study(str(study.spec))
+    store = Store(ctx.storage_url)
+
+    def rewrite(site: str, edit) -> None:
+        key = Store.site_report_key(ctx.study_id, site, ctx.release_id(site))
+        doc = json.loads(store.read(key))
+        fs, root = fsspec.core.url_to_fs(ctx.storage_url)  # a hostile writer replaces it
+        fs.pipe(f"{root.rstrip('/')}/{key}", edit(doc))
+
+    def huge_arms(doc):
+        n = doc["estimate"]["n"]
+        doc["estimate"].update(n_treated=10**400, n_control=n - 10**400)
+        return json.dumps(doc).encode()
+
+    def tiny_budget(doc):
+        doc["estimate"]["epsilon"] = "1e-999999999"
+        return json.dumps(doc).encode()
+
+    rewrite("north", huge_arms)
+    rewrite("south", tiny_budget)
+    got = _by_site(collect_reports.fn(ctx))
+    assert got["north"]["status"] == "rejected" and "integer" in got["north"]["reason"]
+    assert got["south"]["status"] == "rejected" and "exponent" in got["south"]["reason"]
+    assert got["east"]["status"] == "valid"
+    result = combine_reports.fn(ctx, list(got.values()))
+    assert {s["site_id"]: s["status"] for s in result["sites"]}["east"] == "used"
+
+    def boom(*args, **kwargs):
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr("dpate.tasks.aggregate.read_report", boom)
+    got = _by_site(collect_reports.fn(ctx))
+    assert {e["status"] for e in got.values()} == {"rejected"}
+    assert "could not be checked (OverflowError)" in got["east"]["reason"]
 
 
 @pytest.fixture

@@ -66,6 +66,30 @@ def test_load_site_data_refuses_a_bad_file_naming_columns_not_values(tmp_path, m
     assert "does not satisfy the study spec" in s.operator_log("a").read_text()
 
 
+def test_a_deployed_run_tells_the_coordinator_only_that_the_data_was_rejected(
+    tmp_path, monkeypatch
+):
+    """Which column and rule failed (a value past the outcome bound, an unknown level) would
+    let specs differing in one bound probe the records: a deployed run's refusal names neither;
+    the site's operator log has both."""
+    import dataclasses
+
+    from dpate.tasks.site import SiteDataRejected
+    from tests.pipeline.studies import Site, write_study
+
+    s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])
+    for k, v in s.site_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
+    ctx = dataclasses.replace(resolve_site(str(s.spec), "a"), deployed=True)
+    with pytest.raises(SiteDataRejected) as info:
+        load_site_data.fn(ctx)
+    assert str(info.value) == (
+        "site a: site data rejected, see the site's log. Nothing was reserved or drawn"
+    )
+    assert "stratum" in s.operator_log("a").read_text()
+
+
 def test_site_report_bytes_are_a_function_of_the_commit_row(study):
     ctx = resolve_site(str(study.spec), "north")
     committed = committed_release(ctx, seed=1)
@@ -196,3 +220,44 @@ def test_a_release_published_by_an_earlier_version_is_left_as_it_is(study, versi
     store.publish(key_south, b"{}")  # something else at the key: still a conflict
     with pytest.raises(PublicationConflictError):
         publish_site_report.fn(other, committed_south)
+
+
+# --- a ledger restored from an older copy ---------------------------------------------------
+
+
+def test_a_ledger_restored_from_an_older_copy_refuses_to_spend(study):
+    """A copy taken after round 1, restored after round 2 was released and published: the next
+    reservation is refused (the site published a row the copy does not have), nothing is
+    reserved; the newest copy spends again."""
+    import shutil
+    from pathlib import Path
+
+    from dpate.anchors import LedgerBehindError
+    from dpate.ledger import PrivacyLedger
+    from dpate.tasks.site import publish_site_report, reserve_budget
+
+    study.init_ledgers("north")
+    spec = str(study.spec)
+    path = Path(resolve_site(spec, "north", "r1").ledger_url.removeprefix("sqlite:///"))
+    publish_site_report.fn(
+        resolve_site(spec, "north", "r1"), _release_with_ledger(resolve_site(spec, "north", "r1"))
+    )
+    backup = path.with_suffix(".backup")
+    shutil.copyfile(path, backup)  # the operator's backup, at 1 release spent
+    ctx2 = resolve_site(spec, "north", "r2")
+    publish_site_report.fn(ctx2, _release_with_ledger(ctx2))
+    newest = path.with_suffix(".newest")
+    shutil.copyfile(path, newest)
+
+    shutil.copyfile(backup, path)  # the restore
+    with PrivacyLedger(f"sqlite:///{path}") as ledger:
+        assert ledger.verify().ok  # the copy is consistent in itself
+        rows = len(ledger.events())
+    with pytest.raises(LedgerBehindError, match="the ledger ends at row 3") as info:
+        reserve_budget.fn(resolve_site(spec, "north", "r3"))
+    assert str(path) not in str(info.value)
+    with PrivacyLedger(f"sqlite:///{path}") as ledger:
+        assert len(ledger.events()) == rows  # nothing reserved
+
+    shutil.copyfile(newest, path)  # the newest copy restored: it spends again
+    assert reserve_budget.fn(resolve_site(spec, "north", "r3")).new

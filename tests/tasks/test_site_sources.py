@@ -208,38 +208,51 @@ def rewrite(study: Study, site: str, w: np.ndarray | None = None, strata=None) -
     pq.write_table(t, path)
 
 
+def test_an_infeasible_site_is_refused_from_its_statistics_before_reserving(tmp_path, monkeypatch):
+    """Too few records (N is public) is a refusal, in the rules' own words on the records."""
+    s = study_of(tmp_path / "adj", monkeypatch, "adjusted")
+    t = pq.read_table(s.root / "sites" / "south" / "records.parquet").slice(0, 1)
+    pq.write_table(t, s.root / "sites" / "south" / "records.parquet")
+    ctx = resolve_site(str(s.spec), "south")
+    with pytest.raises(FeasibilityError) as info:
+        load_site_data.fn(ctx)
+    assert "too few records" in str(info.value) and "nothing was reserved" in str(info.value)
+    from dpate.schemas.preflight import feasibility_problems
+
+    records = prepare_site_data(ctx.data_location, ctx.spec)
+    assert info.value.problems == feasibility_problems(records, ctx.spec)
+    assert "release not feasible" in s.operator_log("south").read_text()
+
+
+@pytest.mark.parametrize("estimator", ["adjusted", "smooth_matching"])
 @pytest.mark.parametrize(
     ("case", "rule"),
-    [
-        ("one record", "too few records"),
-        ("no control", "empty control arm"),
-        ("disjoint strata", "no common support"),
-    ],
+    [("no control", "empty control arm"), ("disjoint strata", "no common support")],
 )
-def test_an_infeasible_site_is_refused_from_its_statistics_before_reserving(
-    tmp_path, monkeypatch, case, rule
+def test_a_data_dependent_problem_is_no_refusal_the_release_goes_ahead(
+    tmp_path, monkeypatch, case, rule, estimator
 ):
-    s = study_of(tmp_path / "adj", monkeypatch, "adjusted")
+    """An empty arm or no common support would tell the coordinator something about the records
+    if it refused: the release goes ahead (uninformative, DP on any records; matching by
+    Algorithm 1's convention) and the rule is in the operator's log only."""
+    from dpate.tasks.site import plan_release
+    from dpate_core.release import draw_once
+
+    s = study_of(tmp_path / "adj", monkeypatch, estimator)
     n = 90
-    if case == "one record":
-        t = pq.read_table(s.root / "sites" / "south" / "records.parquet").slice(0, 1)
-        pq.write_table(t, s.root / "sites" / "south" / "records.parquet")
-    elif case == "no control":
+    if case == "no control":
         rewrite(s, "south", w=np.ones(n))
     else:  # treated only in strata 0-3, control only in 4-7
         w = np.arange(n) % 2
         strata = [str((j % 4) + 4 * (1 - w[j])) for j in range(n)]
         rewrite(s, "south", w=w, strata=strata)
     ctx = resolve_site(str(s.spec), "south")
-    with pytest.raises(FeasibilityError) as info:
-        load_site_data.fn(ctx)
-    assert rule in str(info.value) and "nothing was reserved" in str(info.value)
-    # the same words as the rules on the records (the records path)
-    from dpate.schemas.preflight import feasibility_problems
-
-    records = prepare_site_data(ctx.data_location, ctx.spec)
-    assert info.value.problems == feasibility_problems(records, ctx.spec)
-    assert "release not feasible" in s.operator_log("south").read_text()
+    data = load_site_data.fn(ctx)
+    log = s.operator_log("south").read_text()
+    assert rule in log and "goes ahead but will be uninformative" in log
+    plan = plan_release(ctx, data)  # the mechanism releases on these records (numpy: a test)
+    estimate = plan.estimate(draw_once(plan, np.random.default_rng(0)))
+    assert estimate.n == n
 
 
 def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):

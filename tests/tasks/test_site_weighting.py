@@ -25,7 +25,7 @@ def _spec(weighting: str | None) -> StudySpec:
         "outcome": {"column": "y", "bound": 1.0},
         "covariates": [{"kind": "categorical", "column": "g", "levels": [0, 1, 2, 3]}],
         "sites": [
-            {"id": "a", "data": "a.csv", "epsilon": 1, "lifetime_cap": {"epsilon": 5}},
+            {"id": "a", "data": "a.csv", "epsilon": 1, "lifetime_cap": {"epsilon": 5}, "n": 4000},
         ],
     }
     if weighting is not None:
@@ -64,5 +64,5 @@ def test_spec_weighting_reaches_the_plan(weighting, streamed):
         for mode in ("subclassification", "fixed_effects")
     }
     assert abs(by_mode["subclassification"] - by_mode["fixed_effects"]) > 0.03
-    want = weighting or "subclassification"  # "auto" at 500 records per arm per stratum
+    want = weighting or "subclassification"  # "auto" at a declared 500 records per arm per stratum
     assert _noise_free(plan) == pytest.approx(by_mode[want], abs=1e-12)

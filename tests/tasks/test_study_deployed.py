@@ -30,14 +30,14 @@ def test_a_site_without_a_deployment_is_not_triggered(study, monkeypatch):
         return SimpleNamespace(id=run_id)
 
     monkeypatch.setattr(orchestrate, "run_deployment", fake_run_deployment)
-    spec = str(study.spec)
     got = {
-        s: orchestrate.trigger_site.fn(ctx, spec, s, "site-release/{site}", "study-run")
+        s: orchestrate.trigger_site.fn(ctx, s, "site-release/{site}", "study-run")
         for s in ctx.site_ids
     }
     assert got == {"north": str(run_id), "south": str(run_id), "east": None}
     assert [c[0] for c in calls] == [f"site-release/{s}" for s in ctx.site_ids]
-    assert calls[0][1] == {"spec": spec, "site": "north", "round": ctx.round}
+    # the site is sent the spec's hash, never a path (it runs its approved copy)
+    assert calls[0][1] == {"spec": ctx.spec.spec_hash, "site": "north", "round": ctx.round}
 
 
 def test_other_trigger_errors_still_fail(study, monkeypatch):
@@ -48,7 +48,7 @@ def test_other_trigger_errors_still_fail(study, monkeypatch):
 
     monkeypatch.setattr(orchestrate, "run_deployment", down)
     with pytest.raises(ConnectionError):
-        orchestrate.trigger_site.fn(ctx, str(study.spec), "north", "site-release/{site}", "r")
+        orchestrate.trigger_site.fn(ctx, "north", "site-release/{site}", "r")
 
 
 def test_awaited_sites_are_found_in_storage_or_time_out(study):

@@ -115,6 +115,7 @@ class StarTopology:
             "DPATE_LEDGER_URL": self.ledger_url(site),
             "DPATE_STORAGE_URL": self.s3.storage_url,
             "DPATE_SITE_LOG": str(self.root / site / "operator.log"),
+            "DPATE_SPECS": str(self.root / site / "approved-specs"),
             **self.s3.env_for(site),
         }
 
@@ -133,6 +134,17 @@ class StarTopology:
             cwd=self.root / site,
         )
         return self.workers[site]
+
+    def approve(self, site: str, spec: str) -> str:
+        """The site's operator: ``dpate site approve SPEC --site SITE``; the spec's hash."""
+        out = subprocess.run(
+            [sys.executable, "-m", "dpate.cli", "site", "approve", spec, "--site", site],
+            env={**os.environ, **self.site_env(site)},
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return out.stdout.strip().splitlines()[-1]
 
     def stop_site_worker(self, site: str) -> None:
         self.workers[site].stop()
@@ -168,6 +180,7 @@ class StarTopology:
 
         for site in self.sites:  # each site's IT: `dpate ledger init` before the first study
             PrivacyLedger.init(self.ledger_url(site), site, PrivacyParams.of("20", "0")).close()
+            self.approve(site, str(self.root / "star.toml"))
             self.start_site_worker(site)
         self.start_coordinator_worker()
         return self

@@ -1,7 +1,8 @@
 """``dpate site worker`` against a real Prefect server (SQLite): a deployment whose job variables
 set another ledger (``env``), a shell command (``command``) and whose pull step runs a shell
 script still runs only the installed ``site-release`` flow, in the worker's own environment,
-through the site's own ledger; a run for another site is refused (Failed, naming the rule); a
+through the site's own ledger; a run for another site, or for a spec named by a path or URL
+instead of an approved hash, is refused (Failed, naming the rule and no path); a
 release the coordinator cancels after its reservation and its draw, while it waits to commit,
 ends Cancelled, its runner process gone, the reservation standing and nothing committed, and the
 next run of that round finishes it on the same worker without a second reservation; the one
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from dpate.schemas.spec import load_spec
 from tests.topology.services import prefect_cli, start_site_worker, wait_for
 from tests.topology.star import STUDY_ID, star_spec_toml, write_star_sites
 
@@ -167,6 +171,16 @@ def _cancel_between_reserve_and_commit(prefect_server, worker, deployment: str, 
         engine.dispose()
 
 
+def _approve(spec: Path, env: dict[str, str]) -> None:
+    """``dpate site approve SPEC --site rural`` in the site's environment."""
+    subprocess.run(
+        [sys.executable, "-m", "dpate.cli", "site", "approve", str(spec), "--site", SITE],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+
+
 def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
@@ -206,7 +220,7 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
             {
                 "name": name,
                 "entrypoint": "dpate.flows.site_release:site_release",
-                "parameters": {"spec": str(spec), "site": SITE},
+                "parameters": {"spec": load_spec(spec).spec_hash, "site": SITE},
                 "work_pool": {
                     "name": pool,
                     "job_variables": {
@@ -231,7 +245,10 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
         "DPATE_LEDGER_URL": ledger,
         "DPATE_STORAGE_URL": str(root / "published"),
         "DPATE_SITE_LOG": str(root / "operator.log"),
+        "DPATE_SPECS": str(root / "approved"),
     }
+    for approved in (spec, stuck):  # the site's operator approves both specs by hash
+        _approve(approved, site_env)
     worker = start_site_worker(prefect_server, SITE, root / "logs", pool=pool, extra_env=site_env)
     try:
         wait_for(lambda: "started!" in worker.log_tail(), 120, "the site worker to start")
@@ -249,6 +266,19 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
             )
         assert other.state.is_failed(), f"{other.state}\n{worker.log_tail()}"
         assert "runs only releases for site rural, not 'urban'" in (other.state.message or "")
+        # the coordinator points the spec parameter at the site's own files: refused before
+        # anything is read, naming no path
+        for probe in (str(root / "operator.log"), str(data[SITE]), "http://127.0.0.1:5432/"):
+            with prefect_server.settings():
+                probed = run_deployment(
+                    f"site-release/{name}",
+                    parameters={"spec": probe, "round": "probe"},
+                    timeout=120,
+                    poll_interval=1,
+                )
+            message = probed.state.message or ""
+            assert probed.state.is_failed() and "names its study spec by hash" in message
+            assert str(root) not in message and "5432" not in message
         assert "refused" in (root / "operator.log").read_text()
 
         # the run went through the site's own ledger (RESERVE + COMMIT) and storage
@@ -264,7 +294,7 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
 
         # the worker is stopped while a release is running (blocked reading its data)
         with prefect_server.settings(), get_client(sync_client=True) as client:
-            params = {"spec": str(stuck), "round": "stop"}
+            params = {"spec": load_spec(stuck).spec_hash, "round": "stop"}
             run = run_deployment(f"site-release/{name}", parameters=params, timeout=0)
             wait_for(
                 lambda: _task_running(client, run.id, "load-site-data"), 120, "the run to start"

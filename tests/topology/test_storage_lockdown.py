@@ -210,6 +210,7 @@ def test_storage_config_grants_per_study_and_keeps_keys(tmp_path):
     assert acts["rural"] == [
         "Read:dpate/studies/star-small-classes/sites/rural/*",
         "Write:dpate/studies/star-small-classes/sites/rural/*",
+        "Read:dpate/studies/star-small-classes/results/*",  # the heads it checks its ledger by
         "Read:dpate/specs/*",
         "List:dpate",
     ]
@@ -223,3 +224,21 @@ def test_storage_config_grants_per_study_and_keeps_keys(tmp_path):
     assert "north" in keys
     with pytest.raises(ValueError, match="reserved"):
         build_s3_config({"s": ["aggregator"]})
+
+
+def test_the_shipped_options_name_every_port_and_socket_the_tests_set():
+    """The tests override only host-specific values the shipped file already names: a guide
+    followed literally sets the same listeners (no server needed)."""
+    from tests.topology.services import STORAGE_DIR
+
+    shipped = {
+        line.split("=", 1)[0].strip()
+        for line in (STORAGE_DIR / "weed-mini.options").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    }
+    for key in ("master.port", "volume.port", "filer.port", "admin.port", "s3.port"):
+        assert key in shipped, key
+    for key in ("filer.localSocket", "s3.localSocket"):
+        assert key in shipped, key
+    text = (STORAGE_DIR / "weed-mini.options").read_text()
+    assert "/tmp/" not in text

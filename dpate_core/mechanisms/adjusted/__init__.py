@@ -11,7 +11,7 @@ fixed effects and Algorithm 1's subclassification, are :func:`assemble_fixed_eff
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -19,6 +19,8 @@ from dpate_core.mechanisms._estimator import (
     Estimator,
     PlanInputs,
     StatisticsInputs,
+    StudyChoice,
+    StudySite,
 )
 from dpate_core.release import MechanismPlan
 
@@ -29,6 +31,7 @@ from ._public import (
     plausible,
     predict,
     required_diagnostics,
+    study_weighting,
 )
 from ._release import (
     AUTO_BIAS,
@@ -75,6 +78,7 @@ __all__ = [
     "plan_adjusted_from_statistics",
     "ratio_bias_remainder",
     "resolve_weighting",
+    "study_weighting",
 ]
 
 
@@ -86,8 +90,9 @@ class AdjustedOptions:
         default="auto",
         metadata={
             "spec_key": "adjusted_weighting",
-            "doc": "the post-processing (docs/adjusted.md, 'Two weightings'): 'auto' (a public "
-            "rule on N, |X| and eps), 'subclassification' or 'fixed_effects'",
+            "doc": "the post-processing (docs/adjusted.md, 'Two weightings'), one for the whole "
+            "study: 'auto' (a public rule on every site's declared n, |X| and eps), "
+            "'subclassification' or 'fixed_effects'",
         },
     )
 
@@ -120,21 +125,16 @@ def _estimand(options: Any) -> str:
     weighting = options.weighting if options is not None else "auto"
     if weighting != "auto":
         return f"the {ESTIMANDS[weighting]} ({weighting.replace('_', ' ')})"
-    return "chosen per site by a public rule: " + "; or ".join(
+    return "chosen once for the whole study by a public rule: " + "; or ".join(
         f"the {text} ({mode.replace('_', ' ')})" for mode, text in ESTIMANDS.items()
     )
 
 
-def _describe(options: Any, predictions: Sequence[Any]) -> list[str]:
+def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> StudyChoice:
+    """One weighting for the whole study (:func:`study_weighting`)."""
     weighting = options.weighting if options is not None else "auto"
-    modes = dict.fromkeys(p.weighting for p in predictions if p.weighting)
-    return [
-        f"adjusted weighting (adjusted_weighting = {weighting!r}): "
-        + ", ".join(f"{p.site_id} {p.weighting}" for p in predictions)
-        + "; "
-        + "; ".join(f"{mode}: the {ESTIMANDS[mode]}" for mode in modes)
-        + " (docs/adjusted.md, Estimand)"
-    ]
+    mode, reason = study_weighting(weighting, domain_size, sites)
+    return StudyChoice(replace(options or AdjustedOptions(), weighting=mode), mode, reason)
 
 
 #: the estimator a study names "adjusted"
@@ -156,10 +156,7 @@ ADJUSTED = Estimator(
     required_diagnostics=required_diagnostics,
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
-    describe=_describe,
-    variant=lambda options, n, domain_size, epsilon, split: adjusted_weighting(
-        options.weighting, n, domain_size, epsilon, split
-    ),
+    choose=_choose,
     candidate_splits={
         3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10)))
     },

@@ -1,5 +1,6 @@
 """What the adjusted release makes checkable, drawable and predictable from public values alone:
-the weighting a site's release uses (:func:`adjusted_weighting`, the public rule of ``"auto"``),
+the weighting a study's releases use (:func:`study_weighting`, the public rule of ``"auto"`` over
+every site's public design; :func:`adjusted_weighting`, the rule at one site),
 the rules a published estimate satisfies (:func:`plausible`), its noise in the bootstrap world
 (:func:`noise_model`) and its predicted variances for ``dpate plan`` (:func:`predict`)."""
 
@@ -22,10 +23,11 @@ from dpate_core.mechanisms._rules import (
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY
 
-from ._release import DEFAULT_SPLIT, RESOLVE_Z, THRESHOLD_FACTOR, resolve_weighting
+from ._release import AUTO_RATIO, DEFAULT_SPLIT, RESOLVE_Z, THRESHOLD_FACTOR, resolve_weighting
 
 if TYPE_CHECKING:
     from dpate_core.inference import NoiseDraws
+    from dpate_core.mechanisms._estimator import StudySite
     from dpate_core.planning import PredictionInputs
     from dpate_core.release import SiteEstimate
 
@@ -36,6 +38,7 @@ __all__ = [
     "plausible",
     "predict",
     "required_diagnostics",
+    "study_weighting",
 ]
 
 
@@ -68,6 +71,48 @@ def adjusted_weighting(
         max(int(domain_size), 1),
         p_n.laplace_scale(COUNT_SENSITIVITY),
         float(p_s.epsilon),
+    )
+
+
+def study_weighting(
+    weighting: str, domain_size: int, sites: Sequence[StudySite]
+) -> tuple[str, str]:
+    """The weighting every site of a study uses, and why (public values only): ``weighting``
+    itself when the spec declares one; for ``"auto"``, subclassification when the rule of
+    :func:`adjusted_weighting` picks it at every site from the record count ``n`` the spec
+    declares for it, its epsilon and split and ``|X|``, else fixed effects (whose estimand is
+    defined at every site size), also when some site declares no ``n``. One estimand for the
+    whole study: a pooled estimate never blends the two (docs/adjusted.md, Estimand)."""
+    if weighting not in ("auto", "subclassification", "fixed_effects"):
+        raise ValueError(
+            f"weighting ({weighting!r}) must be one of auto, subclassification, fixed_effects "
+            f"(docs/adjusted.md)"
+        )
+    if weighting != "auto":
+        return weighting, f"declared in the spec (adjusted_weighting = {weighting!r})"
+    undeclared = [i for i, s in enumerate(sites) if s.n is None]
+    if undeclared or not sites:
+        return "fixed_effects", (
+            "adjusted_weighting = 'auto' and not every site declares its record count n in the "
+            "spec: fixed effects at every site, whose estimand is defined at any site size "
+            "(declare n for every site to let the public rule consider subclassification)"
+        )
+    picks = [
+        adjusted_weighting("auto", int(s.n or 0), domain_size, s.epsilon, s.split) for s in sites
+    ]
+    if all(p == "subclassification" for p in picks):
+        return "subclassification", (
+            "adjusted_weighting = 'auto': every site has at least "
+            f"{AUTO_RATIO} count-noise scales of records per arm per stratum (N / (2 |X|) >= "
+            f"{AUTO_RATIO} * 2 / eps_n, with the n the spec declares) and a small predicted "
+            "ratio bias, so subclassification at every site"
+        )
+    small = [i for i, p in enumerate(picks) if p != "subclassification"]
+    return "fixed_effects", (
+        f"adjusted_weighting = 'auto': {len(small)} of {len(sites)} site(s) hold too few "
+        f"records per arm per stratum for subclassification at their budget (N / (2 |X|) < "
+        f"{AUTO_RATIO} * 2 / eps_n, or a large predicted ratio bias), so fixed effects at every "
+        "site"
     )
 
 

@@ -238,4 +238,7 @@ PROPENSITY = Estimator(
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED,),
     candidate_splits={4: ((Fraction(1, 4),) * 4,)},
+    # its strata are propensity bands, not the covariates' cells: the balance table's within
+    # column is not 0 by construction (balance_bands would give it from the released model)
+    covariate_strata=False,
 )

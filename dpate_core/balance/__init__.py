@@ -1,0 +1,39 @@
+"""The DP covariate-balance table: standardized mean differences of each covariate by arm, as
+epidemiologists check a comparison, released at a site as a release of its own (its own budget,
+its own ledger row, one draw; ``docs/privacy.md``, "The covariate-balance table").
+
+:func:`plan_balance` builds the release from the per-cell counts the site's engine computes
+(``g = 2 x + w``, :class:`dpate_core.statistics.CellStatistics`): one vector of counts per
+covariate level and arm (and per band, when a public band of each stratum is given), released
+with discrete Laplace noise as one vector query; :func:`balance_table` is its post-processing
+into standardized mean differences (:class:`BalanceTable`). Public: the covariates' levels and
+bins (so each level's value: a numeric bin's midpoint) and the bands; no record is read here.
+"""
+
+from ._table import (
+    BALANCE_SCHEMA,
+    BalanceLayout,
+    BalancePlan,
+    BalanceRow,
+    BalanceTable,
+    balance_scale,
+    balance_sensitivity,
+    balance_table,
+    dp_balance,
+    level_counts,
+    plan_balance,
+)
+
+__all__ = [
+    "BALANCE_SCHEMA",
+    "BalanceLayout",
+    "BalancePlan",
+    "BalanceRow",
+    "BalanceTable",
+    "balance_scale",
+    "balance_sensitivity",
+    "balance_table",
+    "dp_balance",
+    "level_counts",
+    "plan_balance",
+]
