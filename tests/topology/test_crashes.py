@@ -25,6 +25,14 @@ REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "deployments" / "systemd" / "dpate-worker.service"
 
 
+def test_prefect_server_on_sqlite_answers(prefect_server):
+    """The fixture's server answers on loopback, on its SQLite database."""
+    with urllib.request.urlopen(f"{prefect_server.api_url}/health", timeout=10) as r:
+        assert json.loads(r.read()) is True
+    assert prefect_server.database_url is None
+    assert (prefect_server.home / "prefect.db").exists()
+
+
 def _post(url: str, auth: str | None) -> int:
     req = urllib.request.Request(
         url, data=b"{}", method="POST", headers={"Content-Type": "application/json"}

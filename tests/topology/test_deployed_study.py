@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from fractions import Fraction
 
 import pytest
@@ -19,6 +20,19 @@ PUBLIC_NON_NOISE = ("site_id", "status", "n", "epsilon", "delta")
 
 def _site_rows(result: dict) -> dict[str, dict]:
     return {s["site_id"]: s for s in result["sites"]}
+
+
+def test_prefect_server_on_postgresql_answers(prefect_server_pg):
+    """The STAR study's server answers on loopback, its schema migrated into a scratch
+    PostgreSQL database."""
+    import psycopg
+
+    with urllib.request.urlopen(f"{prefect_server_pg.api_url}/health", timeout=10) as r:
+        assert json.loads(r.read()) is True
+    db = prefect_server_pg.database_url.rsplit("/", 1)[1]
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{db}") as conn:
+        tables = {r[0] for r in conn.execute("select tablename from pg_tables")}
+    assert "flow_run" in tables  # Prefect migrated its schema into the scratch database
 
 
 def test_deployed_study_runs_end_to_end_and_matches_embedded_run(

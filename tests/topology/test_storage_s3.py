@@ -41,6 +41,10 @@ def result_key(suffix: str, leaf: str = "1.json") -> str:
     return f"studies/{STUDY}/results/{suffix}-{leaf}"
 
 
+def test_seaweed_s3_answers_with_bucket(seaweed):
+    seaweed.client("aggregator").head_bucket(Bucket=seaweed.bucket)  # made by weed mini -bucket
+
+
 def test_site_cannot_write_into_or_overwrite_another_sites_reports(seaweed, key_suffix):
     a, b = seaweed.client("site-a"), seaweed.client("site-b")
     own = report_key(key_suffix, "site-a")
