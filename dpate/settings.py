@@ -349,6 +349,11 @@ class SiteSettings(BaseSettings):
         return (init_settings, _SiteEnvironment(settings_cls), _SiteConfigFile(settings_cls))
 
     @classmethod
+    def env_name(cls, name: str) -> str:
+        """The environment variable of the setting ``name`` (``DPATE_LEDGER_URL``...)."""
+        return f"{cls.model_config.get('env_prefix', '')}{name.upper()}"
+
+    @classmethod
     def load(cls) -> SiteSettings:
         """The site's settings from this process's environment and its config file. Raises
         SettingsError naming the setting and where it was set (never its value)."""
@@ -361,14 +366,14 @@ class SiteSettings(BaseSettings):
             problems = []
             for err in exc.errors(include_input=False, include_url=False):
                 name = str(err["loc"][0]) if err["loc"] else ""
-                where = f"DPATE_{name.upper()}" if name in env else str(config.path)
+                where = cls.env_name(name) if name in env else str(config.path)
                 why = str(err.get("ctx", {}).get("error", "")) or err["msg"]
                 key = file_key(name) if name in cls.model_fields else name
                 problems.append(f"'{key}' in the site configuration {why}: fix it in {where}")
             raise SettingsError("; ".join(problems)) from None
         for name in cls.model_fields:
             if name in env:
-                settings._sources[name] = f"DPATE_{name.upper()}"
+                settings._sources[name] = cls.env_name(name)
             elif name in found:
                 settings._sources[name] = f"{config.path} ({file_key(name)})"
         return settings
@@ -403,7 +408,7 @@ def settings_table() -> str:
     for name, field in SiteSettings.model_fields.items():
         extra = field.json_schema_extra
         assert isinstance(extra, dict)
-        env = extra["env_example"] or f"DPATE_{name.upper()}"
+        env = extra["env_example"] or SiteSettings.env_name(name)
         key = extra["file_example"] or extra["file_key"]
         rows.append(
             f"| {field.description} | `{env}` | `{key}` | {extra['local']} | {extra['deployed']} |"
