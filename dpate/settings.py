@@ -241,7 +241,9 @@ class SiteSettings(BaseSettings):
     ``{site}`` and ``{study}``, :meth:`source` says where a value came from. The fallbacks when a
     setting is unset are :func:`resolve_site`'s (docs/pipeline.md, "Settings")."""
 
-    model_config = SettingsConfigDict(env_prefix="DPATE_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="DPATE_", frozen=True, extra="forbid", hide_input_in_errors=True
+    )
 
     ledger_url: str | None = Field(
         default=None,
