@@ -77,7 +77,14 @@ def test_signed_reports_end_to_end(tmp_path, monkeypatch):
     assert e["status"] == "rejected" and "unsigned" in e["reason"]
     d = json.loads(genuine)
     d["estimate"]["tau"] = 1e308
+    # an edited signed report: refused for its bytes before any of its numbers is read
     e = status_after(json.dumps(d).encode())
+    assert e["status"] == "rejected" and "signature: the report is not canonical JSON" in e["reason"]
+    # the same numbers signed with the site's own key (a site gone wrong): its signature holds,
+    # and the plausibility rules refuse it
+    d.pop("signature")
+    rogue = SiteReport.model_validate_json(json.dumps(d)).signed_with(load_private_key(key))
+    e = status_after(rogue.to_json_bytes())
     assert e["status"] == "rejected" and "tau (1e+308) is outside the range" in e["reason"]
     e = status_after(b"[" + b"0," * 40_000 + b"0]")
     assert e["status"] == "rejected" and "more than the 65536 a report may be" in e["reason"]
