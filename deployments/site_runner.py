@@ -106,7 +106,7 @@ def _site_log(site: str) -> logging.Logger | None:
         cfg = site_config(site, "{study}")
     except SettingsError:
         return None
-    path = cfg.log or str(dpate_home() / "logs" / f"{site}.log")
+    path = cfg.site_log or str(dpate_home() / "logs" / f"{site}.log")
     if "{study}" in path:
         return None
     return site_file_logger(site, path)

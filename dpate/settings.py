@@ -3,29 +3,10 @@
 Only the site decides where its ledger, its data and its publication target live. The study spec
 and every run parameter come from the coordinator (untrusted): they name the study, the site and
 the round, nothing else a site keeps. One resolver, :func:`resolve_site`, applies one precedence
-(docs/pipeline.md, "Settings"):
-
-================  ========================  ==================  =================================
-setting           1. site environment       2. site config      3. otherwise
-================  ========================  ==================  =================================
-ledger URL        ``DPATE_LEDGER_URL``      ``ledger``          local: ``$DPATE_HOME/ledgers/
-                                                                <site>.sqlite``; deployed: refused
-site data         ``DPATE_DATA_PATH``       ``data``            the spec's ``data`` if relative
-                                                                and inside the spec's folder (any
-                                                                with ``allow_spec_data``);
-                                                                deployed: only with
-                                                                ``allow_spec_data``
-SQL query         ``DPATE_DATA_QUERY``      ``data_query``      none (a SQL data location needs
-                                                                one)
-SQL password      ``DPATE_DATA_SECRET``     ``data_secret``     none: the driver's environment
-(Secret block)                                                  (``PGPASSWORD``, ``PGPASSFILE``)
-publication root  ``DPATE_STORAGE_URL``     ``storage``         local: the spec's ``reports``;
-                                                                deployed: refused
-operator log      ``DPATE_SITE_LOG``        ``log``             ``$DPATE_HOME/logs/<site>.log``
-spec data ok      ``DPATE_ALLOW_SPEC_DATA`` ``allow_spec_data`` no
-sites served      ``DPATE_SITES``           ``sites``           any site of the spec
-approved specs    ``DPATE_SPECS``           ``specs``           ``$DPATE_HOME/specs``
-================  ========================  ==================  =================================
+(docs/pipeline.md, "Settings", whose table ``python -m dpate.settings --markdown`` prints from
+:class:`SiteSettings`' field descriptions): 1. the site's environment (``DPATE_`` + the setting's
+name, e.g. ``DPATE_LEDGER_URL``), 2. the site config file, 3. a fallback that only a local run
+has for the ledger, the data and the publication root.
 
 The site config file is a TOML file named by ``DPATE_SITE_CONFIG`` (e.g. ``/etc/dpate/site.toml``).
 Values may contain ``{site}`` and ``{study}`` (one worker serving several sites). ``DPATE_HOME``
@@ -45,11 +26,28 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger_chain import release_id
@@ -62,14 +60,15 @@ __all__ = [
     "IDENTIFIER",
     "Identifier",
     "SettingsError",
-    "SiteConfig",
     "SiteContext",
     "SiteRun",
+    "SiteSettings",
     "StudyContext",
     "dpate_home",
     "load_study_spec",
     "resolve_site",
     "resolve_study",
+    "settings_table",
     "site_config",
     "site_ledger_url",
     "validate_round",
@@ -155,40 +154,64 @@ def _truthy(value: object) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-@dataclass(frozen=True)
-class SiteConfig:
-    """The site's own configuration (environment over the ``DPATE_SITE_CONFIG`` file), with
-    ``{site}`` and ``{study}`` filled in. ``sources`` says where each value came from."""
-
-    ledger: str | None = None
-    data: str | None = None
-    #: the SQL source's query (a ``SELECT`` or a table name); used when ``data`` is a database URL
-    data_query: str | None = None
-    #: the name of the Prefect Secret block holding the database password (never the password)
-    data_secret: str | None = None
-    storage: str | None = None
-    log: str | None = None
-    allow_spec_data: bool = False
-    sites: tuple[str, ...] | None = None
-    #: the folder of the specs this site's operator approved (dpate.spec_approvals)
-    specs: str | None = None
-    sources: tuple[tuple[str, str], ...] = ()
-
-    def source(self, key: str) -> str:
-        return dict(self.sources).get(key, "default")
+def _docs(
+    file_key: str,
+    local: str,
+    deployed: str = "same",
+    env_example: str | None = None,
+    file_example: str | None = None,
+) -> dict[str, JsonValue]:
+    """A setting's row of the docs table, besides its description: its key in the site config
+    file and its fallback in a local and in a deployed run."""
+    return {
+        "file_key": file_key,
+        "local": local,
+        "deployed": deployed,
+        "env_example": env_example,
+        "file_example": file_example,
+    }
 
 
-_ENV = {
-    "ledger": "DPATE_LEDGER_URL",
-    "data": "DPATE_DATA_PATH",
-    "data_query": "DPATE_DATA_QUERY",
-    "data_secret": "DPATE_DATA_SECRET",
-    "storage": "DPATE_STORAGE_URL",
-    "log": "DPATE_SITE_LOG",
-    "allow_spec_data": "DPATE_ALLOW_SPEC_DATA",
-    "sites": "DPATE_SITES",
-    "specs": "DPATE_SPECS",
-}
+class _SiteEnvironment(EnvSettingsSource):
+    """The ``DPATE_*`` variables of the process (their names in capitals, as written in the
+    docs), stripped; a blank one is not set."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in os.environ.items() if k == k.upper()}
+
+    def __call__(self) -> dict[str, Any]:
+        values = super().__call__()
+        return {
+            k: v.strip() if isinstance(v, str) else v
+            for k, v in values.items()
+            if not (isinstance(v, str) and not v.strip())
+        }
+
+
+class _SiteConfigFile(PydanticBaseSettingsSource):
+    """The site config file named by ``DPATE_SITE_CONFIG`` (TOML; its keys are the settings'
+    ``file_key``); an empty value is not set, an unknown key is refused."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        self.path, self.doc = _config_file()
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.doc.get(file_key(field_name)), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {
+            name: self.doc[key]
+            for name in SiteSettings.model_fields
+            if self.doc.get(key := file_key(name)) not in (None, "")
+        }
+
+
+def file_key(name: str) -> str:
+    """The site config file's key of the setting ``name``."""
+    extra = SiteSettings.model_fields[name].json_schema_extra
+    assert isinstance(extra, dict)
+    return str(extra["file_key"])
 
 
 def _config_file() -> tuple[str | None, dict[str, object]]:
@@ -202,59 +225,197 @@ def _config_file() -> tuple[str | None, dict[str, object]]:
         raise SettingsError(
             f"cannot read the site config file {path} (DPATE_SITE_CONFIG): {exc}"
         ) from None
-    unknown = sorted(set(doc) - set(_ENV))
+    allowed = sorted(file_key(name) for name in SiteSettings.model_fields)
+    unknown = sorted(set(doc) - set(allowed))
     if unknown:
-        raise SettingsError(
-            f"site config file {path}: unknown keys {unknown}; allowed: {sorted(_ENV)}"
-        )
+        raise SettingsError(f"site config file {path}: unknown keys {unknown}; allowed: {allowed}")
     return path, doc
 
 
-def site_config(site: str, study: str) -> SiteConfig:
-    """The site's configuration for ``site`` in ``study`` (environment > config file)."""
-    path, doc = _config_file()
-    values: dict[str, object] = {}
-    sources: list[tuple[str, str]] = []
-    for key, env in _ENV.items():
-        value: object = os.environ.get(env, "").strip() or None
-        where = env
-        if value is None and doc.get(key) not in (None, ""):
-            value, where = doc[key], f"{path} ({key})"
-        if value is None:
-            continue
-        if isinstance(value, str):
-            value = value.replace("{site}", site).replace("{study}", study)
-        values[key] = value
-        sources.append((key, where))
-    raw_sites = values.pop("sites", None)
-    sites: tuple[str, ...] | None
-    if raw_sites is None:
-        sites = None
-    elif isinstance(raw_sites, str):
-        sites = tuple(s.strip() for s in raw_sites.split(",") if s.strip())
-    elif isinstance(raw_sites, (list, tuple)):
-        sites = tuple(str(s) for s in raw_sites)
-    else:
-        raise SettingsError(
-            f"'sites' in the site configuration must be a list of site ids or one comma-separated "
-            f"string (got a {type(raw_sites).__name__}): fix it in {path}"
-        )
-    return SiteConfig(
-        ledger=_str(values.get("ledger")),
-        data=_str(values.get("data")),
-        data_query=_str(values.get("data_query")),
-        data_secret=_str(values.get("data_secret")),
-        storage=_str(values.get("storage")),
-        log=_str(values.get("log")),
-        allow_spec_data=_truthy(values.get("allow_spec_data", False)),
-        sites=sites,
-        specs=_str(values.get("specs")),
-        sources=tuple(sources),
+_TEXT = ("ledger_url", "data_path", "data_query", "data_secret", "storage_url", "site_log", "specs")
+
+
+class SiteSettings(BaseSettings):
+    """The site's own configuration: the process environment (``DPATE_*``) over the site config
+    file (``DPATE_SITE_CONFIG``), else unset. :meth:`load` reads it, :meth:`for_site` fills in
+    ``{site}`` and ``{study}``, :meth:`source` says where a value came from. The fallbacks when a
+    setting is unset are :func:`resolve_site`'s (docs/pipeline.md, "Settings")."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DPATE_", frozen=True, extra="forbid", hide_input_in_errors=True
     )
 
+    ledger_url: str | None = Field(
+        default=None,
+        description="ledger",
+        json_schema_extra=_docs("ledger", "`$DPATE_HOME/ledgers/<site>.sqlite`", "refused"),
+    )
+    data_path: str | None = Field(
+        default=None,
+        description="site data",
+        json_schema_extra=_docs(
+            "data", "the spec's `data`, only if relative and inside the spec's folder", "refused"
+        ),
+    )
+    data_query: str | None = Field(
+        default=None,
+        description="SQL query (when the data is a database URL)",
+        json_schema_extra=_docs("data_query", "none: a SQL source without one is refused"),
+    )
+    data_secret: str | None = Field(
+        default=None,
+        description="SQL password: a Prefect Secret block's **name**",
+        json_schema_extra=_docs(
+            "data_secret",
+            "none: the driver's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`)",
+        ),
+    )
+    storage_url: str | None = Field(
+        default=None,
+        description="publication root",
+        json_schema_extra=_docs(
+            "storage", "the spec's `reports` (relative: from the spec's folder)", "refused"
+        ),
+    )
+    site_log: str | None = Field(
+        default=None,
+        description="operator log",
+        json_schema_extra=_docs("log", "`$DPATE_HOME/logs/<site>.log`"),
+    )
+    allow_spec_data: bool = Field(
+        default=False,
+        description="spec data allowed",
+        json_schema_extra=_docs(
+            "allow_spec_data",
+            "no",
+            "no",
+            env_example="DPATE_ALLOW_SPEC_DATA=1",
+            file_example="allow_spec_data = true",
+        ),
+    )
+    sites: Annotated[tuple[str, ...] | None, NoDecode] = Field(
+        default=None,
+        description="sites served",
+        json_schema_extra=_docs(
+            "sites",
+            "every site of the spec",
+            env_example="DPATE_SITES=a,b",
+            file_example='sites = ["a", "b"]',
+        ),
+    )
+    specs: str | None = Field(
+        default=None,
+        description="approved specs (`dpate site approve`)",
+        json_schema_extra=_docs(
+            "specs",
+            "`$DPATE_HOME/specs`",
+            "same; a deployed run's `spec` is a hash found here, never a path",
+        ),
+    )
 
-def _str(value: object) -> str | None:
-    return None if value is None else str(value)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator(*_TEXT, mode="before")
+    @classmethod
+    def _text(cls, value: object) -> object:
+        return value if value is None or isinstance(value, str) else str(value)
+
+    @field_validator("allow_spec_data", mode="before")
+    @classmethod
+    def _allowed(cls, value: object) -> bool:
+        return _truthy(value)
+
+    @field_validator("sites", mode="before")
+    @classmethod
+    def _sites(cls, value: object) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return tuple(s.strip() for s in value.split(",") if s.strip())
+        if isinstance(value, (list, tuple)):
+            return tuple(str(s) for s in value)
+        raise ValueError(
+            f"must be a list of site ids or one comma-separated string "
+            f"(got a {type(value).__name__})"
+        )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _SiteEnvironment(settings_cls), _SiteConfigFile(settings_cls))
+
+    @classmethod
+    def env_name(cls, name: str) -> str:
+        """The environment variable of the setting ``name`` (``DPATE_LEDGER_URL``...)."""
+        return f"{cls.model_config.get('env_prefix', '')}{name.upper()}"
+
+    @classmethod
+    def load(cls) -> SiteSettings:
+        """The site's settings from this process's environment and its config file. Raises
+        SettingsError naming the setting and where it was set (never its value)."""
+        env = _SiteEnvironment(cls)()
+        config = _SiteConfigFile(cls)
+        found = config()
+        try:
+            settings = cls()
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors(include_input=False, include_url=False):
+                name = str(err["loc"][0]) if err["loc"] else ""
+                where = cls.env_name(name) if name in env else str(config.path)
+                why = str(err.get("ctx", {}).get("error", "")) or err["msg"]
+                key = file_key(name) if name in cls.model_fields else name
+                problems.append(f"'{key}' in the site configuration {why}: fix it in {where}")
+            raise SettingsError("; ".join(problems)) from None
+        for name in cls.model_fields:
+            if name in env:
+                settings._sources[name] = cls.env_name(name)
+            elif name in found:
+                settings._sources[name] = f"{config.path} ({file_key(name)})"
+        return settings
+
+    def for_site(self, site: str, study: str) -> SiteSettings:
+        """These settings with ``{site}`` and ``{study}`` filled in (one worker serving several
+        sites or studies)."""
+        update = {
+            name: value.replace("{site}", site).replace("{study}", study)
+            for name in _TEXT
+            if isinstance(value := getattr(self, name), str)
+        }
+        return self.model_copy(update=update)
+
+    def source(self, name: str) -> str:
+        """Where the setting ``name`` came from: its variable, the config file, or "default"."""
+        return self._sources.get(name, "default")
+
+
+def site_config(site: str, study: str) -> SiteSettings:
+    """The site's settings for ``site`` in ``study`` (environment > config file)."""
+    return SiteSettings.load().for_site(site, study)
+
+
+def settings_table() -> str:
+    """The Markdown table of docs/pipeline.md, "Settings", from :class:`SiteSettings`' fields."""
+    rows = [
+        "| setting | 1. site environment | 2. site config file | 3. local run (embedded, CLI) "
+        "| 3. deployed run |",
+        "|---|---|---|---|---|",
+    ]
+    for name, field in SiteSettings.model_fields.items():
+        extra = field.json_schema_extra
+        assert isinstance(extra, dict)
+        env = extra["env_example"] or SiteSettings.env_name(name)
+        key = extra["file_example"] or extra["file_key"]
+        rows.append(
+            f"| {field.description} | `{env}` | `{key}` | {extra['local']} | {extra['deployed']} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True)
@@ -325,7 +486,7 @@ def resolve_study(
 
 
 def _spec_data(
-    spec: StudySpec, site: str, base: Path | None, cfg: SiteConfig, deployed: bool
+    spec: StudySpec, site: str, base: Path | None, cfg: SiteSettings, deployed: bool
 ) -> str:
     loc = spec.site(site).data
     if cfg.allow_spec_data:
@@ -354,10 +515,16 @@ def _spec_data(
 
 
 def resolve_site(
-    spec: str, site: str, round: str | None = None, *, deployed: bool | None = None
+    spec: str,
+    site: str,
+    round: str | None = None,
+    *,
+    deployed: bool | None = None,
+    settings: SiteSettings | None = None,
 ) -> SiteContext:
     """One site's settings: the study from the spec, everything site-local from the site's own
-    configuration (:func:`site_config`), with the precedence in the module docstring."""
+    configuration (``settings``, else :meth:`SiteSettings.load`), with the precedence in the
+    module docstring."""
     if deployed is None:
         deployed = is_deployed_process()
     run = SiteRun(spec=spec, site=site, round=round)
@@ -371,17 +538,17 @@ def resolve_site(
         study = resolve_study_spec_only(run.spec, run.round)
     s = study.spec
     s.site(site)  # KeyError naming the study's sites
-    cfg = site_config(site, s.study_id)
+    cfg = (settings or SiteSettings.load()).for_site(site, s.study_id)
     if cfg.sites is not None and site not in cfg.sites:
         raise SettingsError(
             f"this site's configuration serves sites {list(cfg.sites)} "
             f"({cfg.source('sites')}), not {site!r}: refused"
         )
     base = None if deployed else _spec_dir(spec)
-    data = cfg.data or _spec_data(s, site, base, cfg, deployed)
+    data = cfg.data_path or _spec_data(s, site, base, cfg, deployed)
     ledger = site_ledger_url(site, s.study_id, deployed=deployed, cfg=cfg)
-    if cfg.storage:
-        storage = cfg.storage
+    if cfg.storage_url:
+        storage = cfg.storage_url
     elif deployed or not s.reports:
         raise SettingsError(
             f"site {site}: no publication root: set DPATE_STORAGE_URL in the worker's "
@@ -390,7 +557,7 @@ def resolve_site(
         )
     else:
         storage = _local(base, s.reports)
-    log = cfg.log or str(dpate_home() / "logs" / f"{site}.log")
+    log = cfg.site_log or str(dpate_home() / "logs" / f"{site}.log")
     return SiteContext(
         s,
         spec,
@@ -407,13 +574,13 @@ def resolve_site(
 
 
 def site_ledger_url(
-    site: str, study: str, *, deployed: bool = False, cfg: SiteConfig | None = None
+    site: str, study: str, *, deployed: bool = False, cfg: SiteSettings | None = None
 ) -> str:
     """The site's ledger URL from its configuration, else (local runs only) the per-machine
     default ``$DPATE_HOME/ledgers/<site>.sqlite``. Never from a spec or a run parameter."""
     cfg = cfg or site_config(site, study)
-    if cfg.ledger:
-        return as_sqlalchemy_url(cfg.ledger)
+    if cfg.ledger_url:
+        return as_sqlalchemy_url(cfg.ledger_url)
     if deployed:
         raise SettingsError(
             f"site {site}: a deployed run needs the site's ledger set explicitly: "
@@ -429,3 +596,19 @@ def resolve_study_spec_only(spec: str, round: str | None) -> StudyContext:
     validate_round(round)
     study_spec = load_study_spec(spec)
     return StudyContext(study_spec, spec, round or study_spec.release, "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dpate.settings --markdown``: print docs/pipeline.md's settings table."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--markdown"]:
+        print("usage: python -m dpate.settings --markdown", file=sys.stderr)
+        return 2
+    sys.stdout.write(settings_table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpate.schemas.spec import SpecError, StudySpec
-from dpate.settings import SettingsError, dpate_home, site_config
+from dpate.settings import SettingsError, SiteSettings, dpate_home
 
 __all__ = [
     "SPEC_HASH",
@@ -58,10 +58,10 @@ class ApprovedSpec:
     new: bool
 
 
-def approved_specs_dir(site: str) -> Path:
-    """The site's approved specs folder: ``specs`` of its configuration (``DPATE_SPECS``), else
-    ``$DPATE_HOME/specs``."""
-    cfg = site_config(site, "{study}")
+def approved_specs_dir(site: str, settings: SiteSettings | None = None) -> Path:
+    """The site's approved specs folder: ``specs`` of its configuration (``settings``, else
+    :meth:`SiteSettings.load`: ``DPATE_SPECS``), else ``$DPATE_HOME/specs``."""
+    cfg = (settings or SiteSettings.load()).for_site(site, "{study}")
     return Path(cfg.specs).expanduser() if cfg.specs else dpate_home() / "specs"
 
 

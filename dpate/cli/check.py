@@ -15,9 +15,6 @@ Exit status: 0 when every checked site could release; otherwise the code of the 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,13 +70,14 @@ def check(
     failures: list[Failure] = []
     missing: list[tuple[str, str]] = []  # (site, ledger URL) without a ledger
     checked = 0
-    with _data_override(data):
-        for site_id in site_ids:
-            result = _check_site(spec, study, site_id, round, explicit=bool(site), missing=missing)
-            if result is None:
-                continue
-            checked += 1
-            failures += result
+    for site_id in site_ids:
+        result = _check_site(
+            spec, study, site_id, round, data=data, explicit=bool(site), missing=missing
+        )
+        if result is None:
+            continue
+        checked += 1
+        failures += result
     if not checked:
         failures.append(
             Failure(
@@ -116,22 +114,6 @@ def _finish(
     if data or ledger:
         raise typer.Exit(int(summary_code(data) if data else summary_code(ledger)))
     out.print(f"\n[green]OK[/green]: {checked} site(s) checked; nothing was spent or drawn.")
-
-
-@contextmanager
-def _data_override(data: str | None) -> Iterator[None]:
-    """``--data`` as this process's DPATE_DATA_PATH (the site configuration's data setting)."""
-    old = os.environ.get("DPATE_DATA_PATH")
-    if data:
-        os.environ["DPATE_DATA_PATH"] = data
-    try:
-        yield
-    finally:
-        if data:
-            if old is None:
-                os.environ.pop("DPATE_DATA_PATH", None)
-            else:
-                os.environ["DPATE_DATA_PATH"] = old
 
 
 def _print_study(study: Any) -> None:
@@ -178,16 +160,21 @@ def _check_site(
     site_id: str,
     round: str | None,
     *,
+    data: str | None = None,
     explicit: bool,
     missing: list[tuple[str, str]],
 ) -> list[Failure] | None:
     """The site's problems (empty: it could release), or None when its data is not reachable
-    from here and the site was not asked for explicitly."""
-    from dpate.settings import resolve_site
+    from here and the site was not asked for explicitly. ``data`` (``--data``) is the site's
+    data setting, over its configuration."""
+    from dpate.settings import SiteSettings, resolve_site
 
     out.print(f"\n[bold]site {site_id}[/bold]")
     try:
-        ctx = resolve_site(spec, site_id, round, deployed=False)
+        settings = SiteSettings.load()
+        if data:
+            settings = settings.model_copy(update={"data_path": data})
+        ctx = resolve_site(spec, site_id, round, deployed=False, settings=settings)
     except Exception as exc:  # SettingsError & co.: a problem of this site's configuration
         return [from_exception(exc, site_id)]
     if not _reachable(ctx.data_location):

@@ -33,12 +33,15 @@ def site_settings(**values: str | None) -> Iterator[None]:
     """The local operator's options (``--ledger``, ``--data``, ``--storage``) as this process's
     site configuration (``DPATE_LEDGER_URL`` ...) for the duration of a command; the flows read
     nothing else (dpate/settings.py). Restored afterwards."""
-    names = {
-        "ledger": "DPATE_LEDGER_URL",
-        "data": "DPATE_DATA_PATH",
-        "storage": "DPATE_STORAGE_URL",
-        "log": "DPATE_SITE_LOG",
+    from dpate.settings import SiteSettings
+
+    fields = {
+        "ledger": "ledger_url",
+        "data": "data_path",
+        "storage": "storage_url",
+        "log": "site_log",
     }
+    names = {key: SiteSettings.env_name(field) for key, field in fields.items()}
     saved = {env: os.environ.get(env) for env in names.values()}
     try:
         for key, value in values.items():

@@ -175,7 +175,7 @@ def _storage_root(site: str, storage: str | None, spec: str | None) -> str:
         return storage
     if spec:  # as a run of this spec at this site publishes
         return resolve_site(spec, site, None, deployed=False).storage_url
-    root = site_config(site, "{study}").storage
+    root = site_config(site, "{study}").storage_url
     if not root or "{study}" in root:
         why = "it is not configured" if not root else f"its setting {root} names one study"
         raise fail(

@@ -11,15 +11,22 @@ it says what a release would publish and spend.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.console import Console
+
+from dpate.cli.environment import SpecArg
 
 err = Console(stderr=True)
 
 
 def site_approve_cmd(
-    spec: str = typer.Argument(..., help="the study spec to approve: a path or URL"),
-    site: str = typer.Option(..., "--site", help="this site's id (as in the study spec)"),
+    spec: SpecArg,
+    site: Annotated[
+        str,
+        typer.Option("--site", help="this site's id (as in the study spec)", show_default=False),
+    ],
 ) -> None:
     """Approve a study spec for this site's worker: it then runs this spec, by its hash.
 
