@@ -3,9 +3,11 @@
 Each command runs in a fresh interpreter (``python -m dpate.cli ...``) on a small study written to a
 temporary folder (two CSV sites of 250 records, their ledgers created first); the figure is the
 best of ``--repeats`` wall times after one warm-up run (file cache warm), and its ratio to
-``python -c pass`` measured in the same run; ``import typer, rich.console`` is the floor of any
-command of this command line. Commands that run no flow never import Prefect
-(checked here: ``-X importtime`` of each command lists no ``prefect`` module).
+``python -c pass`` measured in the same run, with the least CPU time (user + system) of those runs,
+which other processes on a loaded machine inflate less than the wall time;
+``import typer, rich.console`` is the floor of any command of this command line. Commands that
+run no flow never import Prefect (checked here: ``-X importtime`` of each command lists no
+``prefect`` module).
 
     python bench/bench_cli_startup.py [--repeats 5]
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -50,14 +53,21 @@ def write_study(root: Path, n: int = 250) -> Path:
     return spec
 
 
-def best(argv: list[str], env: dict[str, str], repeats: int) -> float:
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def best(argv: list[str], env: dict[str, str], repeats: int) -> tuple[float, float]:
+    """The least wall time and the least CPU time (user + system) of ``repeats`` runs."""
     subprocess.run(argv, env=env, capture_output=True, check=False)  # warm-up
-    times = []
+    times, cpus = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu(), time.perf_counter()
         subprocess.run(argv, env=env, capture_output=True, check=False)
         times.append(time.perf_counter() - t0)
-    return min(times)
+        cpus.append(_children_cpu() - c0)
+    return min(times), min(cpus)
 
 
 def imports_prefect(argv: list[str], env: dict[str, str]) -> bool:
@@ -105,13 +115,18 @@ def main() -> None:
             ("dpate check (2 sites, 250 records each)", [*dpate, "check", spec], 1.5),
         ]
         base = None
-        print(f"{'command':<44} {'best s':>8} {'x pass':>8} {'target s':>9}  prefect imported")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(
+            f"{'command':<44} {'best s':>8} {'x pass':>8} {'cpu s':>8} {'target s':>9}  "
+            "prefect imported"
+        )
         for label, argv, target in cases:
-            t = best(argv, env, args.repeats)
+            t, cpu = best(argv, env, args.repeats)
             base = base or t
             pf = "" if argv[1] == "-c" else ("yes" if imports_prefect(argv, env) else "no")
             tgt = "" if target is None else f"{target:.1f}"
-            print(f"{label:<44} {t:8.3f} {t / base:8.1f} {tgt:>9}  {pf}")
+            print(f"{label:<44} {t:8.3f} {t / base:8.1f} {cpu:8.3f} {tgt:>9}  {pf}")
+        print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from dpate.errors import DpateError, ExitCode
@@ -32,6 +33,7 @@ __all__ = [
     "privacy_of",
     "release_id",
     "row_hash",
+    "site_spend",
 ]
 
 GENESIS = "0" * 64
@@ -197,3 +199,25 @@ class VerifyReport:
     rows: int
     head_hash: str
     problems: list[str] = field(default_factory=list)
+
+
+def site_spend(site_id: str, events: list[Event]) -> SiteSpend:
+    """Cap, total spend and spend per study of one site (exact), from its events in order."""
+    cap = None
+    per_study: dict[str, PrivacyParams] = {}
+    releases: dict[str, list[int]] = {}
+    reserve_study: dict[str, str] = {}
+    total = PrivacyParams(Fraction(0), Fraction(0))
+    for e in events:
+        if e.kind == "CAP":
+            cap = e.cap
+        elif e.kind == "RESERVE":
+            s = e.study_id or ""
+            per_study[s] = per_study.get(s, PrivacyParams(Fraction(0))) + e.privacy
+            total = total + e.privacy
+            releases.setdefault(s, [0, 0])[0] += 1
+            reserve_study[e.release_id or ""] = s
+        elif e.kind == "COMMIT":
+            s = reserve_study.get(e.release_id or "", e.study_id or "")
+            releases.setdefault(s, [0, 0])[1] += 1
+    return SiteSpend(site_id, cap, total, per_study, {k: (v[0], v[1]) for k, v in releases.items()})

@@ -1,14 +1,19 @@
 """Where a privacy ledger lives: URLs (a bare path is a SQLite file), messages that show a URL
 without its password, and the SQLAlchemy engine (SQLite appends serialised by ``BEGIN IMMEDIATE``).
+
+SQLAlchemy is imported where an engine or a table is made, or a URL other than a plain SQLite
+file URL (``sqlite:///PATH``) is parsed: ``dpate ledger show`` on a SQLite file reads it with the
+standard library (:mod:`dpate.ledger_file`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
     "as_sqlalchemy_url",
@@ -16,8 +21,16 @@ __all__ = [
     "make_engine",
     "not_found_message",
     "shown_url",
+    "sqlite_file",
     "sqlite_file_missing",
 ]
+
+_SQLITE = "sqlite:///"
+
+
+def _plain_sqlite(url: str) -> bool:
+    """``sqlite:///PATH`` with no query: no password, and the path is the URL's rest."""
+    return url.startswith(_SQLITE) and "?" not in url
 
 
 def as_sqlalchemy_url(url: str) -> str:
@@ -29,6 +42,10 @@ def as_sqlalchemy_url(url: str) -> str:
 
 def shown_url(url: str) -> str:
     """The URL for messages (password hidden)."""
+    if _plain_sqlite(url):
+        return url
+    import sqlalchemy as sa
+
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
     except sa.exc.ArgumentError:
@@ -46,7 +63,15 @@ def not_found_message(url: str, site: str | None) -> str:
     )
 
 
-def _sqlite_file(url: str) -> Path | None:
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL, else None (another database, in memory, a ``file:`` URI)."""
+    if _plain_sqlite(url):
+        database = url[len(_SQLITE) :]
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        return Path(database).expanduser()
+    import sqlalchemy as sa
+
     u = sa.engine.make_url(url)
     if u.get_backend_name() != "sqlite":
         return None
@@ -57,16 +82,18 @@ def _sqlite_file(url: str) -> Path | None:
 
 def sqlite_file_missing(url: str) -> bool:
     """Whether ``url`` names a SQLite file that does not exist (then nothing is created)."""
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     return path is not None and not path.is_file()
 
 
 def make_engine(url: str, *, create: bool = False) -> Engine:
     """An engine for ``url``; SQLite takes its write lock at ``BEGIN`` (serialised appends)."""
+    import sqlalchemy as sa
+
     u = sa.engine.make_url(url)
     if u.get_backend_name() != "sqlite":
         return sa.create_engine(u, pool_pre_ping=True)
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is not None and create:
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(u, connect_args={"timeout": 300})
@@ -89,6 +116,8 @@ def make_engine(url: str, *, create: bool = False) -> Engine:
 
 def ledger_table(metadata: sa.MetaData, table_name: str) -> sa.Table:
     """The ledger's one table: an event per row, ``UNIQUE(release_id, kind)``, hashes unique."""
+    import sqlalchemy as sa
+
     return sa.Table(
         table_name,
         metadata,

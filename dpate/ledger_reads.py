@@ -20,6 +20,7 @@ from dpate.ledger_chain import (
     LedgerNotFoundError,
     SiteSpend,
     privacy_of,
+    site_spend,
 )
 from dpate.ledger_engine import (
     as_sqlalchemy_url,
@@ -144,24 +145,4 @@ class LedgerReader:
 
     def spend(self, site_id: str) -> SiteSpend:
         """Cap, total spend and spend per study of one site (exact)."""
-        events = self.events(site_id)
-        cap = None
-        per_study: dict[str, PrivacyParams] = {}
-        releases: dict[str, list[int]] = {}
-        reserve_study: dict[str, str] = {}
-        total = PrivacyParams(Fraction(0), Fraction(0))
-        for e in events:
-            if e.kind == "CAP":
-                cap = e.cap
-            elif e.kind == "RESERVE":
-                s = e.study_id or ""
-                per_study[s] = per_study.get(s, PrivacyParams(Fraction(0))) + e.privacy
-                total = total + e.privacy
-                releases.setdefault(s, [0, 0])[0] += 1
-                reserve_study[e.release_id or ""] = s
-            elif e.kind == "COMMIT":
-                s = reserve_study.get(e.release_id or "", e.study_id or "")
-                releases.setdefault(s, [0, 0])[1] += 1
-        return SiteSpend(
-            site_id, cap, total, per_study, {k: (v[0], v[1]) for k, v in releases.items()}
-        )
+        return site_spend(site_id, self.events(site_id))

@@ -245,9 +245,9 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 def _check_budget(
     ctx: Any, study: Any, site_id: str, missing_ledgers: list[tuple[str, str]]
 ) -> list[Failure]:
-    from sqlalchemy.engine import make_url
-
-    from dpate.ledger import LedgerError, LedgerNotFoundError, PrivacyLedger
+    from dpate.ledger_chain import LedgerError, LedgerNotFoundError
+    from dpate.ledger_engine import sqlite_file_missing
+    from dpate.ledger_file import open_reader
     from dpate_core.privacy import check_budget
 
     s = study.site(site_id)
@@ -271,12 +271,11 @@ def _check_budget(
         f"no ledger at {url} yet: a release would be refused until it is created",
         ExitCode.LEDGER,
     )
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite" and not (u.database and Path(u.database).is_file()):
+    if sqlite_file_missing(url):
         missing_ledgers.append((site_id, url))
         return [missing]  # never created by a check
     try:
-        with PrivacyLedger(url) as led:
+        with open_reader(url) as led:
             spend = led.spend(site_id)
             recorded = led.committed(ctx.rid)
     except LedgerNotFoundError:

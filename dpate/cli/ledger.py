@@ -116,9 +116,14 @@ def ledger_show(
     as_json: JsonOpt = False,
 ) -> None:
     """The site's lifetime cap, spend per study and remaining budget (exact)."""
+    from dpate.ledger_chain import LedgerError
+    from dpate.ledger_file import read_site_spend
+
     url = _ledger_url(site, ledger)
-    with _open(url, site) as led:
-        s = led.spend(site)
+    try:
+        s = read_site_spend(url, site, site=site)
+    except LedgerError as exc:
+        raise fail(exc) from None
     if as_json:
         print(json.dumps(_spend_doc(site, url, s), indent=2))
         return

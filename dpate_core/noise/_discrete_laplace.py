@@ -46,9 +46,10 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from dpate_core.compile_cache import njit
 
 __all__ = ["MAX_NUMERATOR", "discrete_laplace_vector", "fits", "secure_words"]
 
@@ -144,7 +145,7 @@ def discrete_laplace_vector(
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _uniform(words: Any, pos: int, m: int) -> tuple[int, int]:  # pragma: no cover - compiled
     # a uniform integer in [0, m) from 63-bit words, by rejection above the largest multiple of
     # m; returns (value, next position), value -1 when the words run out
@@ -157,7 +158,7 @@ def _uniform(words: Any, pos: int, m: int) -> tuple[int, int]:  # pragma: no cov
     return -1, pos
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _bernoulli_exp(words: Any, pos: int, n: int, d: int) -> tuple[int, int]:  # pragma: no cover
     # Bernoulli(exp(-n/d)) for 0 <= n <= d (CKS Algorithm 1); -1: words ran out, -2: cap
     k = 1
@@ -173,7 +174,7 @@ def _bernoulli_exp(words: Any, pos: int, n: int, d: int) -> tuple[int, int]:  # 
     return k & 1, pos
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _kernel(words: Any, num: int, den: int, loc: Any, out: Any, start: int) -> tuple[int, int]:
     # pragma: no cover - compiled.  DLap(num / den) per entry from `start` (CKS Algorithm 2);
     # returns (status, entries done); _REFILL when fewer than _RESERVE words are left

@@ -30,9 +30,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from dpate_core.compile_cache import njit
 
 __all__ = [
     "DifferenceInMeans",
@@ -148,7 +149,7 @@ def check_status(status: int, size: int, bound: float | None) -> None:
         )
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _match_side(
     sorted_y: Any,
     to_grid: float,
@@ -185,7 +186,7 @@ def _match_side(
     return tau_sum, sq_more, sq_base
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _match_kernel(
     w: Any, y: Any, x: Any, n_strata: int, want_matches: bool, y_max: float, k: int
 ) -> Any:  # pragma: no cover - compiled
@@ -341,7 +342,7 @@ def matching_statistics(
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _strata_kernel(
     w: Any,
     y: Any,

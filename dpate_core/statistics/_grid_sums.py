@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.compile_cache import njit
 from dpate_core.privacy import PrivacyParams
 from dpate_core.release import NoiseSpec, check_bound
 from dpate_core.statistics._algorithm1 import (
@@ -117,7 +117,7 @@ class CellStatistics:
         return math.ldexp(self.bound * self.bound, -self.m)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _cell_kernel(
     w: Any, y: Any, x: Any, n_strata: int, bound: float, k: int, m: int, centre: float
 ) -> Any:  # pragma: no cover - compiled

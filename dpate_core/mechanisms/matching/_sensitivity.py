@@ -32,10 +32,10 @@ import math
 from fractions import Fraction
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.compile_cache import njit
 from dpate_core.privacy import to_float
 from dpate_core.release import check_bound
 
@@ -87,13 +87,13 @@ _TERMS = {_ATE: 1, _VAR: 2}
 _TERMS_OF = np.array([_TERMS[_ATE], _TERMS[_VAR]], dtype=np.int64)  # for the compiled loop
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _h(big: Any, small: Any) -> Any:  # pragma: no cover - compiled
     u = big / small
     return 2.0 * big * u + 34.0 * big + 3.0 * (u + 2.0) ** 2
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _phi(kind: int, term: int, big: Any, small: Any) -> Any:  # pragma: no cover - compiled
     if kind == _ATE:
         return float(-((-(1 + big)) // small))
@@ -104,7 +104,7 @@ def _phi(kind: int, term: int, big: Any, small: Any) -> Any:  # pragma: no cover
     return _h(big_f + 1.0, float(small))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _phi0(kind: int, term: int, big: Any) -> Any:  # pragma: no cover - compiled
     big_f = float(big)
     if kind == _ATE:
@@ -114,7 +114,7 @@ def _phi0(kind: int, term: int, big: Any) -> Any:  # pragma: no cover - compiled
     return _h(big_f, 1.0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _smooth_kernel(  # pragma: no cover
     kind: int,
     big: Any,

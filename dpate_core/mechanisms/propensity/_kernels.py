@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
+
+from dpate_core.compile_cache import njit
 
 __all__ = ["band_pass", "model_pass"]
 
 OK, BAD_W, BAD_Y, BAD_CODE, BAD_VALUE = 0, 1, 2, 3, 4
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def model_pass(
     w: Any, z: Any, kind: Any, levels: Any, mid: Any, half: Any, offset: Any, size: int, g: int
 ) -> Any:  # pragma: no cover - compiled
@@ -48,7 +49,7 @@ def model_pass(
     return OK, out
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def band_pass(
     w: Any,
     y: Any,
