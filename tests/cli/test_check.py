@@ -59,15 +59,6 @@ def write_study(root: Path, sites: dict[str, dict], **top: str) -> Path:
     return spec
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    for k in list(os.environ):
-        if k.startswith("DPATE_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
 def test_check_prints_public_facts_and_operator_counts_and_creates_no_ledger(tmp_path, home):
     spec = write_study(tmp_path, {"a": {"n": 80}})
     r = runner.invoke(app, ["check", str(spec), "--site", "a"])

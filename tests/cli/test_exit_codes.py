@@ -3,7 +3,6 @@ message shows no Python ``None`` or repr. None of these cases starts Prefect."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -126,15 +125,6 @@ CASES: dict[tuple[str, str], Callable[[Path], list[str]]] = {
     )[1],
     ("ledger init-commands", "invalid spec"): lambda t: ["ledger", "init-commands", _bad_spec(t)],
 }
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    for k in list(os.environ):
-        if k.startswith("DPATE_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
 
 
 def test_every_documented_case_is_tested():

@@ -4,12 +4,9 @@ instead of cutting, help text without Python or RST markup."""
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from rich.console import Console
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -18,15 +15,6 @@ from dpate.cli.main import app
 from tests.cli.test_run_preflight import BAD_DATA, GOOD, write_spec
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    for k in list(os.environ):
-        if k.startswith("DPATE_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
 
 
 def test_check_on_day_one_prints_each_ledger_init_line_with_the_specs_cap(tmp_path, home):

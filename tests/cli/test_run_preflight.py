@@ -3,7 +3,6 @@ at one site, a round already released under another spec) reserves nothing anywh
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -65,15 +64,6 @@ def write_spec(root: Path, sites: dict[str, str], **top: str) -> Path:
         encoding="utf-8",
     )
     return spec
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    for k in list(os.environ):
-        if k.startswith("DPATE_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
 
 
 def init_ledgers(*sites: str) -> None:
