@@ -7,7 +7,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from dpate.cli.main import app
-from tests.cli.test_check import home, write_study  # noqa: F401 (home: a fixture)
+from tests.cli.test_check import write_study
 
 runner = CliRunner()
 
@@ -17,7 +17,7 @@ def _site_part(out: str, site: str, nxt: str | None) -> str:
     return part.split(f"site {nxt}")[0] if nxt else part
 
 
-def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):  # noqa: F811
+def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):
     # |X| = 3, eps 1, default split: one site alone would choose subclassification iff
     # N / 6 >= 10 * 2 / (7/20), N >= 343: the small site would choose fixed effects
     spec = write_study(
@@ -59,13 +59,13 @@ def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):  # noqa
     assert "estimand (every site): the " in out
 
 
-def test_check_says_when_the_declared_n_is_not_the_sites_n(tmp_path, home):  # noqa: F811
+def test_check_says_when_the_declared_n_is_not_the_sites_n(tmp_path, home):
     spec = write_study(tmp_path, {"a": {"n": 400, "declared": 380}}, estimator='"adjusted"')
     out = runner.invoke(app, ["check", str(spec)]).output
     assert "the spec declares n = 380 for this site (its N here: 400)" in out
 
 
-def test_plan_names_the_estimand_and_when_the_given_n_would_choose_otherwise(tmp_path, home):  # noqa: F811
+def test_plan_names_the_estimand_and_when_the_given_n_would_choose_otherwise(tmp_path, home):
     import json
 
     spec = write_study(tmp_path, {"a": {"n": 100}, "b": {"n": 100}}, estimator='"adjusted"')
