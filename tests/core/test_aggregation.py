@@ -24,6 +24,7 @@ from dpate_core.aggregation import (
     mvagg_brute_force,
     random_effects,
 )
+from tests.examples import examples
 
 Z95 = 1.959963984540054
 
@@ -68,7 +69,7 @@ def instances(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=2500)
+@settings(max_examples=examples(2500))
 @given(instances())
 def test_mvagg_equals_brute_force(instance):
     tau, n, var = instance

@@ -55,8 +55,12 @@ REL = 1e-12  # float slack on the truth side; the core rounds its bounds up by 2
 @functools.lru_cache(maxsize=1)
 def _universe(n_strata: int, n: int):
     tau, var, cells = ref.enumerate_datasets(n, n_strata)
-    keys, inverse = np.unique(cells, axis=0, return_inverse=True)
-    return tau, var, keys.astype(np.int64), inverse.ravel()
+    # each count vector as one integer (its counts are digits in base n + 1): a 1-d unique is
+    # several times faster than np.unique(cells, axis=0) on millions of rows
+    radix = (n + 1) ** np.arange(cells.shape[1] - 1, -1, -1, dtype=np.int64)
+    codes, inverse = np.unique(cells.astype(np.int64) @ radix, return_inverse=True)
+    keys = codes[:, None] // radix % (n + 1)
+    return tau, var, keys, inverse.ravel()
 
 
 def _per_key(fn, keys: np.ndarray, inverse: np.ndarray) -> np.ndarray:

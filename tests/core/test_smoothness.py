@@ -37,6 +37,7 @@ from dpate_core.mechanisms.matching import (
     smooth_beta,
 )
 from tests.core import reference as ref
+from tests.examples import examples
 
 B = 1.0
 REL = 1e-12
@@ -255,14 +256,14 @@ def _neighbour_pair(draw):
 
 
 @pytest.mark.slow
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(_neighbour_pair())
 def test_random_neighbouring_count_vectors_ate(pair):
     _assert_smooth(matching_smooth_sensitivity, *pair)
 
 
 @pytest.mark.slow
-@settings(max_examples=1500)
+@settings(max_examples=examples(1500))
 @given(_neighbour_pair())
 def test_random_neighbouring_count_vectors_variance(pair):
     _assert_smooth(matching_variance_smooth_sensitivity, *pair)

@@ -79,7 +79,9 @@ def test_signed_reports_end_to_end(tmp_path, monkeypatch):
     d["estimate"]["tau"] = 1e308
     # an edited signed report: refused for its bytes before any of its numbers is read
     e = status_after(json.dumps(d).encode())
-    assert e["status"] == "rejected" and "signature: the report is not canonical JSON" in e["reason"]
+    assert (
+        e["status"] == "rejected" and "signature: the report is not canonical JSON" in e["reason"]
+    )
     # the same numbers signed with the site's own key (a site gone wrong): its signature holds,
     # and the plausibility rules refuse it
     d.pop("signature")

@@ -1,6 +1,9 @@
-"""Session fixtures for the production-topology tests: one Prefect server (SQLite), one Prefect
-server on PostgreSQL, one SeaweedFS S3 gateway, each started once per session on loopback and
-always stopped at the end (even when a test fails or the run is interrupted)."""
+"""Fixtures for the production-topology tests: a Prefect server (SQLite), a Prefect server on
+PostgreSQL, a SeaweedFS S3 gateway and the deployed STAR study, each started on loopback for the
+test file that uses it and always stopped when that file ends (even when a test fails or the run
+is interrupted). Module scope, not session scope: a server and its polling workers left running
+for the rest of the session cost CPU that the other tests need (a Prefect server answering five
+workers polling every second spends about a fifth of a core)."""
 
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ def _kill_leftovers() -> None:  # backstop if pytest itself is killed between fi
             svc.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory) -> Iterator[PrefectServer]:
     """A Prefect server on its default SQLite database."""
     server = PrefectServer(home=tmp_path_factory.mktemp("prefect-sqlite"), port=free_port())
@@ -76,7 +79,7 @@ def scratch_database(prefix: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def prefect_server_pg(tmp_path_factory) -> Iterator[PrefectServer]:
     """A Prefect server whose database is a scratch database on the PostgreSQL server."""
     with scratch_database("dpate_prefect") as db:
@@ -100,7 +103,7 @@ def pg_database() -> Iterator[str]:
         yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{db}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
     """SeaweedFS as deployments/storage/ configures it: bucket ``dpate``; each site may write only
     ``studies/<study>/sites/<site>/`` of its studies, the aggregator reads everything and writes
@@ -121,7 +124,7 @@ def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
         s3.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def star(prefect_server_pg, seaweed, tmp_path_factory):
     """The 4-site STAR study deployed on the PostgreSQL-backed server (what production runs; a
     SQLite-backed server restarted under concurrent workers was seen stuck for minutes on

@@ -1,5 +1,5 @@
 """Reading a STAR study's ledger events and flow runs by round, for the failure tests
-(tests/topology/test_failures*.py)."""
+(tests/topology/test_star_study.py)."""
 
 from __future__ import annotations
 

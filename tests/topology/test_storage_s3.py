@@ -212,7 +212,7 @@ _OUTAGE_SCRIPT = textwrap.dedent(
 
 
 def test_publication_outlasts_a_storage_outage_longer_than_the_clients_retries(
-    seaweed, key_suffix, tmp_path
+    seaweed, key_suffix, tmp_path, prefect_test_server
 ):
     """SeaweedFS stopped for ~20 s while a site publishes: botocore's EndpointConnectionError is
     transient (dpate.tasks.common.is_transient) and the I/O task's retries (2+5+10+20+30 s) outlast
@@ -227,8 +227,8 @@ def test_publication_outlasts_a_storage_outage_longer_than_the_clients_retries(
         **seaweed.env_for("site-a"),
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        **prefect_test_server.env,  # the session's server, not an embedded one of its own
     }
-    env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(
         [sys.executable, "-c", _OUTAGE_SCRIPT, seaweed.storage_url, key, str(go)],
         env=env,
