@@ -412,3 +412,11 @@ def test_a_worker_that_stops_kills_the_run_and_reports_it_crashed(monkeypatch):
     assert _gone(pid)
     (state,) = server.proposed
     assert state.is_crashed() and "worker stopped while this run was in progress" in state.message
+
+
+def test_a_site_worker_refuses_ad_hoc_submission():
+    """``worker.submit(flow)`` would run a serialised flow of the caller's: never at a site."""
+    from dpate.flows.site_release import site_release
+
+    with pytest.raises(RuntimeError, match="only deployed site-release flow runs"):
+        asyncio.run(SiteWorker(work_pool_name="site-rural").submit(site_release))
