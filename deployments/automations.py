@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
+from typing import cast
 
 __all__ = ["ZOMBIE_AUTOMATION", "ensure_zombie_automation"]
 
@@ -37,8 +38,10 @@ def ensure_zombie_automation(within_s: float = 3 * HEARTBEAT_S) -> str:
     from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.events.schemas.events import ResourceSpecification
 
+    # (called from synchronous code, where Prefect's async_dispatch methods return their value,
+    # not the coroutine their declared type allows)
     try:
-        Automation.read(name=ZOMBIE_AUTOMATION).delete()
+        cast(Automation, Automation.read(name=ZOMBIE_AUTOMATION)).delete()
     except ValueError:  # none yet
         pass
     automation = Automation(
@@ -69,7 +72,7 @@ def ensure_zombie_automation(within_s: float = 3 * HEARTBEAT_S) -> str:
             )
         ],
     ).create()
-    return str(automation.id)
+    return str(cast(Automation, automation).id)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,15 +37,16 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
-from prefect.states import Cancelled, StateType
+from prefect.states import Cancelled
 
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import Store
@@ -72,6 +73,12 @@ def resolve_round(
         when = scheduled or datetime.now(UTC)
         return when.strftime(round_format)
     return None
+
+
+def _run_deployment(name: str, **options: Any) -> FlowRun:
+    """``run_deployment`` from these synchronous tasks, where Prefect's ``async_dispatch``
+    returns the flow run itself (its declared type also allows the coroutine of async callers)."""
+    return cast(FlowRun, run_deployment(name, **options))
 
 
 def _run_name() -> str:
@@ -101,7 +108,7 @@ def trigger_site(
     is awaited in storage instead (:func:`wait_for_sites`)."""
     name = site_deployment.format(site=site, study=ctx.study_id)
     try:
-        run = run_deployment(
+        run = _run_deployment(
             name,
             parameters={"spec": ctx.spec.spec_hash, "site": site, "round": ctx.round},
             timeout=0,
@@ -252,7 +259,7 @@ def run_aggregate(
     ctx: StudyContext, spec: str, aggregate_deployment: str, timeout_s: float, study_run_id: str
 ) -> dict[str, Any]:
     """Run the aggregate deployment and wait for it; its state, never its (unpersisted) result."""
-    run = run_deployment(
+    run = _run_deployment(
         aggregate_deployment.format(study=ctx.study_id),
         parameters={"spec": spec, "round": ctx.round},
         timeout=timeout_s,

@@ -1,12 +1,13 @@
 """The flow-run process of a site worker: ``python -m dpate.deployments.site_runner``.
 
 Started by :class:`dpate.deployments.site_worker.SiteWorker` (``dpate site worker SITE``) in the
-worker's own environment with Prefect's per-run variables (``PREFECT__FLOW_RUN_ID``, the control
-channel). It mirrors ``prefect/engine.py``'s ``__main__`` (Prefect 3.8.8: the flow run id from the
-environment, ``configure_from_env()``, ``handle_engine_signals``, ``load_flow_run``, ``run_flow``
-under ``RunMetrics``) except that it never calls ``load_flow``: no deployment pull step runs and
-no deployment entrypoint is imported. The flow is always the installed
-``dpate.flows.site_release.site_release``, and only after these rules hold (:func:`refusal`):
+worker's own environment with Prefect's per-run variables (``PREFECT__FLOW_RUN_ID``, the API
+settings). It runs the flow run with Prefect's public flow engine, as ``python -m
+prefect.engine`` does (the flow run id from the environment, ``handle_engine_signals``,
+``prefect.flow_engine.load_flow_run`` and ``run_flow``), except that it never calls
+``load_flow``: no deployment pull step runs and no deployment entrypoint is imported. The flow is
+always the installed ``dpate.flows.site_release.site_release``, and only after these rules hold
+(:func:`refusal`):
 
 1. the process was started by a site worker: ``DPATE_WORKER_SITE`` names the worker's site;
 2. the flow run is a run of the flow ``site-release``;
@@ -134,7 +135,6 @@ def _flow_name(flow_run: FlowRun) -> str:
 
 def main() -> int:
     """Run the flow run ``PREFECT__FLOW_RUN_ID`` as the installed ``site_release``, or refuse it."""
-    from prefect._internal.control_listener import configure_from_env
     from prefect.engine import engine_logger, handle_engine_signals
 
     try:
@@ -143,10 +143,7 @@ def main() -> int:
         engine_logger.error("Invalid flow run id: PREFECT__FLOW_RUN_ID is not set to one")
         return 1
 
-    configure_from_env()  # the runner's control channel, before any flow code (engine.py)
-
     with handle_engine_signals(flow_run_id):
-        from prefect._internal.metrics import RunMetrics
         from prefect.flow_engine import load_flow_run, run_flow
         from prefect.logging.loggers import flow_run_logger
 
@@ -161,9 +158,8 @@ def main() -> int:
 
         from dpate.flows.site_release import site_release
 
-        with RunMetrics(flow_run, site_release):
-            # engine.py passes the run's logger adapter as its error_logger too
-            run_flow(site_release, flow_run=flow_run, error_logger=run_logger)  # type: ignore[arg-type]
+        # engine.py passes the run's logger adapter as its error_logger too
+        run_flow(site_release, flow_run=flow_run, error_logger=run_logger)  # type: ignore[arg-type]
     return 0
 
 

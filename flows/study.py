@@ -14,13 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect import flow, task, unmapped
+from prefect.client.schemas.objects import State
 from prefect.exceptions import MissingResult
-from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpate.flows.aggregate import aggregate_study
 from dpate.flows.site_release import site_release
-from dpate.settings import load_study_spec, resolve_site
+from dpate.settings import StudyContext, load_study_spec, resolve_site
 from dpate.site_reports import published_site
 from dpate.study_check import not_ready_error
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
@@ -84,7 +84,9 @@ PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
 @flow(
     name="study",
     flow_run_name=_run_name,
-    task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_SITES),
+    # Prefect declares the parameter invariant in the future type (TaskRunner[PrefectFuture]);
+    # its thread-pool runner is a TaskRunner[PrefectConcurrentFuture]
+    task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_SITES),  # type: ignore[arg-type]
     persist_result=False,
 )
 def study(spec: str, round: str | None = None) -> dict[str, Any]:
@@ -99,7 +101,13 @@ def study(spec: str, round: str | None = None) -> dict[str, Any]:
     sites = [r.result() for r in runs]
     state = aggregate_study(spec, ctx.round, None, return_state=True)
     if not state.is_completed():
-        exc = StudyIncompleteError(f"study {ctx.study_id}: {state_error(state)}")
-        exc.sites = sites  # public per-site outcomes: the CLI names each failed site's cause
-        raise exc
-    return {"sites": sites, "result": state_output(state, lambda: published_result(ctx)[1])}
+        raise StudyIncompleteError(f"study {ctx.study_id}: {state_error(state)}", sites=sites)
+    return {"sites": sites, "result": state_output(state, lambda: _published(ctx))}
+
+
+def _published(ctx: StudyContext) -> dict[str, Any]:
+    """The round's published result document (what a completed aggregate wrote)."""
+    found = published_result(ctx)
+    if found is None:
+        raise StudyIncompleteError(f"study {ctx.study_id}: no result of round {ctx.round} found")
+    return found[1]

@@ -76,10 +76,16 @@ RESULT_SCHEMA_VERSION = 3
 
 
 class StudyIncompleteError(DpateError, RuntimeError):
-    """The spec requires every site, and at least one has no valid report."""
+    """The spec requires every site, and at least one has no valid report. ``sites``: the
+    public per-site outcomes, when the study flow knows them (the CLI names each failed site's
+    cause)."""
 
     exit_code = ExitCode.REPORT
     cause = "study incomplete"
+
+    def __init__(self, message: str, sites: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.sites = sites or []
 
 
 @task(name="resolve-study", **IO_TASK)

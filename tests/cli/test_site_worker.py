@@ -1,6 +1,8 @@
 """``dpate site worker`` without a Prefect server: the job configuration keeps none of the
-coordinator's ``env`` / ``command`` / ``working_dir``; the runner's rules (flow name, parameters,
-site) and its refusal path; the command refuses to start without its server or its ledger.
+coordinator's ``env`` / ``command`` / ``working_dir``; the worker kills the run's process when
+the run is cancelled (and sets it Cancelled) or when the worker stops (and reports it Crashed);
+the runner's rules (flow name, parameters, site) and its refusal path; the command refuses to
+start without its server or its ledger.
 The worker against a real server: tests/topology/test_site_worker.py."""
 
 from __future__ import annotations
@@ -77,7 +79,6 @@ def test_the_job_configuration_keeps_none_of_the_coordinators_env_command_or_wor
     assert config.command.endswith("-m dpate.deployments.site_runner")
     assert sys.executable in config.command
     assert config.working_dir is None
-    assert config._command_configured  # ProcessWorker's EngineCommandStarter path
     assert config.env["PREFECT__FLOW_RUN_ID"] == str(flow_run.id)
     assert config.env["DPATE_LEDGER_URL"] == "sqlite:////site/ledger.sqlite"  # the worker's
     assert "DPATE_SITE_CONFIG" not in config.env
@@ -322,3 +323,100 @@ def test_the_worker_sends_a_runs_heartbeats_while_its_process_lives(monkeypatch)
     sent.clear()
     anyio.run(beats, stuck.pid, 1)
     assert sent == []
+
+
+class _Server:
+    """The worker's client: the run's state as the server would answer, the states proposed."""
+
+    def __init__(self, states: list[Any]) -> None:
+        self.states, self.proposed = states, []
+
+    async def read_flow_run(self, flow_run_id: uuid.UUID) -> Any:
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return _flow_run(spec="s", site="rural").model_copy(update={"state": state})
+
+    async def set_flow_run_state(self, flow_run_id: uuid.UUID, state: Any) -> Any:
+        self.proposed.append(state)
+        return SimpleNamespace(status=SimpleNamespace(value="ACCEPT"))
+
+
+def _offline_worker(monkeypatch, server: _Server, argv: list[str]) -> SiteWorker:
+    """A site worker talking to ``server``, whose runs start ``argv``, polling every 50 ms."""
+    from dpate.deployments import site_worker
+
+    monkeypatch.setattr(site_worker, "runner_argv", lambda: argv)
+    monkeypatch.setattr(site_worker, "cancellation_poll_seconds", lambda: 0.05)
+    monkeypatch.setattr(site_worker, "heartbeat_seconds", lambda: 3600)
+    monkeypatch.setattr(SiteWorker, "client", property(lambda self: server))
+    monkeypatch.setattr(SiteWorker, "get_flow_run_logger", lambda self, fr: logging.getLogger("w"))
+    return SiteWorker(work_pool_name="site-rural")
+
+
+def _configuration(flow_run: Any) -> SiteJobConfiguration:
+    config = SiteJobConfiguration(stream_output=False)
+    config.prepare_for_flow_run(flow_run)
+    return config
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def test_a_cancelled_run_has_its_process_killed_and_is_set_cancelled(monkeypatch):
+    from prefect.states import Cancelling, Running
+
+    server = _Server([Running(), Running(), Cancelling()])
+    worker = _offline_worker(monkeypatch, server, SLEEPER)
+    flow_run = _flow_run(spec="s", site="rural")
+    result = asyncio.run(worker.run(flow_run, _configuration(flow_run)))
+
+    assert result.status_code == -9  # SIGKILL: the release stops where it is (the crash rule)
+    assert _gone(int(result.identifier))
+    (state,) = server.proposed
+    assert state.is_cancelled() and "killed this run's process" in (state.message or "")
+
+
+def test_a_run_that_ends_is_left_to_its_own_state(monkeypatch):
+    from prefect.states import Running
+
+    server = _Server([Running()])
+    worker = _offline_worker(monkeypatch, server, [sys.executable, "-c", "raise SystemExit(3)"])
+    flow_run = _flow_run(spec="s", site="rural")
+    result = asyncio.run(worker.run(flow_run, _configuration(flow_run)))
+    assert result.status_code == 3  # Prefect's BaseWorker reports a non-zero exit Crashed
+    assert server.proposed == []
+
+
+def test_a_worker_that_stops_kills_the_run_and_reports_it_crashed(monkeypatch):
+    import anyio
+    from prefect.states import Running
+
+    server = _Server([Running()])
+    worker = _offline_worker(monkeypatch, server, SLEEPER)
+    flow_run = _flow_run(spec="s", site="rural")
+
+    async def stop_while_running() -> int:
+        async with anyio.create_task_group() as group:
+            pid = await group.start(worker.run, flow_run, _configuration(flow_run))
+            group.cancel_scope.cancel()  # what the first SIGTERM does to the worker's task
+        return int(pid)
+
+    pid = anyio.run(stop_while_running)
+    assert _gone(pid)
+    (state,) = server.proposed
+    assert state.is_crashed() and "worker stopped while this run was in progress" in state.message
+
+
+def test_a_site_worker_refuses_ad_hoc_submission():
+    """``worker.submit(flow)`` would run a serialised flow of the caller's: never at a site."""
+    from dpate.flows.site_release import site_release
+
+    with pytest.raises(RuntimeError, match="only deployed site-release flow runs"):
+        asyncio.run(SiteWorker(work_pool_name="site-rural").submit(site_release))
