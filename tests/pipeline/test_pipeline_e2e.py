@@ -123,10 +123,10 @@ def test_full_study_publishes_reports_and_result(full_study):
 def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
     """Result schema 3: the combined estimate and every reporting site carry the normal interval
     (``ci95``) and the parametric bootstrap (``interval``), both inside [-B, B] (B = 1 here), and
-    every site's tau inside it too; the bootstrap flagged uninformative exactly when a rule fired,
-    its note naming the rules."""
+    every site's tau inside it too; the bootstrap flagged uninformative exactly when an information rule
+    fired (mostly privacy noise when only the noise rule did), its note naming the rules."""
     from dpate.schemas.result import interval_text
-    from dpate_core.inference import UNINFORMATIVE_RULES
+    from dpate_core.inference import INFORMATION_RULES, NOISE_DOMINATED, UNINFORMATIVE_RULES
 
     _, out = full_study
     result = out["result"]
@@ -138,9 +138,14 @@ def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
         assert iv["method"] == "bootstrap" and iv["level"] == 0.95
         assert -1.0 <= iv["lo"] <= iv["hi"] <= 1.0
         assert -1.0 <= doc["ci95"][0] <= doc["ci95"][1] <= 1.0
-        assert iv["uninformative"] == bool(iv["rules"])
+        # uninformative when an information rule fired; the noise rule alone flags the interval
+        # as mostly privacy noise without calling it uninformative
+        assert iv["uninformative"] == any(r in INFORMATION_RULES for r in iv["rules"])
         assert all(UNINFORMATIVE_RULES[r] in iv["note"] for r in iv["rules"])
         assert iv["note"].startswith("uninformative at this budget") == iv["uninformative"]
+        assert iv["note"].startswith(NOISE_DOMINATED) == (
+            bool(iv["rules"]) and not iv["uninformative"]
+        )
         assert ("uninformative" in interval_text(doc)) == iv["uninformative"]
     for site in docs[1:]:
         assert -1.0 <= site["tau"] <= 1.0
