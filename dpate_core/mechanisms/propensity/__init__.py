@@ -66,6 +66,7 @@ __all__ = [
     "model_bits",
     "model_sensitivity",
     "model_statistics",
+    "plan_columns",
     "plan_propensity",
     "plan_propensity_from_strata",
     "predicted_noise_share",
@@ -93,14 +94,37 @@ def _bands(options: Any) -> int:
     return BANDS if options is None else int(options.bands)
 
 
-def _plan(p: PlanInputs) -> MechanismPlan:
+def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Any]:
+    """The model's columns and the ``(N, p)`` covariate matrix of a plan's inputs: the
+    categorical columns of the strata ``x`` (the spec's binned covariates,
+    :func:`~._model.as_columns`), then one :class:`Numeric` column per covariate with public
+    bounds and no bins (its values as given; the model clips them to the bounds)."""
+    import numpy as np
+
     from ._model import as_columns
 
+    if p.covariate_values is None:
+        columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+        return columns, codes[p.x]
+    values = np.asarray(p.covariate_values, dtype=np.float64).reshape(len(p.w), -1)
+    if values.shape[1] != len(p.covariate_bounds):
+        raise ValueError(
+            f"covariate_values: expected {len(p.covariate_bounds)} columns, one per entry of "
+            f"covariate_bounds"
+        )
+    numeric = tuple(Numeric(float(lo), float(hi)) for lo, hi in p.covariate_bounds)
+    if p.domain_size == 1:  # no binned covariate: no categorical column
+        return numeric, values
     columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+    return columns + numeric, np.column_stack([codes[p.x].astype(np.float64), values])
+
+
+def _plan(p: PlanInputs) -> MechanismPlan:
+    columns, z = plan_columns(p)
     return plan_propensity(
         p.w,
         p.y,
-        codes[p.x],
+        z,
         columns,
         bound=p.bound,
         epsilon=p.privacy.epsilon,
@@ -237,6 +261,7 @@ PROPENSITY = Estimator(
     ),
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED,),
+    unbinned_covariates=True,
     candidate_splits={4: ((Fraction(1, 4),) * 4,)},
     # its strata are propensity bands, not the covariates' cells: the balance table's within
     # column is not 0 by construction (balance_bands would give it from the released model)
