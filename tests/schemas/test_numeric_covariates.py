@@ -255,3 +255,30 @@ def test_release_on_a_synth_frame_with_mixed_covariates() -> None:
     crude = float(data.y[data.w == 1].mean() - data.y[data.w == 0].mean())
     assert abs(crude - 0.1) > 0.008  # confounded
     assert abs(float(np.mean(out.tau)) - 0.1) < 0.006  # the bands remove most of it
+
+
+def test_sqlite_and_parquet_give_the_same_records_and_errors(tmp_path) -> None:
+    """The bounds' rules are engine expressions: a database (SQLite) and a file (DuckDB) give
+    the same values, clipped alike, and the same refusal."""
+    import sqlite3
+
+    spec = StudySpec.from_dict(spec_dict())
+    frame = synth_frame(300, seed=5)
+    frame.to_parquet(tmp_path / "d.parquet")
+    db = tmp_path / "site.db"
+    with sqlite3.connect(db) as conn:
+        frame.to_sql("records", conn, index_label="id")
+    url = f"sqlite:///{db}"
+    ref = prepare_site_data(tmp_path / "d.parquet", spec)
+    got = prepare_site_data(url, spec, query="SELECT * FROM records ORDER BY id")
+    assert ref.z is not None and got.z is not None
+    np.testing.assert_array_equal(got.z, ref.z)
+    np.testing.assert_array_equal(got.x, ref.x)
+    assert got.report.clipped_covariates == ref.report.clipped_covariates
+    frame.loc[[4, 250], "bmi"] = 50.0  # above the public upper bound 45, policy "reject"
+    with sqlite3.connect(db) as conn:
+        frame.to_sql("records", conn, index_label="id", if_exists="replace")
+    with pytest.raises(SiteDataError) as info:
+        prepare_site_data(url, spec, query="SELECT * FROM records ORDER BY id")
+    (problem,) = info.value.problems
+    assert (problem.column, problem.count, problem.rows) == ("bmi", 2, (4, 250))
