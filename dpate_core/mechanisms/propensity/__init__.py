@@ -32,8 +32,8 @@ from ._model import (
 from ._prediction import (
     ASSUMED_INDEX_VARIANCE,
     ASSUMED_NUMERIC_SPREAD,
-    _bands,
     band_counts,
+    bands_of,
     predict,
     predicted_noise_share,
     resolution,
@@ -134,7 +134,7 @@ def _plan(p: PlanInputs) -> MechanismPlan:
         epsilon=p.privacy.epsilon,
         delta=p.privacy.delta,
         split=p.split,
-        bands=_bands(p.options),
+        bands=bands_of(p.options),
     )
 
 
@@ -145,14 +145,14 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
         epsilon=s.privacy.epsilon,
         delta=s.privacy.delta,
         split=s.split,
-        bands=_bands(s.options),
+        bands=bands_of(s.options),
     )
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
     """The adjusted subclassification's rules on ``K`` bands, and a non-negative model
     variance."""
-    out = ADJUSTED.plausible(e, AdjustedOptions("subclassification"), _bands(options))
+    out = ADJUSTED.plausible(e, AdjustedOptions("subclassification"), bands_of(options))
     mv = e.diagnostics.get("model_variance", 0.0)
     if not mv >= 0:
         out.append(f"diagnostics.model_variance ({mv}) must not be negative")

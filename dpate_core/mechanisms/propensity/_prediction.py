@@ -42,6 +42,7 @@ __all__ = [
     "ASSUMED_INDEX_VARIANCE",
     "ASSUMED_NUMERIC_SPREAD",
     "band_counts",
+    "bands_of",
     "predict",
     "predicted_noise_share",
     "resolution",
@@ -57,7 +58,8 @@ ASSUMED_INDEX_VARIANCE = 1.0
 ASSUMED_NUMERIC_SPREAD = 1.0 / 9.0
 
 
-def _bands(options: Any) -> int:
+def bands_of(options: Any) -> int:
+    """``K``, the number of bands of the estimator's options (None: the default)."""
     return BANDS if options is None else int(options.bands)
 
 
@@ -141,7 +143,7 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     design = dataclasses.replace(
         d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in shares[1:])
     )
-    bands = _bands(inp.options)
+    bands = bands_of(inp.options)
     assumptions = dataclasses.replace(inp.assumptions, occupied_strata=None)
     return dataclasses.replace(
         inp,
