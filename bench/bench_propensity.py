@@ -20,7 +20,8 @@ installed (a separate environment, never a dependency: docs/results.md says how)
 sites pooled by size).
 
 Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
-``--timing`` for the release time only).
+``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
+the realised ones).
 """
 
 from __future__ import annotations
@@ -362,13 +363,72 @@ def timing(n: int = 10**7, p: int = 20) -> None:
           f"one bincount (tau {float(out.tau[0]):.4f})")  # fmt: skip
 
 
+def _realised_width(variance: Array) -> float:
+    """The mean width of the released 95% intervals (an unresolved release: the whole range)."""
+    v = np.asarray(variance)
+    return float(np.mean(np.where(np.isnan(v), 2.0, 2.0 * Z95 * np.sqrt(v))))
+
+
+def plan_accuracy(reps: int = 400) -> None:
+    """``dpate plan``'s predicted widths for ``propensity`` over the realised ones (docs/results.md,
+    "dpate plan for propensity"): IHDP and Lalonde split 2 and 3 ways, the bench Synth at one
+    site of several sizes; eps 1, the planner stating the treated share, the outcome's mean and
+    within-arm sd, the effect and the confounding (crude difference less the effect)."""
+    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT
+    from dpate_core.planning import Assumptions, SiteDesign, plan_study
+    from dpate_core.simulation import simulate_sites
+    from dpate_core.synth import split_equal
+
+    def rows(name: str, sites: Sequence[Data], truth: float) -> None:
+        w = np.concatenate([s.w for s in sites])
+        y = np.concatenate([s.y for s in sites])
+        within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
+        crude = float(y[w == 1].mean() - y[w == 0].mean())
+        assumed = Assumptions(arm_share=float(w.mean()), outcome_sd=float(np.sqrt(within)),
+                              outcome_mean=float(y.mean()), effect=truth,
+                              confounding=crude - truth)  # fmt: skip
+        cols = sites[0].columns
+        sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
+        plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS) for s in sites]
+        tau, n, var = simulate_sites(plans, np.random.default_rng(8), reps)
+        designs = [
+            SiteDesign.of(f"s{j}", s.w.size, EPS, 0, DEFAULT_SPLIT, 4) for j, s in enumerate(sites)
+        ]
+        for agg in ("mvagg", "inverse_variance"):
+            plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(sizes)),
+                              bound=1.0, assumptions=assumed, recommend=False,
+                              covariate_sizes=sizes,
+                              bounded_covariates=len(cols) - len(sizes))  # fmt: skip
+            site = [p.width / _realised_width(var[:, j]) for j, p in enumerate(plan.sites)]
+            real = _realised_width(aggregate_many(agg, tau, n, var).variance)
+            print(f"| {name}, {len(sites)} site(s) of about {sites[0].w.size} | {agg} | "
+                  f"{', '.join(f'{r:.2f}' for r in site)} | {plan.combined_width / real:.2f} |")  # fmt: skip
+
+    print("\n| data (eps 1 per site) | combiner | sites: predicted / realised | combined |")
+    print("|---|---|---|---|")
+    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
+        try:
+            data, truth = load()
+        except DataUnavailableError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        for k in (2, 3):
+            rows(name, [data.take(i) for i in split_equal(data.w.size, k, 11)], truth)
+    for n in (1000, 2000, 5000, 20_000, 100_000):
+        rows("bench Synth", [synth5(np.random.default_rng(n), n)], 0.3)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--timing", action="store_true")
+    ap.add_argument("--plan", action="store_true", help="dpate plan's accuracy only")
     args = ap.parse_args(argv)
     if args.timing:
         timing()
+        return
+    if args.plan:
+        plan_accuracy(100 if args.quick else 400)
         return
     reps = 60 if args.quick else 300
     run_synth(reps // 2 if args.quick else 200)

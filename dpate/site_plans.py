@@ -53,9 +53,11 @@ def read_for_release(ctx: SiteContext) -> SiteStatistics | SiteData:
     """The site's data validated and reduced, where it lives, to what its estimator's release
     needs (:func:`dpate.schemas.site_data.read_site_records`: per-cell statistics, and Algorithm
     1's for an order-dependent estimator); for an estimator that plans only from records (no
-    ``plan_from_statistics``), the validated records themselves, read into the site's process.
-    Raises :class:`~dpate.schemas.site_data.SiteDataError` (columns, rules, counts, positions)."""
-    if ctx.spec.estimator_info.plan_from_statistics is None:
+    ``plan_from_statistics``, or a study with numeric covariates given by public bounds and no
+    bins, whose values the release reads record by record), the validated records themselves,
+    read into the site's process. Raises :class:`~dpate.schemas.site_data.SiteDataError`
+    (columns, rules, counts, positions)."""
+    if ctx.spec.estimator_info.plan_from_statistics is None or ctx.spec.unbinned_covariates:
         return prepare_site_data(
             ctx.data_location,
             ctx.spec,
@@ -87,19 +89,30 @@ def plan_from_records(
         "split": spec.budget_split(site_id).shares,
         "options": spec.study_options,  # one variant for the whole study
         "binary": spec.outcome.binary,
-        "covariate_sizes": tuple(c.size for c in spec.covariates),
+        "covariate_sizes": tuple(c.size for c in spec.binned_covariates),
     }
+    unbinned = spec.unbinned_covariates
     if isinstance(data, SiteStatistics):
-        if est.plan_from_statistics is None:
+        if est.plan_from_statistics is None or unbinned:
             raise ValueError(
-                f"estimator {est.name!r} plans only from records: read the site's data with "
+                f"estimator {est.name!r} plans only from records here (its own rule, or "
+                f"covariates with public bounds and no bins): read the site's data with "
                 f"dpate.schemas.site_data.prepare_site_data"
             )
         return est.plan_from_statistics(StatisticsInputs(data.cells, data.matching, **common))
-    w, y, x = data.w, data.y, data.x
+    w, y, x, z = data.w, data.y, data.x, data.z
+    if unbinned:
+        if z is None or z.shape != (data.n, len(unbinned)):
+            raise ValueError(
+                f"the records carry no values for the covariates with public bounds and no bins "
+                f"{[c.column for c in unbinned]}: read them with prepare_site_data"
+            )
+        common |= {"covariate_values": z, "covariate_bounds": tuple(c.bounds for c in unbinned)}
     if est.order_dependent:
         order = data_independent_order(data.n)
         w, y, x = w[order], y[order], x[order]
+        if unbinned:
+            common["covariate_values"] = z[order]  # type: ignore[index]
     return est.plan(PlanInputs(w, y, x, **common))
 
 

@@ -52,7 +52,7 @@ from pydantic import (
 from dpate.errors import DpateError, ExitCode
 from dpate.plugins import load_plugins
 from dpate.schemas.spec_checks import cross_field_problems, option_object
-from dpate.schemas.spec_columns import Covariate, OutcomeSpec, TreatmentSpec
+from dpate.schemas.spec_columns import Covariate, NumericCovariate, OutcomeSpec, TreatmentSpec
 from dpate.schemas.spec_fields import _ID, _ID_HINT, ExactNumber, _Model
 from dpate.schemas.spec_sites import SiteSpec
 from dpate_core.aggregation import AGGREGATORS
@@ -226,6 +226,16 @@ class StudySpec(_Model):
                     "a balance table needs covariates: add [[covariates]] or remove [balance]",
                 )
             ]
+        unbinned = [c.column for c in self.covariates if c.kind == "numeric" and not c.binned]
+        if unbinned:
+            return [
+                (
+                    "balance",
+                    f"the balance table compares arms on the covariates' levels and bins, and "
+                    f"covariates {unbinned} have public bounds and no bins: declare bins for "
+                    f"them (edges = [lower, ..., upper]) or remove [balance]",
+                )
+            ]
         layout = self.balance_layout
         rows = sum(
             1 if v is not None else len(lab)
@@ -270,7 +280,7 @@ class StudySpec(_Model):
                 labels.append(tuple(str(v) for v in c.all_levels))
                 values.append(None)
                 continue
-            edges = c.edges
+            edges = c.edges or [*c.bounds]  # without bins: refused with [balance] (above)
             labels.append(
                 tuple(
                     f"[{a:g}, {b:g}{']' if i == len(edges) - 2 else ')'}"
@@ -350,6 +360,19 @@ class StudySpec(_Model):
         """``|X|``: the number of possible strata, the product of the covariates' level counts
         (1 without covariates). Public: it comes from the spec, never from the data."""
         return math.prod(c.size for c in self.covariates)
+
+    @property
+    def binned_covariates(self) -> list[Covariate]:
+        """The covariates that give strata (categorical, or numeric with bins), in spec order:
+        the stratum id is the mixed-radix number of their level or bin indices."""
+        return [c for c in self.covariates if c.kind == "categorical" or c.binned]
+
+    @property
+    def unbinned_covariates(self) -> list[NumericCovariate]:
+        """The numeric covariates with public bounds and no bins, in spec order (only an
+        estimator with ``unbinned_covariates`` accepts them: their values enter its release
+        clipped to the bounds, not as strata)."""
+        return [c for c in self.covariates if isinstance(c, NumericCovariate) and not c.binned]
 
     def site(self, site_id: str) -> SiteSpec:
         for s in self.sites:

@@ -54,6 +54,19 @@ def _design_problems(spec: StudySpec) -> Problems:
             else "an observational study must adjust for its confounders"
         )
         problems.append(("covariates", f"{why}: declare at least one [[covariates]] entry"))
+    if not est.unbinned_covariates:
+        takers = [e.name for e in ESTIMATORS.values() if e.unbinned_covariates]
+        for i, c in enumerate(spec.covariates):
+            if c.kind == "numeric" and not c.binned:
+                problems.append(
+                    (
+                        f"covariates.{i}",
+                        f"covariate {c.column!r} has public bounds and no bins: estimator "
+                        f"{est.name!r} ({est.label}) takes covariates only as strata (levels "
+                        f"or bins; only {takers} take a bounded value without bins): declare "
+                        f"bins for it (edges = [lower, ..., upper]) or choose one of {takers}",
+                    )
+                )
     return problems
 
 

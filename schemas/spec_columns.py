@@ -152,19 +152,30 @@ class CategoricalCovariate(_Model):
 
 
 class NumericCovariate(_Model):
-    """A numeric covariate cut at fixed public bin edges ``e_0 < e_1 < ... < e_k``.
+    """A numeric covariate, in one of two public forms.
 
-    Bin ``i`` is ``[e_i, e_{i+1})``; the last bin also holds ``e_k``. The first edge may be
-    ``-inf`` and the last ``inf`` for open-ended bins; a value outside ``[e_0, e_k]`` is an error.
+    - Binned: fixed public bin edges ``e_0 < e_1 < ... < e_k``. Bin ``i`` is ``[e_i, e_{i+1})``;
+      the last bin also holds ``e_k``. The first edge may be ``-inf`` and the last ``inf`` for
+      open-ended bins; a value outside ``[e_0, e_k]`` is an error. Each bin is a stratum.
+    - Bounded (no bins): public bounds ``lower < upper``, fixed before the data are seen; a value
+      outside them is clipped to them (``policy = "clip"``, the default, counted for the site
+      operator) or refused (``"reject"``). The value enters the estimator directly, not as
+      strata (``size`` 1), so only an estimator that takes record-level covariates accepts it
+      (``Estimator.unbinned_covariates``: the propensity estimator's model).
     """
 
     kind: Literal["numeric"]
     column: str = Field(min_length=1)
-    edges: list[float] = Field(min_length=2)
+    edges: list[float] | None = Field(default=None, min_length=2, exclude_if=lambda v: v is None)
+    lower: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    upper: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    policy: Literal["clip", "reject"] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("edges", mode="before")
     @classmethod
-    def _edges(cls, v: Any) -> list[float]:
+    def _edges(cls, v: Any) -> list[float] | None:
+        if v is None:
+            return None
         if not isinstance(v, list | tuple):
             raise ValueError("edges must be a list of numbers, e.g. [0, 18, 40, 65, inf]")
         try:
@@ -173,20 +184,73 @@ class NumericCovariate(_Model):
             raise ValueError("bin edges must be numbers (or 'inf' / '-inf' at the ends)") from None
         if any(math.isnan(e) for e in edges) or any(math.isinf(e) for e in edges[1:-1]):
             raise ValueError("bin edges must be numbers; only the first may be -inf, the last inf")
-        if edges[0] == math.inf or edges[-1] == -math.inf:
+        if edges and (edges[0] == math.inf or edges[-1] == -math.inf):
             raise ValueError("the first edge may be -inf and the last inf, not the other way round")
         if any(b <= a for a, b in pairwise(edges)):
             raise ValueError("bin edges must be strictly increasing, e.g. [0, 18, 40, 65, inf]")
         return edges
 
+    @field_validator("lower", "upper", mode="before")
+    @classmethod
+    def _bound(cls, v: Any) -> float | None:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError("bounds must be numbers, e.g. lower = 18, upper = 100")
+        if not math.isfinite(float(v)):
+            raise ValueError("bounds must be finite numbers (public, fixed before the data)")
+        return float(v)
+
+    @model_validator(mode="after")
+    def _form(self) -> NumericCovariate:
+        bounded = self.lower is not None or self.upper is not None
+        if self.edges is not None and (bounded or self.policy is not None):
+            raise ValueError(
+                f"numeric covariate {self.column!r}: give either bin edges (edges = [...]) or "
+                f"public bounds without bins (lower, upper and optional policy), not both"
+            )
+        if self.edges is None and (self.lower is None or self.upper is None):
+            raise ValueError(
+                f"numeric covariate {self.column!r} needs bin edges (edges = [0, 18, 65, inf]) "
+                f"or both public bounds without bins (lower = 18, upper = 100)"
+            )
+        if self.edges is None and not self.lower < self.upper:  # type: ignore[operator]
+            raise ValueError(
+                f"numeric covariate {self.column!r}: lower ({self.lower}) must be below upper "
+                f"({self.upper}); take both from the variable's documented range, never from "
+                f"the data"
+            )
+        return self
+
     @field_serializer("edges")
-    def _edges_json(self, v: list[float]) -> list[float | str]:
+    def _edges_json(self, v: list[float] | None) -> list[float | str] | None:
         # JSON has no infinity: open ends are written "inf" / "-inf" (read back by the validator)
+        if v is None:
+            return None
         return [e if math.isfinite(e) else ("inf" if e > 0 else "-inf") for e in v]
 
     @property
+    def binned(self) -> bool:
+        """Whether the covariate has bins (strata); else public bounds and no bins."""
+        return self.edges is not None
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The public clipping bounds ``(lower, upper)`` of a covariate without bins."""
+        if self.lower is None or self.upper is None:
+            raise ValueError(f"numeric covariate {self.column!r} has bins, not bounds")
+        return self.lower, self.upper
+
+    @property
+    def clip_policy(self) -> Literal["clip", "reject"]:
+        """What a value outside the bounds gets (a covariate without bins): ``policy``, default
+        ``"clip"`` as the outcome's."""
+        return self.policy or "clip"
+
+    @property
     def size(self) -> int:
-        return len(self.edges) - 1
+        """Its strata: one per bin; 1 without bins (the value does not enter the strata)."""
+        return 1 if self.edges is None else len(self.edges) - 1
 
 
 Covariate = Annotated[CategoricalCovariate | NumericCovariate, Field(discriminator="kind")]

@@ -262,7 +262,8 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     r = data.report
     oplog.info(
         "site %s (operator only, not private): %d rows read, %d used, %d dropped as missing, "
-        "%d clipped low, %d clipped high, mapped to 'other': %s",
+        "%d clipped low, %d clipped high, mapped to 'other': %s, covariates clipped to their "
+        "bounds: %s",
         ctx.site_id,
         r.n_read,
         r.n_used,
@@ -270,6 +271,7 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
         r.clipped_low,
         r.clipped_high,
         r.mapped_to_other,
+        r.clipped_covariates,
     )
     get_run_logger().info(
         "site %s: data validated against spec %s", ctx.site_id, ctx.spec.spec_hash[:12]

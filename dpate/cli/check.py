@@ -123,9 +123,16 @@ def _print_study(study: Any) -> None:
         f"outcome bound B = {study.outcome.bound:g} (offset {study.outcome.offset:g}, "
         f"policy {study.outcome.policy}); missing values: {study.missing}"
     )
+    bounded = [c.column for c in study.unbinned_covariates]
     out.print(
-        f"  strata: |X| = {study.domain_size} from {len(study.covariates)} covariate(s); "
-        f"a release splits its budget into {study.release_parts} part(s)"
+        f"  strata: |X| = {study.domain_size} from {len(study.binned_covariates)} covariate(s)"
+        + (
+            f", and {bounded} numeric with public bounds and no bins (their clipped values enter "
+            f"the release directly)"
+            if bounded
+            else ""
+        )
+        + f"; a release splits its budget into {study.release_parts} part(s)"
     )
     exact = "N (the number of records used)"
     if study.publishes_exact_arm_sizes:

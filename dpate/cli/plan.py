@@ -89,6 +89,22 @@ def plan(
             "--outcome-mean",
         ),
     ] = None,
+    confounding: Annotated[
+        float,
+        typer.Option(
+            "--confounding",
+            help="assumed crude difference in means minus the effect (the propensity model's "
+            "noise variance)",
+        ),
+    ] = 0.0,
+    propensity_sd: Annotated[
+        float | None,
+        _opt(
+            "assumed sd of the true propensity's logit (default 1, a c-statistic of about "
+            "0.76; the propensity estimator)",
+            "--propensity-sd",
+        ),
+    ] = None,
     occupied_strata: Annotated[
         float | None,
         _opt(
@@ -116,6 +132,8 @@ def plan(
             f"must lie in the outcome's range [0, B = {study.outcome.bound:g}]",
             param_hint="--outcome-mean",
         )
+    if propensity_sd is not None and not propensity_sd > 0:
+        raise typer.BadParameter("must be positive", param_hint="--propensity-sd")
     if occupied_strata is not None and not 1 <= occupied_strata <= study.domain_size:
         raise typer.BadParameter(
             f"must lie in [1, |X| = {study.domain_size}] (how many strata hold records)",
@@ -139,8 +157,12 @@ def plan(
             effect=effect,
             occupied_strata=occupied_strata,
             outcome_mean=outcome_mean,
+            confounding=confounding,
+            propensity_sd=propensity_sd,
         ),
         target_width=target_width,
+        covariate_sizes=tuple(c.size for c in study.binned_covariates),
+        bounded_covariates=len(study.unbinned_covariates),
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     doc["notes"] += _choice_notes(study, designs)

@@ -183,14 +183,14 @@ def _three_site_figure(
 
 
 def _observational_figures(rows: Rows, out: Path) -> list[Path]:
-    """Two sites (rows Global / Smooth (/ adjusted), columns Synth / IHDP / Lalonde) and three
+    """Two sites (rows Global / Smooth (/ adjusted / propensity), columns Synth / IHDP / Lalonde) and three
     sites, one figure per data set (the paper's Figures 9-11)."""
     plt = _plt()
     paths = []
     obs = ("Synth", "IHDP", "Lalonde")
     obs_est = [
         e
-        for e in ("global_matching", "smooth_matching", "adjusted")
+        for e in ("global_matching", "smooth_matching", "adjusted", "propensity")
         if _select(rows, dataset="Synth", estimator=e)
     ] or ["global_matching", "smooth_matching"]
     fig, axes = plt.subplots(len(obs_est), 3, figsize=(13, 3.3 * len(obs_est)), squeeze=False)

@@ -34,8 +34,8 @@ def _panels(
     settings: ExperimentSettings, splits: dict[str, list[list[Split]]], timings: dict[str, float]
 ) -> list[dict[str, Any]]:
     """Every (data set, estimator) of section 4 at its budget: the randomized trials with the
-    difference in means and the adjusted estimator, the observational sets with both matchings
-    and the adjusted estimator."""
+    difference in means and the adjusted estimator, the observational sets with both matchings,
+    the adjusted estimator and the propensity estimator."""
     rows: list[dict[str, Any]] = []
     plan = [(ds, est, settings.eps_rct) for ds in ("IST", "STAR") for est in ("dim", "adjusted")]
     for ds, eps in (
@@ -43,7 +43,10 @@ def _panels(
         ("IHDP", settings.eps_small_obs),
         ("Lalonde", settings.eps_small_obs),
     ):
-        plan += [(ds, est, eps) for est in ("smooth_matching", "global_matching", "adjusted")]
+        plan += [
+            (ds, est, eps)
+            for est in ("smooth_matching", "global_matching", "adjusted", "propensity")
+        ]
     for ds, estimator, eps in plan:
         t = time.perf_counter()
         for group in splits[ds]:

@@ -44,6 +44,7 @@ ESTIMATOR_LABELS = {
     "smooth_matching": "SmoothDPMatching",
     "global_matching": "GlobalDPMatching",
     "adjusted": "DP subclassification (adjusted)",
+    "propensity": "DP propensity subclassification",
 }
 #: the paper's mechanisms: the paper's claims are checked on these only
 PAPER_ESTIMATORS = ("dim", "smooth_matching", "global_matching")

@@ -4,15 +4,18 @@ splits (:func:`run_split`), one row of ``experiments.csv`` per point (:data:`TAB
 Every point runs the mechanisms that are released, through their plans
 (:func:`~dpate_core.mechanisms.difference_in_means.plan_difference_in_means`,
 :func:`~dpate_core.mechanisms.matching.plan_matching`,
-:func:`~dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics`): the statistics and the smooth
+:func:`~dpate_core.mechanisms.adjusted.plan_adjusted_from_statistics`,
+:func:`~dpate_core.mechanisms.propensity.plan_propensity_from_strata`): the statistics and the smooth
 sensitivities are computed once per site and budget, then
 :func:`dpate_core.simulation.simulate_sites` draws all repetitions at once with the plan's
 ``draw_many`` and the mechanism's own assembly, and the ``(reps, J)`` combiners of
 :mod:`dpate_core.simulation` aggregate them (the same computation as :mod:`dpate_core.aggregation`,
 held equal by tests). The sites' estimates are taken before the clip to ``[-B, B]`` every release
 adds (``published=False``): the paper's figures and claims are about its estimators, which do not
-clip (docs/results.md, "What is run"). An unresolved adjusted release is NaN either way: its
-repetition has no answer where no site resolved (``no_answer_share``).
+clip (docs/results.md, "What is run"). An unresolved adjusted or propensity release is NaN either
+way: its repetition has no answer where no site resolved (``no_answer_share``). The propensity
+release models the strata as one categorical covariate with ``|X|`` levels (the experiments'
+data sets carry their strata, not the covariates behind them).
 
 Common random numbers: at one (data set, split, estimator) every alpha starts from the same
 generator state, and all five combiners aggregate the same draws, so differences between curves
@@ -35,6 +38,7 @@ from dpate.experiments.settings import AGGREGATORS, ExperimentSettings, frac, ge
 from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import matching_smooth_sensitivity, plan_matching, smooth_beta
+from dpate_core.mechanisms.propensity import plan_propensity_from_strata
 from dpate_core.release import MechanismPlan
 from dpate_core.simulation import aggregate_many, simulate_sites, site_epsilons
 from dpate_core.statistics import cell_statistics, difference_in_means, matching_statistics
@@ -74,7 +78,7 @@ SmoothDPMatching, 2 for GlobalDPMatching's 2B, 1 for the difference in means) an
 
 #: per site, what the estimator's plans are built from (see :func:`prepare`): None for the
 #: difference in means, the matching statistics, or (cell statistics, matching statistics) for
-#: the adjusted estimator
+#: the adjusted and propensity estimators
 SiteStatistics = Any
 
 
@@ -89,6 +93,11 @@ def site_plans(
     if estimator == "adjusted":
         return [
             plan_adjusted_from_statistics(st, epsilon=e, delta=delta)
+            for st, e in zip(stats[0], epsilons, strict=True)
+        ]
+    if estimator == "propensity":
+        return [
+            plan_propensity_from_strata(st, (), epsilon=e, delta=delta)
             for st, e in zip(stats[0], epsilons, strict=True)
         ]
     if estimator == "dim":
@@ -156,8 +165,9 @@ def prepare(split: Split, estimator: str) -> tuple[SiteStatistics, float, str]:
     if estimator == "dim":
         stats = None
         site_refs = [difference_in_means(s.w, s.y).tau for s in split.sites]
-    elif estimator == "adjusted":
+    elif estimator in ("adjusted", "propensity"):
         # the adjusted estimator's estimand is Algorithm 1's: its reference is the matching tau
+        # (the propensity bands' estimand is coarser; the same reference, or the truth)
         # without covariates (a randomized trial's data set) every record is in one stratum
         xs = [s.x if s.x is not None else np.zeros(s.n, np.int64) for s in split.sites]
         size = split.domain_size or 1
@@ -225,7 +235,10 @@ def _draw_alpha(
             res = aggregate_many(agg, tau, n, var)
             acc.errors[agg].append(np.abs(res.estimate - reference))
             acc.used[agg].append(res.used.sum(axis=1))
-        acc.scales.append(tau_noise_sd(plans[0]))
+        # a two-stage release (propensity) has no closed form: site 1's realised noise spread
+        acc.scales.append(
+            float(np.nanstd(tau[:, 0])) if plans[0].stages else tau_noise_sd(plans[0])
+        )
         acc.refs.append(reference)
         if estimator == "smooth_matching":
             acc.ratios.append(_paper_ratio(sp, stats, epsilons, settings.delta))

@@ -11,7 +11,8 @@ estimator. What it holds:
   ``parts_for`` when they depend on the options or a binary outcome), ``pure`` (``(epsilon,
   0)``-DP: the ledger charges no delta, :meth:`cost`), ``default_shares`` and ``searched_shares``
   (the ``"default"`` preset), ``candidate_splits`` (what ``dpate plan`` tries);
-- what a study must declare: ``designs``, ``needs_covariates``, ``options`` (a frozen dataclass
+- what a study must declare: ``designs``, ``needs_covariates``, ``unbinned_covariates``
+  (numeric covariates with public bounds and no bins are accepted), ``options`` (a frozen dataclass
   whose fields are the estimator's spec options; a field's ``metadata["spec_key"]`` names the
   spec's top-level key it is read from, else it is read from the spec's ``[options]`` table;
   ``metadata["doc"]`` explains it) and ``binary_outcome`` (a binary-outcome mode);
@@ -96,6 +97,12 @@ class PlanInputs:
     #: the public level counts of the spec's covariates, in its order: ``x`` is their
     #: mixed-radix number, the first covariate most significant (empty: not given)
     covariate_sizes: tuple[int, ...] = ()
+    #: the values ``(N, q)`` of the numeric covariates with public bounds and no bins (an
+    #: estimator with ``unbinned_covariates``), one column per entry of ``covariate_bounds``;
+    #: None: there are none (they are not in ``x`` or ``covariate_sizes``)
+    covariate_values: np.ndarray | None = None
+    #: the public ``(lower, upper)`` of each column of ``covariate_values``
+    covariate_bounds: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,11 @@ class Estimator:
     noise_model: NoiseModel
     predict: Predictor
     needs_covariates: bool = False
+    #: the release takes numeric covariates with public bounds and no bins, each record's value
+    #: clipped to them (:attr:`PlanInputs.covariate_values`); it then plans from records. False:
+    #: every covariate must give strata (levels or bins), and a spec declaring one without bins
+    #: is refused
+    unbinned_covariates: bool = False
     #: the spec options (a frozen dataclass type, instantiated with keywords); None: no options
     options: type | None = None
     #: ``(options, binary) -> parts`` when the parts depend on them (else ``parts``)

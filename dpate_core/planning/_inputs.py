@@ -39,6 +39,13 @@ class Assumptions:
     occupied_strata: float | None = None
     #: the outcome's mean (e.g. a baseline risk); None: ``B/2``, the middle of the range
     outcome_mean: float | None = None
+    #: the crude difference in means less the effect (how far confounding moves the unadjusted
+    #: comparison): the propensity model's noise moves the share of it its bands remove
+    confounding: float = 0.0
+    #: the sd of the true propensity's logit over the records (how well the covariates predict
+    #: the treatment; 1: a c-statistic of about 0.76); None: 1. The propensity estimator's model
+    #: noise share is its noise against this spread
+    propensity_sd: float | None = None
 
     def mean(self, bound: float) -> float:
         """The assumed outcome mean, ``B/2`` unless given."""
@@ -80,6 +87,15 @@ class Assumptions:
             + (" (B/2)" if self.outcome_mean is None else " (user-supplied)")
             + " (the effect enters the matching variance estimate; both enter the adjusted "
             "estimator's count noise through arm means mean +- effect/2)",
+            f"confounding {self.confounding:g} (the crude difference less the effect: the "
+            "propensity model's noise variance; give --confounding)",
+            "sd of the true propensity's logit "
+            + (
+                "1 (a c-statistic of about 0.76; give --propensity-sd)"
+                if self.propensity_sd is None
+                else f"{self.propensity_sd:g} (user-supplied)"
+            )
+            + " (the propensity model's noise share)",
         ]
 
 
@@ -192,6 +208,14 @@ class PredictionInputs:
     bound: float
     assumptions: Assumptions
     options: Any = None
+    #: the spec's public covariate structure: the level counts of the covariates that give strata
+    #: (categorical, binned numeric; empty: not given) and how many numeric covariates have public
+    #: bounds and no bins (an estimator that models covariates one by one reads them)
+    covariate_sizes: tuple[int, ...] = ()
+    bounded_covariates: int = 0
+    #: the assumed ``(treated, control)`` counts per stratum, when the estimator predicts them
+    #: itself (propensity bands); None: ``balanced_counts`` over the assumed occupied strata
+    strata_counts: tuple[np.ndarray, np.ndarray] | None = None
 
     def parts(self) -> tuple[PrivacyParams, ...]:
         total = PrivacyParams(self.design.epsilon, self.design.delta)

@@ -43,11 +43,14 @@ def predict_site(
     options: Any = None,
     assumptions: Assumptions = Assumptions(),
     level: float = 0.95,
+    covariate_sizes: tuple[int, ...] = (),
+    bounded_covariates: int = 0,
 ) -> SitePrediction:
     """One site's predicted variances and normal-interval half-width (public inputs only).
     ``options``: the estimator's spec options (None: its defaults), a study's choice already
     made (:meth:`~dpate_core.mechanisms.Estimator.study_choice`; left open, it is made for this
-    site as a study of one)."""
+    site as a study of one). ``covariate_sizes``, ``bounded_covariates``: the spec's covariate
+    structure (:class:`~dpate_core.planning.PredictionInputs`)."""
     est = estimator_of(estimator)
     if not est.pure and design.delta <= 0:
         raise ValueError(
@@ -66,7 +69,15 @@ def predict_site(
         options, domain, [StudySite(design.n, design.epsilon, tuple(design.split))]
     )
     options = choice.options
-    inp = PredictionInputs(design, domain, float(bound), assumptions, options)
+    inp = PredictionInputs(
+        design,
+        domain,
+        float(bound),
+        assumptions,
+        options,
+        tuple(int(c) for c in covariate_sizes),
+        int(bounded_covariates),
+    )
     sampling, noise, reported = est.predict(inp)
     p_resolved, v_resolved = (1.0, reported) if est.resolution is None else est.resolution(inp)
     return SitePrediction(

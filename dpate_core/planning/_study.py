@@ -120,6 +120,8 @@ def plan_study(
     target_width: float | None = None,
     level: float = 0.95,
     recommend: bool = True,
+    covariate_sizes: tuple[int, ...] = (),
+    bounded_covariates: int = 0,
 ) -> StudyPlan:
     """Predicted site and combined intervals; with ``target_width`` (the full width of the
     combined interval) the per-site epsilon that reaches it (every site's epsilon times one
@@ -128,7 +130,8 @@ def plan_study(
     ``options``: the estimator's spec options (None: its defaults; the other estimators a
     recommendation tries use theirs, :meth:`~dpate_core.mechanisms.Estimator.assumed_options`);
     the variant each site would use (the adjusted estimator's weighting) is in its prediction
-    and in the notes."""
+    and in the notes. ``covariate_sizes``, ``bounded_covariates``: the spec's covariate
+    structure (:class:`~dpate_core.planning.PredictionInputs`)."""
     if not designs:
         raise ValueError("a plan needs at least one site")
     if target_width is not None and not (target_width > 0 and math.isfinite(target_width)):
@@ -140,7 +143,9 @@ def plan_study(
 
     est = estimator_of(estimator)
     choice = est.study_choice(options, domain_size, _study_sites(designs))
-    predict = _site_predictions(options_for, domain_size, bound, assumptions, level)
+    predict = _site_predictions(
+        options_for, domain_size, bound, assumptions, level, (covariate_sizes, bounded_covariates)
+    )
     preds = predict(estimator, designs)
     z = _z(level)
     variance, used = _combined(aggregator, preds, bound, z)
@@ -184,6 +189,7 @@ def _site_predictions(
     bound: float,
     assumptions: Assumptions,
     level: float,
+    covariates: tuple[tuple[int, ...], int] = ((), 0),
 ) -> SitePredictions:
     """:func:`predict_site` with every input but the estimator and the designs fixed (the plan's
     and its recommendation's predictions, so both predict alike), each estimator with the
@@ -202,6 +208,8 @@ def _site_predictions(
                 options=opts,
                 assumptions=assumptions,
                 level=level,
+                covariate_sizes=covariates[0],
+                bounded_covariates=covariates[1],
             )
             for d in ds
         ]

@@ -27,6 +27,7 @@ R_OUTCOME_LABEL = "not one of the outcome labels in the spec"
 R_OUT_OF_BOUNDS = "outside [0, B] after the offset (outcome policy 'reject')"
 R_LEVEL = "not one of the declared levels (and no 'other' level is declared)"
 R_EDGES = "outside the declared bin edges"
+R_COVARIATE_BOUNDS = "outside the declared lower/upper bounds (covariate policy 'reject')"
 
 #: The order a column's problems are listed in: conversions first, then the spec's rules.
 RULE_ORDER = (
@@ -38,6 +39,7 @@ RULE_ORDER = (
     R_OUT_OF_BOUNDS,
     R_LEVEL,
     R_EDGES,
+    R_COVARIATE_BOUNDS,
 )
 
 

@@ -106,14 +106,15 @@ def prepare_site_data(
     secret: str | None = None,
 ) -> SiteData:
     """The records path (tests and simulations): the site's records validated as a release
-    validates them, then ``(w, y, x)`` of the records used, in the source's order. ``source``:
+    validates them, then ``(w, y, x)`` of the records used, in the source's order, and the values
+    of the covariates with public bounds and no bins (``z``). ``source``:
     a location (with ``query``/``secret`` for a database), a pandas DataFrame or an Arrow
     table."""
     site = open_site_table(source, needed_columns(spec), fmt, query=query, secret=secret)
     try:
-        summary, (w, y, x) = records_of(site, record_codes(site.table, spec, site.dialect))
+        summary, (w, y, x, z) = records_of(site, record_codes(site.table, spec, site.dialect))
     finally:
         site.close()
     if summary.not_binary:
         raise SiteDataError([], hint=_NOT_BINARY)
-    return SiteData(w, y, x, spec.domain_size, spec.outcome.bound, summary.report)
+    return SiteData(w, y, x, spec.domain_size, spec.outcome.bound, summary.report, z)

@@ -27,14 +27,18 @@ class PreparationReport:
     clipped_low: int = 0
     clipped_high: int = 0
     mapped_to_other: dict[str, int] = field(default_factory=dict)
+    #: rows whose covariate (public bounds, no bins, policy "clip") was clipped, per column
+    clipped_covariates: dict[str, int] = field(default_factory=dict)
     warnings_suppressed: int = 0
 
 
 @dataclass(frozen=True, repr=False, eq=False)
 class SiteData:
     """A site's validated records as the core takes them (tests and simulations; a release reads
-    :class:`SiteStatistics`): ``w`` (int8 0/1), ``y`` (float64 in ``[0, B]``), ``x`` (int64
-    stratum ids), the public ``|X|`` and ``B``. Its ``repr`` shows sizes only."""
+    :class:`SiteStatistics`, unless its estimator plans from records): ``w`` (int8 0/1), ``y``
+    (float64 in ``[0, B]``), ``x`` (int64 stratum ids), the public ``|X|`` and ``B``, and ``z``:
+    the ``(N, q)`` values of the spec's numeric covariates with public bounds and no bins,
+    clipped to them, in spec order (None without any). Its ``repr`` shows sizes only."""
 
     w: npt.NDArray[np.int8]
     y: npt.NDArray[np.float64]
@@ -42,6 +46,7 @@ class SiteData:
     domain_size: int
     bound: float
     report: PreparationReport
+    z: npt.NDArray[np.float64] | None = None
 
     @property
     def n(self) -> int:

@@ -8,13 +8,15 @@ arm ``w`` of each group, the clipped and mapped counts) is decoded from the grou
 
 - ``>= 0``: a valid value: the treatment's arm (1 treated, 0 control), the outcome's position
   (0 within ``[0, B]`` after the offset, 1 clipped up from below 0, 2 clipped down from above B;
-  3 within but not 0 or B, for a binary outcome), a covariate's level or bin index;
+  3 within but not 0 or B, for a binary outcome), a covariate's level or bin index, a numeric
+  covariate's position against its public bounds when it has no bins (0 within, 1 clipped up, 2
+  clipped down: its value, clipped, is the column ``_z<i>``, read on the records path only);
 - :data:`MISSING`: absent, or not finite (``NaN``; an infinite outcome; an infinite covariate
   value outside an open-ended bin): ``missing = "reject"`` reports it, ``"drop"`` drops the row;
 - :data:`NOT_ALLOWED`: treatment not 0/1 (or not one of its two labels), a level not declared
   (without ``other``);
 - :data:`OUTSIDE`: the outcome outside ``[0, B]`` after the offset (``policy = "reject"``), a
-  number outside the bin edges;
+  number outside the bin edges, or outside a covariate's bounds (its ``policy = "reject"``);
 - :data:`NOT_NUMBER`: present but not a number (numbers read as text are converted), or not one
   of the outcome's ``labels``: reported whatever the missing policy;
 - :data:`MAPPED`: a categorical value not declared, mapped to the covariate's ``other`` level.
@@ -42,6 +44,7 @@ from dpate.schemas.spec import StudySpec
 from dpate.schemas.spec_columns import CategoricalCovariate
 
 from ._errors import (
+    R_COVARIATE_BOUNDS,
     R_EDGES,
     R_LEVEL,
     R_MISSING_REJECTED,
@@ -113,6 +116,9 @@ class ColumnCodes:
     column: str
     rules: dict[int, str]
     other: int | None = None
+    #: a numeric covariate with public bounds and no bins: codes 0, 1, 2 (within, clipped up,
+    #: clipped down), no stratum index
+    bounded: bool = False
 
 
 @dataclass
@@ -135,8 +141,18 @@ class RecordCodes:
     def radices(self) -> list[int]:
         """How many values each column's code takes (its valid values and the problem codes,
         shifted by :data:`SHIFT` to be non-negative)."""
-        top = [2, 4, *self.sizes]  # treatment 0/1; outcome 0..3; covariates' indices
+        # treatment 0/1; outcome 0..3; covariates' indices (a bounded one: 0..2)
+        top = [
+            2,
+            4,
+            *(3 if c.bounded else s for c, s in zip(self.columns[2:], self.sizes, strict=True)),
+        ]
         return [t + SHIFT for t in top]
+
+    @property
+    def values(self) -> list[str]:
+        """The value columns ``_z<i>`` of the covariates with bounds and no bins, in spec order."""
+        return [f"_z{j}" for j, c in enumerate(self.columns) if c.bounded]
 
     def key(self, table: Any) -> Any | None:
         """All the codes as one integer (a mixed-radix number of the shifted codes, so a
@@ -187,6 +203,8 @@ class RecordCodes:
         :data:`MAPPED` value at its ``other`` level) as a mixed-radix number."""
         x = np.zeros(codes.shape[0], dtype=np.int64)
         for j, (col, size) in enumerate(zip(self.columns[2:], self.sizes, strict=True), start=2):
+            if col.bounded:  # no strata (size 1)
+                continue
             index = codes[:, j].astype(np.int64)
             if col.other is not None:
                 index = np.where(index == MAPPED, col.other, index)
@@ -199,6 +217,8 @@ class RecordCodes:
 
         x: Any = ibis.literal(0).cast("int64")
         for j, (col, size) in enumerate(zip(self.columns[2:], self.sizes, strict=True), start=2):
+            if col.bounded:  # no strata (size 1)
+                continue
             index = table[f"_k{j}"].cast("int64")
             if col.other is not None:
                 index = (index == MAPPED).ifelse(col.other, index)
@@ -372,6 +392,7 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
 
     # covariates X
     sizes = []
+    values: dict[str, Any] = {}
     for j, c in enumerate(spec.covariates, start=2):
         col = table[c.column]
         sizes.append(c.size)
@@ -403,6 +424,24 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
             columns.append(ColumnCodes(c.column, rules, other))
             continue
         num, bad = _number(col, dialect, booleans=False)
+        if not c.binned:  # public bounds, no bins: clipped (or refused) like the outcome
+            lower, upper = (double(b) for b in c.bounds)
+            missing = _absent(num, dialect) | (num > big) | (num < -big)  # null, NaN, +-inf
+            below, above = (OUTSIDE, OUTSIDE) if c.clip_policy == "reject" else (1, 2)
+            codes[f"_k{j}"] = _cases(
+                ((num >= lower) & (num <= upper), 0),
+                (bad, NOT_NUMBER),
+                (missing, MISSING),
+                (num < lower, below),
+                else_=above,
+            )
+            values[f"_z{j}"] = ibis.least(ibis.greatest(num, lower), upper)
+            rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED}
+            if c.clip_policy == "reject":
+                rules[OUTSIDE] = R_COVARIATE_BOUNDS
+            columns.append(ColumnCodes(c.column, rules, bounded=True))
+            continue
+        assert c.edges is not None
         lo, hi = c.edges[0], c.edges[-1]
         # within the edges (an infinite value only at an open end; NaN sorts above everything)
         within = num <= double(hi)
@@ -426,4 +465,5 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
         )
     added = {name: expr.cast("int32") for name, expr in codes.items()}
     added["_y"] = y.cast("float64")
+    added |= {name: v.cast("float64") for name, v in values.items()}
     return RecordCodes(table.mutate(**added).view(), columns, sizes, spec.missing == "reject")

@@ -134,6 +134,11 @@ def _summary(codes: RecordCodes, keys: np.ndarray, n: np.ndarray) -> Summary:
             for j, col in enumerate(cols)
             if col.other is not None and (n[kept & (keys[:, j] == MAPPED)].sum())
         },
+        clipped_covariates={
+            col.column: int(n[kept & ((keys[:, j] == 1) | (keys[:, j] == 2))].sum())
+            for j, col in enumerate(cols)
+            if col.bounded and n[kept & ((keys[:, j] == 1) | (keys[:, j] == 2))].sum()
+        },
     )
     broken = [(j, rule, code, int(n[rows].sum())) for j, rule, code, rows in codes.problems(keys)]
     return Summary(report, broken, int(n[kept & (outcome == 3)].sum()))
@@ -289,16 +294,28 @@ def _ranked(parts: list[Any], order: RecordOrder) -> tuple[np.ndarray, np.ndarra
 
 def records_of(
     site: SiteTable, codes: RecordCodes
-) -> tuple[Summary, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The records path (tests and simulations): every row's codes and outcome in one query,
-    in the source's order; the summary computed from them as :func:`site_summary` computes it
-    from its groups, and the kept records' ``(w, y, x)``. Raises the :class:`SiteDataError` of
-    the rules broken, with the rows' positions."""
-    table = site.to_arrow(codes.table.select(*codes.keys, "_y"))
+) -> tuple[Summary, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """The records path (tests and simulations; a release of an estimator that plans from
+    records): every row's codes and outcome in one query, in the source's order; the summary
+    computed from them as :func:`site_summary` computes it from its groups, and the kept records'
+    ``(w, y, x, z)``: ``z`` the ``(N, q)`` clipped values of the covariates with public bounds
+    and no bins (None without any). Raises the :class:`SiteDataError` of the rules broken, with
+    the rows' positions."""
+    table = site.to_arrow(codes.table.select(*codes.keys, "_y", *codes.values))
     keys = np.column_stack(
         [np.asarray(table.column(k).to_numpy(zero_copy_only=False)) for k in codes.keys]
     ).astype(np.int64)
     y = np.asarray(table.column("_y").to_numpy(zero_copy_only=False), dtype=np.float64)
+    z = (
+        np.column_stack(
+            [
+                np.asarray(table.column(v).to_numpy(zero_copy_only=False), dtype=np.float64)
+                for v in codes.values
+            ]
+        )
+        if codes.values
+        else None
+    )
     del table
     summary = _summary(codes, keys, np.ones(keys.shape[0], dtype=np.int64))
     if summary.broken:
@@ -312,4 +329,5 @@ def records_of(
         np.ascontiguousarray(keys[kept, 0], dtype=np.int8),
         np.ascontiguousarray(y[kept], dtype=np.float64),
         np.ascontiguousarray(codes.strata(keys[kept]), dtype=np.int64),
+        None if z is None else np.ascontiguousarray(z[kept], dtype=np.float64),
     )

@@ -399,6 +399,65 @@ def test_dpate_plan_command_reads_only_the_spec():
     assert missing.exit_code == 2 and "site-b" in missing.output
 
 
+def test_dpate_plan_reads_a_propensity_spec_with_bounded_numeric_covariates(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpate.cli.main import app
+
+    spec = tmp_path / "study.toml"
+    spec.write_text(
+        """
+study_id = "p"
+design = "observational"
+estimator = "propensity"
+reports = "file:///tmp/reports"
+treatment = { column = "w" }
+outcome = { column = "y", bound = 1.0 }
+
+[[covariates]]
+kind = "categorical"
+column = "sex"
+levels = ["f", "m"]
+
+[[covariates]]
+kind = "numeric"
+column = "age"
+lower = 18
+upper = 95
+
+[[covariates]]
+kind = "numeric"
+column = "severity"
+lower = 0
+upper = 10
+
+[[sites]]
+id = "a"
+data = "a.csv"
+epsilon = "1"
+lifetime_cap = { epsilon = "3", delta = "0" }
+"""
+    )
+    runner = CliRunner()
+
+    def width(*extra: str) -> float:
+        res = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json", *extra])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.output)
+        assert any("confounding" in a for a in doc["assumptions"])
+        return float(doc["sites"][0]["width"])
+
+    # the model-noise variance grows with the stated confounding; a sharper propensity (a larger
+    # logit sd) makes the model's noise a smaller share of the index but sorts the treated into
+    # the extreme bands, where one arm is thin: here the latter wins
+    assert width("--confounding", "0.2") > width()
+    assert width("--propensity-sd", "2") > width("--propensity-sd", "0.5")
+    bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--propensity-sd", "0"])
+    assert bad.exit_code == 2 and "--propensity-sd" in bad.output
+
+
 def _occupancy(w, y, x, k):
     """What a planner would give for sparse strata: the treated share, the outcome's mean and its
     sd within an arm and stratum, and the effective number of strata ``N^2 / sum N_x^2``."""
@@ -451,6 +510,84 @@ def test_adjusted_widths_on_sparse_real_strata_within_25_percent(name):
             assert s.width == pytest.approx(_realised_width(var[:, j]), rel=0.25), (agg, j)
         realised = _realised_width(aggregate_many(agg, tau, sizes, var).variance)
         assert plan.combined_width == pytest.approx(realised, rel=0.25), agg
+
+
+def _synth_propensity_sites(n: int, k: int):
+    """``k`` Synth sites of ``n`` records with five covariates as a propensity study declares
+    them: sex, diagnosis, comorbidity (categorical) and age, severity (numeric, public bounds,
+    no bins)."""
+    from dpate_core.mechanisms.propensity import Categorical, Numeric
+    from dpate_core.synth import synth_strata
+
+    columns = (Categorical(2), Categorical(4), Categorical(2), Numeric(18, 95), Numeric(0, 10))
+    names = ("sex", "diagnosis", "comorbid", "age", "severity")
+    sites = [synth_strata(n, seed=200 + j) for j in range(k)]
+    records = [
+        (s.w, s.y, np.column_stack([s.covariates[c] for c in names]).astype(float), s.effect)
+        for s in sites
+    ]
+    return records, columns
+
+
+@pytest.mark.parametrize(("n", "k"), [(2000, 2), (5000, 3), (10_000, 3)])
+def test_propensity_widths_on_synth_with_numeric_covariates_within_25_percent(n, k):
+    # the propensity release at eps 1 per site; the prediction reads the spec's covariate
+    # structure (three categorical, two numeric with bounds and no bins) and what a planner
+    # would state: the treated share, the outcome's mean and within-arm sd, the confounding
+    # (crude difference less the effect); the propensity's logit sd is left at its default
+    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, plan_propensity
+
+    sites, columns = _synth_propensity_sites(n, k)
+    plans = [plan_propensity(w, y, z, columns, bound=1.0, epsilon=1) for w, y, z, _ in sites]
+    tau, sizes, var = simulate_sites(plans, np.random.default_rng(8), 400)
+    w, y, _, effect = (np.concatenate(v) for v in zip(*sites, strict=True))
+    within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
+    crude = float(y[w == 1].mean() - y[w == 0].mean())
+    assumptions = Assumptions(
+        arm_share=float(w.mean()),
+        outcome_sd=float(np.sqrt(within)),
+        outcome_mean=float(y.mean()),
+        effect=float(effect.mean()),
+        confounding=crude - float(effect.mean()),
+    )
+    designs = [SiteDesign.of(f"s{j}", n, 1, 0, DEFAULT_SPLIT, 4) for j in range(k)]
+    for agg in ("mvagg", "inverse_variance"):
+        plan = plan_study("propensity", agg, designs, domain_size=16, bound=1.0,
+                          assumptions=assumptions, recommend=False, covariate_sizes=(2, 4, 2),
+                          bounded_covariates=2)  # fmt: skip
+        for j, s in enumerate(plan.sites):
+            assert s.width == pytest.approx(_realised_width(var[:, j]), rel=0.25), (agg, j)
+        realised = _realised_width(aggregate_many(agg, tau, sizes, var).variance)
+        assert plan.combined_width == pytest.approx(realised, rel=0.25), agg
+
+
+def test_propensity_prediction_includes_the_model_noise():
+    """The model's noise enters the prediction three ways, each public: the correction's factor
+    (a smaller site, a noisier model), the model-noise variance (grows with the stated
+    confounding) and the bands' sorting (a weaker propensity spreads the treated evenly)."""
+    from dpate_core.mechanisms.propensity import band_counts
+
+    design = SiteDesign.of("a", 3000, 1, 0, None, 4)
+
+    def predict(**assumed):
+        return predict_site("propensity", design, domain_size=16, bound=1.0,
+                            assumptions=Assumptions(outcome_sd=0.3, **assumed),
+                            covariate_sizes=(2, 4, 2), bounded_covariates=2)  # fmt: skip
+
+    plain = predict()
+    assert predict(confounding=0.1).noise_variance > plain.noise_variance
+    assert predict(confounding=0.1).sampling_variance == plain.sampling_variance
+    # more covariates, a noisier model (every column adds to the model query's sensitivity)
+    more = predict_site("propensity", design, domain_size=16, bound=1.0,
+                        assumptions=Assumptions(outcome_sd=0.3), covariate_sizes=(2, 4, 2),
+                        bounded_covariates=10)  # fmt: skip
+    assert more.noise_variance > plain.noise_variance
+    treated, control = band_counts(3000, 0.3, 0.0, 5)
+    assert treated.sum() + control.sum() == pytest.approx(3000)
+    assert np.all(np.diff(treated) > 0)  # the treated gather in the upper bands
+    assert treated.sum() == pytest.approx(900, rel=0.02)
+    noisy, _ = band_counts(3000, 0.3, 100.0, 5)  # a model that is nearly all noise
+    assert np.ptp(noisy) < 0.2 * np.ptp(treated)
 
 
 def test_a_chosen_subset_never_holds_a_site_predicted_uninformative():

@@ -44,8 +44,8 @@ def test_writes_the_tidy_table_and_its_companions(small_run):
     assert tuple(table.columns) == TABLE_COLUMNS
     assert pd.read_parquet(out / "experiments.parquet").shape == table.shape
     # IST 5 configurations and STAR 1, each with DiM and adjusted; three observational sets x 5
-    # configurations x 3 estimators (GlobalDPMatching, SmoothDPMatching, adjusted)
-    configs = (5 + 1) * 2 + 3 * 5 * 3
+    # configurations x 4 estimators (GlobalDPMatching, SmoothDPMatching, adjusted, propensity)
+    configs = (5 + 1) * 2 + 3 * 5 * 4
     assert len(table) == configs * len(SMALL.alphas) * len(AGGREGATORS)
     assert (table["reps"] == SMALL.reps).all()
     assert set(table["alpha"]) == {"1/8", "1", "8"}

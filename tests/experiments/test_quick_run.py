@@ -140,3 +140,15 @@ def test_adjusted_estimator_is_drawn_beside_the_papers_and_beats_smooth_matching
     # randomized trials: the adjusted estimator stays near the difference in means
     rct = mv.loc[["IST", "STAR"]]
     assert (rct["adjusted"] / rct["dim"]).median() < 2
+
+
+def test_propensity_estimator_is_drawn_on_the_observational_sets(quick):
+    _, table, _, _ = quick
+    drawn = table[table["estimator"] == "propensity"]
+    assert set(drawn["dataset"]) == {"Synth", "IHDP", "Lalonde"}
+    assert drawn["mae_mean"].notna().all() and (drawn["no_answer_share"] == 0).all()
+    mv = table[table["aggregator"] == "mvagg"].pivot_table(
+        index=["dataset", "J", "proportions", "alpha"], columns="estimator", values="mae_mean"
+    )
+    # one categorical column of |X| levels: far below SmoothDPMatching at every Synth point
+    assert (mv.loc["Synth", "smooth_matching"] / mv.loc["Synth", "propensity"]).min() > 1

@@ -198,9 +198,11 @@ def _adjusted_parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
 
 def _counts(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     """The assumed arm counts per stratum (``balanced_counts`` over the assumed occupied
-    strata)."""
+    strata), or the ones the inputs carry (:attr:`PredictionInputs.strata_counts`)."""
     from dpate_core.planning import balanced_counts
 
+    if inp.strata_counts is not None:
+        return inp.strata_counts
     a = inp.assumptions
     return balanced_counts(inp.design.n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
 

@@ -10,14 +10,12 @@ once. :data:`PROPENSITY` is the estimator a study names ``"propensity"``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpate_core.mechanisms._estimator import Estimator, PlanInputs, StatisticsInputs
 from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
-from dpate_core.privacy import BudgetSplit
 from dpate_core.release import MechanismPlan
 
 from ._model import (
@@ -30,6 +28,15 @@ from ._model import (
     model_bits,
     model_sensitivity,
     model_statistics,
+)
+from ._prediction import (
+    ASSUMED_INDEX_VARIANCE,
+    ASSUMED_NUMERIC_SPREAD,
+    band_counts,
+    bands_of,
+    predict,
+    predicted_noise_share,
+    resolution,
 )
 from ._release import (
     ATTENUATION_CAP,
@@ -44,11 +51,11 @@ from ._release import (
 
 if TYPE_CHECKING:
     from dpate_core.inference import NoiseDraws
-    from dpate_core.planning import PredictionInputs
     from dpate_core.release import SiteEstimate
 
 __all__ = [
     "ASSUMED_INDEX_VARIANCE",
+    "ASSUMED_NUMERIC_SPREAD",
     "ATTENUATION_CAP",
     "BANDS",
     "DEFAULT_SPLIT",
@@ -60,12 +67,14 @@ __all__ = [
     "PropensityModel",
     "PropensityOptions",
     "attenuation_correction",
+    "band_counts",
     "decode_strata",
     "dp_propensity",
     "fit_model",
     "model_bits",
     "model_sensitivity",
     "model_statistics",
+    "plan_columns",
     "plan_propensity",
     "plan_propensity_from_strata",
     "predicted_noise_share",
@@ -89,24 +98,43 @@ class PropensityOptions:
             raise ValueError(f"bands ({self.bands}) must be a whole number in [2, 50]")
 
 
-def _bands(options: Any) -> int:
-    return BANDS if options is None else int(options.bands)
+def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Any]:
+    """The model's columns and the ``(N, p)`` covariate matrix of a plan's inputs: the
+    categorical columns of the strata ``x`` (the spec's binned covariates,
+    :func:`~._model.as_columns`), then one :class:`Numeric` column per covariate with public
+    bounds and no bins (its values as given; the model clips them to the bounds)."""
+    import numpy as np
+
+    from ._model import as_columns
+
+    if p.covariate_values is None:
+        columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+        return columns, codes[p.x]
+    values = np.asarray(p.covariate_values, dtype=np.float64).reshape(len(p.w), -1)
+    if values.shape[1] != len(p.covariate_bounds):
+        raise ValueError(
+            f"covariate_values: expected {len(p.covariate_bounds)} columns, one per entry of "
+            f"covariate_bounds"
+        )
+    numeric = tuple(Numeric(float(lo), float(hi)) for lo, hi in p.covariate_bounds)
+    if p.domain_size == 1:  # no binned covariate: no categorical column
+        return numeric, values
+    columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+    return columns + numeric, np.column_stack([codes[p.x].astype(np.float64), values])
 
 
 def _plan(p: PlanInputs) -> MechanismPlan:
-    from ._model import as_columns
-
-    columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+    columns, z = plan_columns(p)
     return plan_propensity(
         p.w,
         p.y,
-        codes[p.x],
+        z,
         columns,
         bound=p.bound,
         epsilon=p.privacy.epsilon,
         delta=p.privacy.delta,
         split=p.split,
-        bands=_bands(p.options),
+        bands=bands_of(p.options),
     )
 
 
@@ -117,87 +145,14 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
         epsilon=s.privacy.epsilon,
         delta=s.privacy.delta,
         split=s.split,
-        bands=_bands(s.options),
+        bands=bands_of(s.options),
     )
-
-
-def _band_inputs(inp: PredictionInputs) -> PredictionInputs:
-    """The adjusted subclassification's prediction inputs on the ``K`` bands with the band
-    cells' share of the budget (the model's share spent first)."""
-    d = inp.design
-    shares = (
-        BudgetSplit(d.split).shares
-        if len(d.split) == 4
-        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
-    )
-    rest = 1 - shares[0]
-    design = dataclasses.replace(
-        d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in shares[1:])
-    )
-    assumptions = dataclasses.replace(inp.assumptions, occupied_strata=None)
-    return dataclasses.replace(
-        inp,
-        design=design,
-        domain_size=_bands(inp.options),
-        assumptions=assumptions,
-        options=AdjustedOptions(weighting="subclassification"),
-    )
-
-
-#: ``dpate plan``'s assumed spread of the true propensity index (logit sd 1: a c-statistic of
-#: about 0.76), against which the model's predicted noise gives its noise share ``rho``
-ASSUMED_INDEX_VARIANCE = 1.0
-
-
-def predicted_noise_share(inp: PredictionInputs) -> float:
-    """The model's noise share ``rho`` ``dpate plan`` assumes: ``p = log2 |X|`` binary covariates
-    (the strata's count if each covariate has two levels), each level's arm counts at the
-    assumed treated share, the log-ratio terms' noise variance ``v (1/c_1^2 + 1/c_0^2)`` summed
-    over them, against :data:`ASSUMED_INDEX_VARIANCE`."""
-    import math
-
-    d = inp.design
-    shares = (
-        BudgetSplit(d.split).shares
-        if len(d.split) == 4
-        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
-    )
-    eps_m = float(d.epsilon * shares[0])
-    p = max(1.0, math.log2(max(inp.domain_size, 2)))
-    scale = (2.0 + 2.0 * p) / eps_m
-    v = 2.0 * scale * scale
-    a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
-    c1, c0 = max(d.n * a / 2.0, 1.0) + scale, max(d.n * (1 - a) / 2.0, 1.0) + scale
-    noise = p * v * (1.0 / c1**2 + 1.0 / c0**2)
-    return min(noise / (ASSUMED_INDEX_VARIANCE + noise), 1.0)
-
-
-def _factor(inp: PredictionInputs) -> float:
-    rho = predicted_noise_share(inp)
-    k = min(rho / max(1.0 - rho, 1e-12), ATTENUATION_CAP)
-    return (1.0 + k) ** 2
-
-
-def predict(inp: PredictionInputs) -> tuple[float, float, float]:
-    """``dpate plan``: the adjusted subclassification's prediction on ``K`` equally filled
-    bands with the band cells' budget, times the attenuation correction's variance factor
-    ``(1 + k)^2`` at the predicted noise share (:func:`predicted_noise_share`); the model
-    noise's own term needs the confounding, which a plan does not assume (zero)."""
-    sampling, noise, reported = ADJUSTED.predict(_band_inputs(inp))
-    f = _factor(inp)
-    return sampling * f, noise * f, reported * f
-
-
-def _resolution(inp: PredictionInputs) -> tuple[float, float]:
-    assert ADJUSTED.resolution is not None
-    p, v = ADJUSTED.resolution(_band_inputs(inp))
-    return p, v * _factor(inp)
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
     """The adjusted subclassification's rules on ``K`` bands, and a non-negative model
     variance."""
-    out = ADJUSTED.plausible(e, AdjustedOptions("subclassification"), _bands(options))
+    out = ADJUSTED.plausible(e, AdjustedOptions("subclassification"), bands_of(options))
     mv = e.diagnostics.get("model_variance", 0.0)
     if not mv >= 0:
         out.append(f"diagnostics.model_variance ({mv}) must not be negative")
@@ -227,7 +182,7 @@ PROPENSITY = Estimator(
     default_shares=DEFAULT_SPLIT,
     noise_model=noise_model,
     predict=predict,
-    resolution=_resolution,
+    resolution=resolution,
     required_diagnostics=lambda options: (
         "noise_variance",
         "sampling_variance_dp",
@@ -237,6 +192,7 @@ PROPENSITY = Estimator(
     ),
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED,),
+    unbinned_covariates=True,
     candidate_splits={4: ((Fraction(1, 4),) * 4,)},
     # its strata are propensity bands, not the covariates' cells: the balance table's within
     # column is not 0 by construction (balance_bands would give it from the released model)

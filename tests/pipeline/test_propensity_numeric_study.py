@@ -1,0 +1,131 @@
+"""A propensity study whose adjustment set mixes categorical covariates and numeric ones with
+public bounds and no bins, end to end (``dpate run`` on the embedded Prefect): each site reads its
+validated records (the numeric values clipped to the spec's bounds) into its own process, charges
+its ledger ``(epsilon, 0)`` once, and publishes a resolved propensity estimate; the result names
+the estimand; a second run spends nothing and publishes the same bytes."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from dpate.cli.main import app
+from dpate.ledger import PrivacyLedger
+from dpate_core.synth import synth_strata
+
+SPEC = """spec_version = 1
+study_id = "propensity-numeric"
+design = "observational"
+estimator = "propensity"
+aggregator = "inverse_variance"
+release = "1"
+reports = "published"
+
+[treatment]
+column = "treated"
+
+[outcome]
+column = "death30"
+bound = 1.0
+policy = "reject"
+
+[[covariates]]
+kind = "numeric"
+column = "age"
+lower = 18
+upper = 95
+
+[[covariates]]
+kind = "categorical"
+column = "sex"
+levels = ["f", "m"]
+
+[[covariates]]
+kind = "categorical"
+column = "diagnosis"
+levels = [0, 1, 2, 3]
+
+[[covariates]]
+kind = "numeric"
+column = "severity"
+lower = 0
+upper = 8
+policy = "clip"
+
+[[covariates]]
+kind = "categorical"
+column = "comorbid"
+levels = [0, 1]
+"""
+
+
+def _site(root, site_id: str, n: int, seed: int) -> str:
+    s = synth_strata(n, seed=seed)
+    c = s.covariates
+    folder = root / "sites" / site_id
+    folder.mkdir(parents=True)
+    table = {
+        "treated": s.w,
+        "death30": s.y,
+        "age": c["age"],
+        "sex": np.where(c["sex"] == 1, "m", "f"),
+        "diagnosis": c["diagnosis"],
+        "severity": c["severity"],  # up to 10: values above the public bound 8 are clipped
+        "comorbid": c["comorbid"],
+    }
+    pq.write_table(pa.table(table), folder / "records.parquet")
+    return f"""
+[[sites]]
+id = "{site_id}"
+data = "sites/{site_id}/records.parquet"
+epsilon = "1"
+lifetime_cap = {{ epsilon = "3", delta = "0" }}
+"""
+
+
+def test_dpate_run_releases_a_propensity_study_with_bounded_numeric_covariates(
+    tmp_path, monkeypatch
+):
+    for k in ("DPATE_LEDGER_URL", "DPATE_SITE_LOG", "DPATE_HOME", "DPATE_STORAGE_URL"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
+    root = tmp_path / "study"
+    root.mkdir()
+    spec = root / "study.toml"
+    spec.write_text(SPEC + _site(root, "north", 3000, 1) + _site(root, "south", 2500, 2))
+    ledgers = f"sqlite:///{tmp_path}/ledgers/{{site}}.sqlite"
+    runner = CliRunner()
+    ran = runner.invoke(
+        app, ["run", str(spec), "--init-ledgers", "--ledger", ledgers], env={"COLUMNS": "200"}
+    )
+    assert ran.exit_code == 0, ran.output
+    published = root / "published"
+    first = {str(p.relative_to(published)): p.read_bytes() for p in published.rglob("*.json")}
+    (result,) = [k for k in first if "/results/" in k]
+    doc = json.loads(first[result])
+    assert doc["estimand"].startswith("average effect over the patients in propensity-score")
+    assert len(doc["sites"]) == 2
+    for site in ("north", "south"):
+        (report,) = [json.loads(v) for k, v in first.items() if f"/sites/{site}/" in k]
+        est = report["estimate"]
+        assert "resolved" not in est and np.isfinite(est["variance"])  # a resolved release
+        assert est["estimator"] == "propensity" and est["n"] in (3000, 2500)
+        assert est["budget_split"] == ["1/4", "21/80", "33/80", "3/40"]
+        assert "model_variance" in est["diagnostics"]
+        assert abs(est["tau"]) <= 1.0
+        with PrivacyLedger(ledgers.format(site=site)) as ledger:
+            assert ledger.spend(site).spent.epsilon == Fraction(1)
+            assert ledger.spend(site).spent.delta == 0
+    again = runner.invoke(app, ["run", str(spec), "--ledger", ledgers])
+    assert again.exit_code == 0, again.output
+    second = {str(p.relative_to(published)): p.read_bytes() for p in published.rglob("*.json")}
+    assert second == first  # the recorded releases, byte for byte
+    for site in ("north", "south"):
+        with PrivacyLedger(ledgers.format(site=site)) as ledger:
+            assert ledger.spend(site).spent.epsilon == Fraction(1)  # nothing more spent
