@@ -20,28 +20,44 @@ err = Console(stderr=True)
 @site_app.command("keygen")
 def keygen(
     site: str = typer.Argument(..., help="site id (as in the study spec)"),
-    out: Path = typer.Option(  # noqa: B008
-        ..., "--out", help="folder for the private key file (stays at the site)"
+    out: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--out",
+        help="folder for the private key file OUT/SITE.ed25519.pem (default: the site's "
+        "DPATE_SITE_KEY, else $DPATE_HOME/keys/SITE.ed25519.pem, where local runs look)",
+        show_default=False,
     ),
 ) -> None:
     """Make the site's Ed25519 report-signing key pair.
 
-    Writes OUT/SITE.ed25519.pem (mode 0600; never leaves the site: point DPATE_SITE_KEY
-    at it) and prints the public key to put in the spec as the site's public_key.
+    Writes the private key (mode 0600; it never leaves the site: the site's DPATE_SITE_KEY names
+    it) and prints the public key to put in the spec as the site's public_key. Reports are
+    signed by default: a study spec needs every site's public_key unless it opts out.
     """
-    from dpate.schemas.signing import SigningError, generate_key_pair
-    from dpate.storage import InvalidKeyError, check_part
+    from dpate.errors import DpateError
+    from dpate.schemas.signing import generate_key_pair, write_private_key
+    from dpate.settings import SiteSettings, site_key_path
+    from dpate.storage import check_part
 
     try:
         check_part(site, "site id")
-        path, public = generate_key_pair(site, out)
-    except (SigningError, InvalidKeyError) as exc:
+        if out is None:
+            cfg = SiteSettings.load().for_site(site, "")
+            path = Path(str(site_key_path(site, "", cfg=cfg)))
+            public = write_private_key(path)
+        else:
+            path, public = generate_key_pair(site, out)
+    except (DpateError, ValueError) as exc:  # SigningError, SettingsError, InvalidKeyError
         err.print(str(exc), style="red", soft_wrap=True, highlight=False, markup=False)
         raise typer.Exit(1) from None
     err.print(
         f"private key written to {path} (mode 0600): keep it at the site; set", soft_wrap=True
     )
     err.print(f"  DPATE_SITE_KEY={path}", soft_wrap=True, highlight=False)
-    err.print("in the site's worker environment, and put this line in the study spec:")
-    err.print(f'  [[sites]] id = "{site}" ... public_key = "{public}"', highlight=False)
+    err.print(
+        "in the site's worker environment (a local run without it looks there already when "
+        "--out was not given), and put this line in the site's [[sites]] entry of the spec:",
+        soft_wrap=True,
+    )
+    err.print(f'  public_key = "{public}"   # site {site}', highlight=False, soft_wrap=True)
     print(public)

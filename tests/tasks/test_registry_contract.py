@@ -84,6 +84,9 @@ def spec_dict(estimator: str, aggregator: str, options: Any = None) -> dict[str,
             for j in range(len(SIZES))
         ],
         **option_keys(estimator, options),
+        # the mechanisms are the subject here, not the signatures (tests/schemas/test_report_trust)
+        "signing": "none",
+        "unsigned_reason": "registry contract of the mechanisms",
     }
 
 
