@@ -67,7 +67,7 @@ def check(
         raise typer.BadParameter("--data needs --site (whose data it is)", param_hint="--data")
     site_ids = [study.site(site).id] if site else [s.id for s in study.sites]
     _print_study(study)
-    failures: list[Failure] = _unsigned_sites(study)
+    failures: list[Failure] = _unsigned_sites(study, site_ids)
     missing: list[tuple[str, str]] = []  # (site, ledger URL) without a ledger
     checked = 0
     for site_id in site_ids:
@@ -197,9 +197,9 @@ def _check_site(
     return problems
 
 
-def _unsigned_sites(study: Any) -> list[Failure]:
-    """Reports are signed by default: each site the spec gives no public_key (unless the study
-    opts out) could not release, whether or not its data is reachable from here."""
+def _unsigned_sites(study: Any, site_ids: list[str]) -> list[Failure]:
+    """Reports are signed by default: each checked site the spec gives no public_key (unless
+    the study opts out) could not release, whether or not its data is reachable from here."""
     from dpate.schemas.signing import unsigned_site_problem
 
     if study.signing == "none":
@@ -212,7 +212,7 @@ def _unsigned_sites(study: Any) -> list[Failure]:
     return [
         Failure(s.id, "site signing key", problem, ExitCode.SETTINGS)
         for s in study.sites
-        if (problem := unsigned_site_problem(study, s.id)) is not None
+        if s.id in site_ids and (problem := unsigned_site_problem(study, s.id)) is not None
     ]
 
 

@@ -40,9 +40,14 @@ class Study:
     def operator_log(self, site: str) -> Path:
         return self.root / "logs" / f"{site}.log"
 
+    #: where the sites' private signing keys are: ``$DPATE_HOME/keys`` when the study was
+    #: written, where a local run looks (``dpate site keygen SITE``)
+    keys: Path | None = None
+
     def key_path(self, site: str) -> Path:
         """The site's private report-signing key (its public half is in the spec)."""
-        return self.root / "keys" / f"{site}.ed25519.pem"
+        assert self.keys is not None
+        return self.keys / f"{site}.ed25519.pem"
 
     def site_env(self) -> dict[str, str]:
         """The sites' own configuration for this study (what a site's worker environment holds)."""
@@ -79,14 +84,16 @@ def write_study(
     unsigned_reason: str | None = None,
 ) -> Study:
     """An observational study (SmoothDPMatching, MVAgg) whose outcomes have many distinctive
-    digits, so a leak of any raw value is recognisable. Each site gets a signing key
-    (:meth:`Study.key_path`) and its public_key in the spec, as reports are signed by default;
+    digits, so a leak of any raw value is recognisable. Each site gets a signing key where a
+    local run looks (``$DPATE_HOME/keys``, made once: :meth:`Study.key_path`) and its public_key
+    in the spec, as reports are signed by default;
     ``unsigned_reason`` writes the opt-out (``signing = "none"``) and no keys instead."""
     from dpate.schemas.signing import ensure_private_key
+    from dpate.settings import dpate_home
 
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
-    study = Study(root / "study.toml", root)
+    study = Study(root / "study.toml", root, keys=dpate_home() / "keys")
     site_blocks = []
     for s in sites:
         level = rng.integers(0, LEVELS, s.n)

@@ -32,7 +32,7 @@ def test_signed_reports_end_to_end(tmp_path, monkeypatch):
     for k, v in st.site_env().items():
         monkeypatch.setenv(k, v)
     st.init_ledgers()
-    monkeypatch.delenv(SITE_KEY_ENV)
+    monkeypatch.setenv(SITE_KEY_ENV, str(tmp_path / "elsewhere" / "{site}.ed25519.pem"))
 
     # the spec lists a key for 'one': without its private key nothing is reserved or published
     state = site_release(spec=str(st.spec), site="one", return_state=True)
