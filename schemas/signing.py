@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "signature_problems",
     "site_signing_key",
     "unsigned_site_problem",
+    "with_public_key",
     "write_private_key",
 ]
 
@@ -161,8 +163,9 @@ def unsigned_site_problem(spec: Any, site_id: str) -> str | None:
     return (
         f"reports are signed by default and the spec lists no public_key for site {site_id!r}: "
         f"the site makes its key with dpate site keygen {site_id} and the coordinator adds the "
-        f"printed public_key to the site's [[sites]] entry (or the study opts out with "
-        f'signing = "none" and an unsigned_reason)'
+        f"printed public_key to the site's [[sites]] entry (on one machine, dpate site keygen "
+        f"{site_id} --spec STUDY.toml does both), or the study opts out with "
+        f'signing = "none" and an unsigned_reason'
     )
 
 
@@ -194,6 +197,58 @@ def site_signing_key(spec: Any, site_id: str, key_path: str | None) -> Ed25519Pr
             f"{public_key} for site {site_id}: use the matching key or update the spec"
         )
     return key
+
+
+_SITES_HEADER = re.compile(r"^\s*\[\[\s*sites\s*\]\]\s*(#.*)?$")
+_OTHER_HEADER = re.compile(r"^\s*\[")
+_ID_LINE = re.compile(r"""^\s*id\s*=\s*(["'])(?P<id>[^"']+)\1\s*(#.*)?$""")
+_KEY_LINE = re.compile(r"^\s*public_key\s*=")
+
+
+def with_public_key(spec_text: str, site_id: str, public_key: str) -> str:
+    """The spec's TOML text with ``public_key = "<public_key>"`` added to site ``site_id``'s
+    ``[[sites]]`` table, right after its ``id`` line; the rest of the text (comments, order)
+    unchanged. Refused (:class:`SigningError`, with the line to paste by hand) when the site's
+    table is not found as ``[[sites]]`` with an ``id = "..."`` line of its own, or already lists
+    a key; the result is checked to read back with that key."""
+    from dpate.schemas.spec import SpecError, StudySpec
+
+    parse_public_key(public_key)
+    line = f'public_key = "{public_key}"'
+    lines = spec_text.splitlines(keepends=True)
+    in_sites, block_start, found = False, 0, None
+    for i, text in enumerate([*lines, "[end]\n"]):
+        if _SITES_HEADER.match(text) or _OTHER_HEADER.match(text):
+            if found is not None and in_sites:
+                if any(_KEY_LINE.match(t) for t in lines[block_start:i]):
+                    raise SigningError(
+                        f"site {site_id!r} already lists a public_key in the spec: replace it "
+                        f"by hand if you really mean to change the site's key"
+                    )
+                break
+            in_sites, block_start = bool(_SITES_HEADER.match(text)), i
+        elif in_sites and (m := _ID_LINE.match(text)) and m["id"] == site_id:
+            found = i
+    if found is None:
+        raise SigningError(
+            f"no [[sites]] table with id = {site_id!r} found in the spec's text: add the line "
+            f"{line} to that site's entry by hand"
+        )
+    head = "".join(lines[: found + 1])
+    edited = (
+        head + ("" if head.endswith("\n") else "\n") + line + "\n" + "".join(lines[found + 1 :])
+    )
+    try:
+        spec = StudySpec.from_toml_text(edited)
+        listed = spec.site(site_id).public_key
+    except (SpecError, KeyError):
+        listed = None
+    if listed != public_key:
+        raise SigningError(
+            f"adding the key to site {site_id!r} did not give a valid spec with that key: add "
+            f"the line {line} to that site's entry by hand"
+        )
+    return edited
 
 
 def sign_bytes(key: Ed25519PrivateKey, message: bytes) -> str:

@@ -27,27 +27,38 @@ def keygen(
         "DPATE_SITE_KEY, else $DPATE_HOME/keys/SITE.ed25519.pem, where local runs look)",
         show_default=False,
     ),
+    spec: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--spec",
+        help="also add the public key to this site's [[sites]] entry of the study spec file "
+        "STUDY.toml (a spec of your own, run on this machine: its hash changes)",
+        show_default=False,
+    ),
 ) -> None:
     """Make the site's Ed25519 report-signing key pair.
 
     Writes the private key (mode 0600; it never leaves the site: the site's DPATE_SITE_KEY names
-    it) and prints the public key to put in the spec as the site's public_key. Reports are
-    signed by default: a study spec needs every site's public_key unless it opts out.
+    it) and prints the public key to put in the spec as the site's public_key (--spec adds it
+    to a spec file of your own). Reports are signed by default: a study spec needs every
+    site's public_key unless it opts out.
     """
     from dpate.errors import DpateError
-    from dpate.schemas.signing import generate_key_pair, write_private_key
+    from dpate.schemas.signing import generate_key_pair, with_public_key, write_private_key
     from dpate.settings import SiteSettings, site_key_path
     from dpate.storage import check_part
 
     try:
         check_part(site, "site id")
+        text = None if spec is None else _read(spec, site)
         if out is None:
             cfg = SiteSettings.load().for_site(site, "")
             path = Path(str(site_key_path(site, "", cfg=cfg)))
             public = write_private_key(path)
         else:
             path, public = generate_key_pair(site, out)
-    except (DpateError, ValueError) as exc:  # SigningError, SettingsError, InvalidKeyError
+        if spec is not None and text is not None:
+            spec.write_text(with_public_key(text, site, public), encoding="utf-8")
+    except (DpateError, ValueError, OSError) as exc:  # SigningError, SettingsError, ...
         err.print(str(exc), style="red", soft_wrap=True, highlight=False, markup=False)
         raise typer.Exit(1) from None
     err.print(
@@ -60,4 +71,21 @@ def keygen(
         soft_wrap=True,
     )
     err.print(f'  public_key = "{public}"   # site {site}', highlight=False, soft_wrap=True)
+    if spec is not None:
+        err.print(f"(added to site {site}'s entry in {spec})", soft_wrap=True, highlight=False)
     print(public)
+
+
+def _read(spec: Path, site: str) -> str:
+    """The spec file's text; refused before any key is made when the key could not be added to
+    it (the site is not in it, or already has a key)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from dpate.schemas.signing import SigningError, public_key_text, with_public_key
+
+    try:
+        text = spec.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SigningError(f"cannot read the spec {spec}: {exc.strerror}") from None
+    with_public_key(text, site, public_key_text(Ed25519PrivateKey.generate()))  # a dry run
+    return text

@@ -217,15 +217,19 @@ def test_check_names_a_site_without_a_key_and_keygen_fixes_it(tmp_path, home):
     assert "signed by default" in r.output and "dpate site keygen a" in r.output
     assert 'signing = "none"' in r.output  # and the opt-out, by name
 
-    # the site's key where a local run looks, and its public half in the spec
+    # the site's key where a local run looks, and its public half in the spec (--spec)
     (home / "keys" / "a.ed25519.pem").unlink()
-    r = runner.invoke(app, ["site", "keygen", "a"])
+    r = runner.invoke(app, ["site", "keygen", "a", "--spec", str(spec)])
     assert r.exit_code == 0, r.output
     public = r.stdout.strip().splitlines()[-1]
     assert (home / "keys" / "a.ed25519.pem").stat().st_mode & 0o777 == 0o600
-    spec.write_text(keyless.replace('id = "a"\n', f'id = "a"\npublic_key = "{public}"\n'))
+    assert spec.read_text() == keyless.replace('id = "a"\n', f'id = "a"\npublic_key = "{public}"\n')
     r = runner.invoke(app, ["check", str(spec), "--site", "a"])
     assert "signed with" in r.output and "signing key" not in r.output, r.output
+    # a second key for the site, or a site the spec does not have: refused, no key file made
+    for site in ("a", "zz"):
+        r = runner.invoke(app, ["site", "keygen", site, "--spec", str(spec), "--out", str(home)])
+        assert r.exit_code == 1 and not (home / f"{site}.ed25519.pem").exists(), r.output
 
     # the explicit opt-out: no key needed, and check says what it costs
     spec.write_text(

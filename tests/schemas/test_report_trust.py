@@ -417,3 +417,24 @@ def test_signatures_cover_the_lifetime_spend_and_version_1_reports_still_verify(
     old = report.model_copy(update={"schema_version": 1}).signed_with(key).to_json_bytes()
     assert b'"schema_version":1' in old
     assert read_report(old, spec).schema_version == 1
+
+
+def test_a_public_key_is_added_to_its_sites_entry_and_nothing_else_changes(keys):
+    from pathlib import Path
+
+    from dpate.schemas.signing import with_public_key
+
+    (_, pub), (_, other) = keys
+    text = (Path(__file__).parents[2] / "deployments/examples/star.toml").read_text()
+    edited = with_public_key(text, "inner-city", pub)
+    assert edited.replace(f'public_key = "{pub}"\n', "", 1) == text  # comments and order kept
+    spec = StudySpec.from_toml_text(edited)
+    assert [s.id for s in spec.sites if s.public_key] == ["inner-city"]
+    assert spec.site("inner-city").public_key == pub
+    with pytest.raises(SigningError, match="already lists a public_key"):
+        with_public_key(edited, "inner-city", other)
+    with pytest.raises(SigningError, match="by hand"):  # not in the spec
+        with_public_key(text, "elsewhere", pub)
+    inline = 'sites = [{ id = "a", data = "a.csv", epsilon = "1" }]\n'
+    with pytest.raises(SigningError, match="by hand"):  # no [[sites]] table to add it to
+        with_public_key(inline, "a", pub)
