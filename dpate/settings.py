@@ -70,6 +70,7 @@ __all__ = [
     "resolve_study",
     "settings_table",
     "site_config",
+    "site_key_path",
     "site_ledger_url",
     "validate_round",
 ]
@@ -232,7 +233,16 @@ def _config_file() -> tuple[str | None, dict[str, object]]:
     return path, doc
 
 
-_TEXT = ("ledger_url", "data_path", "data_query", "data_secret", "storage_url", "site_log", "specs")
+_TEXT = (
+    "ledger_url",
+    "data_path",
+    "data_query",
+    "data_secret",
+    "storage_url",
+    "site_log",
+    "site_key",
+    "specs",
+)
 
 
 class SiteSettings(BaseSettings):
@@ -301,6 +311,15 @@ class SiteSettings(BaseSettings):
             "every site of the spec",
             env_example="DPATE_SITES=a,b",
             file_example='sites = ["a", "b"]',
+        ),
+    )
+    site_key: str | None = Field(
+        default=None,
+        description="report-signing key (`dpate site keygen`)",
+        json_schema_extra=_docs(
+            "site_key",
+            "`$DPATE_HOME/keys/<site>.ed25519.pem`",
+            "refused (unless the study opts out of signing and lists no key for the site)",
         ),
     )
     specs: str | None = Field(
@@ -442,7 +461,8 @@ class StudyContext:
 @dataclass(frozen=True)
 class SiteContext(StudyContext):
     """One site's release settings. ``data_location``, ``data_query``, ``ledger_url`` and
-    ``log_path`` stay at the site (never logged to Prefect, never a parameter); ``data_secret`` is
+    ``log_path`` and ``key_path`` stay at the site (never logged to Prefect, never a parameter);
+    ``data_secret`` is
     the *name* of a Prefect Secret block, loaded at the site when the data source is opened."""
 
     site_id: str
@@ -452,6 +472,8 @@ class SiteContext(StudyContext):
     deployed: bool = False
     data_query: str | None = None
     data_secret: str | None = None
+    #: the site's private report-signing key file (:func:`site_key_path`); stays at the site
+    key_path: str | None = None
 
     @property
     def rid(self) -> str:
@@ -570,7 +592,22 @@ def resolve_site(
         deployed=deployed,
         data_query=cfg.data_query,
         data_secret=cfg.data_secret,
+        key_path=site_key_path(site, s.study_id, deployed=deployed, cfg=cfg),
     )
+
+
+def site_key_path(
+    site: str, study: str, *, deployed: bool = False, cfg: SiteSettings | None = None
+) -> str | None:
+    """The site's private report-signing key file: ``DPATE_SITE_KEY`` (site config
+    ``site_key``), else (local runs only) ``$DPATE_HOME/keys/<site>.ed25519.pem``, where
+    ``dpate site keygen SITE`` writes by default. Never from a spec or a run parameter."""
+    cfg = cfg or site_config(site, study)
+    if cfg.site_key:
+        return cfg.site_key
+    if deployed:
+        return None
+    return str(dpate_home() / "keys" / f"{site}.ed25519.pem")
 
 
 def site_ledger_url(

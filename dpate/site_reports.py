@@ -99,7 +99,7 @@ def site_report_bytes(
         balance=None if balance is None else balance.payload["balance"],
     )
     # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
-    sealed: SiteReport = seal_site_report(report, ctx.spec, ctx.site_id, committed)
+    sealed: SiteReport = seal_site_report(report, ctx.spec, ctx.site_id, committed, ctx.key_path)
     return sealed.to_json_bytes()
 
 

@@ -86,8 +86,9 @@ def read_spec_text(source: str) -> str:
 def approve_spec(source: str, *, site: str) -> ApprovedSpec:
     """Check the spec at ``source`` and copy it into ``site``'s approved specs folder as
     ``<spec_hash>.toml`` (write-once: an existing copy is kept). A source named like a
-    content-addressed key (``<64 hex>.toml``) must hash to its name. Raises SpecError (not a
-    valid spec, or not naming ``site``) or SettingsError (the folder)."""
+    content-addressed key (``<64 hex>.toml``) must hash to its name, and the spec's public_key
+    for ``site`` must be the site's own (:func:`_check_site_key`). Raises SpecError (not a
+    valid spec, or not naming ``site``), SigningError (the key) or SettingsError (the folder)."""
     text = read_spec_text(source)
     spec = StudySpec.from_toml_text(text, source)
     try:
@@ -109,6 +110,7 @@ def approve_spec(source: str, *, site: str) -> ApprovedSpec:
             ],
             source,
         )
+    _check_site_key(spec, site)
     folder = approved_specs_dir(site)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{spec.spec_hash}.toml"
@@ -119,6 +121,17 @@ def approve_spec(source: str, *, site: str) -> ApprovedSpec:
         os.chmod(tmp, 0o444)
         os.replace(tmp, path)
     return ApprovedSpec(spec.spec_hash, path, spec, new)
+
+
+def _check_site_key(spec: StudySpec, site: str) -> None:
+    """The spec's key for ``site`` is the one the site's worker signs with (its ``DPATE_SITE_KEY``
+    / ``site_key``, as a deployed run reads it), or the study opts out and lists none: approving
+    a spec attests the site's own key. Raises SigningError saying what to fix."""
+    from dpate.schemas.signing import site_signing_key
+    from dpate.settings import site_config, site_key_path
+
+    cfg = site_config(site, spec.study_id)
+    site_signing_key(spec, site, site_key_path(site, spec.study_id, deployed=True, cfg=cfg))
 
 
 def load_approved_spec(spec_hash: str, *, site: str) -> StudySpec:

@@ -225,7 +225,7 @@ def _publication_problems(ctx: SiteContext) -> list[DpateError]:
 
     problems: list[DpateError] = []
     try:
-        site_signing_key(ctx.site_id, ctx.spec.site(ctx.site_id).public_key)
+        site_signing_key(ctx.spec, ctx.site_id, ctx.key_path)
     except DpateError as exc:
         problems.append(exc)
     store = Store(ctx.storage_url)

@@ -20,8 +20,9 @@ another spec hash, a site not in the spec, and a budget or bound that is not the
 that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it, a
 document whose nesting or numbers are out of bounds before any arithmetic on them
 (:mod:`dpate.schemas.bounded_json`; exact strings: :func:`dpate_core.privacy.exact`), then, when
-the spec lists a public key for the site (or ``require_signed_reports``), an unsigned or wrongly
-signed report (:mod:`dpate.schemas.signing`) before any of its numbers is checked, and last
+an unsigned or wrongly signed report (:mod:`dpate.schemas.signing`: reports are signed by
+default, so every site needs its public key in the spec unless the study opts out with
+``signing = "none"``) before any of its numbers is checked, and last
 numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`).
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
@@ -381,20 +382,19 @@ def read_report(
 
 
 def _signature_problems(data: bytes | str, site_id: str, spec: StudySpec) -> list[str]:
-    """A site with a public key in the spec must sign (dpate.schemas.signing); with
-    ``require_signed_reports`` every site must have a key."""
-    from dpate.schemas.signing import signature_problems
+    """Reports are signed by default: under ``signing = "required"`` every site's report must be
+    signed by the site's public_key in the spec (a site without one cannot be accepted); under
+    ``signing = "none"`` a site that still lists a key must sign (dpate.schemas.signing)."""
+    from dpate.schemas.signing import signature_problems, unsigned_site_problem
 
     try:
         key = spec.site(site_id).public_key
+        missing = unsigned_site_problem(spec, site_id)
     except KeyError:
         return []  # already refused: not one of the study's sites
+    if missing is not None:
+        return [f"signature: {missing}"]
     if key is None:
-        if spec.require_signed_reports:
-            return [
-                f"the spec requires signed reports but lists no public_key for site {site_id!r}: "
-                f"add the key printed by dpate site keygen to the spec"
-            ]
         return []
     raw = data.encode() if isinstance(data, str) else data
     return [f"signature: {p}" for p in signature_problems(raw, key)]

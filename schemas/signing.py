@@ -1,8 +1,10 @@
 """Ed25519 signatures of site reports (docs/deploying.md, Trust).
 
-A site makes a key pair once (``dpate site keygen SITE --out DIR``): the private key stays at the
-site (a PEM file, mode 0600, named by ``DPATE_SITE_KEY``); the public key goes into the study
-spec (``[[sites]] public_key = "ed25519:<base64>"``).
+Reports are signed by default: a study spec that does not opt out (``signing = "none"`` with an
+``unsigned_reason``) needs every site's public key. A site makes its key pair once (``dpate site
+keygen SITE``): the private key stays at the site (a PEM file, mode 0600, named by the site's
+``DPATE_SITE_KEY``; local runs default to ``$DPATE_HOME/keys/<site>.ed25519.pem``); the public key
+goes into the study spec (``[[sites]] public_key = "ed25519:<base64>"``).
 
 What is signed: the report's canonical JSON *without* its ``signature`` field. The signature
 travels inside the report as ``"signature": "ed25519:<base64>"``, so a report stays one
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from dpate.schemas.spec import canonical_json
 __all__ = [
     "SITE_KEY_ENV",
     "SigningError",
+    "ensure_private_key",
     "generate_key_pair",
     "load_private_key",
     "parse_public_key",
@@ -40,6 +44,9 @@ __all__ = [
     "sign_bytes",
     "signature_problems",
     "site_signing_key",
+    "unsigned_site_problem",
+    "with_public_key",
+    "write_private_key",
 ]
 
 SITE_KEY_ENV = "DPATE_SITE_KEY"
@@ -84,9 +91,15 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
 def generate_key_pair(site_id: str, out_dir: str | Path) -> tuple[Path, str]:
     """Write ``<out_dir>/<site_id>.ed25519.pem`` (mode 0600, refused if it exists); returns the
     file and the public key text."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{site_id}.ed25519.pem"
+    path = Path(out_dir) / f"{site_id}.ed25519.pem"
+    return path, write_private_key(path)
+
+
+def write_private_key(path: str | Path) -> str:
+    """Make a new Ed25519 key pair and write its private half to ``path`` (mode 0600, its folder
+    created; refused if the file exists); returns the public key text."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM,
@@ -103,7 +116,15 @@ def generate_key_pair(site_id: str, out_dir: str | Path) -> tuple[Path, str]:
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
     os.chmod(path, 0o600)
-    return path, public_key_text(key)
+    return public_key_text(key)
+
+
+def ensure_private_key(path: str | Path) -> str:
+    """The public key text of the private key at ``path``, made first when the file is absent
+    (the embedded runs' keys: ``dpate demo``)."""
+    if not Path(path).exists():
+        return write_private_key(path)
+    return public_key_text(load_private_key(path))
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
@@ -131,27 +152,103 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     return key
 
 
-def site_signing_key(site_id: str, public_key: str | None) -> Ed25519PrivateKey | None:
-    """The key a site signs with: ``DPATE_SITE_KEY`` (None when unset and the spec lists no key).
-
-    Refuses, before anything is published, a missing key when the spec lists one, and a key
-    whose public half is not the spec's.
-    """
-    path = os.environ.get(SITE_KEY_ENV, "").strip()
-    if not path:
-        if public_key is not None:
-            raise SigningError(
-                f"the study spec lists a public key for site {site_id}, so its reports must be "
-                f"signed: set {SITE_KEY_ENV} to the site's private key file (dpate site keygen)"
-            )
+def unsigned_site_problem(spec: Any, site_id: str) -> str | None:
+    """Why reports of ``site_id`` cannot be accepted as the spec stands (None when they can):
+    reports are signed by default (``signing = "required"``), and the spec lists no
+    ``public_key`` for the site. The site refuses to release, ``dpate check`` and ``dpate run``
+    stop before anything is spent, and the aggregator rejects such a site's report, all with
+    this message."""
+    if spec.signing != "required" or spec.site(site_id).public_key is not None:
         return None
-    key = load_private_key(path)
-    if public_key is not None and public_key_text(key) != public_key:
+    return (
+        f"reports are signed by default and the spec lists no public_key for site {site_id!r}: "
+        f"the site makes its key with dpate site keygen {site_id} and the coordinator adds the "
+        f"printed public_key to the site's [[sites]] entry (on one machine, dpate site keygen "
+        f"{site_id} --spec STUDY.toml does both), or the study opts out with "
+        f'signing = "none" and an unsigned_reason'
+    )
+
+
+def site_signing_key(spec: Any, site_id: str, key_path: str | None) -> Ed25519PrivateKey | None:
+    """The key the site signs its reports with: the private key file ``key_path`` (the site's
+    ``DPATE_SITE_KEY``, :class:`dpate.settings.SiteSettings`); None when the spec lists no key
+    for the site under ``signing = "none"`` (the report is published unsigned).
+
+    Refuses, before anything is reserved or published, a site the spec gives no key in a signed
+    study (:func:`unsigned_site_problem`), a missing key file, and a key whose public half is not
+    the spec's.
+    """
+    problem = unsigned_site_problem(spec, site_id)
+    if problem is not None:
+        raise SigningError(problem)
+    public_key = spec.site(site_id).public_key
+    if public_key is None:
+        return None
+    if not key_path:
+        raise SigningError(
+            f"the study spec lists a public key for site {site_id}, so its reports must be "
+            f"signed: set {SITE_KEY_ENV} (or site_key in the site config file) to the site's "
+            f"private key file (dpate site keygen {site_id})"
+        )
+    key = load_private_key(key_path)
+    if public_key_text(key) != public_key:
         raise SigningError(
             f"{SITE_KEY_ENV} holds the key {public_key_text(key)}, but the spec lists "
             f"{public_key} for site {site_id}: use the matching key or update the spec"
         )
     return key
+
+
+_SITES_HEADER = re.compile(r"^\s*\[\[\s*sites\s*\]\]\s*(#.*)?$")
+_OTHER_HEADER = re.compile(r"^\s*\[")
+_ID_LINE = re.compile(r"""^\s*id\s*=\s*(["'])(?P<id>[^"']+)\1\s*(#.*)?$""")
+_KEY_LINE = re.compile(r"^\s*public_key\s*=")
+
+
+def with_public_key(spec_text: str, site_id: str, public_key: str) -> str:
+    """The spec's TOML text with ``public_key = "<public_key>"`` added to site ``site_id``'s
+    ``[[sites]]`` table, right after its ``id`` line; the rest of the text (comments, order)
+    unchanged. Refused (:class:`SigningError`, with the line to paste by hand) when the site's
+    table is not found as ``[[sites]]`` with an ``id = "..."`` line of its own, or already lists
+    a key; the result is checked to read back with that key."""
+    from dpate.schemas.spec import SpecError, StudySpec
+
+    parse_public_key(public_key)
+    line = f'public_key = "{public_key}"'
+    lines = spec_text.splitlines(keepends=True)
+    in_sites, block_start, found = False, 0, None
+    for i, text in enumerate([*lines, "[end]\n"]):
+        if _SITES_HEADER.match(text) or _OTHER_HEADER.match(text):
+            if found is not None and in_sites:
+                if any(_KEY_LINE.match(t) for t in lines[block_start:i]):
+                    raise SigningError(
+                        f"site {site_id!r} already lists a public_key in the spec: replace it "
+                        f"by hand if you really mean to change the site's key"
+                    )
+                break
+            in_sites, block_start = bool(_SITES_HEADER.match(text)), i
+        elif in_sites and (m := _ID_LINE.match(text)) and m["id"] == site_id:
+            found = i
+    if found is None:
+        raise SigningError(
+            f"no [[sites]] table with id = {site_id!r} found in the spec's text: add the line "
+            f"{line} to that site's entry by hand"
+        )
+    head = "".join(lines[: found + 1])
+    edited = (
+        head + ("" if head.endswith("\n") else "\n") + line + "\n" + "".join(lines[found + 1 :])
+    )
+    try:
+        spec = StudySpec.from_toml_text(edited)
+        listed = spec.site(site_id).public_key
+    except (SpecError, KeyError):
+        listed = None
+    if listed != public_key:
+        raise SigningError(
+            f"adding the key to site {site_id!r} did not give a valid spec with that key: add "
+            f"the line {line} to that site's entry by hand"
+        )
+    return edited
 
 
 def sign_bytes(key: Ed25519PrivateKey, message: bytes) -> str:
@@ -188,15 +285,17 @@ def signature_problems(data: bytes, public_key: str) -> list[str]:
     return []
 
 
-def seal_site_report(report: Any, spec: Any, site_id: str, committed: Any) -> Any:
+def seal_site_report(
+    report: Any, spec: Any, site_id: str, committed: Any, key_path: str | None
+) -> Any:
     """The site's report as published: with the ledger head of its COMMIT row
-    (``committed.seq``, ``committed.row_hash``) and signed with ``DPATE_SITE_KEY`` when set or
-    when the spec lists a key for the site (:func:`site_signing_key`). Deterministic."""
+    (``committed.seq``, ``committed.row_hash``) and signed with the site's key ``key_path``
+    (:func:`site_signing_key`: always, unless the study opted out). Deterministic."""
     from dpate.schemas.report import LedgerHead
 
     seq = getattr(committed, "seq", None)
     if seq is not None:
         head = LedgerHead(seq=seq, row_hash=committed.row_hash)
         report = report.model_copy(update={"ledger_head": head})
-    key = site_signing_key(site_id, spec.site(site_id).public_key)
+    key = site_signing_key(spec, site_id, key_path)
     return report if key is None else report.signed_with(key)

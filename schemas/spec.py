@@ -199,8 +199,17 @@ class StudySpec(_Model):
     covariates: list[Covariate] = Field(default_factory=list)
     sites: list[SiteSpec] = Field(min_length=1)
     require_all_sites: bool = True
-    #: every site must list a public_key and sign its reports (docs/deploying.md, Trust)
-    require_signed_reports: bool = Field(default=False, exclude_if=lambda v: not v)
+    #: "required" (the default): every site's report must be signed by the site's public_key
+    #: in this spec, else the aggregator rejects it; "none": the explicit opt-out, with
+    #: ``unsigned_reason`` saying why (docs/study-spec.md, "Signed reports"). Omitted from the
+    #: canonical form when "required", so specs without the key keep their hash
+    signing: Literal["required", "none"] = Field(
+        default="required", exclude_if=lambda v: v == "required"
+    )
+    #: why this study's reports are unsigned (``signing = "none"`` only); public, in the spec hash
+    unsigned_reason: str | None = Field(
+        default=None, min_length=1, max_length=500, exclude_if=lambda v: v is None
+    )
     release: str = Field(default="1", pattern=_ID)
     reports: str | None = Field(default=None, min_length=1)
     ledger: str | None = None
@@ -478,6 +487,7 @@ _FIELD_HINTS: dict[str, str] = {
     "design": "one of 'randomized', 'observational'",
     "policy": "one of 'clip', 'reject'",
     "missing": "one of 'reject', 'drop'",
+    "signing": "one of 'required' (the default), 'none' (with unsigned_reason)",
     "kind": "one of 'categorical', 'numeric'",
 }
 
@@ -499,7 +509,12 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
         msg = err["msg"]
         typ = err["type"]
         last = loc_parts[-1] if loc_parts else ""
-        if typ == "extra_forbidden":
+        if typ == "extra_forbidden" and loc == "require_signed_reports":
+            msg = (
+                "signed reports are the default: remove require_signed_reports (the opt-out is "
+                'signing = "none" with an unsigned_reason)'
+            )
+        elif typ == "extra_forbidden":
             msg = "unknown field: check its spelling against docs/study-spec.md"
         elif typ == "missing":
             msg = "required field is missing"

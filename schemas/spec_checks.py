@@ -201,7 +201,9 @@ def _validation_problems(est: Estimator, exc: ValidationError) -> Problems:
 
 def _site_problems(spec: StudySpec) -> Problems:
     """Each site's budget split and delta against the estimator, the domain size, and the
-    public keys required by require_signed_reports."""
+    signing opt-out's reason. A site without a public_key under ``signing = "required"`` is not
+    a spec error: that site cannot release (its report would be rejected), which
+    :func:`unsigned_sites` names for ``dpate check``, the site and the aggregator."""
     est = spec.estimator_info
     problems: Problems = []
     try:  # an option problem is reported by _option_problems; count the parts without it
@@ -234,14 +236,20 @@ def _site_problems(spec: StudySpec) -> Problems:
                 f"coarsen the bins or drop a covariate",
             )
         )
-    if spec.require_signed_reports:  # docs/deploying.md, Trust
-        for j, s in enumerate(spec.sites):
-            if s.public_key is None:
-                problems.append(
-                    (
-                        f"sites.{j}.public_key",
-                        f"require_signed_reports is set but site {s.id!r} has no public_key: "
-                        f"add the line printed by dpate site keygen {s.id}",
-                    )
-                )
+    if spec.signing == "none" and not (spec.unsigned_reason or "").strip():
+        problems.append(
+            (
+                "unsigned_reason",
+                'signing = "none" opts out of signed reports: say why in unsigned_reason '
+                '(e.g. "public simulation data, no site keys"), or remove signing and give '
+                "every site its public_key (dpate site keygen SITE)",
+            )
+        )
+    if spec.signing == "required" and spec.unsigned_reason is not None:
+        problems.append(
+            (
+                "unsigned_reason",
+                'unsigned_reason applies only with signing = "none"; remove it',
+            )
+        )
     return problems

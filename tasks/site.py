@@ -209,8 +209,9 @@ def recorded_release(ctx: SiteContext) -> Committed | None:
 def check_publication(ctx: SiteContext) -> None:
     """Before reserving: refuse when this release's report already exists in storage although
     the ledger has no COMMIT for it (another ledger released it: nothing is spent here).
-    Also refuses a missing or wrong signing key (DPATE_SITE_KEY) when the spec lists one."""
-    site_signing_key(ctx.site_id, ctx.spec.site(ctx.site_id).public_key)
+    Also refuses, reports being signed by default, a site the spec gives no public_key (unless
+    the study opts out) and a missing or wrong signing key (DPATE_SITE_KEY)."""
+    site_signing_key(ctx.spec, ctx.site_id, ctx.key_path)
     store = Store(ctx.storage_url)
     key = Store.site_report_key(ctx.study_id, ctx.site_id, ctx.rid)
     if store.exists(key):

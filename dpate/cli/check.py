@@ -67,7 +67,7 @@ def check(
         raise typer.BadParameter("--data needs --site (whose data it is)", param_hint="--data")
     site_ids = [study.site(site).id] if site else [s.id for s in study.sites]
     _print_study(study)
-    failures: list[Failure] = []
+    failures: list[Failure] = _unsigned_sites(study, site_ids)
     missing: list[tuple[str, str]] = []  # (site, ledger URL) without a ledger
     checked = 0
     for site_id in site_ids:
@@ -199,8 +199,47 @@ def _check_site(
             )
         ]
     problems = _check_data(ctx, study, site_id)
+    problems += _check_signing(ctx, study, site_id)
     problems += _check_budget(ctx, study, site_id, missing)
     return problems
+
+
+def _unsigned_sites(study: Any, site_ids: list[str]) -> list[Failure]:
+    """Reports are signed by default: each checked site the spec gives no public_key (unless
+    the study opts out) could not release, whether or not its data is reachable from here."""
+    from dpate.schemas.signing import unsigned_site_problem
+
+    if study.signing == "none":
+        out.print(
+            f'  reports: unsigned (signing = "none": {escape(study.unsigned_reason or "")}); a '
+            f"forged report of a site without a public_key would be aggregated"
+        )
+    else:
+        out.print("  reports: signed by each site's public_key (the default)")
+    return [
+        Failure(s.id, "site signing key", problem, ExitCode.SETTINGS)
+        for s in study.sites
+        if s.id in site_ids and (problem := unsigned_site_problem(study, s.id)) is not None
+    ]
+
+
+def _check_signing(ctx: Any, study: Any, site_id: str) -> list[Failure]:
+    """The site's private key is there and is the spec's (as the release checks it before
+    reserving); a site without a public_key is reported once, by :func:`_unsigned_sites`."""
+    from dpate.errors import DpateError
+    from dpate.schemas.signing import site_signing_key, unsigned_site_problem
+
+    if unsigned_site_problem(study, site_id) is not None:
+        return []
+    try:
+        key = site_signing_key(study, site_id, ctx.key_path)
+    except DpateError as exc:
+        return [from_exception(exc, site_id)]
+    if key is None:
+        out.print("  reports: published unsigned (the study opts out; no public_key for this site)")
+    else:
+        out.print(f"  reports: signed with {escape(str(ctx.key_path))}, the spec's public_key")
+    return []
 
 
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:

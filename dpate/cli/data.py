@@ -15,6 +15,10 @@ data set (ist, star, ihdp, lalonde, synth) and the sizes of each site under a sp
 - ``--split 3:2:1`` (or ``1:1:1``, ``9:9:2``, ``18:1:1``, any ``a:b:...``): random proportions;
 - ``--split none``: one site.
 
+``dpate data extracts star OUT_DIR`` writes the example site extracts of the deployment guide's
+study (docs/deploying.md): each STAR site's records as ``OUT_DIR/<site>/star.parquet``
+(:mod:`dpate.schemas.site_extracts`), from the data directory ``dpate data fetch star`` fills.
+
 These are public research data sets, so per-site arm sizes are shown; never run this on a site's
 private records.
 """
@@ -32,7 +36,8 @@ from dpate.cli.errors import TYPER_OPTIONS
 
 data_app = typer.Typer(
     **TYPER_OPTIONS,
-    help="The paper's data sets: fetch them, describe them and their site splits.",
+    help="The paper's data sets: fetch them, describe them and their site splits, write the "
+    "deployment guide's example site extracts.",
     no_args_is_help=True,
 )
 console = Console()
@@ -75,6 +80,34 @@ def fetch(
         table.add_column(col, overflow="fold")
     for f in done:
         table.add_row(f.dataset, f.name, "verified", f.status)
+    console.print(table)
+
+
+@data_app.command("extracts")
+def extracts(
+    name: str = typer.Argument(..., help="the data set whose sites to write: star"),
+    out_dir: Path = typer.Argument(..., help="folder for OUT_DIR/<site>/<file>"),  # noqa: B008
+) -> None:
+    """Write the example site extracts of the deployment guide: one file per site."""
+    from dpate.schemas.datasets import DataUnavailableError
+    from dpate.schemas.site_extracts import EXTRACTS, write_star_extracts
+
+    if name.lower() not in EXTRACTS:
+        console.print(
+            f"[red]no example site extracts for {name!r}: the data sets with them are "
+            f"{', '.join(EXTRACTS)}[/red]"
+        )
+        raise typer.Exit(2)
+    try:
+        paths = write_star_extracts(out_dir)
+    except DataUnavailableError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(int(exc.exit_code)) from None
+    table = Table(title=f"{name.lower()} site extracts (public research data)")
+    for col in ("site", "file"):
+        table.add_column(col, overflow="fold")
+    for site, path in paths.items():
+        table.add_row(site, str(path))
     console.print(table)
 
 

@@ -28,15 +28,18 @@ def demo(
     SmoothDPMatching at each site (its own ledger, budget and size), MVAgg on the reports, an
     HTML report with a forest plot. Re-running it spends nothing: the releases are recorded.
     Each site's ledger is created under the folder (OUT/ledgers/SITE.sqlite, with the
-    spec's lifetime cap) when absent; the operator logs go to OUT/logs/SITE.log.
+    spec's lifetime cap) when absent, and so is each site's report-signing key
+    (OUT/keys/SITE.ed25519.pem, whose public half the spec lists: reports are signed by default);
+    the operator logs go to OUT/logs/SITE.log.
     """
-    from dpate.cli.demo_study import TRUE_ATE, write_demo_study
+    from dpate.cli.demo_study import TRUE_ATE, demo_key_path, write_demo_study
 
     t0 = time.perf_counter()
     root = out.resolve()
     spec = write_demo_study(root, seed)
     console.print(f"demo study written to {out}/ (spec {spec.name}, 3 sites' records)")
     with site_settings(
+        key=str(demo_key_path(root, "{site}")),
         ledger=str(root / "ledgers" / "{site}.sqlite"),
         storage=str(root / "published"),
         log=str(root / "logs" / "{site}.log"),

@@ -9,6 +9,8 @@ Everything lands under the output folder::
     <out>/study.toml                  the study spec (public)
     <out>/sites/<site>/records.parquet each site's records (private, stays "at the site")
     <out>/ledgers/<site>.sqlite       each site's privacy ledger
+    <out>/keys/<site>.ed25519.pem     each site's report-signing key (private, stays "at the site";
+                                      its public half is the site's public_key in the spec)
     <out>/published/...               reports and results (what leaves the sites)
 """
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from dpate_core.synth import SYNTH_TAU, synth
 
-__all__ = ["DEMO_SITES", "DemoSite", "write_demo_study"]
+__all__ = ["DEMO_SITES", "DemoSite", "demo_key_path", "write_demo_study"]
 
 DOMAIN = 20  # |X|
 TRUE_ATE = SYNTH_TAU
@@ -44,7 +46,7 @@ DEMO_SITES = (
 )
 
 
-def _spec_text(sites: tuple[DemoSite, ...]) -> str:
+def _spec_text(sites: tuple[DemoSite, ...], public_keys: dict[str, str]) -> str:
     levels = ", ".join(str(k) for k in range(DOMAIN))
     parts = [
         f"""# dpate demo: a synthetic observational study (paper's Synth design, true ATE {TRUE_ATE})
@@ -82,15 +84,27 @@ data = "sites/{s.id}/records.parquet"
 epsilon = "{s.epsilon}"
 delta = "1e-5"
 lifetime_cap = {{ epsilon = "{s.cap}", delta = "1e-4" }}
+public_key = "{public_keys[s.id]}"
 '''
         )
     return "".join(parts)
 
 
+def demo_key_path(out: Path, site: str) -> Path:
+    """Where the demo keeps ``site``'s private signing key (its site configuration's
+    ``DPATE_SITE_KEY``): under the output folder, never under ``published``."""
+    return out / "keys" / f"{site}.ed25519.pem"
+
+
 def write_demo_study(out: Path, seed: int = 2026, sites: tuple[DemoSite, ...] = DEMO_SITES) -> Path:
-    """Write the spec and each site's records under ``out``; returns the spec's path."""
+    """Write the spec and each site's records under ``out``; returns the spec's path. Each
+    site's signing key is made once (:func:`demo_key_path`; an existing one is kept, so a re-run
+    writes the same spec) and its public half goes into the spec: the demo's reports are signed
+    as every study's are by default."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from dpate.schemas.signing import ensure_private_key
 
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -101,5 +115,6 @@ def write_demo_study(out: Path, seed: int = 2026, sites: tuple[DemoSite, ...] = 
         table = pa.table({"treated": data.w, "outcome": data.y, "x_level": data.x})
         pq.write_table(table, folder / "records.parquet")
     spec = out / "study.toml"
-    spec.write_text(_spec_text(sites), encoding="utf-8")
+    keys = {s.id: ensure_private_key(demo_key_path(out, s.id)) for s in sites}
+    spec.write_text(_spec_text(sites, keys), encoding="utf-8")
     return spec

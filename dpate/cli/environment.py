@@ -30,8 +30,9 @@ def prefect_env(verbose: bool = False) -> None:
 
 @contextmanager
 def site_settings(**values: str | None) -> Iterator[None]:
-    """The local operator's options (``--ledger``, ``--data``, ``--storage``) as this process's
-    site configuration (``DPATE_LEDGER_URL`` ...) for the duration of a command; the flows read
+    """The local operator's options (``--ledger``, ``--data``, ``--storage``; the demo's log and
+    key locations) as this process's site configuration (``DPATE_LEDGER_URL`` ...) for the
+    duration of a command; the flows read
     nothing else (dpate/settings.py). Restored afterwards."""
     from dpate.settings import SiteSettings
 
@@ -40,6 +41,7 @@ def site_settings(**values: str | None) -> Iterator[None]:
         "data": "data_path",
         "storage": "storage_url",
         "log": "site_log",
+        "key": "site_key",
     }
     names = {key: SiteSettings.env_name(field) for key, field in fields.items()}
     saved = {env: os.environ.get(env) for env in names.values()}

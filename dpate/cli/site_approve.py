@@ -2,11 +2,12 @@
 (docs/deploying.md, "What a site trusts the coordinator with"). Registered in
 :mod:`dpate.cli.main` under ``dpate site``.
 
-The spec is read (a local path or a URL the operator names), validated, checked to name the site,
-and copied into the site's approved specs folder as ``<spec_hash>.toml``
-(:mod:`dpate.spec_approvals`). The site's worker runs only specs approved so, named by that
-hash; approving the same spec again changes nothing. Run ``dpate check SPEC --site SITE`` first:
-it says what a release would publish and spend.
+The spec is read (a local path or a URL the operator names), validated, checked to name the site
+and to list the site's own signing key (reports are signed by default), and copied into the
+site's approved specs folder as ``<spec_hash>.toml`` (:mod:`dpate.spec_approvals`). The site's
+worker runs only specs approved so, named by that hash; approving the same spec again changes
+nothing. Run ``dpate check SPEC --site SITE`` first: it says what a release would publish and
+spend.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def site_approve_cmd(
     err.print(
         f"site {site}: study {s.study_id} round {s.release}, estimator {s.estimator}, each release "
         f"spends epsilon {p.epsilon}, delta {p.delta}",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
+    key = s.site(site).public_key
+    err.print(
+        f"site {site}: reports signed with your key {key} (the spec's public_key for {site})"
+        if key is not None
+        else f'site {site}: reports unsigned (the study opts out: signing = "none", '
+        f"{s.unsigned_reason}): anyone who can write to the bucket can publish in your name",
         soft_wrap=True,
         highlight=False,
         markup=False,

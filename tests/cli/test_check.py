@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from dpate.cli.errors import ExitCode
 from dpate.cli.main import app
+from tests.cli.conftest import public_key_line
 
 runner = CliRunner()
 
@@ -41,6 +42,7 @@ def write_study(root: Path, sites: dict[str, dict], **top: str) -> Path:
             f'\n[[sites]]\nid = "{site}"\ndata = "{site}/data.csv"\nepsilon = "1"\n'
             f'delta = "1e-5"\nlifetime_cap = {{ epsilon = "2", delta = "1e-4" }}\n'
             + (f"n = {opts['declared']}\n" if "declared" in opts else "")
+            + public_key_line(site)
         )
     head = {
         "design": '"observational"',
@@ -133,7 +135,7 @@ def test_check_says_when_arm_sizes_are_published_and_skips_unreachable_data(tmp_
     text = spec.read_text().replace('id = "a"', 'id = "a"', 1)
     text += (
         '\n[[sites]]\nid = "far"\ndata = "far/none.csv"\nepsilon = "1"\n'
-        'lifetime_cap = { epsilon = "2" }\n'
+        'lifetime_cap = { epsilon = "2" }\n' + public_key_line("far")
     )
     spec.write_text(text, encoding="utf-8")
     r = runner.invoke(app, ["check", str(spec)])
@@ -204,3 +206,38 @@ def test_check_refuses_what_the_ledger_refuses_a_pure_release_under_a_lowered_de
             privacy=PrivacyParams.of("1", "0"),
             cap=PrivacyParams.of("2", "1e-4"),
         )
+
+
+def test_check_names_a_site_without_a_key_and_keygen_fixes_it(tmp_path, home):
+    spec = write_study(tmp_path, {"a": {}})
+    keyless = spec.read_text().replace(public_key_line("a"), "")
+    spec.write_text(keyless, encoding="utf-8")
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert r.exit_code == ExitCode.SETTINGS, r.output
+    assert "signed by default" in r.output and "dpate site keygen a" in r.output
+    assert 'signing = "none"' in r.output  # and the opt-out, by name
+
+    # the site's key where a local run looks, and its public half in the spec (--spec)
+    (home / "keys" / "a.ed25519.pem").unlink()
+    r = runner.invoke(app, ["site", "keygen", "a", "--spec", str(spec)])
+    assert r.exit_code == 0, r.output
+    public = r.stdout.strip().splitlines()[-1]
+    assert (home / "keys" / "a.ed25519.pem").stat().st_mode & 0o777 == 0o600
+    assert spec.read_text() == keyless.replace('id = "a"\n', f'id = "a"\npublic_key = "{public}"\n')
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert "signed with" in r.output and "signing key" not in r.output, r.output
+    # a second key for the site, or a site the spec does not have: refused, no key file made
+    for site in ("a", "zz"):
+        r = runner.invoke(app, ["site", "keygen", site, "--spec", str(spec), "--out", str(home)])
+        assert r.exit_code == 1 and not (home / f"{site}.ed25519.pem").exists(), r.output
+
+    # the explicit opt-out: no key needed, and check says what it costs
+    spec.write_text(
+        keyless.replace(
+            'reports = "published"\n',
+            'reports = "published"\nsigning = "none"\nunsigned_reason = "teaching data"\n',
+        )
+    )
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert "signing key" not in r.output and "unsigned (signing" in r.output, r.output
+    assert "teaching data" in r.output

@@ -39,3 +39,18 @@ def test_demo_is_a_cli_command():
     result = CliRunner().invoke(app, ["demo", "--help"])
     assert result.exit_code == 0
     assert "--out" in result.output
+
+
+def test_demo_sites_sign_with_keys_kept_outside_the_published_folder(tmp_path):
+    from dpate.cli.demo_study import demo_key_path
+    from dpate.schemas.signing import load_private_key, public_key_text
+
+    spec = load_spec(write_demo_study(tmp_path, seed=11))
+    assert spec.signing == "required"
+    for site in DEMO_SITES:
+        key = demo_key_path(tmp_path, site.id)
+        assert key.stat().st_mode & 0o777 == 0o600
+        assert not key.is_relative_to(tmp_path / "published")
+        assert spec.site(site.id).public_key == public_key_text(load_private_key(key))
+    # a re-run keeps the keys, so the spec (and every release id) is the same
+    assert load_spec(write_demo_study(tmp_path, seed=11)).spec_hash == spec.spec_hash

@@ -17,12 +17,16 @@ import numpy as np
 import pytest
 
 from dpate.cli.errors import ExitCode, classify, summary_code
+from tests.cli.conftest import public_key_line
 
 MARKER = "n/a-7391"  # a raw value put in the outcome column: must never be echoed
 
 
-def write_study(root: Path, bad_sites: set[str], sites=("a", "b", "c")) -> Path:
-    """Three CSV sites (matching on one 4-level covariate); bad sites hold text in the outcome."""
+def write_study(
+    root: Path, bad_sites: set[str], home: Path, sites: tuple[str, ...] = ("a", "b", "c")
+) -> Path:
+    """Three CSV sites (matching on one 4-level covariate); bad sites hold text in the outcome.
+    Each site's key is under ``home`` (the commands' DPATE_HOME), its public half in the spec."""
     rng = np.random.default_rng(3)
     blocks = []
     for site in sites:
@@ -39,6 +43,7 @@ def write_study(root: Path, bad_sites: set[str], sites=("a", "b", "c")) -> Path:
         blocks.append(
             f'\n[[sites]]\nid = "{site}"\ndata = "sites/{site}/records.csv"\nepsilon = "1"\n'
             f'delta = "1e-5"\nlifetime_cap = {{ epsilon = "3", delta = "1e-4" }}\n'
+            + public_key_line(site, home)
         )
     spec = root / "study.toml"
     spec.write_text(
@@ -83,7 +88,7 @@ def in_process(*args: str):
 
 
 def test_all_sites_fail_validation_short_stderr_with_each_cause(tmp_path, env):
-    spec = write_study(tmp_path, {"a", "b", "c"})
+    spec = write_study(tmp_path, {"a", "b", "c"}, Path(env["DPATE_HOME"]))
     r = dpate(env, "run", str(spec), "--init-ledgers")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == ExitCode.SITE_DATA, r.stderr
@@ -97,7 +102,7 @@ def test_all_sites_fail_validation_short_stderr_with_each_cause(tmp_path, env):
 
 
 def test_partial_result_and_spec_error_have_their_own_exit_codes(tmp_path, env):
-    spec = write_study(tmp_path, {"b"})
+    spec = write_study(tmp_path, {"b"}, Path(env["DPATE_HOME"]))
     r = dpate(env, "run", str(spec), "--init-ledgers")
     assert r.returncode == ExitCode.PARTIAL, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) < 10

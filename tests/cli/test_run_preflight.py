@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from dpate.cli.main import app
 from dpate.errors import ExitCode
+from tests.cli.conftest import public_key_line
 
 runner = CliRunner()
 
@@ -51,6 +52,7 @@ def write_spec(root: Path, sites: dict[str, str], **top: str) -> Path:
         blocks.append(
             f'\n[[sites]]\nid = "{site}"\ndata = "{site}/data.csv"\nepsilon = "1"\n'
             f'delta = "1e-5"\nlifetime_cap = {{ epsilon = "3", delta = "1e-4" }}\n'
+            + public_key_line(site)
         )
     head = {"design": '"observational"', "estimator": '"smooth_matching"', **top}
     spec = root / "study.toml"

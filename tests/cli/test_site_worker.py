@@ -43,6 +43,18 @@ def _no_site_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv(WORKER_SITE_ENV, raising=False)
+    monkeypatch.setenv("DPATE_SITE_KEY", str(tmp_path / "keys" / "{site}.ed25519.pem"))
+
+
+def _keyed_star(tmp_path: Path) -> Path:
+    """The shipped STAR spec as the coordinator uploads it once site rural sent its key (made
+    here, where this site's DPATE_SITE_KEY names it: ``dpate site keygen``)."""
+    from dpate.schemas.signing import ensure_private_key, with_public_key
+
+    public = ensure_private_key(tmp_path / "keys" / "rural.ed25519.pem")
+    path = tmp_path / "star.toml"
+    path.write_text(with_public_key(STAR.read_text(), "rural", public), encoding="utf-8")
+    return path
 
 
 def _flow_run(**parameters: Any):
@@ -114,15 +126,16 @@ def test_the_runner_refuses_what_a_site_did_not_agree_to(flow_name, parameters, 
 
 
 def _approved_star(tmp_path: Path) -> str:
-    """The shipped STAR spec approved at site rural (``dpate site approve``); its hash."""
-    res = runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"])
+    """The shipped STAR spec with rural's key, approved at site rural (``dpate site
+    approve``); its hash."""
+    res = runner.invoke(app, ["site", "approve", str(_keyed_star(tmp_path)), "--site", "rural"])
     assert res.exit_code == 0, res.output
     return res.stdout.strip().splitlines()[-1]
 
 
 def test_the_runner_accepts_a_release_of_an_approved_spec_for_its_own_site(tmp_path):
     spec_hash = _approved_star(tmp_path)
-    assert spec_hash == load_spec(STAR).spec_hash
+    assert spec_hash == load_spec(_keyed_star(tmp_path)).spec_hash
     assert refusal(FLOW_NAME, {"spec": spec_hash, "site": "rural"}, "rural") is None
     params = {"spec": spec_hash, "site": "rural", "round": "2026-11"}
     assert refusal(FLOW_NAME, params, "rural") is None
@@ -173,7 +186,11 @@ def test_an_unapproved_or_edited_spec_is_refused_naming_no_path(tmp_path, monkey
     assert str(tmp_path) not in why
 
 
-def test_approve_refuses_a_spec_not_naming_the_site_or_not_its_content_address(tmp_path):
+def test_approve_refuses_a_spec_not_naming_the_site_or_its_key_or_not_its_content_address(
+    tmp_path,
+):
+    from dpate.schemas.signing import ensure_private_key, with_public_key
+
     res = runner.invoke(app, ["site", "approve", str(STAR), "--site", "nowhere"])
     assert res.exit_code == ExitCode.SPEC, res.output
     renamed = tmp_path / f"{'a' * 64}.toml"  # a content-addressed key whose content was replaced
@@ -181,11 +198,20 @@ def test_approve_refuses_a_spec_not_naming_the_site_or_not_its_content_address(t
     res = runner.invoke(app, ["site", "approve", str(renamed), "--site", "rural"])
     assert res.exit_code == ExitCode.SPEC, res.output
     assert "was replaced after it was published" in res.output
-    again = runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"])
+    # reports are signed by default: a spec without the site's key, or with another, is refused
+    res = runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"])
+    assert res.exit_code == ExitCode.SETTINGS and "signed by default" in res.output, res.output
+    keyed = _keyed_star(tmp_path)
+    forger = tmp_path / "forged.toml"
+    other = ensure_private_key(tmp_path / "other.ed25519.pem")
+    forger.write_text(with_public_key(STAR.read_text(), "rural", other), encoding="utf-8")
+    res = runner.invoke(app, ["site", "approve", str(forger), "--site", "rural"])
+    assert res.exit_code == ExitCode.SETTINGS and "but the spec lists" in res.output, res.output
+    again = runner.invoke(app, ["site", "approve", str(keyed), "--site", "rural"])
     assert "approved" in again.output and again.exit_code == 0
     assert (
         "already approved"
-        in runner.invoke(app, ["site", "approve", str(STAR), "--site", "rural"]).output
+        in runner.invoke(app, ["site", "approve", str(keyed), "--site", "rural"]).output
     )
 
 

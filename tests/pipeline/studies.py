@@ -40,11 +40,21 @@ class Study:
     def operator_log(self, site: str) -> Path:
         return self.root / "logs" / f"{site}.log"
 
+    #: where the sites' private signing keys are: ``$DPATE_HOME/keys`` when the study was
+    #: written, where a local run looks (``dpate site keygen SITE``)
+    keys: Path | None = None
+
+    def key_path(self, site: str) -> Path:
+        """The site's private report-signing key (its public half is in the spec)."""
+        assert self.keys is not None
+        return self.keys / f"{site}.ed25519.pem"
+
     def site_env(self) -> dict[str, str]:
         """The sites' own configuration for this study (what a site's worker environment holds)."""
         return {
             "DPATE_LEDGER_URL": f"sqlite:///{self.root / 'ledgers'}/{{site}}.sqlite",
             "DPATE_SITE_LOG": str(self.root / "logs" / "{site}.log"),
+            "DPATE_SITE_KEY": str(self.key_path("{site}")),
         }
 
     def init_ledgers(self, *sites: str) -> None:
@@ -71,12 +81,19 @@ def write_study(
     study_id: str = "test-study",
     require_all_sites: bool = False,
     seed: int = 7,
+    unsigned_reason: str | None = None,
 ) -> Study:
     """An observational study (SmoothDPMatching, MVAgg) whose outcomes have many distinctive
-    digits, so a leak of any raw value is recognisable."""
+    digits, so a leak of any raw value is recognisable. Each site gets a signing key where a
+    local run looks (``$DPATE_HOME/keys``, made once: :meth:`Study.key_path`) and its public_key
+    in the spec, as reports are signed by default;
+    ``unsigned_reason`` writes the opt-out (``signing = "none"``) and no keys instead."""
+    from dpate.schemas.signing import ensure_private_key
+    from dpate.settings import dpate_home
+
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
-    study = Study(root / "study.toml", root)
+    study = Study(root / "study.toml", root, keys=dpate_home() / "keys")
     site_blocks = []
     for s in sites:
         level = rng.integers(0, LEVELS, s.n)
@@ -106,6 +123,13 @@ delta = "1e-5"
 lifetime_cap = {{ epsilon = "{s.cap}", delta = "1e-4" }}
 '''
         )
+        if unsigned_reason is None:
+            site_blocks[-1] += f'public_key = "{ensure_private_key(study.key_path(s.id))}"\n'
+    signing = (
+        ""
+        if unsigned_reason is None
+        else f'signing = "none"\nunsigned_reason = "{unsigned_reason}"\n'
+    )
     levels_toml = ", ".join(f'"{k}"' for k in range(LEVELS))
     study.spec.write_text(
         f'''spec_version = 1
@@ -117,7 +141,7 @@ missing = "reject"
 release = "1"
 reports = "published"
 require_all_sites = {"true" if require_all_sites else "false"}
-
+{signing}
 [treatment]
 column = "treated"
 

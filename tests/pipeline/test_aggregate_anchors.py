@@ -26,7 +26,7 @@ from dpate.schemas.spec import StudySpec
 from dpate.storage import Store
 from dpate_core import smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
-from tests.schemas.test_spec import base
+from tests.schemas.test_spec import UNSIGNED, base
 
 ROUNDS = ("r1", "r2", "r3")
 
@@ -37,7 +37,7 @@ def site(tmp_path, monkeypatch):
     aggregator's result of the last round repeats that head.
     Rows: 1 CAP, then RESERVE/COMMIT pairs at (2, 3), (4, 5), (6, 7)."""
     monkeypatch.delenv(SITE_KEY_ENV, raising=False)
-    spec = StudySpec.from_dict(base())
+    spec = StudySpec.from_dict({**base(), **UNSIGNED})  # the ledger heads are the subject
     s = spec.site("a")
     url = f"sqlite:///{tmp_path / 'a.sqlite'}"
     store = Store(str(tmp_path / "published"))
@@ -67,7 +67,7 @@ def site(tmp_path, monkeypatch):
             )
             committed = led.commit(rid, {"estimate": est.public_fields()})
             report = SiteReport.from_estimate(est, spec=spec, site_id="a", release_id=rid)
-            data = seal_site_report(report, spec, "a", committed).to_json_bytes()
+            data = seal_site_report(report, spec, "a", committed, None).to_json_bytes()
             assert read_report(data, spec).ledger_head.seq == committed.seq
             store.publish(Store.site_report_key(spec.study_id, "a", rid), data)
     head = {"seq": committed.seq, "row_hash": committed.row_hash}  # round r3's, as aggregated

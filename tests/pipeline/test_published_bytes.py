@@ -4,9 +4,10 @@ change that is meant re-records them with ``DPATE_UPDATE_GOLDEN=1 python -m pyte
 tests/pipeline/test_published_bytes.py``, in a commit of its own that says what changed.
 
 A release is random by design: its noise comes from the operating system's secure source through
-OpenDP and Algorithm 1's record order is a secure random permutation; neither can be seeded, and
-the ledger stamps each row with the time. So the test replaces exactly those three sources, at the
-one place each enters a release, with deterministic stand-ins, and nothing else:
+OpenDP and Algorithm 1's record order is a secure random permutation; neither can be seeded, the
+ledger stamps each row with the time, and the demo makes each site's signing key at random. So the
+test replaces exactly those four sources, at the one place each enters, with deterministic
+stand-ins, and nothing else:
 
 - the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
   generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
@@ -14,7 +15,9 @@ one place each enters a release, with deterministic stand-ins, and nothing else:
   in a permutation of the ``N`` records seeded the same way (the order the records path would
   present them in: :class:`dpate.schemas.site_data.PermutationOrder`);
 - the clock: :mod:`dpate.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
-  chain and the reports' ``created_at`` carry).
+  chain and the reports' ``created_at`` carry);
+- the sites' signing keys: ``dpate demo`` makes each site's key when it has none, so the test
+  writes keys from fixed seeds first (Ed25519 signatures are deterministic given the key).
 
 The software version in the reports and the result is fixed too (``software_version`` in
 :mod:`dpate.tasks.site` and :mod:`dpate.tasks.aggregate`), so a version bump alone does not change the bytes.
@@ -121,8 +124,31 @@ def _ledger_rows(out: Path) -> dict[str, bytes]:
     return rows
 
 
+def _seeded_site_keys(out: Path) -> None:
+    """Each demo site's signing key from a fixed seed, where ``dpate demo`` keeps it (it makes a
+    random one only when the file is absent): the signatures and the spec's public keys, and so
+    the spec hash, are then the same on every run."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from dpate.cli.demo_study import demo_key_path
+
+    for site in DEMO_SITES:
+        seed = hashlib.sha256(f"{SEED}:{site.id}".encode()).digest()
+        pem = Ed25519PrivateKey.from_private_bytes(seed).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        path = demo_key_path(out, site.id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(pem)
+        path.chmod(0o600)
+
+
 def _run_demo(out: Path) -> None:
     runner = CliRunner()
+    _seeded_site_keys(out)
     for site in DEMO_SITES:
         ledger = str(out / "ledgers" / f"{site.id}.sqlite")
         args = ["ledger", "init", site.id, "--epsilon", site.cap, "--delta", "1e-4"]

@@ -22,6 +22,7 @@ def approved(study, tmp_path, monkeypatch) -> str:
     from dpate.spec_approvals import approve_spec
 
     monkeypatch.setenv("DPATE_SPECS", str(tmp_path / "approved"))
+    monkeypatch.setenv("DPATE_SITE_KEY", str(study.key_path("{site}")))  # the site's own key
     return approve_spec(str(study.spec), site="north").spec_hash
 
 

@@ -63,7 +63,7 @@ def test_an_unsigned_report_is_refused_for_its_signature_before_its_numbers(tmp_
     path_b, pub_b = generate_key_pair("b", tmp_path / "b")
     d = base()
     d["sites"][0]["public_key"], d["sites"][1]["public_key"] = pub_a, pub_b
-    spec = StudySpec.from_dict({**d, "require_signed_reports": True})
+    spec = StudySpec.from_dict(d)  # signed reports: the default
     report = release(spec, "b", np.random.default_rng(4))
     # numbers no mechanism produces, in an unsigned report: the signature is the one reason
     d = json.loads(report.to_json_bytes())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -57,3 +59,31 @@ def test_missing_data_dir(tmp_path, name):
     text = " ".join(res.output.split())
     assert res.exit_code == 2 and "DPATE_DATA_DIR" in text
     assert "run `dpate data fetch`" in text and "shared" not in text
+
+
+@needs_data
+def test_extracts_writes_each_star_site_as_the_example_spec_reads_it(tmp_path):
+    import pandas as pd
+
+    from dpate.schemas.spec import load_spec
+
+    res = runner.invoke(app, ["data", "extracts", "star", str(tmp_path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    spec = load_spec(Path(__file__).resolve().parents[2] / "deployments/examples/star.toml")
+    sizes = {}
+    for site in spec.sites:
+        frame = pd.read_parquet(tmp_path / spec.site(site.id).data)  # <site>/star.parquet
+        assert list(frame.columns) == [spec.treatment.column, spec.outcome.column]
+        scores = frame[spec.outcome.column]
+        assert scores.between(spec.outcome.offset, spec.outcome.offset + spec.outcome.bound).all()
+        sizes[site.id] = len(frame)
+    assert sizes == {"rural": 4294, "suburban": 2721, "inner-city": 2426, "urban": 888}
+
+
+def test_extracts_name_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("DPATE_DATA_DIR", str(tmp_path / "empty"))
+    res = runner.invoke(app, ["data", "extracts", "star", str(tmp_path / "out")])
+    assert res.exit_code == 4 and "dpate data fetch star" in res.output
+    assert not (tmp_path / "out").exists()
+    res = runner.invoke(app, ["data", "extracts", "ihdp", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "star" in res.output

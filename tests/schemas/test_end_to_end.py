@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.signing import generate_key_pair, load_private_key
 from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import load_spec
 from dpate_core import aggregate, smooth_dp_matching
@@ -24,6 +25,11 @@ def test_three_sites_from_the_example_spec(tmp_path):
         "/data/dpate/records.csv",
     ):
         text = text.replace(f'"{loc}"', f'"{loc.rsplit("/", 2)[-2]}.{loc.rsplit(".", 1)[-1]}"')
+    keys = {}  # each site's key (dpate site keygen), its public half in the spec
+    for site_id in ("site-a", "site-b", "site-c"):
+        path, public = generate_key_pair(site_id, tmp_path / "keys")
+        keys[site_id] = load_private_key(path)
+        text = text.replace(f'id = "{site_id}"\n', f'id = "{site_id}"\npublic_key = "{public}"\n')
     spec_path.write_text(text)
     spec = load_spec(spec_path)
     assert spec.domain_size == 24
@@ -61,7 +67,8 @@ def test_three_sites_from_the_example_spec(tmp_path):
             split=spec.budget_split(site.id).shares,
             rng=rng,
         )
-        published = SiteReport.from_estimate(est, spec=spec, site_id=site.id).to_json_bytes()
+        report = SiteReport.from_estimate(est, spec=spec, site_id=site.id)
+        published = report.signed_with(keys[site.id]).to_json_bytes()
         reports.append(read_report(published, spec, site_id=site.id))
     ests = [r.to_estimate() for r in reports]
     res = aggregate(

@@ -21,14 +21,14 @@ from dpate.schemas.spec import StudySpec
 from dpate_core import dp_difference_in_means, smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
 
-from .test_spec import base
+from .test_spec import UNSIGNED, base
 
 T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
 def spec() -> StudySpec:
-    return StudySpec.from_dict(base())
+    return StudySpec.from_dict({**base(), **UNSIGNED})
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_canonical_bytes_and_round_trip(report, spec, estimate):
 
 
 def test_dim_report_with_public_arm_sizes():
-    d = base()
+    d = {**base(), **UNSIGNED}
     d.update(design="randomized", estimator="dim", covariates=[], arm_sizes_public=True)
     d["sites"][1].pop("budget_split")
     spec = StudySpec.from_dict(d)

@@ -13,7 +13,6 @@ import pytest
 from dpate.schemas.plausibility import estimate_problems
 from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, SiteReport, read_report
 from dpate.schemas.signing import (
-    SITE_KEY_ENV,
     SigningError,
     generate_key_pair,
     load_private_key,
@@ -24,13 +23,15 @@ from dpate.schemas.spec import SpecError, StudySpec
 from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
 from dpate_core.mechanisms.adjusted import UNRESOLVED_FIXED_EFFECTS, dp_adjusted, plan_adjusted
 
-from .test_spec import base
+from .test_spec import UNSIGNED, base
 
 T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
 
 
 def spec_for(estimator: str, *, arm_sizes_public: bool = True, **extra) -> StudySpec:
-    d = base()
+    """A spec of ``estimator`` that opts out of signed reports (the plausibility rules are the
+    subject here; signatures have their own tests below)."""
+    d = {**base(), **UNSIGNED}
     d["estimator"] = estimator
     if estimator == "dim":
         d["design"] = "randomized"
@@ -318,19 +319,36 @@ def test_signed_report_is_accepted_forged_unsigned_and_tampered_are_not(keys):
         read_report(json.dumps(json.loads(good), indent=1).encode(), spec)
 
 
-def test_unkeyed_site_may_stay_unsigned_unless_the_spec_requires_signatures(keys, tmp_path):
+def test_reports_are_signed_by_default_and_the_opt_out_is_explicit(keys, tmp_path):
     (_, pub), _ = keys
-    spec = keyed_spec(pub)
+    spec = keyed_spec(pub)  # site b has no public_key and the spec does not opt out
     report_b = release(spec, "b", np.random.default_rng(7))
-    assert read_report(report_b.to_json_bytes(), spec).site_id == "b"
-    # require_signed_reports: every site needs a key, checked when the spec is read
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(ReportError) as info:
+        read_report(report_b.to_json_bytes(), spec)
+    assert len(info.value.reasons) == 1
+    assert "signed by default" in info.value.reasons[0]
+    assert "dpate site keygen b" in info.value.reasons[0]
+    # the explicit opt-out: an unkeyed site's unsigned report is read; a keyed one still signs
+    opted_out = keyed_spec(pub, **UNSIGNED)
+    report_b = release(opted_out, "b", np.random.default_rng(7))
+    assert read_report(report_b.to_json_bytes(), opted_out).site_id == "b"
+    report_a = release(opted_out, "a", np.random.default_rng(7))
+    with pytest.raises(ReportError, match="unsigned, but the spec lists a public key"):
+        read_report(report_a.to_json_bytes(), opted_out)
+    # the opt-out needs its reason; the reason needs the opt-out; the old flag is refused
+    with pytest.raises(SpecError) as no_reason:
+        keyed_spec(pub, signing="none")
+    assert [p for p, _ in no_reason.value.problems] == ["unsigned_reason"]
+    with pytest.raises(SpecError) as stray:
+        keyed_spec(pub, unsigned_reason="why")
+    assert [p for p, _ in stray.value.problems] == ["unsigned_reason"]
+    with pytest.raises(SpecError, match="signed reports are the default"):
         keyed_spec(pub, require_signed_reports=True)
-    assert [p for p, _ in info.value.problems] == ["sites.1.public_key"]
+    # every site keyed: every report must be signed by its own key
     (_, pub_b) = generate_key_pair("b", tmp_path / "b")
     d = base()
     d["sites"][0]["public_key"], d["sites"][1]["public_key"] = pub, pub_b
-    strict = StudySpec.from_dict({**d, "require_signed_reports": True})
+    strict = StudySpec.from_dict(d)
     report_b = release(strict, "b", np.random.default_rng(7))
     with pytest.raises(ReportError, match="unsigned, but the spec lists a public key"):
         read_report(report_b.to_json_bytes(), strict)
@@ -339,37 +357,41 @@ def test_unkeyed_site_may_stay_unsigned_unless_the_spec_requires_signatures(keys
 def test_spec_hash_is_unchanged_for_specs_without_keys(keys):
     (_, pub), _ = keys
     plain = StudySpec.from_dict(base())
-    assert "public_key" not in json.dumps(plain.canonical_dict())
-    assert "require_signed_reports" not in json.dumps(plain.canonical_dict())
+    assert plain.signing == "required"
+    canonical = json.dumps(plain.canonical_dict())
+    assert "public_key" not in canonical and "signing" not in canonical
+    assert "unsigned_reason" not in canonical
     assert keyed_spec(pub).spec_hash != plain.spec_hash
+    assert StudySpec.from_dict({**base(), **UNSIGNED}).spec_hash != plain.spec_hash
 
 
-def test_site_signing_key_from_the_site_configuration(keys, monkeypatch):
+def test_site_signing_key_from_the_site_configuration(keys, tmp_path):
     (path, pub), (forger_path, _) = keys
-    monkeypatch.delenv(SITE_KEY_ENV, raising=False)
-    assert site_signing_key("a", None) is None
+    with pytest.raises(SigningError, match="dpate site keygen a"):  # signed by default
+        site_signing_key(StudySpec.from_dict(base()), "a", str(path))
+    assert site_signing_key(StudySpec.from_dict({**base(), **UNSIGNED}), "a", str(path)) is None
+    spec = keyed_spec(pub)
     with pytest.raises(SigningError, match="set DPATE_SITE_KEY"):
-        site_signing_key("a", pub)
-    monkeypatch.setenv(SITE_KEY_ENV, str(forger_path))
+        site_signing_key(spec, "a", None)
+    with pytest.raises(SigningError, match="cannot read the site signing key"):
+        site_signing_key(spec, "a", str(tmp_path / "absent.pem"))
     with pytest.raises(SigningError, match="but the spec lists"):
-        site_signing_key("a", pub)
-    monkeypatch.setenv(SITE_KEY_ENV, str(path))
-    assert site_signing_key("a", pub) is not None
+        site_signing_key(spec, "a", str(forger_path))
+    assert site_signing_key(spec, "a", str(path)) is not None
     os.chmod(path, 0o644)
     with pytest.raises(SigningError, match="readable by other users"):
-        site_signing_key("a", pub)
+        site_signing_key(spec, "a", str(path))
 
 
-def test_sealed_report_carries_the_ledger_head_and_verifies(keys, monkeypatch):
+def test_sealed_report_carries_the_ledger_head_and_verifies(keys):
     (path, pub), _ = keys
     spec = keyed_spec(pub)
-    monkeypatch.setenv(SITE_KEY_ENV, str(path))
 
     class Committed:
         seq, row_hash = 7, "ab" * 32
 
     report = release(spec, "a", np.random.default_rng(8))
-    data = seal_site_report(report, spec, "a", Committed()).to_json_bytes()
+    data = seal_site_report(report, spec, "a", Committed(), str(path)).to_json_bytes()
     back = read_report(data, spec)
     assert back.ledger_head is not None and back.ledger_head.seq == 7
     # the head is covered by the signature
@@ -395,3 +417,24 @@ def test_signatures_cover_the_lifetime_spend_and_version_1_reports_still_verify(
     old = report.model_copy(update={"schema_version": 1}).signed_with(key).to_json_bytes()
     assert b'"schema_version":1' in old
     assert read_report(old, spec).schema_version == 1
+
+
+def test_a_public_key_is_added_to_its_sites_entry_and_nothing_else_changes(keys):
+    from pathlib import Path
+
+    from dpate.schemas.signing import with_public_key
+
+    (_, pub), (_, other) = keys
+    text = (Path(__file__).parents[2] / "deployments/examples/star.toml").read_text()
+    edited = with_public_key(text, "inner-city", pub)
+    assert edited.replace(f'public_key = "{pub}"\n', "", 1) == text  # comments and order kept
+    spec = StudySpec.from_toml_text(edited)
+    assert [s.id for s in spec.sites if s.public_key] == ["inner-city"]
+    assert spec.site("inner-city").public_key == pub
+    with pytest.raises(SigningError, match="already lists a public_key"):
+        with_public_key(edited, "inner-city", other)
+    with pytest.raises(SigningError, match="by hand"):  # not in the spec
+        with_public_key(text, "elsewhere", pub)
+    inline = 'sites = [{ id = "a", data = "a.csv", epsilon = "1" }]\n'
+    with pytest.raises(SigningError, match="by hand"):  # no [[sites]] table to add it to
+        with_public_key(inline, "a", pub)

@@ -13,6 +13,10 @@ from dpate.schemas.spec import SpecError, StudySpec, load_spec
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
+#: the explicit opt-out of signed reports, for unit tests of a report's other checks
+UNSIGNED = {"signing": "none", "unsigned_reason": "unit test of the report's other checks"}
+
+
 def base() -> dict:
     return {
         "study_id": "s1",

@@ -3,10 +3,13 @@ the published report (what ``dpate.flows.site_release`` does, minus the budget).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from dpate.ledger import Committed
 from dpate.schemas.report import LifetimeSpend, software_version
+from dpate.schemas.signing import load_private_key, sign_bytes
 from dpate.settings import SiteContext, resolve_site
 from dpate.site_reports import site_report_bytes
 from dpate.storage import Store
@@ -22,6 +25,16 @@ def committed_release(ctx: SiteContext, seed: int = 0, seq: int = 3) -> Committe
     estimate = plan.estimate(draw_once(plan, np.random.default_rng(seed)))
     payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
     return Committed(ctx.rid, payload, COMMITTED_AT, f"{seq:064x}", seq)
+
+
+def resigned(doc: dict, key_path: str | Path) -> bytes:
+    """``doc`` (a report edited after publication) signed again with the site's own key: what a
+    site gone wrong, not a forger, can publish; the checks after the signature must refuse it."""
+    from dpate.schemas.spec import canonical_json
+
+    doc = {k: v for k, v in doc.items() if k != "signature"}
+    signature = sign_bytes(load_private_key(key_path), canonical_json(doc))
+    return canonical_json({**doc, "signature": signature})
 
 
 def publish_site(spec: str, site: str, seed: int = 0, spend: LifetimeSpend | None = None) -> bytes:

@@ -26,7 +26,7 @@ from dpate.tasks.aggregate import (
 from dpate_core.aggregation import aggregator_of
 from dpate_core.privacy import PrivacyParams
 
-from .helpers import committed_release, publish_site
+from .helpers import committed_release, publish_site, resigned
 
 
 def _by_site(entries):
@@ -43,7 +43,7 @@ def test_collect_reports_validates_each_and_says_why(study):
     got = _by_site(collect_reports.fn(ctx))
     assert [e["site_id"] for e in collect_reports.fn(ctx)] == ctx.site_ids
     assert got["north"]["status"] == "valid" and "estimate" in got["north"]
-    assert got["north"]["ledger_head"]["seq"] == 3 and got["north"]["signed"] is False
+    assert got["north"]["ledger_head"]["seq"] == 3 and got["north"]["signed"] is True
     assert got["south"]["status"] == "rejected" and got["south"]["reason"]
     assert got["east"]["status"] == "missing"
     assert "no report published" in got["east"]["reason"]
@@ -114,16 +114,16 @@ def test_hostile_reports_are_refused_one_by_one_and_the_study_completes(study, m
         key = Store.site_report_key(ctx.study_id, site, ctx.release_id(site))
         doc = json.loads(store.read(key))
         fs, root = fsspec.core.url_to_fs(ctx.storage_url)  # a hostile writer replaces it
-        fs.pipe(f"{root.rstrip('/')}/{key}", edit(doc))
+        fs.pipe(f"{root.rstrip('/')}/{key}", edit(doc, study.key_path(site)))
 
-    def huge_arms(doc):
+    def huge_arms(doc, key):  # refused by the bounded parse, before the signature is read
         n = doc["estimate"]["n"]
         doc["estimate"].update(n_treated=10**400, n_control=n - 10**400)
         return json.dumps(doc).encode()
 
-    def tiny_budget(doc):
+    def tiny_budget(doc, key):  # signed with the site's own key: refused by the bounds
         doc["estimate"]["epsilon"] = "1e-999999999"
-        return json.dumps(doc).encode()
+        return resigned(doc, key)
 
     rewrite("north", huge_arms)
     rewrite("south", tiny_budget)
@@ -201,7 +201,10 @@ def test_the_result_lists_each_sites_lifetime_spend_and_cap(study):
     publish_site(str(study.spec), "south", seed=1, spend=south)
     # east: a version-1 report without the fields, still aggregated
     site = resolve_site(str(study.spec), "east")
-    data = _as_version_1(site_report_bytes(site, committed_release(site, 2)))
+    data = resigned(
+        json.loads(_as_version_1(site_report_bytes(site, committed_release(site, 2)))),
+        study.key_path("east"),
+    )
     Store(site.storage_url).publish(Store.site_report_key(ctx.study_id, "east", site.rid), data)
 
     inputs = _by_site(collect_reports.fn(ctx))
@@ -236,7 +239,8 @@ def test_a_report_whose_spend_passes_its_cap_is_rejected(study):
     doc = json.loads(good)
     doc["lifetime_spend"]["spent"]["epsilon"] = str(cap.epsilon + 1)
     store = Store(ctx.storage_url)
-    store.publish(Store.site_report_key(ctx.study_id, "north", site.rid), canonical_json(doc))
+    signed = resigned(doc, study.key_path("north"))  # by the site's own key
+    store.publish(Store.site_report_key(ctx.study_id, "north", site.rid), signed)
     got = _by_site(collect_reports.fn(ctx))["north"]
     assert got["status"] == "rejected"
     assert "exceeds the cap" in got["reason"]

@@ -32,7 +32,7 @@ from dpate.tasks.site import (
 )
 from dpate_core.release import draw_once
 
-from .helpers import publish_site
+from .helpers import publish_site, resigned
 
 BALANCE = '\n[balance]\nepsilon = "1/4"\n'
 
@@ -108,8 +108,10 @@ def test_a_report_whose_balance_table_is_not_the_specs_is_rejected(balanced):
     doc["balance"]["noise_scale"] = 1.0  # less noise than the spec's epsilon gives
     from dpate.schemas.report import ReportError
 
-    with pytest.raises(ReportError, match="noise_scale"):
+    with pytest.raises(ReportError, match="signature"):  # edited: refused for its bytes
         read_report(json.dumps(doc), ctx.spec, site_id="north")
+    with pytest.raises(ReportError, match="noise_scale"):  # signed by the site's own key
+        read_report(resigned(doc, balanced.key_path("north")), ctx.spec, site_id="north")
 
 
 def test_the_result_and_the_html_report_show_each_sites_balance(balanced):

@@ -84,6 +84,9 @@ def spec_dict(estimator: str, aggregator: str, options: Any = None) -> dict[str,
             for j in range(len(SIZES))
         ],
         **option_keys(estimator, options),
+        # the mechanisms are the subject here, not the signatures (tests/schemas/test_report_trust)
+        "signing": "none",
+        "unsigned_reason": "registry contract of the mechanisms",
     }
 
 
@@ -242,7 +245,11 @@ def test_a_forged_toy_report_is_refused_by_its_own_rule(toys):
 
 
 def write_toy_spec(root: Path, sampling: str = "none") -> Path:
-    """A three-site study of the toys on CSV files (the contract's records), as a user writes it."""
+    """A three-site study of the toys on CSV files (the contract's records), as a user writes it:
+    each site's key made where a local run looks (``dpate site keygen``), listed in the spec."""
+    from dpate.schemas.signing import ensure_private_key
+    from dpate.settings import dpate_home
+
     rng = np.random.default_rng(11)
     blocks = []
     for j, n in enumerate(SIZES):
@@ -252,6 +259,7 @@ def write_toy_spec(root: Path, sampling: str = "none") -> Path:
         blocks.append(
             f'[[sites]]\nid = "s{j}"\ndata = "s{j}.csv"\nepsilon = "1"\n'
             f'lifetime_cap = {{ epsilon = "3", delta = "1e-4" }}\n'
+            f'public_key = "{ensure_private_key(dpate_home() / "keys" / f"s{j}.ed25519.pem")}"\n'
         )
     levels = ", ".join(f'"{k}"' for k in range(LEVELS))
     spec = root / "toy.toml"

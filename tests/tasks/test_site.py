@@ -99,7 +99,7 @@ def test_site_report_bytes_are_a_function_of_the_commit_row(study):
     assert report.release_id == ctx.rid
     assert report.estimate.model_dump(mode="json") == committed.payload["estimate"]
     assert report.ledger_head is not None and report.ledger_head.seq == committed.seq
-    assert report.signature is None  # no key configured, none listed in the spec
+    assert report.signature is not None  # signed by default, with the site's own key
     doc = json.loads(data)
     assert doc["created_at"].startswith(COMMITTED_AT[:19])
     assert doc["spec_hash"] == ctx.spec.spec_hash

@@ -74,23 +74,11 @@ def star_spec_toml(sites: tuple[str, ...], reports: str) -> str:
 
 
 def write_star_sites(root: Path) -> dict[str, Path]:
-    """Each STAR site's records as the site would hold them (raw scores), one file per site."""
-    import pandas as pd
+    """Each STAR site's records as the site would hold them (raw scores), one file per site:
+    what ``dpate data extracts star ROOT`` writes (docs/deploying.md)."""
+    from dpate.schemas.site_extracts import write_star_extracts
 
-    from dpate.schemas.datasets import STAR_SCORE_RANGE, load_star
-
-    ds = load_star()
-    lo, hi = STAR_SCORE_RANGE
-    paths = {}
-    for name, idx in zip(ds.site_names, ds.site_indices(), strict=True):
-        d = root / name
-        d.mkdir(parents=True, exist_ok=True)
-        frame = pd.DataFrame(
-            {"small_class": ds.w[idx].astype("int64"), "math_score": lo + ds.y[idx] * (hi - lo)}
-        )
-        frame.to_parquet(d / "star.parquet", index=False)
-        paths[name] = d / "star.parquet"
-    return paths
+    return write_star_extracts(root)
 
 
 @dataclass
