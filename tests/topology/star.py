@@ -81,6 +81,23 @@ def write_star_sites(root: Path) -> dict[str, Path]:
     return write_star_extracts(root)
 
 
+def site_key(root: Path, site: str) -> Path:
+    """Where the site keeps its private report-signing key (its ``DPATE_SITE_KEY``)."""
+    return root / site / "signing.pem"
+
+
+def with_site_keys(spec: str, root: Path, sites: tuple[str, ...]) -> str:
+    """The spec text with each site's ``public_key`` (reports are signed by default): what each
+    site's ``dpate site keygen SITE --spec`` does, the private key made at :func:`site_key`."""
+    from dpate.schemas.signing import ensure_private_key, with_public_key
+
+    for site in sites:
+        key = site_key(root, site)
+        key.parent.mkdir(parents=True, exist_ok=True)
+        spec = with_public_key(spec, site, ensure_private_key(key))
+    return spec
+
+
 @dataclass
 class StarTopology:
     server: PrefectServer
@@ -104,6 +121,7 @@ class StarTopology:
             "DPATE_STORAGE_URL": self.s3.storage_url,
             "DPATE_SITE_LOG": str(self.root / site / "operator.log"),
             "DPATE_SPECS": str(self.root / site / "approved-specs"),
+            "DPATE_SITE_KEY": str(site_key(self.root, site)),
             **self.s3.env_for(site),
         }
 
@@ -152,6 +170,7 @@ class StarTopology:
             spec = SHIPPED_SPEC.read_text()  # what the guide uploads
         else:
             spec = star_spec_toml(self.sites, self.s3.storage_url)
+        spec = with_site_keys(spec, self.root, self.sites)
         (self.root / "star.toml").write_text(spec)
         self.s3.client("setup").put_object(Bucket=self.s3.bucket, Key=SPEC_KEY, Body=spec.encode())
         for pool in (COORDINATOR_POOL, *(f"site-{s}" for s in self.sites)):
@@ -249,6 +268,7 @@ def run_embedded(
     env.update(
         PREFECT_HOME=str(out / "prefect-home"),
         DPATE_DATA_PATH=str(data_root / "{site}" / "star.parquet"),
+        DPATE_SITE_KEY=str(site_key(data_root, "{site}")),
         DO_NOT_TRACK="1",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",

@@ -296,6 +296,7 @@ def test_release_service_releases_with_the_sites_own_configuration(tmp_path, mon
         f'ledger = "{study.ledger_url("rural")}"\n'
         f'storage = "{site_root / "published"}"\n'
         f'log = "{site_root / "rural.log"}"\n'
+        f'site_key = "{study.key_path("rural")}"\n'
     )
     env = _env_file(SYSTEMD / "release.env.example")
     env = {k: v for k, v in env.items() if not k.startswith("AWS_")}

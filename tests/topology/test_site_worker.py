@@ -25,7 +25,13 @@ import pytest
 
 from dpate.schemas.spec import load_spec
 from tests.topology.services import prefect_cli, start_site_worker, wait_for
-from tests.topology.star import STUDY_ID, star_spec_toml, write_star_sites
+from tests.topology.star import (
+    STUDY_ID,
+    site_key,
+    star_spec_toml,
+    with_site_keys,
+    write_star_sites,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.postgres]
 
@@ -191,7 +197,8 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
     root = tmp_path
     data = write_star_sites(root)
     spec = root / "star.toml"
-    spec.write_text(star_spec_toml((SITE, "urban"), str(root / "spec-reports")))
+    sites = (SITE, "urban")
+    spec.write_text(with_site_keys(star_spec_toml(sites, str(root / "spec-reports")), root, sites))
     # a second study whose data (the site's `{study}` path) is a FIFO: reading it blocks, so its
     # release is still running when the worker is stopped
     stuck = root / "stuck.toml"
@@ -246,6 +253,7 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
         "DPATE_STORAGE_URL": str(root / "published"),
         "DPATE_SITE_LOG": str(root / "operator.log"),
         "DPATE_SPECS": str(root / "approved"),
+        "DPATE_SITE_KEY": str(site_key(root, SITE)),
     }
     for approved in (spec, stuck):  # the site's operator approves both specs by hash
         _approve(approved, site_env)
