@@ -1,5 +1,5 @@
 """Reading a STAR study's ledger events and flow runs by round, for the failure tests
-(tests/topology/test_star_study.py)."""
+(tests/topology/test_star_study.py, test_star_failures.py)."""
 
 from __future__ import annotations
 
