@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench_cli_startup import _children_cpu, write_study
@@ -75,6 +76,46 @@ def runs_recorded(prefect_home: Path) -> tuple[int, int]:
         flows = db.execute("SELECT count(*) FROM flow_run").fetchone()[0]
         tasks = db.execute("SELECT count(*) FROM task_run").fetchone()[0]
     return int(flows), int(tasks)
+
+
+def _when(value: str | None) -> float | None:
+    """A time Prefect recorded (UTC; SQLite keeps it without its zone), in epoch seconds."""
+    if value is None:
+        return None
+    t = datetime.fromisoformat(value)
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+def timeline(prefect_home: Path, started: float, ended: float) -> None:
+    """Where one ``dpate run`` spent its wall time, from the start and end times Prefect
+    recorded for the flow and task runs it made (runs that started after ``started``)."""
+    with sqlite3.connect(prefect_home / "prefect.db") as db:
+        flows = db.execute(
+            "SELECT f.name, r.start_time, r.end_time FROM flow_run r JOIN flow f "
+            "ON r.flow_id = f.id"
+        ).fetchall()
+        tasks = db.execute("SELECT task_key, start_time, end_time FROM task_run").fetchall()
+    runs = [(n, _when(a), _when(b)) for n, a, b in flows if a and (_when(a) or 0) >= started]
+    study = [r for r in runs if r[0] == "study"]
+    if not study:
+        print("timeline: no study flow run recorded")
+        return
+    _, s0, s1 = study[0]
+    assert s0 is not None and s1 is not None
+    print(f"timeline of the last dpate run (wall {ended - started:.2f} s):")
+    print(f"  process start -> study flow starts (imports, check, server) {s0 - started:6.2f} s")
+    by_name: dict[str, list[float]] = {}
+    for name, a, b in runs:
+        if name != "study" and a is not None and b is not None:
+            by_name.setdefault(f"flow {name}", []).append(b - a)
+    for key, a, b in tasks:  # a task's key: its name and a hash
+        ta, tb = _when(a), _when(b)
+        if ta is not None and tb is not None and s0 <= ta <= s1:
+            by_name.setdefault(f"task {key.rsplit('-', 1)[0]}", []).append(tb - ta)
+    print(f"  study flow (start to end)                                  {s1 - s0:6.2f} s")
+    for name, spans in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
+        print(f"    {name:<40} x{len(spans):<3} {sum(spans):6.2f} s in all")
+    print(f"  study flow ends -> process exits (server stop, output)    {ended - s1:6.2f} s")
 
 
 def main() -> None:
@@ -145,12 +186,15 @@ def main() -> None:
             )
         before = runs_recorded(prefect_home)
         fresh_study()
+        started = time.time()
         subprocess.run([*dpate, "run", str(spec)], env=env, capture_output=True, check=True)
+        ended = time.time()
         after = runs_recorded(prefect_home)
         print(
             f"one dpate run records {after[0] - before[0]} flow run(s) and "
             f"{after[1] - before[1]} task run(s) (the bare flow: 1 and 1)"
         )
+        timeline(prefect_home, started, ended)
         print(f"load average {os.getloadavg()[0]:.1f}")
 
 
