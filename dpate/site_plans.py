@@ -6,6 +6,9 @@ simulations) from its validated records (pre-noise values: private), apart from 
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -28,8 +31,11 @@ __all__ = [
     "balance_plan",
     "data_independent_order",
     "plan_from_records",
+    "read_for_check",
     "read_for_release",
     "record_order",
+    "shared_reads",
+    "take_checked",
 ]
 
 
@@ -65,14 +71,76 @@ def read_for_release(ctx: SiteContext) -> SiteStatistics | SiteData:
             query=ctx.data_query,
             secret=ctx.data_secret,
         )
+    return _statistics(ctx, order=record_order)
+
+
+def _statistics(ctx: SiteContext, **options: Any) -> SiteStatistics:
+    """:func:`~dpate.schemas.site_data.read_site_records` of the site's data, per its settings."""
     return read_site_records(
         ctx.spec,
         ctx.site_id,
         ctx.data_location,
         query=ctx.data_query,
         secret=ctx.data_secret,
-        order=record_order,
+        **options,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# One read for the pre-spend check and the release, in one process (``dpate run``)
+
+_HELD_LOCK = threading.Lock()
+#: the releases' reads made by the pre-spend check, by release; None outside :func:`shared_reads`
+_held: dict[tuple[str, ...], SiteStatistics | SiteData] | None = None
+
+
+def _read_key(ctx: SiteContext) -> tuple[str, ...]:
+    return (ctx.rid, ctx.site_id, ctx.spec.spec_hash, str(ctx.data_location), ctx.data_query or "")
+
+
+@contextmanager
+def shared_reads() -> Iterator[None]:
+    """Within the block, the pre-spend check (:func:`read_for_check`) reads each site's data as
+    its release does and keeps it in this process's memory, and the release takes it
+    (:func:`take_checked`) instead of reading again: one read per site for a whole embedded
+    ``dpate run`` (this machine is every site). What is kept never leaves this process (no
+    Prefect parameter, result or cache) and is dropped when the block ends. Outside the block
+    (a deployed site, ``dpate check``, the library) every check and every release reads."""
+    global _held
+    with _HELD_LOCK:
+        _held = {}
+    try:
+        yield
+    finally:
+        with _HELD_LOCK:
+            _held = None
+
+
+def read_for_check(ctx: SiteContext) -> SiteStatistics | SiteData:
+    """The site's data validated as its release validates it (the same rules and words): within
+    :func:`shared_reads`, the release's own read (:func:`read_for_release`), kept for it, or the
+    one a check already made; elsewhere the counts only (no ordered pass: the feasibility rules
+    need none). Raises :class:`~dpate.schemas.site_data.SiteDataError`."""
+    key = _read_key(ctx)
+    with _HELD_LOCK:
+        sharing = _held is not None
+        found = None if _held is None else _held.get(key)
+    if found is not None:
+        return found
+    if not sharing:
+        return _statistics(ctx, matching=False)
+    data = read_for_release(ctx)
+    with _HELD_LOCK:
+        if _held is not None:
+            _held[key] = data
+    return data
+
+
+def take_checked(ctx: SiteContext) -> SiteStatistics | SiteData | None:
+    """The read the pre-spend check kept for this release (removed: a retry reads again), or
+    None (not within :func:`shared_reads`, or not checked in this process)."""
+    with _HELD_LOCK:
+        return None if _held is None else _held.pop(_read_key(ctx), None)
 
 
 def plan_from_records(

@@ -252,17 +252,11 @@ class _StorageUnreadable(DpateError, OSError):
 
 def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[DpateError]:
     from dpate.schemas.preflight import FeasibilityError, feasibility_problems
-    from dpate.schemas.site_data import SiteDataError, read_site_records
+    from dpate.schemas.site_data import SiteDataError
+    from dpate.site_plans import read_for_check
 
-    try:
-        data = read_site_records(
-            ctx.spec,
-            ctx.site_id,
-            ctx.data_location,
-            query=ctx.data_query,
-            secret=ctx.data_secret,
-            matching=False,  # the counts suffice for the feasibility rules
-        )
+    try:  # within dpate run's shared_reads, the release's own read, kept for it
+        data = read_for_check(ctx)
     except SiteDataError as exc:
         return [_public_data_error(ctx, exc) if public else exc]
     except Exception as exc:  # a reader's message may quote a value: its type only, in public

@@ -12,18 +12,25 @@ Where the folder cannot be created, numba falls back to its own default.
 
 :func:`njit` is the decorator of every kernel: ``numba.njit`` with the same options, applied at
 the kernel's first call, so importing a module that defines kernels does not import numba (about
-half a second): ``dpate plan`` and ``dpate ledger show`` never call one.
+half a second): ``dpate check`` and ``dpate ledger show`` never call one.
+
+:func:`interpreted` runs the kernels not compiled yet as the Python functions they are written
+as, for callers whose inputs are a few counts (``dpate plan``'s predicted sensitivities): the same
+code, without numba's import and its first-call set-up (about a second), which cost more than
+the loop they would speed up.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["LazyKernel", "default_cache_dir", "njit"]
+__all__ = ["LazyKernel", "default_cache_dir", "interpreted", "njit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +52,21 @@ if "NUMBA_CACHE_DIR" not in os.environ and (_default := default_cache_dir()) is 
 
 
 _LOCK = threading.Lock()
+_INTERPRETED: ContextVar[bool] = ContextVar("dpate_interpreted_kernels", default=False)
+
+
+@contextmanager
+def interpreted() -> Iterator[None]:
+    """Within the block, a kernel whose dispatcher is not made yet runs as its Python function
+    (and the kernels it calls, likewise): numba is neither imported nor set up. A kernel made
+    before (numba loaded in this process) runs compiled. The same values as compiled (the
+    matching sensitivities are compared to the bit in tests/cli/test_startup_imports.py); for
+    small inputs only (a Python loop)."""
+    token = _INTERPRETED.set(True)
+    try:
+        yield
+    finally:
+        _INTERPRETED.reset(token)
 
 
 class LazyKernel:
@@ -86,6 +108,8 @@ class LazyKernel:
                 scope[name] = value._dispatcher
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._dispatcher is None and _INTERPRETED.get():
+            return self.py_func(*args, **kwargs)
         return self.dispatcher()(*args, **kwargs)
 
     def __repr__(self) -> str:

@@ -238,8 +238,9 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     reserved, on the records or on the statistics (the same rules, the same words)."""
     oplog = operator_logger(ctx)
     failure: SiteDataRejected | None = None
-    try:
-        data = site_plans.read_for_release(ctx)
+    try:  # the pre-spend check's read of this release, made in this process (dpate run)
+        held = site_plans.take_checked(ctx)
+        data = held if held is not None else site_plans.read_for_release(ctx)
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
         failure = redacted_data_error(ctx, exc)

@@ -65,13 +65,16 @@ def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
     (:func:`dpate.flows.study.study`) on the embedded or configured Prefect; its output, read
     back from storage when this process holds no result. ``output["spent"]`` says whether a
     site's ledger was debited."""
-    load_spec(spec)  # a spec error ends the command here, before Prefect starts
-    checked = preflight(spec, round)
-    prefect_env(verbose)
-    with console.status("starting Prefect and running the study flow ...", spinner="dots"):
-        from dpate.flows.study import state_error, state_output, study
+    from dpate.site_plans import shared_reads
 
-        state = study(spec=spec, round=round, return_state=True)
+    load_spec(spec)  # a spec error ends the command here, before Prefect starts
+    with shared_reads():  # one read of each site's data: the check's, kept for the release
+        checked = preflight(spec, round)
+        prefect_env(verbose)
+        with console.status("starting Prefect and running the study flow ...", spinner="dots"):
+            from dpate.flows.study import state_error, state_output, study
+
+            state = study(spec=spec, round=round, return_state=True)
     if not state.is_completed():
         raise study_failed(state_error(state), _sites_of_failed_run(state))
     output: dict[str, Any] = state_output(state, lambda: _study_from_storage(spec, round))

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from dpate_core.aggregation import AggregateResult, aggregate
+from dpate_core.compile_cache import interpreted
 from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.planning._inputs import Assumptions, PredictionInputs, SiteDesign, SitePrediction
 
@@ -78,8 +79,9 @@ def predict_site(
         tuple(int(c) for c in covariate_sizes),
         int(bounded_covariates),
     )
-    sampling, noise, reported = est.predict(inp)
-    p_resolved, v_resolved = (1.0, reported) if est.resolution is None else est.resolution(inp)
+    with interpreted():  # a few assumed counts: the kernels' Python is faster than numba's set-up
+        sampling, noise, reported = est.predict(inp)
+        p_resolved, v_resolved = (1.0, reported) if est.resolution is None else est.resolution(inp)
     return SitePrediction(
         site_id=design.site_id,
         n=design.n,

@@ -190,3 +190,60 @@ def test_run_tells_the_operator_what_the_clip_policy_clipped(tmp_path, home, cap
     err = capsys.readouterr().err
     assert "site b (operator only, not private): 62 rows read" in " ".join(err.split())
     assert "1 clipped low, 1 clipped high" in err and "site a (" not in err
+
+
+def count_reads(monkeypatch) -> list[str]:
+    """Each opening of a site's data by the engine (the validation read), by location."""
+    import dpate.schemas.site_data._reading as reading
+
+    opened: list[str] = []
+    real = reading.open_site_table
+
+    def counting(source, *args, **kwargs):
+        opened.append(str(source))
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(reading, "open_site_table", counting)
+    return opened
+
+
+def test_the_check_keeps_its_read_for_the_release_only_within_shared_reads(
+    tmp_path, home, monkeypatch
+):
+    """Within ``shared_reads`` (``dpate run``), the check and the flow's public check read each
+    site once and the release takes that read (once: a retry reads again); outside it every
+    check reads and nothing is kept."""
+    from dpate.settings import resolve_site
+    from dpate.site_plans import shared_reads, take_checked
+    from dpate.study_check import check_study
+
+    spec = write_spec(tmp_path, {"a": GOOD, "b": GOOD})
+    init_ledgers("a", "b")
+    opened = count_reads(monkeypatch)
+    ctx = {s: resolve_site(str(spec), s, None) for s in ("a", "b")}
+    with shared_reads():
+        assert check_study(str(spec)).can_run
+        assert check_study(str(spec), public=True).can_run
+        assert sorted(Path(p).parent.name for p in opened) == ["a", "b"]
+        held = take_checked(ctx["a"])
+        assert held is not None and held.report.n_used == 60 and held.matching is not None
+        assert take_checked(ctx["a"]) is None  # taken once
+    assert take_checked(ctx["b"]) is None  # dropped with the block
+    opened.clear()
+    assert check_study(str(spec)).can_run and len(opened) == 2
+    assert take_checked(ctx["a"]) is None and take_checked(ctx["b"]) is None
+
+
+def test_a_bad_site_found_within_shared_reads_still_stops_the_study(tmp_path, home, monkeypatch):
+    """Sharing the read does not weaken the check: a bad site's data refuses the whole study
+    before any reservation, and no data of the good site is kept past the block."""
+    spec = write_spec(tmp_path, {"a": GOOD, "b": BAD_DATA["unknown-level"]})
+    init_ledgers("a", "b")
+    opened = count_reads(monkeypatch)
+    r = runner.invoke(app, ["run", str(spec)])
+    assert r.exit_code == ExitCode.SITE_DATA, r.output
+    assert events(home, "a") == ["CAP"] and events(home, "b") == ["CAP"]
+    assert sorted(Path(p).parent.name for p in opened) == ["a", "b"]
+    from dpate import site_plans
+
+    assert site_plans._held is None

@@ -1,7 +1,10 @@
 """What the light commands import: ``import dpate.cli.main`` (every command's ``--help``) and
-``dpate ledger show`` on a SQLite-file ledger import neither numba nor Prefect nor SQLAlchemy
-(each checked in a fresh interpreter's ``sys.modules``), and the ledger read without SQLAlchemy
-gives the spend the SQLAlchemy reader gives."""
+``dpate ledger show`` on a SQLite-file ledger import neither numba nor Prefect nor SQLAlchemy;
+``dpate plan`` (every estimator) imports none of them nor pandas; ``dpate check`` of CSV sites
+imports neither numba, Prefect, SQLAlchemy nor pandas (each checked in a fresh interpreter's
+``sys.modules``). The ledger read without SQLAlchemy gives the spend the SQLAlchemy reader gives,
+and the kernels run as Python (``compile_cache.interpreted``, the planner's) give the compiled
+kernels' values to the bit."""
 
 from __future__ import annotations
 
@@ -11,12 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dpate.ledger import PrivacyLedger
 from dpate.ledger_file import read_site_spend
 from dpate_core.privacy import PrivacyParams
+from tests.cli.test_check import write_study
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("numba", "prefect", "sqlalchemy")
+HEAVY = ("numba", "pandas", "prefect", "sqlalchemy")
 
 _REPORT = (
     "import json, sys\n"
@@ -24,17 +30,22 @@ _REPORT = (
 )
 
 
-def _heavy_modules(code: str, env: dict[str, str]) -> list[str]:
+def _child(code: str, env: dict[str, str] | None = None) -> str:
+    """``code`` run in a fresh interpreter (it must succeed); its standard output."""
     p = subprocess.run(
-        [sys.executable, "-c", code + _REPORT],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env=env,
+        env=env if env is not None else dict(os.environ),
         cwd=REPO,
         timeout=300,
     )
     assert p.returncode == 0, p.stderr[-3000:]
-    found: list[str] = json.loads(p.stdout.strip().splitlines()[-1])
+    return p.stdout
+
+
+def _heavy_modules(code: str, env: dict[str, str] | None = None) -> list[str]:
+    found: list[str] = json.loads(_child(code + _REPORT, env).strip().splitlines()[-1])
     return found
 
 
@@ -98,7 +109,66 @@ def test_the_estimators_import_numba_at_their_first_kernel_call():
         "r = exact_matching([0, 1, 0, 1], [0.1, 0.5, 0.2, 0.9], [0, 0, 1, 1])\n"
         "assert 'numba' in sys.modules and abs(r.tau - 0.55) < 1e-12, r\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+    _child(code)
+
+
+def _invoke(args: list[str], code: int = 0) -> str:
+    """A command run in the child interpreter (its exit code checked) before the report."""
+    return (
+        "from typer.testing import CliRunner\nfrom dpate.cli.main import app\n"
+        f"r = CliRunner().invoke(app, {args!r})\n"
+        f"assert r.exit_code == {code}, (r.exit_code, r.output)\n"
     )
-    assert p.returncode == 0, p.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "estimator", ["smooth_matching", "global_matching", "adjusted", "propensity", "dim"]
+)
+def test_plan_imports_no_heavy_library(tmp_path, estimator):
+    """The matching estimators' predicted smooth sensitivities run the release's kernels as
+    Python: numba is not imported (nor pandas, Prefect, SQLAlchemy)."""
+    top = {"design": '"randomized"', "arm_sizes_public": "true"} if estimator == "dim" else {}
+    spec = write_study(tmp_path, {"a": {}, "b": {}}, estimator=f'"{estimator}"', **top)
+    args = ["plan", str(spec), "--n", "a=400", "--n", "b=3000", "--json"]
+    assert _heavy_modules(_invoke(args)) == []
+
+
+def test_check_of_csv_sites_imports_no_heavy_library(tmp_path, home):
+    """``dpate check`` validates CSV sites on DuckDB without pandas (nor numba, Prefect,
+    SQLAlchemy), the ledger read as ``ledger show`` reads it."""
+    spec = write_study(tmp_path, {"a": {}, "b": {"n": 300}})  # the sites' keys under ``home``
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPATE_")}
+    env["DPATE_HOME"] = str(home)
+    for site in ("a", "b"):
+        url = f"sqlite:///{home / 'ledgers' / f'{site}.sqlite'}"
+        with PrivacyLedger.init(url, site, PrivacyParams.of("2", "1e-4"), reason="test"):
+            pass
+    code = _invoke(["check", str(spec)]) + "assert 'validated against the spec' in r.output\n"
+    assert _heavy_modules(code, env) == []
+
+
+def test_interpreted_kernels_give_the_compiled_values_to_the_bit():
+    """The matching sensitivities' kernels run as Python under ``interpreted()`` without
+    importing numba, and equal the compiled kernels' values exactly on varied counts."""
+    code = (
+        "import sys\nimport numpy as np\n"
+        "from dpate_core.compile_cache import interpreted\n"
+        "from dpate_core.mechanisms.matching._sensitivity import (\n"
+        "    matching_smooth_sensitivity as s, matching_variance_smooth_sensitivity as v,\n"
+        "    smooth_beta)\n"
+        "rng = np.random.default_rng(3)\ncases = []\n"
+        "for _ in range(40):\n"
+        "    k = int(rng.integers(1, 12))\n"
+        "    t, c = rng.integers(0, 40, k), rng.integers(0, 40, k)\n"
+        "    t[0] += 2\n"
+        "    beta = smooth_beta(float(rng.choice([0.1, 1.0, 3.0])), 1e-6)\n"
+        "    cases.append((t, c, int(t.sum() + c.sum()), float(rng.choice([1.0, 600.0])), "
+        "beta, k + int(rng.integers(0, 3))))\n"
+        "with interpreted():\n"
+        "    py = [(s(*a), v(*a)) for a in cases]\n"
+        "assert 'numba' not in sys.modules, 'numba imported while interpreted'\n"
+        "compiled = [(s(*a), v(*a)) for a in cases]\n"
+        "assert 'numba' in sys.modules\n"
+        "assert py == compiled, [(p, q) for p, q in zip(py, compiled) if p != q][:3]\n"
+    )
+    _child(code)

@@ -108,3 +108,22 @@ def test_a_study_no_site_resolves_completes_with_no_answer(tmp_path, monkeypatch
     assert doc["status"] == "no_answer" and doc["complete"] is True
     assert (doc["estimate"], doc["variance"], doc["ci95"], doc["interval"]) == (None,) * 4
     assert {s["status"] for s in doc["sites"]} == {"excluded"}
+
+
+def test_run_reads_each_sites_data_once(tmp_path, monkeypatch):
+    """``dpate run`` on one machine: the pre-spend check's read of each site is the release's
+    (one engine read per site, where the check, the flow's check and the release read three
+    times), and the published reports are a normal release's."""
+    from dpate.ledger import PrivacyLedger
+    from tests.cli.test_run_preflight import count_reads
+
+    opened = count_reads(monkeypatch)
+    study = write_study(tmp_path / "once", [Site("east", 300), Site("west", 300)])
+    args = ["run", str(study.spec), "--ledger", f"sqlite:///{study.root}/ledgers/{{site}}.sqlite"]
+    out = CliRunner().invoke(app, [*args, "--init-ledgers"])
+    assert out.exit_code == 0, out.output
+    assert sorted(p.split("/")[-2] for p in opened) == ["east", "west"]
+    for site in ("east", "west"):
+        with PrivacyLedger(study.ledger_url(site)) as led:
+            assert [e.kind for e in led.events(site)] == ["CAP", "RESERVE", "COMMIT"]
+    assert any("/results/" in k for k in study.snapshot())

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from dpate.cli.main import app
 from dpate.ledger import PrivacyLedger
 from dpate_core.synth import synth_strata
+from tests.cli.conftest import public_key_line
 
 SPEC = """spec_version = 1
 study_id = "propensity-numeric"
@@ -82,7 +83,7 @@ def _site(root, site_id: str, n: int, seed: int) -> str:
     return f"""
 [[sites]]
 id = "{site_id}"
-data = "sites/{site_id}/records.parquet"
+{public_key_line(site_id)}data = "sites/{site_id}/records.parquet"
 epsilon = "1"
 lifetime_cap = {{ epsilon = "3", delta = "0" }}
 """

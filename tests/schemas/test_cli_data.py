@@ -83,7 +83,7 @@ def test_extracts_writes_each_star_site_as_the_example_spec_reads_it(tmp_path):
 def test_extracts_name_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("DPATE_DATA_DIR", str(tmp_path / "empty"))
     res = runner.invoke(app, ["data", "extracts", "star", str(tmp_path / "out")])
-    assert res.exit_code == 4 and "dpate data fetch star" in res.output
+    assert res.exit_code == 4 and "dpate data fetch star" in " ".join(res.output.split())
     assert not (tmp_path / "out").exists()
     res = runner.invoke(app, ["data", "extracts", "ihdp", str(tmp_path / "out")])
     assert res.exit_code == 2 and "star" in res.output
