@@ -226,7 +226,7 @@ def _print(doc: dict[str, Any]) -> None:
         "",
         "",
         "",
-        f"uses {', '.join(c['used'])}",
+        f"uses {', '.join(c['used'])}" if c["used"] else "no site resolves",
         f"{c['half_width']:.4g}",
         "",
         flag(uninformative_rules(-c["half_width"], c["half_width"], b)),

@@ -275,7 +275,12 @@ def _notes(
     and what each estimates); MVAgg's predicted choice."""
     describe = estimator_of(estimator).describe
     notes: list[str] = [] if describe is None else describe(options, preds)
-    if len(used) < len(preds) and aggregator == "mvagg":
+    if not used:
+        notes.append(
+            "no site is predicted to resolve its estimate: the study would publish no answer at "
+            "this budget (raise epsilon or add records)"
+        )
+    elif len(used) < len(preds) and aggregator == "mvagg":
         notes.append(
             f"MVAgg is predicted to use {', '.join(used)} only (on noisy variances its choice "
             f"varies between releases; docs/inference.md)"

@@ -608,3 +608,15 @@ def test_a_chosen_subset_never_holds_a_site_predicted_uninformative():
     # none informative on its own: no subset to recommend, the width of what a release combines
     variance, used = combined_prediction("mvagg", [a, site("c", 1000, 0.08)], 1.0, Z)
     assert used == () and variance < 0.07
+
+
+def test_a_plan_where_no_site_resolves_says_there_is_no_answer():
+    """Sites too small for their budget: no site is predicted informative on its own, so the plan
+    says the study would publish no answer, never "MVAgg is predicted to use  only"."""
+    designs = [SiteDesign.of("a", 8, "1/4"), SiteDesign.of("b", 10, "1/4")]
+    plan = plan_study(
+        "dim", "mvagg", designs, domain_size=1, bound=1.0, design="randomized", recommend=False
+    )
+    assert plan.used == ()
+    assert any("no site is predicted to resolve" in note for note in plan.notes), plan.notes
+    assert not any("predicted to use  only" in note for note in plan.notes)
