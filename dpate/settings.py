@@ -3,7 +3,7 @@
 Only the site decides where its ledger, its data and its publication target live. The study spec
 and every run parameter come from the coordinator (untrusted): they name the study, the site and
 the round, nothing else a site keeps. One resolver, :func:`resolve_site`, applies one precedence
-(docs/pipeline.md, "Settings", whose table ``python -m dpate.settings --markdown`` prints from
+(docs/pipeline.md, "Settings", whose table :func:`settings_table` generates from
 :class:`SiteSettings`' field descriptions): 1. the site's environment (``DPATE_`` + the setting's
 name, e.g. ``DPATE_LEDGER_URL``), 2. the site config file, 3. a fallback that only a local run
 has for the ledger, the data and the publication root.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -50,6 +50,7 @@ from pydantic_settings import (
 )
 
 from dpate.errors import DpateError, ExitCode
+from dpate.field_tables import Column, extra, field_table
 from dpate.ledger_chain import release_id
 from dpate.ledger_engine import as_sqlalchemy_url
 
@@ -419,22 +420,29 @@ def site_config(site: str, study: str) -> SiteSettings:
     return SiteSettings.load().for_site(site, study)
 
 
+def _settings_cell(key: str) -> Callable[[str, FieldInfo], str]:
+    return lambda name, field: str(extra(field)[key])
+
+
+#: docs/pipeline.md's settings table, a column per place a setting is found
+SETTINGS_COLUMNS = (
+    Column("setting", lambda name, field: str(field.description)),
+    Column(
+        "1. site environment",
+        lambda name, field: f"`{extra(field)['env_example'] or SiteSettings.env_name(name)}`",
+    ),
+    Column(
+        "2. site config file",
+        lambda name, field: f"`{extra(field)['file_example'] or extra(field)['file_key']}`",
+    ),
+    Column("3. local run (embedded, CLI)", _settings_cell("local")),
+    Column("3. deployed run", _settings_cell("deployed")),
+)
+
+
 def settings_table() -> str:
     """The Markdown table of docs/pipeline.md, "Settings", from :class:`SiteSettings`' fields."""
-    rows = [
-        "| setting | 1. site environment | 2. site config file | 3. local run (embedded, CLI) "
-        "| 3. deployed run |",
-        "|---|---|---|---|---|",
-    ]
-    for name, field in SiteSettings.model_fields.items():
-        extra = field.json_schema_extra
-        assert isinstance(extra, dict)
-        env = extra["env_example"] or SiteSettings.env_name(name)
-        key = extra["file_example"] or extra["file_key"]
-        rows.append(
-            f"| {field.description} | `{env}` | `{key}` | {extra['local']} | {extra['deployed']} |"
-        )
-    return "\n".join(rows) + "\n"
+    return field_table(SiteSettings.model_fields.items(), SETTINGS_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -633,19 +641,3 @@ def resolve_study_spec_only(spec: str, round: str | None) -> StudyContext:
     validate_round(round)
     study_spec = load_study_spec(spec)
     return StudyContext(study_spec, spec, round or study_spec.release, "")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dpate.settings --markdown``: print docs/pipeline.md's settings table."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    if args != ["--markdown"]:
-        print("usage: python -m dpate.settings --markdown", file=sys.stderr)
-        return 2
-    sys.stdout.write(settings_table())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -137,7 +137,10 @@ class BalanceSpec(_Model):
     its own at every site, charged to the site's ledger with its own ``epsilon`` (exact; pure
     DP, no delta) on top of the estimate's, before any noise (docs/privacy.md)."""
 
-    epsilon: ExactNumber
+    epsilon: ExactNumber = Field(
+        description="The table's own budget at every site, on top of the estimate's (pure DP: "
+        "no delta); must be positive. One round then spends both, within the lifetime cap."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> BalanceSpec:
@@ -150,72 +153,142 @@ class BalanceSpec(_Model):
 
 
 class StudySpec(_Model):
-    """A whole study. See the module docstring and ``docs/study-spec.md``.
+    """A whole study. See the module docstring and ``docs/study-spec.md``, whose reference table
+    is generated from the fields' descriptions below (:mod:`dpate.schemas.spec_reference`).
 
-    ``missing``: what to do with a row whose treatment, outcome or covariate is missing or not
-    finite: ``"reject"`` (default: refuse the file, naming columns and counts) or ``"drop"`` (drop
-    those rows; the operator's report says how many, and the released ``N`` is the count kept).
-
-    The estimator's options (:attr:`options`, an instance of its ``options`` dataclass): the built-in
-    estimators' are read from the top-level keys ``arm_sizes_public`` (required with ``"dim"``:
-    ``true`` publishes ``N_t`` and ``N_c`` exactly as public design facts, ``false`` spends a
-    third budget part on a DP treated count), ``variance`` (the matching estimators) and
-    ``adjusted_weighting``; any estimator's from the ``[estimator_options]`` table. An option the
-    estimator does not have is refused.
-
-    ``require_all_sites``: the aggregation fails unless every site has published a valid report
-    (True, default); otherwise it proceeds with the valid reports and lists the missing sites.
-    ``release``: the round label of this run (e.g. ``"2026-q1"``), part of every release id.
-    ``reports``: base URL (fsspec) where sites publish their reports (None: the pipeline's
-    default storage). ``ledger``: default URL of
-    each site's privacy ledger (a site's own ``ledger`` wins); None leaves it to the pipeline's
-    default.
+    The estimator's options (:attr:`options`, an instance of its ``options`` dataclass): the
+    built-in estimators' are read from the top-level keys ``arm_sizes_public``, ``variance`` and
+    ``adjusted_weighting``; any estimator's from the ``[estimator_options]`` table. An option
+    the estimator does not have is refused.
     """
 
-    spec_version: Literal[1] = SPEC_VERSION
-    study_id: str = Field(pattern=_ID)
-    title: str = ""
-    design: Literal["randomized", "observational"]
-    estimator: EstimatorName
-    aggregator: AggregatorName = "mvagg"
-    arm_sizes_public: bool | None = None
-    #: the matching estimators' sampling variance: "appendix" (the paper's V_hat, the default) or
-    #: "stratified" (within-cell, docs/inference.md); omitted from the canonical form when unset
+    spec_version: Literal[1] = Field(
+        default=SPEC_VERSION, description="The version of the spec format."
+    )
+    study_id: str = Field(
+        pattern=_ID, description="The study's name, in every report, release id and ledger row."
+    )
+    title: str = Field(default="", description="A title for people; no rule reads it.")
+    design: Literal["randomized", "observational"] = Field(
+        description="How treatment was assigned. An observational study must declare covariates "
+        "and an estimator that adjusts for them; `dim` is for randomized trials only."
+    )
+    estimator: EstimatorName = Field(
+        description="The mechanism every site releases its estimate with (docs/privacy.md), or "
+        "a plug-in's name (docs/extending.md)."
+    )
+    aggregator: AggregatorName = Field(
+        default="mvagg",
+        description="How the server combines the sites' estimates (post-processing, no privacy "
+        "cost): MVAgg (the paper's), the sites' average, the largest site, inverse-variance "
+        "weights, or DerSimonian-Laird random effects; or a plug-in's name.",
+    )
+    arm_sizes_public: bool | None = Field(
+        default=None,
+        json_schema_extra={"doc_default": "required with `dim`"},
+        description="Whether the arm sizes `N_t` and `N_c` are public design facts (the paper's "
+        "randomized-trial assumption, correction 5): `true` publishes them exactly in every "
+        "report; `false` keeps them private and spends a third budget part on a DP treated "
+        "count. No default: a `dim` study must say which.",
+    )
     variance: Literal["appendix", "stratified"] | None = Field(
-        default=None, exclude_if=lambda v: v is None
+        default=None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_default": '`"appendix"`'},
+        description="The sampling variance a matching estimator releases: the paper's `V_hat` "
+        '(`"appendix"`) or the within-stratum variance (`"stratified"`, docs/inference.md).',
     )
-    #: the adjusted estimator's post-processing (docs/adjusted.md, "Two weightings"): "auto" (the
-    #: default: a public rule on N, |X| and eps), "subclassification" or "fixed_effects"; omitted
-    #: from the canonical form when unset, so specs without it keep their hash
     adjusted_weighting: Literal["auto", "subclassification", "fixed_effects"] | None = Field(
-        default=None, exclude_if=lambda v: v is None
+        default=None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_default": '`"auto"`'},
+        description="How the adjusted estimator weights its noisy stratum statistics, one "
+        "estimand for the whole study: subclassification (the average effect over the patients "
+        'of the strata with both arms), fixed effects (overlap weights), or `"auto"`, a public '
+        "rule on every site's declared `n`, `|X|` and epsilon ([below](#the-adjusted-"
+        "estimators-weighting)).",
     )
-    #: the estimator's options that have no top-level key (its ``options`` dataclass's other
-    #: fields, by name); omitted from the canonical form when empty
-    estimator_options: dict[str, Any] = Field(default_factory=dict, exclude_if=lambda v: not v)
-    missing: Literal["reject", "drop"] = "reject"
-    treatment: TreatmentSpec
-    outcome: OutcomeSpec
-    covariates: list[Covariate] = Field(default_factory=list)
-    sites: list[SiteSpec] = Field(min_length=1)
-    require_all_sites: bool = True
-    #: "required" (the default): every site's report must be signed by the site's public_key
-    #: in this spec, else the aggregator rejects it; "none": the explicit opt-out, with
-    #: ``unsigned_reason`` saying why (docs/study-spec.md, "Signed reports"). Omitted from the
-    #: canonical form when "required", so specs without the key keep their hash
+    estimator_options: dict[str, Any] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        json_schema_extra={
+            "doc_type": "table `[estimator_options]` (below)",
+            "accepted_by": "options",
+        },
+        description="The estimator's options that have no top-level key, by name; an option the "
+        "estimator does not have is refused.",
+    )
+    missing: Literal["reject", "drop"] = Field(
+        default="reject",
+        description="A row whose treatment, outcome or covariate is missing or not finite: "
+        "`\"reject\"` refuses the site's file (naming the columns and counts, for the site's "
+        'operator only); `"drop"` leaves those rows out, and the released `N` counts the rows '
+        "kept.",
+    )
+    treatment: TreatmentSpec = Field(
+        json_schema_extra={"doc_type": "table `[treatment]` (below)"},
+        description="The treatment column `W`.",
+    )
+    outcome: OutcomeSpec = Field(
+        json_schema_extra={"doc_type": "table `[outcome]` (below)"},
+        description="The outcome `Y` and its public bound `B`.",
+    )
+    covariates: list[Covariate] = Field(
+        default_factory=list,
+        json_schema_extra={"doc_type": "tables `[[covariates]]` (below)", "doc_default": "none"},
+        description="The covariates, in order: their public levels and bins make the strata, "
+        "whose number `|X|` (the product of their sizes, at most 10^9) the privacy proofs use.",
+    )
+    sites: list[SiteSpec] = Field(
+        min_length=1,
+        json_schema_extra={"doc_type": "tables `[[sites]]` (below), at least one"},
+        description="The sites, each with its data, per-release budget and lifetime cap.",
+    )
+    require_all_sites: bool = Field(
+        default=True,
+        description="`true`: the study fails unless every site publishes a valid report; "
+        "`false`: it combines the valid reports that arrived and lists the missing sites.",
+    )
     signing: Literal["required", "none"] = Field(
-        default="required", exclude_if=lambda v: v == "required"
+        default="required",
+        exclude_if=lambda v: v == "required",
+        description='`"required"`: every site\'s report must be signed by the `public_key` '
+        "this spec lists for the site, else the server rejects it ([below](#signed-reports)); "
+        '`"none"`: the explicit opt-out, with `unsigned_reason`.',
     )
-    #: why this study's reports are unsigned (``signing = "none"`` only); public, in the spec hash
     unsigned_reason: str | None = Field(
-        default=None, min_length=1, max_length=500, exclude_if=lambda v: v is None
+        default=None,
+        min_length=1,
+        max_length=500,
+        exclude_if=lambda v: v is None,
+        description='Why the study\'s reports are unsigned: required with `signing = "none"`, '
+        "refused otherwise; public.",
     )
-    release: str = Field(default="1", pattern=_ID)
-    reports: str | None = Field(default=None, min_length=1)
-    ledger: str | None = None
-    #: the DP covariate-balance table (None: off, the default); omitted from the canonical form
-    #: when unset, so specs without it keep their hash
-    balance: BalanceSpec | None = Field(default=None, exclude_if=lambda v: v is None)
+    release: str = Field(
+        default="1",
+        pattern=_ID,
+        description='The round label of this run (e.g. `"2026-q1"`), part of every release id: '
+        "a new round at the same site is a new release.",
+    )
+    reports: str | None = Field(
+        default=None,
+        min_length=1,
+        json_schema_extra={"doc_type": "path or URL", "doc_default": "the pipeline's default"},
+        description="Where the sites publish their reports in a local run (an fsspec URL); a "
+        'deployed site\'s publication root is its own setting (docs/pipeline.md, "Settings").',
+    )
+    ledger: str | None = Field(
+        default=None,
+        json_schema_extra={"doc_type": "URL"},
+        description="Ignored: a ledger's location is a site setting (docs/ledger.md).",
+    )
+    balance: BalanceSpec | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_type": "table `[balance]` (below)", "doc_default": "none (off)"},
+        description="The DP covariate-balance table, a release of its own at every site with "
+        "its own epsilon ([below](#balance-a-dp-covariate-balance-table-optional)).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:

@@ -15,7 +15,13 @@ from dpate_core.mechanisms import ESTIMATORS, Estimator
 if TYPE_CHECKING:
     from dpate.schemas.spec import StudySpec
 
-__all__ = ["MAX_DOMAIN_SIZE", "cross_field_problems", "option_object", "option_values"]
+__all__ = [
+    "MAX_DOMAIN_SIZE",
+    "cross_field_problems",
+    "keyed_options",
+    "option_object",
+    "option_values",
+]
 
 #: Largest allowed |X|: stratum ids must fit comfortably in int64 and the smooth sensitivity's
 #: O(N min(|X|, N)) cost must stay sane.
@@ -94,7 +100,7 @@ def _spec_key(f: dataclasses.Field[Any]) -> str | None:
     return None if key is None else str(key)
 
 
-def _keyed_options() -> dict[str, list[str]]:
+def keyed_options() -> dict[str, list[str]]:
     """Every top-level spec key an estimator reads an option from, with the estimators that do."""
     out: dict[str, list[str]] = {}
     for est in ESTIMATORS.values():
@@ -141,7 +147,7 @@ def _option_problems(spec: StudySpec) -> Problems:
     problems: Problems = []
     fields = est.option_fields()
     own_keys = {_spec_key(f) for f in fields} - {None}
-    for key, owners in _keyed_options().items():
+    for key, owners in keyed_options().items():
         if key not in own_keys and getattr(spec, key, None) is not None:
             designs = {d for name in owners for d in ESTIMATORS[name].designs}
             where = "" if spec.design in designs else f", never to an {spec.design} design"

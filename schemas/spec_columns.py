@@ -22,9 +22,19 @@ class TreatmentSpec(_Model):
     ``"regular"``); anything else is an error.
     """
 
-    column: str = Field(min_length=1)
-    treated: str | int | None = None
-    control: str | int | None = None
+    column: str = Field(min_length=1, description="The column that holds the treatment.")
+    treated: str | int | None = Field(
+        default=None,
+        json_schema_extra={"doc_default": "none: the column holds 0/1"},
+        description="The value that marks a treated record (with `control`; both text or both "
+        "whole numbers). Without labels the column holds 0/1, 0.0/1.0 or booleans.",
+    )
+    control: str | int | None = Field(
+        default=None,
+        json_schema_extra={"doc_default": "none: the column holds 0/1"},
+        description="The value that marks a control record (with `treated`); any other value "
+        "is an error.",
+    )
 
     @model_validator(mode="after")
     def _labels(self) -> TreatmentSpec:
@@ -57,14 +67,36 @@ class OutcomeSpec(_Model):
     numbers are public and must lie in ``[offset, offset + bound]`` (checked here).
     """
 
-    column: str = Field(min_length=1)
-    bound: float = Field(description="the public outcome bound B (> 0)")
-    offset: float = 0.0
-    policy: Literal["clip", "reject"] = "clip"
-    labels: dict[str, float] | None = None
-    #: every value is 0 or B after the offset (checked on the data by the release): the
-    #: difference in means then needs no sums of squares (one budget part fewer)
-    binary: bool = Field(default=False, exclude_if=lambda v: not v)
+    column: str = Field(min_length=1, description="The column that holds the outcome.")
+    bound: float = Field(
+        description="The public bound `B` (> 0, finite): the value used, `Y - offset`, lies in "
+        "`[0, B]`, and every mechanism's noise is scaled to `B`. Take it from the instrument's "
+        "documented scale or a declared cap, never from the observed values."
+    )
+    offset: float = Field(
+        default=0.0,
+        description="A public shift: the value used is `Y - offset` (e.g. 40 for a score on 40 "
+        "to 160 with `bound = 120`).",
+    )
+    policy: Literal["clip", "reject"] = Field(
+        default="clip",
+        description='A value outside `[offset, offset + bound]`: `"clip"` moves it to the '
+        'nearer end and counts it for the site\'s operator; `"reject"` refuses the file.',
+    )
+    labels: dict[str, float] | None = Field(
+        default=None,
+        json_schema_extra={"doc_type": "table of text labels to numbers"},
+        description='An outcome stored as text, mapped to public numbers (`{ "Yes" = 1, "No" '
+        "= 0 }`) within `[offset, offset + bound]`; any other text is an error.",
+    )
+    binary: bool = Field(
+        default=False,
+        exclude_if=lambda v: not v,
+        json_schema_extra={"accepted_by": "binary_outcome"},
+        description="Every value is `offset` or `offset + bound` (checked on the data by the "
+        "release): the difference in means then needs no sums of squares, one budget part "
+        "fewer.",
+    )
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -125,10 +157,20 @@ class CategoricalCovariate(_Model):
     one of ``levels`` or a new level appended after them).
     """
 
-    kind: Literal["categorical"]
-    column: str = Field(min_length=1)
-    levels: list[str] | list[int] = Field(min_length=1)
-    other: str | int | None = None
+    kind: Literal["categorical"] = Field(description="Which kind of covariate this is.")
+    column: str = Field(min_length=1, description="The column that holds the covariate.")
+    levels: list[str] | list[int] = Field(
+        min_length=1,
+        json_schema_extra={"doc_type": "list of text or list of whole numbers, at least one"},
+        description="The public levels, one stratum each, in the order given; text levels are "
+        'compared with the value\'s text (a level `"01"` matches a CSV field `01`).',
+    )
+    other: str | int | None = Field(
+        default=None,
+        json_schema_extra={"doc_default": "none: an unknown value is an error"},
+        description="The level a value not among `levels` counts as: one of `levels`, or a new "
+        "level appended after them.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> CategoricalCovariate:
@@ -164,12 +206,38 @@ class NumericCovariate(_Model):
       (``Estimator.unbinned_covariates``: the propensity estimator's model).
     """
 
-    kind: Literal["numeric"]
-    column: str = Field(min_length=1)
-    edges: list[float] | None = Field(default=None, min_length=2, exclude_if=lambda v: v is None)
-    lower: float | None = Field(default=None, exclude_if=lambda v: v is None)
-    upper: float | None = Field(default=None, exclude_if=lambda v: v is None)
-    policy: Literal["clip", "reject"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    kind: Literal["numeric"] = Field(description="Which kind of covariate this is.")
+    column: str = Field(min_length=1, description="The column that holds the covariate.")
+    edges: list[float] | None = Field(
+        default=None,
+        min_length=2,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_default": "none: give `lower` and `upper`"},
+        description="Public bin edges `e_0 < e_1 < ... < e_k`, one stratum per bin `[e_i, "
+        "e_{i+1})` (the last bin holds `e_k`); the first may be `-inf`, the last `inf`. A value "
+        "outside `[e_0, e_k]` is an error.",
+    )
+    lower: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"accepted_by": "unbinned_covariates"},
+        description="Without `edges`: the public lower bound (finite, below `upper`), from the "
+        "variable's documented range, never from the data. The value enters the estimator "
+        "clipped to the bounds, not as strata (it counts 1 in `|X|`).",
+    )
+    upper: float | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"accepted_by": "unbinned_covariates"},
+        description="Without `edges`: the public upper bound (finite, above `lower`).",
+    )
+    policy: Literal["clip", "reject"] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"accepted_by": "unbinned_covariates", "doc_default": '`"clip"`'},
+        description='Without `edges`, a value outside `[lower, upper]`: `"clip"` moves it to '
+        'the nearer bound and counts it for the site\'s operator; `"reject"` refuses the file.',
+    )
 
     @field_validator("edges", mode="before")
     @classmethod

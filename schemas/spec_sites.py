@@ -16,8 +16,13 @@ __all__ = ["PrivacyCap", "SiteSpec"]
 class PrivacyCap(_Model):
     """A site's lifetime privacy cap: the ledger refuses a release that would pass it."""
 
-    epsilon: ExactNumber
-    delta: ExactNumber = Fraction(0)
+    epsilon: ExactNumber = Field(
+        description="The most epsilon the site's ledger lets this study spend over all its "
+        "releases (> 0)."
+    )
+    delta: ExactNumber = Field(
+        default=Fraction(0), description="The most delta over all releases, in `[0, 1)`."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> PrivacyCap:
@@ -48,23 +53,62 @@ class SiteSpec(_Model):
     else does: a release whose ``N`` differs still releases, with the choice the spec made.
     """
 
-    id: str = Field(pattern=_ID)
-    data: str = Field(min_length=1)
-    format: Literal["csv", "parquet", "parquet-dataset"] | None = None
-    epsilon: ExactNumber
-    delta: ExactNumber = Fraction(0)
-    #: explicit shares, or a preset: "paper" (the even split) or "default" (the estimator's
-    #: searched split, docs/results.md); None: the estimator's default (even for the paper's)
-    budget_split: list[ExactNumber] | Literal["paper", "default"] | None = None
-    lifetime_cap: PrivacyCap
-    ledger: str | None = None
-    #: the record count the study declares for this site (public; None: not declared); omitted
-    #: from the canonical form when unset, so specs without it keep their hash
-    n: int | None = Field(default=None, ge=2, exclude_if=lambda v: v is None)
-    #: the site's Ed25519 report-signing key (``dpate site keygen``); the aggregator then refuses
-    #: a report of this site that is unsigned or wrongly signed (docs/deploying.md, Trust)
+    id: str = Field(pattern=_ID, description="The site's name, unique in the study.")
+    data: str = Field(
+        min_length=1,
+        json_schema_extra={"doc_type": "path or URL"},
+        description="The site's records in a local run: a CSV or Parquet path relative to the "
+        "spec file's folder (and inside it, unless the site sets `DPATE_ALLOW_SPEC_DATA=1`). A "
+        'deployed site reads its own data location (docs/pipeline.md, "Settings").',
+    )
+    format: Literal["csv", "parquet", "parquet-dataset"] | None = Field(
+        default=None,
+        json_schema_extra={"doc_default": "from the suffix"},
+        description="The file format, when the suffix does not say it (`.csv`, `.csv.gz`, "
+        '`.parquet`, `.pq`; a trailing `/`: `"parquet-dataset"`, a folder of Parquet files).',
+    )
+    epsilon: ExactNumber = Field(description="What one release of the study spends (> 0).")
+    delta: ExactNumber = Field(
+        default=Fraction(0),
+        description="One release's delta, in `[0, 1)`: > 0 for the matching estimators, "
+        "which are `(epsilon, delta)`-DP; the pure estimators charge the ledger no delta.",
+    )
+    budget_split: list[ExactNumber] | Literal["paper", "default"] | None = Field(
+        default=None,
+        json_schema_extra={"doc_default": "the estimator's default"},
+        description="How one release's budget is shared among its parts: exact shares summing "
+        'to 1, one per part of the estimator\'s release, or a preset: `"paper"` (the even '
+        'split) or `"default"` (the estimator\'s searched split, docs/results.md).',
+    )
+    lifetime_cap: PrivacyCap = Field(
+        json_schema_extra={"doc_type": "`{ epsilon, delta }` (below)"},
+        description="The cap over all releases of the study at this site; must equal the cap "
+        "pinned in the site's ledger (`dpate ledger init`), else the release is refused.",
+    )
+    ledger: str | None = Field(
+        default=None,
+        json_schema_extra={"doc_type": "URL"},
+        description="Ignored: a ledger's location is a site setting (docs/ledger.md).",
+    )
+    n: int | None = Field(
+        default=None,
+        ge=2,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_default": "none: not declared"},
+        description="The site's record count as the study declares it in advance (public: "
+        "every report publishes `N`). Only a study-wide public choice reads it "
+        '(`adjusted_weighting = "auto"`); a release with another `N` still releases, with the '
+        "spec's choice.",
+    )
     public_key: str | None = Field(
-        default=None, pattern=r"^ed25519:[A-Za-z0-9+/]{43}=$", exclude_if=lambda v: v is None
+        default=None,
+        pattern=r"^ed25519:[A-Za-z0-9+/]{43}=$",
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_type": '`"ed25519:<base64>"`'},
+        description="The site's report-signing key, as `dpate site keygen SITE` prints it: "
+        'needed for the site to release unless the study sets `signing = "none"`; when given, '
+        "the server refuses an unsigned or wrongly signed report in the site's name "
+        "(docs/deploying.md, Trust).",
     )
 
     @model_validator(mode="after")

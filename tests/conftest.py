@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.golden import Golden
+
 REPO = Path(__file__).resolve().parents[1]
 
 # The paper's data sets are read in place (never copied into the repository).
@@ -118,6 +120,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help=f"write each test file's measured seconds to {DURATIONS.relative_to(REPO)}",
     )
+    parser.addoption(
+        "--regenerate",
+        action="store_true",
+        help="rewrite the pinned outputs and golden files the selected tests compare with "
+        "(tests/golden.py; after an intended change only)",
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    """The golden files of the requesting test's file (tests/golden.py), rewritten first when
+    pytest runs with ``--regenerate``."""
+    return Golden(Path(request.node.path), bool(request.config.getoption("regenerate")))
 
 
 def _file(nodeid: str) -> str:

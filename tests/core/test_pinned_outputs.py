@@ -6,13 +6,12 @@ combiners, and two study plans with their recommendations, against ``pinned_outp
 
 A relative tolerance of 1e-12 allows only last-bit differences of the platform's maths library,
 not a change of formula. A change of formula that is meant re-records the file with
-``DPATE_UPDATE_PINNED=1 python -m pytest tests/core/test_pinned_outputs.py``, in a commit of its
-own that says which entries moved and why (the file's history is in git)."""
+``python -m pytest tests/core/test_pinned_outputs.py --regenerate`` (tests/golden.py), in a commit
+of its own that says which entries moved and why (the file's history is in git)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from dpate_core.statistics import (
     matching_variance,
 )
 from dpate_core.synth import synth
+from tests.golden import Golden
 
 PINNED = Path(__file__).with_name("pinned_outputs.json")
 
@@ -116,30 +116,24 @@ def outputs() -> dict[str, Any]:
     return out
 
 
-def _same(got: Any, want: Any, key: str) -> None:
+def _same(got: Any, want: Any, key: str, golden: Golden) -> None:
+    """``got`` is the pinned ``want`` (floats to 1e-12), else a failure naming ``key``."""
+    why = golden.differs(f"{PINNED.name}: {key} differs")
     if isinstance(want, dict):
-        assert sorted(got) == sorted(want), key
+        assert sorted(got) == sorted(want), why
         for k in want:
-            _same(got[k], want[k], f"{key}.{k}")
+            _same(got[k], want[k], f"{key}.{k}", golden)
     elif isinstance(want, list):
-        assert len(got) == len(want), key
+        assert len(got) == len(want), why
         for i, (a, b) in enumerate(zip(got, want, strict=True)):
-            _same(a, b, f"{key}[{i}]")
+            _same(a, b, f"{key}[{i}]", golden)
     elif isinstance(want, float) and not isinstance(want, bool):
-        assert got == pytest.approx(want, rel=1e-12, abs=1e-300, nan_ok=True), key
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-300, nan_ok=True), why
     else:
-        assert got == want, key
+        assert got == want, why
 
 
-def test_outputs_are_the_recorded_ones():
-    """Regenerate after an intended change (and say in the commit which entries moved and why)::
-
-    DPATE_UPDATE_PINNED=1 python -m pytest tests/core/test_pinned_outputs.py -n 0
-    """
+def test_outputs_are_the_recorded_ones(golden):
     got = json.loads(json.dumps(outputs(), sort_keys=True, default=str))
-    if os.environ.get("DPATE_UPDATE_PINNED") == "1":
-        PINNED.write_text(json.dumps(got, sort_keys=True, indent=0) + "\n")
-    want = json.loads(PINNED.read_text())
-    assert sorted(got) == sorted(want)
-    for key in want:
-        _same(got[key], want[key], key)
+    want = json.loads(golden.text(PINNED, json.dumps(got, sort_keys=True, indent=0) + "\n"))
+    _same(got, want, "the outputs", golden)

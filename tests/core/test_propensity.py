@@ -4,7 +4,9 @@ paths agreeing, the estimate without noise against a hand computation, and its c
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,128 +161,34 @@ def _pinned_data() -> tuple[np.ndarray, ...]:
     return w, y, np.column_stack([z1, z2, z3])
 
 
-# the seeded release below, pinned: the model vector and the band cells are exact integers (any
-# change in them is a change in what the release publishes); numeric values outside the bounds
-# are clipped
-PINNED_MODEL = [
-    270582939648.0,
-    373662154752.0,
-    95563022336.0,
-    77309411328.0,
-    77309411328.0,
-    74088185856.0,
-    57982058496.0,
-    100931731456.0,
-    39728447488.0,
-    121332826112.0,
-    69793218560.0,
-    157840048128.0,
-    85899345920.0,
-    110595407872.0,
-    114890375168.0,
-    105226698752.0,
-    -84166742735.0,
-    61699141579.0,
-    328494416274.0,
-]
-PINNED_CELLS = {
-    "counts": [
-        [106, 51, 65, 61, 33, 63, 29, 88, 19, 85],
-        [86, 48, 69, 96, 45, 72, 4, 21, 48, 111],
-        [52, 57, 94, 62, 27, 76, 49, 49, 30, 104],
-    ],
-    "sums": [
-        [
-            -13273473225220,
-            1702677835312,
-            -5742402563416,
-            3035100235762,
-            938714011081,
-            12566414914384,
-            3879172153798,
-            21947569969943,
-            2065795971859,
-            25577416881044,
-        ],
-        [
-            -8344026515744,
-            4745028817690,
-            -2422848413060,
-            17114231246391,
-            -1270077234,
-            14771440117580,
-            501017818359,
-            6827894347033,
-            -1865066464219,
-            21370585307751,
-        ],
-        [
-            -3023430961257,
-            10002309619625,
-            -9277767158459,
-            3381474573429,
-            2160831799840,
-            16667990281752,
-            -4740409941760,
-            7811426434396,
-            2748582609738,
-            26965978927243,
-        ],
-    ],
-    "squares": [
-        [
-            3601759380000,
-            541258675546,
-            1481407295744,
-            1304713775157,
-            400240354229,
-            3168174616117,
-            1033707109439,
-            6735490097225,
-            402427502088,
-            8234492658831,
-        ],
-        [
-            2738099034005,
-            1745409051352,
-            1984291776600,
-            4911509732320,
-            830344263121,
-            4225233646692,
-            119670766365,
-            2361755388710,
-            1247135801409,
-            6740222003802,
-        ],
-        [
-            1258463427232,
-            2682540886804,
-            2678351275075,
-            1458338142833,
-            579917870178,
-            4530945342923,
-            1733307786923,
-            2646384137879,
-            669501282092,
-            8665921312437,
-        ],
-    ],
-}
-PINNED_TAU = [0.09716092258605663, 0.1857563668340619, 0.10488534209085817]
-PINNED_VARIANCE = [0.011532573961117194, 0.008012736850020224, 0.014038782711616522]
+#: the seeded release below, pinned (tests/golden.py): the model vector and the band cells are
+#: exact integers (any change in them is a change in what the release publishes); numeric values
+#: outside the bounds are clipped
+PINNED = Path(__file__).with_name("pinned_propensity.json")
+CELLS = ("counts", "sums", "squares")
 
 
-def test_seeded_release_is_pinned() -> None:
+def test_seeded_release_is_pinned(golden) -> None:
     """A seeded release's statistics (both stages) and estimates, pinned: how the passes are
     computed must not change a released number."""
     w, y, z = _pinned_data()
     g = model_bits(w.size)
-    np.testing.assert_array_equal(model_statistics(w, z, COLUMNS, g), PINNED_MODEL)
+    model = model_statistics(w, z, COLUMNS, g)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
     noisy = draw_many(plan, np.random.default_rng(12), 3)
     locs = plan.stages[0].locs(noisy)
-    for name, want in PINNED_CELLS.items():
-        np.testing.assert_array_equal(locs[name], np.asarray(want, dtype=np.float64))
     out = plan.assemble(noisy)
-    np.testing.assert_allclose(out.tau, PINNED_TAU, rtol=1e-12)
-    np.testing.assert_allclose(out.variance, PINNED_VARIANCE, rtol=1e-12)
+    got = {
+        "model": np.asarray(model, dtype=float).tolist(),
+        "cells": {name: np.asarray(locs[name]).astype(np.int64).tolist() for name in CELLS},
+        "tau": out.tau.tolist(),
+        "variance": out.variance.tolist(),
+    }
+    pinned = json.loads(golden.text(PINNED, json.dumps(got, indent=1) + "\n"))
+    why = golden.differs(f"the seeded release differs from {PINNED.name}")
+    np.testing.assert_array_equal(model, pinned["model"], err_msg=why)
+    for name in CELLS:
+        want = np.asarray(pinned["cells"][name], dtype=np.float64)
+        np.testing.assert_array_equal(locs[name], want, err_msg=why)
+    np.testing.assert_allclose(out.tau, pinned["tau"], rtol=1e-12, err_msg=why)
+    np.testing.assert_allclose(out.variance, pinned["variance"], rtol=1e-12, err_msg=why)

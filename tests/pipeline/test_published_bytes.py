@@ -1,7 +1,7 @@
 """No unintended change: ``dpate demo``'s study publishes the same bytes as the committed golden
 hashes, for every published byte (reports, results, ledgers) with the same inputs and seeds. A
-change that is meant re-records them with ``DPATE_UPDATE_GOLDEN=1 python -m pytest
-tests/pipeline/test_published_bytes.py``, in a commit of its own that says what changed.
+change that is meant re-records them with ``python -m pytest tests/pipeline/test_published_bytes.py
+--regenerate`` (tests/golden.py), in a commit of its own that says what changed.
 
 A release is random by design: its noise comes from the operating system's secure source through
 OpenDP and Algorithm 1's record order is a secure random permutation; neither can be seeded, the
@@ -35,7 +35,7 @@ for byte) and every row of the three ledgers (all columns, as canonical JSON lin
 inputs: a report field, a number's last digit, a key's order, a ledger column. If that is an
 intended change (a new report field, a new schema version), say so in the commit and regenerate::
 
-    DPATE_UPDATE_GOLDEN=1 python -m pytest tests/pipeline/test_published_bytes.py -n 0
+    python -m pytest tests/pipeline/test_published_bytes.py --regenerate
 
 which rewrites ``tests/pipeline/golden/demo_study.json``. A failing run leaves the published files
 and the ledger rows under its ``tmp_path`` (``actual/``) to diff with a run of the previous
@@ -48,7 +48,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -158,21 +157,19 @@ def _run_demo(out: Path) -> None:
     assert r.exit_code == 0, r.output
 
 
-def test_demo_study_publishes_the_golden_bytes(tmp_path, deterministic_release):
+def test_demo_study_publishes_the_golden_bytes(tmp_path, deterministic_release, golden):
     out = tmp_path / "demo"
     _run_demo(out)
     files = {**_published(out), **_ledger_rows(out)}
     assert len([k for k in files if k.endswith(".json")]) == len(DEMO_SITES) + 1  # reports, result
     actual = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
-    if os.environ.get("DPATE_UPDATE_GOLDEN") == "1":
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(json.dumps(actual, indent=2) + "\n", encoding="utf-8")
+    stored = golden.text(GOLDEN, json.dumps(actual, indent=2) + "\n")
     for name, data in files.items():  # left for a diff when the hashes differ
         (tmp_path / "actual" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "actual" / name).write_bytes(data)
-    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
-    changed = sorted(k for k in golden.keys() | actual.keys() if golden.get(k) != actual.get(k))
-    assert not changed, (
+    hashes = json.loads(stored)
+    changed = sorted(k for k in hashes.keys() | actual.keys() if hashes.get(k) != actual.get(k))
+    assert not changed, golden.differs(
         f"published bytes differ from {GOLDEN.name} in {changed}; the files are under "
         f"{tmp_path / 'actual'} (see this module's docstring before regenerating)"
     )

@@ -3,16 +3,15 @@
 The reference views in ``tests/schemas/result_views/`` are the expected text of each view of each
 document in ``result_docs.py`` (the HTML with its embedded PNG replaced by ``PNG``); the page must
 also embed exactly the forest plot ``forest_plot_png`` draws. After an intended change of a view,
-regenerate them, read the diff, and say in the commit what changed::
+regenerate them (tests/golden.py), read the diff, and say in the commit what changed::
 
-    DPATE_UPDATE_VIEWS=1 python -m pytest tests/schemas/test_result.py -n 0
+    python -m pytest tests/schemas/test_result.py --regenerate
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import os
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -25,6 +24,7 @@ from dpate.html_report import forest_plot_png, render_html
 from dpate.ledger import SiteSpend
 from dpate.schemas.result import AbsentSite, ReleasedSite, StudyResult, interval_text
 from dpate_core.privacy import PrivacyParams
+from tests.golden import Golden
 
 from .result_docs import DOCS, V2
 
@@ -38,11 +38,11 @@ SPENDS = {
 }  # fmt: skip
 
 
-def reference(name: str, rendered: str) -> str:
-    """The reference view ``name`` (rewritten as ``rendered`` with DPATE_UPDATE_VIEWS=1)."""
-    if os.environ.get("DPATE_UPDATE_VIEWS") == "1":
-        (VIEWS / name).write_text(rendered, encoding="utf-8")
-    return (VIEWS / name).read_text(encoding="utf-8")
+def same_as_reference(golden: Golden, name: str, rendered: str) -> None:
+    """``rendered`` is the reference view ``name`` (rewritten as ``rendered`` with
+    ``--regenerate``)."""
+    stored = golden.text(VIEWS / name, rendered)
+    assert rendered == stored, golden.differs(f"the view differs from result_views/{name}")
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))
@@ -54,13 +54,13 @@ def test_parsing_keeps_the_document(name):
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))
-def test_markdown_is_the_reference(name):
+def test_markdown_is_the_reference(name, golden):
     text = StudyResult.of(DOCS[name]).markdown()
-    assert text == reference(f"{name}.md", text)
+    same_as_reference(golden, f"{name}.md", text)
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))
-def test_cli_table_and_summary_are_the_reference(name, monkeypatch):
+def test_cli_table_and_summary_are_the_reference(name, monkeypatch, golden):
     import dpate.cli.output as cli
 
     console = Console(record=True, width=140, file=io.StringIO(), color_system=None)
@@ -71,18 +71,18 @@ def test_cli_table_and_summary_are_the_reference(name, monkeypatch):
     ]
     cli.print_result(dict(DOCS[name], uri="s3://b/s1/results/2.json"), runs)
     text = console.export_text()
-    assert text == reference(f"{name}.cli.txt", text)
+    same_as_reference(golden, f"{name}.cli.txt", text)
 
 
 @pytest.mark.parametrize("name", sorted(DOCS))
-def test_html_is_the_reference_with_the_forest_plot_embedded(name):
+def test_html_is_the_reference_with_the_forest_plot_embedded(name, golden):
     result = StudyResult.of(DOCS[name])
     page = render_html(result, "/home/x/store/s1/results/2.json", SPENDS)
     (png,) = PNG.findall(page)
     assert base64.b64decode(png) == forest_plot_png(result)
     assert base64.b64decode(png).startswith(b"\x89PNG\r\n\x1a\n")
     text = PNG.sub("data:image/png;base64,PNG", page)
-    assert text == reference(f"{name}.html", text)
+    same_as_reference(golden, f"{name}.html", text)
 
 
 def test_sites_are_typed_by_status():
