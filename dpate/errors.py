@@ -8,7 +8,7 @@ a Prefect run as public text ``"TypeName: message"``, from the class of that nam
 (:func:`error_class`: every subclass registers itself when its module is imported).
 
 The errors stay where they are raised (the spec's in :mod:`dpate.schemas.spec`, the ledger's in
-:mod:`dpate.ledger_chain` ...); each also keeps its built-in base (``ValueError``,
+:mod:`dpate.ledger.chain` ...); each also keeps its built-in base (``ValueError``,
 ``RuntimeError``, ``FileNotFoundError``) for callers that catch those.
 """
 
@@ -53,7 +53,7 @@ class DpateError(Exception):
 
 #: the modules that define the errors a run's public text may name (imported on a miss)
 _MODULES = (
-    "dpate.ledger_chain",
+    "dpate.ledger.chain",
     "dpate.settings",
     "dpate.storage",
     "dpate.study_check",

@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpate.ledger import Committed, LedgerError, PrivacyLedger
-from dpate.ledger_chain import Event
+from dpate.ledger.chain import Event
 from dpate.schemas.report import (
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,

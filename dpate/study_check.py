@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dpate.errors import DpateError, ExitCode
-from dpate.ledger_chain import (
+from dpate.ledger.chain import (
     BudgetExceededError,
     CapMismatchError,
     LedgerError,

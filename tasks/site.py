@@ -36,9 +36,9 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate import site_plans
-from dpate.anchors import require_not_behind
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
+from dpate.ledger.anchors import require_not_behind
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
 from dpate.schemas.report import (
     software_version,
@@ -285,7 +285,7 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
 def reserve_budget(ctx: SiteContext) -> Reservation:
     """Debit the release's budget in the site's ledger, durably, before any noise is drawn;
     first the ledger's head is checked against the newest head the site has published
-    (:func:`dpate.anchors.require_not_behind`: a restored older copy is refused)."""
+    (:func:`dpate.ledger.anchors.require_not_behind`: a restored older copy is refused)."""
     site = ctx.spec.site(ctx.site_id)
     with open_site_ledger(ctx) as ledger:
         # a ledger restored from an older copy is refused before it can spend again

@@ -42,7 +42,7 @@ def check_site_ledger(site: str) -> str:
     """The site's ledger URL, after checking that it is configured, exists and holds the site's
     lifetime cap (what every release checks first). Raises SettingsError or LedgerError."""
     from dpate.ledger import LedgerError, PrivacyLedger
-    from dpate.ledger_engine import shown_url
+    from dpate.ledger.engine import shown_url
     from dpate.settings import SettingsError, site_config, site_ledger_url
 
     cfg = site_config(site, "{study}")  # "{study}" stays: per-study ledgers are checked per run
@@ -88,7 +88,7 @@ def site_worker_cmd(
     site's ledger exists (dpate ledger init). Stops on the first SIGTERM or SIGINT."""
     from dpate.deployments.site_runner import WORKER_SITE_ENV
     from dpate.ledger import LedgerError
-    from dpate.ledger_engine import shown_url
+    from dpate.ledger.engine import shown_url
     from dpate.settings import IDENTIFIER, SettingsError
 
     if not re.fullmatch(IDENTIFIER, site):

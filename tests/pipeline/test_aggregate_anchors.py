@@ -17,9 +17,9 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from dpate.anchors import check_anchors, published_heads, verify_against_reports
 from dpate.ledger import PrivacyLedger
-from dpate.ledger_chain import GENESIS, release_id, row_hash
+from dpate.ledger.anchors import check_anchors, published_heads, verify_against_reports
+from dpate.ledger.chain import GENESIS, release_id, row_hash
 from dpate.schemas.report import SiteReport, read_report
 from dpate.schemas.signing import SITE_KEY_ENV, seal_site_report
 from dpate.schemas.spec import StudySpec

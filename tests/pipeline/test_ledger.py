@@ -12,7 +12,7 @@ from dpate.ledger import (
     CapMismatchError,
     LedgerError,
 )
-from dpate.ledger_chain import release_id
+from dpate.ledger.chain import release_id
 from dpate_core.privacy import PrivacyParams
 
 CAP = PrivacyParams.of("1", "1e-5")

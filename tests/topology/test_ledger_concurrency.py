@@ -21,7 +21,7 @@ from dpate_core.privacy import PrivacyParams
 pytestmark = [pytest.mark.services, pytest.mark.postgres]
 
 ledger_mod = pytest.importorskip("dpate.ledger")
-chain_mod = pytest.importorskip("dpate.ledger_chain")
+chain_mod = pytest.importorskip("dpate.ledger.chain")
 
 N_RELEASES = 20
 RELEASE = PrivacyParams(Fraction(1, 2), Fraction(1, 10**6))

@@ -13,7 +13,7 @@ from typing import Any, Self
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dpate.ledger_chain import (
+from dpate.ledger.chain import (
     Committed,
     Event,
     LedgerError,
@@ -22,7 +22,7 @@ from dpate.ledger_chain import (
     privacy_of,
     site_spend,
 )
-from dpate.ledger_engine import (
+from dpate.ledger.engine import (
     as_sqlalchemy_url,
     ledger_table,
     make_engine,

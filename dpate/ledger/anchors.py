@@ -39,7 +39,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dpate.ledger import LedgerError, PrivacyLedger
+from dpate.ledger.chain import LedgerError
+from dpate.ledger.privacy_ledger import PrivacyLedger
 from dpate.schemas.bounded_json import loads_bounded
 from dpate.schemas.report import MAX_REPORT_BYTES
 from dpate.schemas.result import MAX_RESULT_BYTES
