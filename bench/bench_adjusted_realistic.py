@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpate.schemas.datasets import DataUnavailableError
+from dpate.data.datasets import DataUnavailableError
 from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.simulation import aggregate_many
 from dpate_core.statistics import cell_statistics
@@ -149,7 +149,7 @@ def designs() -> list[Design]:
     try:
         from bench_regression_adjustment import ihdp_data, lalonde_data, strata_ids
 
-        from dpate.schemas.datasets import load_ihdp, load_lalonde
+        from dpate.data.datasets import load_ihdp, load_lalonde
 
         ih = load_ihdp(1)
         la = load_lalonde()

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from dpate.schemas.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
+from dpate.data.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
 from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.mechanisms.propensity import Categorical, Column, Numeric, plan_propensity
 from dpate_core.release import draw_many

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from dpate.schemas.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
+from dpate.data.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
 from dpate_core.mechanisms.adjusted import (
     DEFAULT_SPLIT,
     plan_adjusted_from_statistics,

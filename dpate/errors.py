@@ -59,7 +59,7 @@ _MODULES = (
     "dpate.study_check",
     "dpate.schemas.spec",
     "dpate.schemas.report",
-    "dpate.schemas.datasets",
+    "dpate.data.datasets",
     "dpate.schemas.preflight",
     "dpate.schemas.signing",
     "dpate.schemas.site_data",

@@ -7,7 +7,6 @@
   for files, PostgreSQL, Spark or another Ibis backend): the statistics a release reads, errors
   that never hold values, and the validated records for tests and simulations.
 - :mod:`dpate.schemas.report`: the published site report (versioned canonical JSON, validated on read).
-- :mod:`dpate.schemas.datasets`: the paper's data sets (IST, STAR, IHDP, Lalonde) and Synth.
 
 Import the submodules directly (``from dpate.schemas.spec import load_spec``); this package imports
 nothing heavy by itself.

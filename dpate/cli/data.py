@@ -5,7 +5,7 @@ ihdp, lalonde; default all) from their original sources, checks each file's pinn
 them in the data directory (``$DPATE_DATA_DIR``, else ``$XDG_DATA_HOME/dpate/data``, else
 ``~/.local/share/dpate/data``; ``--dest`` overrides it). ``--from DIR`` copies from a local mirror
 with the same layout (``DIR/<name>/<file>``) instead of the network. A file with another checksum is
-refused and nothing of its data set is written (:mod:`dpate.schemas.fetch`).
+refused and nothing of its data set is written (:mod:`dpate.data.fetch`).
 
 ``dpate data describe NAME [--split S] [--sites J] [--seed K]`` prints N, N_t, N_c and |X| for a
 data set (ist, star, ihdp, lalonde, synth) and the sizes of each site under a split:
@@ -17,7 +17,7 @@ data set (ist, star, ihdp, lalonde, synth) and the sizes of each site under a sp
 
 ``dpate data extracts star OUT_DIR`` writes the example site extracts of the deployment guide's
 study (docs/deploying.md): each STAR site's records as ``OUT_DIR/<site>/star.parquet``
-(:mod:`dpate.schemas.site_extracts`), from the data directory ``dpate data fetch star`` fills.
+(:mod:`dpate.data.extracts`), from the data directory ``dpate data fetch star`` fills.
 
 These are public research data sets, so per-site arm sizes are shown; never run this on a site's
 private records.
@@ -63,8 +63,8 @@ def fetch(
     ] = None,
 ) -> None:
     """Download (or copy from --from DIR) the public data sets, verify their sha256, store them."""
-    from dpate.schemas.datasets import data_dir
-    from dpate.schemas.fetch import FetchError, fetch_datasets
+    from dpate.data.datasets import data_dir
+    from dpate.data.fetch import FetchError, fetch_datasets
 
     target = dest if dest is not None else data_dir()
     if mirror is not None and not mirror.is_dir():
@@ -89,8 +89,8 @@ def extracts(
     out_dir: Path = typer.Argument(..., help="folder for OUT_DIR/<site>/<file>"),  # noqa: B008
 ) -> None:
     """Write the example site extracts of the deployment guide: one file per site."""
-    from dpate.schemas.datasets import DataUnavailableError
-    from dpate.schemas.site_extracts import EXTRACTS, write_star_extracts
+    from dpate.data.datasets import DataUnavailableError
+    from dpate.data.extracts import EXTRACTS, write_star_extracts
 
     if name.lower() not in EXTRACTS:
         console.print(
@@ -129,7 +129,7 @@ def describe(
     """Print N, N_t, N_c, |X| and per-site sizes of a data set under a split."""
     import numpy as np
 
-    from dpate.schemas.datasets import DATASETS, DataUnavailableError, load_dataset
+    from dpate.data.datasets import DATASETS, DataUnavailableError, load_dataset
 
     key = name.lower()
     options: dict[str, object] = {}

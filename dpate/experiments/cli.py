@@ -42,7 +42,7 @@ def experiments(
         options["reps"] = reps
         options["splits"] = min(base.splits, reps)  # at least one repetition per split
     settings = type(base)(**{**base.__dict__, **options})
-    from dpate.schemas.datasets import DataUnavailableError
+    from dpate.data.datasets import DataUnavailableError
 
     try:
         result = run_experiments(settings, out)

@@ -130,11 +130,11 @@ def build_splits(settings: ExperimentSettings, source: DataSource) -> dict[str, 
 
 
 def default_source() -> DataSource:
-    """The paper's data sets through :func:`dpate.schemas.datasets.load_dataset` (read in place from
+    """The paper's data sets through :func:`dpate.data.datasets.load_dataset` (read in place from
     ``DPATE_DATA_DIR``; Y rescaled by the public constants declared there), the Synth generator
     :func:`dpate_core.synth.synth` and the seeded splitter
     :func:`dpate_core.synth.split_proportions`."""
-    from dpate.schemas.datasets import load_dataset
+    from dpate.data.datasets import load_dataset
     from dpate_core.synth import split_proportions, synth
 
     def load(name: str) -> Dataset:

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate.schemas.datasets import (
+from dpate.data.datasets import (
     DataUnavailableError,
     load_ihdp,
     load_ist,

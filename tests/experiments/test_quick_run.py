@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _data_available() -> bool:
-    from dpate.schemas.datasets import DataUnavailableError, load_lalonde
+    from dpate.data.datasets import DataUnavailableError, load_lalonde
 
     try:
         load_lalonde()

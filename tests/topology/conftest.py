@@ -24,7 +24,7 @@ from tests.topology.services import (
 )
 
 #: The studies the object store is configured for (deployments/storage/config.py grants every
-#: identity per study): the STAR study's sites (dpate.schemas.datasets.STAR_SITES, the sites of
+#: identity per study): the STAR study's sites (dpate.data.datasets.STAR_SITES, the sites of
 #: deployments/prefect.yaml) and the generic sites of the storage tests.
 STAR_SITES = ("rural", "suburban", "inner-city", "urban")
 STAR_STUDY = "star-small-classes"

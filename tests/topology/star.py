@@ -76,7 +76,7 @@ def star_spec_toml(sites: tuple[str, ...], reports: str) -> str:
 def write_star_sites(root: Path) -> dict[str, Path]:
     """Each STAR site's records as the site would hold them (raw scores), one file per site:
     what ``dpate data extracts star ROOT`` writes (docs/deploying.md)."""
-    from dpate.schemas.site_extracts import write_star_extracts
+    from dpate.data.extracts import write_star_extracts
 
     return write_star_extracts(root)
 

@@ -1,6 +1,6 @@
 """``dpate data fetch``: download (or copy from a local mirror) the public data sets, verified.
 
-Each file of :data:`dpate.schemas.dataset_sources.SOURCES` is fetched from its URLs in order
+Each file of :data:`dpate.data.sources.SOURCES` is fetched from its URLs in order
 (standard library ``urllib`` only) or copied from ``MIRROR/<data set>/<file>``, hashed while it
 streams, and accepted only if its sha256 equals the pinned one. A data set is staged in a temporary
 folder inside the destination and its files are renamed into ``DEST/<data set>/`` only once
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from dpate.schemas.dataset_sources import SOURCES, SourceFile
+from dpate.data.sources import SOURCES, SourceFile
 
 __all__ = ["ChecksumError", "FetchError", "FetchedFile", "fetch_datasets", "file_sha256"]
 
@@ -78,7 +78,7 @@ def _copy_hashing(src: BinaryIO, dst: Path) -> str:
 def _refused(dataset: str, spec: SourceFile, source: str, got: str) -> ChecksumError:
     return ChecksumError(
         f"{dataset}/{spec.name} from {source} was refused: its sha256 is {got}, but every data "
-        f"file must match its pinned sha256 {spec.sha256} (schemas/dataset_sources.py, SOURCES). Nothing "
+        f"file must match its pinned sha256 {spec.sha256} (dpate/data/sources.py, SOURCES). Nothing "
         f"of {dataset} was written; fetch it again from its original source, or repair the mirror."
     )
 
@@ -120,7 +120,7 @@ def _stage_file(
     if refused:
         raise ChecksumError(
             f"{dataset}/{spec.name} was refused: every data file must match its pinned sha256 "
-            f"{spec.sha256} (schemas/dataset_sources.py, SOURCES), and no source did: "
+            f"{spec.sha256} (dpate/data/sources.py, SOURCES), and no source did: "
             f"{'; '.join(failures)}. Nothing of {dataset} was written."
         )
     raise FetchError(

@@ -3,8 +3,8 @@
 Files are read in place from the data directory (:func:`data_dir`: ``$DPATE_DATA_DIR``, else
 ``$XDG_DATA_HOME/dpate/data``, else ``~/.local/share/dpate/data``), one folder per data set; they
 are never copied into the repository. ``dpate data fetch`` puts them there from their original
-sources (:data:`SOURCES`, in :mod:`dpate.schemas.dataset_sources`: URLs and pinned sha256
-checksums; :mod:`dpate.schemas.fetch`). Each loader follows the mapping of docs/data.md and
+sources (:data:`SOURCES`, in :mod:`dpate.data.sources`: URLs and pinned sha256
+checksums; :mod:`dpate.data.fetch`). Each loader follows the mapping of docs/data.md and
 rescales ``Y`` to ``[0, 1]`` with a **public constant declared here**, not the observed maximum
 (docs/corrections.md, section 7: rescaling by the observed range leaks), clipping to
 ``[0, B] = [0, 1]``:
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpate.data.sources import SOURCES, DatasetSource, SourceFile
 from dpate.errors import DpateError, ExitCode
-from dpate.schemas.dataset_sources import SOURCES, DatasetSource, SourceFile
 from dpate_core.synth import synth
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate.schemas.datasets import (
+from dpate.data.datasets import (
     DataUnavailableError,
     data_dir,
     load_dataset,

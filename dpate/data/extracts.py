@@ -5,7 +5,7 @@ entry-grade school urbanicity of Tennessee STAR. :func:`write_star_extracts` wri
 records as that site would keep them: ``<out>/<site>/star.parquet`` with the spec's columns,
 ``small_class`` (0/1) and ``math_score`` (the raw entry-grade maths score on its public scale
 ``[200, 800]``, which the spec maps to ``[0, B]`` with ``offset = 200``, ``bound = 600``). The
-records come from :func:`dpate.schemas.datasets.load_star`, that is from the data directory that
+records come from :func:`dpate.data.datasets.load_star`, that is from the data directory that
 ``dpate data fetch star`` fills (downloaded from the original source, sha256 checked).
 ``dpate data extracts star OUT_DIR`` is the command line.
 
@@ -26,12 +26,12 @@ EXTRACTS = {"star": "star.parquet"}
 def write_star_extracts(out_dir: str | Path) -> dict[str, Path]:
     """Write each STAR site's records to ``<out_dir>/<site>/star.parquet`` (folders created;
     existing files replaced); returns the file of each site, in
-    :data:`~dpate.schemas.datasets.STAR_SITES` order.
-    Raises :class:`~dpate.schemas.datasets.DataUnavailableError` (naming ``dpate data fetch
+    :data:`~dpate.data.datasets.STAR_SITES` order.
+    Raises :class:`~dpate.data.datasets.DataUnavailableError` (naming ``dpate data fetch
     star``) when the STAR files are not in the data directory."""
     import pandas as pd
 
-    from dpate.schemas.datasets import STAR_SCORE_RANGE, load_star
+    from dpate.data.datasets import STAR_SCORE_RANGE, load_star
 
     ds = load_star()
     lo, hi = STAR_SCORE_RANGE
