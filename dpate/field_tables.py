@@ -4,7 +4,7 @@ default and ``json_schema_extra``), so a reference page cannot drift from the co
 
 Two pages carry such tables: docs/pipeline.md, "Settings" (:func:`dpate.settings.settings_table`,
 from :class:`dpate.settings.SiteSettings`) and docs/study-spec.md, "Reference"
-(:func:`dpate.schemas.spec_reference.spec_reference`, from the study spec's models). Each table
+(:func:`dpate.schemas.spec.reference.spec_reference`, from the study spec's models). Each table
 sits between two marker comments; a test compares it with the generated one and rewrites it
 under ``python -m pytest FILE --regenerate`` (docs/extending.md, "Pinned outputs and golden
 files").

@@ -1,8 +1,7 @@
 """schemas: validated boundaries of dpate.
 
-- :mod:`dpate.schemas.spec`: the study spec (TOML -> :class:`~dpate.schemas.spec.StudySpec`, canonical hash),
-  with its columns (:mod:`dpate.schemas.spec_columns`), sites (:mod:`dpate.schemas.spec_sites`), cross-field
-  rules (:mod:`dpate.schemas.spec_checks`) and shared pieces (:mod:`dpate.schemas.spec_fields`).
+- :mod:`dpate.schemas.spec`: the study spec (TOML -> :class:`~dpate.schemas.spec.StudySpec`,
+  canonical hash) with its columns, sites and rules across fields, one package.
 - :mod:`dpate.schemas.site_data`: a site's data read, validated and reduced where it lives (DuckDB
   for files, PostgreSQL, Spark or another Ibis backend): the statistics a release reads, errors
   that never hold values, and the validated records for tests and simulations.

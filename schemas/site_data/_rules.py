@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from dpate.schemas.spec import StudySpec
-from dpate.schemas.spec_columns import CategoricalCovariate
+from dpate.schemas.spec import CategoricalCovariate, StudySpec
 
 from ._errors import (
     R_COVARIATE_BOUNDS,

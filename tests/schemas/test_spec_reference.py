@@ -1,5 +1,5 @@
 """docs/study-spec.md's reference is the one the spec's models generate
-(:func:`dpate.schemas.spec_reference.spec_reference`), every key of every table is in it with a
+(:func:`dpate.schemas.spec.reference.spec_reference`), every key of every table is in it with a
 description, and the estimators a key names are the ones that accept it."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from dpate.schemas.spec import StudySpec
-from dpate.schemas.spec_reference import SECTIONS, spec_reference
-from dpate.schemas.spec_sites import SiteSpec
+from dpate.schemas.spec import SiteSpec, StudySpec
+from dpate.schemas.spec.reference import SECTIONS, spec_reference
 from tests.golden import REPO, Golden
 
 DOCS = REPO / "docs" / "study-spec.md"

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from dpate_core.mechanisms import ESTIMATORS, Estimator
 
 if TYPE_CHECKING:
-    from dpate.schemas.spec import StudySpec
+    from dpate.schemas.spec._model import StudySpec
 
 __all__ = [
     "MAX_DOMAIN_SIZE",

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_serializer, field_validator, model_validator
 
-from dpate.schemas.spec_fields import _Model
+from dpate.schemas.spec._fields import _Model
 
 __all__ = ["CategoricalCovariate", "Covariate", "NumericCovariate", "OutcomeSpec", "TreatmentSpec"]
 

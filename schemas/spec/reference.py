@@ -23,15 +23,15 @@ from pydantic.fields import FieldInfo
 
 from dpate.field_tables import Column, extra, field_table
 from dpate.schemas.spec import BalanceSpec, StudySpec
-from dpate.schemas.spec_checks import keyed_options
-from dpate.schemas.spec_columns import (
+from dpate.schemas.spec._checks import keyed_options
+from dpate.schemas.spec._columns import (
     CategoricalCovariate,
     NumericCovariate,
     OutcomeSpec,
     TreatmentSpec,
 )
-from dpate.schemas.spec_fields import _ID
-from dpate.schemas.spec_sites import PrivacyCap, SiteSpec
+from dpate.schemas.spec._fields import _ID
+from dpate.schemas.spec._sites import PrivacyCap, SiteSpec
 from dpate_core.mechanisms import ESTIMATORS, Estimator
 
 __all__ = ["SECTIONS", "spec_reference"]

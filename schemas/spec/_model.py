@@ -23,9 +23,9 @@ Invalid specs raise :class:`SpecError`, whose message lists every problem as
 ``field.path: what is wrong; what would be valid``.
 
 Modules: this one holds the study (:class:`StudySpec`), its loading, canonical form and hash; the
-column models (treatment, outcome, covariates) are in schemas/spec_columns.py, the site models in
-schemas/spec_sites.py, the cross-field rules in schemas/spec_checks.py, and what every model shares
-(identifiers, exact numbers, the strict base model) in schemas/spec_fields.py.
+column models (treatment, outcome, covariates) are in schemas/spec/, the site models in
+schemas/spec/, the cross-field rules in schemas/spec/, and what every model shares
+(identifiers, exact numbers, the strict base model) in schemas/spec/.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from pydantic import (
 
 from dpate.errors import DpateError, ExitCode
 from dpate.plugins import load_plugins
-from dpate.schemas.spec_checks import cross_field_problems, option_object
-from dpate.schemas.spec_columns import Covariate, NumericCovariate, OutcomeSpec, TreatmentSpec
-from dpate.schemas.spec_fields import _ID, _ID_HINT, ExactNumber, _Model
-from dpate.schemas.spec_sites import SiteSpec
+from dpate.schemas.spec._checks import cross_field_problems, option_object
+from dpate.schemas.spec._columns import Covariate, NumericCovariate, OutcomeSpec, TreatmentSpec
+from dpate.schemas.spec._fields import _ID, _ID_HINT, ExactNumber, _Model
+from dpate.schemas.spec._sites import SiteSpec
 from dpate_core.aggregation import AGGREGATORS
 from dpate_core.balance import BalanceLayout
 from dpate_core.mechanisms import ESTIMATORS, Estimator, StudyChoice, StudySite, estimator_of
@@ -154,7 +154,7 @@ class BalanceSpec(_Model):
 
 class StudySpec(_Model):
     """A whole study. See the module docstring and ``docs/study-spec.md``, whose reference table
-    is generated from the fields' descriptions below (:mod:`dpate.schemas.spec_reference`).
+    is generated from the fields' descriptions below (:mod:`dpate.schemas.spec.reference`).
 
     The estimator's options (:attr:`options`, an instance of its ``options`` dataclass): the
     built-in estimators' are read from the top-level keys ``arm_sizes_public``, ``variance`` and
@@ -292,7 +292,7 @@ class StudySpec(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
-        problems = cross_field_problems(self)  # schemas/spec_checks.py
+        problems = cross_field_problems(self)  # schemas/spec/
         problems += self._balance_problems()
         if problems:
             raise _CrossFieldProblems(problems)
@@ -398,7 +398,7 @@ class StudySpec(_Model):
     def options(self) -> Any:
         """The estimator's options (an instance of its ``options`` dataclass; None when it has
         none), read from the spec's top-level keys and ``[estimator_options]``
-        (:func:`dpate.schemas.spec_checks.option_object`; validated with the spec)."""
+        (:func:`dpate.schemas.spec._checks.option_object`; validated with the spec)."""
         return option_object(self)
 
     @property

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from dpate.schemas.spec_fields import _ID, ExactNumber, _Model
+from dpate.schemas.spec._fields import _ID, ExactNumber, _Model
 from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = ["PrivacyCap", "SiteSpec"]
