@@ -64,7 +64,7 @@ def bench_demo(tmp: Path) -> None:
 def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float]:
     """The site releases and the aggregation by the same functions, no Prefect, sequential."""
     from dpate.ledger import PrivacyLedger
-    from dpate.schemas.report import read_report, software_version
+    from dpate.schemas.reports import read_report, software_version
     from dpate.schemas.site_data import prepare_site_data
     from dpate.settings import resolve_site
     from dpate.site_reports import site_report_bytes

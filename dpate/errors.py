@@ -58,7 +58,7 @@ _MODULES = (
     "dpate.storage",
     "dpate.study_check",
     "dpate.schemas.spec",
-    "dpate.schemas.report",
+    "dpate.schemas.reports",
     "dpate.data.datasets",
     "dpate.schemas.preflight",
     "dpate.schemas.signing",

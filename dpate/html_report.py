@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import jinja2
 
 from dpate.ledger import SiteSpend
-from dpate.schemas.result import ReleasedSite, SiteResult, StudyResult, spend_text
+from dpate.schemas.reports import ReleasedSite, SiteResult, StudyResult, spend_text
 
 __all__ = ["forest_plot_png", "render_html", "source_label"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from dpate.ledger import Committed, LedgerError, PrivacyLedger
 from dpate.ledger.chain import Event
-from dpate.schemas.report import (
+from dpate.schemas.reports import (
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,
     PublicEstimate,

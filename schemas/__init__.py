@@ -5,7 +5,10 @@
 - :mod:`dpate.schemas.site_data`: a site's data read, validated and reduced where it lives (DuckDB
   for files, PostgreSQL, Spark or another Ibis backend): the statistics a release reads, errors
   that never hold values, and the validated records for tests and simulations.
-- :mod:`dpate.schemas.report`: the published site report (versioned canonical JSON, validated on read).
+- :mod:`dpate.schemas.reports`: what is published (the site report, the study result: versioned
+  canonical JSON, validated on read) and its checks (plausibility, bounded JSON).
+- :mod:`dpate.schemas.signing`: the sites' report-signing keys and signatures.
+- :mod:`dpate.schemas.preflight`: what a site checks before it releases.
 
 Import the submodules directly (``from dpate.schemas.spec import load_spec``); this package imports
 nothing heavy by itself.

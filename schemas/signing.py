@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from dpate.errors import DpateError, ExitCode
-from dpate.schemas.bounded_json import loads_bounded
+from dpate.schemas.reports import loads_bounded
 from dpate.schemas.spec import canonical_json
 
 __all__ = [
@@ -291,7 +291,7 @@ def seal_site_report(
     """The site's report as published: with the ledger head of its COMMIT row
     (``committed.seq``, ``committed.row_hash``) and signed with the site's key ``key_path``
     (:func:`site_signing_key`: always, unless the study opted out). Deterministic."""
-    from dpate.schemas.report import LedgerHead
+    from dpate.schemas.reports import LedgerHead
 
     seq = getattr(committed, "seq", None)
     if seq is not None:

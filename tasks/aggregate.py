@@ -1,8 +1,8 @@
 """The aggregator's tasks (the untrusted server): read, validate, combine, publish.
 
 The server sees only published site reports and takes nothing at face value. Each is read with a
-size limit (:data:`dpate.schemas.report.MAX_REPORT_BYTES`, checked before it is parsed) and validated
-against the study spec (:func:`dpate.schemas.report.read_report`: schema, ids, budget, the numbers the
+size limit (:data:`dpate.schemas.reports.MAX_REPORT_BYTES`, checked before it is parsed) and validated
+against the study spec (:func:`dpate.schemas.reports.read_report`: schema, ids, budget, the numbers the
 mechanism can produce, and the site's signature when the spec lists its key); a missing or
 rejected report is listed with its reason, never aggregated. Each used site's entry records the
 ledger head its report carries (``ledger_head``) and whether the report was signed, so the
@@ -33,9 +33,18 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from dpate.errors import DpateError, ExitCode
-from dpate.schemas.bounded_json import BoundedJSONError, loads_bounded
-from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, read_report, software_version
-from dpate.schemas.result import MAX_RESULT_BYTES, NO_ANSWER, RESULT_SCHEMA, StudyResult
+from dpate.schemas.reports import (
+    MAX_REPORT_BYTES,
+    MAX_RESULT_BYTES,
+    NO_ANSWER,
+    RESULT_SCHEMA,
+    BoundedJSONError,
+    ReportError,
+    StudyResult,
+    loads_bounded,
+    read_report,
+    software_version,
+)
 from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store

@@ -40,10 +40,10 @@ from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.ledger.anchors import require_not_behind
 from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
-from dpate.schemas.report import (
+from dpate.schemas.reports import (
+    interval_text,
     software_version,
 )
-from dpate.schemas.result import interval_text
 from dpate.schemas.signing import site_signing_key
 from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site

@@ -13,7 +13,7 @@ from dpate.cli.errors import classify, from_exception, print_failures
 from dpate.errors import DpateError
 
 if TYPE_CHECKING:
-    from dpate.schemas.result import StudyResult
+    from dpate.schemas.reports import StudyResult
 
 console = Console()
 err = Console(stderr=True)
@@ -42,7 +42,7 @@ def sites_table(result: StudyResult, runs: list[dict[str, Any]] | None = None) -
 
 def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
     """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
-    from dpate.schemas.result import StudyResult
+    from dpate.schemas.reports import StudyResult
 
     typed = StudyResult.of(result)
     console.print(sites_table(typed, runs))

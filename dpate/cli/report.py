@@ -39,7 +39,7 @@ def write_report(spec: str, round: str | None, storage: str | None, out: Path) -
             continue
         spends[site] = _local_spend(url, site)
     from dpate.html_report import render_html
-    from dpate.schemas.result import StudyResult
+    from dpate.schemas.reports import StudyResult
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")

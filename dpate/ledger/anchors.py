@@ -41,9 +41,7 @@ from typing import Any, Literal
 
 from dpate.ledger.chain import LedgerError
 from dpate.ledger.privacy_ledger import PrivacyLedger
-from dpate.schemas.bounded_json import loads_bounded
-from dpate.schemas.report import MAX_REPORT_BYTES
-from dpate.schemas.result import MAX_RESULT_BYTES
+from dpate.schemas.reports import MAX_REPORT_BYTES, MAX_RESULT_BYTES, loads_bounded
 from dpate.storage import ObjectTooLargeError, Store
 
 __all__ = [

@@ -251,7 +251,7 @@ def public_site(site: Any) -> SiteEstimate:
     """A :class:`~dpate_core.release.SiteEstimate` as published (diagnostics as floats, a missing
     ``raw_variance`` read as ``variance``, an unresolved release's ``null`` numbers as NaN) from a
     ``SiteEstimate``, its ``public_fields()`` dictionary, or a pydantic model of it
-    (``dpate.schemas.report.PublicEstimate``)."""
+    (``dpate.schemas.reports.PublicEstimate``)."""
     if hasattr(site, "public_fields"):
         d = site.public_fields()
     elif hasattr(site, "model_dump"):

@@ -71,7 +71,7 @@ __all__ = [
 
 SPEC_VERSION: Literal[1] = 1
 #: the most rows a balance table may have (one per numeric covariate with finite bins, one per
-#: level of the others): what fits in a site report (schemas/report.py, MAX_REPORT_BYTES)
+#: level of the others): what fits in a site report (schemas/reports/, MAX_REPORT_BYTES)
 MAX_BALANCE_ROWS = 200
 
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from dpate.ledger import PrivacyLedger
 from dpate.ledger.anchors import check_anchors, published_heads, verify_against_reports
 from dpate.ledger.chain import GENESIS, release_id, row_hash
-from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.reports import SiteReport, read_report
 from dpate.schemas.signing import SITE_KEY_ENV, seal_site_report
 from dpate.schemas.spec import StudySpec
 from dpate.storage import Store

@@ -125,7 +125,7 @@ def test_result_carries_clipped_normal_and_bootstrap_intervals(full_study):
     (``ci95``) and the parametric bootstrap (``interval``), both inside [-B, B] (B = 1 here), and
     every site's tau inside it too; the bootstrap flagged uninformative exactly when an information rule
     fired (mostly privacy noise when only the noise rule did), its note naming the rules."""
-    from dpate.schemas.result import interval_text
+    from dpate.schemas.reports import interval_text
     from dpate_core.inference import INFORMATION_RULES, NOISE_DOMINATED, UNINFORMATIVE_RULES
 
     _, out = full_study

@@ -10,7 +10,7 @@ import pytest
 
 from dpate.html_report import render_html, source_label
 from dpate.ledger import SiteSpend
-from dpate.schemas.result import StudyResult
+from dpate.schemas.reports import StudyResult
 from dpate_core.privacy import PrivacyParams
 
 RESULT = StudyResult.of(

@@ -10,8 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from dpate.schemas.bounded_json import MAX_DEPTH, BoundedJSONError, loads_bounded
-from dpate.schemas.report import ReportError, read_report
+from dpate.schemas.reports import (
+    MAX_DEPTH,
+    BoundedJSONError,
+    ReportError,
+    loads_bounded,
+    read_report,
+)
 from dpate.schemas.signing import generate_key_pair, load_private_key
 from dpate.schemas.spec import SpecError, StudySpec
 from dpate_core.privacy import PrivacyParams, exact

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.reports import SiteReport, read_report
 from dpate.schemas.signing import generate_key_pair, load_private_key
 from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import load_spec

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate.schemas.report import (
+from dpate.schemas.reports import (
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,
     ReportError,
@@ -104,7 +104,7 @@ def test_dim_report_with_public_arm_sizes():
         (lambda d: d.update(extra=1), "unknown field"),
         (lambda d: d.update(created_at="2026-01-31T12:00:00"), "time zone"),
         (lambda d: d["estimate"].update(tau="0.5"), "estimate.tau"),
-        # non-finite numbers are refused by the bounded parse (dpate.schemas.bounded_json)
+        # non-finite numbers are refused by the bounded parse (dpate.schemas.reports)
         (lambda d: d["estimate"].update(tau=float("nan")), "NaN is not a JSON number"),
         (lambda d: d["estimate"].update(variance=float("inf")), "Infinity is not a JSON number"),
         (lambda d: d["estimate"].update(variance=0.0), "variance (0.0) must be positive"),
@@ -156,7 +156,7 @@ def test_public_estimate_is_the_site_estimate_in_public_form(spec, estimate):
     dataclass's definition: a field added to SiteEstimate fails here until the report has it."""
     import dataclasses
 
-    from dpate.schemas.report import PublicEstimate
+    from dpate.schemas.reports import PublicEstimate
     from dpate_core.release import SiteEstimate
 
     assert list(PublicEstimate.model_fields) == [f.name for f in dataclasses.fields(SiteEstimate)]
@@ -169,7 +169,7 @@ def test_public_estimate_is_the_site_estimate_in_public_form(spec, estimate):
 
 
 def test_from_estimate_takes_the_public_form_and_the_recorded_software(spec, estimate):
-    from dpate.schemas.report import PublicEstimate
+    from dpate.schemas.reports import PublicEstimate
 
     public = PublicEstimate.model_validate(json.loads(json.dumps(estimate.public_fields())))
     built = SiteReport.from_estimate(

@@ -10,8 +10,13 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from dpate.schemas.plausibility import estimate_problems
-from dpate.schemas.report import MAX_REPORT_BYTES, ReportError, SiteReport, read_report
+from dpate.schemas.reports import (
+    MAX_REPORT_BYTES,
+    ReportError,
+    SiteReport,
+    estimate_problems,
+    read_report,
+)
 from dpate.schemas.signing import (
     SigningError,
     generate_key_pair,
@@ -400,7 +405,7 @@ def test_sealed_report_carries_the_ledger_head_and_verifies(keys):
 
 
 def test_signatures_cover_the_lifetime_spend_and_version_1_reports_still_verify(keys):
-    from dpate.schemas.report import LifetimeSpend
+    from dpate.schemas.reports import LifetimeSpend
     from dpate_core.privacy import PrivacyParams
 
     (path, pub), _ = keys

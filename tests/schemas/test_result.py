@@ -1,4 +1,4 @@
-"""The typed study result (dpate.schemas.result.StudyResult) and its views.
+"""The typed study result (dpate.schemas.reports.StudyResult) and its views.
 
 The reference views in ``tests/schemas/result_views/`` are the expected text of each view of each
 document in ``result_docs.py`` (the HTML with its embedded PNG replaced by ``PNG``); the page must
@@ -22,7 +22,7 @@ from rich.console import Console
 
 from dpate.html_report import forest_plot_png, render_html
 from dpate.ledger import SiteSpend
-from dpate.schemas.result import AbsentSite, ReleasedSite, StudyResult, interval_text
+from dpate.schemas.reports import AbsentSite, ReleasedSite, StudyResult, interval_text
 from dpate_core.privacy import PrivacyParams
 from tests.golden import Golden
 

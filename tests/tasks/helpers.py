@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from dpate.ledger import Committed
-from dpate.schemas.report import LifetimeSpend, software_version
+from dpate.schemas.reports import LifetimeSpend, software_version
 from dpate.schemas.signing import load_private_key, sign_bytes
 from dpate.settings import SiteContext, resolve_site
 from dpate.site_reports import site_report_bytes

@@ -1,5 +1,5 @@
 """The server's task logic through ``.fn``: collect_reports, combine_reports, result_key, the
-typed result (dpate.schemas.result.StudyResult), its markdown and the HTML report (dpate/html_report.py)."""
+typed result (dpate.schemas.reports.StudyResult), its markdown and the HTML report (dpate/html_report.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from dpate.html_report import render_html, source_label
-from dpate.schemas.report import MAX_REPORT_BYTES, LifetimeSpend
-from dpate.schemas.result import StudyResult
+from dpate.schemas.reports import MAX_REPORT_BYTES, LifetimeSpend, StudyResult
 from dpate.schemas.spec import canonical_json
 from dpate.settings import resolve_site, resolve_study
 from dpate.site_reports import site_report_bytes
@@ -266,7 +265,7 @@ def _publish(spec: str, site: str, *, resolved: bool, seed: int = 0) -> None:
     """Publish ``site``'s report: a simulated release, or (``resolved`` False) the release of
     all-zero noisy counts, which no weighting resolves."""
     from dpate.ledger import Committed
-    from dpate.schemas.report import software_version
+    from dpate.schemas.reports import software_version
     from dpate.tasks.site import load_site_data, plan_release
 
     if resolved:

@@ -13,8 +13,7 @@ import pytest
 
 from dpate.html_report import render_html
 from dpate.ledger import PrivacyLedger
-from dpate.schemas.report import read_report
-from dpate.schemas.result import StudyResult
+from dpate.schemas.reports import StudyResult, read_report
 from dpate.schemas.spec import SpecError, load_spec
 from dpate.settings import resolve_site, resolve_study
 from dpate.storage import Store
@@ -106,7 +105,7 @@ def test_a_report_whose_balance_table_is_not_the_specs_is_rejected(balanced):
     data = Store(ctx.storage_url).read(Store.site_report_key(ctx.study_id, "north", ctx.rid))
     doc = json.loads(data)
     doc["balance"]["noise_scale"] = 1.0  # less noise than the spec's epsilon gives
-    from dpate.schemas.report import ReportError
+    from dpate.schemas.reports import ReportError
 
     with pytest.raises(ReportError, match="signature"):  # edited: refused for its bytes
         read_report(json.dumps(doc), ctx.spec, site_id="north")

@@ -1,5 +1,5 @@
 """The contract every registered estimator and aggregator meets, end to end without Prefect:
-plan -> simulated release -> published report round trip (dpate.schemas.report) and its
+plan -> simulated release -> published report round trip (dpate.schemas.reports) and its
 plausibility check -> aggregation (and its bootstrap interval) -> simulation of the same plans
 with the vectorised combiner; and ``dpate plan`` and ``dpate check`` on a study of each.
 
@@ -25,8 +25,7 @@ from typer.testing import CliRunner
 import dpate_core.aggregation as aggregators
 import dpate_core.mechanisms as mechanisms
 from dpate.cli.main import app
-from dpate.schemas.plausibility import estimate_problems
-from dpate.schemas.report import SiteReport, read_report
+from dpate.schemas.reports import SiteReport, estimate_problems, read_report
 from dpate.schemas.spec import StudySpec
 from dpate_core.aggregation import aggregate
 from dpate_core.inference import combined_bootstrap_interval

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dpate.schemas.report import ReportError, read_report
+from dpate.schemas.reports import ReportError, read_report
 from dpate.schemas.site_data import SecureOrder
 from dpate.settings import resolve_site
 from dpate.site_plans import data_independent_order, record_order

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from dpate.schemas.report import PublicEstimate, SiteReport, read_report
+from dpate.schemas.reports import PublicEstimate, SiteReport, read_report
 from dpate.settings import resolve_site
 from dpate.site_reports import site_report_bytes
 

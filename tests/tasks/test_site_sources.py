@@ -18,7 +18,7 @@ import pytest
 import dpate.site_plans
 from dpate.ledger import Committed
 from dpate.schemas.preflight import FeasibilityError
-from dpate.schemas.report import software_version
+from dpate.schemas.reports import software_version
 from dpate.schemas.site_data import (
     PermutationOrder,
     SiteData,

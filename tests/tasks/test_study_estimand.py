@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpate.schemas.result import StudyResult
+from dpate.schemas.reports import StudyResult
 from dpate.schemas.site_data import PreparationReport, SiteData
 from dpate.schemas.spec import StudySpec
 from dpate.site_plans import plan_from_records

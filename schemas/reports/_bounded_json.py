@@ -44,7 +44,7 @@ MAX_NUMBER_CHARS = 40
 
 
 class BoundedJSONError(ValueError):
-    """A JSON document breaks one of the bounds of :mod:`dpate.schemas.bounded_json`, or is not
+    """A JSON document breaks one of the bounds of :mod:`dpate.schemas.reports._bounded_json`, or is not
     JSON at all; the message names the rule, never the offending text."""
 
 

@@ -19,11 +19,11 @@ schema version, wrong types (no coercion: ``"0.5"`` is not a number), non-finite
 another spec hash, a site not in the spec, and a budget or bound that is not the one the spec gives
 that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it, a
 document whose nesting or numbers are out of bounds before any arithmetic on them
-(:mod:`dpate.schemas.bounded_json`; exact strings: :func:`dpate_core.privacy.exact`), then, when
+(:mod:`dpate.schemas.reports._bounded_json`; exact strings: :func:`dpate_core.privacy.exact`), then, when
 an unsigned or wrongly signed report (:mod:`dpate.schemas.signing`: reports are signed by
 default, so every site needs its public key in the spec unless the study opts out with
 ``signing = "none"``) before any of its numbers is checked, and last
-numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.plausibility`).
+numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.reports._plausibility`).
 
 Optional fields (left out of the JSON when absent, so older reports keep their bytes):
 ``ledger_head`` (the ``seq`` and ``row_hash`` of the release's COMMIT row in the site's ledger:
@@ -33,7 +33,7 @@ published heads anchor the ledger, ``dpate ledger verify --against-reports``), `
 reserved, as exact strings (public amounts: sums of releases' spec budgets and the cap, never
 data; docs/privacy.md). A report whose spend passes its cap, falls short of this release's own
 budget, or names a cap other than the spec's for the site is refused
-(:func:`dpate.schemas.plausibility.spend_problems`).
+(:func:`dpate.schemas.reports._plausibility.spend_problems`).
 
 Version 4 adds the optional ``balance``: the site's DP covariate-balance table
 (:class:`BalanceDoc`, a release of its own with the spec's ``[balance]`` epsilon, committed to the
@@ -51,7 +51,7 @@ every version in :data:`REPORT_SCHEMA_VERSIONS` (version 1: no ``lifetime_spend`
 and 2: no unresolved release); a newer version is refused with a reason.
 
 The report's parts (:class:`PublicEstimate`, :class:`LedgerHead`, :class:`LifetimeSpend`,
-:class:`BudgetAmount`) are in :mod:`dpate.schemas.report_parts` and importable from here.
+:class:`BudgetAmount`) are in this package's ``_parts`` module.
 """
 
 from __future__ import annotations
@@ -72,15 +72,15 @@ from pydantic import (
 )
 
 from dpate.errors import DpateError, ExitCode
-from dpate.schemas.bounded_json import BoundedJSONError, loads_bounded
-from dpate.schemas.plausibility import estimate_problems, spend_problems
-from dpate.schemas.report_parts import (
+from dpate.schemas.reports._bounded_json import BoundedJSONError, loads_bounded
+from dpate.schemas.reports._parts import (
     BalanceDoc,
     BudgetAmount,
     LedgerHead,
     LifetimeSpend,
     PublicEstimate,
 )
+from dpate.schemas.reports._plausibility import estimate_problems, spend_problems
 from dpate.schemas.spec import StudySpec, canonical_json
 from dpate_core.release import SiteEstimate
 

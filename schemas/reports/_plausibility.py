@@ -26,7 +26,7 @@ from dpate_core.mechanisms import ESTIMATORS, RTOL
 from dpate_core.privacy import PrivacyParams
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpate.schemas.report import PublicEstimate
+    from dpate.schemas.reports._report import PublicEstimate
     from dpate.schemas.spec import StudySpec
 
 __all__ = [
@@ -50,7 +50,7 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     """Why ``e`` cannot be an output of ``spec``'s mechanism (empty when it can).
 
     Assumes ``e`` already matches the spec's estimator, budget, bound and split
-    (:meth:`dpate.schemas.report.SiteReport.problems_against` checks those first).
+    (:meth:`dpate.schemas.reports._report.SiteReport.problems_against` checks those first).
     """
     if not e.resolved:
         return _unresolved(e)

@@ -1,4 +1,4 @@
-"""The parts of a published site report (:mod:`dpate.schemas.report`): the public estimate
+"""The parts of a published site report (:mod:`dpate.schemas.reports._report`): the public estimate
 (:class:`PublicEstimate`, a :class:`dpate_core.release.SiteEstimate`'s public fields as a strict
 model), the ledger head (:class:`LedgerHead`) and the lifetime spend (:class:`LifetimeSpend`, two
 exact :class:`BudgetAmount`). Every model forbids unknown fields and coerces nothing; exact privacy

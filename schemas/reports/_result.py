@@ -56,7 +56,7 @@ __all__ = [
 RESULT_SCHEMA: Literal["dpate.study-result"] = "dpate.study-result"
 
 #: A result document larger than this is not read (it lists one entry of a few hundred bytes per
-#: site); its numbers and nesting are bounded too (:mod:`dpate.schemas.bounded_json`)
+#: site); its numbers and nesting are bounded too (:mod:`dpate.schemas.reports._bounded_json`)
 MAX_RESULT_BYTES = 8 * 1024 * 1024
 
 #: how the views show the interval of an estimate that does not exist (no answer, unresolved)
