@@ -38,7 +38,7 @@ from dpate.settings import IDENTIFIER, SettingsError, SiteRun, dpate_home, site_
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
 
-__all__ = ["FLOW_NAME", "REFUSED", "WORKER_SITE_ENV", "main", "refusal"]
+__all__ = ["FLOW_NAME", "REFUSED", "WORKER_SITE_ENV", "main", "refusal", "refuse_if_not_allowed"]
 
 #: The environment variable ``dpate site worker SITE`` sets in its own process (the runner
 #: inherits it; a deployment's ``env`` job variable never reaches the runner).
@@ -126,6 +126,17 @@ def _refuse(flow_run: FlowRun, message: str, site: str | None) -> None:
         client.set_flow_run_state(flow_run.id, Failed(message=message), force=True)
 
 
+def refuse_if_not_allowed(flow_run: FlowRun, flow_name: str) -> str | None:
+    """Refuse the run (:func:`refusal` for this process's worker site): set it Failed with the
+    reason, log it at the site, and return the reason; None when the run may go on. The worker
+    calls it before it starts a process for the run, the runner again before it loads the flow."""
+    worker_site = os.environ.get(WORKER_SITE_ENV, "").strip() or None
+    why = refusal(flow_name, dict(flow_run.parameters), worker_site)
+    if why is not None:
+        _refuse(flow_run, why, worker_site)
+    return why
+
+
 def _flow_name(flow_run: FlowRun) -> str:
     from prefect.client.orchestration import get_client
 
@@ -149,11 +160,9 @@ def main() -> int:
 
         flow_run = load_flow_run(flow_run_id=flow_run_id)
         run_logger = flow_run_logger(flow_run=flow_run)
-        worker_site = os.environ.get(WORKER_SITE_ENV, "").strip() or None
-        why = refusal(_flow_name(flow_run), dict(flow_run.parameters), worker_site)
+        why = refuse_if_not_allowed(flow_run, _flow_name(flow_run))
         if why is not None:
             run_logger.error(why)
-            _refuse(flow_run, why, worker_site)
             return REFUSED
 
         from dpate.flows.site_release import site_release

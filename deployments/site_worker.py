@@ -70,6 +70,8 @@ from prefect.workers.process import (
     ProcessWorkerResult,
 )
 
+from dpate.deployments.site_runner import REFUSED, refuse_if_not_allowed
+
 if TYPE_CHECKING:
     from uuid import UUID
 
@@ -188,6 +190,12 @@ class SiteWorker(BaseWorker[SiteJobConfiguration, ProcessVariables, ProcessWorke
         coordinator cancels is killed and set Cancelled; when the worker stops meanwhile (this
         task is cancelled), the process is killed and the run reported Crashed."""
         started = anyio.TASK_STATUS_IGNORED if task_status is None else task_status
+        # a run this site does not run is refused here, before any process starts for it (the
+        # runner checks again before it loads the flow)
+        flow_name = (await self.client.read_flow(flow_run.flow_id)).name
+        if await anyio.to_thread.run_sync(refuse_if_not_allowed, flow_run, flow_name):
+            started.started(0)  # no process: nothing for Prefect to record as the run's pid
+            return ProcessWorkerResult(status_code=REFUSED, identifier="refused")
         with tempfile.TemporaryDirectory(prefix="dpate-run-") as cwd:
             process = await _start_runner(configuration, cwd)
             try:

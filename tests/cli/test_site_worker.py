@@ -365,6 +365,9 @@ class _Server:
         self.proposed.append(state)
         return SimpleNamespace(status=SimpleNamespace(value="ACCEPT"))
 
+    async def read_flow(self, flow_id: uuid.UUID) -> Any:
+        return SimpleNamespace(name=FLOW_NAME)
+
 
 def _offline_worker(monkeypatch, server: _Server, argv: list[str]) -> SiteWorker:
     """A site worker talking to ``server``, whose runs start ``argv``, polling every 50 ms."""
@@ -375,6 +378,7 @@ def _offline_worker(monkeypatch, server: _Server, argv: list[str]) -> SiteWorker
     monkeypatch.setattr(site_worker, "heartbeat_seconds", lambda: 3600)
     monkeypatch.setattr(SiteWorker, "client", property(lambda self: server))
     monkeypatch.setattr(SiteWorker, "get_flow_run_logger", lambda self, fr: logging.getLogger("w"))
+    monkeypatch.setattr(site_worker, "refuse_if_not_allowed", lambda flow_run, name: None)
     return SiteWorker(work_pool_name="site-rural")
 
 
@@ -446,3 +450,42 @@ def test_a_site_worker_refuses_ad_hoc_submission():
 
     with pytest.raises(RuntimeError, match="only deployed site-release flow runs"):
         asyncio.run(SiteWorker(work_pool_name="site-rural").submit(site_release))
+
+
+def test_the_worker_refuses_a_run_before_starting_any_process_for_it(monkeypatch, tmp_path):
+    """A run for another site is refused by the worker itself (Failed, logged at the site): no
+    process starts for it, so nothing of the release's code runs."""
+    import prefect.client.orchestration
+    from prefect.states import Running
+
+    from dpate.deployments import site_worker
+
+    server = _Server([Running()])
+    marker = tmp_path / "started"
+    worker = _offline_worker(
+        monkeypatch, server, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    )
+    monkeypatch.setattr(site_worker, "refuse_if_not_allowed", site_runner.refuse_if_not_allowed)
+    states: list[Any] = []
+
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def set_flow_run_state(self, flow_run_id, state, force=False):
+            states.append(state)
+
+    monkeypatch.setenv(WORKER_SITE_ENV, "rural")
+    monkeypatch.setenv("DPATE_SITE_LOG", str(tmp_path / "rural.log"))
+    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **k: Client())
+    flow_run = _flow_run(spec="s", site="urban")
+    result = asyncio.run(worker.run(flow_run, _configuration(flow_run)))
+
+    assert result.status_code == REFUSED and result.identifier == "refused"
+    assert not marker.exists()
+    (state,) = states
+    assert state.is_failed() and "runs only releases for site rural, not 'urban'" in state.message
+    assert "not 'urban'" in (tmp_path / "rural.log").read_text()
