@@ -215,23 +215,29 @@ def test_approve_refuses_a_spec_not_naming_the_site_or_its_key_or_not_its_conten
     )
 
 
+class _SyncClient:
+    """Prefect's sync client as a refusal uses it: the states set, recorded."""
+
+    def __init__(self) -> None:
+        self.states: list[tuple[Any, Any, bool]] = []
+
+    def __enter__(self) -> _SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def set_flow_run_state(self, flow_run_id: Any, state: Any, force: bool = False) -> None:
+        self.states.append((flow_run_id, state, force))
+
+
 def test_a_refused_run_is_failed_logged_at_the_site_and_never_run(monkeypatch, tmp_path):
     import prefect.client.orchestration
     import prefect.flow_engine
     import prefect.logging.loggers
 
     flow_run = _flow_run(spec="s", site="urban")
-    states: list[Any] = []
-
-    class Client:
-        def __enter__(self) -> Client:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def set_flow_run_state(self, flow_run_id, state, force=False):
-            states.append((flow_run_id, state, force))
+    client = _SyncClient()
 
     def never(*a: Any, **k: Any) -> None:
         raise AssertionError("a refused flow run must not run")
@@ -246,10 +252,10 @@ def test_a_refused_run_is_failed_logged_at_the_site_and_never_run(monkeypatch, t
         prefect.logging.loggers, "flow_run_logger", lambda **k: logging.getLogger("run")
     )
     monkeypatch.setattr(site_runner, "_flow_name", lambda fr: FLOW_NAME)
-    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **k: Client())
+    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **k: client)
 
     assert site_runner.main() == REFUSED
-    ((run_id, state, force),) = states
+    ((run_id, state, force),) = client.states
     assert run_id == flow_run.id and force and state.is_failed()
     assert "runs only releases for site rural, not 'urban'" in state.message
     assert "not 'urban'" in (tmp_path / "rural.log").read_text()
@@ -466,26 +472,16 @@ def test_the_worker_refuses_a_run_before_starting_any_process_for_it(monkeypatch
         monkeypatch, server, [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     )
     monkeypatch.setattr(site_worker, "refuse_if_not_allowed", site_runner.refuse_if_not_allowed)
-    states: list[Any] = []
-
-    class Client:
-        def __enter__(self) -> Client:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def set_flow_run_state(self, flow_run_id, state, force=False):
-            states.append(state)
-
+    client = _SyncClient()
     monkeypatch.setenv(WORKER_SITE_ENV, "rural")
     monkeypatch.setenv("DPATE_SITE_LOG", str(tmp_path / "rural.log"))
-    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **k: Client())
+    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **k: client)
     flow_run = _flow_run(spec="s", site="urban")
     result = asyncio.run(worker.run(flow_run, _configuration(flow_run)))
 
     assert result.status_code == REFUSED and result.identifier == "refused"
     assert not marker.exists()
-    (state,) = states
+    ((_, state, force),) = client.states
+    assert force
     assert state.is_failed() and "runs only releases for site rural, not 'urban'" in state.message
     assert "not 'urban'" in (tmp_path / "rural.log").read_text()
