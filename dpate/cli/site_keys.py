@@ -60,7 +60,7 @@ def keygen(
             spec.write_text(with_public_key(text, site, public), encoding="utf-8")
     except (DpateError, ValueError, OSError) as exc:  # SigningError, SettingsError, ...
         err.print(str(exc), style="red", soft_wrap=True, highlight=False, markup=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(_exit_code(exc)) from None
     err.print(
         f"private key written to {path} (mode 0600): keep it at the site; set", soft_wrap=True
     )
@@ -74,6 +74,16 @@ def keygen(
     if spec is not None:
         err.print(f"(added to site {site}'s entry in {spec})", soft_wrap=True, highlight=False)
     print(public)
+
+
+def _exit_code(exc: Exception) -> int:
+    """A refusal's exit code (docs/pipeline.md): its own for dpate's errors, usage for a site id
+    that cannot name a file, settings for a key file that cannot be written."""
+    from dpate.errors import DpateError, ExitCode
+
+    if isinstance(exc, DpateError):
+        return int(exc.exit_code)
+    return int(ExitCode.SETTINGS if isinstance(exc, OSError) else ExitCode.USAGE)
 
 
 def _read(spec: Path, site: str) -> str:

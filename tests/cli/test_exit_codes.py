@@ -36,6 +36,16 @@ def _bad_spec(tmp: Path) -> str:
     return str(spec)
 
 
+def _unsigned_spec(tmp: Path) -> str:
+    """A valid spec whose site ``a`` lists no public key (reports are signed by default)."""
+    spec = Path(_good_spec(tmp))
+    text = "".join(
+        ln for ln in spec.read_text(encoding="utf-8").splitlines(True) if "public_key" not in ln
+    )
+    spec.write_text(text, encoding="utf-8")
+    return str(spec)
+
+
 def _good_spec(tmp: Path, b: str = GOOD) -> str:
     return str(write_spec(tmp, {"a": GOOD, "b": b}))
 
@@ -124,6 +134,18 @@ CASES: dict[tuple[str, str], Callable[[Path], list[str]]] = {
         ["ledger", "verify", "a", "--against-reports"],
     )[1],
     ("ledger init-commands", "invalid spec"): lambda t: ["ledger", "init-commands", _bad_spec(t)],
+    ("site keygen", "site id that cannot name a file"): lambda t: ["site", "keygen", "a/../b"],
+    ("site keygen", "a key file already there"): lambda t: (
+        runner.invoke(app, ["site", "keygen", "a", "--out", str(t)]),
+        ["site", "keygen", "a", "--out", str(t)],
+    )[1],
+    ("site approve", "spec without the site's public key"): lambda t: [
+        "site",
+        "approve",
+        _unsigned_spec(t),
+        "--site",
+        "a",
+    ],
 }
 
 
