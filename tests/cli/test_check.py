@@ -229,7 +229,7 @@ def test_check_names_a_site_without_a_key_and_keygen_fixes_it(tmp_path, home):
     # a second key for the site, or a site the spec does not have: refused, no key file made
     for site in ("a", "zz"):
         r = runner.invoke(app, ["site", "keygen", site, "--spec", str(spec), "--out", str(home)])
-        assert r.exit_code == 1 and not (home / f"{site}.ed25519.pem").exists(), r.output
+        assert r.exit_code == 8 and not (home / f"{site}.ed25519.pem").exists(), r.output
 
     # the explicit opt-out: no key needed, and check says what it costs
     spec.write_text(

@@ -279,6 +279,6 @@ def test_cli_site_keygen(tmp_path):
     assert pem.stat().st_mode & 0o777 == 0o600
     assert res.stdout.strip().splitlines()[-1] == public_key_text(load_private_key(pem))
     again = CliRunner().invoke(app, ["site", "keygen", "north", "--out", str(tmp_path / "k")])
-    assert again.exit_code == 1 and "already exists" in again.output
+    assert again.exit_code == 8 and "already exists" in again.output  # settings: the key is there
     bad = CliRunner().invoke(app, ["site", "keygen", "../x", "--out", str(tmp_path / "k")])
-    assert bad.exit_code == 1 and "site id" in bad.output
+    assert bad.exit_code == 2 and "site id" in bad.output  # usage
