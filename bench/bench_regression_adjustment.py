@@ -1,6 +1,6 @@
 """A DP regression adjustment (main effects, sufficient-statistics perturbation) against the adjusted
-estimator. Simulation only (numpy noise); prints tables, asserts nothing. docs/adjusted.md, section
-"DP regression adjustment (main effects): measured, not shipped", has the design and the numbers.
+estimator. Simulation only (numpy noise); prints tables, asserts
+nothing. docs/research/regression-adjustment.md has the design and the numbers.
 
 The regression: ``Y = alpha + tau W + sum_k (main effects of covariate k) + error``, each covariate
 one-hot (levels minus one columns) or, where ordinal, linear in its level scaled to ``[0, 1]``.
