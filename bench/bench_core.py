@@ -1,4 +1,4 @@
-"""Speed and memory of dpate_core (issue 2, "Speed"). Prints figures; asserts nothing.
+"""Speed and memory of dpate_core. Prints figures; asserts nothing.
 
 Each figure is printed next to a baseline measured in the same run, so that the ratios carry over
 between machines:

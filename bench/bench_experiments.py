@@ -1,4 +1,4 @@
-"""Speed of the experiment engine (issue 6, "Speed"). Prints figures; asserts nothing.
+"""Speed of the experiment engine. Prints figures; asserts nothing.
 
 One panel of the paper's Figure 9 (Synth, N = 10,000, |X| = 100, J = 3 sites 1:1:1,
 SmoothDPMatching, seven alphas, 100 repetitions, all five combiners), computed two ways:
