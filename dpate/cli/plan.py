@@ -3,7 +3,7 @@
 Reads only the study spec (:func:`dpate.settings.load_study_spec`) and the public site sizes given
 with ``--n`` (the spec holds no ``N``). No record is read, no noise drawn, no ledger touched, no
 Prefect import. The prediction and its assumptions are described in :mod:`dpate_core.planning` and
-``docs/inference.md``.
+``docs/explanation/inference.md``.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def plan(
         domain_size=study.domain_size,
         bound=study.outcome.bound,
         design=study.design,
-        options=study.study_options,  # the spec's one choice for the whole study
+        choice=study.study_choice,  # the spec's one choice for the whole study, and its reason
         assumptions=Assumptions(
             arm_share=arm_share,
             outcome_sd=outcome_sd,
