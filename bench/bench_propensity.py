@@ -2,8 +2,8 @@
 propensity-stratified and AIPW estimates and the PyPI package ``dpate`` 0.0.1: bias, RMSE, coverage
 and width of the inverse-variance combination over 2 and 3 sites at eps = 1 per site; and its
 release time at N = 10^7 with 20 covariates against one ``np.bincount`` pass.
-Simulation only (numpy noise); prints tables, asserts nothing. Results: docs/results.md
-("Propensity bands") and docs/benchmarks.md.
+Simulation only (numpy noise); prints tables, asserts nothing. Results: docs/explanation/results.md
+("Propensity bands") and docs/reference/benchmarks.md.
 
 Data: Synth with 5 covariates (3 categorical, 2 numeric; 384 strata once the numeric ones are
 binned for ``adjusted``), a fresh data set per repetition (the truth is the common effect 0.3);
@@ -15,7 +15,7 @@ random into equal sites, fresh noise per repetition. ``adjusted`` runs on the pr
 the binned covariates (bench_regression_adjustment's IHDP and Lalonde strata: 128 and 192).
 
 The peer: set ``DPATE_PEER_PYTHON`` to a Python with ``dpate==0.0.1`` and ``scikit-learn<1.8``
-installed (a separate environment, never a dependency: docs/results.md says how); its
+installed (a separate environment, never a dependency: docs/explanation/results.md says how); its
 ``dp_prop_blocking`` and ``dp_ipw_sequential`` publish no variance, so only bias and RMSE (the
 sites pooled by size).
 
@@ -370,7 +370,8 @@ def _realised_width(variance: Array) -> float:
 
 
 def plan_accuracy(reps: int = 400) -> None:
-    """``dpate plan``'s predicted widths for ``propensity`` over the realised ones (docs/results.md,
+    """``dpate plan``'s predicted widths for ``propensity`` over the realised ones
+    (docs/explanation/results.md,
     "dpate plan for propensity"): IHDP and Lalonde split 2 and 3 ways, the bench Synth at one
     site of several sizes; eps 1, the planner stating the treated share, the outcome's mean and
     within-arm sd, the effect and the confounding (crude difference less the effect)."""

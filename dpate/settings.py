@@ -3,7 +3,7 @@
 Only the site decides where its ledger, its data and its publication target live. The study spec
 and every run parameter come from the coordinator (untrusted): they name the study, the site and
 the round, nothing else a site keeps. One resolver, :func:`resolve_site`, applies one precedence
-(docs/pipeline.md, "Settings", whose table :func:`settings_table` generates from
+(docs/reference/pipeline.md, "Settings", whose table :func:`settings_table` generates from
 :class:`SiteSettings`' field descriptions): 1. the site's environment (``DPATE_`` + the setting's
 name, e.g. ``DPATE_LEDGER_URL``), 2. the site config file, 3. a fallback that only a local run
 has for the ledger, the data and the publication root.
@@ -250,7 +250,7 @@ class SiteSettings(BaseSettings):
     """The site's own configuration: the process environment (``DPATE_*``) over the site config
     file (``DPATE_SITE_CONFIG``), else unset. :meth:`load` reads it, :meth:`for_site` fills in
     ``{site}`` and ``{study}``, :meth:`source` says where a value came from. The fallbacks when a
-    setting is unset are :func:`resolve_site`'s (docs/pipeline.md, "Settings")."""
+    setting is unset are :func:`resolve_site`'s (docs/reference/pipeline.md, "Settings")."""
 
     model_config = SettingsConfigDict(
         env_prefix="DPATE_", frozen=True, extra="forbid", hide_input_in_errors=True
@@ -424,7 +424,7 @@ def _settings_cell(key: str) -> Callable[[str, FieldInfo], str]:
     return lambda name, field: str(extra(field)[key])
 
 
-#: docs/pipeline.md's settings table, a column per place a setting is found
+#: docs/reference/pipeline.md's settings table, a column per place a setting is found
 SETTINGS_COLUMNS = (
     Column("setting", lambda name, field: str(field.description)),
     Column(
@@ -441,7 +441,7 @@ SETTINGS_COLUMNS = (
 
 
 def settings_table() -> str:
-    """The Markdown table of docs/pipeline.md, "Settings", from :class:`SiteSettings`' fields."""
+    """The Markdown table of docs/reference/pipeline.md, "Settings", from :class:`SiteSettings`' fields."""
     return field_table(SiteSettings.model_fields.items(), SETTINGS_COLUMNS)
 
 

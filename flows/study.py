@@ -4,7 +4,7 @@ Deployment entrypoint: ``dpate.flows.study:study``. On the embedded default ever
 (one thread per site, each a ``site_release`` subflow); a site that fails after its retries is
 recorded and the aggregation proceeds with the others, unless the spec requires all sites.
 Parameters: ``spec`` and ``round`` only. Ledgers, data and the publication root come from this
-process's site configuration (``dpate run --ledger/--storage`` sets it; docs/pipeline.md).
+process's site configuration (``dpate run --ledger/--storage`` sets it; docs/reference/pipeline.md).
 """
 
 from __future__ import annotations

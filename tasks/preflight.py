@@ -3,7 +3,7 @@
 A thin wrapper of :func:`dpate.study_check.check_study` (public wording: a site's data problem
 names columns and rules, its counts and row positions go to the site's operator log). The
 ``study`` flow runs every site on one machine, whose operator owns every site's data; in a
-deployment each site checks its own data before it reserves (docs/pipeline.md).
+deployment each site checks its own data before it reserves (docs/reference/pipeline.md).
 """
 
 from __future__ import annotations

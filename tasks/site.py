@@ -1,6 +1,6 @@
 """The tasks of one site's release: thin wrappers of schemas, dpate_core, the ledger and storage.
 
-Order (the crash rule, docs/ledger.md): check the ledger for a committed release -> load and
+Order (the crash rule, docs/how-to/ledger.md): check the ledger for a committed release -> load and
 validate the data -> reserve the budget (durable, before any noise) -> compute the release (plan,
 one secure draw) -> commit it to the ledger -> publish the report built from the *committed*
 value. Raw records and the un-committed noisy output live only in this process's memory (no
@@ -16,7 +16,7 @@ statistics the estimator needs (:class:`~dpate.schemas.site_data.SiteStatistics`
 and exact grid sums, and Algorithm 1's statistics from the records read one stratum at a time),
 never the records, and the feasibility rules run on the per-cell counts. Memory: ``O(|X|)`` plus,
 for the matching estimators, the largest stratum, whatever ``N``. The published bytes are those
-of the records path for the same records, noise and record order (docs/study-spec.md, "Data
+of the records path for the same records, noise and record order (docs/reference/study-spec.md, "Data
 sources").
 
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its

@@ -16,7 +16,7 @@ data set (ist, star, ihdp, lalonde, synth) and the sizes of each site under a sp
 - ``--split none``: one site.
 
 ``dpate data extracts star OUT_DIR`` writes the example site extracts of the deployment guide's
-study (docs/deploying.md): each STAR site's records as ``OUT_DIR/<site>/star.parquet``
+study (docs/how-to/deploying.md): each STAR site's records as ``OUT_DIR/<site>/star.parquet``
 (:mod:`dpate.data.extracts`), from the data directory ``dpate data fetch star`` fills.
 
 These are public research data sets, so per-site arm sizes are shown; never run this on a site's

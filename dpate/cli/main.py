@@ -67,7 +67,7 @@ def main(
 
     Errors end with one short message and an exit code naming the cause: 3 spec, 4 site data,
     5 ledger, 6 report, 7 storage, 8 site settings, 10 partial result, 11 sites failed for
-    different causes, 1 unexpected (docs/pipeline.md, "Checking before spending, and exit
+    different causes, 1 unexpected (docs/reference/pipeline.md, "Checking before spending, and exit
     codes")."""
     DEBUG["on"] = debug or os.environ.get("DPATE_DEBUG", "").strip() in ("1", "true", "yes")
 

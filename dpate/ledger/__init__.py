@@ -1,5 +1,5 @@
 """The site's privacy ledger: append-only, hash-chained, one per site, usable without Prefect
-(docs/ledger.md).
+(docs/how-to/ledger.md).
 
 - :mod:`dpate.ledger.privacy_ledger`: :class:`PrivacyLedger`, the appends (``CAP``, ``RESERVE``,
   ``COMMIT``) under the append lock, budget before noise, one draw per release.

@@ -31,7 +31,7 @@ class Assumptions:
     ``occupied_strata=None``: every one of the ``|X|`` strata holds records (each arm's records
     spread evenly over them); a number ``K``: the records fill ``K`` strata evenly and the rest
     are empty (with unevenly filled strata, ``K`` is their effective number ``N^2 / sum_x
-    N_x^2``: docs/inference.md, "Assumptions")."""
+    N_x^2``: docs/explanation/inference.md, "Assumptions")."""
 
     arm_share: float = 0.5
     outcome_sd: float | None = None
