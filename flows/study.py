@@ -24,7 +24,7 @@ from dpate.settings import StudyContext, load_study_spec, resolve_site
 from dpate.site_reports import published_site
 from dpate.study_check import not_ready_error
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
-from dpate.tasks.common import PUBLIC_TASK
+from dpate.tasks.common import NO_RETRY_TASK
 from dpate.tasks.preflight import check_study_sites
 
 
@@ -57,7 +57,7 @@ def release_one_site(spec: str, site: str, round: str | None) -> dict[str, Any]:
     }
 
 
-@task(name="run-site", task_run_name="release-{site}-round-{round}", **PUBLIC_TASK)
+@task(name="run-site", task_run_name="release-{site}-round-{round}", **NO_RETRY_TASK)
 def run_site(spec: str, site: str, round: str) -> dict[str, Any]:
     """One site's ``site_release`` subflow; a failure is returned (public message), not raised."""
     return release_one_site(spec, site, round)

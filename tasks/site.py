@@ -55,7 +55,7 @@ from dpate.site_reports import (
     site_summary,
 )
 from dpate.storage import PublicationConflictError, Store
-from dpate.tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
+from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core import release as core_release
 from dpate_core.aggregation import UNRESOLVED
 from dpate_core.release import MechanismPlan, SiteEstimate
@@ -226,7 +226,7 @@ def check_publication(ctx: SiteContext) -> None:
         )
 
 
-@task(name="load-site-data", **PRIVATE_TASK)
+@task(name="load-site-data", **NO_RETRY_TASK)
 def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     """Validate the site's records and reduce them to the statistics the release needs, in the
     engine where they live (:func:`dpate.schemas.site_data.read_site_records`): only counts and
@@ -316,7 +316,7 @@ def plan_release(ctx: SiteContext, data: SiteData | SiteStatistics) -> Mechanism
     return plan_from_records(ctx.spec, ctx.site_id, data)
 
 
-@task(name="compute-release", **PRIVATE_TASK)
+@task(name="compute-release", **NO_RETRY_TASK)
 def compute_release(
     ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
 ) -> SiteEstimate:
@@ -375,7 +375,7 @@ def reserve_balance(ctx: SiteContext) -> Reservation:
     return res
 
 
-@task(name="compute-balance", **PRIVATE_TASK)
+@task(name="compute-balance", **NO_RETRY_TASK)
 def compute_balance(
     ctx: SiteContext,
     data: SiteData | SiteStatistics,
@@ -449,7 +449,7 @@ def _published_by_an_earlier_version(
     return existing == site_report_bytes(ctx, committed, spend, schema_version=2)
 
 
-@task(name="show-site-report", **PUBLIC_TASK)
+@task(name="show-site-report", **NO_RETRY_TASK)
 def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
     """A Prefect table artifact of the site's public report (an unresolved release: no
     estimate, and why)."""
@@ -483,7 +483,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
     )
 
 
-@task(name="show-site-spend", **PUBLIC_TASK)
+@task(name="show-site-spend", **NO_RETRY_TASK)
 def show_site_spend(ctx: SiteContext) -> None:
     """A Prefect table artifact of the site's lifetime spend and remaining cap (public amounts:
     the sum of the privacy parameters of the site's releases; no data, no ledger location)."""
