@@ -6,14 +6,16 @@ the round, nothing else a site keeps. One resolver, :func:`resolve_site`, applie
 (docs/reference/pipeline.md, "Settings", whose table :func:`settings_table` generates from
 :class:`SiteSettings`' field descriptions): 1. the site's environment (``DPATE_`` + the setting's
 name, e.g. ``DPATE_LEDGER_URL``), 2. the site config file, 3. a fallback that only a local run
-has for the ledger, the data and the publication root.
+has for the ledger, the data and the publication root. Over all three, a local command's own
+options (:func:`command_options`).
 
 The site config file is a TOML file named by ``DPATE_SITE_CONFIG`` (e.g. ``/etc/dpate/site.toml``).
 Values may contain ``{site}`` and ``{study}`` (one worker serving several sites). ``DPATE_HOME``
 defaults to ``$XDG_DATA_HOME/dpate`` or ``~/.local/share/dpate``. The spec's ``ledger`` fields are
 ignored: a ledger's location is a site setting only. The local command line (``dpate run
---ledger``, ``dpate site-release --data``) is the site operator: it sets the environment above in
-its own process before any flow starts.
+--ledger``, ``dpate site-release --data``) is the site operator: its options are this command's
+settings (:func:`command_options`, a context variable: the flows it runs in its own process and
+their task threads see them; the process environment is not changed).
 
 A *deployed* run is one started by a Prefect worker (``PREFECT__FLOW_RUN_ID`` in the process
 environment) or from a deployment: there nothing falls back to the spec or to a default ledger,
@@ -26,9 +28,12 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
@@ -172,6 +177,43 @@ def _docs(
         "env_example": env_example,
         "file_example": file_example,
     }
+
+
+#: the local command's options (field name -> value), over the environment and the config file
+_COMMAND_OPTIONS: ContextVar[Mapping[str, str]] = ContextVar(
+    "dpate_command_options", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def command_options(**values: str | None) -> Iterator[None]:
+    """Settings the site's operator gave on a local command line (``--ledger``, ``--data``,
+    ``--storage``; the demo's log and key locations), by field name, for the duration of the
+    command in this process: over the environment and the config file (:meth:`SiteSettings.source`
+    says "the command line"). None or "" is not set. A context variable, not the process
+    environment: the flows the command runs here see them (Prefect's task threads copy the
+    context), a child process or another thread does not."""
+    unknown = sorted(set(values) - set(SiteSettings.model_fields))
+    if unknown:
+        raise ValueError(
+            f"not site settings: {unknown}; known: {sorted(SiteSettings.model_fields)}"
+        )
+    given = {k: v.strip() for k, v in values.items() if v and v.strip()}
+    token = _COMMAND_OPTIONS.set(MappingProxyType(given))
+    try:
+        yield
+    finally:
+        _COMMAND_OPTIONS.reset(token)
+
+
+class _CommandOptions(PydanticBaseSettingsSource):
+    """:func:`command_options` as a settings source."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return _COMMAND_OPTIONS.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_COMMAND_OPTIONS.get())
 
 
 class _SiteEnvironment(EnvSettingsSource):
@@ -368,7 +410,12 @@ class SiteSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _SiteEnvironment(settings_cls), _SiteConfigFile(settings_cls))
+        return (
+            init_settings,
+            _CommandOptions(settings_cls),
+            _SiteEnvironment(settings_cls),
+            _SiteConfigFile(settings_cls),
+        )
 
     @classmethod
     def env_name(cls, name: str) -> str:
@@ -379,6 +426,7 @@ class SiteSettings(BaseSettings):
     def load(cls) -> SiteSettings:
         """The site's settings from this process's environment and its config file. Raises
         SettingsError naming the setting and where it was set (never its value)."""
+        given = _COMMAND_OPTIONS.get()
         env = _SiteEnvironment(cls)()
         config = _SiteConfigFile(cls)
         found = config()
@@ -388,13 +436,21 @@ class SiteSettings(BaseSettings):
             problems = []
             for err in exc.errors(include_input=False, include_url=False):
                 name = str(err["loc"][0]) if err["loc"] else ""
-                where = cls.env_name(name) if name in env else str(config.path)
+                where = (
+                    "the command's options"
+                    if name in given
+                    else cls.env_name(name)
+                    if name in env
+                    else str(config.path)
+                )
                 why = str(err.get("ctx", {}).get("error", "")) or err["msg"]
                 key = file_key(name) if name in cls.model_fields else name
                 problems.append(f"'{key}' in the site configuration {why}: fix it in {where}")
             raise SettingsError("; ".join(problems)) from None
         for name in cls.model_fields:
-            if name in env:
+            if name in given:
+                settings._sources[name] = "the command line"
+            elif name in env:
                 settings._sources[name] = cls.env_name(name)
             elif name in found:
                 settings._sources[name] = f"{config.path} ({file_key(name)})"
@@ -505,7 +561,8 @@ def resolve_study(
     validate_round(round)
     study_spec = load_study_spec(spec)
     base = _spec_dir(spec)
-    env = os.environ.get("DPATE_STORAGE_URL", "").strip().replace("{study}", study_spec.study_id)
+    given = _COMMAND_OPTIONS.get().get("storage_url") or os.environ.get("DPATE_STORAGE_URL", "")
+    env = given.strip().replace("{study}", study_spec.study_id)
     storage = storage_url or env or (study_spec.reports and _local(base, study_spec.reports))
     if not storage:
         raise SettingsError(

@@ -192,14 +192,14 @@ def run_cmd(
     storage: Annotated[
         str | None,
         typer.Option(
-            help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')",
+            help="publication root URL (over DPATE_STORAGE_URL; default: the spec's 'reports')",
             show_default=False,
         ),
     ] = None,
     ledger: Annotated[
         str | None,
         typer.Option(
-            help="ledger URL for every site, may contain {site} (sets DPATE_LEDGER_URL; "
+            help="ledger URL for every site, may contain {site} (over DPATE_LEDGER_URL; "
             "default: $DPATE_HOME/ledgers/SITE.sqlite)",
             show_default=False,
         ),
@@ -238,7 +238,7 @@ def site_release_cmd(
     data: Annotated[
         str | None,
         typer.Option(
-            help="the site's data (sets DPATE_DATA_PATH; default: the spec's, if relative and "
+            help="the site's data (over DPATE_DATA_PATH; default: the spec's, if relative and "
             "inside the spec's folder)",
             show_default=False,
         ),
@@ -246,7 +246,7 @@ def site_release_cmd(
     ledger: Annotated[
         str | None,
         typer.Option(
-            help="ledger URL (sets DPATE_LEDGER_URL; default: $DPATE_HOME/ledgers/SITE.sqlite); "
+            help="ledger URL (over DPATE_LEDGER_URL; default: $DPATE_HOME/ledgers/SITE.sqlite); "
             "it must exist (dpate ledger init)",
             show_default=False,
         ),
@@ -254,7 +254,7 @@ def site_release_cmd(
     storage: Annotated[
         str | None,
         typer.Option(
-            help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')",
+            help="publication root URL (over DPATE_STORAGE_URL; default: the spec's 'reports')",
             show_default=False,
         ),
     ] = None,
