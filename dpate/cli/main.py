@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -59,9 +60,12 @@ app.add_typer(site_app, name="site")
 
 @app.callback()
 def main(
-    debug: bool = typer.Option(
-        False, "--debug", help="show Prefect's logs and the traceback of an unexpected error"
-    ),
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="show Prefect's logs and the traceback of an unexpected error"
+        ),
+    ] = False,
 ) -> None:
     """Differentially private multi-site ATE estimation.
 
