@@ -73,5 +73,5 @@ def test_sites_at_once_is_read_when_a_study_run_starts(monkeypatch):
     monkeypatch.setenv("DPATE_PARALLEL_SITES", "1")
     assert three_sites() == [0, 1, 2] and peak[0] == 1
     monkeypatch.setenv("DPATE_PARALLEL_SITES", "two")
-    with pytest.raises(ValueError, match="DPATE_PARALLEL_SITES .'two'. must be a whole number"):
+    with pytest.raises(ValueError, match=r"DPATE_PARALLEL_SITES \('two'\) must be a whole number"):
         study.task_runner.duplicate()
