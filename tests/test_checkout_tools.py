@@ -38,15 +38,24 @@ names = [n for n in json.loads(sys.argv[1]) if not n.endswith(".__main__")]
 print(json.dumps({n: importlib.import_module(n).__file__ for n in names}))
 """
 
-#: the modules ``python -m mypy`` checks: pyproject's ``files``, named as mypy names them
-_MYPY_SOURCES = """
+#: the modules ``python -m mypy`` checks (pyproject's ``files``, named as mypy names them), or
+#: with argv[1] (a JSON list of names) the file mypy's import resolution finds for each
+_MYPY = """
 import json, sys
+from mypy.build import default_data_dir
 from mypy.config_parser import parse_config_file
 from mypy.find_sources import create_source_list
+from mypy.modulefinder import FindModuleCache, compute_search_paths
 from mypy.options import Options
 options = Options()
 parse_config_file(options, lambda: None, "pyproject.toml", sys.stdout, sys.stderr)
-print(json.dumps({s.module: s.path for s in create_source_list(options.files or [], options)}))
+sources = create_source_list(options.files or [], options)
+if len(sys.argv) == 1:
+    print(json.dumps({s.module: s.path for s in sources}))
+else:
+    paths = compute_search_paths(sources, options, default_data_dir())
+    finder = FindModuleCache(paths, None, options)
+    print(json.dumps({n: finder.find_module(n) for n in json.loads(sys.argv[1])}))
 """
 
 
@@ -80,10 +89,12 @@ def test_python_mypy_and_ruff_see_one_namespace_in_a_checkout_without_links(tmp_
     in_checkout = _files(run(f"python -c {shlex.quote(_BY_NAME)} {names}", checkout, env), checkout)
     assert in_checkout == {n: f for n, f in imported.items() if f}
 
-    # mypy: the same modules from the same files
-    checked = _files(run(f"python -c {shlex.quote(_MYPY_SOURCES)}", checkout, env), checkout)
+    # mypy: the same modules from the same files, checked and found where imported
+    mypy = f"python -c {shlex.quote(_MYPY)}"
+    checked = _files(run(mypy, checkout, env), checkout)
     assert checked.keys() == imported.keys()
     assert {n: f for n, f in checked.items() if imported[n]} == in_checkout
+    assert _files(run(f"{mypy} {names}", checkout, env), checkout) == checked
 
     # ruff's import graph: first-party names resolve to the mapped folders' files
     graph = json.loads(
