@@ -12,8 +12,13 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from tests.checkouts import copy_checkout, run, venv
 from tests.test_namespace import MAPPED
+
+#: a venv and an install (tens of seconds), no server
+pytestmark = pytest.mark.slow
 
 INSTALL_EDITABLE = "pip install -q --no-deps -e . --config-settings editable_mode=strict"
 
