@@ -23,6 +23,7 @@ The prediction follows the release's three steps:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from fractions import Fraction
 from statistics import NormalDist
@@ -30,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
+from dpate_core.mechanisms.adjusted import ADJUSTED, THRESHOLD_FACTOR, AdjustedOptions
 from dpate_core.privacy import BudgetSplit
+from dpate_core.statistics import COUNT_SENSITIVITY
 
+from ._model import Categorical, Column, Numeric, model_sensitivity
 from ._release import ATTENUATION_CAP, BANDS, DEFAULT_SPLIT
 
 if TYPE_CHECKING:
@@ -40,8 +43,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ASSUMED_INDEX_VARIANCE",
+    "ASSUMED_NUMERIC_CENTRE",
     "ASSUMED_NUMERIC_SPREAD",
+    "OCCUPANCY_DRAWS",
     "band_counts",
+    "band_occupancy",
+    "occupancy_fractions",
     "bands_of",
     "predict",
     "predicted_noise_share",
@@ -56,6 +63,13 @@ ASSUMED_INDEX_VARIANCE = 1.0
 #: its public bounds (sd a third of the bounds' half-width: the bounds about three sd from the
 #: middle)
 ASSUMED_NUMERIC_SPREAD = 1.0 / 9.0
+#: where a numeric covariate's values are assumed to lie within their public bounds: around the
+#: middle (``u = 0`` on the rescaled ``[-1, 1]``)
+ASSUMED_NUMERIC_CENTRE = 0.0
+#: how many model releases the predicted band occupancy is simulated over (seeded numpy noise:
+#: the same plan every time)
+OCCUPANCY_DRAWS = 400
+_OCCUPANCY_SEED = 20261128
 
 
 def bands_of(options: Any) -> int:
@@ -134,9 +148,176 @@ def band_counts(
     return treated, per_band - treated
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    """``erf`` to about ``1.5e-7`` (Abramowitz and Stegun 7.1.26), vectorised: a prediction's
+    band shares, not a release's edges."""
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return np.asarray(np.sign(x) * (1.0 - poly * np.exp(-x * x)), dtype=np.float64)
+
+
+def _phi(t: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + _erf(t / math.sqrt(2.0)))
+
+
+def _expected_statistics(
+    n: int, share: float, columns: tuple[Column, ...], centre: float, spread: float
+) -> np.ndarray:
+    """The model vector (in counts and sums of ``u``) of ``n`` records as the occupancy
+    prediction assumes them: a treated share ``share``; each categorical covariate's levels
+    equally common in both arms; each numeric one's ``u`` with mean ``centre`` and variance
+    ``spread`` in both arms (no covariate associated with the treatment)."""
+    n1 = share * n
+    n0 = n - n1
+    out = [np.array([n0, n1])]
+    for col in columns:
+        if isinstance(col, Categorical):
+            out.append(np.tile([n0 / col.levels, n1 / col.levels], col.levels))
+        else:
+            out.append(np.array([n0 * centre, n1 * centre, n * (spread + centre * centre)]))
+    return np.concatenate(out)
+
+
+@functools.lru_cache(maxsize=256)
+def simulated_releases(
+    n: int,
+    share: float,
+    levels: tuple[int, ...],
+    p_num: int,
+    eps_m: float,
+    bands: int,
+    index_variance: float = ASSUMED_INDEX_VARIANCE,
+    draws: int = OCCUPANCY_DRAWS,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
+    ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
+    release reports, the model's index noise over ``index_variance`` (the true index's) plus
+    the spread the model's noise gives its index. The model is :func:`~._model.fit_model`'s,
+    vectorised over the draws (``tests/core/test_planning.py`` checks it against ``fit_model``
+    and :meth:`~._model.PropensityModel.edges`); the records' index is normal with the assumed
+    covariates' mean and variance of the fitted terms. Seeded: the same plan every time."""
+    columns: tuple[Column, ...] = tuple(Categorical(int(lv)) for lv in levels)
+    columns += (Numeric(-1.0, 1.0),) * p_num
+    centre, spread = ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
+    scale = float(model_sensitivity(columns, 0)) / eps_m
+    smoothing = max(1.0, scale)
+    stats = _expected_statistics(n, share, columns, centre, spread)
+    rng = np.random.default_rng(_OCCUPANCY_SEED)
+    v = stats + rng.laplace(0.0, scale, (draws, stats.size))
+    arm = np.maximum(v[:, :2], 1.0)
+    arm_share = arm[:, 1] / arm.sum(axis=1)
+    intercept = np.log(arm[:, 1] / arm[:, 0])
+    means = np.repeat(intercept[:, None], 2, axis=1)  # the model's index mean in control, treated
+    variances = np.zeros((draws, 2))
+    rec_mean, rec_var = intercept.copy(), np.zeros(draws)  # the records' index
+    v_count = 2.0 * smoothing * smoothing
+    index_noise = np.zeros(draws)
+    at = 2
+    for col in columns:
+        width = col.width
+        block = v[:, at : at + width]
+        at += width
+        if isinstance(col, Categorical):
+            cells = np.maximum(block.reshape(draws, col.levels, 2), 0.0) + smoothing
+            freq = cells / cells.sum(axis=1, keepdims=True)
+            term = np.log(freq[:, :, 1]) - np.log(freq[:, :, 0])
+            mix = (1 - arm_share[:, None]) * freq[:, :, 0] + arm_share[:, None] * freq[:, :, 1]
+            index_noise += np.sum(
+                mix * v_count * (1 / cells[:, :, 0] ** 2 + 1 / cells[:, :, 1] ** 2), axis=1
+            )
+            m = np.einsum("rla,rl->ra", freq, term)
+            means += m
+            variances += np.einsum("rla,rla->ra", freq, (term[:, :, None] - m[:, None, :]) ** 2)
+            rec_mean += term.mean(axis=1)
+            rec_var += term.var(axis=1)
+        else:
+            m_arm = np.clip(block[:, :2] / arm, -1.0, 1.0)
+            pooled = (block[:, 2] - np.sum(block[:, :2] ** 2 / arm, axis=1)) / float(n)
+            s2 = np.clip(pooled, 1e-2, 1.0)
+            slope = (m_arm[:, 1] - m_arm[:, 0]) / s2
+            index_noise += v_count * np.sum(1.0 / arm**2, axis=1) / s2
+            offset = -(m_arm[:, 1] ** 2 - m_arm[:, 0] ** 2) / (2.0 * s2)
+            means += slope[:, None] * m_arm + offset[:, None]
+            variances += (slope * slope * s2)[:, None]
+            rec_mean += slope * centre + offset
+            rec_var += slope * slope * spread
+    edges = _model_edges(means, variances, arm_share, bands)
+    spread = (1 - arm_share) * variances[:, 0] + arm_share * variances[:, 1]
+    spread += arm_share * (1 - arm_share) * (means[:, 1] - means[:, 0]) ** 2
+    share = np.clip(index_noise / (index_variance + spread), 0.0, 1.0)
+    cdf = _phi((edges - rec_mean[:, None]) / np.sqrt(np.maximum(rec_var, 1e-12))[:, None])
+    ones = np.ones((draws, 1))
+    return np.diff(np.concatenate([0.0 * ones, cdf, ones], axis=1), axis=1), share
+
+
+def _model_edges(
+    means: np.ndarray, variances: np.ndarray, share: np.ndarray, bands: int
+) -> np.ndarray:
+    """:meth:`~._model.PropensityModel.edges` of many models at once: the ``k / K`` quantiles of
+    the model's index distribution (two normals mixed by the arm shares) on a fine grid."""
+    share = np.clip(share, 1e-6, 1 - 1e-6)[:, None]
+    sds = np.sqrt(np.maximum(variances, 1e-12))
+    lo = np.min(means - 8 * sds, axis=1, keepdims=True)
+    hi = np.max(means + 8 * sds, axis=1, keepdims=True)
+    grid = lo + (hi - lo) * np.linspace(0.0, 1.0, 1025)[None, :]
+    cdf = (1 - share) * _phi((grid - means[:, :1]) / sds[:, :1])
+    cdf = cdf + share * _phi((grid - means[:, 1:]) / sds[:, 1:])
+    levels = np.arange(1, bands) / bands
+    return np.stack([np.interp(levels, c, g) for c, g in zip(cdf, grid, strict=True)])
+
+
+def _stated_fractions(occupancy: float, bands: int) -> np.ndarray:
+    """``(1, K)``: band shares whose effective number ``1 / sum f_b^2`` is ``occupancy``: ``m =
+    floor(occupancy)`` bands equally filled and one partly filled, the rest empty."""
+    k = min(max(float(occupancy), 1.0), float(bands))
+    m = int(math.floor(k))
+    out = np.zeros(bands)
+    if m >= bands or k == m:
+        out[:m] = 1.0 / m
+        return out[None, :]
+    # m a^2 + (1 - m a)^2 = 1 / k, the root with a >= 1 - m a
+    a = (m + math.sqrt(max(m * m - (m + m * m) * (1.0 - 1.0 / k), 0.0))) / (m + m * m)
+    out[:m], out[m] = a, max(1.0 - m * a, 0.0)
+    return out[None, :]
+
+
+def occupancy_fractions(inp: PredictionInputs) -> np.ndarray:
+    """``(draws, K)``: each band's share of a site's records over the releases the prediction
+    averages (:func:`band_occupancy` is their mean effective number). Stated
+    (``Assumptions.band_occupancy``): one row. Else simulated from public inputs: the model
+    query's Laplace noise on the model vector of records whose categorical levels are equally
+    common, whose numeric covariates lie around the middle of their bounds
+    (:data:`ASSUMED_NUMERIC_CENTRE`) with variance :data:`ASSUMED_NUMERIC_SPREAD`, with no
+    covariate associated with the treatment; the fitted model's band edges against the
+    records' index. A noisy model's edges follow its own noisy picture of the covariates and
+    miss where the records lie: at a few hundred records per site most releases put nearly
+    all of them in one or two bands."""
+    stated = inp.assumptions.band_occupancy
+    if stated is not None:
+        return _stated_fractions(stated, bands_of(inp.options))
+    return _simulated(inp)[0]
+
+
+def _simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
+    levels, p_num = _columns(inp)
+    eps_m = float(inp.design.epsilon * _shares(inp)[0])
+    a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
+    bands = bands_of(inp.options)
+    return simulated_releases(inp.design.n, a, levels, p_num, eps_m, bands, _index_variance(inp))
+
+
+def band_occupancy(inp: PredictionInputs) -> float:
+    """The predicted effective number of usable bands: the mean over the releases of
+    ``1 / sum_b f_b^2`` (``f_b`` a band's share of the records; ``K`` when the bands fill
+    equally, 1 when one band holds every record)."""
+    f = occupancy_fractions(inp)
+    return float(np.mean(1.0 / np.sum(f * f, axis=1)))
+
+
 def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     """The adjusted subclassification's prediction inputs on the ``K`` bands with the band
-    cells' share of the budget (the model's share spent first) and the bands' assumed counts."""
+    cells' share of the budget (the model's share spent first) and the bands' assumed counts
+    (:func:`band_counts`, equally filled bands; :func:`_parts` refills them per release)."""
     d = inp.design
     shares = _shares(inp)
     rest = 1 - shares[0]
@@ -162,39 +343,130 @@ def _factor(rho: float) -> float:
     return (1.0 + k) ** 2
 
 
-def _model_variance(inp: PredictionInputs, rho: float, sampling: float, noise: float) -> float:
-    """The model-noise variance the release reports, ``rho^2 gap^2`` in expectation: ``gap`` is
-    the assumed confounding plus the error of the estimate before the correction (its sampling
-    and noise variances; the crude difference's own error is small beside it)."""
+def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) -> float:
+    """The noise variance of ``gap = crude - tau`` (:func:`~._release.attenuation_correction`)
+    at these band counts: the crude difference pools every band's noisy cells, used or not,
+    the subclassification only the used bands'. Per arm ``a`` and band ``b`` the cells' noise
+    ``x = s - m_a c`` (sum and count noise, ``m_a`` the centred arm mean; variance ``v_s + m_a^2
+    v_n``) enters the gap with weight ``1/n_a - [b used] w_b / n_ab`` (``w_b`` the band's share of
+    the used records): a band is used when both noisy counts reach the threshold. Filled bands
+    equally sorted cancel; the empty bands' noise stays whole."""
+    p_n, p_s, _ = base.parts()
+    b = base.bound
+    scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
+    v_n, v_s = 2.0 * scale_n**2, 2.0 * (b / p_s.epsilon_float) ** 2
+    m = max(2.0, THRESHOLD_FACTOR * scale_n)
+
+    def kept(c: np.ndarray) -> np.ndarray:  # P(c + Lap(scale_n) >= m)
+        d = (m - c) / scale_n
+        return np.where(d > 0, 0.5 * np.exp(-np.abs(d)), 1.0 - 0.5 * np.exp(-np.abs(d)))
+
+    used = kept(treated) * kept(control)
+    n_used = max(float(np.sum(used * (treated + control))), 1.0)
+    w = (treated + control) / n_used
+    a = base.assumptions
+    centre = a.mean(b) - b / 2.0
+    total = 0.0
+    for counts, mean in ((treated, centre + a.effect / 2.0), (control, centre - a.effect / 2.0)):
+        n_a = max(float(counts.sum()), 1.0)
+        u = v_s + mean * mean * v_n
+        inside = (1.0 / n_a - w / np.maximum(counts, 1e-12)) ** 2
+        total += u * float(np.sum(used * inside + (1.0 - used) / n_a**2))
+    return total
+
+
+def _model_variance(inp: PredictionInputs, rho: float, sampling: float, gap: float) -> float:
+    """The model-noise variance the release reports, ``rho^2 gap^2`` in expectation: ``gap^2``
+    is the assumed confounding squared plus the gap's noise (:func:`gap_noise`) and the
+    estimate's sampling variance."""
     c = inp.assumptions.confounding
-    return rho * rho * (c * c + sampling + noise)
+    return rho * rho * (c * c + sampling + gap)
+
+
+def released_variance(
+    inp: PredictionInputs, rho: float, sampling: float, noise: float, gap: float
+) -> tuple[float, float]:
+    """``(sampling, noise)`` of the released estimate from the band subclassification's: the one
+    place the prediction mirrors the release's variance (:func:`~._release.attenuation_correction`):
+    both times the correction's factor ``(1 + k)^2``, the noise plus the model-noise variance
+    ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance)."""
+    f = _factor(rho)
+    return sampling * f, noise * f + _model_variance(inp, rho, sampling, gap)
+
+
+def _band_parts(
+    base: PredictionInputs, fractions: np.ndarray, treated_share: np.ndarray
+) -> tuple[float, float, float, float, float]:
+    """``(p, v, sampling, noise, gap)`` of the band subclassification whose bands hold these
+    shares of the records, each band with its treated share (``gap``: :func:`gap_noise`)."""
+    n = float(base.design.n)
+    counts = (n * fractions * treated_share, n * fractions * (1.0 - treated_share))
+    band = dataclasses.replace(base, strata_counts=counts)
+    assert ADJUSTED.resolution is not None
+    p, v = ADJUSTED.resolution(band)
+    if p <= 0.0 or not math.isfinite(v):
+        return 0.0, math.inf, math.inf, math.inf, math.inf
+    sampling, noise, _ = ADJUSTED.predict(band)
+    return p, v, sampling, noise, gap_noise(base, *counts)
+
+
+@functools.lru_cache(maxsize=512)
+def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
+    """``(sampling, noise, p, sd)`` over the simulated releases (:func:`simulated_releases`):
+    the means of the released sampling and noise variances when resolved, the probability of
+    resolving and the mean resolved sd, ``E[p_r sd_r] / p``. Each release's bands hold its
+    shares of the records (or the stated occupancy's), each band with :func:`band_counts`'
+    treated share; its variance is :func:`released_variance` at the noise share it reports."""
+    _, index_noise = predicted_noise_share(inp)
+    base = _band_inputs(inp, index_noise)
+    assert base.strata_counts is not None
+    treated, control = base.strata_counts
+    treated_share = treated / np.maximum(treated + control, 1e-300)
+    fractions, shares = _simulated(inp)
+    stated = inp.assumptions.band_occupancy
+    fixed = (
+        None
+        if stated is None
+        else _band_parts(base, _stated_fractions(stated, bands_of(inp.options))[0], treated_share)
+    )
+    out = np.zeros((shares.size, 4))  # p, p sd, sampling, noise
+    for r, rho in enumerate(shares):
+        p, _, sampling, noise, gap = (
+            _band_parts(base, fractions[r], treated_share) if fixed is None else fixed
+        )
+        if p > 0.0:
+            s, e = released_variance(inp, float(rho), sampling, noise, gap)
+            out[r] = (p, p * math.sqrt(s + e), s, e)
+    p_mean = float(out[:, 0].mean())
+    if p_mean <= 0.0:
+        return math.inf, math.inf, 0.0, math.inf
+    kept = out[:, 0] > 0
+    sampling, noise = (float(out[kept, j].mean()) for j in (2, 3))
+    return sampling, noise, p_mean, float(out[:, 1].mean()) / p_mean
+
+
+def _cached(inp: PredictionInputs) -> tuple[float, float, float, float]:
+    try:
+        return _parts(inp)
+    except TypeError:  # unhashable options or counts: no cache
+        return _parts.__wrapped__(inp)
 
 
 def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     """``dpate plan`` for the propensity release (module docstring): ``(sampling, noise,
     reported)`` variances, the noise including the model's (the correction's factor and the
-    model-noise variance)."""
-    rho, index_noise = predicted_noise_share(inp)
-    band = _band_inputs(inp, index_noise)
-    sampling, noise, _ = ADJUSTED.predict(band)
-    assert ADJUSTED.resolution is not None
-    p, v = ADJUSTED.resolution(band)
-    f = _factor(rho)
-    model = _model_variance(inp, rho, sampling, noise)
-    if p <= 0.0 or not math.isfinite(v):
-        return sampling * f, noise * f + model, inp.bound * inp.bound / 3.0
-    resolved = v * f + model
+    model-noise variance); the reported variance is the one whose normal half-width is the
+    expected half-width over the predicted band occupancy and whether the release resolves (an
+    unresolved release counts as the whole range, half-width ``B``)."""
+    sampling, noise, p, sd = _cached(inp)
+    if p <= 0.0:
+        return sampling, noise, inp.bound * inp.bound / 3.0
     half_b = inp.bound / 1.959963984540054
-    reported = (p * math.sqrt(resolved) + (1.0 - p) * half_b) ** 2
-    return sampling * f, noise * f + model, reported
+    return sampling, noise, (p * sd + (1.0 - p) * half_b) ** 2
 
 
 def resolution(inp: PredictionInputs) -> tuple[float, float]:
     """The probability that the release resolves an estimate and the variance it then reports
-    (the band subclassification's, with the model's noise)."""
-    rho, index_noise = predicted_noise_share(inp)
-    band = _band_inputs(inp, index_noise)
-    assert ADJUSTED.resolution is not None
-    p, v = ADJUSTED.resolution(band)
-    sampling, noise, _ = ADJUSTED.predict(band)
-    return p, v * _factor(rho) + _model_variance(inp, rho, sampling, noise)
+    (the band subclassification's over the predicted band occupancy, with the model's noise)."""
+    _, _, p, sd = _cached(inp)
+    return p, sd * sd
