@@ -105,6 +105,14 @@ def plan(
             "--propensity-sd",
         ),
     ] = None,
+    band_occupancy: Annotated[
+        float | None,
+        _opt(
+            "assumed effective number of filled propensity bands per release, N^2 / sum N_b^2 "
+            "(1 to K; default predicted from the model's noise; the propensity estimator)",
+            "--band-occupancy",
+        ),
+    ] = None,
     occupied_strata: Annotated[
         float | None,
         _opt(
@@ -134,6 +142,10 @@ def plan(
         )
     if propensity_sd is not None and not propensity_sd > 0:
         raise typer.BadParameter("must be positive", param_hint="--propensity-sd")
+    if band_occupancy is not None and not band_occupancy >= 1:
+        raise typer.BadParameter(
+            "must be at least 1 (one band holding every record)", param_hint="--band-occupancy"
+        )
     if occupied_strata is not None and not 1 <= occupied_strata <= study.domain_size:
         raise typer.BadParameter(
             f"must lie in [1, |X| = {study.domain_size}] (how many strata hold records)",
@@ -159,6 +171,7 @@ def plan(
             outcome_mean=outcome_mean,
             confounding=confounding,
             propensity_sd=propensity_sd,
+            band_occupancy=band_occupancy,
         ),
         target_width=target_width,
         covariate_sizes=tuple(c.size for c in study.binned_covariates),

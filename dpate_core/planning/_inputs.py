@@ -107,8 +107,7 @@ class Assumptions:
                 "numeric covariates around the middle of their bounds with sd a third of their "
                 "half-width, none associated with the treatment; give --band-occupancy)"
                 if self.band_occupancy is None
-                else f"{self.band_occupancy:g} effectively filled bands per release "
-                "(user-supplied)"
+                else f"{self.band_occupancy:g} effectively filled bands per release (user-supplied)"
             ),
         ]
 

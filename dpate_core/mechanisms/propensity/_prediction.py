@@ -1,23 +1,32 @@
 """``dpate plan`` for the propensity release: its predicted sampling, noise and reported variances
 from public inputs and stated assumptions (``docs/research/propensity.md``, "Planning").
 
-The prediction follows the release's three steps:
+The prediction follows the release's steps:
 
-1. the model's noise: the index noise the fitted model reports (:attr:`PropensityModel.noise_share`,
-   :func:`~._model.fit_model`'s delta method), at the assumed arm counts spread evenly over each
-   categorical covariate's levels and each numeric covariate's rescaled value with variance
-   :data:`ASSUMED_NUMERIC_SPREAD`, against the true index's variance (the square of the stated
-   ``Assumptions.propensity_sd``, else :data:`ASSUMED_INDEX_VARIANCE`): the noise share ``rho``
-   (:func:`predicted_noise_share`);
-2. the bands: the true index normal around the logit of the assumed treated share, the model's
-   index that plus its noise, ``K`` equal bands of the latter; each band's treated share is the
-   mean propensity of its records (:func:`band_counts`), so treated records gather in the upper
-   bands as they do in a release, the more so the less noisy the model;
-3. the estimate: the adjusted release's subclassification prediction on those band counts with
-   the band cells' share of the budget, times the attenuation correction's factor
-   ``(1 + k)^2``, plus the model-noise variance the release reports, ``rho^2 gap^2``, whose
-   ``gap`` (the noisy crude difference less the noisy estimate) is the assumed confounding
-   (:attr:`~dpate_core.planning.Assumptions.confounding`) plus the estimate's own error.
+1. the model's releases, simulated (:func:`simulated_releases`, seeded numpy noise): the model
+   query's Laplace noise at the release's scale on the model vector of records as the plan
+   assumes them (each categorical covariate's levels equally common, each numeric covariate's
+   rescaled value around the middle of its bounds, :data:`ASSUMED_NUMERIC_CENTRE`, with variance
+   :data:`ASSUMED_NUMERIC_SPREAD`, none associated with the treatment), fitted as
+   :func:`~._model.fit_model` fits it; per release, each band's share of the records (the
+   model's band edges against the records' index: a noisy model's edges miss where the records
+   lie, and at a few hundred records most releases put nearly all of them in one or two bands)
+   and the noise share the release reports (its index noise over the stated true index's
+   variance, ``Assumptions.propensity_sd``, plus the spread its noise gives the model's index).
+   ``Assumptions.band_occupancy`` states the occupancy instead (:func:`occupancy_fractions`);
+2. the bands' treated shares: the true index normal around the logit of the assumed treated
+   share, the model's index that plus its predicted noise (:func:`predicted_noise_share`); a
+   band's treated share is the mean propensity of its records (:func:`band_counts`), so treated
+   records gather in the upper bands as they do in a release, the more so the less noisy the
+   model;
+3. per release, the adjusted release's subclassification prediction on those band counts with
+   the band cells' share of the budget, and the release's own variance on it
+   (:func:`released_variance`, the one place the prediction mirrors
+   :func:`~._release.attenuation_correction`): times the correction's factor ``(1 + k)^2``, plus
+   the model-noise variance ``rho^2 gap^2``, ``gap^2`` the assumed confounding squared
+   (:attr:`~dpate_core.planning.Assumptions.confounding`) plus the gap's noise
+   (:func:`gap_noise`: the crude difference pools the unused bands' noisy cells too);
+4. the expected half-width over the releases (an unresolved one counts as the whole range).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import functools
 import math
 from fractions import Fraction
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -46,13 +55,18 @@ __all__ = [
     "ASSUMED_NUMERIC_CENTRE",
     "ASSUMED_NUMERIC_SPREAD",
     "OCCUPANCY_DRAWS",
+    "FittedModels",
     "band_counts",
     "band_occupancy",
-    "occupancy_fractions",
     "bands_of",
+    "fitted_models",
+    "gap_noise",
+    "occupancy_fractions",
     "predict",
     "predicted_noise_share",
+    "released_variance",
     "resolution",
+    "simulated_releases",
 ]
 
 #: the variance of the true propensity index (the logit of the propensity; sd 1: a c-statistic of
@@ -69,6 +83,9 @@ ASSUMED_NUMERIC_CENTRE = 0.0
 #: how many model releases the predicted band occupancy is simulated over (seeded numpy noise:
 #: the same plan every time)
 OCCUPANCY_DRAWS = 400
+#: how many of them the band subclassification's prediction runs on: every tenth by occupancy
+#: (a stratified sample of the simulated occupancies)
+OCCUPANCY_EVALUATED = 40
 _OCCUPANCY_SEED = 20261128
 
 
@@ -152,7 +169,9 @@ def _erf(x: np.ndarray) -> np.ndarray:
     """``erf`` to about ``1.5e-7`` (Abramowitz and Stegun 7.1.26), vectorised: a prediction's
     band shares, not a release's edges."""
     t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     return np.asarray(np.sign(x) * (1.0 - poly * np.exp(-x * x)), dtype=np.float64)
 
 
@@ -192,39 +211,73 @@ def simulated_releases(
     """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
     ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
     release reports, the model's index noise over ``index_variance`` (the true index's) plus
-    the spread the model's noise gives its index. The model is :func:`~._model.fit_model`'s,
-    vectorised over the draws (``tests/core/test_planning.py`` checks it against ``fit_model``
-    and :meth:`~._model.PropensityModel.edges`); the records' index is normal with the assumed
-    covariates' mean and variance of the fitted terms. Seeded: the same plan every time."""
+    the spread the model's noise gives its index. The models are :func:`fitted_models`; the
+    records' index is normal with the assumed covariates' mean and variance of the fitted
+    terms. Seeded: the same plan every time."""
     columns: tuple[Column, ...] = tuple(Categorical(int(lv)) for lv in levels)
     columns += (Numeric(-1.0, 1.0),) * p_num
     centre, spread = ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
     scale = float(model_sensitivity(columns, 0)) / eps_m
-    smoothing = max(1.0, scale)
     stats = _expected_statistics(n, share, columns, centre, spread)
     rng = np.random.default_rng(_OCCUPANCY_SEED)
-    v = stats + rng.laplace(0.0, scale, (draws, stats.size))
+    noisy = stats + rng.laplace(0.0, scale, (draws, stats.size))
+    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, centre, spread)
+    noise_share = np.clip(fit.index_noise / (index_variance + fit.model_spread), 0.0, 1.0)
+    sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
+    cdf = _phi((fit.edges - fit.record_mean[:, None]) / sd[:, None])
+    ones = np.ones((draws, 1))
+    return np.diff(np.concatenate([0.0 * ones, cdf, ones], axis=1), axis=1), noise_share
+
+
+class FittedModels(NamedTuple):
+    """Many fitted models at once (:func:`fitted_models`), one row per noisy model vector."""
+
+    #: ``(R, K - 1)``: the band edges (:meth:`~._model.PropensityModel.edges`)
+    edges: np.ndarray
+    #: ``(R,)``: the index noise the delta method gives (:func:`~._model.fit_model`)
+    index_noise: np.ndarray
+    #: ``(R,)``: the variance of the index under the model's own distribution of the records
+    model_spread: np.ndarray
+    #: ``(R,)``: the mean and variance of the index of records as the plan assumes them
+    record_mean: np.ndarray
+    record_variance: np.ndarray
+
+
+def fitted_models(
+    noisy: np.ndarray,
+    columns: tuple[Column, ...],
+    n: int,
+    smoothing: float,
+    bands: int,
+    centre: float = ASSUMED_NUMERIC_CENTRE,
+    spread: float = ASSUMED_NUMERIC_SPREAD,
+) -> FittedModels:
+    """:func:`~._model.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
+    model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
+    records whose categorical levels are equally common and whose numeric ``u`` has mean
+    ``centre`` and variance ``spread`` (``fit_model(row).noise_share`` is ``min(1, index_noise /
+    model_spread)``)."""
+    v = np.asarray(noisy, dtype=np.float64)
+    draws = v.shape[0]
+    v_count = 2.0 * smoothing * smoothing
     arm = np.maximum(v[:, :2], 1.0)
     arm_share = arm[:, 1] / arm.sum(axis=1)
     intercept = np.log(arm[:, 1] / arm[:, 0])
     means = np.repeat(intercept[:, None], 2, axis=1)  # the model's index mean in control, treated
     variances = np.zeros((draws, 2))
     rec_mean, rec_var = intercept.copy(), np.zeros(draws)  # the records' index
-    v_count = 2.0 * smoothing * smoothing
     index_noise = np.zeros(draws)
     at = 2
     for col in columns:
-        width = col.width
-        block = v[:, at : at + width]
-        at += width
+        block = v[:, at : at + col.width]
+        at += col.width
         if isinstance(col, Categorical):
             cells = np.maximum(block.reshape(draws, col.levels, 2), 0.0) + smoothing
             freq = cells / cells.sum(axis=1, keepdims=True)
             term = np.log(freq[:, :, 1]) - np.log(freq[:, :, 0])
             mix = (1 - arm_share[:, None]) * freq[:, :, 0] + arm_share[:, None] * freq[:, :, 1]
-            index_noise += np.sum(
-                mix * v_count * (1 / cells[:, :, 0] ** 2 + 1 / cells[:, :, 1] ** 2), axis=1
-            )
+            inv = 1 / cells[:, :, 0] ** 2 + 1 / cells[:, :, 1] ** 2
+            index_noise += np.sum(mix * v_count * inv, axis=1)
             m = np.einsum("rla,rl->ra", freq, term)
             means += m
             variances += np.einsum("rla,rla->ra", freq, (term[:, :, None] - m[:, None, :]) ** 2)
@@ -235,49 +288,53 @@ def simulated_releases(
             pooled = (block[:, 2] - np.sum(block[:, :2] ** 2 / arm, axis=1)) / float(n)
             s2 = np.clip(pooled, 1e-2, 1.0)
             slope = (m_arm[:, 1] - m_arm[:, 0]) / s2
-            index_noise += v_count * np.sum(1.0 / arm**2, axis=1) / s2
             offset = -(m_arm[:, 1] ** 2 - m_arm[:, 0] ** 2) / (2.0 * s2)
+            index_noise += v_count * np.sum(1.0 / arm**2, axis=1) / s2
             means += slope[:, None] * m_arm + offset[:, None]
             variances += (slope * slope * s2)[:, None]
             rec_mean += slope * centre + offset
             rec_var += slope * slope * spread
+    model_spread = (1 - arm_share) * variances[:, 0] + arm_share * variances[:, 1]
+    model_spread += arm_share * (1 - arm_share) * (means[:, 1] - means[:, 0]) ** 2
     edges = _model_edges(means, variances, arm_share, bands)
-    spread = (1 - arm_share) * variances[:, 0] + arm_share * variances[:, 1]
-    spread += arm_share * (1 - arm_share) * (means[:, 1] - means[:, 0]) ** 2
-    share = np.clip(index_noise / (index_variance + spread), 0.0, 1.0)
-    cdf = _phi((edges - rec_mean[:, None]) / np.sqrt(np.maximum(rec_var, 1e-12))[:, None])
-    ones = np.ones((draws, 1))
-    return np.diff(np.concatenate([0.0 * ones, cdf, ones], axis=1), axis=1), share
+    return FittedModels(edges, index_noise, model_spread, rec_mean, rec_var)
 
 
 def _model_edges(
     means: np.ndarray, variances: np.ndarray, share: np.ndarray, bands: int
 ) -> np.ndarray:
     """:meth:`~._model.PropensityModel.edges` of many models at once: the ``k / K`` quantiles of
-    the model's index distribution (two normals mixed by the arm shares) on a fine grid."""
+    the model's index distribution (two normals mixed by the arm shares), by bisection between
+    the same outer limits."""
     share = np.clip(share, 1e-6, 1 - 1e-6)[:, None]
     sds = np.sqrt(np.maximum(variances, 1e-12))
-    lo = np.min(means - 8 * sds, axis=1, keepdims=True)
-    hi = np.max(means + 8 * sds, axis=1, keepdims=True)
-    grid = lo + (hi - lo) * np.linspace(0.0, 1.0, 1025)[None, :]
-    cdf = (1 - share) * _phi((grid - means[:, :1]) / sds[:, :1])
-    cdf = cdf + share * _phi((grid - means[:, 1:]) / sds[:, 1:])
+    lo = np.repeat(np.min(means - 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
+    hi = np.repeat(np.max(means + 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
     levels = np.arange(1, bands) / bands
-    return np.stack([np.interp(levels, c, g) for c, g in zip(cdf, grid, strict=True)])
+    for _ in range(36):
+        mid = 0.5 * (lo + hi)
+        cdf = (1 - share) * _phi((mid - means[:, :1]) / sds[:, :1])
+        cdf = cdf + share * _phi((mid - means[:, 1:]) / sds[:, 1:])
+        below = cdf < levels
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return 0.5 * (lo + hi)
 
 
 def _stated_fractions(occupancy: float, bands: int) -> np.ndarray:
     """``(1, K)``: band shares whose effective number ``1 / sum f_b^2`` is ``occupancy``: ``m =
-    floor(occupancy)`` bands equally filled and one partly filled, the rest empty."""
+    floor(occupancy)`` bands equally filled and one partly filled, the middle ones first (their
+    treated share is the overall one's), the rest empty."""
     k = min(max(float(occupancy), 1.0), float(bands))
-    m = int(math.floor(k))
-    out = np.zeros(bands)
+    m = math.floor(k)
+    fill = np.zeros(bands)
     if m >= bands or k == m:
-        out[:m] = 1.0 / m
-        return out[None, :]
-    # m a^2 + (1 - m a)^2 = 1 / k, the root with a >= 1 - m a
-    a = (m + math.sqrt(max(m * m - (m + m * m) * (1.0 - 1.0 / k), 0.0))) / (m + m * m)
-    out[:m], out[m] = a, max(1.0 - m * a, 0.0)
+        fill[:m] = 1.0 / m
+    else:  # m a^2 + (1 - m a)^2 = 1 / k, the root with a >= 1 - m a
+        a = (m + math.sqrt(max(m * m - (m + m * m) * (1.0 - 1.0 / k), 0.0))) / (m + m * m)
+        fill[:m], fill[m] = a, max(1.0 - m * a, 0.0)
+    middle_first = np.argsort(np.abs(np.arange(bands) - (bands - 1) / 2.0), kind="stable")
+    out = np.zeros(bands)
+    out[middle_first] = fill
     return out[None, :]
 
 
@@ -296,6 +353,15 @@ def occupancy_fractions(inp: PredictionInputs) -> np.ndarray:
     if stated is not None:
         return _stated_fractions(stated, bands_of(inp.options))
     return _simulated(inp)[0]
+
+
+def _check_occupancy(inp: PredictionInputs) -> None:
+    stated = inp.assumptions.band_occupancy
+    if stated is not None and not stated >= 1:
+        raise ValueError(
+            f"band occupancy ({stated}) must be at least 1 (one band holding every record) and "
+            f"at most K (every band equally filled)"
+        )
 
 
 def _simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
@@ -417,12 +483,17 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
     resolving and the mean resolved sd, ``E[p_r sd_r] / p``. Each release's bands hold its
     shares of the records (or the stated occupancy's), each band with :func:`band_counts`'
     treated share; its variance is :func:`released_variance` at the noise share it reports."""
+    _check_occupancy(inp)
     _, index_noise = predicted_noise_share(inp)
     base = _band_inputs(inp, index_noise)
     assert base.strata_counts is not None
     treated, control = base.strata_counts
     treated_share = treated / np.maximum(treated + control, 1e-300)
     fractions, shares = _simulated(inp)
+    order = np.argsort(1.0 / np.sum(fractions * fractions, axis=1), kind="stable")
+    step = max(1, shares.size // OCCUPANCY_EVALUATED)
+    rows = order[step // 2 :: step]
+    fractions, shares = fractions[rows], shares[rows]
     stated = inp.assumptions.band_occupancy
     fixed = (
         None
