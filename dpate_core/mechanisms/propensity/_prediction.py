@@ -317,7 +317,7 @@ def _model_edges(
         cdf = cdf + share * _phi((mid - means[:, 1:]) / sds[:, 1:])
         below = cdf < levels
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return 0.5 * (lo + hi)
+    return np.asarray(0.5 * (lo + hi), dtype=np.float64)
 
 
 def _stated_fractions(occupancy: float, bands: int) -> np.ndarray:
