@@ -45,7 +45,7 @@ import pandas as pd
 from dpate.data.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
 from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.mechanisms.propensity import Categorical, Column, Numeric, plan_propensity
-from dpate_core.release import draw_many
+from dpate_core.release import MechanismPlan, draw_many
 from dpate_core.simulation import aggregate_many
 from dpate_core.statistics import cell_statistics
 
@@ -375,11 +375,26 @@ def plan_accuracy(reps: int = 400) -> None:
     (docs/explanation/results.md,
     "dpate plan for propensity"): IHDP and Lalonde split 2 and 3 ways, the bench Synth at one
     site of several sizes; eps 1, the planner stating the treated share, the outcome's mean and
-    within-arm sd, the effect and the confounding (crude difference less the effect)."""
-    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT
-    from dpate_core.planning import Assumptions, SiteDesign, plan_study
-    from dpate_core.simulation import simulate_sites
+    within-arm sd, the effect and the confounding (crude difference less the effect); and the
+    bands' occupancy (effective number of filled bands, ``N^2 / sum N_b^2``) the plan predicts
+    against its mean over the releases."""
+    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, band_occupancy
+    from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign, plan_study
     from dpate_core.synth import split_equal
+
+    def releases(plans: Sequence[MechanismPlan], rng: np.random.Generator) -> tuple[Array, ...]:
+        """``simulate_sites``' releases, with each release's realised band occupancy."""
+        tau, var, occupancy = [], [], []
+        for plan in plans:
+            draws = draw_many(plan, rng, reps)
+            out = plan.assemble(draws)
+            tau.append(np.asarray(out.tau, dtype=np.float64))
+            var.append(np.asarray(out.variance, dtype=np.float64))
+            counts = plan.stages[0].locs({"model": draws["model"]})["counts"]
+            band = counts[:, 0::2] + counts[:, 1::2]
+            occupancy.append(np.mean(band.sum(axis=1) ** 2 / np.sum(band**2, axis=1)))
+        n = np.array([p.n for p in plans], dtype=np.float64)
+        return np.stack(tau, axis=1), n, np.stack(var, axis=1), np.asarray(occupancy)
 
     def rows(name: str, sites: Sequence[Data], truth: float) -> None:
         w = np.concatenate([s.w for s in sites])
@@ -392,9 +407,17 @@ def plan_accuracy(reps: int = 400) -> None:
         cols = sites[0].columns
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
         plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS) for s in sites]
-        tau, n, var = simulate_sites(plans, np.random.default_rng(8), reps)
+        tau, n, var, occupancy = releases(plans, np.random.default_rng(8))
         designs = [
             SiteDesign.of(f"s{j}", s.w.size, EPS, 0, DEFAULT_SPLIT, 4) for j, s in enumerate(sites)
+        ]
+        predicted = [
+            band_occupancy(
+                PredictionInputs(
+                    d, int(np.prod(sizes)), 1.0, assumed, None, sizes, len(cols) - len(sizes)
+                )
+            )
+            for d in designs
         ]
         for agg in ("mvagg", "inverse_variance"):
             plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(sizes)),
@@ -403,11 +426,17 @@ def plan_accuracy(reps: int = 400) -> None:
                               bounded_covariates=len(cols) - len(sizes))  # fmt: skip
             site = [p.width / _realised_width(var[:, j]) for j, p in enumerate(plan.sites)]
             real = _realised_width(aggregate_many(agg, tau, n, var).variance)
+            bands = ", ".join(
+                f"{p:.2f} / {r:.2f}" for p, r in zip(predicted, occupancy, strict=True)
+            )
             print(f"| {name}, {len(sites)} site(s) of about {sites[0].w.size} | {agg} | "
-                  f"{', '.join(f'{r:.2f}' for r in site)} | {plan.combined_width / real:.2f} |")  # fmt: skip
+                  f"{', '.join(f'{r:.2f}' for r in site)} | {plan.combined_width / real:.2f} | "
+                  f"{bands} |")  # fmt: skip
 
-    print("\n| data (eps 1 per site) | combiner | sites: predicted / realised | combined |")
-    print("|---|---|---|---|")
+    print(f"\n{reps} releases per site")
+    print("| data (eps 1 per site) | combiner | sites: predicted / realised | combined | "
+          "filled bands: predicted / realised |")  # fmt: skip
+    print("|---|---|---|---|---|")
     for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
         try:
             data, truth = load()
