@@ -456,7 +456,14 @@ lifetime_cap = { epsilon = "3", delta = "0" }
     assert width("--propensity-sd", "2") > width("--propensity-sd", "0.5")
     bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--propensity-sd", "0"])
     assert bad.exit_code == 2 and "--propensity-sd" in bad.output
-    # the bands' occupancy: predicted unless stated; fewer filled bands, less noise
+
+    # the bands' occupancy: predicted unless stated (the plan says what it predicts); fewer
+    # filled bands, less noise
+    def notes(*extra: str) -> list[str]:
+        res = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json", *extra])
+        return [n for n in json.loads(res.output)["notes"] if "filled bands" in n]
+
+    assert len(notes()) == 1 and notes("--band-occupancy", "2") == []
     assert width("--band-occupancy", "1.5") < width("--band-occupancy", "5")
     bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--band-occupancy", "0.5"])
     assert bad.exit_code == 2 and "--band-occupancy" in bad.output

@@ -81,6 +81,7 @@ __all__ = [
     "attenuation_correction",
     "band_counts",
     "band_occupancy",
+    "bands_of",
     "decode_strata",
     "dp_propensity",
     "fit_model",
