@@ -86,7 +86,7 @@ OCCUPANCY_DRAWS = 400
 #: how many of them the band subclassification's prediction runs on: every tenth by occupancy
 #: (a stratified sample of the simulated occupancies)
 OCCUPANCY_EVALUATED = 40
-_OCCUPANCY_SEED = 20261128
+_OCCUPANCY_SEED = 5
 
 
 def bands_of(options: Any) -> int:
@@ -118,11 +118,12 @@ def _columns(inp: PredictionInputs) -> tuple[tuple[int, ...], int]:
 
 
 def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
-    """``(rho, index noise)``: the model's predicted noise share and its index noise variance
-    (module docstring, step 1). The model query's Laplace scale is ``Delta_m / eps_m`` in counts
-    (``Delta_m = 2 + 2 p_cat + 3 p_num``); a categorical covariate with ``L`` levels adds
-    ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L + scale`` its smoothed cell counts; a numeric
-    one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2 scale^2``)."""
+    """``(rho, index noise)``: the model's noise share and index noise variance in closed form at
+    evenly spread cells (module docstring, step 2: the bands' sorting of the treated; the noise
+    share a release reports is the simulated releases'). The model query's Laplace scale is
+    ``Delta_m / eps_m`` in counts (``Delta_m = 2 + 2 p_cat + 3 p_num``); a categorical covariate
+    with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L + scale`` its smoothed
+    cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2 scale^2``)."""
     d = inp.design
     levels, p_num = _columns(inp)
     eps_m = float(d.epsilon * _shares(inp)[0])
@@ -357,10 +358,11 @@ def occupancy_fractions(inp: PredictionInputs) -> np.ndarray:
 
 def _check_occupancy(inp: PredictionInputs) -> None:
     stated = inp.assumptions.band_occupancy
-    if stated is not None and not stated >= 1:
+    if stated is not None and not 1 <= stated <= bands_of(inp.options):
         raise ValueError(
             f"band occupancy ({stated}) must be at least 1 (one band holding every record) and "
-            f"at most K (every band equally filled)"
+            f"at most K = {bands_of(inp.options)} (every band equally filled): give one in that "
+            f"range"
         )
 
 
