@@ -82,9 +82,9 @@ ASSUMED_NUMERIC_SPREAD = 1.0 / 9.0
 ASSUMED_NUMERIC_CENTRE = 0.0
 #: how many model releases the predicted band occupancy is simulated over (seeded numpy noise:
 #: the same plan every time)
-OCCUPANCY_DRAWS = 400
-#: how many of them the band subclassification's prediction runs on: every tenth by occupancy
-#: (a stratified sample of the simulated occupancies)
+OCCUPANCY_DRAWS = 2000
+#: how many groups of them, by occupancy, the band subclassification's prediction runs on (once
+#: per group: :func:`_parts`)
 OCCUPANCY_EVALUATED = 40
 _OCCUPANCY_SEED = 5
 
@@ -406,8 +406,8 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     )
 
 
-def _factor(rho: float) -> float:
-    k = min(rho / max(1.0 - rho, 1e-12), ATTENUATION_CAP)
+def _factor(rho: Any) -> Any:
+    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
     return (1.0 + k) ** 2
 
 
@@ -443,7 +443,7 @@ def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) 
     return total
 
 
-def _model_variance(inp: PredictionInputs, rho: float, sampling: float, gap: float) -> float:
+def _model_variance(inp: PredictionInputs, rho: Any, sampling: float, gap: float) -> Any:
     """The model-noise variance the release reports, ``rho^2 gap^2`` in expectation: ``gap^2``
     is the assumed confounding squared plus the gap's noise (:func:`gap_noise`) and the
     estimate's sampling variance."""
@@ -452,12 +452,13 @@ def _model_variance(inp: PredictionInputs, rho: float, sampling: float, gap: flo
 
 
 def released_variance(
-    inp: PredictionInputs, rho: float, sampling: float, noise: float, gap: float
-) -> tuple[float, float]:
+    inp: PredictionInputs, rho: Any, sampling: float, noise: float, gap: float
+) -> tuple[Any, Any]:
     """``(sampling, noise)`` of the released estimate from the band subclassification's: the one
     place the prediction mirrors the release's variance (:func:`~._release.attenuation_correction`):
     both times the correction's factor ``(1 + k)^2``, the noise plus the model-noise variance
-    ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance)."""
+    ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance). ``rho``: a noise
+    share or an array of them."""
     f = _factor(rho)
     return sampling * f, noise * f + _model_variance(inp, rho, sampling, gap)
 
@@ -484,7 +485,10 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
     the means of the released sampling and noise variances when resolved, the probability of
     resolving and the mean resolved sd, ``E[p_r sd_r] / p``. Each release's bands hold its
     shares of the records (or the stated occupancy's), each band with :func:`band_counts`'
-    treated share; its variance is :func:`released_variance` at the noise share it reports."""
+    treated share; its variance is :func:`released_variance` at the noise share it reports. The
+    releases are cut into :data:`OCCUPANCY_EVALUATED` groups by occupancy; the subclassification
+    runs once per group, on its middle release's bands, and the variance at every release's own
+    noise share."""
     _check_occupancy(inp)
     _, index_noise = predicted_noise_share(inp)
     base = _band_inputs(inp, index_noise)
@@ -492,24 +496,21 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
     treated, control = base.strata_counts
     treated_share = treated / np.maximum(treated + control, 1e-300)
     fractions, shares = _simulated(inp)
-    order = np.argsort(1.0 / np.sum(fractions * fractions, axis=1), kind="stable")
-    step = max(1, shares.size // OCCUPANCY_EVALUATED)
-    rows = order[step // 2 :: step]
-    fractions, shares = fractions[rows], shares[rows]
     stated = inp.assumptions.band_occupancy
-    fixed = (
-        None
-        if stated is None
-        else _band_parts(base, _stated_fractions(stated, bands_of(inp.options))[0], treated_share)
-    )
+    if stated is not None:
+        fractions = _stated_fractions(stated, bands_of(inp.options))
+        groups = [np.arange(shares.size)]
+    else:
+        order = np.argsort(1.0 / np.sum(fractions * fractions, axis=1), kind="stable")
+        groups = np.array_split(order, min(OCCUPANCY_EVALUATED, shares.size))
     out = np.zeros((shares.size, 4))  # p, p sd, sampling, noise
-    for r, rho in enumerate(shares):
-        p, _, sampling, noise, gap = (
-            _band_parts(base, fractions[r], treated_share) if fixed is None else fixed
-        )
-        if p > 0.0:
-            s, e = released_variance(inp, float(rho), sampling, noise, gap)
-            out[r] = (p, p * math.sqrt(s + e), s, e)
+    for group in groups:
+        row = fractions[0] if stated is not None else fractions[group[group.size // 2]]
+        p, _, sampling, noise, gap = _band_parts(base, row, treated_share)
+        if p <= 0.0:
+            continue
+        s, e = released_variance(inp, shares[group], sampling, noise, gap)
+        out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e])
     p_mean = float(out[:, 0].mean())
     if p_mean <= 0.0:
         return math.inf, math.inf, 0.0, math.inf
