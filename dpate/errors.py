@@ -61,7 +61,7 @@ _MODULES = (
     "dpate.schemas.reports",
     "dpate.data.datasets",
     "dpate.schemas.preflight",
-    "dpate.schemas.signing",
+    "dpate.signing",
     "dpate.schemas.site_data",
     "dpate.tasks.site",
     "dpate.tasks.aggregate",

@@ -19,8 +19,8 @@ from dpate.schemas.reports import (
     PublicEstimate,
     SiteReport,
 )
-from dpate.schemas.signing import seal_site_report
 from dpate.settings import SiteContext
+from dpate.signing import seal_site_report
 from dpate.storage import Store
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.privacy import PrivacyParams

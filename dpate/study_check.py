@@ -220,7 +220,7 @@ def _ledger_problems(ctx: SiteContext, check: SiteCheck) -> list[DpateError]:
 
 
 def _publication_problems(ctx: SiteContext) -> list[DpateError]:
-    from dpate.schemas.signing import site_signing_key
+    from dpate.signing import site_signing_key
     from dpate.storage import PublicationConflictError, Store
 
     problems: list[DpateError] = []

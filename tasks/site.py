@@ -44,9 +44,9 @@ from dpate.schemas.reports import (
     interval_text,
     software_version,
 )
-from dpate.schemas.signing import site_signing_key
 from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
+from dpate.signing import site_signing_key
 from dpate.site_plans import plan_from_records
 from dpate.site_reports import (
     ledger_spend,

@@ -207,7 +207,7 @@ def _check_site(
 def _unsigned_sites(study: Any, site_ids: list[str]) -> list[Failure]:
     """Reports are signed by default: each checked site the spec gives no public_key (unless
     the study opts out) could not release, whether or not its data is reachable from here."""
-    from dpate.schemas.signing import unsigned_site_problem
+    from dpate.signing import unsigned_site_problem
 
     if study.signing == "none":
         out.print(
@@ -227,7 +227,7 @@ def _check_signing(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     """The site's private key is there and is the spec's (as the release checks it before
     reserving); a site without a public_key is reported once, by :func:`_unsigned_sites`."""
     from dpate.errors import DpateError
-    from dpate.schemas.signing import site_signing_key, unsigned_site_problem
+    from dpate.signing import site_signing_key, unsigned_site_problem
 
     if unsigned_site_problem(study, site_id) is not None:
         return []

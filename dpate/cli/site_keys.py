@@ -43,8 +43,8 @@ def keygen(
     site's public_key unless it opts out.
     """
     from dpate.errors import DpateError
-    from dpate.schemas.signing import generate_key_pair, with_public_key, write_private_key
     from dpate.settings import SiteSettings, site_key_path
+    from dpate.signing import generate_key_pair, with_public_key, write_private_key
     from dpate.storage import check_part
 
     try:
@@ -91,7 +91,7 @@ def _read(spec: Path, site: str) -> str:
     it (the site is not in it, or already has a key)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from dpate.schemas.signing import SigningError, public_key_text, with_public_key
+    from dpate.signing import SigningError, public_key_text, with_public_key
 
     try:
         text = spec.read_text(encoding="utf-8")

@@ -9,8 +9,8 @@ import numpy as np
 
 from dpate.ledger import Committed
 from dpate.schemas.reports import LifetimeSpend, software_version
-from dpate.schemas.signing import load_private_key, sign_bytes
 from dpate.settings import SiteContext, resolve_site
+from dpate.signing import load_private_key, sign_bytes
 from dpate.site_reports import site_report_bytes
 from dpate.storage import Store
 from dpate.tasks.site import load_site_data, plan_release
