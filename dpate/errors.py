@@ -60,7 +60,7 @@ _MODULES = (
     "dpate.schemas.spec",
     "dpate.schemas.reports",
     "dpate.data.datasets",
-    "dpate.schemas.preflight",
+    "dpate.site.feasibility",
     "dpate.signing",
     "dpate.schemas.site_data",
     "dpate.tasks.site",

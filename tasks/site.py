@@ -39,7 +39,6 @@ from dpate import site_plans
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.ledger.anchors import require_not_behind
-from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
 from dpate.schemas.reports import (
     interval_text,
     software_version,
@@ -47,6 +46,7 @@ from dpate.schemas.reports import (
 from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from dpate.signing import site_signing_key
+from dpate.site.feasibility import FeasibilityError, feasibility_problems, release_refusals
 from dpate.site_plans import plan_from_records
 from dpate.site_reports import (
     ledger_spend,

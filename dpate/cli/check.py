@@ -2,7 +2,7 @@
 
 It reads the study spec, validates the site's records with the same code as a release
 (:func:`dpate.schemas.site_data.read_site_records`), discretises them, runs the feasibility rules
-(:func:`dpate.schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
+(:func:`dpate.site.feasibility.feasibility_problems`) and reads the site's privacy ledger (read-only;
 a missing ledger is reported, never created). It prints the study's public facts, what a release
 would publish exactly, the budget it would spend and what the ledger has left, and, for the site
 operator's eyes only, the counts preparation produced (rows read, dropped, clipped): those are
@@ -243,8 +243,8 @@ def _check_signing(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 
 
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
-    from dpate.schemas.preflight import feasibility_problems
     from dpate.schemas.site_data import SiteDataError, read_site_records
+    from dpate.site.feasibility import feasibility_problems
 
     try:  # as the release reads them (in the site's engine; its query and secret), without
         # Algorithm 1's ordered pass: the counts suffice for the feasibility rules

@@ -17,7 +17,6 @@ import pytest
 
 import dpate.site_plans
 from dpate.ledger import Committed
-from dpate.schemas.preflight import FeasibilityError
 from dpate.schemas.reports import software_version
 from dpate.schemas.site_data import (
     PermutationOrder,
@@ -27,6 +26,7 @@ from dpate.schemas.site_data import (
     site_statistics,
 )
 from dpate.settings import SiteContext, resolve_site
+from dpate.site.feasibility import FeasibilityError
 from dpate.site_plans import plan_from_records
 from dpate.site_reports import site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
@@ -217,7 +217,7 @@ def test_an_infeasible_site_is_refused_from_its_statistics_before_reserving(tmp_
     with pytest.raises(FeasibilityError) as info:
         load_site_data.fn(ctx)
     assert "too few records" in str(info.value) and "nothing was reserved" in str(info.value)
-    from dpate.schemas.preflight import feasibility_problems
+    from dpate.site.feasibility import feasibility_problems
 
     records = prepare_site_data(ctx.data_location, ctx.spec)
     assert info.value.problems == feasibility_problems(records, ctx.spec)

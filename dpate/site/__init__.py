@@ -1,0 +1,9 @@
+"""What a site does around a release, apart from its Prefect tasks (:mod:`dpate.tasks.site`); no
+Prefect here:
+
+- :mod:`dpate.site.feasibility`: whether the site's records can support the spec's release,
+  checked before any budget is reserved (public wording: rules, never counts).
+
+Import each name from its module (``from dpate.site.feasibility import feasibility_problems``):
+this package imports nothing by itself, so a command that needs one module loads no other.
+"""
