@@ -113,7 +113,7 @@ ESTIMATOR = {
 def release(spec, target: str) -> int:
     """The site task's release path without ledger or Prefect run (tasks/site.py)."""
     from dpate.site.feasibility import feasibility_problems
-    from dpate.site_plans import plan_from_records
+    from dpate.site.plans import plan_from_records
     from dpate_core.release import draw_once
 
     try:

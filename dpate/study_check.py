@@ -253,7 +253,7 @@ class _StorageUnreadable(DpateError, OSError):
 def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[DpateError]:
     from dpate.schemas.site_data import SiteDataError
     from dpate.site.feasibility import FeasibilityError, feasibility_problems
-    from dpate.site_plans import read_for_check
+    from dpate.site.plans import read_for_check
 
     try:  # within dpate run's shared_reads, the release's own read, kept for it
         data = read_for_check(ctx)

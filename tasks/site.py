@@ -7,7 +7,7 @@ value. Raw records and the un-committed noisy output live only in this process's
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
 The plain parts live beside the tasks, without Prefect: the mechanism plan in
-:mod:`dpate.site_plans`, the report's bytes, the lifetime spend and the published summary in
+:mod:`dpate.site.plans`, the report's bytes, the lifetime spend and the published summary in
 :mod:`dpate.site_reports`.
 
 **Where the work is done.** The site's data is validated and reduced where it lives (DuckDB for
@@ -35,7 +35,6 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from dpate import site_plans
 from dpate.errors import DpateError, ExitCode
 from dpate.ledger import Committed, LedgerError, Reservation
 from dpate.ledger.anchors import require_not_behind
@@ -46,8 +45,9 @@ from dpate.schemas.reports import (
 from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from dpate.signing import site_signing_key
+from dpate.site import plans
 from dpate.site.feasibility import FeasibilityError, feasibility_problems, release_refusals
-from dpate.site_plans import plan_from_records
+from dpate.site.plans import plan_from_records
 from dpate.site_reports import (
     ledger_spend,
     open_site_ledger,
@@ -239,8 +239,8 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     oplog = operator_logger(ctx)
     failure: SiteDataRejected | None = None
     try:  # the pre-spend check's read of this release, made in this process (dpate run)
-        held = site_plans.take_checked(ctx)
-        data = held if held is not None else site_plans.read_for_release(ctx)
+        held = plans.take_checked(ctx)
+        data = held if held is not None else plans.read_for_release(ctx)
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
         failure = redacted_data_error(ctx, exc)
@@ -386,7 +386,7 @@ def compute_balance(
     returned only to :func:`commit_balance`). ``committed``: the round's committed estimate
     (public), whose bands an estimator with ``balance_bands`` compares arms within."""
     estimate = None if committed is None else committed.payload["estimate"]
-    plan = site_plans.balance_plan(ctx.spec, data, estimate)
+    plan = plans.balance_plan(ctx.spec, data, estimate)
     if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
         raise RuntimeError(
             f"site {ctx.site_id}: the balance table's budget does not match the reservation of "

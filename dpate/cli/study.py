@@ -65,7 +65,7 @@ def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
     (:func:`dpate.flows.study.study`) on the embedded or configured Prefect; its output, read
     back from storage when this process holds no result. ``output["spent"]`` says whether a
     site's ledger was debited."""
-    from dpate.site_plans import shared_reads
+    from dpate.site.plans import shared_reads
 
     load_spec(spec)  # a spec error ends the command here, before Prefect starts
     with shared_reads():  # one read of each site's data: the check's, kept for the release

@@ -3,6 +3,8 @@ Prefect here:
 
 - :mod:`dpate.site.feasibility`: whether the site's records can support the spec's release,
   checked before any budget is reserved (public wording: rules, never counts).
+- :mod:`dpate.site.plans`: the site's data read for a release (once per run, shared with the
+  study's check) and its mechanism plan (pre-noise values: private).
 
 Import each name from its module (``from dpate.site.feasibility import feasibility_problems``):
 this package imports nothing by itself, so a command that needs one module loads no other.

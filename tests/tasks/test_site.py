@@ -11,7 +11,7 @@ import pytest
 from dpate.schemas.reports import ReportError, read_report
 from dpate.schemas.site_data import SecureOrder
 from dpate.settings import resolve_site
-from dpate.site_plans import data_independent_order, record_order
+from dpate.site.plans import data_independent_order, record_order
 from dpate.site_reports import ledger_spend, site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 

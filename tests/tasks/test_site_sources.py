@@ -15,7 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-import dpate.site_plans
+import dpate.site.plans
 from dpate.ledger import Committed
 from dpate.schemas.reports import software_version
 from dpate.schemas.site_data import (
@@ -27,7 +27,7 @@ from dpate.schemas.site_data import (
 )
 from dpate.settings import SiteContext, resolve_site
 from dpate.site.feasibility import FeasibilityError
-from dpate.site_plans import plan_from_records
+from dpate.site.plans import plan_from_records
 from dpate.site_reports import site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 from dpate_core.release import draw_once
@@ -105,9 +105,9 @@ def seeded_orders(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     def permutation(n: int) -> np.ndarray:
         return np.random.default_rng([seed, n]).permutation(n)
 
-    monkeypatch.setattr(dpate.site_plans, "data_independent_order", permutation)
+    monkeypatch.setattr(dpate.site.plans, "data_independent_order", permutation)
     monkeypatch.setattr(
-        dpate.site_plans, "record_order", lambda n: PermutationOrder(permutation(n))
+        dpate.site.plans, "record_order", lambda n: PermutationOrder(permutation(n))
     )
 
 
