@@ -8,7 +8,7 @@ cache, no persisted result, never logged); everything logged to Prefect is publi
 
 The plain parts live beside the tasks, without Prefect: the mechanism plan in
 :mod:`dpate.site.plans`, the report's bytes, the lifetime spend and the published summary in
-:mod:`dpate.site_reports`.
+:mod:`dpate.site.reports`.
 
 **Where the work is done.** The site's data is validated and reduced where it lives (DuckDB for
 files, the site's database, Spark): :func:`~dpate.schemas.site_data.read_site_records` returns the
@@ -48,7 +48,7 @@ from dpate.signing import site_signing_key
 from dpate.site import plans
 from dpate.site.feasibility import FeasibilityError, feasibility_problems, release_refusals
 from dpate.site.plans import plan_from_records
-from dpate.site_reports import (
+from dpate.site.reports import (
     ledger_spend,
     open_site_ledger,
     site_report_bytes,

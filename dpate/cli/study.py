@@ -164,7 +164,7 @@ def study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
 
 def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
     from dpate.settings import resolve_site, resolve_study
-    from dpate.site_reports import published_site
+    from dpate.site.reports import published_site
     from dpate.tasks.aggregate import published_result
 
     ctx = resolve_study(spec, round)

@@ -5,6 +5,9 @@ Prefect here:
   checked before any budget is reserved (public wording: rules, never counts).
 - :mod:`dpate.site.plans`: the site's data read for a release (once per run, shared with the
   study's check) and its mechanism plan (pre-noise values: private).
+- :mod:`dpate.site.reports`: the release's public parts: the site's ledger opened, the lifetime
+  spend published with a release, the report's bytes from the ledger's COMMIT row, the public
+  summary of a published report.
 
 Import each name from its module (``from dpate.site.feasibility import feasibility_problems``):
 this package imports nothing by itself, so a command that needs one module loads no other.

@@ -12,7 +12,7 @@ from dpate.schemas.reports import ReportError, read_report
 from dpate.schemas.site_data import SecureOrder
 from dpate.settings import resolve_site
 from dpate.site.plans import data_independent_order, record_order
-from dpate.site_reports import ledger_spend, site_report_bytes
+from dpate.site.reports import ledger_spend, site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 
 from .helpers import COMMITTED_AT, committed_release
@@ -179,7 +179,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
 
 def test_spend_at_reservation_needs_the_releases_reservation(study):
     from dpate.ledger import LedgerError, PrivacyLedger
-    from dpate.site_reports import spend_at_reservation
+    from dpate.site.reports import spend_at_reservation
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")

@@ -28,7 +28,7 @@ from dpate.schemas.site_data import (
 from dpate.settings import SiteContext, resolve_site
 from dpate.site.feasibility import FeasibilityError
 from dpate.site.plans import plan_from_records
-from dpate.site_reports import site_report_bytes
+from dpate.site.reports import site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 from dpate_core.release import draw_once
 from tests.pipeline.studies import Site, Study, write_study
