@@ -17,7 +17,7 @@ its own process before any flow starts.
 
 A *deployed* run is one started by a Prefect worker (``PREFECT__FLOW_RUN_ID`` in the process
 environment) or from a deployment: there nothing falls back to the spec or to a default ledger,
-and the ``spec`` parameter is a spec hash the site's operator approved (:mod:`dpate.spec_approvals`),
+and the ``spec`` parameter is a spec hash the site's operator approved (:mod:`dpate.site.approvals`),
 never a path or URL.
 """
 
@@ -559,7 +559,7 @@ def resolve_site(
         deployed = is_deployed_process()
     run = SiteRun(spec=spec, site=site, round=round)
     if deployed:  # the site's approved copy, by hash: nothing is read at a coordinator's path
-        from dpate.spec_approvals import load_approved_spec
+        from dpate.site.approvals import load_approved_spec
 
         validate_round(run.round)
         approved = load_approved_spec(run.spec, site=site)

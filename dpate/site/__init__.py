@@ -8,6 +8,8 @@ Prefect here:
 - :mod:`dpate.site.reports`: the release's public parts: the site's ledger opened, the lifetime
   spend published with a release, the report's bytes from the ledger's COMMIT row, the public
   summary of a published report.
+- :mod:`dpate.site.approvals`: the specs the site's operator approved, the only ones its worker
+  runs (a deployed run names its spec by hash).
 
 Import each name from its module (``from dpate.site.feasibility import feasibility_problems``):
 this package imports nothing by itself, so a command that needs one module loads no other.

@@ -170,7 +170,7 @@ def test_a_spec_named_by_path_or_url_is_refused_before_anything_is_read(
 
 
 def test_an_unapproved_or_edited_spec_is_refused_naming_no_path(tmp_path, monkeypatch):
-    from dpate.spec_approvals import approved_specs_dir
+    from dpate.site.approvals import approved_specs_dir
 
     spec_hash = _approved_star(tmp_path)
     other = "0" * 64
