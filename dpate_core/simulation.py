@@ -38,7 +38,6 @@ CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 
 __all__ = [
     "COMBINERS_MANY",
-    "AggregateMany",
     "SiteDraws",
     "agg_all_many",
     "agg_largest_many",

@@ -42,7 +42,7 @@ from dpate.schemas.reports import (
     interval_text,
     software_version,
 )
-from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
+from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from dpate.signing import site_signing_key
 from dpate.site import plans
@@ -62,7 +62,6 @@ from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [
     "SiteDataRejected",
-    "SiteStatistics",
     "check_publication",
     "commit_balance",
     "commit_release",
@@ -72,7 +71,6 @@ __all__ = [
     "operator_logger",
     "plan_release",
     "publish_site_report",
-    "read_site_records",
     "recorded_balance",
     "recorded_release",
     "redacted_data_error",

@@ -10,7 +10,7 @@ operator's eyes only, the counts preparation produced (rows read, dropped, clipp
 
 It spends nothing, draws no noise and contacts no Prefect server (Prefect is never imported).
 Exit status: 0 when every checked site could release; otherwise the code of the problem found
-(:class:`dpate.cli.errors.ExitCode`; several different problems: SITES_FAILED).
+(:class:`dpate.errors.ExitCode`; several different problems: SITES_FAILED).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from dpate.cli.environment import SpecArg
-from dpate.cli.errors import ExitCode, Failure, from_exception, print_failures, summary_code
+from dpate.cli.errors import Failure, from_exception, print_failures, summary_code
+from dpate.errors import ExitCode
 
 __all__ = ["check"]
 

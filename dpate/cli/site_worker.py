@@ -21,7 +21,7 @@ import re
 import typer
 from rich.console import Console
 
-from dpate.cli.errors import ExitCode
+from dpate.errors import ExitCode
 
 err = Console(stderr=True)
 

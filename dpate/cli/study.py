@@ -12,7 +12,6 @@ import typer
 
 from dpate.cli.environment import SpecArg, load_spec, prefect_env, site_settings
 from dpate.cli.errors import (
-    ExitCode,
     Failure,
     classify,
     from_exception,
@@ -20,7 +19,7 @@ from dpate.cli.errors import (
     summary_code,
 )
 from dpate.cli.output import console, err, fail, print_result, print_site_failures
-from dpate.errors import error_class
+from dpate.errors import ExitCode, error_class
 
 if TYPE_CHECKING:
     from dpate.study_check import StudyCheck

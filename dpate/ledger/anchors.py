@@ -45,7 +45,6 @@ from dpate.schemas.reports import MAX_REPORT_BYTES, MAX_RESULT_BYTES, loads_boun
 from dpate.storage import ObjectTooLargeError, Store
 
 __all__ = [
-    "MAX_RESULT_BYTES",
     "AnchorReport",
     "LedgerBehindError",
     "PublishedHead",

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dpate.cli.errors import ExitCode
 from dpate.cli.main import app
 from dpate.deployments import site_runner
 from dpate.deployments.site_runner import FLOW_NAME, REFUSED, WORKER_SITE_ENV, refusal
 from dpate.deployments.site_worker import SiteJobConfiguration, SiteWorker, site_command
+from dpate.errors import ExitCode
 from dpate.schemas.spec import load_spec
 
 runner = CliRunner()
