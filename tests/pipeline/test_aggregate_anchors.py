@@ -24,7 +24,7 @@ from dpate.schemas.reports import SiteReport, read_report
 from dpate.schemas.spec import StudySpec
 from dpate.signing import SITE_KEY_ENV, seal_site_report
 from dpate.storage import Store
-from dpate_core import smooth_dp_matching
+from dpate_core.mechanisms.matching import smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
 from tests.schemas.test_spec import UNSIGNED, base
 

@@ -25,8 +25,9 @@ from dpate.signing import (
     seal_site_report,
     site_signing_key,
 )
-from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
 from dpate_core.mechanisms.adjusted import UNRESOLVED_FIXED_EFFECTS, dp_adjusted, plan_adjusted
+from dpate_core.mechanisms.difference_in_means import dp_difference_in_means
+from dpate_core.mechanisms.matching import global_dp_matching, smooth_dp_matching
 
 from .test_spec import UNSIGNED, base
 
