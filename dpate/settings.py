@@ -51,8 +51,7 @@ from pydantic_settings import (
 
 from dpate.errors import DpateError, ExitCode
 from dpate.field_tables import Column, extra, field_table
-from dpate.ledger.chain import release_id
-from dpate.ledger.engine import as_sqlalchemy_url
+from dpate.ledger import as_sqlalchemy_url, release_id
 
 if TYPE_CHECKING:  # the spec's models import the estimators (numba): only where a spec is read
     from dpate.schemas.spec import StudySpec

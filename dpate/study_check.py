@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dpate.errors import DpateError, ExitCode
-from dpate.ledger.chain import (
+from dpate.ledger import (
     BudgetExceededError,
     CapMismatchError,
     LedgerError,

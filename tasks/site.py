@@ -36,8 +36,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from dpate.errors import DpateError, ExitCode
-from dpate.ledger import Committed, LedgerError, Reservation
-from dpate.ledger.anchors import require_not_behind
+from dpate.ledger import Committed, LedgerError, Reservation, require_not_behind
 from dpate.schemas.reports import (
     interval_text,
     software_version,
@@ -283,7 +282,7 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
 def reserve_budget(ctx: SiteContext) -> Reservation:
     """Debit the release's budget in the site's ledger, durably, before any noise is drawn;
     first the ledger's head is checked against the newest head the site has published
-    (:func:`dpate.ledger.anchors.require_not_behind`: a restored older copy is refused)."""
+    (:func:`dpate.ledger.require_not_behind`: a restored older copy is refused)."""
     site = ctx.spec.site(ctx.site_id)
     with open_site_ledger(ctx) as ledger:
         # a ledger restored from an older copy is refused before it can spend again

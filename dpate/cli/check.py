@@ -292,9 +292,7 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 def _check_budget(
     ctx: Any, study: Any, site_id: str, missing_ledgers: list[tuple[str, str]]
 ) -> list[Failure]:
-    from dpate.ledger.chain import LedgerError, LedgerNotFoundError
-    from dpate.ledger.engine import sqlite_file_missing
-    from dpate.ledger.sqlite_file import open_reader
+    from dpate.ledger import LedgerError, LedgerNotFoundError, open_reader, sqlite_file_missing
     from dpate_core.privacy import check_budget
 
     s = study.site(site_id)

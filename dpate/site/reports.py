@@ -11,8 +11,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from dpate.ledger import Committed, LedgerError, PrivacyLedger
-from dpate.ledger.chain import Event
+from dpate.ledger import Committed, Event, LedgerError, PrivacyLedger
 from dpate.schemas.reports import (
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,

@@ -17,9 +17,15 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from dpate.ledger import PrivacyLedger
-from dpate.ledger.anchors import check_anchors, published_heads, verify_against_reports
-from dpate.ledger.chain import GENESIS, release_id, row_hash
+from dpate.ledger import (
+    GENESIS,
+    PrivacyLedger,
+    check_anchors,
+    published_heads,
+    release_id,
+    row_hash,
+    verify_against_reports,
+)
 from dpate.schemas.reports import SiteReport, read_report
 from dpate.schemas.spec import StudySpec
 from dpate.signing import SITE_KEY_ENV, seal_site_report

@@ -78,7 +78,7 @@ class _FixedClock(datetime):
 @pytest.fixture
 def deterministic_release(monkeypatch):
     """The secure noise, the secure record order and the clock replaced by seeded stand-ins."""
-    import dpate.ledger.privacy_ledger
+    import dpate.ledger._privacy_ledger
     import dpate.site.plans
     import dpate.tasks.aggregate
     import dpate.tasks.site
@@ -96,7 +96,7 @@ def deterministic_release(monkeypatch):
         "record_order",
         lambda n: PermutationOrder(np.random.default_rng([SEED, n]).permutation(n)),
     )
-    monkeypatch.setattr(dpate.ledger.privacy_ledger, "datetime", _FixedClock)
+    monkeypatch.setattr(dpate.ledger._privacy_ledger, "datetime", _FixedClock)
     monkeypatch.setattr(dpate.tasks.site, "software_version", lambda: "golden")
     monkeypatch.setattr(dpate.tasks.aggregate, "software_version", lambda: "golden")
 

@@ -232,8 +232,7 @@ def test_a_ledger_restored_from_an_older_copy_refuses_to_spend(study):
     import shutil
     from pathlib import Path
 
-    from dpate.ledger import PrivacyLedger
-    from dpate.ledger.anchors import LedgerBehindError
+    from dpate.ledger import LedgerBehindError, PrivacyLedger
     from dpate.tasks.site import publish_site_report, reserve_budget
 
     study.init_ledgers("north")
