@@ -1,6 +1,6 @@
 """``dpate site approve SPEC --site SITE``: the site's operator approves a study spec by hash
 (docs/deploying.md, "What a site trusts the coordinator with"). Registered in
-:mod:`dpate.cli.main` under ``dpate site``.
+:mod:`dpate.cli.site`.
 
 The spec is read (a local path or a URL the operator names), validated, checked to name the site
 and to list the site's own signing key (reports are signed by default), and copied into the

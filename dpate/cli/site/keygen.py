@@ -1,5 +1,5 @@
 """``dpate site keygen``: the site's side of the Trust rules (docs/deploying.md, Trust).
-Registered in :mod:`dpate.cli.main` (with ``site worker``: :mod:`dpate.cli.site_worker`)."""
+Registered in :mod:`dpate.cli.site`."""
 
 from __future__ import annotations
 
@@ -8,16 +8,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from dpate.cli.errors import TYPER_OPTIONS
-
-site_app = typer.Typer(
-    help="A site's signing key and its worker.", no_args_is_help=True, **TYPER_OPTIONS
-)
 console = Console()
 err = Console(stderr=True)
 
 
-@site_app.command("keygen")
 def keygen(
     site: str = typer.Argument(..., help="site id (as in the study spec)"),
     out: Path | None = typer.Option(  # noqa: B008

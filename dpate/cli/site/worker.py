@@ -1,5 +1,5 @@
 """``dpate site worker SITE``: the site's own Prefect worker (docs/deploying.md, "What a site
-trusts the coordinator with"). Registered in :mod:`dpate.cli.main` under ``dpate site``.
+trusts the coordinator with"). Registered in :mod:`dpate.cli.site`.
 
 It polls the pool ``site-<SITE>`` of the coordinator's Prefect server (``PREFECT_API_URL``,
 ``PREFECT_API_AUTH_STRING``) and runs each flow run there as the installed ``site-release`` flow
