@@ -33,7 +33,7 @@ def site_settings(**values: str | None) -> Iterator[None]:
     """The local operator's options (``--ledger``, ``--data``, ``--storage``; the demo's log and
     key locations) as this process's site configuration (``DPATE_LEDGER_URL`` ...) for the
     duration of a command; the flows read
-    nothing else (dpate/settings.py). Restored afterwards."""
+    nothing else (dpate.settings). Restored afterwards."""
     from dpate.settings import SiteSettings
 
     fields = {

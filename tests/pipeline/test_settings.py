@@ -1,4 +1,4 @@
-"""Only the site decides where its ledger, data and publication root are (dpate/settings.py):
+"""Only the site decides where its ledger, data and publication root are (dpate.settings):
 the precedence environment > site config file > (local runs only) spec or default."""
 
 from __future__ import annotations
