@@ -99,9 +99,9 @@ def _unapproved(spec: str, site: str) -> str | None:
 
 
 def _site_log(site: str) -> logging.Logger | None:
-    """The site's operator log file (:func:`dpate.tasks.site.site_file_logger`), when its path
+    """The site's operator log file (:func:`dpate.site.operator_log.site_file_logger`), when its path
     does not depend on the study (a refused run has no study)."""
-    from dpate.tasks.site import site_file_logger
+    from dpate.site.operator_log import site_file_logger
 
     try:
         cfg = site_config(site, "{study}")

@@ -64,7 +64,7 @@ _MODULES = (
     "dpate.site.feasibility",
     "dpate.signing",
     "dpate.schemas.site_data",
-    "dpate.tasks.site",
+    "dpate.site.operator_log",
     "dpate.tasks.aggregate",
 )
 

@@ -261,7 +261,7 @@ def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[
         return [_public_data_error(ctx, exc) if public else exc]
     except Exception as exc:  # a reader's message may quote a value: its type only, in public
         if public:
-            from dpate.tasks.site import unreadable_data_error
+            from dpate.site.operator_log import unreadable_data_error
 
             return [unreadable_data_error(ctx, exc)]
         return [SiteDataError([], hint=f"{type(exc).__name__}: {exc}; check the data location")]
@@ -274,7 +274,7 @@ def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[
 def _public_data_error(ctx: SiteContext, exc: Any) -> DpateError:
     """The site's data error as a Prefect state may carry it (columns and rules), its full text
     (counts, row positions) written to the site's operator log."""
-    from dpate.tasks.site import operator_logger, redacted_data_error
+    from dpate.site.operator_log import operator_logger, redacted_data_error
 
     operator_logger(ctx).error(
         "site %s, study %s, round %s (checked before the study spent): %s",

@@ -10,6 +10,8 @@ Prefect here:
   summary of a published report.
 - :mod:`dpate.site.approvals`: the specs the site's operator approved, the only ones its worker
   runs (a deployed run names its spec by hash).
+- :mod:`dpate.site.operator_log`: the site's operator log (counts and row positions, never sent
+  to Prefect) and the public form of a failed data check.
 
 Import each name from its module (``from dpate.site.feasibility import feasibility_problems``):
 this package imports nothing by itself, so a command that needs one module loads no other.

@@ -50,7 +50,7 @@ def test_plan_release_presents_records_in_a_data_independent_order(study):
 
 
 def test_load_site_data_refuses_a_bad_file_naming_columns_not_values(tmp_path, monkeypatch):
-    from dpate.tasks.site import SiteDataRejected
+    from dpate.site.operator_log import SiteDataRejected
     from tests.pipeline.studies import Site, write_study
 
     s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])
@@ -74,7 +74,7 @@ def test_a_deployed_run_tells_the_coordinator_only_that_the_data_was_rejected(
     the site's operator log has both."""
     import dataclasses
 
-    from dpate.tasks.site import SiteDataRejected
+    from dpate.site.operator_log import SiteDataRejected
     from tests.pipeline.studies import Site, write_study
 
     s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])

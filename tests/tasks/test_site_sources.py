@@ -27,6 +27,7 @@ from dpate.schemas.site_data import (
 )
 from dpate.settings import SiteContext, resolve_site
 from dpate.site.feasibility import FeasibilityError
+from dpate.site.operator_log import SiteDataRejected
 from dpate.site.plans import plan_from_records
 from dpate.site.reports import site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
@@ -260,7 +261,6 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
     import sqlite3
 
     import dpate.schemas.site_data._engine as engine
-    import dpate.tasks.site
 
     s = study_of(tmp_path / "adj", monkeypatch, "adjusted")
     t = pq.read_table(s.root / "sites" / "north" / "records.parquet").to_pandas()
@@ -293,7 +293,7 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
     cfg.write_text(cfg.read_text() + 'data_secret = "site-db-password"\n', encoding="utf-8")
     ctx = resolve_site(str(s.spec), "north")
     assert ctx.data_secret == "site-db-password"
-    with pytest.raises(dpate.tasks.site.SiteDataRejected) as info:
+    with pytest.raises(SiteDataRejected) as info:
         load_site_data.fn(ctx)
     assert seen == ["pw-of-site-db-password-hunter2"] and real is not connect
     assert "hunter2" not in str(info.value)
@@ -303,14 +303,13 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
 def test_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, monkeypatch):
     """dim with ``outcome.binary``: an outcome other than 0 or B is refused before anything is
     reserved, and on 0/B outcomes the release publishes the records path's bytes."""
-    import dpate.tasks.site
 
     s = study_of(tmp_path / "bin", monkeypatch, "dim")
     text = s.spec.read_text(encoding="utf-8")
     s.spec.write_text(text.replace('policy = "clip"', 'policy = "clip"\nbinary = true'), "utf-8")
     ctx = resolve_site(str(s.spec), "north")
     assert ctx.spec.outcome.binary
-    with pytest.raises(dpate.tasks.site.SiteDataRejected, match="Nothing was reserved"):
+    with pytest.raises(SiteDataRejected, match="Nothing was reserved"):
         load_site_data.fn(ctx)
     assert "binary outcome must be exactly 0 or B" in s.operator_log("north").read_text()
     path = s.root / "sites" / "north" / "records.parquet"
