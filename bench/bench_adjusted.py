@@ -14,7 +14,7 @@ At N = 10^7 records and |X| = 10^4 strata (2 * 10^4 cells), each figure next to 
 
 Run: ``python bench/bench_adjusted.py`` (about a minute; ``--quick`` for 1/100 of the size).
 ``--choose-split`` and ``--compare`` print the simulations behind the default split and the
-comparison with the other estimators in ``docs/adjusted.md`` (seeded; a few minutes each).
+comparison with the other estimators in ``docs/explanation/adjusted.md`` (seeded; a few minutes each).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _summary(out, truth: float) -> str:
 
 
 def choose_split() -> None:
-    """The simulation behind DEFAULT_SPLIT and THRESHOLD_FACTOR (docs/adjusted.md)."""
+    """The simulation behind DEFAULT_SPLIT and THRESHOLD_FACTOR (docs/explanation/adjusted.md)."""
     splits = [("1/5", "3/5", "1/5"), ("3/10", "1/2", "1/5"), ("2/5", "2/5", "1/5"),
               ("2/5", "1/2", "1/10"), ("9/20", "9/20", "1/10"), ("7/20", "11/20", "1/10")]  # fmt: skip
     for n, strata in ((10_000, 100), (50_000, 100), (10_000, 20)):
@@ -110,7 +110,7 @@ def choose_split() -> None:
 
 
 def compare() -> None:
-    """Adjusted vs SmoothDPMatching, GlobalDPMatching and DiM on Synth (docs/adjusted.md)."""
+    """Adjusted vs SmoothDPMatching, GlobalDPMatching and DiM on Synth (docs/explanation/adjusted.md)."""
     settings = ((10_000, 100, 1), (10_000, 100, "1/2"), (100_000, 100, 1), (10_000, 1000, 1),
                 (1000, 10, 1))  # fmt: skip
     for n, strata, eps in settings:

@@ -1,6 +1,6 @@
 """The adjusted estimator on the adjustment sets a clinician writes down: reported against actual
 variance, coverage and width of every site and every combiner, in plasmode simulations
-(docs/adjusted.md, "Realistic adjustment sets"). Prints tables; asserts nothing.
+(docs/explanation/adjusted.md, "Realistic adjustment sets"). Prints tables; asserts nothing.
 
 Designs (each site's records are its population; eps 1 per site, the default split):
 

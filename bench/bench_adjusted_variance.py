@@ -1,5 +1,5 @@
 """Where the adjusted release's reported variance exceeds the actual one, on the coverage study's
-Synth sites (docs/adjusted.md, "Where the reported variance is conservative"). Prints figures;
+Synth sites (docs/explanation/adjusted.md, "Where the reported variance is conservative"). Prints figures;
 asserts nothing.
 
 For every site epsilon of the coverage grid (eps_1 in {1/2, 1, 5} x alpha in {1/8, 1, 8}, J = 3,

@@ -11,7 +11,7 @@ run no flow never import Prefect (checked here: ``-X importtime`` of each comman
 
     python bench/bench_cli_startup.py [--repeats 5]
 
-Results: docs/benchmarks.md, "Command start-up".
+Results: docs/reference/benchmarks.md, "Command start-up".
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ steadier figure on a shared machine.
 
     python bench/bench_embedded_cost.py [--repeats 3]
 
-Results: docs/benchmarks.md, "Embedded study against a bare Prefect flow".
+Results: docs/reference/benchmarks.md, "Embedded study against a bare Prefect flow".
 """
 
 from __future__ import annotations

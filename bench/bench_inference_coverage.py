@@ -1,4 +1,4 @@
-"""Coverage of the published 95% intervals, normal and parametric bootstrap (docs/inference.md,
+"""Coverage of the published 95% intervals, normal and parametric bootstrap (docs/explanation/inference.md,
 "Coverage measured"). Prints one table row per design; asserts nothing.
 
 Releases come from the project's own plans (``draw_many`` and ``assemble``, seeded numpy noise:

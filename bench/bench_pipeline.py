@@ -3,7 +3,7 @@ split into Prefect overhead and compute.
 
     python bench/bench_pipeline.py [--records 1000000] [--skip-demo]
 
-Figures (printed; recorded in docs/benchmarks.md, section "Pipeline"):
+Figures (printed; recorded in docs/reference/benchmarks.md, section "Pipeline"):
 
 * ``dpate demo`` as a user runs it (a subprocess): with a fresh PREFECT_HOME (first run: the
   ephemeral server migrates its database), with a warm one, and re-run on the same folder
@@ -126,7 +126,7 @@ def bench_study(tmp: Path, records: int) -> None:
     )
     t = time.perf_counter()
     spec = str(write_demo_study(tmp / "study", 11, sites))
-    # the sites' own configuration; ledgers are created explicitly (docs/ledger.md)
+    # the sites' own configuration; ledgers are created explicitly (docs/how-to/ledger.md)
     from dpate.ledger import PrivacyLedger
     from dpate_core.privacy import PrivacyParams
 

@@ -1,6 +1,6 @@
 """Trigger-to-done time of the deployed study through a real Prefect server and workers, and how
 it grows with the number of sites (one worker each); the 4-site STAR study also against the
-embedded default (figures in docs/benchmarks.md, "Production topology" and "Deployed study: 4
+embedded default (figures in docs/reference/benchmarks.md, "Production topology" and "Deployed study: 4
 to 20 sites").
 
     python bench/bench_topology.py [--sites 4 20] [--repeats 1] [--embedded] [--pg]

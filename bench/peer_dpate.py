@@ -7,7 +7,7 @@ Usage: ``python peer_dpate.py manifest.json``; the manifest holds ``reps``, ``ep
 ``groups``, lists of site files (each holds ``w``, ``y`` in [0, 1] and ``x``, the covariates'
 design columns). The peer's output perturbation assumes feature rows of norm at most 1: each row
 is divided by the largest row norm of the site (a data-dependent constant the peer's accounting
-leaves to its user; stated in docs/results.md). ``Y_bound = 1`` (the peer reads ``-Y_bound <= Y
+leaves to its user; stated in docs/explanation/results.md). ``Y_bound = 1`` (the peer reads ``-Y_bound <= Y
 <= Y_bound``). The peer draws its noise from fresh unseeded generators (``dpate.utils``).
 """
 

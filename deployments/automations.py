@@ -1,4 +1,4 @@
-"""Server-side automations a dpate deployment needs (docs/deploying.md, "Crashes").
+"""Server-side automations a dpate deployment needs (docs/how-to/deploying.md, "Crashes").
 
 **Zombie runs.** A site machine that dies mid-release (power, OOM, SIGKILL) cannot report its
 flow run's end: the run stays ``Running`` on the server forever. Every flow run started by a
@@ -48,7 +48,7 @@ def ensure_zombie_automation(within_s: float = 3 * HEARTBEAT_S) -> str:
         name=ZOMBIE_AUTOMATION,
         description=(
             "A flow run that stopped sending heartbeats (its machine or process died) is set"
-            f" Crashed after {within_s:.0f} s; re-running the study is safe (docs/deploying.md)."
+            f" Crashed after {within_s:.0f} s; re-running the study is safe (docs/how-to/deploying.md)."
         ),
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},

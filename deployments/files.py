@@ -1,4 +1,4 @@
-"""Where the deployment files shipped with dpate are, and a copy to edit (docs/deploying.md).
+"""Where the deployment files shipped with dpate are, and a copy to edit (docs/how-to/deploying.md).
 
     python -m dpate.deployments.files             # list the shipped files with their paths
     python -m dpate.deployments.files --copy DIR  # copy them to DIR (refuses to overwrite)

@@ -8,7 +8,7 @@ work pool and only *asks* each site to release:
    (``run_deployment``; each is bound to the site's own work pool, so only the worker running at
    the site can pick it up, with the site's local data path, ledger and storage credentials).
    A site with no such deployment releases on its own schedule (``dpate-release.timer``,
-   docs/deploying.md): it is not triggered, and its report of the round is awaited in storage
+   docs/how-to/deploying.md): it is not triggered, and its report of the round is awaited in storage
    instead, within the same timeout (:func:`wait_for_sites`);
 2. waits for them up to ``site_timeout_s`` (default 1 h); a site that has not finished by then is
    recorded as missing and its run, if it never started, is cancelled (a worker that comes back
@@ -28,7 +28,7 @@ idempotent within a flow run (``idempotency_key``), so a retried task never star
 
 Deployment: ``deployments/prefect.yaml`` (``study-deployed/<study>``). Parameters are public.
 A site's run gets only ``spec``, ``site`` and ``round``: its data, ledger and publication root
-are the site worker's own configuration (docs/deploying.md), so nothing the coordinator sends can
+are the site worker's own configuration (docs/how-to/deploying.md), so nothing the coordinator sends can
 point a site at another ledger.
 """
 

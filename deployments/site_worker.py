@@ -35,7 +35,7 @@ While the run's process lives the worker supervises it from its own process:
 
 The process is killed (SIGKILL), not asked to stop: a Prefect engine that receives SIGTERM
 without Prefect's private control channel reports its own run Crashed, which would race the
-Cancelled state. A killed release is what the ledger's crash rule covers (docs/ledger.md): the
+Cancelled state. A killed release is what the ledger's crash rule covers (docs/how-to/ledger.md): the
 next run of that release finishes it without a second spend. A process that exits non-zero on
 its own is reported Crashed by Prefect's ``BaseWorker`` (a refused run stays Failed: a final
 state is never overwritten by Crashed).

@@ -1,7 +1,7 @@
 """Every expected dpate error and the exit code it ends a command with (no dependencies).
 
 Each error the project raises on purpose is a :class:`DpateError`: its class carries the
-``exit_code`` (:class:`ExitCode`, the table in docs/pipeline.md, "Checking before spending, and
+``exit_code`` (:class:`ExitCode`, the table in docs/reference/pipeline.md, "Checking before spending, and
 exit codes") and the short ``cause`` the command line names in front of the message. The command
 line reads them from the exception (:func:`exit_code_of`), and, for a failure that comes back from
 a Prefect run as public text ``"TypeName: message"``, from the class of that name
@@ -21,7 +21,7 @@ __all__ = ["DpateError", "ExitCode", "error_class", "exit_code_of"]
 
 
 class ExitCode(IntEnum):
-    """What a ``dpate`` command's exit status means (table in docs/pipeline.md)."""
+    """What a ``dpate`` command's exit status means (table in docs/reference/pipeline.md)."""
 
     OK = 0
     UNEXPECTED = 1  #: an unexpected error (a bug, or an unclassified failure): rerun with --debug

@@ -2,11 +2,11 @@
 :class:`Column`, every cell read from the field's own declaration (its description, annotation,
 default and ``json_schema_extra``), so a reference page cannot drift from the code.
 
-Two pages carry such tables: docs/pipeline.md, "Settings" (:func:`dpate.settings.settings_table`,
-from :class:`dpate.settings.SiteSettings`) and docs/study-spec.md, "Reference"
+Two pages carry such tables: docs/reference/pipeline.md, "Settings" (:func:`dpate.settings.settings_table`,
+from :class:`dpate.settings.SiteSettings`) and docs/reference/study-spec.md, "Reference"
 (:func:`dpate.schemas.spec.reference.spec_reference`, from the study spec's models). Each table
 sits between two marker comments; a test compares it with the generated one and rewrites it
-under ``python -m pytest FILE --regenerate`` (docs/extending.md, "Pinned outputs and golden
+under ``python -m pytest FILE --regenerate`` (docs/how-to/extending.md, "Pinned outputs and golden
 files").
 """
 

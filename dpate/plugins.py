@@ -10,7 +10,7 @@ Importing that module registers what it defines (``dpate_core.mechanisms.registe
 ``dpate_core.aggregation.register(...)``). :func:`load_plugins` imports every declared module,
 once per process, before a study spec's estimator and aggregator are checked
 (:mod:`dpate.schemas.spec`), so every command and every site's worker sees the same names as long
-as the plug-in is installed beside dpate (``docs/extending.md``).
+as the plug-in is installed beside dpate (``docs/how-to/extending.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ed25519 signatures of site reports (docs/deploying.md, Trust).
+"""Ed25519 signatures of site reports (docs/how-to/deploying.md, Trust).
 
 Reports are signed by default: a study spec that does not opt out (``signing = "none"`` with an
 ``unsigned_reason``) needs every site's public key. A site makes its key pair once (``dpate site

@@ -7,7 +7,7 @@ it), its publication path (the signing key the spec asks for, no report of this 
 another ledger), its data (valid under the spec) and the release's feasibility on it; and, for the
 study, that its round was not already released under a different spec. A study that cannot
 complete (the spec requires every site and one of them has a problem) then spends nothing
-anywhere. In a deployment each site decides for itself before it reserves (docs/pipeline.md).
+anywhere. In a deployment each site decides for itself before it reserves (docs/reference/pipeline.md).
 
 No Prefect here: ``dpate run`` calls it before Prefect starts, and the ``study`` flow calls it as
 its first task (:mod:`dpate.tasks.preflight`). With ``public=True`` (inside a flow, whose states

@@ -10,7 +10,7 @@ composition) and returns a :class:`SiteEstimate` holding public values only. ``r
 secure noise (OpenDP); a ``numpy.random.Generator`` is for simulations.
 
 Neighbouring datasets replace one record; ``N`` is public. What else is assumed public is listed
-per mechanism and in ``docs/privacy.md``.
+per mechanism and in ``docs/explanation/privacy.md``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class SiteEstimate:
     above its noise): ``tau``, ``variance`` and ``raw_variance`` are then NaN (``null`` in
     :meth:`public_fields`), the variance parts are left out of ``diagnostics``, and
     ``unresolved_reason`` says in words why. The flag is a function of the noisy values and
-    public constants only: post-processing, no privacy cost (``docs/privacy.md``).
+    public constants only: post-processing, no privacy cost (``docs/explanation/privacy.md``).
     """
 
     estimator: str
@@ -196,7 +196,7 @@ class NoiseSpec:
 class Stage:
     """Noise sites whose private values depend on the noisy values drawn before them (adaptive
     sequential composition: a later query is chosen by post-processing earlier DP outputs, and
-    the costs add, ``docs/privacy.md``).
+    the costs add, ``docs/explanation/privacy.md``).
 
     ``sites``: the stage's noise sites; their ``scale`` and ``unit`` are public and fixed in
     advance, their ``loc`` only gives the shape (its values are not read). ``locs``: the noisy

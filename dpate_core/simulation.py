@@ -10,14 +10,13 @@ Two halves:
   :class:`~dpate_core.release.MechanismPlan` (``draw_many`` then the plan's own ``assemble``), so a
   simulation measures exactly the mechanism that is released. The plan, and with it the matching
   statistics and the smooth sensitivities, is computed once per site and privacy budget.
-* Combiners on ``(reps, J)`` arrays: :func:`aggregate_many` (and :func:`mvagg_many`,
-  :func:`agg_all_many`, :func:`agg_largest_many`, :func:`inverse_variance_many`,
-  :func:`random_effects_many`) run the one vectorised implementation each aggregator declares in
-  :mod:`dpate_core.aggregation`, whose one-row case is :mod:`dpate_core.aggregation` (tests hold
-  them equal on random inputs), including the rule for unusable sites: a site whose estimate or
-  variance is not finite (an unresolved release carries NaN, ``Outputs``), or whose variance is
-  not positive, is left out of that row. A row with no usable site gives NaN: no answer (where
-  the scalar function raises :class:`NoUsableSiteError`).
+* Combiners on ``(reps, J)`` arrays: :func:`aggregate_many` (by an aggregator's name) runs the
+  one vectorised implementation each aggregator declares in :mod:`dpate_core.aggregation` (its
+  scalar functions are the one-row case; tests hold them equal on random inputs), including the
+  rule for unusable sites: a site whose estimate or variance is not finite (an unresolved release
+  carries NaN, ``Outputs``), or whose variance is not positive, is left out of that row. A row
+  with no usable site gives NaN: no answer (where the scalar function raises
+  :class:`NoUsableSiteError`).
 """
 
 from __future__ import annotations
@@ -39,12 +38,7 @@ CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 __all__ = [
     "COMBINERS_MANY",
     "SiteDraws",
-    "agg_all_many",
-    "agg_largest_many",
     "aggregate_many",
-    "inverse_variance_many",
-    "mvagg_many",
-    "random_effects_many",
     "rational_power_floor",
     "simulate_site",
     "simulate_sites",
@@ -96,36 +90,6 @@ def simulate_sites(
 
 #: ``{name: vectorised combiner}`` for every registered aggregator
 COMBINERS_MANY: Mapping[str, CombinerMany] = RegistryView(lambda a: a.many)
-
-
-def mvagg_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
-    """MVAgg (Algorithm 3) per row, exact: sort sites by ``N_j var_j`` ascending (stable), take the
-    prefix minimising ``sum_{j<=k} N_j^2 var_j / (sum_{j<=k} N_j)^2`` (the first minimum, i.e. the
-    shortest optimal prefix; correction 6), then the ``N_j``-weighted mean over it."""
-    return aggregator_of("mvagg").many(tau, n, variance)
-
-
-def agg_all_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
-    """AggAll per row: the ``N_j``-weighted mean of every usable site."""
-    return aggregator_of("all").many(tau, n, variance)
-
-
-def agg_largest_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
-    """AggLargest per row: the usable site with the largest ``N_j`` (the first of equals)."""
-    return aggregator_of("largest").many(tau, n, variance)
-
-
-def inverse_variance_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
-    """Fixed-effect inverse-variance weighting per row: weights ``1 / var_j``."""
-    return aggregator_of("inverse_variance").many(tau, n, variance)
-
-
-def random_effects_many(tau: Any, n: Any, variance: Any) -> AggregateMany:
-    """DerSimonian-Laird random effects per row (see :func:`dpate_core.aggregation.random_effects`):
-    ``tau^2 = max(0, (Q - (k-1)) / (sum w - sum w^2 / sum w))`` with ``w_j = 1/var_j`` and ``k`` the
-    number of usable sites, weights ``1 / (var_j + tau^2)``; reported variance uses
-    ``var_j + tau^2``; ``extra`` holds ``Q``, ``I2`` and ``tau2`` per row."""
-    return aggregator_of("random_effects").many(tau, n, variance)
 
 
 def aggregate_many(method: str, tau: Any, n: Any, variance: Any) -> AggregateMany:

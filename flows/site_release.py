@@ -4,7 +4,7 @@ Deployment entrypoint: ``dpate.flows.site_release:site_release``. Its only param
 (untrusted) coordinator may choose: ``spec``, ``site`` and ``round`` (validated as a
 :class:`dpate.settings.SiteRun`). The site's data, ledger, publication root and operator log come
 only from the site's own configuration (the worker's environment or ``DPATE_SITE_CONFIG``; see
-:mod:`dpate.settings` and docs/pipeline.md), never from a parameter or the spec in a deployed run.
+:mod:`dpate.settings` and docs/reference/pipeline.md), never from a parameter or the spec in a deployed run.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def site_release(spec: str, site: Identifier, round: Identifier | None = None) -
     (reserve -> one draw -> commit) before the report that carries it is published.
 
     A committed release is re-published from the ledger (no budget, no noise); a reserved but
-    uncommitted one draws once under its standing reservation (docs/ledger.md). A report already
+    uncommitted one draws once under its standing reservation (docs/how-to/ledger.md). A report already
     published for this release without a COMMIT in this site's ledger is refused before reserving.
     """
     ctx = resolve_site_context(SiteRun(spec=spec, site=site, round=round))

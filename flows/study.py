@@ -4,7 +4,7 @@ Deployment entrypoint: ``dpate.flows.study:study``. On the embedded default ever
 (one thread per site, each a ``site_release`` subflow); a site that fails after its retries is
 recorded and the aggregation proceeds with the others, unless the spec requires all sites.
 Parameters: ``spec`` and ``round`` only. Ledgers, data and the publication root come from this
-process's site configuration (``dpate run --ledger/--storage`` sets it; docs/pipeline.md).
+process's site configuration (``dpate run --ledger/--storage`` sets it; docs/reference/pipeline.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dpate.settings import StudyContext, load_study_spec, resolve_site
 from dpate.site.reports import published_site
 from dpate.study_check import not_ready_error
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
-from dpate.tasks.common import PUBLIC_TASK
+from dpate.tasks.common import NO_RETRY_TASK
 from dpate.tasks.preflight import check_study_sites
 
 
@@ -57,7 +57,7 @@ def release_one_site(spec: str, site: str, round: str | None) -> dict[str, Any]:
     }
 
 
-@task(name="run-site", task_run_name="release-{site}-round-{round}", **PUBLIC_TASK)
+@task(name="run-site", task_run_name="release-{site}-round-{round}", **NO_RETRY_TASK)
 def run_site(spec: str, site: str, round: str) -> dict[str, Any]:
     """One site's ``site_release`` subflow; a failure is returned (public message), not raised."""
     return release_one_site(spec, site, round)
@@ -75,10 +75,32 @@ def _run_name() -> str:
         return f"study-{name}-round-{p.get('round') or 'default'}"
 
 
-#: Sites released at once on this machine. The embedded Prefect server keeps its state in SQLite,
-#: which refuses concurrent writers under load ("database is locked", then client retries with
-#: backoff); against a PostgreSQL-backed server raise it to the number of sites.
-PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
+PARALLEL_SITES_ENV = "DPATE_PARALLEL_SITES"
+
+
+def parallel_sites() -> int:
+    """Sites released at once on this machine: ``DPATE_PARALLEL_SITES`` (default 4), read when a
+    study run starts. The embedded Prefect server keeps its state in SQLite, which refuses
+    concurrent writers under load ("database is locked", then client retries with backoff);
+    against a PostgreSQL-backed server raise it to the number of sites."""
+    raw = os.environ.get(PARALLEL_SITES_ENV, "").strip() or "4"
+    if not (raw.isdigit() and int(raw) >= 1):
+        raise ValueError(
+            f"{PARALLEL_SITES_ENV} ({raw!r}) must be a whole number of sites, at least 1"
+        )
+    return int(raw)
+
+
+class _SiteThreads(ThreadPoolTaskRunner):  # type: ignore[type-arg]
+    """One thread per site released at once, sized by :func:`parallel_sites` when each study run
+    starts (Prefect runs every flow run on a :meth:`duplicate` of the flow's runner), not when
+    this module is imported."""
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        super().__init__(max_workers=parallel_sites() if max_workers is None else max_workers)
+
+    def duplicate(self) -> _SiteThreads:
+        return type(self)()
 
 
 @flow(
@@ -86,7 +108,7 @@ PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
     flow_run_name=_run_name,
     # Prefect declares the parameter invariant in the future type (TaskRunner[PrefectFuture]);
     # its thread-pool runner is a TaskRunner[PrefectConcurrentFuture]
-    task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_SITES),  # type: ignore[arg-type]
+    task_runner=_SiteThreads(max_workers=4),  # type: ignore[arg-type]
     persist_result=False,
 )
 def study(spec: str, round: str | None = None) -> dict[str, Any]:

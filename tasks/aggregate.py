@@ -49,7 +49,7 @@ from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
 from dpate.study_check import respend_text
-from dpate.tasks.common import IO_TASK, PUBLIC_TASK, artifact_key
+from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core.aggregation import (
     UNRESOLVED,
     AggregateResult,
@@ -158,7 +158,7 @@ def _interval_ends(interval: Interval) -> list[float]:
     return [interval.lo, interval.hi]
 
 
-@task(name="combine-reports", **PUBLIC_TASK)
+@task(name="combine-reports", **NO_RETRY_TASK)
 def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """Combine the valid reports with the spec's aggregator into the result document; with no
     site it can combine (none resolved, say), the result is "no answer at this budget"."""
@@ -358,7 +358,7 @@ def publish_result(ctx: StudyContext, result: dict[str, Any]) -> str:
     return store.uri(key)
 
 
-@task(name="show-study-result", **PUBLIC_TASK)
+@task(name="show-study-result", **NO_RETRY_TASK)
 def show_study_result(ctx: StudyContext, result: dict[str, Any], uri: str) -> None:
     create_markdown_artifact(
         StudyResult.of(result).markdown() + f"\n\nPublished: `{uri}`",

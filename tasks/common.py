@@ -26,8 +26,7 @@ from prefect.cache_policies import NO_CACHE
 __all__ = [
     "IO_RETRY_DELAYS",
     "IO_TASK",
-    "PRIVATE_TASK",
-    "PUBLIC_TASK",
+    "NO_RETRY_TASK",
     "artifact_key",
     "is_transient",
 ]
@@ -108,10 +107,10 @@ def _retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
     return isinstance(exc, BaseException) and is_transient(exc)
 
 
-#: tasks holding raw records or un-committed noise: no retries (a retry could draw again)
-PRIVATE_TASK: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False}
-#: tasks on public values only
-PUBLIC_TASK: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False}
+#: every task that does no I/O: no retries, no cache, no persisted result. Those holding raw
+#: records or un-committed noise must not retry (a retry could draw again) nor persist anything
+#: (Prefect's storage is the coordinator's); those on public values are cheap to run again
+NO_RETRY_TASK: dict[str, Any] = {"cache_policy": NO_CACHE, "persist_result": False}
 #: tasks doing I/O on the ledger or the object store
 IO_TASK: dict[str, Any] = {
     "cache_policy": NO_CACHE,

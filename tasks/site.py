@@ -1,6 +1,6 @@
 """The tasks of one site's release: thin wrappers of schemas, dpate_core, the ledger and storage.
 
-Order (the crash rule, docs/ledger.md): check the ledger for a committed release -> load and
+Order (the crash rule, docs/how-to/ledger.md): check the ledger for a committed release -> load and
 validate the data -> reserve the budget (durable, before any noise) -> compute the release (plan,
 one secure draw) -> commit it to the ledger -> publish the report built from the *committed*
 value. Raw records and the un-committed noisy output live only in this process's memory (no
@@ -16,7 +16,7 @@ statistics the estimator needs (:class:`~dpate.schemas.site_data.SiteStatistics`
 and exact grid sums, and Algorithm 1's statistics from the records read one stratum at a time),
 never the records, and the feasibility rules run on the per-cell counts. Memory: ``O(|X|)`` plus,
 for the matching estimators, the largest stratum, whatever ``N``. The published bytes are those
-of the records path for the same records, noise and record order (docs/study-spec.md, "Data
+of the records path for the same records, noise and record order (docs/reference/study-spec.md, "Data
 sources").
 
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
@@ -56,7 +56,7 @@ from dpate.site.reports import (
     site_summary,
 )
 from dpate.storage import PublicationConflictError, Store
-from dpate.tasks.common import IO_TASK, PRIVATE_TASK, PUBLIC_TASK, artifact_key
+from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core import release as core_release
 from dpate_core.aggregation import UNRESOLVED
 from dpate_core.release import MechanismPlan, SiteEstimate
@@ -144,7 +144,7 @@ def check_publication(ctx: SiteContext) -> None:
         )
 
 
-@task(name="load-site-data", **PRIVATE_TASK)
+@task(name="load-site-data", **NO_RETRY_TASK)
 def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     """Validate the site's records and reduce them to the statistics the release needs, in the
     engine where they live (:func:`dpate.schemas.site_data.read_site_records`): only counts and
@@ -234,7 +234,7 @@ def plan_release(ctx: SiteContext, data: SiteData | SiteStatistics) -> Mechanism
     return plan_from_records(ctx.spec, ctx.site_id, data)
 
 
-@task(name="compute-release", **PRIVATE_TASK)
+@task(name="compute-release", **NO_RETRY_TASK)
 def compute_release(
     ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
 ) -> SiteEstimate:
@@ -293,7 +293,7 @@ def reserve_balance(ctx: SiteContext) -> Reservation:
     return res
 
 
-@task(name="compute-balance", **PRIVATE_TASK)
+@task(name="compute-balance", **NO_RETRY_TASK)
 def compute_balance(
     ctx: SiteContext,
     data: SiteData | SiteStatistics,
@@ -367,7 +367,7 @@ def _published_by_an_earlier_version(
     return existing == site_report_bytes(ctx, committed, spend, schema_version=2)
 
 
-@task(name="show-site-report", **PUBLIC_TASK)
+@task(name="show-site-report", **NO_RETRY_TASK)
 def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
     """A Prefect table artifact of the site's public report (an unresolved release: no
     estimate, and why)."""
@@ -401,7 +401,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
     )
 
 
-@task(name="show-site-spend", **PUBLIC_TASK)
+@task(name="show-site-spend", **NO_RETRY_TASK)
 def show_site_spend(ctx: SiteContext) -> None:
     """A Prefect table artifact of the site's lifetime spend and remaining cap (public amounts:
     the sum of the privacy parameters of the site's releases; no data, no ledger location)."""

@@ -1,6 +1,6 @@
 """Pinned outputs and golden files: what a test compares with a committed file, and the one way to
 rewrite that file after an intended change, ``python -m pytest FILE --regenerate`` (the option is
-declared in tests/conftest.py; docs/extending.md, "Pinned outputs and golden files", lists every
+declared in tests/conftest.py; docs/how-to/extending.md, "Pinned outputs and golden files", lists every
 such file). A test takes the :func:`golden` fixture (tests/conftest.py), reads the committed text
 through it (:meth:`Golden.text`, :meth:`Golden.same_block`), and names :attr:`Golden.command` when the
 two differ. Regenerating rewrites the file and the test then compares it with itself: read the

@@ -1,4 +1,4 @@
-"""The object store's configuration for a dpate deployment on SeaweedFS (docs/deploying.md).
+"""The object store's configuration for a dpate deployment on SeaweedFS (docs/how-to/deploying.md).
 
 Two files, written once by the coordinator's operator into ``/etc/seaweedfs/`` (mode 0600):
 
@@ -150,7 +150,7 @@ def build_s3_config(
 
 def security_toml(expires_after_seconds: int = 10) -> str:
     """JWT signing keys (random) for the filer and volume servers, writes and reads."""
-    out = ["# SeaweedFS JWT keys (docs/deploying.md); keep secret, mode 0600"]
+    out = ["# SeaweedFS JWT keys (docs/how-to/deploying.md); keep secret, mode 0600"]
     for section in (
         "jwt.signing",
         "jwt.signing.read",

@@ -31,10 +31,9 @@ def prefect_env(verbose: bool = False) -> None:
 @contextmanager
 def site_settings(**values: str | None) -> Iterator[None]:
     """The local operator's options (``--ledger``, ``--data``, ``--storage``; the demo's log and
-    key locations) as this process's site configuration (``DPATE_LEDGER_URL`` ...) for the
-    duration of a command; the flows read
-    nothing else (dpate.settings). Restored afterwards."""
-    from dpate.settings import SiteSettings
+    key locations) as this command's site settings (:func:`dpate.settings.command_options`: over
+    the environment and the site config file, for the flows this command runs here)."""
+    from dpate.settings import command_options
 
     fields = {
         "ledger": "ledger_url",
@@ -43,19 +42,8 @@ def site_settings(**values: str | None) -> Iterator[None]:
         "log": "site_log",
         "key": "site_key",
     }
-    names = {key: SiteSettings.env_name(field) for key, field in fields.items()}
-    saved = {env: os.environ.get(env) for env in names.values()}
-    try:
-        for key, value in values.items():
-            if value:
-                os.environ[names[key]] = value
+    with command_options(**{fields[key]: value for key, value in values.items()}):
         yield
-    finally:
-        for env, old in saved.items():
-            if old is None:
-                os.environ.pop(env, None)
-            else:
-                os.environ[env] = old
 
 
 def load_spec(spec: str) -> Any:

@@ -1,7 +1,7 @@
 """Exit codes of the ``dpate`` command line and the one short message per failure.
 
 An expected error ends a command with one short message naming its cause and an exit code that
-tells the causes apart (the table: ``docs/pipeline.md``, "Checking before spending, and exit
+tells the causes apart (the table: ``docs/reference/pipeline.md``, "Checking before spending, and exit
 codes"); a traceback is shown only with ``--debug``. Failures that come back from a Prefect run
 arrive as public text ``"ExceptionType: message"`` (:func:`dpate.flows.study.state_error`);
 :func:`classify` reads the type. The exit code and cause of each error are its class's

@@ -322,7 +322,7 @@ class _Verification:
         err.print(
             "Stop this site's releases until the cause is found: a ledger missing rows would "
             "refund budget already spent. Restore the newest backup that passes this check "
-            "(docs/ledger.md, Backups).",
+            "(docs/how-to/ledger.md, Backups).",
             soft_wrap=True,
         )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -55,15 +56,18 @@ app.add_typer(site_app, name="site")
 
 @app.callback()
 def main(
-    debug: bool = typer.Option(
-        False, "--debug", help="show Prefect's logs and the traceback of an unexpected error"
-    ),
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="show Prefect's logs and the traceback of an unexpected error"
+        ),
+    ] = False,
 ) -> None:
     """Differentially private multi-site ATE estimation.
 
     Errors end with one short message and an exit code naming the cause: 3 spec, 4 site data,
     5 ledger, 6 report, 7 storage, 8 site settings, 10 partial result, 11 sites failed for
-    different causes, 1 unexpected (docs/pipeline.md, "Checking before spending, and exit
+    different causes, 1 unexpected (docs/reference/pipeline.md, "Checking before spending, and exit
     codes")."""
     DEBUG["on"] = debug or os.environ.get("DPATE_DEBUG", "").strip() in ("1", "true", "yes")
 

@@ -191,14 +191,14 @@ def run_cmd(
     storage: Annotated[
         str | None,
         typer.Option(
-            help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')",
+            help="publication root URL (over DPATE_STORAGE_URL; default: the spec's 'reports')",
             show_default=False,
         ),
     ] = None,
     ledger: Annotated[
         str | None,
         typer.Option(
-            help="ledger URL for every site, may contain {site} (sets DPATE_LEDGER_URL; "
+            help="ledger URL for every site, may contain {site} (over DPATE_LEDGER_URL; "
             "default: $DPATE_HOME/ledgers/SITE.sqlite)",
             show_default=False,
         ),
@@ -237,7 +237,7 @@ def site_release_cmd(
     data: Annotated[
         str | None,
         typer.Option(
-            help="the site's data (sets DPATE_DATA_PATH; default: the spec's, if relative and "
+            help="the site's data (over DPATE_DATA_PATH; default: the spec's, if relative and "
             "inside the spec's folder)",
             show_default=False,
         ),
@@ -245,7 +245,7 @@ def site_release_cmd(
     ledger: Annotated[
         str | None,
         typer.Option(
-            help="ledger URL (sets DPATE_LEDGER_URL; default: $DPATE_HOME/ledgers/SITE.sqlite); "
+            help="ledger URL (over DPATE_LEDGER_URL; default: $DPATE_HOME/ledgers/SITE.sqlite); "
             "it must exist (dpate ledger init)",
             show_default=False,
         ),
@@ -253,7 +253,7 @@ def site_release_cmd(
     storage: Annotated[
         str | None,
         typer.Option(
-            help="publication root URL (sets DPATE_STORAGE_URL; default: the spec's 'reports')",
+            help="publication root URL (over DPATE_STORAGE_URL; default: the spec's 'reports')",
             show_default=False,
         ),
     ] = None,

@@ -4,9 +4,9 @@ Files are read in place from the data directory (:func:`data_dir`: ``$DPATE_DATA
 ``$XDG_DATA_HOME/dpate/data``, else ``~/.local/share/dpate/data``), one folder per data set; they
 are never copied into the repository. ``dpate data fetch`` puts them there from their original
 sources (:data:`SOURCES`, in :mod:`dpate.data.sources`: URLs and pinned sha256
-checksums; :mod:`dpate.data.fetch`). Each loader follows the mapping of docs/data.md and
+checksums; :mod:`dpate.data.fetch`). Each loader follows the mapping of docs/how-to/data.md and
 rescales ``Y`` to ``[0, 1]`` with a **public constant declared here**, not the observed maximum
-(docs/corrections.md, section 7: rescaling by the observed range leaks), clipping to
+(docs/explanation/corrections.md, section 7: rescaling by the observed range leaks), clipping to
 ``[0, B] = [0, 1]``:
 
 ========  ===========================================================  ===========================
@@ -24,8 +24,8 @@ Lalonde   ``re78``: ``min(re78, 50000) / 50000``, declared earnings    age, one 
 
 Lalonde: 9 ages occur in only one arm (23 records): their strata have no match, and Algorithm 1
 lets such strata contribute 0 to ``tau_hat`` (the records still count in ``N``); the smooth
-sensitivity handles them (docs/corrections.md, section 1, ``m = 0``). IHDP's triple
-``(x4, x7, x13)`` gives all 16 strata both treated and control records (docs/data.md).
+sensitivity handles them (docs/explanation/corrections.md, section 1, ``m = 0``). IHDP's triple
+``(x4, x7, x13)`` gives all 16 strata both treated and control records (docs/how-to/data.md).
 
 :func:`load_dataset` dispatches by name (``ist``, ``star``, ``ihdp``, ``lalonde``, ``synth``).
 """
@@ -232,7 +232,7 @@ def load_ihdp(replication: int = 1) -> PaperDataset:
     x13 = df[col["x13"]].to_numpy()
     for name, v in (("x7", x7), ("x13", x13)):
         if not np.isin(v, (0, 1)).all():
-            raise ValueError(f"IHDP {name} must be binary 0/1 (see docs/data.md)")
+            raise ValueError(f"IHDP {name} must be binary 0/1 (see docs/how-to/data.md)")
     x = (x4 * 4 + x7 * 2 + x13).astype(np.int64)
     mu = df[4].to_numpy() - df[3].to_numpy()
     return PaperDataset(

@@ -1,5 +1,5 @@
 """Where the paper's four public data sets come from: each file's name, pinned sha256 and
-download URLs (:data:`SOURCES`), with each data set's citation and licence (docs/data.md).
+download URLs (:data:`SOURCES`), with each data set's citation and licence (docs/how-to/data.md).
 ``dpate data fetch`` (:mod:`dpate.data.fetch`) refuses any other bytes; the loaders are in
 :mod:`dpate.data.datasets`.
 """
@@ -23,7 +23,7 @@ class SourceFile:
 
 @dataclass(frozen=True)
 class DatasetSource:
-    """A public data set: its folder name, citation, licence and files (docs/data.md)."""
+    """A public data set: its folder name, citation, licence and files (docs/how-to/data.md)."""
 
     name: str
     citation: str

@@ -1,4 +1,4 @@
-"""Our claims: the adjusted estimator's goals (docs/adjusted.md), one function each, checked
+"""Our claims: the adjusted estimator's goals (docs/explanation/adjusted.md), one function each, checked
 against a run with the numbers. Each takes the run's rows (every estimator) and returns a
 :class:`~dpate.experiments.claim.Claim`, or None when the run lacks the estimators it compares."""
 

@@ -1,4 +1,5 @@
-"""Coverage of the 95% intervals (docs/results.md, "Coverage"; docs/inference.md): every site and
+"""Coverage of the 95% intervals (docs/explanation/results.md, "Coverage";
+docs/explanation/inference.md): every site and
 combiner, normal and parametric-bootstrap intervals, against the population's non-private
 estimand (``coverage.csv``, ``coverage.md``)."""
 

@@ -1,5 +1,6 @@
 """The search behind SmoothDPMatching's ``budget_split = "default"``
-(:data:`dpate_core.mechanisms.matching.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split presets").
+(:data:`dpate_core.mechanisms.matching.SMOOTH_MATCHING_SEARCHED`; docs/explanation/results.md,
+"Budget split presets").
 
 Not run by ``dpate experiments``; ``python -c "from dpate.experiments.split_search import *;
 from dpate.experiments.settings import ExperimentSettings;
@@ -153,7 +154,8 @@ def search_budget_split(
     multi_reps: int = 50,
 ) -> list[dict[str, Any]]:
     """The search behind SmoothDPMatching's ``budget_split = "default"``
-    (:data:`dpate_core.mechanisms.matching.SMOOTH_MATCHING_SEARCHED`; docs/results.md, "Budget split
+    (:data:`dpate_core.mechanisms.matching.SMOOTH_MATCHING_SEARCHED`; docs/explanation/results.md,
+    "Budget split
     presets"), on Synth (``settings.synth_n``, ``settings.synth_domain``, the given ``epsilon``):
 
     - one site: ``seeds`` data draws per imbalance ``a``, ``reps`` releases of each candidate;

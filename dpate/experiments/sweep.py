@@ -12,7 +12,7 @@ sensitivities are computed once per site and budget, then
 :mod:`dpate_core.simulation` aggregate them (the same computation as :mod:`dpate_core.aggregation`,
 held equal by tests). The sites' estimates are taken before the clip to ``[-B, B]`` every release
 adds (``published=False``): the paper's figures and claims are about its estimators, which do not
-clip (docs/results.md, "What is run"). An unresolved adjusted or propensity release is NaN either
+clip (docs/explanation/results.md, "What is run"). An unresolved adjusted or propensity release is NaN either
 way: its repetition has no answer where no site resolved (``no_answer_share``). The propensity
 release models the strata as one categorical covariate with ``|X|`` levels (the experiments'
 data sets carry their strata, not the covariates behind them).

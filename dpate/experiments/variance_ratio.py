@@ -1,4 +1,4 @@
-"""The matching estimators' reported sampling variance against the truth (docs/results.md,
+"""The matching estimators' reported sampling variance against the truth (docs/explanation/results.md,
 "Stratified variance"; ``variance_ratio.csv`` and ``.md``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The site's privacy ledger: append-only, hash-chained, one per site, usable without Prefect
-(docs/ledger.md). Every name is imported from this package (``from dpate.ledger import
+(docs/how-to/ledger.md). Every name is imported from this package (``from dpate.ledger import
 PrivacyLedger``); its modules are private:
 
 - ``_privacy_ledger``: :class:`PrivacyLedger`, the appends (``CAP``, ``RESERVE``, ``COMMIT``) under

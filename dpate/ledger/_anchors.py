@@ -1,4 +1,4 @@
-"""The public documents anchor the site's ledger (docs/ledger.md, "Anchored by the reports").
+"""The public documents anchor the site's ledger (docs/how-to/ledger.md, "Anchored by the reports").
 
 Every site report carries ``ledger_head``: the ``seq`` and ``row_hash`` of its release's COMMIT row,
 and the aggregator copies the head of every report it used into its result document
@@ -235,7 +235,7 @@ def require_not_behind(ledger: PrivacyLedger, store: Store, site_id: str) -> Pub
             f"site {site_id}: this site has published ledger row {newest.seq} (release "
             f"{newest.release_id[:12]}...), but {state}: the ledger was restored from an older "
             f"copy or replaced, and spending from it would spend budget again. Nothing was "
-            f"reserved. Restore the newest copy (docs/ledger.md, Backups) and check it with "
+            f"reserved. Restore the newest copy (docs/how-to/ledger.md, Backups) and check it with "
             f"dpate ledger verify {site_id} --against-reports"
         )
     return newest

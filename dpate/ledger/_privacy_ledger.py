@@ -17,7 +17,7 @@ detected only against a head hash kept elsewhere: ``verify(expect_head=...)``).
 Appends are serialised (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a transaction-scoped advisory lock),
 so concurrent reservations never pass the cap and the chain stays linear. ``UNIQUE(release_id,
 kind)`` allows at most one RESERVE and one COMMIT per release. Spend and cap are compared exactly
-(:class:`fractions.Fraction` parsed from the stored strings). The crash rule is in docs/ledger.md.
+(:class:`fractions.Fraction` parsed from the stored strings). The crash rule is in docs/how-to/ledger.md.
 
 A ledger is never created implicitly: opening a URL that holds no ledger raises
 :class:`LedgerNotFoundError` (SQLite: the file is not even created), naming the URL and the command

@@ -11,10 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
 
 from dpate.ledger import as_sqlalchemy_url, release_id
 from dpate.settings._site_settings import (
+    _COMMAND_OPTIONS,
     _ID_HINT,
     IDENTIFIER,
     Identifier,
@@ -138,7 +143,8 @@ def resolve_study(
     validate_round(round)
     study_spec = load_study_spec(spec)
     base = _spec_dir(spec)
-    env = os.environ.get("DPATE_STORAGE_URL", "").strip().replace("{study}", study_spec.study_id)
+    given = _COMMAND_OPTIONS.get().get("storage_url") or os.environ.get("DPATE_STORAGE_URL", "")
+    env = given.strip().replace("{study}", study_spec.study_id)
     storage = storage_url or env or (study_spec.reports and _local(base, study_spec.reports))
     if not storage:
         raise SettingsError(

@@ -1,14 +1,18 @@
 """The site's own configuration, :class:`SiteSettings`: each setting with its description, read
-from the site's environment (``DPATE_`` + its name) over the site config file
-(``DPATE_SITE_CONFIG``), and the settings table of the docs generated from the descriptions
-(:func:`settings_table`); the identifiers' pattern and the settings' error."""
+from a local command's own options (:func:`command_options`), the site's environment (``DPATE_`` +
+its name) and the site config file (``DPATE_SITE_CONFIG``), in that order, and the settings table
+of the docs generated from the descriptions (:func:`settings_table`); the identifiers' pattern
+and the settings' error."""
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import (
@@ -76,6 +80,43 @@ def _docs(
         "env_example": env_example,
         "file_example": file_example,
     }
+
+
+#: the local command's options (field name -> value), over the environment and the config file
+_COMMAND_OPTIONS: ContextVar[Mapping[str, str]] = ContextVar(
+    "dpate_command_options", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def command_options(**values: str | None) -> Iterator[None]:
+    """Settings the site's operator gave on a local command line (``--ledger``, ``--data``,
+    ``--storage``; the demo's log and key locations), by field name, for the duration of the
+    command in this process: over the environment and the config file (:meth:`SiteSettings.source`
+    says "the command line"). None or "" is not set. A context variable, not the process
+    environment: the flows the command runs here see them (Prefect's task threads copy the
+    context), a child process or another thread does not."""
+    unknown = sorted(set(values) - set(SiteSettings.model_fields))
+    if unknown:
+        raise ValueError(
+            f"not site settings: {unknown}; known: {sorted(SiteSettings.model_fields)}"
+        )
+    given = {k: v.strip() for k, v in values.items() if v and v.strip()}
+    token = _COMMAND_OPTIONS.set(MappingProxyType(given))
+    try:
+        yield
+    finally:
+        _COMMAND_OPTIONS.reset(token)
+
+
+class _CommandOptions(PydanticBaseSettingsSource):
+    """:func:`command_options` as a settings source."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return _COMMAND_OPTIONS.get().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_COMMAND_OPTIONS.get())
 
 
 class _SiteEnvironment(EnvSettingsSource):
@@ -154,7 +195,7 @@ class SiteSettings(BaseSettings):
     """The site's own configuration: the process environment (``DPATE_*``) over the site config
     file (``DPATE_SITE_CONFIG``), else unset. :meth:`load` reads it, :meth:`for_site` fills in
     ``{site}`` and ``{study}``, :meth:`source` says where a value came from. The fallbacks when a
-    setting is unset are :func:`resolve_site`'s (docs/pipeline.md, "Settings")."""
+    setting is unset are :func:`resolve_site`'s (docs/reference/pipeline.md, "Settings")."""
 
     model_config = SettingsConfigDict(
         env_prefix="DPATE_", frozen=True, extra="forbid", hide_input_in_errors=True
@@ -272,7 +313,12 @@ class SiteSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _SiteEnvironment(settings_cls), _SiteConfigFile(settings_cls))
+        return (
+            init_settings,
+            _CommandOptions(settings_cls),
+            _SiteEnvironment(settings_cls),
+            _SiteConfigFile(settings_cls),
+        )
 
     @classmethod
     def env_name(cls, name: str) -> str:
@@ -283,6 +329,7 @@ class SiteSettings(BaseSettings):
     def load(cls) -> SiteSettings:
         """The site's settings from this process's environment and its config file. Raises
         SettingsError naming the setting and where it was set (never its value)."""
+        given = _COMMAND_OPTIONS.get()
         env = _SiteEnvironment(cls)()
         config = _SiteConfigFile(cls)
         found = config()
@@ -292,13 +339,21 @@ class SiteSettings(BaseSettings):
             problems = []
             for err in exc.errors(include_input=False, include_url=False):
                 name = str(err["loc"][0]) if err["loc"] else ""
-                where = cls.env_name(name) if name in env else str(config.path)
+                where = (
+                    "the command's options"
+                    if name in given
+                    else cls.env_name(name)
+                    if name in env
+                    else str(config.path)
+                )
                 why = str(err.get("ctx", {}).get("error", "")) or err["msg"]
                 key = file_key(name) if name in cls.model_fields else name
                 problems.append(f"'{key}' in the site configuration {why}: fix it in {where}")
             raise SettingsError("; ".join(problems)) from None
         for name in cls.model_fields:
-            if name in env:
+            if name in given:
+                settings._sources[name] = "the command line"
+            elif name in env:
                 settings._sources[name] = cls.env_name(name)
             elif name in found:
                 settings._sources[name] = f"{config.path} ({file_key(name)})"
@@ -328,7 +383,7 @@ def _settings_cell(key: str) -> Callable[[str, FieldInfo], str]:
     return lambda name, field: str(extra(field)[key])
 
 
-#: docs/pipeline.md's settings table, a column per place a setting is found
+#: docs/reference/pipeline.md's settings table, a column per place a setting is found
 SETTINGS_COLUMNS = (
     Column("setting", lambda name, field: str(field.description)),
     Column(
@@ -345,5 +400,5 @@ SETTINGS_COLUMNS = (
 
 
 def settings_table() -> str:
-    """The Markdown table of docs/pipeline.md, "Settings", from :class:`SiteSettings`' fields."""
+    """The Markdown table of docs/reference/pipeline.md, "Settings", from :class:`SiteSettings`' fields."""
     return field_table(SiteSettings.model_fields.items(), SETTINGS_COLUMNS)

@@ -1,4 +1,4 @@
-"""The specs a site's operator approved: the only ones its worker runs (docs/deploying.md, "What
+"""The specs a site's operator approved: the only ones its worker runs (docs/how-to/deploying.md, "What
 a site trusts the coordinator with").
 
 A deployed run names its spec by hash (``spec`` = the 64 hex digits of

@@ -42,7 +42,7 @@ __all__ = [
 def data_independent_order(n: int) -> np.ndarray:
     """A uniformly random permutation of ``range(n)``, independent of the data (seeded from the
     operating system's secure source). Algorithm 1 pairs records by rank, and its sensitivity
-    bounds need an order that does not depend on the data set (docs/privacy.md, Record order);
+    bounds need an order that does not depend on the data set (docs/explanation/privacy.md, Record order);
     the file's order might (an extract sorted by outcome, a data-seeded shuffle)."""
     return np.random.default_rng(secrets.randbits(256)).permutation(n)
 

@@ -97,7 +97,7 @@ def site_report_bytes(
         schema_version=schema_version,
         balance=None if balance is None else balance.payload["balance"],
     )
-    # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/deploying.md, Trust
+    # ledger head of the COMMIT row + Ed25519 signature (DPATE_SITE_KEY): docs/how-to/deploying.md, Trust
     sealed: SiteReport = seal_site_report(report, ctx.spec, ctx.site_id, committed, ctx.key_path)
     return sealed.to_json_bytes()
 

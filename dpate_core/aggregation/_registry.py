@@ -20,7 +20,7 @@ mean is taken with the same floating-point operations as before the registry exi
 
 Adding an aggregator is one :func:`register` call (or one entry in :data:`AGGREGATORS` below): the
 spec's choices, the aggregation task's wording and the experiments' labels and styles follow
-(``docs/extending.md``).
+(``docs/how-to/extending.md``).
 
 The result types, a combiner's :class:`Rows` and :class:`Combination`, and the shared halves (the
 inputs checked, the final weighted mean) are in :mod:`dpate_core.aggregation`.

@@ -1,6 +1,6 @@
 """The DP covariate-balance table: standardized mean differences of each covariate by arm, as
 epidemiologists check a comparison, released at a site as a release of its own (its own budget,
-its own ledger row, one draw; ``docs/privacy.md``, "The covariate-balance table").
+its own ledger row, one draw; ``docs/explanation/privacy.md``, "The covariate-balance table").
 
 :func:`plan_balance` builds the release from the per-cell counts the site's engine computes
 (``g = 2 x + w``, :class:`dpate_core.statistics.CellStatistics`): one vector of counts per

@@ -1,6 +1,6 @@
 """Intervals from published fields only: the normal interval, a parametric bootstrap for sites
 and combiners (each estimator's noise model), and the clipping and
-"uninformative at this budget" rules (``docs/inference.md``). Post-processing of DP releases and
+"uninformative at this budget" rules (``docs/explanation/inference.md``). Post-processing of DP releases and
 public design constants: no privacy cost.
 """
 

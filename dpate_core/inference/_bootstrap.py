@@ -1,5 +1,5 @@
 """Intervals from published fields only: a parametric bootstrap for sites and combiners, the
-normal interval, and the clipping / "uninformative at this budget" rules (``docs/inference.md``).
+normal interval, and the clipping / "uninformative at this budget" rules (``docs/explanation/inference.md``).
 
 Everything here is **post-processing** of DP releases and public design constants (``N``, ``B``,
 ``epsilon``, ``delta``, the budget split, the mechanisms' noise distributions): it costs no

@@ -7,7 +7,7 @@ Each mechanism is a package of its own that defines its estimator (registered he
 :mod:`~dpate_core.mechanisms.adjusted` (DP subclassification) and
 :mod:`~dpate_core.mechanisms.propensity` (DP subclassification on propensity bands). A new
 estimator is one module that builds an :class:`Estimator` and passes it to :func:`register`
-(``docs/extending.md``); the rules its ``plausible`` check shares with the others are here too
+(``docs/how-to/extending.md``); the rules its ``plausible`` check shares with the others are here too
 (:func:`clipped_tau_problems`, ...).
 """
 

@@ -190,7 +190,7 @@ class Estimator:
     #: the release is defined, and DP, on any records whatever its arms hold (an empty arm or
     #: no stratum with both arms gives an uninformative release): a site then releases instead
     #: of refusing, since a refusal that depends on the records would tell the coordinator a
-    #: bit about them for free (docs/privacy.md); False: every feasibility rule is a refusal
+    #: bit about them for free (docs/explanation/privacy.md); False: every feasibility rule is a refusal
     releases_on_any_records: bool = False
     #: its strata are the covariates' cross-classification (each covariate is constant within a
     #: stratum, so the balance table's within-strata SMD is 0 by construction); False for an

@@ -28,7 +28,7 @@ reading every word from ``os.urandom``. Nothing here uses ``numpy.random``.
 Why not OpenDP's sampler (used for every other secure draw, :mod:`dpate_core.noise`): it is the
 same algorithm, but per entry with arbitrary-precision rationals, about 25 us per entry; a release
 of 6 x 10^4 cell statistics (the adjusted estimator at ``|X| = 10^4``) spent 1.5 s there, against
-a few ms here (docs/benchmarks.md). The exact distribution is tested in
+a few ms here (docs/reference/benchmarks.md). The exact distribution is tested in
 ``tests/core/test_discrete_laplace.py`` against the closed-form probabilities.
 
 Bounds. The kernel works in int64: ``num < 2^52`` (a longer scale is rounded up to 51 significant

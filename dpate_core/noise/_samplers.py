@@ -5,7 +5,7 @@ Two sources, chosen explicitly by the caller:
 * ``rng=None`` (every real release): OpenDP's Laplace and Gaussian measurements. They draw from the
   operating system's cryptographically secure generator and sample on a discretised grid with exact
   arithmetic, which closes the floating-point attack on textbook samplers (Mironov 2012). See
-  ``docs/privacy.md`` for why OpenDP and not a home-grown sampler. Integer statistics (counts and
+  ``docs/explanation/privacy.md`` for why OpenDP and not a home-grown sampler. Integer statistics (counts and
   grid sums, :func:`integer_laplace_vector`) take the exact discrete Laplace sampler of
   :mod:`dpate_core.noise` instead: the same algorithm as OpenDP's, vectorised.
 * ``rng=numpy.random.Generator`` (simulations, experiments and tests only): fast, seeded, vectorised,

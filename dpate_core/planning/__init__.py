@@ -1,5 +1,5 @@
 """Know before you spend: predicted interval widths of a study from public inputs only
-(``dpate plan``, ``docs/inference.md``).
+(``dpate plan``, ``docs/explanation/inference.md``).
 
 :func:`plan_study` gives each site's and the combined predicted interval, the budget a target
 width needs and a recommendation of estimator and split (:class:`StudyPlan`); the inputs and the

@@ -25,7 +25,7 @@ study's estimand (:attr:`StudyPlan.estimand`). The combined prediction runs the 
 combiner (:func:`dpate_core.aggregation.aggregate`) on the predicted variances: for MVAgg that is
 its predicted choice of sites (in a release the choice is made on noisy variances).
 
-``docs/inference.md`` describes the method and its accuracy.
+``docs/explanation/inference.md`` describes the method and its accuracy.
 
 Modules: this one holds the study plan (:func:`plan_study`, :class:`StudyPlan`); the inputs and a
 site's prediction are in :mod:`dpate_core.planning`, the per-estimator predictions in
@@ -44,7 +44,7 @@ from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
-from dpate_core.mechanisms import StudySite, estimator_of
+from dpate_core.mechanisms import StudyChoice, StudySite, estimator_of
 from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.planning._recommendation import Recommendation, _recommend
 from dpate_core.planning._site import SitePredictions, _z, combined_prediction, predict_site
@@ -122,6 +122,7 @@ def plan_study(
     recommend: bool = True,
     covariate_sizes: tuple[int, ...] = (),
     bounded_covariates: int = 0,
+    choice: StudyChoice | None = None,
 ) -> StudyPlan:
     """Predicted site and combined intervals; with ``target_width`` (the full width of the
     combined interval) the per-site epsilon that reaches it (every site's epsilon times one
@@ -131,7 +132,10 @@ def plan_study(
     recommendation tries use theirs, :meth:`~dpate_core.mechanisms.Estimator.assumed_options`);
     the variant each site would use (the adjusted estimator's weighting) is in its prediction
     and in the notes. ``covariate_sizes``, ``bounded_covariates``: the spec's covariate
-    structure (:class:`~dpate_core.planning.PredictionInputs`)."""
+    structure (:class:`~dpate_core.planning.PredictionInputs`). ``choice``: the study's one choice
+    as its spec made it (:meth:`~dpate_core.mechanisms.Estimator.study_choice` over the ``n`` the
+    spec declares; its ``options`` are then the study's), else made here from ``options`` and the
+    designs' record counts."""
     if not designs:
         raise ValueError("a plan needs at least one site")
     if target_width is not None and not (target_width > 0 and math.isfinite(target_width)):
@@ -142,7 +146,10 @@ def plan_study(
         return options if name == estimator else estimator_of(name).assumed_options()
 
     est = estimator_of(estimator)
-    choice = est.study_choice(options, domain_size, _study_sites(designs))
+    if choice is None:
+        choice = est.study_choice(options, domain_size, _study_sites(designs))
+    else:
+        options = choice.options
     predict = _site_predictions(
         options_for, domain_size, bound, assumptions, level, (covariate_sizes, bounded_covariates)
     )
@@ -283,7 +290,7 @@ def _notes(
     elif len(used) < len(preds) and aggregator == "mvagg":
         notes.append(
             f"MVAgg is predicted to use {', '.join(used)} only (on noisy variances its choice "
-            f"varies between releases; docs/inference.md)"
+            f"varies between releases; docs/explanation/inference.md)"
         )
     return notes
 

@@ -417,7 +417,7 @@ def matching_statistics_of_strata(
 
     ``chunks``: ``(w, y, x)`` arrays, each holding whole strata in increasing stratum id (across
     chunks too), a stratum's records in their rank order (the data-independent order Algorithm 1
-    is applied in, docs/privacy.md "Record order"). ``n``: the number of records in all chunks
+    is applied in, docs/explanation/privacy.md "Record order"). ``n``: the number of records in all chunks
     (it fixes ``V_hat``'s grid; checked). The result is :func:`matching_statistics` on the
     records in that order, bit for bit: ``tau_hat``'s float sum adds the same terms in the same
     order, and ``V_hat``'s sums are exact."""

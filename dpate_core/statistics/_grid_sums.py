@@ -78,7 +78,7 @@ def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
 def sensitivities(bound: float, k: int, m: int) -> dict[str, Fraction]:
     """L1 sensitivities of the three released vectors, in the units they are noised in (grid
     units for the sums): counts 2, centred sums ``2^k`` (= ``B``), squares ``2^(m-1)`` (= ``B^2/2``).
-    Proofs in docs/adjusted.md; checked exhaustively in tests/core/test_adjusted.py."""
+    Proofs in docs/explanation/adjusted.md; checked exhaustively in tests/core/test_adjusted.py."""
     return {
         "counts": Fraction(COUNT_SENSITIVITY),
         "sums": Fraction(2) ** k,

@@ -31,7 +31,7 @@ published heads anchor the ledger, ``dpate ledger verify --against-reports``), `
 (``ed25519:<base64>`` over the canonical JSON of every other field) and, from version 2,
 ``lifetime_spend``: the site ledger's lifetime ``spent`` and ``cap`` right after this release was
 reserved, as exact strings (public amounts: sums of releases' spec budgets and the cap, never
-data; docs/privacy.md). A report whose spend passes its cap, falls short of this release's own
+data; docs/explanation/privacy.md). A report whose spend passes its cap, falls short of this release's own
 budget, or names a cap other than the spec's for the site is refused
 (:func:`dpate.schemas.reports._plausibility.spend_problems`).
 

@@ -378,7 +378,8 @@ class StudyResult(_WithInterval):
 
     def table(self, errors: Mapping[str, str | None] | None = None) -> Table:
         """The CLI's table of sites (rich); ``errors`` (site -> message) replaces the published
-        reason of a site whose run failed here."""
+        reason of a site whose run failed here. A flagged site interval says its flag in its cell
+        ("mostly privacy noise") and why in the caption, so the column stays narrow."""
         from rich.table import Table
 
         table = Table(title=f"{self.study_id}, round {self.round}: sites")
@@ -405,7 +406,7 @@ class StudyResult(_WithInterval):
                     s.epsilon,
                     s.delta,
                     s.tau_text(),
-                    s.interval_text(),
+                    s.interval_text(brief=True),
                     "" if life is None else f"{life.spent.epsilon} of {life.cap.epsilon}",
                     "" if life is None else f"{life.spent.delta} of {life.cap.delta}",
                     s.status.replace("_", " "),
@@ -417,6 +418,11 @@ class StudyResult(_WithInterval):
             f"{s.site_id}: {errors.get(s.site_id) or s.reason}"
             for s in self.sites
             if s.status in ("missing", "rejected", "excluded")
+        ]
+        notes += [
+            f"{s.site_id}'s interval: {s.interval.note}"
+            for s in self.sites
+            if isinstance(s, ReleasedSite) and s.interval is not None and ": " in s.interval.note
         ]
         not_used = [s for s in self.sites if s.status == "not_used"]
         if not_used:

@@ -1,7 +1,7 @@
 """A site's data as an Ibis table expression on the engine where it lives.
 
 :func:`open_site_table` picks the engine from the site's data location (its own setting,
-docs/pipeline.md "Settings"):
+docs/reference/pipeline.md "Settings"):
 
 ==================================  ==========================================================
 location                            engine and table

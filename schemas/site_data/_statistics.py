@@ -186,7 +186,7 @@ def _ints(column: Any) -> np.ndarray:
 
 
 class RecordOrder(Protocol):
-    """The order Algorithm 1 ranks a stratum's records in: data-independent (docs/privacy.md,
+    """The order Algorithm 1 ranks a stratum's records in: data-independent (docs/explanation/privacy.md,
     Record order). ``keys`` gives a chunk of records sort keys; within a stratum the records are
     ranked by key. ``needs_positions``: whether ``keys`` reads the records' positions (0-based,
     among the records used, in the source's order)."""

@@ -4,7 +4,7 @@ The model and its loading (``_model``), the treatment, outcome and covariate col
 (``_columns``), the sites and their caps (``_sites``), the rules across fields (``_checks``) and the
 shared field types (``_fields``) are private modules of this package: import every name from
 ``dpate.schemas.spec``. :mod:`dpate.schemas.spec.reference` writes the spec's field reference in
-docs/study-spec.md from these models.
+docs/reference/study-spec.md from these models.
 """
 
 from dpate.schemas.spec._checks import (

@@ -5,7 +5,7 @@ do with values outside ``[0, B]``, how the site's columns map to ``(W, Y, X)``, 
 discretisation (which fixes the strata and the domain size ``|X|``), and per site its data location,
 its per-release privacy budget ``(epsilon, delta)``, the split of that budget among the parts of the
 release, and its lifetime privacy cap. Everything in a spec is public and chosen without looking at
-the data (invariant 4); ``docs/study-spec.md`` walks through a worked example.
+the data (invariant 4); ``docs/reference/study-spec.md`` walks through a worked example.
 
 API (small on purpose)::
 
@@ -133,9 +133,9 @@ EstimatorName = Annotated[
 
 
 class BalanceSpec(_Model):
-    """The optional DP covariate-balance table (docs/study-spec.md, ``[balance]``): a release of
+    """The optional DP covariate-balance table (docs/reference/study-spec.md, ``[balance]``): a release of
     its own at every site, charged to the site's ledger with its own ``epsilon`` (exact; pure
-    DP, no delta) on top of the estimate's, before any noise (docs/privacy.md)."""
+    DP, no delta) on top of the estimate's, before any noise (docs/explanation/privacy.md)."""
 
     epsilon: ExactNumber = Field(
         description="The table's own budget at every site, on top of the estimate's (pure DP: "
@@ -153,7 +153,7 @@ class BalanceSpec(_Model):
 
 
 class StudySpec(_Model):
-    """A whole study. See the module docstring and ``docs/study-spec.md``, whose reference table
+    """A whole study. See the module docstring and ``docs/reference/study-spec.md``, whose reference table
     is generated from the fields' descriptions below (:mod:`dpate.schemas.spec.reference`).
 
     The estimator's options (:attr:`options`, an instance of its ``options`` dataclass): the
@@ -174,8 +174,8 @@ class StudySpec(_Model):
         "and an estimator that adjusts for them; `dim` is for randomized trials only."
     )
     estimator: EstimatorName = Field(
-        description="The mechanism every site releases its estimate with (docs/privacy.md), or "
-        "a plug-in's name (docs/extending.md)."
+        description="The mechanism every site releases its estimate with (docs/explanation/privacy.md), or "
+        "a plug-in's name (docs/how-to/extending.md)."
     )
     aggregator: AggregatorName = Field(
         default="mvagg",
@@ -196,7 +196,7 @@ class StudySpec(_Model):
         exclude_if=lambda v: v is None,
         json_schema_extra={"doc_default": '`"appendix"`'},
         description="The sampling variance a matching estimator releases: the paper's `V_hat` "
-        '(`"appendix"`) or the within-stratum variance (`"stratified"`, docs/inference.md).',
+        '(`"appendix"`) or the within-stratum variance (`"stratified"`, docs/explanation/inference.md).',
     )
     adjusted_weighting: Literal["auto", "subclassification", "fixed_effects"] | None = Field(
         default=None,
@@ -275,12 +275,12 @@ class StudySpec(_Model):
         min_length=1,
         json_schema_extra={"doc_type": "path or URL", "doc_default": "the pipeline's default"},
         description="Where the sites publish their reports in a local run (an fsspec URL); a "
-        'deployed site\'s publication root is its own setting (docs/pipeline.md, "Settings").',
+        'deployed site\'s publication root is its own setting (docs/reference/pipeline.md, "Settings").',
     )
     ledger: str | None = Field(
         default=None,
         json_schema_extra={"doc_type": "URL"},
-        description="Ignored: a ledger's location is a site setting (docs/ledger.md).",
+        description="Ignored: a ledger's location is a site setting (docs/how-to/ledger.md).",
     )
     balance: BalanceSpec | None = Field(
         default=None,
@@ -467,7 +467,7 @@ class StudySpec(_Model):
 
     def budget_split(self, site_id: str) -> BudgetSplit:
         """The site's split (the estimator's default split when not given: the paper's even
-        split for the paper's mechanisms, ``docs/adjusted.md`` for the adjusted one; the presets
+        split for the paper's mechanisms, ``docs/explanation/adjusted.md`` for the adjusted one; the presets
         ``"paper"`` and ``"default"`` per :meth:`dpate_core.mechanisms.Estimator.split`)."""
         return self.estimator_info.split(
             self.site(site_id).budget_split, self.options, self.outcome.binary
@@ -588,7 +588,7 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
                 'signing = "none" with an unsigned_reason)'
             )
         elif typ == "extra_forbidden":
-            msg = "unknown field: check its spelling against docs/study-spec.md"
+            msg = "unknown field: check its spelling against docs/reference/study-spec.md"
         elif typ == "missing":
             msg = "required field is missing"
         elif typ == "string_pattern_mismatch":

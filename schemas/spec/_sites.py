@@ -59,7 +59,7 @@ class SiteSpec(_Model):
         json_schema_extra={"doc_type": "path or URL"},
         description="The site's records in a local run: a CSV or Parquet path relative to the "
         "spec file's folder (and inside it, unless the site sets `DPATE_ALLOW_SPEC_DATA=1`). A "
-        'deployed site reads its own data location (docs/pipeline.md, "Settings").',
+        'deployed site reads its own data location (docs/reference/pipeline.md, "Settings").',
     )
     format: Literal["csv", "parquet", "parquet-dataset"] | None = Field(
         default=None,
@@ -78,7 +78,7 @@ class SiteSpec(_Model):
         json_schema_extra={"doc_default": "the estimator's default"},
         description="How one release's budget is shared among its parts: exact shares summing "
         'to 1, one per part of the estimator\'s release, or a preset: `"paper"` (the even '
-        'split) or `"default"` (the estimator\'s searched split, docs/results.md).',
+        'split) or `"default"` (the estimator\'s searched split, docs/explanation/results.md).',
     )
     lifetime_cap: PrivacyCap = Field(
         json_schema_extra={"doc_type": "`{ epsilon, delta }` (below)"},
@@ -88,7 +88,7 @@ class SiteSpec(_Model):
     ledger: str | None = Field(
         default=None,
         json_schema_extra={"doc_type": "URL"},
-        description="Ignored: a ledger's location is a site setting (docs/ledger.md).",
+        description="Ignored: a ledger's location is a site setting (docs/how-to/ledger.md).",
     )
     n: int | None = Field(
         default=None,
@@ -108,7 +108,7 @@ class SiteSpec(_Model):
         description="The site's report-signing key, as `dpate site keygen SITE` prints it: "
         'needed for the site to release unless the study sets `signing = "none"`; when given, '
         "the server refuses an unsigned or wrongly signed report in the site's name "
-        "(docs/deploying.md, Trust).",
+        "(docs/how-to/deploying.md, Trust).",
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,4 @@
-"""The study spec's reference (docs/study-spec.md, "Reference"), generated from the spec's models:
+"""The study spec's reference (docs/reference/study-spec.md, "Reference"), generated from the spec's models:
 every table and key with its type and allowed values, its default, the estimators that accept it
 and its meaning (the field's ``description``), in the tables of :mod:`dpate.field_tables` (the
 machinery of the site settings table). Estimator-specific keys are found from the estimators
@@ -202,7 +202,7 @@ def _option_rows(estimators: Sequence[Estimator]) -> Iterable[tuple[str, FieldIn
 
 
 def spec_reference(estimators: Sequence[Estimator] | None = None) -> str:
-    """The Markdown of docs/study-spec.md's generated reference: a table per section of
+    """The Markdown of docs/reference/study-spec.md's generated reference: a table per section of
     :data:`SECTIONS`, then the ``[estimator_options]`` of ``estimators`` (by default every
     registered one)."""
     ests = list(ESTIMATORS.values()) if estimators is None else list(estimators)

@@ -221,6 +221,7 @@ def test_check_names_a_site_without_a_key_and_keygen_fixes_it(tmp_path, home):
     (home / "keys" / "a.ed25519.pem").unlink()
     r = runner.invoke(app, ["site", "keygen", "a", "--spec", str(spec)])
     assert r.exit_code == 0, r.output
+    assert "the site's [[sites]] entry of the spec" in r.output  # printed as written, not as markup
     public = r.stdout.strip().splitlines()[-1]
     assert (home / "keys" / "a.ed25519.pem").stat().st_mode & 0o777 == 0o600
     assert spec.read_text() == keyless.replace('id = "a"\n', f'id = "a"\npublic_key = "{public}"\n')

@@ -1,6 +1,6 @@
 """`dpate check` names the study's one estimand and the adjusted estimator's weighting every
 site's release would use (a public rule on every site's declared n, |X| and eps, made once for
-the whole study; docs/adjusted.md), and no weighting for the other estimators."""
+the whole study; docs/explanation/adjusted.md), and no weighting for the other estimators."""
 
 from __future__ import annotations
 
@@ -80,6 +80,11 @@ def test_plan_names_the_estimand_and_when_the_given_n_would_choose_otherwise(tmp
     assert any(
         "--n) the study's public rule would choose subclassification" in n for n in doc["notes"]
     )
+    # and why, as the spec makes the choice ("auto" without n), not as a declared weighting
+    assert any(
+        n.startswith("fixed_effects at every site: adjusted_weighting = 'auto' and not every")
+        for n in doc["notes"]
+    ), doc["notes"]
     table = runner.invoke(app, ["plan", str(spec), *sizes], env={"COLUMNS": "200"})
     assert "estimand (one for the whole study): the average of the effects" in table.output
     declared = write_study(

@@ -1,4 +1,4 @@
-"""Every command's exit code, per situation, is the one docs/pipeline.md's table documents, and its
+"""Every command's exit code, per situation, is the one docs/reference/pipeline.md's table documents, and its
 message shows no Python ``None`` or repr. None of these cases starts Prefect."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dpate.cli.main import app
 from tests.cli.test_run_preflight import BAD_DATA, GOOD, init_ledgers, write_spec
 
 runner = CliRunner()
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "pipeline.md"
 
 
 def documented() -> dict[tuple[str, str], int]:
-    """The per-command table of docs/pipeline.md: (command, situation) -> exit code."""
+    """The per-command table of docs/reference/pipeline.md: (command, situation) -> exit code."""
     text = DOCS.read_text(encoding="utf-8")
     table = text[text.index("| command | situation | exit |") :]
     rows = {}

@@ -1,6 +1,7 @@
 """Independent reference implementations the core is tested against.
 
-Nothing here imports :mod:`dpate_core`: each function is written from the paper (or docs/corrections.md) in
+Nothing here imports :mod:`dpate_core`: each function is written from the paper (or
+docs/explanation/corrections.md) in
 the most literal form available, slow and obvious, so that agreement with the compiled and
 vectorised code means something.
 

@@ -378,7 +378,9 @@ def test_adjusted_estimate_is_close_to_the_truth_and_intervals_cover(synth_plans
     assert abs(np.median(out.tau) - stats.tau) < 0.02
     half = 1.96 * np.sqrt(out.variance)
     cover = np.mean(np.abs(out.tau - stats.tau) <= half)
-    assert 0.85 <= cover <= 0.995, cover  # nominal 0.95; conservative variance (docs/adjusted.md)
+    assert 0.85 <= cover <= 0.995, (
+        cover
+    )  # nominal 0.95; conservative variance (docs/explanation/adjusted.md)
     assert np.all(out.variance > 0) and np.all(np.isfinite(out.variance))
 
 
@@ -401,7 +403,7 @@ def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
 
 
 # ---------------------------------------------------------------------------------------------
-# the weightings (docs/adjusted.md, "Two weightings"): the public rule, fixed effects' edge cases,
+# the weightings (docs/explanation/adjusted.md, "Two weightings"): the public rule, fixed effects' edge cases,
 # and the ratio bias of dividing by noisy counts, which would make pooled intervals miss
 
 
@@ -517,7 +519,7 @@ def test_old_weighting_fails_the_pooled_check():
 
 def test_subclassification_corrects_its_ratio_bias():
     # |X| = 10^4 strata of ~300 records at eps = 1: dividing by noisy counts biases the sum of
-    # the stratum terms by v_n (n_c m_t / n_t^2 - n_t m_c / n_c^2) / N (docs/adjusted.md, "The
+    # the stratum terms by v_n (n_c m_t / n_t^2 - n_t m_c / n_c^2) / N (docs/explanation/adjusted.md, "The
     # ratio bias and its correction"), here about three noise sds; after the correction the
     # mean release is Algorithm 1's subclassification estimate and the interval covers it
     k, reps = 10_000, 500

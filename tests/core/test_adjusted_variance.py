@@ -1,4 +1,4 @@
-"""The adjusted release's variance against what it estimates (docs/adjusted.md, "Variances"):
+"""The adjusted release's variance against what it estimates (docs/explanation/adjusted.md, "Variances"):
 each weighting's sampling part is its estimate's spread when the patients are drawn again (the
 cell statistics of bootstrap samples, fed to the release's own post-processing at a budget so
 large that the noise is nil), its noise part the spread of its releases on fixed data, and

@@ -1,4 +1,4 @@
-"""Bootstrap intervals from published fields (dpate_core.inference, docs/inference.md).
+"""Bootstrap intervals from published fields (dpate_core.inference, docs/explanation/inference.md).
 
 Coverage is measured by simulation with fixed seeds on small designs where the DP noise dominates:
 releases come from the project's own plans (``draw_many`` + ``assemble``), so they are the released

@@ -1,5 +1,6 @@
 """Budget-split presets ("paper", "default"), the binary-outcome difference in means, and the
-spec options that select them (registry, release, spec; docs/results.md, "Budget split presets")."""
+spec options that select them (registry, release, spec; docs/explanation/results.md, "Budget split
+presets")."""
 
 from __future__ import annotations
 

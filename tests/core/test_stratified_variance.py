@@ -1,6 +1,6 @@
 """The stratified sampling variance of Algorithm 1
 (dpate_core/mechanisms/matching/_stratified_variance.py) and its release as the matching plans'
-``variance = "stratified"`` mode (docs/privacy.md, Stratified variance): the weights ``K`` against
+``variance = "stratified"`` mode (docs/explanation/privacy.md, Stratified variance): the weights ``K`` against
 Algorithm 1 itself, unbiasedness of the non-private estimate, exhaustive privacy accounting of the
 released vectors over small datasets, an empirical privacy check, the default mode left untouched,
 and the cell vectors read in outcome units."""

@@ -88,7 +88,7 @@ def test_lalonde_age_strata_and_earnings_cap():
     t = np.bincount(d.x[d.w == 1], minlength=39)
     c = np.bincount(d.x[d.w == 0], minlength=39)
     one_arm = (t > 0) != (c > 0)
-    assert one_arm.sum() == 9 and (t + c)[one_arm].sum() == 23  # docs/data.md
+    assert one_arm.sum() == 9 and (t + c)[one_arm].sum() == 23  # docs/how-to/data.md
     # unmatched strata contribute 0 to Algorithm 1's estimate: removing them and rescaling by N
     res = exact_matching(d.w, d.y, d.x)
     keep = ~one_arm[d.x]

@@ -134,7 +134,8 @@ def test_adjusted_estimator_is_drawn_beside_the_papers_and_beats_smooth_matching
     )
     ratio = mv["smooth_matching"] / mv["adjusted"]
     # Synth (N = 10,000, |X| = 100): lower MAE at every point, several times lower at the median
-    # (the 10x goal is met only where noise, not sampling error, dominates: docs/results.md)
+    # (the 10x goal is met only where noise, not sampling error, dominates:
+    # docs/explanation/results.md)
     assert ratio.loc["Synth"].min() > 1
     assert ratio.loc["Synth"].median() >= 3
     # randomized trials: the adjusted estimator stays near the difference in means

@@ -1,5 +1,5 @@
 """A whole study of the toy estimator (with its option) and the toy aggregator, each one module
-of its own registered and nothing else edited (docs/extending.md): ``dpate run`` releases it at
+of its own registered and nothing else edited (docs/how-to/extending.md): ``dpate run`` releases it at
 every site (the engine's statistics, the ledger, the report and its plausibility check) and
 combines it, ``dpate report`` draws it."""
 

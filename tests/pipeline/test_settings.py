@@ -66,6 +66,37 @@ def test_environment_over_config_file_and_templates(study, tmp_path, monkeypatch
         resolve_site(str(study.spec), "north")
 
 
+def test_a_command_s_options_over_the_environment_in_its_context_only(study, tmp_path, monkeypatch):
+    """``dpate run --ledger``: the command's options (:func:`command_options`) win over the
+    environment for what runs in the command's context, Prefect's task threads included, and
+    leave the process environment and other threads alone."""
+    import os
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from contextvars import copy_context
+
+    from dpate.settings import SiteSettings, command_options, resolve_study
+
+    monkeypatch.setenv("DPATE_LEDGER_URL", f"sqlite:///{tmp_path}/env.sqlite")
+    given = f"sqlite:///{tmp_path}/cli.sqlite"
+    seen: dict[str, str] = {}
+    with command_options(ledger_url=given, storage_url=str(tmp_path / "pub"), data_path=None):
+        assert resolve_site(str(study.spec), "north").ledger_url == given
+        assert SiteSettings.load().source("ledger_url") == "the command line"
+        assert resolve_study(str(study.spec)).storage_url == str(tmp_path / "pub")
+        assert os.environ["DPATE_LEDGER_URL"] == f"sqlite:///{tmp_path}/env.sqlite"
+        with ThreadPoolExecutor(1) as pool:  # as Prefect's thread-pool task runner submits
+            ctx = copy_context()
+            seen["task"] = pool.submit(ctx.run, lambda: SiteSettings.load().ledger_url).result()
+        other = threading.Thread(target=lambda: seen.update(other=SiteSettings.load().ledger_url))
+        other.start()
+        other.join()
+    assert seen == {"task": given, "other": f"sqlite:///{tmp_path}/env.sqlite"}
+    assert resolve_site(str(study.spec), "north").ledger_url == f"sqlite:///{tmp_path}/env.sqlite"
+    with pytest.raises(ValueError, match="not site settings"), command_options(ledger="x"):
+        pass
+
+
 def test_deployed_run_takes_nothing_from_the_spec_or_defaults(study, tmp_path, monkeypatch):
     spec = approved(study, tmp_path, monkeypatch)
     with pytest.raises(SettingsError, match="data location only from the site"):

@@ -1,4 +1,4 @@
-"""docs/pipeline.md's settings table is the one :class:`dpate.settings.SiteSettings` generates, and
+"""docs/reference/pipeline.md's settings table is the one :class:`dpate.settings.SiteSettings` generates, and
 a malformed setting is refused naming the setting and where it is set, never its value."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from dpate.settings import SettingsError, SiteSettings, settings_table
 from tests.golden import REPO
 
-DOCS = REPO / "docs" / "pipeline.md"
+DOCS = REPO / "docs" / "reference" / "pipeline.md"
 
 
 def test_the_docs_settings_table_is_the_generated_one(golden):

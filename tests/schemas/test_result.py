@@ -74,6 +74,20 @@ def test_cli_table_and_summary_are_the_reference(name, monkeypatch, golden):
     same_as_reference(golden, f"{name}.cli.txt", text)
 
 
+def test_a_flagged_site_interval_says_its_flag_in_the_cell_and_why_below():
+    first = dict(DOCS["v3"]["sites"][0])
+    why = "the privacy noise is more than 9 times the patients' own variation"
+    first["interval"] = dict(
+        first["interval"], rules=["noise"], note=f"mostly privacy noise: {why}"
+    )
+    doc = dict(DOCS["v3"], sites=[first, *DOCS["v3"]["sites"][1:]])
+    console = Console(record=True, width=140, file=io.StringIO(), color_system=None)
+    console.print(StudyResult.of(doc).table())
+    text = console.export_text()
+    assert "(mostly privacy noise)" in text and f"{first['site_id']}'s interval: " in text
+    assert text.count(why) == 1  # once, in the caption: the CI column stays narrow
+
+
 @pytest.mark.parametrize("name", sorted(DOCS))
 def test_html_is_the_reference_with_the_forest_plot_embedded(name, golden):
     result = StudyResult.of(DOCS[name])

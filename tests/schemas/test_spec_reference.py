@@ -1,4 +1,4 @@
-"""docs/study-spec.md's reference is the one the spec's models generate
+"""docs/reference/study-spec.md's reference is the one the spec's models generate
 (:func:`dpate.schemas.spec.reference.spec_reference`), every key of every table is in it with a
 description, and the estimators a key names are the ones that accept it."""
 
@@ -13,7 +13,7 @@ from dpate.schemas.spec import SiteSpec, StudySpec
 from dpate.schemas.spec.reference import SECTIONS, spec_reference
 from tests.golden import REPO, Golden
 
-DOCS = REPO / "docs" / "study-spec.md"
+DOCS = REPO / "docs" / "reference" / "study-spec.md"
 
 
 def test_the_docs_spec_reference_is_the_generated_one(golden):

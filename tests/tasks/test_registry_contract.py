@@ -5,7 +5,7 @@ with the vectorised combiner; and ``dpate plan`` and ``dpate check`` on a study 
 
 A toy estimator with an option and a toy aggregator, each one module of their own
 (``toy_estimator.py``, ``toy_aggregator.py``) registered with the registries' ``register``,
-pass it with no edit anywhere else (docs/extending.md); ``tests/pipeline/test_plugins.py`` runs
+pass it with no edit anywhere else (docs/how-to/extending.md); ``tests/pipeline/test_plugins.py`` runs
 and reports a whole study of them.
 """
 

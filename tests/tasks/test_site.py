@@ -34,7 +34,7 @@ def test_plan_release_is_the_specs_mechanism_at_the_sites_budget(study):
 
 def test_plan_release_presents_records_in_a_data_independent_order(study):
     """Algorithm 1 pairs records by rank: the site ranks each stratum's records by a fresh secure
-    random order (never derived from the data or a fixed seed; docs/privacy.md, Record order),
+    random order (never derived from the data or a fixed seed; docs/explanation/privacy.md, Record order),
     and the records path reorders its records by a fresh secure permutation."""
     order = data_independent_order(400)
     assert sorted(order.tolist()) == list(range(400))

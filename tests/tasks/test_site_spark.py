@@ -1,5 +1,5 @@
 """Spark as a site's engine (local mode; a cluster is the same code with its master URL,
-docs/deploying.md): every estimator releases the records path's bytes, the sums are the core
+docs/how-to/deploying.md): every estimator releases the records path's bytes, the sums are the core
 kernel's on adversarial values, and bad data gives DuckDB's redacted errors word for word. One
 Spark session serves the module (starting one takes 15-40 s)."""
 

@@ -1,5 +1,5 @@
 """The ``study-deployed`` flow's trigger and wait logic through ``.fn`` (no Prefect server): a
-site without a ``site-release`` deployment (it releases on its own timer, docs/deploying.md) is
+site without a ``site-release`` deployment (it releases on its own timer, docs/how-to/deploying.md) is
 not triggered, and its report of the round is awaited in storage within the study's timeout.
 The deployed topology itself is tested in tests/topology."""
 

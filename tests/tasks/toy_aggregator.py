@@ -1,5 +1,5 @@
 """A toy aggregator, written as a plug-in would be: this one module and nothing edited elsewhere
-(docs/extending.md). Registering :data:`MEDIAN_SITE` makes ``aggregator = "median_site"`` valid
+(docs/how-to/extending.md). Registering :data:`MEDIAN_SITE` makes ``aggregator = "median_site"`` valid
 and every command combine with it: the site of median variance."""
 
 from __future__ import annotations

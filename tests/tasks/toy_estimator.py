@@ -1,5 +1,5 @@
 """A toy estimator, written as a plug-in would be: this one module and nothing edited elsewhere
-(docs/extending.md follows it). Registering :data:`TOY` makes the study spec accept
+(docs/how-to/extending.md follows it). Registering :data:`TOY` makes the study spec accept
 ``estimator = "toy"`` (with its option in ``[estimator_options]``) and every command handle it:
 ``dpate check``, ``dpate plan``, ``dpate run`` (the site releases it, the server checks its
 reports with :func:`plausible`), ``dpate report``.

@@ -4,7 +4,7 @@ deployments/storage/ ships it (every listener on loopback, the S3 port published
 forwarder, one identity per site per study).
 
 Every component is a child process in its own process group, logging to a file in a temporary
-folder, and is stopped the way it wants to be stopped (docs/deploying.md): Prefect's workers with
+folder, and is stopped the way it wants to be stopped (docs/how-to/deploying.md): Prefect's workers with
 the sequence of deployments/systemd/dpate-worker.service (SIGINT, 2 s, SIGINT: Prefect 3.8.8's
 worker turns the second into a SIGKILL of itself), ``dpate site worker``, the Prefect server and
 ``weed`` with SIGTERM;

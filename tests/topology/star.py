@@ -75,7 +75,7 @@ def star_spec_toml(sites: tuple[str, ...], reports: str) -> str:
 
 def write_star_sites(root: Path) -> dict[str, Path]:
     """Each STAR site's records as the site would hold them (raw scores), one file per site:
-    what ``dpate data extracts star ROOT`` writes (docs/deploying.md)."""
+    what ``dpate data extracts star ROOT`` writes (docs/how-to/deploying.md)."""
     from dpate.data.extracts import write_star_extracts
 
     return write_star_extracts(root)
@@ -178,7 +178,7 @@ class StarTopology:
         prefect_cli(
             self.server, "deploy", "--all", "--prefect-file", str(self.prefect_yaml), cwd=REPO
         )
-        with self.server.settings():  # the coordinator's one-time setup (docs/deploying.md)
+        with self.server.settings():  # the coordinator's one-time setup (docs/how-to/deploying.md)
             from dpate.deployments.automations import ensure_zombie_automation
 
             ensure_zombie_automation()

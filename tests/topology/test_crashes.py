@@ -80,7 +80,7 @@ def _idle_worker(server, pool: str, tmp_path: Path):
 
 def test_the_units_stop_sequence_stops_an_idle_worker(prefect_server, tmp_path):
     """Prefect 3.8.8's idle worker, once in its polling loop, was seen ignoring one SIGINT for
-    more than 30 s (docs/deploying.md); the unit's ExecStop (SIGINT, 2 s, SIGINT) stops it."""
+    more than 30 s (docs/how-to/deploying.md); the unit's ExecStop (SIGINT, 2 s, SIGINT) stops it."""
     pool = "stop-test"
     prefect_cli(prefect_server, "work-pool", "create", pool, "--type", "process")
     worker = _idle_worker(prefect_server, pool, tmp_path)

@@ -156,7 +156,7 @@ def _cancel_between_reserve_and_commit(prefect_server, worker, deployment: str, 
             assert worker.running and not _runner_pids(worker)
         second.release()
         second = None
-        # the reservation stands and nothing was committed (docs/ledger.md, the crash rule 4)
+        # the reservation stands and nothing was committed (docs/how-to/ledger.md, the crash rule 4)
         (reserved,) = _events(ledger)[len(before) :]
         assert reserved.kind == "RESERVE" and reserved.round == "cancelled"
 

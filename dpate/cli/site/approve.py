@@ -1,5 +1,5 @@
 """``dpate site approve SPEC --site SITE``: the site's operator approves a study spec by hash
-(docs/deploying.md, "What a site trusts the coordinator with"). Registered in
+(docs/how-to/deploying.md, "What a site trusts the coordinator with"). Registered in
 :mod:`dpate.cli.site`.
 
 The spec is read (a local path or a URL the operator names), validated, checked to name the site

@@ -1,4 +1,4 @@
-"""``dpate site keygen``: the site's side of the Trust rules (docs/deploying.md, Trust).
+"""``dpate site keygen``: the site's side of the Trust rules (docs/how-to/deploying.md, Trust).
 Registered in :mod:`dpate.cli.site`."""
 
 from __future__ import annotations
@@ -56,22 +56,32 @@ def keygen(
         err.print(str(exc), style="red", soft_wrap=True, highlight=False, markup=False)
         raise typer.Exit(_exit_code(exc)) from None
     err.print(
-        f"private key written to {path} (mode 0600): keep it at the site; set", soft_wrap=True
+        f"private key written to {path} (mode 0600): keep it at the site; set",
+        soft_wrap=True,
+        markup=False,
     )
-    err.print(f"  DPATE_SITE_KEY={path}", soft_wrap=True, highlight=False)
+    err.print(f"  DPATE_SITE_KEY={path}", soft_wrap=True, highlight=False, markup=False)
     err.print(
         "in the site's worker environment (a local run without it looks there already when "
         "--out was not given), and put this line in the site's [[sites]] entry of the spec:",
         soft_wrap=True,
+        markup=False,
     )
-    err.print(f'  public_key = "{public}"   # site {site}', highlight=False, soft_wrap=True)
+    err.print(
+        f'  public_key = "{public}"   # site {site}', highlight=False, soft_wrap=True, markup=False
+    )
     if spec is not None:
-        err.print(f"(added to site {site}'s entry in {spec})", soft_wrap=True, highlight=False)
+        err.print(
+            f"(added to site {site}'s entry in {spec})",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
     print(public)
 
 
 def _exit_code(exc: Exception) -> int:
-    """A refusal's exit code (docs/pipeline.md): its own for dpate's errors, usage for a site id
+    """A refusal's exit code (docs/reference/pipeline.md): its own for dpate's errors, usage for a site id
     that cannot name a file, settings for a key file that cannot be written."""
     from dpate.errors import DpateError, ExitCode
 

@@ -1,4 +1,4 @@
-"""``dpate site worker SITE``: the site's own Prefect worker (docs/deploying.md, "What a site
+"""``dpate site worker SITE``: the site's own Prefect worker (docs/how-to/deploying.md, "What a site
 trusts the coordinator with"). Registered in :mod:`dpate.cli.site`.
 
 It polls the pool ``site-<SITE>`` of the coordinator's Prefect server (``PREFECT_API_URL``,

@@ -1,5 +1,5 @@
 """The covariate-adjusted release (``"adjusted"``): DP subclassification from noisy per-cell
-sufficient statistics, pure epsilon-DP (``docs/adjusted.md``).
+sufficient statistics, pure epsilon-DP (``docs/explanation/adjusted.md``).
 
 :func:`plan_adjusted` / :func:`plan_adjusted_from_statistics` build the release's plan;
 :func:`dp_adjusted` plans and draws once. The two post-processings of the noisy vectors, stratum
@@ -90,7 +90,7 @@ class AdjustedOptions:
         default="auto",
         metadata={
             "spec_key": "adjusted_weighting",
-            "doc": "the post-processing (docs/adjusted.md, 'Two weightings'), one for the whole "
+            "doc": "the post-processing (docs/explanation/adjusted.md, 'Two weightings'), one for the whole "
             "study: 'auto' (a public rule on every site's declared n, |X| and eps), "
             "'subclassification' or 'fixed_effects'",
         },

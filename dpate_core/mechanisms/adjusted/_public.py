@@ -82,11 +82,11 @@ def study_weighting(
     :func:`adjusted_weighting` picks it at every site from the record count ``n`` the spec
     declares for it, its epsilon and split and ``|X|``, else fixed effects (whose estimand is
     defined at every site size), also when some site declares no ``n``. One estimand for the
-    whole study: a pooled estimate never blends the two (docs/adjusted.md, Estimand)."""
+    whole study: a pooled estimate never blends the two (docs/explanation/adjusted.md, Estimand)."""
     if weighting not in ("auto", "subclassification", "fixed_effects"):
         raise ValueError(
             f"weighting ({weighting!r}) must be one of auto, subclassification, fixed_effects "
-            f"(docs/adjusted.md)"
+            f"(docs/explanation/adjusted.md)"
         )
     if weighting != "auto":
         return weighting, f"declared in the spec (adjusted_weighting = {weighting!r})"
@@ -150,7 +150,8 @@ def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
 
 
 def noise_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> NoiseDraws:
-    """DP subclassification (``dpate_core.mechanisms.adjusted``, ``docs/adjusted.md``): the error is a sum of
+    """DP subclassification (``dpate_core.mechanisms.adjusted``, ``docs/explanation/adjusted.md``):
+    the error is a sum of
     Laplace terms over the usable strata's cells (sums and counts, delta method), whose total
     variance is the published ``noise_variance``. Per-cell counts are not published, so the
     model spreads that variance evenly over ``2 k`` Laplace terms, ``k`` the published
@@ -263,7 +264,7 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
 
 def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float, float]:
     """``tau = A / D`` with ``A = sum (S_t n_c - S_c n_t)``, ``D = sum n_t n_c`` over every stratum
-    (docs/adjusted.md). With count noise variance ``v_n = 2 (2/eps_n)^2``, sum noise variance
+    (docs/explanation/adjusted.md). With count noise variance ``v_n = 2 (2/eps_n)^2``, sum noise variance
     ``v_s = 2 (B/eps_s)^2`` and centred arm means ``m_t = mu + effect/2``, ``m_c = mu -
     effect/2`` (``mu`` the assumed outcome mean less ``B/2``)
     (``S_t - tau n_t = n_t m_c``, ``S_c + tau n_c = n_c m_t``), the release's own noise variance

@@ -15,7 +15,7 @@ stratum effects averaged with weights ``n_xt n_xc`` (strata without both arms we
 threshold and no per-stratum ratio, so unbiased where strata hold few records per arm against the
 count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighting`). Both equal
 the common effect when every stratum has the same effect (Synth: 0.5).
-``docs/adjusted.md`` has the design, the proofs and the measurements.
+``docs/explanation/adjusted.md`` has the design, the proofs and the measurements.
 
 Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.statistics`,
 which has the argument); the noise is added to those integers, with scales in grid units, and the
@@ -74,9 +74,13 @@ __all__ = [
     "resolve_weighting",
 ]
 
-DEFAULT_SPLIT = ("7/20", "11/20", "1/10")  # counts, centred sums, squares (docs/adjusted.md)
+DEFAULT_SPLIT = (
+    "7/20",
+    "11/20",
+    "1/10",
+)  # counts, centred sums, squares (docs/explanation/adjusted.md)
 THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
-#: the post-processings of the same three noisy vectors (docs/adjusted.md, "Two weightings")
+#: the post-processings of the same three noisy vectors (docs/explanation/adjusted.md, "Two weightings")
 WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
 #: "auto" uses subclassification when the public design gives at least this many records per arm
 #: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
@@ -113,7 +117,7 @@ def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsil
     ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, i.e.
     ``|X|^(3/2) s_n^2 eps_s / N``, times the correction's relative remainder
     ``RATIO_DAMPING (v_n / n^2)^2`` (its damping near the threshold):
-    ``64 RATIO_DAMPING s_n^6 eps_s |X|^(11/2) / N^5`` (docs/adjusted.md, "The ratio bias and its
+    ``64 RATIO_DAMPING s_n^6 eps_s |X|^(11/2) / N^5`` (docs/explanation/adjusted.md, "The ratio bias and its
     correction")."""
     size, records = float(domain_size), float(n)
     return float(64.0 * RATIO_DAMPING * count_scale**6 * sum_epsilon * size**5.5 / records**5)
@@ -130,7 +134,7 @@ def resolve_weighting(
     the sums' epsilon ``eps_s``."""
     if weighting not in WEIGHTINGS:
         raise ValueError(
-            f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)} (docs/adjusted.md)"
+            f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)} (docs/explanation/adjusted.md)"
         )
     if weighting != "auto":
         return weighting
@@ -237,7 +241,7 @@ def dp_adjusted(
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
     not released.
 
-    Post-processing (``weighting``, see :func:`resolve_weighting` and docs/adjusted.md): with
+    Post-processing (``weighting``, see :func:`resolve_weighting` and docs/explanation/adjusted.md): with
     ``"fixed_effects"`` the ratio of sums ``sum (s_t n_c - s_c n_t) / sum n_t n_c`` over every
     stratum (unresolved, ``resolved`` False with no estimate and no variance, when the noisy
     denominator is not above ``RESOLVE_Z`` of its noise sds). With ``"subclassification"``: each

@@ -1,5 +1,6 @@
 """The two post-processings of the adjusted release's three noisy vectors
-(:mod:`dpate_core.mechanisms.adjusted`, ``docs/adjusted.md``, "Two weightings"): stratum fixed effects
+(:mod:`dpate_core.mechanisms.adjusted`, ``docs/explanation/adjusted.md``, "Two weightings"):
+stratum fixed effects
 (:func:`assemble_fixed_effects`) and Algorithm 1's subclassification
 (:func:`assemble_subclassification`), each with its sampling and noise variances, from the noisy
 vectors and public constants only (:class:`PublicConstants`). Both work on one release
@@ -43,9 +44,9 @@ UNRESOLVED_SUBCLASSIFICATION = (
     "(both noisy arm counts at least min_count)"
 )
 #: subclassification: the damping of the ratio-bias plug-in near the count threshold,
-#: ``n_hat^2 + RATIO_DAMPING v_n^2 / n_hat^2`` (chosen by measurement, docs/adjusted.md)
+#: ``n_hat^2 + RATIO_DAMPING v_n^2 / n_hat^2`` (chosen by measurement, docs/explanation/adjusted.md)
 RATIO_DAMPING = 100.0
-#: each weighting's estimand in the words a report prints (docs/adjusted.md, "Estimand")
+#: each weighting's estimand in the words a report prints (docs/explanation/adjusted.md, "Estimand")
 ESTIMANDS = {
     "subclassification": ("average effect over the patients in strata where both treatments occur"),
     "fixed_effects": (
@@ -330,7 +331,7 @@ def _subclassification_variance(
 
 def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c: Any) -> Any:
     """The bias of the subclassification sum from its noisy denominators, estimated at the noisy
-    point (docs/adjusted.md, "The ratio bias and its correction"), times the size of the strata
+    point (docs/explanation/adjusted.md, "The ratio bias and its correction"), times the size of the strata
     used ``N_used`` (the caller divides by it).
 
     A stratum's term ``(n_t + n_c) (s_t/n_t - s_c/n_c)``, with noisy counts, is

@@ -21,7 +21,8 @@ the estimates move by at most ``B 2^-k`` (below ``10^-9 B`` up to ``10^7`` recor
 Noise in grid units. The integer sums are noised as they are, with scales in grid units (``B`` is
 ``2^k`` units, ``B^2`` is ``2^m``), and multiplied by the unit afterwards (:class:`NoiseSpec`
 ``unit``; post-processing): neighbouring sums then differ by at most the sensitivity exactly,
-which a rounded conversion to outcome units before the noise would not guarantee (docs/privacy.md).
+which a rounded conversion to outcome units before the noise would not guarantee
+(docs/explanation/privacy.md).
 """
 
 from __future__ import annotations

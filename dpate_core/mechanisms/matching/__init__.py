@@ -1,6 +1,6 @@
 """DP exact matching for observational studies: SmoothDPMatching (Algorithm 2, Laplace noise
 scaled to a beta-smooth sensitivity, with its private variance) and GlobalDPMatching (the
-global-sensitivity baseline), as corrected (``docs/corrections.md``).
+global-sensitivity baseline), as corrected (``docs/explanation/corrections.md``).
 
 :func:`plan_matching` builds either release's plan from Algorithm 1's one-pass statistics; the
 smooth and global sensitivities of the estimate and of its variance are here too, with the
@@ -84,7 +84,7 @@ class MatchingOptions:
         metadata={
             "spec_key": "variance",
             "doc": "the sampling variance: 'appendix' (the paper's V_hat) or 'stratified' "
-            "(within-cell, docs/inference.md)",
+            "(within-cell, docs/explanation/inference.md)",
         },
     )
 
@@ -138,7 +138,7 @@ def _required(options: object) -> tuple[str, ...]:
 
 
 #: SmoothDPMatching's searched split (ATE, sampling variance, ln S): the best MSE of the search in
-#: dpate/experiments/split_search.py (docs/results.md, "Budget split presets")
+#: dpate/experiments/split_search.py (docs/explanation/results.md, "Budget split presets")
 SMOOTH_MATCHING_SEARCHED = ("11/20", "3/20", "3/10")
 _ESTIMAND = (
     "the average effect over all patients, counting those in covariate strata where only one "

@@ -134,7 +134,7 @@ def plan_matching(
     ``"stratified"``: the within-cell sampling variance of :mod:`dpate_core.mechanisms.matching`,
     released from noisy per-cell statistics (``cells``, from
     :func:`dpate_core.statistics.cell_statistics` on the same records) with the variance part of
-    the budget, pure ``(eps_2, 0)``-DP (``docs/privacy.md``, Stratified variance)."""
+    the budget, pure ``(eps_2, 0)``-DP (``docs/explanation/privacy.md``, Stratified variance)."""
     bound, total = _checked_request(estimator, stats, bound, epsilon, delta, variance)
     smooth = estimator == "smooth_matching"
     _require_delta(total, "SmoothDPMatching" if smooth else "GlobalDPMatching's variance")

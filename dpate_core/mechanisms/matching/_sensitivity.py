@@ -76,7 +76,7 @@ def smooth_beta(epsilon: float, delta: float) -> float:
 # kind _ATE (Theorem 1): LS(D) <= (4B/N) (1 + max_x R_x(D)), one term:
 #   R_x = max(ceil((1+|C|)/|T|), ceil((1+|T|)/|C|)) = ceil((1 + M) / m);  R_x = M with an empty arm.
 # kind _VAR (appendix): LS(V_hat) <= B^2/(2N^2) (max_x LS+_x + max_x LS-''_x), two terms. The
-# appendix's per-stratum bounds are replaced by monotone upper bounds derived in docs/privacy.md
+# appendix's per-stratum bounds are replaced by monotone upper bounds derived in docs/explanation/privacy.md
 # ("variance bound"): for M >= m >= 1, with u = M / m,
 #   LS+_x  <= g(M, m) = 2 M u + 34 M + (u + 2)^2
 #   LS-_g  <= h(M, m) = 2 M u + 34 M + 3 (u + 2)^2   (so LS-''_x <= h(M + 1, m))

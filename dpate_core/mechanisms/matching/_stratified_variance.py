@@ -1,6 +1,6 @@
 """A within-cell (stratified) sampling variance for Algorithm 1's matching estimate, and its pure
-DP release from noisy per-cell sufficient statistics (``docs/inference.md``, "Stratified
-variance"; the privacy proof is in ``docs/privacy.md``, "Stratified variance").
+DP release from noisy per-cell sufficient statistics (``docs/explanation/inference.md``, "Stratified
+variance"; the privacy proof is in ``docs/explanation/privacy.md``, "Stratified variance").
 
 Why. The appendix's ``V_hat = 1/(2N^2) sum_i (1+L_i)^2 (Yhat_i(1) - Yhat_i(0))^2`` squares
 cross-arm differences, which contain the effect itself: on Synth it is 135-156 times the sampling
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: shares of the variance part for (cell counts, centred sums, centred squares), chosen on Synth
-#: (docs/results.md, "Stratified variance"): the counts' noise enters through ``S^2 / n``, so they
+#: (docs/explanation/results.md, "Stratified variance"): the counts' noise enters through ``S^2 / n``, so they
 #: need as much as the squares
 SUBSPLIT: tuple[Fraction, ...] = (Fraction(2, 5), Fraction(1, 5), Fraction(2, 5))
 

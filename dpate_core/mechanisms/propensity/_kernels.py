@@ -1,4 +1,4 @@
-"""The propensity release's two compiled passes over the records (``docs/benchmarks.md``): the
+"""The propensity release's two compiled passes over the records (``docs/reference/benchmarks.md``): the
 model vector (:func:`model_pass`) and the band cells (:func:`band_pass`), one row of the
 covariate matrix at a time. Each entry they sum is an integer on a public grid (the sums exact).
 """

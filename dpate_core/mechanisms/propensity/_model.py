@@ -1,5 +1,5 @@
 """The propensity release's first stage: a DP additive-logit (naive-Bayes) model of the treatment
-from noisy per-covariate statistics (``docs/research/propensity.md``, ``docs/privacy.md``).
+from noisy per-covariate statistics (``docs/research/propensity.md``, ``docs/explanation/privacy.md``).
 
 The statistics, one vector on one public grid (unit ``2^-g``, :func:`model_bits`):
 

@@ -1,5 +1,5 @@
 """The propensity release (``"propensity"``): a DP propensity model, then subclassification on
-``K`` bands of its index, pure epsilon-DP (``docs/research/propensity.md``, ``docs/privacy.md``).
+``K`` bands of its index, pure epsilon-DP (``docs/research/propensity.md``, ``docs/explanation/privacy.md``).
 
 Two stages, four budget parts ``(eps_m, eps_n, eps_s, eps_q)`` summing exactly to ``eps``:
 
