@@ -37,7 +37,6 @@ CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 
 __all__ = [
     "COMBINERS_MANY",
-    "AggregateMany",
     "SiteDraws",
     "aggregate_many",
     "rational_power_floor",

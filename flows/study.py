@@ -21,7 +21,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from dpate.flows.aggregate import aggregate_study
 from dpate.flows.site_release import site_release
 from dpate.settings import StudyContext, load_study_spec, resolve_site
-from dpate.site_reports import published_site
+from dpate.site.reports import published_site
 from dpate.study_check import not_ready_error
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
 from dpate.tasks.common import NO_RETRY_TASK

@@ -27,7 +27,8 @@ INSTALL_EDITABLE = 'pip install -q --no-deps -e ".[test]" --config-settings edit
 
 #: one adjusted release on a seeded generator: compiles (and caches) the core's kernels
 _COMPILE = (
-    "import numpy as np; from dpate_core import dp_adjusted; g = np.random.default_rng(0); "
+    "import numpy as np; from dpate_core.mechanisms.adjusted import dp_adjusted; "
+    "g = np.random.default_rng(0); "
     "dp_adjusted(g.integers(0, 2, 50), g.random(50), g.integers(0, 4, 50), bound=1.0, "
     "epsilon='1', domain_size=4, rng=g)"
 )
