@@ -62,13 +62,16 @@ def keygen(
         err.print(str(exc), style="red", soft_wrap=True, highlight=False, markup=False)
         raise typer.Exit(_exit_code(exc)) from None
     err.print(
-        f"private key written to {path} (mode 0600): keep it at the site; set", soft_wrap=True
+        f"private key written to {path} (mode 0600): keep it at the site; set",
+        soft_wrap=True,
+        markup=False,
     )
-    err.print(f"  DPATE_SITE_KEY={path}", soft_wrap=True, highlight=False)
+    err.print(f"  DPATE_SITE_KEY={path}", soft_wrap=True, highlight=False, markup=False)
     err.print(
         "in the site's worker environment (a local run without it looks there already when "
         "--out was not given), and put this line in the site's [[sites]] entry of the spec:",
         soft_wrap=True,
+        markup=False,  # "[[sites]]" is text, not rich markup
     )
     err.print(f'  public_key = "{public}"   # site {site}', highlight=False, soft_wrap=True)
     if spec is not None:
