@@ -15,7 +15,8 @@ work pool and only *asks* each site to release:
    later does not release for a study that was already aggregated; re-running the study asks it
    again). A site whose machine dies mid-run does not hold the study to the deadline: its run
    stops sending heartbeats and the server's zombie automation (``deployments/automations.py``)
-   sets it ``Crashed`` within about 90 s. The timeout therefore only bounds a worker that is down
+   sets it ``Crashed`` 60 to 95 s after the machine died (docs/how-to/deploying.md, "How long a crash
+   takes"). The timeout therefore only bounds a worker that is down
    or a release that is slow; longer waits a maintenance window out, shorter publishes sooner
    (a late site is in the next run of the same round, spending nothing twice);
 3. triggers the ``aggregate-study/<name>`` deployment, which reads whatever reports were published

@@ -223,6 +223,8 @@ def test_check_names_a_site_without_a_key_and_keygen_fixes_it(tmp_path, home):
     assert r.exit_code == 0, r.output
     assert "the site's [[sites]] entry of the spec" in r.output  # printed as written, not as markup
     public = r.stdout.strip().splitlines()[-1]
+    # the line to paste and where (rich markup would have eaten "[[sites]]")
+    assert "[[sites]] entry" in r.output and f'public_key = "{public}"   # site a' in r.output
     assert (home / "keys" / "a.ed25519.pem").stat().st_mode & 0o777 == 0o600
     assert spec.read_text() == keyless.replace('id = "a"\n', f'id = "a"\npublic_key = "{public}"\n')
     r = runner.invoke(app, ["check", str(spec), "--site", "a"])

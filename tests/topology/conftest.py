@@ -125,11 +125,13 @@ def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
 
 
 @pytest.fixture(scope="module")
-def star(prefect_server_pg, seaweed, tmp_path_factory):
+def star(prefect_server_pg, seaweed, tmp_path_factory, request):
     """The 4-site STAR study deployed on the PostgreSQL-backed server (what production runs; a
     SQLite-backed server restarted under concurrent workers was seen stuck for minutes on
     "database is locked"): pools, deployments from deployments/prefect.yaml, one worker per site
-    plus the coordinator's worker."""
+    plus the coordinator's worker. A test file with ``STAR_BY_THE_GUIDE = True`` gets it set up
+    by docs/how-to/deploying.md's own commands (tests/topology/guide.py); once is enough, since the
+    result is the same topology."""
     prefect_server = prefect_server_pg
     from tests.topology.star import StarTopology, write_star_sites
 
@@ -140,6 +142,7 @@ def star(prefect_server_pg, seaweed, tmp_path_factory):
         root=root,
         sites=STAR_SITES,
         data=write_star_sites(root),
+        by_the_guide=getattr(request.module, "STAR_BY_THE_GUIDE", False),
     )
     try:
         topo.set_up()

@@ -1,21 +1,30 @@
 """The deployed 4-site STAR study on real components: data files and ledgers per site, the spec in
 the bucket, work pools, ``prefect deploy`` of deployments/prefect.yaml, one ``dpate site worker`` per
-site (its site-local environment only) and the coordinator's Prefect process worker."""
+site (its site-local environment only) and the coordinator's Prefect process worker.
+
+The STAR study of docs/how-to/deploying.md is set up by the guide's own commands (:mod:`tests.topology.guide`:
+the marked blocks, run as written with this test's folders, ports and hosts); a topology with
+other sites or another publication root (bench/bench_topology.py) by the equivalent Python calls."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.topology.guide import Machine, env_file
 from tests.topology.services import (
+    QUIET_PREFECT_ENV,
     PrefectServer,
     SeaweedS3,
     Service,
@@ -26,6 +35,7 @@ from tests.topology.services import (
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+WORKER_ENV_EXAMPLE = REPO / "deployments" / "systemd" / "worker.env.example"
 #: The example spec the guide deploys (shipped in the package, deployments/examples/).
 SHIPPED_SPEC = REPO / "deployments" / "examples" / "star.toml"
 STAR_SITES = ("rural", "suburban", "inner-city", "urban")
@@ -82,8 +92,9 @@ def write_star_sites(root: Path) -> dict[str, Path]:
 
 
 def site_key(root: Path, site: str) -> Path:
-    """Where the site keeps its private report-signing key (its ``DPATE_SITE_KEY``)."""
-    return root / site / "signing.pem"
+    """Where the site keeps its private report-signing key (its ``site_key``): where the guide's
+    ``dpate site keygen SITE --out /etc/dpate`` writes it, on the site's machine ``root/SITE``."""
+    return root / site / "etc" / "dpate" / f"{site}.ed25519.pem"
 
 
 def with_site_keys(spec: str, root: Path, sites: tuple[str, ...]) -> str:
@@ -108,13 +119,52 @@ class StarTopology:
     workers: dict[str, Service] = field(default_factory=dict)
     #: the deployments to create (bench/bench_topology.py passes one with more sites)
     prefect_yaml: Path = PREFECT_YAML
+    #: set the guide's STAR study up with the guide's own commands (:meth:`set_up_by_the_guide`;
+    #: tests/topology/test_star_study.py), else with the equivalent Python calls (faster: the
+    #: other files that only need the topology)
+    by_the_guide: bool = False
 
     # -- site-local settings: what each site's IT puts in its worker's environment ------------
 
+    @property
+    def is_the_guides_study(self) -> bool:
+        """Whether this is the guide's STAR study (its sites, bucket and deployments)."""
+        return (
+            self.sites == STAR_SITES
+            and self.s3.storage_url == "s3://dpate/studies"
+            and self.prefect_yaml == PREFECT_YAML
+        )
+
+    def machine(self, site: str) -> Machine:
+        """The site's machine of the guide: the folder ``root/SITE``."""
+        return Machine(
+            root=self.root / site,
+            prefect_api=self.server.api_url,
+            s3_endpoint=self.s3.endpoint,
+            site=site,
+        )
+
+    def coordinator(self) -> Machine:
+        """The coordinator's machine of the guide (S3 on loopback, as there)."""
+        return Machine(
+            root=self.root / "coordinator",
+            prefect_api=self.server.api_url,
+            s3_endpoint=f"http://127.0.0.1:{self.s3.ports['s3']}",
+            fill={
+                "setup accessKey": self.s3.identities["setup"].access_key,
+                "setup secretKey": self.s3.identities["setup"].secret_key,
+                "the same secret": self.server.auth_string.split(":", 1)[1],
+            },
+        )
+
     def ledger_url(self, site: str) -> str:
+        if self.by_the_guide:  # site.toml: ledger = "sqlite:////var/lib/dpate/ledger.sqlite"
+            return f"sqlite:///{self.machine(site).path('/var/lib/dpate/ledger.sqlite')}"
         return f"sqlite:///{self.root / site / 'ledger.sqlite'}"
 
     def site_env(self, site: str) -> dict[str, str]:
+        if self.by_the_guide:  # the unit's EnvironmentFile
+            return env_file(self.machine(site).path("/etc/dpate/worker.env"))
         return {
             "DPATE_DATA_PATH": str(self.data[site]),
             "DPATE_LEDGER_URL": self.ledger_url(site),
@@ -166,7 +216,12 @@ class StarTopology:
         return self.workers[COORDINATOR_POOL]
 
     def set_up(self) -> StarTopology:
-        if self.sites == STAR_SITES and self.s3.storage_url == "s3://dpate/studies":
+        if self.by_the_guide:
+            if not self.is_the_guides_study:
+                raise ValueError("only the guide's STAR study can be set up by the guide")
+            self.set_up_by_the_guide()
+            return self
+        if self.is_the_guides_study:
             spec = SHIPPED_SPEC.read_text()  # what the guide uploads
         else:
             spec = star_spec_toml(self.sites, self.s3.storage_url)
@@ -191,6 +246,63 @@ class StarTopology:
             self.start_site_worker(site)
         self.start_coordinator_worker()
         return self
+
+    def set_up_by_the_guide(self) -> None:
+        """docs/how-to/deploying.md's commands for the coordinator and each site: the marked blocks as
+        written (:mod:`tests.topology.guide`); the steps that need an editor or systemd done here
+        as the guide describes them. The machines work side by side, as real ones would: each
+        site up to its approval, which waits for the coordinator's spec upload; the coordinator's
+        deployments (its step 4, which needs nothing of step 2) alongside its spec."""
+        from dpate.schemas.signing import with_public_key
+
+        coordinator = self.coordinator()
+        sites = {s: self.machine(s) for s in self.sites}
+        with ThreadPoolExecutor(max_workers=len(sites) + 1) as pool:
+            keys = {site: pool.submit(self._site_before_approval, m) for site, m in sites.items()}
+            coordinator.run("coordinator-files")
+            home = {**QUIET_PREFECT_ENV, "PREFECT_HOME": str(coordinator.root / "prefect")}
+            deployed = pool.submit(coordinator.run, "client-env", "coordinator-deploy", env=home)
+            spec_file = coordinator.path("/etc/dpate/deploy/examples/star.toml")
+            spec = spec_file.read_text()
+            for site, key in keys.items():  # the line each site sent, pasted by the coordinator
+                spec = with_public_key(spec, site, key.result())
+            spec_file.write_text(spec)
+            (self.root / "star.toml").write_text(spec)  # the same text, for tests reading it
+            spec_hash = coordinator.run("coordinator-spec").stdout.split()[-1]
+            for m in sites.values():  # site step 8, with the hash the coordinator gave
+                m.fill["hash"] = spec_hash
+            for done in [pool.submit(m.run, "site-approve") for m in sites.values()]:
+                done.result()
+            deployed.result()
+        for site in self.sites:  # the unit: ExecStart=.../dpate site worker ${DPATE_SITE}
+            self.start_site_worker(site)
+        self.start_coordinator_worker()
+
+    def _site_before_approval(self, m: Machine) -> str:
+        """A site's steps 1 to 7 of the guide, but starting the worker; the public key line it
+        sends the coordinator."""
+        for folder in ("/etc/dpate", "/var/lib/dpate/prefect", "/var/log/dpate", "/srv/dpate"):
+            m.path(folder).mkdir(parents=True, exist_ok=True)  # steps 1, 2 and 7 (install -d)
+        # step 2: the site's extract, where site.toml's `data` names it
+        shutil.copyfile(self.data[m.site], m.path(f"/srv/dpate/{STUDY_ID}.parquet"))
+        ran = m.run("site-ledger", "site-key")  # steps 4 and 5
+        line = r'^\s*public_key = "(ed25519:[^"]+)"   # site ' + re.escape(m.site) + "$"
+        (public_key,) = re.findall(line, ran.stderr, re.M)
+        m.write("site-config")  # step 6
+        # step 7: worker.env.example, with the values the coordinator gave the site
+        given = {
+            "PREFECT_API_AUTH_STRING": self.server.auth_string,
+            "AWS_ACCESS_KEY_ID": self.s3.identities[m.site].access_key,
+            "AWS_SECRET_ACCESS_KEY": self.s3.identities[m.site].secret_key,
+        }
+        lines = []
+        for ln in m.adapt(WORKER_ENV_EXAMPLE.read_text()).splitlines():
+            key = ln.split("=", 1)[0]
+            lines.append(f"{key}={given[key]}" if key in given else ln)
+        worker_env = m.path("/etc/dpate/worker.env")
+        worker_env.write_text("\n".join(lines) + "\n")
+        worker_env.chmod(0o600)
+        return public_key
 
     def tear_down(self) -> None:
         for w in self.workers.values():

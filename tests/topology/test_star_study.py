@@ -5,9 +5,12 @@ published to SeaweedFS through s3:// URLs; and a site worker down during a study
 store and the Prefect server failing: test_star_failures.py). Each test uses its own round, so
 each is a fresh release at every site.
 
-The tests of a file share one topology (tests/topology/conftest.py ``star``, module scope): it is
-built for the file and stopped when the file ends, so its five polling workers do not load the
-machine for the rest of the session; the two STAR files run on two xdist workers at once."""
+The topology is built by the guide's own commands (docs/how-to/deploying.md's marked blocks, with only
+this test's folders, ports and hosts: tests/topology/guide.py), so the end-to-end study below is
+the guide followed as written. The tests of a file share one topology (tests/topology/conftest.py
+``star``, module scope): it is built for the file and stopped when the file ends, so its five
+polling workers do not load the machine for the rest of the session; the two STAR files run on two
+xdist workers at once."""
 
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ from tests.topology.star import SITE_EPSILON, STUDY_ID, run_embedded
 from tests.topology.study_events import events, site_runs
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+#: this file's topology is set up by docs/how-to/deploying.md's commands, as written (conftest.py ``star``)
+STAR_BY_THE_GUIDE = True
 
 
 def _site_rows(result: dict) -> dict[str, dict]:

@@ -1,0 +1,69 @@
+"""The blocks of docs/how-to/deploying.md that the STAR topology tests run (tests/topology/guide.py):
+each marker names a fenced block, and on a test machine every block keeps no folder, host or
+placeholder of the guide's own. No server is started here; the blocks run in
+tests/topology/test_star_study.py and test_star_failures.py."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.topology.guide import Machine, guide_blocks
+
+#: The blocks tests/topology/star.py runs, in the guide's order.
+RUN = (
+    "coordinator-files",
+    "coordinator-spec",
+    "client-env",
+    "coordinator-deploy",
+    "site-ledger",
+    "site-key",
+    "site-config",
+    "site-approve",
+)
+
+
+def test_every_block_the_topology_runs_is_marked_in_the_guide():
+    assert set(guide_blocks()) == set(RUN)
+
+
+def _machine(root: Path, site: str) -> Machine:
+    return Machine(
+        root=root,
+        prefect_api="http://127.0.0.1:41234/api",
+        s3_endpoint="http://127.0.0.2:41235",
+        site=site,
+        fill={
+            "setup accessKey": "AK",
+            "setup secretKey": "SK",
+            "the same secret": "s3cret",
+            "hash": "ab" * 32,
+        },
+    )
+
+
+@pytest.mark.parametrize("name", RUN)
+def test_a_block_on_a_test_machine_keeps_nothing_of_the_guides_machine(name, tmp_path):
+    text = _machine(tmp_path / "inner-city", "inner-city").adapt(guide_blocks()[name])
+    # every absolute folder is the machine's or the virtual environment's
+    for path in re.findall(r"(?<![\w.:~/-])/[\w./{}-]+", text.replace("sqlite:///", "")):
+        assert path.startswith((str(tmp_path), sys.prefix)), (name, path)
+    for host in ("coordinator.example", "127.0.0.1:4200", "127.0.0.1:8333", "sudo"):
+        assert host not in text, (name, host)
+    if name.startswith("site-"):
+        assert "rural" not in text and "inner-city" in text, name
+
+
+def test_an_unfilled_placeholder_is_refused(tmp_path):
+    m = _machine(tmp_path, "rural")
+    m.fill.pop("hash")
+    with pytest.raises(ValueError, match="<hash>"):
+        m.adapt(guide_blocks()["site-approve"])
+
+
+def test_a_marker_without_a_fenced_block_is_refused():
+    with pytest.raises(ValueError, match="not followed by a fenced block"):
+        guide_blocks("<!-- guide-test: x -->\ntext\n")
