@@ -221,20 +221,40 @@ def model_columns(
     scale = 2.0**g
     treated = np.int64(0)
     for b0 in range(start, stop, BLOCK):
+        # views of the block, indexed from 0 (the compiler then vectorises the loops)
         b1 = min(b0 + BLOCK, stop)
+        wb = w[b0:b1]
+        nb = wb.shape[0]
         bad = 0
         n1 = 0
-        for r in range(b0, b1):
-            wi = w[r]
+        for r in range(nb):
+            wi = wb[r]
             bad |= (wi != 0) & (wi != 1)
             n1 += wi
         treated += n1
         for t in range(p_cat):
-            col = codes[t]
+            col = codes[t, b0:b1]
             lev = cat_levels[t]
-            lo = col[b0]
-            hi = col[b0]
-            for r in range(b0, b1):
+            if lev == 2:  # the ones' count and their treated count; any other code sets a bit
+                ones = 0
+                ones_t = 0
+                bits = col[0] & 0
+                for r in range(nb):
+                    v = col[r]
+                    bits |= v
+                    ones += v
+                    ones_t += v & wb[r]
+                bad |= (bits & ~1) != 0
+                if bad:
+                    return 1, treated, table, nsum
+                table[t, 1, 1] += ones_t
+                table[t, 1, 0] += ones - ones_t
+                table[t, 0, 1] += n1 - ones_t
+                table[t, 0, 0] += nb - n1 - (ones - ones_t)
+                continue
+            lo = col[0]
+            hi = col[0]
+            for r in range(nb):
                 lo = min(lo, col[r])
                 hi = max(hi, col[r])
             bad |= (lo < 0) | (hi >= lev)
@@ -244,31 +264,31 @@ def model_columns(
                 # one 12-bit count per level in an int64 (a block's count is below 2^12)
                 acc = np.int64(0)
                 acc_t = np.int64(0)
-                for r in range(b0, b1):
+                for r in range(nb):
                     bit = np.int64(1) << (np.int64(12) * col[r])
                     acc += bit
-                    acc_t += bit * np.int64(w[r])
+                    acc_t += bit * np.int64(wb[r])
                 for lv in range(lev):
                     c_all = (acc >> (12 * lv)) & 4095
                     c_t = (acc_t >> (12 * lv)) & 4095
                     table[t, lv, 1] += c_t
                     table[t, lv, 0] += c_all - c_t
             else:
-                for r in range(b0, b1):
-                    table[t, col[r], w[r]] += 1
+                for r in range(nb):
+                    table[t, col[r], wb[r]] += 1
         for t in range(p_num):
-            col = values[t]
+            vals = values[t, b0:b1]
             m, h = mid[t], half[t]
             s1 = np.int64(0)
             sa = np.int64(0)
             s2 = np.int64(0)
             finite = True
-            for r in range(b0, b1):
-                v = np.float64(col[r])
+            for r in range(nb):
+                v = np.float64(vals[r])
                 finite &= np.isfinite(v)
                 u = min(max((v - m) / h, -1.0), 1.0)
                 q = np.int64(np.rint(u * scale))
-                s1 += q if w[r] != 0 else 0
+                s1 += q if wb[r] != 0 else 0
                 sa += q
                 s2 += np.int64(np.rint(u * u * scale))
             nsum[t, 0] += s1
@@ -287,6 +307,7 @@ def band_columns(
     codes: Any,
     values: Any,
     kind: Any,
+    levels: Any,
     at: Any,
     mid: Any,
     half: Any,
@@ -313,43 +334,58 @@ def band_columns(
     grid_q = 2.0**m
     half_s = np.int64(1) << (k - 1)
     eta = np.empty(BLOCK, np.float64)
+    cell = np.empty(BLOCK, np.int64)
+    qs = np.empty(BLOCK, np.int64)
+    qq = np.empty(BLOCK, np.int64)
     for b0 in range(start, stop, BLOCK):
+        # views of the block, indexed from 0 (the compiler then vectorises the loops)
         b1 = min(b0 + BLOCK, stop)
-        nb = b1 - b0
-        eta[:nb] = intercept
+        wb = w[b0:b1]
+        yb = y[b0:b1]
+        nb = wb.shape[0]
+        eb = eta[:nb]
+        eb[:] = intercept
         for j in range(kind.shape[0]):  # in column order: the index's sum as numpy's
             a = term_at[j]
-            if kind[j] == 0:
-                col = codes[at[j]]
+            if kind[j] == 0 and levels[j] == 2:  # a binary column: a choice, not a look-up
+                col = codes[at[j], b0:b1]
+                zero, one = terms[a], terms[a + 1]
                 for r in range(nb):
-                    eta[r] += terms[a + np.int64(col[b0 + r])]
+                    eb[r] += one if col[r] != 0 else zero
+            elif kind[j] == 0:
+                col = codes[at[j], b0:b1]
+                for r in range(nb):
+                    eb[r] += terms[a + np.int64(col[r])]
             else:
-                vals = values[at[j]]
+                vals = values[at[j], b0:b1]
                 slope, offset, mj, hj = terms[a], terms[a + 1], mid[j], half[j]
                 for r in range(nb):
-                    u = min(max((np.float64(vals[b0 + r]) - mj) / hj, -1.0), 1.0)
-                    eta[r] += slope * u + offset
+                    u = min(max((np.float64(vals[r]) - mj) / hj, -1.0), 1.0)
+                    eb[r] += slope * u + offset
         bad = False
         for r in range(nb):
-            wi = np.int64(w[b0 + r])
-            yi = y[b0 + r]
+            wi = np.int64(wb[r])
+            yi = yb[r]
             bad |= (wi != 0) & (wi != 1)
             bad |= not (yi >= 0.0 and yi <= bound)
         if bad:
             return 1, counts.sum(axis=0), sums.sum(axis=0), squares.sum(axis=0)
         for r in range(nb):
-            e = eta[r]
+            e = eb[r]
             b = 0
             for t in range(n_edges):
                 b += edges[t] < e
-            yi = y[b0 + r]
-            t_ = yi / bound
+            t_ = yb[r] / bound
             d = t_ - 0.5
-            cell = 2 * b + np.int64(w[b0 + r])
+            cell[r] = 2 * b + np.int64(wb[r])
+            qs[r] = np.int64(np.rint(t_ * grid_s)) - half_s
+            qq[r] = np.int64(np.rint(d * d * grid_q))
+        for r in range(nb):
             lane = r & (lanes - 1)
-            counts[lane, cell] += 1
-            sums[lane, cell] += np.int64(np.rint(t_ * grid_s)) - half_s
-            squares[lane, cell] += np.int64(np.rint(d * d * grid_q))
+            c = cell[r]
+            counts[lane, c] += 1
+            sums[lane, c] += qs[r]
+            squares[lane, c] += qq[r]
     return 0, counts.sum(axis=0), sums.sum(axis=0), squares.sum(axis=0)
 
 

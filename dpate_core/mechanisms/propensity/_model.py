@@ -194,7 +194,10 @@ def split_covariates(z: Any, columns: Sequence[Column]) -> Covariates:
         for t, j in enumerate(cat):
             if column_codes(z[:, j], levels[j], codes[t]) != 0:
                 check_pass(BAD_CODE)
-        return Covariates(codes, np.ascontiguousarray(z[:, num].T, dtype=vtype))
+        values = np.empty((num.size, z.shape[0]), vtype)
+        for t, j in enumerate(num):
+            values[t] = z[:, j]
+        return Covariates(codes, values)
     z = np.ascontiguousarray(z)
     values = np.empty((num.size, z.shape[0]), vtype)
     if split_rows(z, kind, levels, codes, values) != 0:

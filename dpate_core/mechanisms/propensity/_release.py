@@ -127,7 +127,7 @@ def plan_propensity(
     k, m = grid_bits(max(n, 1))
 
     cov = as_covariates(w_arr, z_arr, columns, g)
-    kind, _, mid, half, _ = column_arrays(columns)
+    kind, levels, mid, half, _ = column_arrays(columns)
     at = np.zeros(len(columns), np.int64)  # each column's row in the codes or the values
     for flag in (0, 1):
         at[kind == flag] = np.arange(int(np.sum(kind == flag)))
@@ -144,7 +144,7 @@ def plan_propensity(
             check_pass(status)
             return CellStatistics(counts, sums, squares, bound, k, m)
         parts = run_chunks(band_columns, (
-            w_arr, y_arr, cov.codes, cov.values, kind, at, mid, half, term_at, terms,
+            w_arr, y_arr, cov.codes, cov.values, kind, levels, at, mid, half, term_at, terms,
             model.intercept, edges, bound, k, m,
         ), n)  # fmt: skip
         if any(p[0] for p in parts):
