@@ -141,21 +141,23 @@ def split_rows(z: Any, kind: Any, levels: Any, codes: Any, values: Any) -> int: 
         c = 0
         v_at = 0
         for j in range(p):
+            src = z[b0:b1, j]  # views of the block, indexed from 0 (vectorised loops)
             if kind[j] == 0:
-                out = codes[c]
+                out = codes[c, b0:b1]
                 top = np.float64(levels[j])
                 bad = False
-                for r in range(b0, b1):
-                    v = np.float64(z[r, j])
-                    bad |= not (v >= 0.0 and v < top and np.floor(v) == v)
-                    out[r] = np.int64(v) if v >= 0.0 and v < top else 0
+                for r in range(src.shape[0]):
+                    v = np.float64(src[r])
+                    ok = v >= 0.0 and v < top
+                    bad |= not (ok and np.floor(v) == v)
+                    out[r] = np.int64(v) if ok else 0
                 if bad:
                     return BAD_CODE
                 c += 1
             else:
-                vals = values[v_at]
-                for r in range(b0, b1):
-                    vals[r] = z[r, j]
+                vals = values[v_at, b0:b1]
+                for r in range(src.shape[0]):
+                    vals[r] = src[r]
                 v_at += 1
     return OK
 
@@ -168,12 +170,14 @@ def column_codes(col: Any, levels: int, out: Any) -> int:  # pragma: no cover - 
     top = np.float64(levels)
     for b0 in range(0, n, BLOCK):
         b1 = min(b0 + BLOCK, n)
+        src = col[b0:b1]  # views of the block, indexed from 0 (vectorised loops)
+        dst = out[b0:b1]
         bad = False
-        for r in range(b0, b1):
-            v = np.float64(col[r])
+        for r in range(src.shape[0]):
+            v = np.float64(src[r])
             ok = v >= 0.0 and v < top
             bad |= not (ok and np.floor(v) == v)
-            out[r] = np.int64(v) if ok else 0
+            dst[r] = np.int64(v) if ok else 0
         if bad:
             return BAD_CODE
     return OK
@@ -364,22 +368,20 @@ def band_columns(
                     eb[r] += slope * u + offset
         bad = False
         for r in range(nb):
-            wi = np.int64(wb[r])
-            yi = yb[r]
-            bad |= (wi != 0) & (wi != 1)
-            bad |= not (yi >= 0.0 and yi <= bound)
-        if bad:
-            return 1, counts.sum(axis=0), sums.sum(axis=0), squares.sum(axis=0)
-        for r in range(nb):
             e = eb[r]
             b = 0
             for t in range(n_edges):
                 b += edges[t] < e
-            t_ = yb[r] / bound
+            wi = np.int64(wb[r])
+            yi = yb[r]
+            bad |= ((wi != 0) & (wi != 1)) | (not (yi >= 0.0 and yi <= bound))
+            t_ = yi / bound
             d = t_ - 0.5
-            cell[r] = 2 * b + np.int64(wb[r])
+            cell[r] = 2 * b + wi
             qs[r] = np.int64(np.rint(t_ * grid_s)) - half_s
             qq[r] = np.int64(np.rint(d * d * grid_q))
+        if bad:  # before any cell is counted (a broken treatment is no cell)
+            return 1, counts.sum(axis=0), sums.sum(axis=0), squares.sum(axis=0)
         for r in range(nb):
             lane = r & (lanes - 1)
             c = cell[r]
