@@ -357,7 +357,10 @@ def timing(n: int = 10**7, p: int = 20, reps: int = 5) -> None:
     w = (rng.uniform(size=n) < 0.4).astype(np.int8)
     y = rng.uniform(size=n)
     base_codes = codes[0].astype(np.int64)
-    for data in (z[:1000], Covariates(codes[:, :1000].copy(), values[:, :1000].copy())):
+    for data in (
+        np.asfortranarray(z[:1000]),
+        Covariates(codes[:, :1000].copy(), values[:, :1000].copy()),
+    ):
         warm = plan_propensity(w[:1000], y[:1000], data, cols, bound=1.0, epsilon=EPS)
         warm.assemble(draw_many(warm, np.random.default_rng(1), 1))  # compiled passes loaded
 

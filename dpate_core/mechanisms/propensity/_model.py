@@ -228,7 +228,7 @@ def as_covariates(
 
     if isinstance(z, Covariates):
         return z
-    z = np.ascontiguousarray(z)
+    z = np.asarray(z)
     try:
         return split_covariates(z, columns)
     except ValueError:
