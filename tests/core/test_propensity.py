@@ -199,8 +199,9 @@ def test_seeded_release_is_pinned(golden) -> None:
 
 def _layouts(rng: np.random.Generator, n: int) -> tuple[tuple[Any, ...], ...]:
     """Records and columns of mixed layouts: categorical columns after numeric ones, levels
-    from 2 to 40 (packed counters and a count table), int and float matrices."""
-    columns = (Numeric(-1.0, 3.0), Categorical(2), Categorical(5), Numeric(0.0, 1.0),
+    from 2 to 40 (packed counters and a count table), numeric half-widths 1.5 (a quotient) and
+    1/2 (a power of two: a product)."""
+    columns = (Numeric(-1.0, 2.0), Categorical(2), Categorical(5), Numeric(0.0, 1.0),
                Categorical(40), Categorical(4))  # fmt: skip
     w = (rng.uniform(size=n) < 0.35).astype(np.int8)
     y = rng.uniform(0, 1, n)
@@ -211,7 +212,9 @@ def _layouts(rng: np.random.Generator, n: int) -> tuple[tuple[Any, ...], ...]:
     return ((w, y, z, columns),)
 
 
-def _reference(w: np.ndarray, y: np.ndarray, z: np.ndarray, columns: Any, model: Any) -> Any:
+def _reference(
+    w: np.ndarray, y: np.ndarray, z: np.ndarray, columns: Any, model: Any, bound: float
+) -> Any:
     """The row-by-row checked passes (:func:`_kernels.model_pass`, :func:`_kernels.band_pass`):
     the model vector and the band cells of ``model``'s bands."""
     from dpate_core.mechanisms.propensity import _kernels, _model
@@ -228,7 +231,7 @@ def _reference(w: np.ndarray, y: np.ndarray, z: np.ndarray, columns: Any, model:
     k, m = grid_bits(w.size)
     status, *cells = _kernels.band_pass(
         w, y, np.ascontiguousarray(z), kind, mid, half, term_at.astype(np.int64),
-        np.concatenate(model.terms), model.intercept, edges, 1.0, k, m,
+        np.concatenate(model.terms), model.intercept, edges, bound, k, m,
     )  # fmt: skip
     assert status == 0
     return vector, cells
@@ -237,23 +240,25 @@ def _reference(w: np.ndarray, y: np.ndarray, z: np.ndarray, columns: Any, model:
 @pytest.mark.parametrize("n", [2, 5000, 700_001])
 def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
     """The threaded columnar passes give the checked row-by-row passes' model vector and band
-    cells to the bit, from a C-ordered matrix, a column-major one and :class:`Covariates`
-    (700,001 rows: several threads' chunks and a partial block)."""
+    cells to the bit, from a C-ordered matrix, a column-major float32 one and
+    :class:`Covariates`, with an outcome bound that is a power of two (a product) and one that
+    is not (700,001 rows: several threads' chunks and a partial block)."""
     rng = np.random.default_rng(n)
     ((w, y, z, columns),) = _layouts(rng, n)
     g = model_bits(n)
     cov = split_covariates(z, columns)
     assert cov.codes.dtype == np.int8 and cov.values.dtype == np.float64
-    for data in (z, np.asfortranarray(z.astype(np.float32)), cov):
+    for data, bound in ((z, 1.0), (np.asfortranarray(z.astype(np.float32)), 1.5), (cov, 1.0)):
         ref_z = data.matrix(columns) if isinstance(data, Covariates) else data
         model = fit_model(model_statistics(w, data, columns, g) * 2.0**-g, columns, g, n, 1.0)
-        vector, cells = _reference(w, y, ref_z, columns, model)
+        vector, cells = _reference(w, y, ref_z, columns, model, bound)
         np.testing.assert_array_equal(model_statistics(w, data, columns, g), vector)
-        plan = plan_propensity(w, y, data, columns, bound=1.0, epsilon=10**6)
+        plan = plan_propensity(w, y, data, columns, bound=bound, epsilon=10**6)
         noisy = draw_many(plan, np.random.default_rng(1), 1)
         got = plan.stages[0].locs({"model": noisy["model"]})
-        model = fit_model(noisy["model"][0], columns, g, n, max(1.0, plan.noise[0].scale * 2.0**-g))
-        _, cells = _reference(w, y, ref_z, columns, model)
+        smoothing = max(1.0, plan.noise[0].scale * 2.0**-g)
+        model = fit_model(noisy["model"][0], columns, g, n, smoothing)
+        _, cells = _reference(w, y, ref_z, columns, model, bound)
         for name, want in zip(CELLS, cells, strict=True):
             np.testing.assert_array_equal(got[name][0], want)
 

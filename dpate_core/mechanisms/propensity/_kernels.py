@@ -6,6 +6,7 @@ covariate matrix at a time. Each entry they sum is an integer on a public grid (
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ __all__ = [
     "checked_columns",
     "model_columns",
     "model_pass",
+    "power_of_two_inverse",
     "run_chunks",
     "split_rows",
 ]
@@ -207,6 +209,7 @@ def model_columns(
     values: Any,
     mid: Any,
     half: Any,
+    inv: Any,
     g: int,
     start: int,
     stop: int,
@@ -224,6 +227,7 @@ def model_columns(
     nsum = np.zeros((p_num, 3), np.int64)
     scale = 2.0**g
     treated = np.int64(0)
+    scaled = np.empty(BLOCK, np.float64)
     for b0 in range(start, stop, BLOCK):
         # views of the block, indexed from 0 (the compiler then vectorises the loops)
         b1 = min(b0 + BLOCK, stop)
@@ -287,10 +291,20 @@ def model_columns(
             sa = np.int64(0)
             s2 = np.int64(0)
             finite = True
+            ub = scaled[:nb]
+            if inv[t] != 0.0:  # a power-of-two half-width: the product is the quotient
+                iv = inv[t]
+                for r in range(nb):
+                    v = np.float64(vals[r])
+                    finite &= np.isfinite(v)
+                    ub[r] = (v - m) * iv
+            else:
+                for r in range(nb):
+                    v = np.float64(vals[r])
+                    finite &= np.isfinite(v)
+                    ub[r] = (v - m) / h
             for r in range(nb):
-                v = np.float64(vals[r])
-                finite &= np.isfinite(v)
-                u = min(max((v - m) / h, -1.0), 1.0)
+                u = min(max(ub[r], -1.0), 1.0)
                 q = np.int64(np.rint(u * scale))
                 s1 += q if wb[r] != 0 else 0
                 sa += q
@@ -315,11 +329,13 @@ def band_columns(
     at: Any,
     mid: Any,
     half: Any,
+    inv: Any,
     term_at: Any,
     terms: Any,
     intercept: float,
     edges: Any,
     bound: float,
+    inv_bound: float,
     k: int,
     m: int,
     start: int,
@@ -339,6 +355,7 @@ def band_columns(
     half_s = np.int64(1) << (k - 1)
     eta = np.empty(BLOCK, np.float64)
     cell = np.empty(BLOCK, np.int64)
+    shares = np.empty(BLOCK, np.float64)
     qs = np.empty(BLOCK, np.int64)
     qq = np.empty(BLOCK, np.int64)
     for b0 in range(start, stop, BLOCK):
@@ -362,10 +379,22 @@ def band_columns(
                     eb[r] += terms[a + np.int64(col[r])]
             else:
                 vals = values[at[j], b0:b1]
-                slope, offset, mj, hj = terms[a], terms[a + 1], mid[j], half[j]
-                for r in range(nb):
-                    u = min(max((np.float64(vals[r]) - mj) / hj, -1.0), 1.0)
-                    eb[r] += slope * u + offset
+                slope, offset, mj, hj, iv = terms[a], terms[a + 1], mid[j], half[j], inv[j]
+                if iv != 0.0:  # a power-of-two half-width: the product is the quotient
+                    for r in range(nb):
+                        u = min(max((np.float64(vals[r]) - mj) * iv, -1.0), 1.0)
+                        eb[r] += slope * u + offset
+                else:
+                    for r in range(nb):
+                        u = min(max((np.float64(vals[r]) - mj) / hj, -1.0), 1.0)
+                        eb[r] += slope * u + offset
+        tb = shares[:nb]  # y / B
+        if inv_bound != 0.0:
+            for r in range(nb):
+                tb[r] = yb[r] * inv_bound
+        else:
+            for r in range(nb):
+                tb[r] = yb[r] / bound
         bad = False
         for r in range(nb):
             e = eb[r]
@@ -375,7 +404,7 @@ def band_columns(
             wi = np.int64(wb[r])
             yi = yb[r]
             bad |= ((wi != 0) & (wi != 1)) | (not (yi >= 0.0 and yi <= bound))
-            t_ = yi / bound
+            t_ = tb[r]
             d = t_ - 0.5
             cell[r] = 2 * b + wi
             qs[r] = np.int64(np.rint(t_ * grid_s)) - half_s
@@ -402,6 +431,15 @@ def threads() -> int:
     except AttributeError:  # pragma: no cover - platforms without affinity
         cores = os.cpu_count() or 1
     return max(1, min(cores, 8))
+
+
+def power_of_two_inverse(x: float) -> float:
+    """``1 / x`` when ``x`` is a power of two whose inverse is finite (``v * (1 / x)`` is then
+    ``v / x`` to the bit: the same real number, rounded once), else 0."""
+    x = float(x)
+    if x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5 and math.isfinite(1.0 / x):
+        return 1.0 / x
+    return 0.0
 
 
 def run_chunks(kernel: Callable[..., Any], args: tuple[Any, ...], n: int) -> list[Any]:

@@ -242,7 +242,7 @@ def as_covariates(
 def _columnar_statistics(
     w: np.ndarray, cov: Covariates, columns: Sequence[Column], g: int
 ) -> np.ndarray:
-    from ._kernels import checked_columns, model_columns, run_chunks
+    from ._kernels import checked_columns, model_columns, power_of_two_inverse, run_chunks
 
     kind, levels, mid, half, offset = column_arrays(columns)
     cat, num = kind == 0, kind == 1
@@ -255,7 +255,9 @@ def _columnar_statistics(
     codes = cov.codes.reshape(cov.codes.shape[0], n)
     values = cov.values.reshape(cov.values.shape[0], n)
     cat_levels = levels[cat]
-    parts = run_chunks(model_columns, (w, codes, cat_levels, values, mid[num], half[num], g), n)
+    inv = np.array([power_of_two_inverse(h) for h in half[num]], dtype=np.float64)
+    args = (w, codes, cat_levels, values, mid[num], half[num], inv, g)
+    parts = run_chunks(model_columns, args, n)
     if any(p[0] for p in parts):
         check_pass(checked_columns(w, codes, cat_levels, values))
     treated = sum(int(p[1]) for p in parts)

@@ -54,7 +54,14 @@ from dpate_core.statistics import (
     grid_bits,
 )
 
-from ._kernels import BAD_W, BAD_Y, band_columns, band_pass, run_chunks
+from ._kernels import (
+    BAD_W,
+    BAD_Y,
+    band_columns,
+    band_pass,
+    power_of_two_inverse,
+    run_chunks,
+)
 from ._model import (
     Column,
     Covariates,
@@ -131,6 +138,7 @@ def plan_propensity(
     at = np.zeros(len(columns), np.int64)  # each column's row in the codes or the values
     for flag in (0, 1):
         at[kind == flag] = np.arange(int(np.sum(kind == flag)))
+    inv = np.array([power_of_two_inverse(h) if f else 0.0 for h, f in zip(half, kind, strict=True)])
 
     def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
         term_at = np.concatenate([[0], np.cumsum([t.size for t in model.terms])[:-1]])
@@ -144,8 +152,8 @@ def plan_propensity(
             check_pass(status)
             return CellStatistics(counts, sums, squares, bound, k, m)
         parts = run_chunks(band_columns, (
-            w_arr, y_arr, cov.codes, cov.values, kind, levels, at, mid, half, term_at, terms,
-            model.intercept, edges, bound, k, m,
+            w_arr, y_arr, cov.codes, cov.values, kind, levels, at, mid, half, inv, term_at,
+            terms, model.intercept, edges, bound, power_of_two_inverse(bound), k, m,
         ), n)  # fmt: skip
         if any(p[0] for p in parts):
             check_pass(BAD_W if np.any((w_arr != 0) & (w_arr != 1)) else BAD_Y)
