@@ -355,6 +355,7 @@ def band_columns(
     half_s = np.int64(1) << (k - 1)
     eta = np.empty(BLOCK, np.float64)
     cell = np.empty(BLOCK, np.int64)
+    band = np.empty(BLOCK, np.int64)
     shares = np.empty(BLOCK, np.float64)
     qs = np.empty(BLOCK, np.int64)
     qq = np.empty(BLOCK, np.int64)
@@ -395,12 +396,15 @@ def band_columns(
         else:
             for r in range(nb):
                 tb[r] = yb[r] / bound
+        bb = band[:nb]  # the number of edges below the index, an edge at a time (vectorised)
+        bb[:] = 0
+        for t in range(n_edges):
+            edge = edges[t]
+            for r in range(nb):
+                bb[r] += edge < eb[r]
         bad = False
         for r in range(nb):
-            e = eb[r]
-            b = 0
-            for t in range(n_edges):
-                b += edges[t] < e
+            b = bb[r]
             wi = np.int64(wb[r])
             yi = yb[r]
             bad |= ((wi != 0) & (wi != 1)) | (not (yi >= 0.0 and yi <= bound))
