@@ -227,7 +227,6 @@ def model_columns(
     nsum = np.zeros((p_num, 3), np.int64)
     scale = 2.0**g
     treated = np.int64(0)
-    scaled = np.empty(BLOCK, np.float64)
     for b0 in range(start, stop, BLOCK):
         # views of the block, indexed from 0 (the compiler then vectorises the loops)
         b1 = min(b0 + BLOCK, stop)
@@ -291,24 +290,25 @@ def model_columns(
             sa = np.int64(0)
             s2 = np.int64(0)
             finite = True
-            ub = scaled[:nb]
             if inv[t] != 0.0:  # a power-of-two half-width: the product is the quotient
                 iv = inv[t]
                 for r in range(nb):
                     v = np.float64(vals[r])
                     finite &= np.isfinite(v)
-                    ub[r] = (v - m) * iv
+                    u = min(max((v - m) * iv, -1.0), 1.0)
+                    q = np.int64(np.rint(u * scale))
+                    s1 += q if wb[r] != 0 else 0
+                    sa += q
+                    s2 += np.int64(np.rint(u * u * scale))
             else:
                 for r in range(nb):
                     v = np.float64(vals[r])
                     finite &= np.isfinite(v)
-                    ub[r] = (v - m) / h
-            for r in range(nb):
-                u = min(max(ub[r], -1.0), 1.0)
-                q = np.int64(np.rint(u * scale))
-                s1 += q if wb[r] != 0 else 0
-                sa += q
-                s2 += np.int64(np.rint(u * u * scale))
+                    u = min(max((v - m) / h, -1.0), 1.0)
+                    q = np.int64(np.rint(u * scale))
+                    s1 += q if wb[r] != 0 else 0
+                    sa += q
+                    s2 += np.int64(np.rint(u * u * scale))
             nsum[t, 0] += s1
             nsum[t, 1] += sa
             nsum[t, 2] += s2
