@@ -67,7 +67,7 @@ def _without_prefect(spec: str, sites: list[str], round: str) -> dict[str, float
     from dpate.schemas.reports import read_report, software_version
     from dpate.schemas.site_data import prepare_site_data
     from dpate.settings import resolve_site
-    from dpate.site_reports import site_report_bytes
+    from dpate.site.reports import site_report_bytes
     from dpate.storage import Store
     from dpate.tasks.site import plan_release
     from dpate_core import release as core_release

@@ -21,7 +21,7 @@ sites pooled by size).
 
 Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
 ``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
-the realised ones).
+the realised ones, ``--variance`` for the reported variance's terms against the realised error).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +51,7 @@ from dpate_core.mechanisms.propensity import (
     Numeric,
     plan_propensity,
 )
-from dpate_core.release import draw_many
+from dpate_core.release import MechanismPlan, draw_many
 from dpate_core.simulation import aggregate_many
 from dpate_core.statistics import cell_statistics
 
@@ -404,11 +405,26 @@ def plan_accuracy(reps: int = 400) -> None:
     (docs/explanation/results.md,
     "dpate plan for propensity"): IHDP and Lalonde split 2 and 3 ways, the bench Synth at one
     site of several sizes; eps 1, the planner stating the treated share, the outcome's mean and
-    within-arm sd, the effect and the confounding (crude difference less the effect)."""
-    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT
-    from dpate_core.planning import Assumptions, SiteDesign, plan_study
-    from dpate_core.simulation import simulate_sites
+    within-arm sd, the effect and the confounding (crude difference less the effect); and the
+    bands' occupancy (effective number of filled bands, ``N^2 / sum N_b^2``) the plan predicts
+    against its mean over the releases."""
+    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, band_occupancy
+    from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign, plan_study
     from dpate_core.synth import split_equal
+
+    def releases(plans: Sequence[MechanismPlan], rng: np.random.Generator) -> tuple[Array, ...]:
+        """``simulate_sites``' releases, with each release's realised band occupancy."""
+        tau, var, occupancy = [], [], []
+        for plan in plans:
+            draws = draw_many(plan, rng, reps)
+            out = plan.assemble(draws)
+            tau.append(np.asarray(out.tau, dtype=np.float64))
+            var.append(np.asarray(out.variance, dtype=np.float64))
+            counts = plan.stages[0].locs({"model": draws["model"]})["counts"]
+            band = counts[:, 0::2] + counts[:, 1::2]
+            occupancy.append(np.mean(band.sum(axis=1) ** 2 / np.sum(band**2, axis=1)))
+        n = np.array([p.n for p in plans], dtype=np.float64)
+        return np.stack(tau, axis=1), n, np.stack(var, axis=1), np.asarray(occupancy)
 
     def rows(name: str, sites: Sequence[Data], truth: float) -> None:
         w = np.concatenate([s.w for s in sites])
@@ -421,9 +437,17 @@ def plan_accuracy(reps: int = 400) -> None:
         cols = sites[0].columns
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
         plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS) for s in sites]
-        tau, n, var = simulate_sites(plans, np.random.default_rng(8), reps)
+        tau, n, var, occupancy = releases(plans, np.random.default_rng(8))
         designs = [
             SiteDesign.of(f"s{j}", s.w.size, EPS, 0, DEFAULT_SPLIT, 4) for j, s in enumerate(sites)
+        ]
+        predicted = [
+            band_occupancy(
+                PredictionInputs(
+                    d, int(np.prod(sizes)), 1.0, assumed, None, sizes, len(cols) - len(sizes)
+                )
+            )
+            for d in designs
         ]
         for agg in ("mvagg", "inverse_variance"):
             plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(sizes)),
@@ -432,11 +456,17 @@ def plan_accuracy(reps: int = 400) -> None:
                               bounded_covariates=len(cols) - len(sizes))  # fmt: skip
             site = [p.width / _realised_width(var[:, j]) for j, p in enumerate(plan.sites)]
             real = _realised_width(aggregate_many(agg, tau, n, var).variance)
+            bands = ", ".join(
+                f"{p:.2f} / {r:.2f}" for p, r in zip(predicted, occupancy, strict=True)
+            )
             print(f"| {name}, {len(sites)} site(s) of about {sites[0].w.size} | {agg} | "
-                  f"{', '.join(f'{r:.2f}' for r in site)} | {plan.combined_width / real:.2f} |")  # fmt: skip
+                  f"{', '.join(f'{r:.2f}' for r in site)} | {plan.combined_width / real:.2f} | "
+                  f"{bands} |")  # fmt: skip
 
-    print("\n| data (eps 1 per site) | combiner | sites: predicted / realised | combined |")
-    print("|---|---|---|---|")
+    print(f"\n{reps} releases per site")
+    print("| data (eps 1 per site) | combiner | sites: predicted / realised | combined | "
+          "filled bands: predicted / realised |")  # fmt: skip
+    print("|---|---|---|---|---|")
     for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
         try:
             data, truth = load()
@@ -449,12 +479,102 @@ def plan_accuracy(reps: int = 400) -> None:
         rows("bench Synth", [synth5(np.random.default_rng(n), n)], 0.3)
 
 
+def _terms(d: Data, rng: np.random.Generator, models: int, cells: int) -> dict[str, Array]:
+    """One site's releases with ``models`` draws of the model and ``cells`` draws of the band
+    cells' noise under each (the stage-2 noise redrawn, the model held): the estimates
+    ``(models, cells)`` and the reported variance's terms per release."""
+    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
+    spec = plan.noise[0]
+
+    def noisy(loc: np.ndarray, scale: float, unit: float, reps: int) -> Array:
+        z = rng.laplace(0.0, 1.0, (reps, np.asarray(loc).shape[-1]))
+        return np.asarray((loc + scale * z) * unit)
+
+    draws = {"model": np.repeat(noisy(spec.loc, spec.scale, spec.unit, models), cells, axis=0)}
+    for stage in plan.stages:
+        locs = stage.locs(dict(draws))
+        for site in stage.sites:
+            draws[site.name] = noisy(locs[site.name], site.scale, site.unit, models * cells)
+    out = plan.assemble(draws)
+    g = out.diagnostics
+    rho = np.asarray(g["model_noise_share"])
+    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), 1.0)
+    factor = (1.0 + k) ** 2
+    extra = np.asarray(g["model_variance"])
+    noise = np.asarray(g["noise_variance"])  # the cells' noise variance times the factor
+    unest = np.asarray(g["unestimated_variance"]) * factor
+    var = np.asarray(out.variance)
+    terms = {"tau": np.asarray(out.tau), "var": var, "FS": var - extra - noise - unest,
+             "FN": noise, "N": noise / factor, "extra": extra, "F": factor, "rho": rho,
+             "bands": np.asarray(g["usable_strata"])}  # fmt: skip
+    return {key: v.reshape(models, cells) for key, v in terms.items()}
+
+
+def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
+    """The reported variance of ``propensity`` against the realised error, term by term
+    (docs/research/propensity.md, "The reported variance against the realised error"): per
+    site, averaged over the sites, IHDP and Lalonde split 2 and 3 ways at random (``splits``
+    splits) and Synth with 5 covariates (``splits`` fresh data sets of 2,000 per site), each
+    release drawn as ``models`` model draws x ``cells`` band-cell draws. The realised error
+    splits into the cells' noise given the model draw (the spread over the cell draws), the
+    model draw's (the spread of the means over the model draws, less what the cells add to it)
+    and the rest (sampling and bias: the squared error of the site's mean over all draws)."""
+    print("\n| data (eps 1 per site) | MSE | cells' noise given the model | F N (N) | model draw "
+          "| rho^2 gap^2 | sampling, bias^2 | F S | reported (/ MSE) | F | rho | usable bands "
+          "| coverage |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def rows(name: str, make: Any, truth: float, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        recs = [[_terms(s, rng, models, cells) for s in make(rng)] for _ in range(splits)]
+        out = []
+        for j in range(len(recs[0])):
+            a = {key: np.stack([r[j][key] for r in recs]) for key in recs[0][j]}
+            err = a["tau"] - truth
+            ok = np.isfinite(err)
+            cell = np.nanmean(np.nanvar(a["tau"], axis=2, ddof=1))
+            means = np.nanmean(a["tau"], axis=2)
+            model = np.nanmean(np.nanvar(means, axis=1, ddof=1)) - cell / cells
+            rest = np.nanmean((np.nanmean(means, axis=1) - truth) ** 2)
+            cover = np.abs(err[ok]) <= Z95 * np.sqrt(a["var"][ok])
+            out.append([np.mean(err[ok] ** 2), cell, np.nanmean(a["FN"]), np.nanmean(a["N"]),
+                        model, np.nanmean(a["extra"]), rest, np.nanmean(a["FS"]),
+                        np.nanmean(a["var"][ok]), np.nanmean(a["F"]), np.nanmean(a["rho"]),
+                        np.nanmean(a["bands"]), np.mean(cover)])  # fmt: skip
+        m = np.asarray(out)
+        v = m.mean(axis=0)
+        print(f"| {name} | {v[0]:.5f} | {v[1]:.5f} | {v[2]:.5f} ({v[3]:.5f}) | {v[4]:.5f} | "
+              f"{v[5]:.5f} | {v[6]:.5f} | {v[7]:.5f} | {v[8]:.5f} ({v[8] / v[0]:.2f}) | "
+              f"{v[9]:.2f} | {v[10]:.2f} | {v[11]:.2f} | {m[:, 12].min():.3f}-"
+              f"{m[:, 12].max():.3f} |")  # fmt: skip
+
+    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
+        try:
+            data, truth = load()
+        except DataUnavailableError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        for k in (2, 3):
+
+            def split(rng: np.random.Generator, k: int = k, data: Data = data) -> list[Data]:
+                return [data.take(p) for p in np.array_split(rng.permutation(data.w.size), k)]
+
+            rows(f"{name}, {k} sites of about {data.w.size // k}", split, truth, 7 + k)
+    for k in (2, 3):
+        rows(f"Synth, {k} sites of 2,000",
+             lambda rng, k=k: [synth5(rng, 2000) for _ in range(k)], 0.3, 100 + k)  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--timing", action="store_true")
     ap.add_argument("--plan", action="store_true", help="dpate plan's accuracy only")
+    ap.add_argument("--variance", action="store_true", help="the reported variance's terms only")
     args = ap.parse_args(argv)
+    if args.variance:
+        variance_terms(3 if args.quick else 10)
+        return
     if args.timing:
         timing()
         return

@@ -102,7 +102,7 @@ def trigger_site(
 ) -> str | None:
     """Create the site's flow run (not waiting); returns its id. Idempotent per study run.
     The run names the spec by its hash: the site runs the copy its operator approved
-    (``dpate site approve``, :mod:`dpate.spec_approvals`), never a path or URL it is sent.
+    (``dpate site approve``, :mod:`dpate.site.approvals`), never a path or URL it is sent.
 
     None when the site has no such deployment: it releases on its own schedule, and its report
     is awaited in storage instead (:func:`wait_for_sites`)."""

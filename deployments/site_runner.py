@@ -14,7 +14,7 @@ always the installed ``dpate.flows.site_release.site_release``, and only after t
 3. its parameters are only ``spec``, ``site`` and ``round`` (:class:`dpate.settings.SiteRun`);
 4. its ``site`` is the worker's site;
 5. its ``spec`` is the hash of a spec the site's operator approved (``dpate site approve``,
-   :mod:`dpate.spec_approvals`): a path or URL, or an unapproved hash, is refused before
+   :mod:`dpate.site.approvals`): a path or URL, or an unapproved hash, is refused before
    anything is read, with a message naming no local path.
 
 A refused run is set Failed with a message naming the rule, the message goes to the site's
@@ -89,7 +89,7 @@ def refusal(flow_name: str, parameters: dict[str, Any], worker_site: str | None)
 def _unapproved(spec: str, site: str) -> str | None:
     """Why ``spec`` is not a spec ``site``'s operator approved (rule 5), or None. The message
     names the hash and what to do, never a local path."""
-    from dpate.spec_approvals import load_approved_spec
+    from dpate.site.approvals import load_approved_spec
 
     try:
         load_approved_spec(spec, site=site)
@@ -99,9 +99,9 @@ def _unapproved(spec: str, site: str) -> str | None:
 
 
 def _site_log(site: str) -> logging.Logger | None:
-    """The site's operator log file (:func:`dpate.tasks.site.site_file_logger`), when its path
+    """The site's operator log file (:func:`dpate.site.operator_log.site_file_logger`), when its path
     does not depend on the study (a refused run has no study)."""
-    from dpate.tasks.site import site_file_logger
+    from dpate.site.operator_log import site_file_logger
 
     try:
         cfg = site_config(site, "{study}")

@@ -43,7 +43,7 @@ state is never overwritten by Crashed).
 :func:`serve` runs it until the first SIGTERM or SIGINT (Prefect's own worker needs two).
 What the coordinator still sets and this worker still reads: ``stream_output``, the job's
 ``name`` and ``labels`` (cosmetic). Started by ``dpate site worker SITE``
-(:mod:`dpate.cli.site_worker`), which sets ``DPATE_WORKER_SITE`` in its own environment: the
+(:mod:`dpate.cli.site.worker`), which sets ``DPATE_WORKER_SITE`` in its own environment: the
 runner refuses a flow run for any other site.
 """
 

@@ -8,7 +8,7 @@ a Prefect run as public text ``"TypeName: message"``, from the class of that nam
 (:func:`error_class`: every subclass registers itself when its module is imported).
 
 The errors stay where they are raised (the spec's in :mod:`dpate.schemas.spec`, the ledger's in
-:mod:`dpate.ledger.chain` ...); each also keeps its built-in base (``ValueError``,
+:mod:`dpate.ledger` ...); each also keeps its built-in base (``ValueError``,
 ``RuntimeError``, ``FileNotFoundError``) for callers that catch those.
 """
 
@@ -51,19 +51,20 @@ class DpateError(Exception):
         _REGISTRY.setdefault(cls.__name__, cls)
 
 
-#: the modules that define the errors a run's public text may name (imported on a miss)
+#: the modules (or the packages) that define the errors a run's public text may name (imported
+#: on a miss)
 _MODULES = (
-    "dpate.ledger.chain",
+    "dpate.ledger",
     "dpate.settings",
     "dpate.storage",
     "dpate.study_check",
     "dpate.schemas.spec",
     "dpate.schemas.reports",
     "dpate.data.datasets",
-    "dpate.schemas.preflight",
-    "dpate.schemas.signing",
+    "dpate.site.feasibility",
+    "dpate.signing",
     "dpate.schemas.site_data",
-    "dpate.tasks.site",
+    "dpate.site.operator_log",
     "dpate.tasks.aggregate",
 )
 
@@ -76,7 +77,9 @@ def error_class(name: str) -> type[DpateError] | None:
         import importlib
 
         for module in _MODULES:
-            importlib.import_module(module)
+            # asking for the name imports its module where a package imports its names on first
+            # use (dpate.ledger)
+            getattr(importlib.import_module(module), name, None)
     return _REGISTRY.get(name)
 
 

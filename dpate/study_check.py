@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dpate.errors import DpateError, ExitCode
-from dpate.ledger.chain import (
+from dpate.ledger import (
     BudgetExceededError,
     CapMismatchError,
     LedgerError,
@@ -220,7 +220,7 @@ def _ledger_problems(ctx: SiteContext, check: SiteCheck) -> list[DpateError]:
 
 
 def _publication_problems(ctx: SiteContext) -> list[DpateError]:
-    from dpate.schemas.signing import site_signing_key
+    from dpate.signing import site_signing_key
     from dpate.storage import PublicationConflictError, Store
 
     problems: list[DpateError] = []
@@ -251,9 +251,9 @@ class _StorageUnreadable(DpateError, OSError):
 
 
 def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[DpateError]:
-    from dpate.schemas.preflight import FeasibilityError, feasibility_problems
     from dpate.schemas.site_data import SiteDataError
-    from dpate.site_plans import read_for_check
+    from dpate.site.feasibility import FeasibilityError, feasibility_problems
+    from dpate.site.plans import read_for_check
 
     try:  # within dpate run's shared_reads, the release's own read, kept for it
         data = read_for_check(ctx)
@@ -261,7 +261,7 @@ def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[
         return [_public_data_error(ctx, exc) if public else exc]
     except Exception as exc:  # a reader's message may quote a value: its type only, in public
         if public:
-            from dpate.tasks.site import unreadable_data_error
+            from dpate.site.operator_log import unreadable_data_error
 
             return [unreadable_data_error(ctx, exc)]
         return [SiteDataError([], hint=f"{type(exc).__name__}: {exc}; check the data location")]
@@ -274,7 +274,7 @@ def _data_problems(ctx: SiteContext, check: SiteCheck, *, public: bool) -> list[
 def _public_data_error(ctx: SiteContext, exc: Any) -> DpateError:
     """The site's data error as a Prefect state may carry it (columns and rules), its full text
     (counts, row positions) written to the site's operator log."""
-    from dpate.tasks.site import operator_logger, redacted_data_error
+    from dpate.site.operator_log import operator_logger, redacted_data_error
 
     operator_logger(ctx).error(
         "site %s, study %s, round %s (checked before the study spent): %s",

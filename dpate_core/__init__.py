@@ -17,61 +17,11 @@ from the bottom up:
 - :mod:`dpate_core.planning`: predicted interval widths from public inputs (``dpate plan``).
 - :mod:`dpate_core.simulation` and :mod:`dpate_core.synth`: vectorised simulation of the released
   mechanisms and the paper's synthetic data (simulations only).
+
+Each name is imported from the package that defines it (``from dpate_core.mechanisms.matching
+import smooth_dp_matching``, ``from dpate_core.aggregation import aggregate``): this package
+re-exports none, so every public name has one import path.
 """
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from dpate_core.aggregation import AGGREGATORS, AggregateResult, aggregate
-    from dpate_core.mechanisms import ESTIMATORS
-    from dpate_core.mechanisms.adjusted import dp_adjusted
-    from dpate_core.mechanisms.difference_in_means import dp_difference_in_means
-    from dpate_core.mechanisms.matching import global_dp_matching, smooth_dp_matching
-    from dpate_core.privacy import BudgetSplit, PrivacyParams, exact
-    from dpate_core.release import SiteEstimate
 
 # first: numba must not cache compiled kernels inside the installed package
 import dpate_core.compile_cache  # noqa: F401
-
-#: the names this package re-exports, each from its submodule, imported on first use (PEP 562):
-#: a command that needs only :mod:`dpate_core.privacy` (``dpate ledger show``) does not import
-#: numpy's kernels, numba or the mechanisms
-_EXPORTS = {
-    "AGGREGATORS": "dpate_core.aggregation",
-    "AggregateResult": "dpate_core.aggregation",
-    "aggregate": "dpate_core.aggregation",
-    "ESTIMATORS": "dpate_core.mechanisms",
-    "dp_adjusted": "dpate_core.mechanisms.adjusted",
-    "dp_difference_in_means": "dpate_core.mechanisms.difference_in_means",
-    "global_dp_matching": "dpate_core.mechanisms.matching",
-    "smooth_dp_matching": "dpate_core.mechanisms.matching",
-    "BudgetSplit": "dpate_core.privacy",
-    "PrivacyParams": "dpate_core.privacy",
-    "exact": "dpate_core.privacy",
-    "SiteEstimate": "dpate_core.release",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dpate_core' has no attribute {name!r}")
-
-
-__all__ = [
-    "AGGREGATORS",
-    "ESTIMATORS",
-    "AggregateResult",
-    "BudgetSplit",
-    "PrivacyParams",
-    "SiteEstimate",
-    "aggregate",
-    "dp_adjusted",
-    "dp_difference_in_means",
-    "exact",
-    "global_dp_matching",
-    "smooth_dp_matching",
-]

@@ -12,10 +12,11 @@ Two halves:
   statistics and the smooth sensitivities, is computed once per site and privacy budget.
 * Combiners on ``(reps, J)`` arrays: :func:`aggregate_many` (by an aggregator's name) runs the
   one vectorised implementation each aggregator declares in :mod:`dpate_core.aggregation` (its
-  scalar functions are the one-row case; tests hold them equal on random inputs), including the rule for unusable sites: a site whose estimate or
-  variance is not finite (an unresolved release carries NaN, ``Outputs``), or whose variance is
-  not positive, is left out of that row. A row with no usable site gives NaN: no answer (where
-  the scalar function raises :class:`NoUsableSiteError`).
+  scalar functions are the one-row case; tests hold them equal on random inputs), including the
+  rule for unusable sites: a site whose estimate or variance is not finite (an unresolved release
+  carries NaN, ``Outputs``), or whose variance is not positive, is left out of that row. A row
+  with no usable site gives NaN: no answer (where the scalar function raises
+  :class:`NoUsableSiteError`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 
 __all__ = [
     "COMBINERS_MANY",
-    "AggregateMany",
     "SiteDraws",
     "aggregate_many",
     "rational_power_floor",

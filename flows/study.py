@@ -21,7 +21,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from dpate.flows.aggregate import aggregate_study
 from dpate.flows.site_release import site_release
 from dpate.settings import StudyContext, load_study_spec, resolve_site
-from dpate.site_reports import published_site
+from dpate.site.reports import published_site
 from dpate.study_check import not_ready_error
 from dpate.tasks.aggregate import StudyIncompleteError, published_result, resolve_study_context
 from dpate.tasks.common import NO_RETRY_TASK
@@ -75,10 +75,32 @@ def _run_name() -> str:
         return f"study-{name}-round-{p.get('round') or 'default'}"
 
 
-#: Sites released at once on this machine. The embedded Prefect server keeps its state in SQLite,
-#: which refuses concurrent writers under load ("database is locked", then client retries with
-#: backoff); against a PostgreSQL-backed server raise it to the number of sites.
-PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
+PARALLEL_SITES_ENV = "DPATE_PARALLEL_SITES"
+
+
+def parallel_sites() -> int:
+    """Sites released at once on this machine: ``DPATE_PARALLEL_SITES`` (default 4), read when a
+    study run starts. The embedded Prefect server keeps its state in SQLite, which refuses
+    concurrent writers under load ("database is locked", then client retries with backoff);
+    against a PostgreSQL-backed server raise it to the number of sites."""
+    raw = os.environ.get(PARALLEL_SITES_ENV, "").strip() or "4"
+    if not (raw.isdigit() and int(raw) >= 1):
+        raise ValueError(
+            f"{PARALLEL_SITES_ENV} ({raw!r}) must be a whole number of sites, at least 1"
+        )
+    return int(raw)
+
+
+class _SiteThreads(ThreadPoolTaskRunner):  # type: ignore[type-arg]
+    """One thread per site released at once, sized by :func:`parallel_sites` when each study run
+    starts (Prefect runs every flow run on a :meth:`duplicate` of the flow's runner), not when
+    this module is imported."""
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        super().__init__(max_workers=parallel_sites() if max_workers is None else max_workers)
+
+    def duplicate(self) -> _SiteThreads:
+        return type(self)()
 
 
 @flow(
@@ -86,7 +108,7 @@ PARALLEL_SITES = int(os.environ.get("DPATE_PARALLEL_SITES", "4"))
     flow_run_name=_run_name,
     # Prefect declares the parameter invariant in the future type (TaskRunner[PrefectFuture]);
     # its thread-pool runner is a TaskRunner[PrefectConcurrentFuture]
-    task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_SITES),  # type: ignore[arg-type]
+    task_runner=_SiteThreads(max_workers=4),  # type: ignore[arg-type]
     persist_result=False,
 )
 def study(spec: str, round: str | None = None) -> dict[str, Any]:

@@ -7,8 +7,6 @@
   that never hold values, and the validated records for tests and simulations.
 - :mod:`dpate.schemas.reports`: what is published (the site report, the study result: versioned
   canonical JSON, validated on read) and its checks (plausibility, bounded JSON).
-- :mod:`dpate.schemas.signing`: the sites' report-signing keys and signatures.
-- :mod:`dpate.schemas.preflight`: what a site checks before it releases.
 
 Import the submodules directly (``from dpate.schemas.spec import load_spec``); this package imports
 nothing heavy by itself.

@@ -66,8 +66,6 @@ from dpate_core.inference import (
 )
 
 __all__ = [
-    "NO_ANSWER",
-    "RESULT_SCHEMA",
     "RESULT_SCHEMA_VERSION",
     "StudyIncompleteError",
     "collect_reports",

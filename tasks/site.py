@@ -7,8 +7,8 @@ value. Raw records and the un-committed noisy output live only in this process's
 cache, no persisted result, never logged); everything logged to Prefect is public.
 
 The plain parts live beside the tasks, without Prefect: the mechanism plan in
-:mod:`dpate.site_plans`, the report's bytes, the lifetime spend and the published summary in
-:mod:`dpate.site_reports`.
+:mod:`dpate.site.plans`, the report's bytes, the lifetime spend and the published summary in
+:mod:`dpate.site.reports`.
 
 **Where the work is done.** The site's data is validated and reduced where it lives (DuckDB for
 files, the site's database, Spark): :func:`~dpate.schemas.site_data.read_site_records` returns the
@@ -21,34 +21,35 @@ sources").
 
 Operator-only counts (rows dropped, values clipped) and the full text of a failed data check (its
 counts and row positions) are not private releases: they go to the site-local operator log file
-(``dpate.site.<site>`` logger, file from ``DPATE_SITE_LOG``; :func:`operator_logger`), which never
-propagates to Prefect's handlers. Prefect gets a redacted error naming columns and rules only.
+(:mod:`dpate.site.operator_log`), which never propagates to Prefect's handlers. Prefect gets a
+redacted error naming columns and rules only.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from dpate import site_plans
-from dpate.errors import DpateError, ExitCode
-from dpate.ledger import Committed, LedgerError, Reservation
-from dpate.ledger.anchors import require_not_behind
-from dpate.schemas.preflight import FeasibilityError, feasibility_problems, release_refusals
+from dpate.ledger import Committed, LedgerError, Reservation, require_not_behind
 from dpate.schemas.reports import (
     interval_text,
     software_version,
 )
-from dpate.schemas.signing import site_signing_key
-from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics, read_site_records
+from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
-from dpate.site_plans import plan_from_records
-from dpate.site_reports import (
+from dpate.signing import site_signing_key
+from dpate.site import plans
+from dpate.site.feasibility import FeasibilityError, feasibility_problems, release_refusals
+from dpate.site.operator_log import (
+    SiteDataRejected,
+    operator_logger,
+    redacted_data_error,
+    unreadable_data_error,
+)
+from dpate.site.plans import plan_from_records
+from dpate.site.reports import (
     ledger_spend,
     open_site_ledger,
     site_report_bytes,
@@ -61,105 +62,22 @@ from dpate_core.aggregation import UNRESOLVED
 from dpate_core.release import MechanismPlan, SiteEstimate
 
 __all__ = [
-    "SiteDataRejected",
-    "SiteStatistics",
     "check_publication",
     "commit_balance",
     "commit_release",
     "compute_balance",
     "compute_release",
     "load_site_data",
-    "operator_logger",
     "plan_release",
     "publish_site_report",
-    "read_site_records",
     "recorded_balance",
     "recorded_release",
-    "redacted_data_error",
     "reserve_balance",
     "reserve_budget",
     "resolve_site_context",
     "show_site_report",
     "show_site_spend",
-    "unreadable_data_error",
 ]
-
-#: The parent of every site's operator logger; never propagates (to Prefect or the root logger).
-_OPERATOR_ROOT = logging.getLogger("dpate.site")
-_OPERATOR_ROOT.propagate = False
-_OPERATOR_ROOT.addHandler(logging.NullHandler())
-_handlers_lock = threading.Lock()
-
-
-def operator_logger(ctx: SiteContext) -> logging.Logger:
-    """The site's operator logger: writes to the site-local file ``ctx.log_path`` only (never
-    to a Prefect handler; ``propagate`` is off). Counts and row positions go here."""
-    return site_file_logger(ctx.site_id, ctx.log_path)
-
-
-def site_file_logger(site_id: str, log_path: str) -> logging.Logger:
-    """The logger ``dpate.site.<site_id>``, writing to the file ``log_path`` only (the site's
-    operator log; also the site runner's, for a refused run)."""
-    log = logging.getLogger(f"dpate.site.{site_id}")
-    log.propagate = False
-    log.setLevel(logging.INFO)
-    path = str(Path(log_path).expanduser().resolve())
-    with _handlers_lock:
-        if not any(getattr(h, "baseFilename", None) == path for h in log.handlers):
-            for h in list(log.handlers):
-                log.removeHandler(h)
-                h.close()
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            handler = logging.FileHandler(path, encoding="utf-8")
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            log.addHandler(handler)
-    return log
-
-
-class SiteDataRejected(DpateError, ValueError):
-    """The site's data failed the spec's checks. Public: names columns and rules only; the counts
-    and row positions are in the site's operator log."""
-
-    exit_code = ExitCode.SITE_DATA
-    cause = "invalid site data"
-
-
-def redacted_data_error(ctx: SiteContext, exc: SiteDataError) -> SiteDataRejected:
-    """The public form of a data check's failure. In a deployed run only that the data was
-    rejected (which column and rule failed would tell the coordinator about the records, e.g.
-    that a value lies past the spec's bound); in the operator's own local run, the columns and
-    rules broken too, never a count or a row position (those are in the operator log)."""
-    if ctx.deployed:
-        return SiteDataRejected(
-            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
-            f"or drawn"
-        )
-    seen: list[str] = []
-    for p in exc.problems:
-        line = f"column {p.column!r}: {p.rule}"
-        if line not in seen:
-            seen.append(line)
-    what = "; ".join(seen) or "the data could not be read"
-    return SiteDataRejected(
-        f"site {ctx.site_id}: its data does not satisfy the study spec ({what}). Nothing was "
-        f"reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details; fix the "
-        f"extract, or the spec's levels/bins or 'missing'/'policy' settings if the data is right"
-    )
-
-
-def unreadable_data_error(ctx: SiteContext, exc: BaseException) -> SiteDataRejected:
-    """A reader's failure (its message may quote a value): written to the operator log, made
-    public by its type only."""
-    operator_logger(ctx).error("site %s: reading the data failed: %r", ctx.site_id, exc)
-    if ctx.deployed:  # even the type would tell the coordinator about the site's files
-        return SiteDataRejected(
-            f"site {ctx.site_id}: site data rejected, see the site's log. Nothing was reserved "
-            f"or drawn"
-        )
-    return SiteDataRejected(
-        f"site {ctx.site_id}: its data could not be read ({type(exc).__name__}); nothing "
-        f"was reserved or drawn. The site's operator log (DPATE_SITE_LOG) has the details"
-    )
 
 
 def _deployed_run() -> bool:
@@ -239,8 +157,8 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
     oplog = operator_logger(ctx)
     failure: SiteDataRejected | None = None
     try:  # the pre-spend check's read of this release, made in this process (dpate run)
-        held = site_plans.take_checked(ctx)
-        data = held if held is not None else site_plans.read_for_release(ctx)
+        held = plans.take_checked(ctx)
+        data = held if held is not None else plans.read_for_release(ctx)
     except SiteDataError as exc:
         oplog.error("site %s, study %s, round %s: %s", ctx.site_id, ctx.study_id, ctx.round, exc)
         failure = redacted_data_error(ctx, exc)
@@ -285,7 +203,7 @@ def load_site_data(ctx: SiteContext) -> SiteStatistics | SiteData:
 def reserve_budget(ctx: SiteContext) -> Reservation:
     """Debit the release's budget in the site's ledger, durably, before any noise is drawn;
     first the ledger's head is checked against the newest head the site has published
-    (:func:`dpate.ledger.anchors.require_not_behind`: a restored older copy is refused)."""
+    (:func:`dpate.ledger.require_not_behind`: a restored older copy is refused)."""
     site = ctx.spec.site(ctx.site_id)
     with open_site_ledger(ctx) as ledger:
         # a ledger restored from an older copy is refused before it can spend again
@@ -386,7 +304,7 @@ def compute_balance(
     returned only to :func:`commit_balance`). ``committed``: the round's committed estimate
     (public), whose bands an estimator with ``balance_bands`` compares arms within."""
     estimate = None if committed is None else committed.payload["estimate"]
-    plan = site_plans.balance_plan(ctx.spec, data, estimate)
+    plan = plans.balance_plan(ctx.spec, data, estimate)
     if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
         raise RuntimeError(
             f"site {ctx.site_id}: the balance table's budget does not match the reservation of "

@@ -2,13 +2,17 @@
 ``tasks/``, ``flows/`` and ``deployments/`` are installed as ``dpate.schemas``, ``dpate.tasks``,
 ``dpate.flows`` and ``dpate.deployments`` (pyproject ``package-dir``), never as top-level packages
 of those common names, which unrelated PyPI projects hold. Nothing imports them by the old names,
-and pyproject's explicit package list holds every package. (The built wheel:
-tests/topology/test_packaging.py.)"""
+and pyproject's explicit package list holds every package. The checkout holds no link; Python
+started in it finds the four folders (dpate/__init__.py) and nothing else. (The built wheel:
+tests/topology/test_packaging.py; mypy and ruff on a checkout: tests/test_checkout_tools.py.)"""
 
 from __future__ import annotations
 
 import ast
+import doctest
+import importlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,8 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MAPPED = ("schemas", "tasks", "flows", "deployments")
-#: the folders whose Python files this repository runs (not .venv, build/, caches); dpate/ is
-#: walked without its symlinks (they are the MAPPED folders again)
+#: the folders whose Python files this repository runs (not .venv, build/, caches)
 SOURCE_DIRS = ("dpate", "dpate_core", *MAPPED, "tests", "bench", "tools")
 
 _IMPORT_ALL = """
@@ -73,8 +76,6 @@ def _python_files() -> list[Path]:
     for top in SOURCE_DIRS:
         for path in (REPO / top).rglob("*.py"):
             rel = path.relative_to(REPO)
-            if top == "dpate" and rel.parts[1] in MAPPED:
-                continue
             if "__pycache__" not in rel.parts:
                 out.append(path)
     return out
@@ -130,8 +131,6 @@ def test_pyproject_lists_every_package_under_its_installed_name():
     for top in ("dpate", "dpate_core", *MAPPED):
         for init in (REPO / top).rglob("__init__.py"):
             rel = init.parent.relative_to(REPO)
-            if top == "dpate" and len(rel.parts) > 1 and rel.parts[1] in MAPPED:
-                continue  # the symlinks: the same folders as MAPPED
             name = ".".join(rel.parts)
             on_disk.add(f"dpate.{name}" if top in MAPPED else name)
     assert set(tool["packages"]) == on_disk
@@ -142,8 +141,61 @@ def test_pyproject_lists_every_package_under_its_installed_name():
         assert package in tool["packages"], package
 
 
-def test_the_symlinks_are_the_mapped_folders():
-    """``dpate/schemas`` & co. (what mypy and a checkout import) are the top-level folders."""
+def test_the_checkout_holds_no_link():
+    """No file or folder of the checkout is a symbolic link, so a git that makes none (a
+    ``core.symlinks=false`` clone) checks out the same tree."""
+    links = [
+        str(Path(folder, name).relative_to(REPO))
+        for top in (*SOURCE_DIRS, "docs")
+        if (REPO / top).is_dir()
+        for folder, dirs, files in os.walk(REPO / top)
+        for name in (*dirs, *files)
+        if Path(folder, name).is_symlink()
+    ]
+    assert not links, links
+
+
+_IN_CHECKOUT = """
+import importlib, json
+import dpate, dpate_core
+found = {n: importlib.import_module("dpate." + n).__file__ for n in __MAPPED__}
+refused = []
+for name in ("tests", "bench", "docs", "dpate_core", "numpy"):
+    try:
+        importlib.import_module("dpate." + name)
+    except ModuleNotFoundError:
+        refused.append(name)
+print(json.dumps({"dpate": dpate.__file__, "found": found, "refused": refused}))
+""".replace("__MAPPED__", repr(MAPPED))
+
+
+def test_python_started_in_the_checkout_finds_the_mapped_folders_and_nothing_else():
+    """Started in the checkout (its ``dpate/`` before any installed one, as ``python -m pytest``
+    there), ``dpate.schemas`` & co. are the checkout's top-level folders (dpate/__init__.py), and
+    no other folder of the checkout becomes a ``dpate`` subpackage."""
+    res = subprocess.run(
+        [sys.executable, "-c", _IN_CHECKOUT], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert Path(out["dpate"]).resolve() == REPO / "dpate" / "__init__.py"
+    for name, file in out["found"].items():
+        assert Path(file).resolve() == REPO / name / "__init__.py", name
+    assert out["refused"] == ["tests", "bench", "docs", "dpate_core", "numpy"]
+
+
+def test_the_doctests_of_the_mapped_folders_run_under_their_installed_names():
+    """pytest's ``--doctest-modules`` would import ``schemas/...`` as a top-level ``schemas``
+    (pyproject's ``testpaths`` leaves the four folders out): their examples run here, imported
+    as ``dpate.schemas...``."""
+    attempted = 0
     for name in MAPPED:
-        link = REPO / "dpate" / name
-        assert link.is_symlink() and link.resolve() == (REPO / name).resolve(), name
+        for path in sorted((REPO / name).rglob("*.py")):
+            if ">>> " not in path.read_text():
+                continue
+            rel = path.relative_to(REPO).with_suffix("").parts
+            dotted = ".".join(("dpate", *(rel[:-1] if rel[-1] == "__init__" else rel)))
+            result = doctest.testmod(importlib.import_module(dotted), optionflags=doctest.ELLIPSIS)
+            assert result.failed == 0, dotted
+            attempted += result.attempted
+    assert attempted > 0

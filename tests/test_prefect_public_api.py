@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: the distribution's folders; dpate/ is walked without its symlinks (the other folders again)
+#: the distribution's folders
 PACKAGES = ("dpate", "dpate_core", "schemas", "tasks", "flows", "deployments")
 
 
@@ -51,8 +51,6 @@ def _sources() -> list[Path]:
     for top in PACKAGES:
         for path in sorted((REPO / top).rglob("*.py")):
             rel = path.relative_to(REPO)
-            if top == "dpate" and (REPO / top / rel.parts[1]).is_symlink():
-                continue
             if "__pycache__" not in rel.parts:
                 out.append(path)
     return out

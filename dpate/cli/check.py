@@ -2,7 +2,7 @@
 
 It reads the study spec, validates the site's records with the same code as a release
 (:func:`dpate.schemas.site_data.read_site_records`), discretises them, runs the feasibility rules
-(:func:`dpate.schemas.preflight.feasibility_problems`) and reads the site's privacy ledger (read-only;
+(:func:`dpate.site.feasibility.feasibility_problems`) and reads the site's privacy ledger (read-only;
 a missing ledger is reported, never created). It prints the study's public facts, what a release
 would publish exactly, the budget it would spend and what the ledger has left, and, for the site
 operator's eyes only, the counts preparation produced (rows read, dropped, clipped): those are
@@ -10,7 +10,7 @@ operator's eyes only, the counts preparation produced (rows read, dropped, clipp
 
 It spends nothing, draws no noise and contacts no Prefect server (Prefect is never imported).
 Exit status: 0 when every checked site could release; otherwise the code of the problem found
-(:class:`dpate.cli.errors.ExitCode`; several different problems: SITES_FAILED).
+(:class:`dpate.errors.ExitCode`; several different problems: SITES_FAILED).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from dpate.cli.environment import SpecArg
-from dpate.cli.errors import ExitCode, Failure, from_exception, print_failures, summary_code
+from dpate.cli.errors import Failure, from_exception, print_failures, summary_code
+from dpate.errors import ExitCode
 
 __all__ = ["check"]
 
@@ -207,7 +208,7 @@ def _check_site(
 def _unsigned_sites(study: Any, site_ids: list[str]) -> list[Failure]:
     """Reports are signed by default: each checked site the spec gives no public_key (unless
     the study opts out) could not release, whether or not its data is reachable from here."""
-    from dpate.schemas.signing import unsigned_site_problem
+    from dpate.signing import unsigned_site_problem
 
     if study.signing == "none":
         out.print(
@@ -227,7 +228,7 @@ def _check_signing(ctx: Any, study: Any, site_id: str) -> list[Failure]:
     """The site's private key is there and is the spec's (as the release checks it before
     reserving); a site without a public_key is reported once, by :func:`_unsigned_sites`."""
     from dpate.errors import DpateError
-    from dpate.schemas.signing import site_signing_key, unsigned_site_problem
+    from dpate.signing import site_signing_key, unsigned_site_problem
 
     if unsigned_site_problem(study, site_id) is not None:
         return []
@@ -243,8 +244,8 @@ def _check_signing(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 
 
 def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
-    from dpate.schemas.preflight import feasibility_problems
     from dpate.schemas.site_data import SiteDataError, read_site_records
+    from dpate.site.feasibility import feasibility_problems
 
     try:  # as the release reads them (in the site's engine; its query and secret), without
         # Algorithm 1's ordered pass: the counts suffice for the feasibility rules
@@ -291,9 +292,7 @@ def _check_data(ctx: Any, study: Any, site_id: str) -> list[Failure]:
 def _check_budget(
     ctx: Any, study: Any, site_id: str, missing_ledgers: list[tuple[str, str]]
 ) -> list[Failure]:
-    from dpate.ledger.chain import LedgerError, LedgerNotFoundError
-    from dpate.ledger.engine import sqlite_file_missing
-    from dpate.ledger.sqlite_file import open_reader
+    from dpate.ledger import LedgerError, LedgerNotFoundError, open_reader, sqlite_file_missing
     from dpate_core.privacy import check_budget
 
     s = study.site(site_id)

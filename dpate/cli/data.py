@@ -85,8 +85,8 @@ def fetch(
 
 @data_app.command("extracts")
 def extracts(
-    name: str = typer.Argument(..., help="the data set whose sites to write: star"),
-    out_dir: Path = typer.Argument(..., help="folder for OUT_DIR/<site>/<file>"),  # noqa: B008
+    name: Annotated[str, typer.Argument(help="the data set whose sites to write: star")],
+    out_dir: Annotated[Path, typer.Argument(help="folder for OUT_DIR/<site>/<file>")],
 ) -> None:
     """Write the example site extracts of the deployment guide: one file per site."""
     from dpate.data.datasets import DataUnavailableError
@@ -113,18 +113,24 @@ def extracts(
 
 @data_app.command("describe")
 def describe(
-    name: str = typer.Argument(..., help="ist, star, ihdp, lalonde or synth"),
-    split: str | None = typer.Option(
-        None,
-        help="natural | equal | none | proportions such as 3:2:1 (default: natural for STAR, "
-        "else none; 'equal' when --sites is given)",
-    ),
-    sites: int | None = typer.Option(None, "--sites", "-J", help="number of sites for 'equal'"),
-    seed: int = typer.Option(0, help="seed of the random split (and of Synth)"),
-    replication: int = typer.Option(1, help="IHDP replication (1..10)"),
-    n: int = typer.Option(10_000, "--n", help="Synth: number of records"),
-    domain_size: int = typer.Option(100, "--domain-size", help="Synth: |X|"),
-    a: float | None = typer.Option(None, "-a", help="Synth: imbalance a (default: U[-1, 1])"),
+    name: Annotated[str, typer.Argument(help="ist, star, ihdp, lalonde or synth")],
+    split: Annotated[
+        str | None,
+        typer.Option(
+            help="natural | equal | none | proportions such as 3:2:1 (default: natural for "
+            "STAR, else none; 'equal' when --sites is given)",
+        ),
+    ] = None,
+    sites: Annotated[
+        int | None, typer.Option("--sites", "-J", help="number of sites for 'equal'")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the random split (and of Synth)")] = 0,
+    replication: Annotated[int, typer.Option(help="IHDP replication (1..10)")] = 1,
+    n: Annotated[int, typer.Option("--n", help="Synth: number of records")] = 10_000,
+    domain_size: Annotated[int, typer.Option("--domain-size", help="Synth: |X|")] = 100,
+    a: Annotated[
+        float | None, typer.Option("-a", help="Synth: imbalance a (default: U[-1, 1])")
+    ] = None,
 ) -> None:
     """Print N, N_t, N_c, |X| and per-site sizes of a data set under a split."""
     import numpy as np

@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 
 from dpate.cli.environment import site_settings
-from dpate.cli.errors import ExitCode
 from dpate.cli.output import console, err, print_result, print_site_failures
 from dpate.cli.report import write_report
 from dpate.cli.study import init_missing_ledgers, run_study
+from dpate.errors import ExitCode
 
 __all__ = ["demo"]
 

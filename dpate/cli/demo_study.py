@@ -104,7 +104,7 @@ def write_demo_study(out: Path, seed: int = 2026, sites: tuple[DemoSite, ...] = 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dpate.schemas.signing import ensure_private_key
+    from dpate.signing import ensure_private_key
 
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -23,7 +23,7 @@ ledger_app = typer.Typer(
 def _ledger_url(site: str | None, ledger: str | None) -> str:
     """``--ledger``, else the site's configuration (DPATE_LEDGER_URL or DPATE_SITE_CONFIG's
     ``ledger``), else the site's default ``$DPATE_HOME/ledgers/<site>.sqlite``."""
-    from dpate.ledger.engine import as_sqlalchemy_url
+    from dpate.ledger import as_sqlalchemy_url
     from dpate.settings import site_ledger_url
 
     if ledger:
@@ -116,8 +116,7 @@ def ledger_show(
     as_json: JsonOpt = False,
 ) -> None:
     """The site's lifetime cap, spend per study and remaining budget (exact)."""
-    from dpate.ledger.chain import LedgerError
-    from dpate.ledger.sqlite_file import read_site_spend
+    from dpate.ledger import LedgerError, read_site_spend
 
     url = _ledger_url(site, ledger)
     try:
@@ -336,7 +335,7 @@ def _verify(
     expect_head: str | None,
 ) -> _Verification:
     """Verify the ledger at ``url``, against the heads published under ``root`` when given."""
-    from dpate.ledger.anchors import verify_against_reports
+    from dpate.ledger import verify_against_reports
     from dpate.storage import Store
 
     with _open(url, site) as led:

@@ -7,16 +7,17 @@ at WARNING (``--verbose`` shows them).
 
 The commands, by module: :mod:`~dpate.cli.study` (``run``, ``site-release``, ``aggregate``),
 :mod:`~dpate.cli.demo`, :mod:`~dpate.cli.report`, :mod:`~dpate.cli.plan`, :mod:`~dpate.cli.check`,
-:mod:`~dpate.cli.ledger`, :mod:`~dpate.cli.data`, :mod:`~dpate.cli.site_keys` (``site keygen``),
-:mod:`~dpate.cli.site_worker` (``site worker``), :mod:`~dpate.cli.site_approve` (``site approve``)
-and ``experiments`` (:mod:`dpate.experiments.cli`); what they share: :mod:`~dpate.cli.output`,
-:mod:`~dpate.cli.environment` and :mod:`~dpate.cli.errors` (exit codes).
+:mod:`~dpate.cli.ledger`, :mod:`~dpate.cli.data`, the ``site`` group (:mod:`~dpate.cli.site`: ``site
+keygen``, ``site worker``, ``site approve``) and ``experiments`` (:mod:`dpate.experiments.cli`);
+what they share: :mod:`~dpate.cli.output`, :mod:`~dpate.cli.environment` and
+:mod:`~dpate.cli.errors` (exit codes).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -27,9 +28,7 @@ from dpate.cli.errors import DEBUG, TYPER_OPTIONS, CliGroup
 from dpate.cli.ledger import ledger_app
 from dpate.cli.plan import plan
 from dpate.cli.report import report_cmd
-from dpate.cli.site_approve import site_approve_cmd
-from dpate.cli.site_keys import site_app
-from dpate.cli.site_worker import site_worker_cmd
+from dpate.cli.site import site_app
 from dpate.cli.study import aggregate_cmd, run_cmd, site_release_cmd
 from dpate.experiments.cli import experiments
 
@@ -52,16 +51,17 @@ app.command("aggregate")(aggregate_cmd)
 app.command("report")(report_cmd)
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(data_app, name="data")
-site_app.command("worker")(site_worker_cmd)
-site_app.command("approve")(site_approve_cmd)
 app.add_typer(site_app, name="site")
 
 
 @app.callback()
 def main(
-    debug: bool = typer.Option(
-        False, "--debug", help="show Prefect's logs and the traceback of an unexpected error"
-    ),
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="show Prefect's logs and the traceback of an unexpected error"
+        ),
+    ] = False,
 ) -> None:
     """Differentially private multi-site ATE estimation.
 

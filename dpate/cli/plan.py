@@ -105,6 +105,14 @@ def plan(
             "--propensity-sd",
         ),
     ] = None,
+    band_occupancy: Annotated[
+        float | None,
+        _opt(
+            "assumed effective number of filled propensity bands per release, N^2 / sum N_b^2 "
+            "(1 to K; default predicted from the model's noise; the propensity estimator)",
+            "--band-occupancy",
+        ),
+    ] = None,
     occupied_strata: Annotated[
         float | None,
         _opt(
@@ -134,6 +142,10 @@ def plan(
         )
     if propensity_sd is not None and not propensity_sd > 0:
         raise typer.BadParameter("must be positive", param_hint="--propensity-sd")
+    if band_occupancy is not None and not band_occupancy >= 1:
+        raise typer.BadParameter(
+            "must be at least 1 (one band holding every record)", param_hint="--band-occupancy"
+        )
     if occupied_strata is not None and not 1 <= occupied_strata <= study.domain_size:
         raise typer.BadParameter(
             f"must lie in [1, |X| = {study.domain_size}] (how many strata hold records)",
@@ -143,6 +155,16 @@ def plan(
         SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
         for s in study.sites
     ]
+    assumptions = Assumptions(
+        arm_share=arm_share,
+        outcome_sd=outcome_sd,
+        effect=effect,
+        occupied_strata=occupied_strata,
+        outcome_mean=outcome_mean,
+        confounding=confounding,
+        propensity_sd=propensity_sd,
+        band_occupancy=band_occupancy,
+    )
     result = plan_study(
         study.estimator,
         study.aggregator,
@@ -151,21 +173,14 @@ def plan(
         bound=study.outcome.bound,
         design=study.design,
         choice=study.study_choice,  # the spec's one choice for the whole study, and its reason
-        assumptions=Assumptions(
-            arm_share=arm_share,
-            outcome_sd=outcome_sd,
-            effect=effect,
-            occupied_strata=occupied_strata,
-            outcome_mean=outcome_mean,
-            confounding=confounding,
-            propensity_sd=propensity_sd,
-        ),
+        assumptions=assumptions,
         target_width=target_width,
         covariate_sizes=tuple(c.size for c in study.binned_covariates),
         bounded_covariates=len(study.unbinned_covariates),
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     doc["notes"] += _choice_notes(study, designs)
+    doc["notes"] += _occupancy_notes(study, designs, assumptions)
     if as_json:
         out.print_json(json.dumps(doc))
         return
@@ -188,6 +203,37 @@ def _choice_notes(study: Any, designs: list[Any]) -> list[str]:
         f"with the record counts given here (--n) the study's public rule would choose "
         f"{given.variant}, but the releases choose from the n each site declares in the spec "
         f"({study.variant}): declare n = ... in every [[sites]] block to choose with these counts"
+    ]
+
+
+def _occupancy_notes(study: Any, designs: list[Any], assumptions: Any) -> list[str]:
+    """The propensity bands' occupancy each site's prediction assumes (predicted from public
+    inputs unless --band-occupancy states it)."""
+    if study.estimator != "propensity" or assumptions.band_occupancy is not None:
+        return []
+    from dpate_core.mechanisms.propensity import band_occupancy, bands_of
+    from dpate_core.planning import PredictionInputs
+
+    sizes = tuple(c.size for c in study.binned_covariates)
+    filled = [
+        band_occupancy(
+            PredictionInputs(
+                d,
+                study.domain_size,
+                study.outcome.bound,
+                assumptions,
+                study.study_options,
+                sizes,
+                len(study.unbinned_covariates),
+            )
+        )
+        for d in designs
+    ]
+    per_site = ", ".join(f"{d.site_id} {f:.2f}" for d, f in zip(designs, filled, strict=True))
+    return [
+        f"propensity bands: predicted effective number of filled bands of "
+        f"{bands_of(study.study_options)} per release: {per_site} (the noisy model's band edges "
+        f"miss where the records lie at small sites; --band-occupancy states another)"
     ]
 
 

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from dpate.cli.environment import SpecArg, load_spec
-from dpate.cli.errors import ExitCode
 from dpate.cli.output import console, fail
+from dpate.errors import ExitCode
 
 __all__ = ["report_cmd", "write_report"]
 

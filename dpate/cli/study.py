@@ -12,7 +12,6 @@ import typer
 
 from dpate.cli.environment import SpecArg, load_spec, prefect_env, site_settings
 from dpate.cli.errors import (
-    ExitCode,
     Failure,
     classify,
     from_exception,
@@ -20,7 +19,7 @@ from dpate.cli.errors import (
     summary_code,
 )
 from dpate.cli.output import console, err, fail, print_result, print_site_failures
-from dpate.errors import error_class
+from dpate.errors import ExitCode, error_class
 
 if TYPE_CHECKING:
     from dpate.study_check import StudyCheck
@@ -65,7 +64,7 @@ def run_study(spec: str, round: str | None, verbose: bool) -> dict[str, Any]:
     (:func:`dpate.flows.study.study`) on the embedded or configured Prefect; its output, read
     back from storage when this process holds no result. ``output["spent"]`` says whether a
     site's ledger was debited."""
-    from dpate.site_plans import shared_reads
+    from dpate.site.plans import shared_reads
 
     load_spec(spec)  # a spec error ends the command here, before Prefect starts
     with shared_reads():  # one read of each site's data: the check's, kept for the release
@@ -164,7 +163,7 @@ def study_failed(error: str, sites: list[dict[str, Any]]) -> typer.Exit:
 
 def _study_from_storage(spec: str, round: str | None) -> dict[str, Any]:
     from dpate.settings import resolve_site, resolve_study
-    from dpate.site_reports import published_site
+    from dpate.site.reports import published_site
     from dpate.tasks.aggregate import published_result
 
     ctx = resolve_study(spec, round)

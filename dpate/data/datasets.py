@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpate.data.sources import SOURCES, DatasetSource, SourceFile
 from dpate.errors import DpateError, ExitCode
 from dpate_core.synth import synth
 
@@ -51,13 +50,10 @@ __all__ = [
     "IHDP_Y_RANGE",
     "LALONDE_AGES",
     "LALONDE_EARNINGS_CAP",
-    "SOURCES",
     "STAR_SCORE_RANGE",
     "STAR_SITES",
     "DataUnavailableError",
-    "DatasetSource",
     "PaperDataset",
-    "SourceFile",
     "data_dir",
     "load_dataset",
     "load_ihdp",

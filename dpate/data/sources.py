@@ -1,7 +1,7 @@
 """Where the paper's four public data sets come from: each file's name, pinned sha256 and
 download URLs (:data:`SOURCES`), with each data set's citation and licence (docs/how-to/data.md).
 ``dpate data fetch`` (:mod:`dpate.data.fetch`) refuses any other bytes; the loaders are in
-:mod:`dpate.data.datasets`, which re-exports these names.
+:mod:`dpate.data.datasets`.
 """
 
 from __future__ import annotations

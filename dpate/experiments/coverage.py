@@ -13,7 +13,7 @@ import numpy as np
 from dpate.experiments.data import Dataset, DataSource, Split, sites_of
 from dpate.experiments.settings import (
     AGGREGATOR_LABELS,
-    AGGREGATORS,
+    COMPARED_AGGREGATORS,
     ESTIMATOR_LABELS,
     Z95,
     ExperimentSettings,
@@ -213,7 +213,7 @@ def _coverage_rows(settings, key, tau, var, n, estimand, boot, site_boot, comb_b
     half = Z95 * np.sqrt(np.maximum(var, 0.0))
     for j in range(j_sites):
         add(f"site {j + 1}", "normal", np.abs(tau[:, j] - estimand) <= half[:, j], 2 * half[:, j])
-    for agg in AGGREGATORS:
+    for agg in COMPARED_AGGREGATORS:
         res = aggregate_many(agg, tau, n, var)
         h = Z95 * np.sqrt(res.variance)
         add(AGGREGATOR_LABELS[agg], "normal", np.abs(res.estimate - estimand) <= h, 2 * h,
@@ -232,9 +232,9 @@ def _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot
     site_cov = [[] for _ in range(j_sites)]
     site_width = [[] for _ in range(j_sites)]
     site_same = [[] for _ in range(j_sites)]
-    comb_cov = {agg: [] for agg in AGGREGATORS}
-    comb_width = {agg: [] for agg in AGGREGATORS}
-    comb_same = {agg: [] for agg in AGGREGATORS}
+    comb_cov = {agg: [] for agg in COMPARED_AGGREGATORS}
+    comb_width = {agg: [] for agg in COMPARED_AGGREGATORS}
+    comb_same = {agg: [] for agg in COMPARED_AGGREGATORS}
     for b, sites in enumerate(boot):
         seed = seed_key(settings.seed, "coverage-boot", *key, b)
         for j, site in enumerate(sites):
@@ -247,7 +247,7 @@ def _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot
             site_cov[j].append(iv.lo <= estimand <= iv.hi)
             site_width[j].append(iv.width)
             site_same[j].append(site_normal_interval(site).width)
-        for agg in AGGREGATORS:
+        for agg in COMPARED_AGGREGATORS:
             try:
                 iv = comb_boot(sites, agg, draws=draws, seed=seed + 100)
                 same = combined_normal_interval(sites, agg).width
@@ -262,7 +262,7 @@ def _bootstrap_rows(settings, key, j_sites, estimand, boot, site_boot, comb_boot
     for j in range(j_sites):
         add(f"site {j + 1}", "bootstrap", np.array(site_cov[j]), np.array(site_width[j]),
             same=site_same[j])  # fmt: skip
-    for agg in AGGREGATORS:
+    for agg in COMPARED_AGGREGATORS:
         add(AGGREGATOR_LABELS[agg], "bootstrap", np.array(comb_cov[agg]),
             np.array(comb_width[agg]), same=comb_same[agg])  # fmt: skip
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from dpate.experiments.settings import (
     AGGREGATOR_LABELS,
-    AGGREGATORS,
+    COMPARED_AGGREGATORS,
     ESTIMATOR_LABELS,
     THREE_SITE_PROPORTIONS,
     frac,
@@ -21,7 +21,7 @@ from dpate_core.aggregation import aggregator_of
 
 __all__ = ["make_figures"]
 
-_STYLE = {a: aggregator_of(a).style for a in AGGREGATORS}
+_STYLE = {a: aggregator_of(a).style for a in COMPARED_AGGREGATORS}
 Rows = Sequence[dict[str, Any]]
 
 
@@ -37,7 +37,7 @@ def _plt() -> Any:
 def _series(rows: Rows) -> dict[str, list[tuple[Fraction, float, float]]]:
     """Per combiner, its ``(alpha, mae_mean, mae_std)`` points sorted by alpha."""
     series = {}
-    for agg in AGGREGATORS:
+    for agg in COMPARED_AGGREGATORS:
         pts = sorted(
             (Fraction(r["alpha"]), r["mae_mean"], r["mae_std"])
             for r in rows

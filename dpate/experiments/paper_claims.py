@@ -29,7 +29,7 @@ from dpate.experiments.claim import (
     point_label,
     points,
 )
-from dpate.experiments.settings import AGGREGATOR_LABELS, AGGREGATORS
+from dpate.experiments.settings import AGGREGATOR_LABELS, COMPARED_AGGREGATORS
 
 __all__ = [
     "PAPER_CLAIMS",
@@ -148,14 +148,14 @@ def mae_non_increasing_in_alpha(rows: Sequence[Row]) -> Claim | None:
     steps, bad = 0, []
     for key, by_alpha in panels(rows).items():
         alphas = sorted(by_alpha, key=Fraction)
-        for agg in AGGREGATORS:
+        for agg in COMPARED_AGGREGATORS:
             for lo, hi in pairwise(alphas):
                 steps += 1
                 if by_alpha[hi][agg]["mae_mean"] > TOL * by_alpha[lo][agg]["mae_mean"]:
                     bad.append((agg, key, hi))
     if not steps:
         return None
-    by_agg = {a: sum(1 for b in bad if b[0] == a) for a in AGGREGATORS}
+    by_agg = {a: sum(1 for b in bad if b[0] == a) for a in COMPARED_AGGREGATORS}
     return Claim(
         "MAE non-increasing in alpha for every combiner",
         len(bad) <= 0.05 * steps,

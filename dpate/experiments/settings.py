@@ -19,9 +19,9 @@ import numpy as np
 from dpate_core.aggregation import aggregator_of
 
 __all__ = [
-    "AGGREGATORS",
     "AGGREGATOR_LABELS",
     "ALPHAS",
+    "COMPARED_AGGREGATORS",
     "DELTA",
     "ESTIMATOR_LABELS",
     "PAPER_ESTIMATORS",
@@ -36,9 +36,10 @@ __all__ = [
 ALPHAS: tuple[Fraction, ...] = tuple(Fraction(a) for a in ("1/8", "1/4", "1/2", "1", "2", "4", "8"))
 THREE_SITE_PROPORTIONS: tuple[tuple[int, ...], ...] = ((1, 1, 1), (3, 2, 1), (9, 9, 2), (18, 1, 1))
 DELTA = Fraction(1, 100_000)
-#: the paper's three combiners and the two meta-analysis ones (dpate_core/aggregation/_registry.py)
-AGGREGATORS = ("mvagg", "all", "largest", "inverse_variance", "random_effects")
-AGGREGATOR_LABELS = {a: aggregator_of(a).label for a in AGGREGATORS}
+#: the combiners the experiments compare: the paper's three and the two meta-analysis ones (names
+#: of dpate_core.aggregation.AGGREGATORS)
+COMPARED_AGGREGATORS = ("mvagg", "all", "largest", "inverse_variance", "random_effects")
+AGGREGATOR_LABELS = {a: aggregator_of(a).label for a in COMPARED_AGGREGATORS}
 ESTIMATOR_LABELS = {
     "dim": "DP difference in means",
     "smooth_matching": "SmoothDPMatching",

@@ -34,7 +34,7 @@ import numpy as np
 
 from dpate.experiments.data import Split
 from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
-from dpate.experiments.settings import AGGREGATORS, ExperimentSettings, frac, generator
+from dpate.experiments.settings import COMPARED_AGGREGATORS, ExperimentSettings, frac, generator
 from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import matching_smooth_sensitivity, plan_matching, smooth_beta
@@ -199,7 +199,7 @@ def prepare(split: Split, estimator: str) -> tuple[SiteStatistics, float, str]:
 
 
 def _per_combiner() -> dict[str, list[np.ndarray]]:
-    return {a: [] for a in AGGREGATORS}
+    return {a: [] for a in COMPARED_AGGREGATORS}
 
 
 @dataclass
@@ -231,7 +231,7 @@ def _draw_alpha(
         # common random numbers: the same generator state for every alpha of this split
         rng = generator(settings, sp.dataset, sp.proportions, estimator, i)
         tau, n, var = simulate_sites(plans, rng, reps, published=False)  # the paper's estimators
-        for agg in AGGREGATORS:
+        for agg in COMPARED_AGGREGATORS:
             res = aggregate_many(agg, tau, n, var)
             acc.errors[agg].append(np.abs(res.estimate - reference))
             acc.used[agg].append(res.used.sum(axis=1))
@@ -262,7 +262,7 @@ def _alpha_rows(
         else (2.0 if estimator == "global_matching" else 1.0)
     )
     rows = []
-    for agg in AGGREGATORS:
+    for agg in COMPARED_AGGREGATORS:
         all_err = np.concatenate(acc.errors[agg])
         answered = np.isfinite(all_err)
         err = all_err[answered] if answered.any() else np.array([np.nan])

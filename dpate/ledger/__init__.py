@@ -1,33 +1,39 @@
 """The site's privacy ledger: append-only, hash-chained, one per site, usable without Prefect
-(docs/how-to/ledger.md).
+(docs/how-to/ledger.md). Every name is imported from this package (``from dpate.ledger import
+PrivacyLedger``); its modules are private:
 
-- :mod:`dpate.ledger.privacy_ledger`: :class:`PrivacyLedger`, the appends (``CAP``, ``RESERVE``,
-  ``COMMIT``) under the append lock, budget before noise, one draw per release.
-- :mod:`dpate.ledger.reads`: opening a ledger and its reads (:class:`LedgerReader`).
-- :mod:`dpate.ledger.chain`: the rows, their hash chain, the spend and the ledger's errors.
-- :mod:`dpate.ledger.verify`: the audit of a chain.
-- :mod:`dpate.ledger.engine`: ledger URLs and the SQLAlchemy engine.
-- :mod:`dpate.ledger.sqlite_file`: a SQLite-file ledger read with :mod:`sqlite3` alone (the
-  checking commands start without SQLAlchemy).
-- :mod:`dpate.ledger.anchors`: the ledger's heads checked against the heads it published (a
-  restored older copy refuses to spend).
+- ``_privacy_ledger``: :class:`PrivacyLedger`, the appends (``CAP``, ``RESERVE``, ``COMMIT``) under
+  the append lock, budget before noise, one draw per release.
+- ``_reads``: opening a ledger and its reads (:class:`LedgerReader`).
+- ``_chain``: the rows, their hash chain (:func:`row_hash`, :data:`GENESIS`), release ids, the
+  spend and the ledger's errors.
+- ``_verify``: the audit of a chain.
+- ``_engine``: ledger URLs (:func:`as_sqlalchemy_url`, :func:`shown_url`) and the SQLAlchemy
+  engine.
+- ``_sqlite_file``: a SQLite-file ledger read with :mod:`sqlite3` alone (:func:`open_reader`,
+  :func:`read_site_spend`: the checking commands start without SQLAlchemy).
+- ``_anchors``: the ledger's heads checked against the heads it published (a restored older copy
+  refuses to spend).
 
-The names below are imported from their modules on first use (PEP 562), so that a command which
-reads a SQLite ledger with :mod:`dpate.ledger.sqlite_file` does not import SQLAlchemy.
+The names are imported from their modules on first use (PEP 562), so that a command which reads a
+SQLite ledger (:func:`read_site_spend`) does not import SQLAlchemy.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dpate.ledger.anchors import (
+    from dpate.ledger._anchors import (
+        AnchorReport,
         LedgerBehindError,
+        PublishedHead,
         check_anchors,
         published_heads,
         require_not_behind,
         verify_against_reports,
     )
-    from dpate.ledger.chain import (
+    from dpate.ledger._chain import (
+        GENESIS,
         BudgetExceededError,
         CapMismatchError,
         Committed,
@@ -37,14 +43,32 @@ if TYPE_CHECKING:
         Reservation,
         SiteSpend,
         VerifyReport,
+        budget_text,
+        release_id,
+        row_hash,
     )
-    from dpate.ledger.privacy_ledger import PrivacyLedger, ledger_exists
-    from dpate.ledger.reads import LedgerReader
+    from dpate.ledger._engine import as_sqlalchemy_url, shown_url, sqlite_file_missing
+    from dpate.ledger._privacy_ledger import PrivacyLedger, ledger_exists
+    from dpate.ledger._reads import LedgerReader
+    from dpate.ledger._sqlite_file import open_reader, read_site_spend
 
-#: each public name and the module that defines it
+#: each public name and the private module that defines it
 _EXPORTS = {
     **dict.fromkeys(
         (
+            "AnchorReport",
+            "LedgerBehindError",
+            "PublishedHead",
+            "check_anchors",
+            "published_heads",
+            "require_not_behind",
+            "verify_against_reports",
+        ),
+        "dpate.ledger._anchors",
+    ),
+    **dict.fromkeys(
+        (
+            "GENESIS",
             "BudgetExceededError",
             "CapMismatchError",
             "Committed",
@@ -54,22 +78,20 @@ _EXPORTS = {
             "Reservation",
             "SiteSpend",
             "VerifyReport",
+            "budget_text",
+            "release_id",
+            "row_hash",
         ),
-        "dpate.ledger.chain",
+        "dpate.ledger._chain",
     ),
-    "PrivacyLedger": "dpate.ledger.privacy_ledger",
-    "ledger_exists": "dpate.ledger.privacy_ledger",
-    "LedgerReader": "dpate.ledger.reads",
     **dict.fromkeys(
-        (
-            "LedgerBehindError",
-            "check_anchors",
-            "published_heads",
-            "require_not_behind",
-            "verify_against_reports",
-        ),
-        "dpate.ledger.anchors",
+        ("as_sqlalchemy_url", "shown_url", "sqlite_file_missing"), "dpate.ledger._engine"
     ),
+    "PrivacyLedger": "dpate.ledger._privacy_ledger",
+    "ledger_exists": "dpate.ledger._privacy_ledger",
+    "LedgerReader": "dpate.ledger._reads",
+    "open_reader": "dpate.ledger._sqlite_file",
+    "read_site_spend": "dpate.ledger._sqlite_file",
 }
 
 
@@ -82,6 +104,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "GENESIS",
+    "AnchorReport",
     "BudgetExceededError",
     "CapMismatchError",
     "Committed",
@@ -91,12 +115,21 @@ __all__ = [
     "LedgerNotFoundError",
     "LedgerReader",
     "PrivacyLedger",
+    "PublishedHead",
     "Reservation",
     "SiteSpend",
     "VerifyReport",
+    "as_sqlalchemy_url",
+    "budget_text",
     "check_anchors",
     "ledger_exists",
+    "open_reader",
     "published_heads",
+    "read_site_spend",
+    "release_id",
     "require_not_behind",
+    "row_hash",
+    "shown_url",
+    "sqlite_file_missing",
     "verify_against_reports",
 ]

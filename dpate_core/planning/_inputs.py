@@ -46,6 +46,11 @@ class Assumptions:
     #: the treatment; 1: a c-statistic of about 0.76); None: 1. The propensity estimator's model
     #: noise share is its noise against this spread
     propensity_sd: float | None = None
+    #: the propensity estimator's effective number of usable bands per release (``N^2 / sum_b
+    #: N_b^2``, between 1 and ``K``); None: predicted by simulating the noisy model's band edges
+    #: from public inputs (levels equally common, numeric covariates around the middle of their
+    #: bounds, no covariate associated with the treatment: docs/research/propensity.md)
+    band_occupancy: float | None = None
 
     def mean(self, bound: float) -> float:
         """The assumed outcome mean, ``B/2`` unless given."""
@@ -96,6 +101,14 @@ class Assumptions:
                 else f"{self.propensity_sd:g} (user-supplied)"
             )
             + " (the propensity model's noise share)",
+            "propensity bands: "
+            + (
+                "occupancy predicted from the model's noise (categorical levels equally common, "
+                "numeric covariates around the middle of their bounds with sd a third of their "
+                "half-width, none associated with the treatment; give --band-occupancy)"
+                if self.band_occupancy is None
+                else f"{self.band_occupancy:g} effectively filled bands per release (user-supplied)"
+            ),
         ]
 
 

@@ -21,7 +21,6 @@ from dpate.schemas.reports._parts import (
     PublicEstimate,
 )
 from dpate.schemas.reports._plausibility import (
-    RTOL,
     UNRESOLVED_DIAGNOSTICS,
     estimate_problems,
     required_diagnostics,
@@ -69,7 +68,6 @@ __all__ = [
     "REPORT_SCHEMA_VERSION",
     "REPORT_SCHEMA_VERSIONS",
     "RESULT_SCHEMA",
-    "RTOL",
     "UNRESOLVED_DIAGNOSTICS",
     "AbsentSite",
     "BalanceDoc",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dpate_core.mechanisms import ESTIMATORS, RTOL
+from dpate_core.mechanisms import ESTIMATORS
 from dpate_core.privacy import PrivacyParams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from dpate.schemas.spec import StudySpec
 
 __all__ = [
-    "RTOL",
     "UNRESOLVED_DIAGNOSTICS",
     "estimate_problems",
     "required_diagnostics",

@@ -20,7 +20,7 @@ another spec hash, a site not in the spec, and a budget or bound that is not the
 that site. It also refuses a document larger than :data:`MAX_REPORT_BYTES` before parsing it, a
 document whose nesting or numbers are out of bounds before any arithmetic on them
 (:mod:`dpate.schemas.reports._bounded_json`; exact strings: :func:`dpate_core.privacy.exact`), then, when
-an unsigned or wrongly signed report (:mod:`dpate.schemas.signing`: reports are signed by
+an unsigned or wrongly signed report (:mod:`dpate.signing`: reports are signed by
 default, so every site needs its public key in the spec unless the study opts out with
 ``signing = "none"``) before any of its numbers is checked, and last
 numbers the spec's mechanism cannot produce (:mod:`dpate.schemas.reports._plausibility`).
@@ -263,7 +263,7 @@ class SiteReport(BaseModel):
 
     def signed_with(self, key: Any) -> SiteReport:
         """This report signed with an Ed25519 private key (deterministic: same bytes again)."""
-        from dpate.schemas.signing import sign_bytes
+        from dpate.signing import sign_bytes
 
         return self.model_copy(update={"signature": sign_bytes(key, self.signed_bytes())})
 
@@ -384,8 +384,8 @@ def read_report(
 def _signature_problems(data: bytes | str, site_id: str, spec: StudySpec) -> list[str]:
     """Reports are signed by default: under ``signing = "required"`` every site's report must be
     signed by the site's public_key in the spec (a site without one cannot be accepted); under
-    ``signing = "none"`` a site that still lists a key must sign (dpate.schemas.signing)."""
-    from dpate.schemas.signing import signature_problems, unsigned_site_problem
+    ``signing = "none"`` a site that still lists a key must sign (dpate.signing)."""
+    from dpate.signing import signature_problems, unsigned_site_problem
 
     try:
         key = spec.site(site_id).public_key

@@ -23,8 +23,8 @@ def public_key_line(site: str, home: Path | None = None) -> str:
     """What ``dpate site keygen SITE`` gives a run on this machine: the site's private key at
     ``$DPATE_HOME/keys/SITE.ed25519.pem`` (made once; ``home`` instead of this process's
     DPATE_HOME), and the spec line with its public half (reports are signed by default)."""
-    from dpate.schemas.signing import ensure_private_key
     from dpate.settings import dpate_home
+    from dpate.signing import ensure_private_key
 
     path = (home if home is not None else dpate_home()) / "keys" / f"{site}.ed25519.pem"
     return f'public_key = "{ensure_private_key(path)}"\n'

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dpate.cli.errors import ExitCode
 from dpate.cli.main import app
+from dpate.errors import ExitCode
 from tests.cli.conftest import public_key_line
 
 runner = CliRunner()

@@ -43,7 +43,7 @@ def test_demo_is_a_cli_command():
 
 def test_demo_sites_sign_with_keys_kept_outside_the_published_folder(tmp_path):
     from dpate.cli.demo_study import demo_key_path
-    from dpate.schemas.signing import load_private_key, public_key_text
+    from dpate.signing import load_private_key, public_key_text
 
     spec = load_spec(write_demo_study(tmp_path, seed=11))
     assert spec.signing == "required"

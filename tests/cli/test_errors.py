@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpate.cli.errors import ExitCode, classify, summary_code
+from dpate.cli.errors import classify, summary_code
+from dpate.errors import ExitCode
 from tests.cli.conftest import public_key_line
 
 MARKER = "n/a-7391"  # a raw value put in the outcome column: must never be echoed

@@ -214,7 +214,7 @@ def test_the_check_keeps_its_read_for_the_release_only_within_shared_reads(
     site once and the release takes that read (once: a retry reads again); outside it every
     check reads and nothing is kept."""
     from dpate.settings import resolve_site
-    from dpate.site_plans import shared_reads, take_checked
+    from dpate.site.plans import shared_reads, take_checked
     from dpate.study_check import check_study
 
     spec = write_spec(tmp_path, {"a": GOOD, "b": GOOD})
@@ -244,6 +244,6 @@ def test_a_bad_site_found_within_shared_reads_still_stops_the_study(tmp_path, ho
     assert r.exit_code == ExitCode.SITE_DATA, r.output
     assert events(home, "a") == ["CAP"] and events(home, "b") == ["CAP"]
     assert sorted(Path(p).parent.name for p in opened) == ["a", "b"]
-    from dpate import site_plans
+    from dpate.site import plans
 
-    assert site_plans._held is None
+    assert plans._held is None

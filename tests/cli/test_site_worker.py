@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dpate.cli.errors import ExitCode
 from dpate.cli.main import app
 from dpate.deployments import site_runner
 from dpate.deployments.site_runner import FLOW_NAME, REFUSED, WORKER_SITE_ENV, refusal
 from dpate.deployments.site_worker import SiteJobConfiguration, SiteWorker, site_command
+from dpate.errors import ExitCode
 from dpate.schemas.spec import load_spec
 
 runner = CliRunner()
@@ -49,7 +49,7 @@ def _no_site_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def _keyed_star(tmp_path: Path) -> Path:
     """The shipped STAR spec as the coordinator uploads it once site rural sent its key (made
     here, where this site's DPATE_SITE_KEY names it: ``dpate site keygen``)."""
-    from dpate.schemas.signing import ensure_private_key, with_public_key
+    from dpate.signing import ensure_private_key, with_public_key
 
     public = ensure_private_key(tmp_path / "keys" / "rural.ed25519.pem")
     path = tmp_path / "star.toml"
@@ -170,7 +170,7 @@ def test_a_spec_named_by_path_or_url_is_refused_before_anything_is_read(
 
 
 def test_an_unapproved_or_edited_spec_is_refused_naming_no_path(tmp_path, monkeypatch):
-    from dpate.spec_approvals import approved_specs_dir
+    from dpate.site.approvals import approved_specs_dir
 
     spec_hash = _approved_star(tmp_path)
     other = "0" * 64
@@ -189,7 +189,7 @@ def test_an_unapproved_or_edited_spec_is_refused_naming_no_path(tmp_path, monkey
 def test_approve_refuses_a_spec_not_naming_the_site_or_its_key_or_not_its_content_address(
     tmp_path,
 ):
-    from dpate.schemas.signing import ensure_private_key, with_public_key
+    from dpate.signing import ensure_private_key, with_public_key
 
     res = runner.invoke(app, ["site", "approve", str(STAR), "--site", "nowhere"])
     assert res.exit_code == ExitCode.SPEC, res.output

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dpate.ledger import PrivacyLedger
-from dpate.ledger.sqlite_file import read_site_spend
+from dpate.ledger import PrivacyLedger, read_site_spend
 from dpate_core.privacy import PrivacyParams
 from tests.cli.test_check import write_study
 

@@ -457,6 +457,17 @@ lifetime_cap = { epsilon = "3", delta = "0" }
     bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--propensity-sd", "0"])
     assert bad.exit_code == 2 and "--propensity-sd" in bad.output
 
+    # the bands' occupancy: predicted unless stated (the plan says what it predicts); fewer
+    # filled bands, less noise
+    def notes(*extra: str) -> list[str]:
+        res = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json", *extra])
+        return [n for n in json.loads(res.output)["notes"] if "filled bands" in n]
+
+    assert len(notes()) == 1 and notes("--band-occupancy", "2") == []
+    assert width("--band-occupancy", "1.5") < width("--band-occupancy", "5")
+    bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--band-occupancy", "0.5"])
+    assert bad.exit_code == 2 and "--band-occupancy" in bad.output
+
 
 def _occupancy(w, y, x, k):
     """What a planner would give for sparse strata: the treated share, the outcome's mean and its
@@ -529,36 +540,131 @@ def _synth_propensity_sites(n: int, k: int):
     return records, columns
 
 
-@pytest.mark.parametrize(("n", "k"), [(2000, 2), (5000, 3), (10_000, 3)])
-def test_propensity_widths_on_synth_with_numeric_covariates_within_25_percent(n, k):
-    # the propensity release at eps 1 per site; the prediction reads the spec's covariate
-    # structure (three categorical, two numeric with bounds and no bins) and what a planner
-    # would state: the treated share, the outcome's mean and within-arm sd, the confounding
-    # (crude difference less the effect); the propensity's logit sd is left at its default
-    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, plan_propensity
+def _check_propensity_plan(sites, columns, effect: float, reps: int = 400):
+    """Each site's and the combined predicted width within 25% of the realised ones (``sites``:
+    ``(w, y, z)``), the planner stating what it would know: the treated share, the outcome's mean
+    and within-arm sd, the effect and the confounding (crude difference less the effect); the
+    propensity's logit sd and the bands' occupancy left at their defaults."""
+    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, Categorical, plan_propensity
 
-    sites, columns = _synth_propensity_sites(n, k)
-    plans = [plan_propensity(w, y, z, columns, bound=1.0, epsilon=1) for w, y, z, _ in sites]
-    tau, sizes, var = simulate_sites(plans, np.random.default_rng(8), 400)
-    w, y, _, effect = (np.concatenate(v) for v in zip(*sites, strict=True))
+    plans = [plan_propensity(w, y, z, columns, bound=1.0, epsilon=1) for w, y, z in sites]
+    tau, sizes, var = simulate_sites(plans, np.random.default_rng(8), reps)
+    w, y = (np.concatenate([s[i] for s in sites]) for i in (0, 1))
     within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
     crude = float(y[w == 1].mean() - y[w == 0].mean())
     assumptions = Assumptions(
         arm_share=float(w.mean()),
         outcome_sd=float(np.sqrt(within)),
         outcome_mean=float(y.mean()),
-        effect=float(effect.mean()),
-        confounding=crude - float(effect.mean()),
+        effect=effect,
+        confounding=crude - effect,
     )
-    designs = [SiteDesign.of(f"s{j}", n, 1, 0, DEFAULT_SPLIT, 4) for j in range(k)]
+    levels = tuple(c.levels for c in columns if isinstance(c, Categorical))
+    designs = [
+        SiteDesign.of(f"s{j}", s[0].size, 1, 0, DEFAULT_SPLIT, 4) for j, s in enumerate(sites)
+    ]
     for agg in ("mvagg", "inverse_variance"):
-        plan = plan_study("propensity", agg, designs, domain_size=16, bound=1.0,
-                          assumptions=assumptions, recommend=False, covariate_sizes=(2, 4, 2),
-                          bounded_covariates=2)  # fmt: skip
-        for j, s in enumerate(plan.sites):
-            assert s.width == pytest.approx(_realised_width(var[:, j]), rel=0.25), (agg, j)
+        plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(levels)), bound=1.0,
+                          assumptions=assumptions, recommend=False, covariate_sizes=levels,
+                          bounded_covariates=len(columns) - len(levels))  # fmt: skip
+        for j, site in enumerate(plan.sites):
+            assert site.width == pytest.approx(_realised_width(var[:, j]), rel=0.25), (agg, j)
         realised = _realised_width(aggregate_many(agg, tau, sizes, var).variance)
         assert plan.combined_width == pytest.approx(realised, rel=0.25), agg
+
+
+@pytest.mark.parametrize(("n", "k"), [(2000, 2), (5000, 3), (10_000, 3)])
+def test_propensity_widths_on_synth_with_numeric_covariates_within_25_percent(n, k):
+    # the propensity release at eps 1 per site; the prediction reads the spec's covariate
+    # structure (three categorical, two numeric with bounds and no bins)
+    sites, columns = _synth_propensity_sites(n, k)
+    effect = float(np.concatenate([e for *_, e in sites]).mean())
+    _check_propensity_plan([(w, y, z) for w, y, z, _ in sites], columns, effect)
+
+
+def _propensity_records(name: str):
+    """IHDP replication 1 (x1..x6 numeric with public bounds [-4, 4], x7..x25 binary) or
+    Lalonde ``nswdemo`` (age, schooling, 1974 and 1975 earnings numeric with public bounds,
+    four binary; re74's missing values as 0), as a propensity study declares them, and the
+    truth (IHDP: the mean of ``mu1 - mu0``; Lalonde, an experiment: the difference in means)."""
+    import pandas as pd
+
+    from dpate.data.datasets import data_dir
+    from dpate_core.mechanisms.propensity import Categorical, Numeric
+
+    if name == "ihdp":
+        ds = _dataset(load_ihdp)
+        raw = pd.read_csv(data_dir() / "ihdp" / "ihdp_npci_1.csv", header=None)
+        values = [raw[4 + k].to_numpy() for k in range(1, 26)]
+        z = np.column_stack([v if k < 6 else v - v.min() for k, v in enumerate(values)])
+        columns = (Numeric(-4.0, 4.0),) * 6 + (Categorical(2),) * 19
+        return ds.w, ds.y, z.astype(float), columns, float(ds.extra["true_ate_rescaled"])
+    ds = _dataset(load_lalonde)
+    raw = pd.read_csv(data_dir() / "lalonde" / "nswdemo.csv")
+    names = ("age", "educ", "re74", "re75", "black", "hisp", "marr", "nodeg")
+    z = np.column_stack([raw[c].fillna(0.0).to_numpy(dtype=float) for c in names])
+    columns = (Numeric(17.0, 55.0), Numeric(0.0, 18.0), Numeric(0.0, 40000.0),
+               Numeric(0.0, 40000.0)) + (Categorical(2),) * 4  # fmt: skip
+    effect = float(ds.y[ds.w == 1].mean() - ds.y[ds.w == 0].mean())
+    return ds.w, ds.y, z, columns, effect
+
+
+@pytest.mark.parametrize(("name", "k"), [("ihdp", 2), ("lalonde", 3)])
+def test_propensity_widths_on_small_real_sites_within_25_percent(name, k):
+    # IHDP (25 covariates, 2 sites of 374) and Lalonde (8 covariates, 3 sites of 241) at eps 1:
+    # the model query's noise swamps the level counts, its band edges miss the records and most
+    # releases put nearly every record in one or two bands; the plan predicts that occupancy
+    # from public inputs (a prediction on five equally filled bands is about twice as wide)
+    w, y, z, columns, effect = _propensity_records(name)
+    sites = [(w[i], y[i], z[i]) for i in split_equal(w.size, k, 11)]
+    _check_propensity_plan(sites, columns, effect, reps=300)
+
+
+def test_propensity_band_occupancy_is_predicted_and_adjustable():
+    """The simulated model releases are fit_model's (vectorised): the same band edges and noise
+    share; the predicted occupancy falls with the model's noise (fewer records, more covariates);
+    a stated occupancy replaces it, and more filled bands mean more noise."""
+    from dpate_core.mechanisms.propensity import (
+        Categorical,
+        Numeric,
+        band_occupancy,
+        fit_model,
+        fitted_models,
+    )
+    from dpate_core.planning import PredictionInputs
+
+    columns = (Categorical(2), Categorical(4), Numeric(-1.0, 1.0))
+    rng = np.random.default_rng(3)
+    base = np.array(
+        [300, 200, 170, 110, 130, 90, 40, 50, 60, 40, 80, 60, 120, 50, -60.0, 45.0, 160.0]
+    )
+    noisy = base + rng.laplace(0.0, 20.0, (6, base.size))
+    fit = fitted_models(noisy, columns, 500, 20.0, 5)
+    for r, row in enumerate(noisy):
+        model = fit_model(row, columns, 20, 500, 20.0)
+        assert fit.edges[r] == pytest.approx(model.edges(5), rel=1e-4, abs=1e-4)
+        share = min(1.0, fit.index_noise[r] / fit.model_spread[r])
+        assert share == pytest.approx(model.noise_share, rel=1e-9)
+
+    def inputs(n, bounded=2, **assumed):
+        design = SiteDesign.of("a", n, 1, 0, None, 4)
+        return PredictionInputs(design, 16, 1.0, Assumptions(outcome_sd=0.1, **assumed),
+                                None, (2, 4, 2), bounded)  # fmt: skip
+
+    small, large = band_occupancy(inputs(300)), band_occupancy(inputs(20_000))
+    assert 1.0 <= small < 3.0 and large > 4.9
+    assert band_occupancy(inputs(300, bounded=10)) < small
+    assert band_occupancy(inputs(300, band_occupancy=3.5)) == pytest.approx(3.5)
+
+    def width(**assumed):
+        return predict_site("propensity", SiteDesign.of("a", 300, 1, 0, None, 4), domain_size=16,
+                            bound=1.0, assumptions=Assumptions(outcome_sd=0.1, **assumed),
+                            covariate_sizes=(2, 4, 2), bounded_covariates=2).width  # fmt: skip
+
+    assert width(band_occupancy=1) < width(band_occupancy=5)
+    assert width(band_occupancy=1) < width() < width(band_occupancy=5)
+    with pytest.raises(ValueError, match="band occupancy"):
+        width(band_occupancy=0.5)
 
 
 def test_propensity_prediction_includes_the_model_noise():

@@ -14,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dpate.cli.main import app
-from dpate.data.datasets import SOURCES, data_dir, load_lalonde
+from dpate.data.datasets import data_dir, load_lalonde
 from dpate.data.fetch import ChecksumError, FetchError, fetch_datasets, file_sha256
+from dpate.data.sources import SOURCES
 
 from .test_datasets import needs_data
 

@@ -30,7 +30,7 @@ from dpate.experiments.paper_claims import (
     smooth_matching_mae_small,
     star_mvagg_best,
 )
-from dpate.experiments.settings import AGGREGATORS
+from dpate.experiments.settings import COMPARED_AGGREGATORS
 
 ALPHAS = ("1/8", "1", "8")
 Value = float | Callable[[str, str], float]
@@ -67,7 +67,7 @@ def panel(
             "noise_sd_site1": noise_sd,
         }
         for alpha in alphas
-        for agg in AGGREGATORS
+        for agg in COMPARED_AGGREGATORS
     ]
 
 
@@ -119,10 +119,12 @@ def test_mvagg_safe_when_others_have_small_eps():
 
 
 def test_mae_non_increasing_in_alpha():
-    falling = {a: (lambda alpha, _: {"1/8": 3.0, "1": 2.0, "8": 1.0}[alpha]) for a in AGGREGATORS}
+    falling = {
+        a: (lambda alpha, _: {"1/8": 3.0, "1": 2.0, "8": 1.0}[alpha]) for a in COMPARED_AGGREGATORS
+    }
     c = mae_non_increasing_in_alpha(panel("IST", "dim", falling))
     assert c is not None and c.holds
-    assert c.numbers == {"exceptions": 0.0, "steps": float(len(AGGREGATORS) * 2)}
+    assert c.numbers == {"exceptions": 0.0, "steps": float(len(COMPARED_AGGREGATORS) * 2)}
     rising = {"mvagg": lambda alpha, _: {"1/8": 1.0, "1": 2.0, "8": 3.0}[alpha]}
     c = mae_non_increasing_in_alpha(panel("IST", "dim", rising))
     assert c is not None and not c.holds and c.numbers["exceptions"] == 2.0

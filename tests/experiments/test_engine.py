@@ -15,7 +15,7 @@ from dpate.experiments.data import Site, Split
 from dpate.experiments.paper_claims import evaluate_claims
 from dpate.experiments.run import run_experiments
 from dpate.experiments.sensitivity import paper_literal_smooth_sensitivity
-from dpate.experiments.settings import AGGREGATORS, ExperimentSettings
+from dpate.experiments.settings import COMPARED_AGGREGATORS, ExperimentSettings
 from dpate.experiments.sweep import TABLE_COLUMNS, run_split
 from dpate_core.mechanisms.matching import matching_smooth_sensitivity, smooth_beta
 from tests.experiments.inline_data import SOURCE, synth
@@ -46,7 +46,7 @@ def test_writes_the_tidy_table_and_its_companions(small_run):
     # IST 5 configurations and STAR 1, each with DiM and adjusted; three observational sets x 5
     # configurations x 4 estimators (GlobalDPMatching, SmoothDPMatching, adjusted, propensity)
     configs = (5 + 1) * 2 + 3 * 5 * 4
-    assert len(table) == configs * len(SMALL.alphas) * len(AGGREGATORS)
+    assert len(table) == configs * len(SMALL.alphas) * len(COMPARED_AGGREGATORS)
     assert (table["reps"] == SMALL.reps).all()
     assert set(table["alpha"]) == {"1/8", "1", "8"}
     assert (table["mae_mean"] > 0).all() and (table["mae_std"] >= 0).all()

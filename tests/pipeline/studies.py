@@ -88,8 +88,8 @@ def write_study(
     local run looks (``$DPATE_HOME/keys``, made once: :meth:`Study.key_path`) and its public_key
     in the spec, as reports are signed by default;
     ``unsigned_reason`` writes the opt-out (``signing = "none"``) and no keys instead."""
-    from dpate.schemas.signing import ensure_private_key
     from dpate.settings import dpate_home
+    from dpate.signing import ensure_private_key
 
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)

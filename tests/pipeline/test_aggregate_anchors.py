@@ -17,14 +17,20 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from dpate.ledger import PrivacyLedger
-from dpate.ledger.anchors import check_anchors, published_heads, verify_against_reports
-from dpate.ledger.chain import GENESIS, release_id, row_hash
+from dpate.ledger import (
+    GENESIS,
+    PrivacyLedger,
+    check_anchors,
+    published_heads,
+    release_id,
+    row_hash,
+    verify_against_reports,
+)
 from dpate.schemas.reports import SiteReport, read_report
-from dpate.schemas.signing import SITE_KEY_ENV, seal_site_report
 from dpate.schemas.spec import StudySpec
+from dpate.signing import SITE_KEY_ENV, seal_site_report
 from dpate.storage import Store
-from dpate_core import smooth_dp_matching
+from dpate_core.mechanisms.matching import smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
 from tests.schemas.test_spec import UNSIGNED, base
 
@@ -271,7 +277,7 @@ def test_cli_verify_against_reports_needs_a_site_and_a_root(site, monkeypatch):
 
 def test_cli_site_keygen(tmp_path):
     from dpate.cli.main import app
-    from dpate.schemas.signing import load_private_key, public_key_text
+    from dpate.signing import load_private_key, public_key_text
 
     res = CliRunner().invoke(app, ["site", "keygen", "north", "--out", str(tmp_path / "k")])
     assert res.exit_code == 0, res.output

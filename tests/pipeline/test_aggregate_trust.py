@@ -9,7 +9,7 @@ import pytest
 
 from dpate.ledger import PrivacyLedger
 from dpate.schemas.reports import SiteReport
-from dpate.schemas.signing import SITE_KEY_ENV, SigningError, generate_key_pair, load_private_key
+from dpate.signing import SITE_KEY_ENV, SigningError, generate_key_pair, load_private_key
 from tests.pipeline.studies import Site, write_study
 
 pytestmark = [

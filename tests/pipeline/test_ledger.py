@@ -11,8 +11,8 @@ from dpate.ledger import (
     BudgetExceededError,
     CapMismatchError,
     LedgerError,
+    release_id,
 )
-from dpate.ledger.chain import release_id
 from dpate_core.privacy import PrivacyParams
 
 CAP = PrivacyParams.of("1", "1e-5")

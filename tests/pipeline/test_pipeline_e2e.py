@@ -403,7 +403,7 @@ def test_a_deployed_run_refuses_without_the_sites_own_ledger_setting(
 
     from dpate.flows.site_release import site_release
     from dpate.settings import SettingsError, dpate_home
-    from dpate.spec_approvals import approve_spec
+    from dpate.site.approvals import approve_spec
 
     st = site_env(write_study(tmp_path, [Site("solo", 1200)]))
     monkeypatch.setenv("DPATE_SPECS", str(tmp_path / "approved"))

@@ -11,7 +11,7 @@ stand-ins, and nothing else:
 
 - the noise: :func:`dpate_core.release.draw_once` draws through its simulation path from a numpy
   generator seeded by ``(SEED, N)`` (the same noise sites, kinds and scales as the secure path);
-- the record order: :func:`dpate.site_plans.record_order` ranks each stratum's records by their place
+- the record order: :func:`dpate.site.plans.record_order` ranks each stratum's records by their place
   in a permutation of the ``N`` records seeded the same way (the order the records path would
   present them in: :class:`dpate.schemas.site_data.PermutationOrder`);
 - the clock: :mod:`dpate.ledger` reads a fixed UTC time (the rows' ``created_at``, which the hash
@@ -78,8 +78,8 @@ class _FixedClock(datetime):
 @pytest.fixture
 def deterministic_release(monkeypatch):
     """The secure noise, the secure record order and the clock replaced by seeded stand-ins."""
-    import dpate.ledger.privacy_ledger
-    import dpate.site_plans
+    import dpate.ledger._privacy_ledger
+    import dpate.site.plans
     import dpate.tasks.aggregate
     import dpate.tasks.site
     import dpate_core.release as core_release
@@ -92,11 +92,11 @@ def deterministic_release(monkeypatch):
 
     monkeypatch.setattr(core_release, "draw_once", seeded_draw)
     monkeypatch.setattr(
-        dpate.site_plans,
+        dpate.site.plans,
         "record_order",
         lambda n: PermutationOrder(np.random.default_rng([SEED, n]).permutation(n)),
     )
-    monkeypatch.setattr(dpate.ledger.privacy_ledger, "datetime", _FixedClock)
+    monkeypatch.setattr(dpate.ledger._privacy_ledger, "datetime", _FixedClock)
     monkeypatch.setattr(dpate.tasks.site, "software_version", lambda: "golden")
     monkeypatch.setattr(dpate.tasks.aggregate, "software_version", lambda: "golden")
 

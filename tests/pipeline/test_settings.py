@@ -1,4 +1,4 @@
-"""Only the site decides where its ledger, data and publication root are (dpate/settings.py):
+"""Only the site decides where its ledger, data and publication root are (dpate.settings):
 the precedence environment > site config file > (local runs only) spec or default."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def study(tmp_path):
 def approved(study, tmp_path, monkeypatch) -> str:
     """The study's spec approved at site north (``dpate site approve``): the hash a deployed run
     names it by."""
-    from dpate.spec_approvals import approve_spec
+    from dpate.site.approvals import approve_spec
 
     monkeypatch.setenv("DPATE_SPECS", str(tmp_path / "approved"))
     monkeypatch.setenv("DPATE_SITE_KEY", str(study.key_path("{site}")))  # the site's own key

@@ -17,8 +17,8 @@ from dpate.schemas.reports import (
     loads_bounded,
     read_report,
 )
-from dpate.schemas.signing import generate_key_pair, load_private_key
 from dpate.schemas.spec import SpecError, StudySpec
+from dpate.signing import generate_key_pair, load_private_key
 from dpate_core.privacy import PrivacyParams, exact
 
 from .test_report_trust import SPECS, release

@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 
 from dpate.schemas.reports import SiteReport, read_report
-from dpate.schemas.signing import generate_key_pair, load_private_key
 from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import load_spec
-from dpate_core import aggregate, smooth_dp_matching
+from dpate.signing import generate_key_pair, load_private_key
+from dpate_core.aggregation import aggregate
+from dpate_core.mechanisms.matching import smooth_dp_matching
 from dpate_core.synth import split_proportions, synth
 
 from .test_spec import EXAMPLES

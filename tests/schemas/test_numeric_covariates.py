@@ -17,7 +17,7 @@ import pytest
 
 from dpate.schemas.site_data import SiteDataError, prepare_site_data
 from dpate.schemas.spec import SpecError, StudySpec
-from dpate.site_plans import plan_from_records
+from dpate.site.plans import plan_from_records
 from dpate_core.mechanisms.propensity import Categorical, Numeric, plan_propensity
 from dpate_core.release import draw_many
 

@@ -18,7 +18,8 @@ from dpate.schemas.reports import (
     software_version,
 )
 from dpate.schemas.spec import StudySpec
-from dpate_core import dp_difference_in_means, smooth_dp_matching
+from dpate_core.mechanisms.difference_in_means import dp_difference_in_means
+from dpate_core.mechanisms.matching import smooth_dp_matching
 from dpate_core.privacy import PrivacyParams
 
 from .test_spec import UNSIGNED, base

@@ -17,16 +17,17 @@ from dpate.schemas.reports import (
     estimate_problems,
     read_report,
 )
-from dpate.schemas.signing import (
+from dpate.schemas.spec import SpecError, StudySpec
+from dpate.signing import (
     SigningError,
     generate_key_pair,
     load_private_key,
     seal_site_report,
     site_signing_key,
 )
-from dpate.schemas.spec import SpecError, StudySpec
-from dpate_core import dp_difference_in_means, global_dp_matching, smooth_dp_matching
 from dpate_core.mechanisms.adjusted import UNRESOLVED_FIXED_EFFECTS, dp_adjusted, plan_adjusted
+from dpate_core.mechanisms.difference_in_means import dp_difference_in_means
+from dpate_core.mechanisms.matching import global_dp_matching, smooth_dp_matching
 
 from .test_spec import UNSIGNED, base
 
@@ -427,7 +428,7 @@ def test_signatures_cover_the_lifetime_spend_and_version_1_reports_still_verify(
 def test_a_public_key_is_added_to_its_sites_entry_and_nothing_else_changes(keys):
     from pathlib import Path
 
-    from dpate.schemas.signing import with_public_key
+    from dpate.signing import with_public_key
 
     (_, pub), (_, other) = keys
     text = (Path(__file__).parents[2] / "deployments/examples/star.toml").read_text()

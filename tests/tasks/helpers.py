@@ -9,9 +9,9 @@ import numpy as np
 
 from dpate.ledger import Committed
 from dpate.schemas.reports import LifetimeSpend, software_version
-from dpate.schemas.signing import load_private_key, sign_bytes
 from dpate.settings import SiteContext, resolve_site
-from dpate.site_reports import site_report_bytes
+from dpate.signing import load_private_key, sign_bytes
+from dpate.site.reports import site_report_bytes
 from dpate.storage import Store
 from dpate.tasks.site import load_site_data, plan_release
 from dpate_core.release import draw_once

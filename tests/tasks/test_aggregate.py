@@ -14,7 +14,7 @@ from dpate.html_report import render_html, source_label
 from dpate.schemas.reports import MAX_REPORT_BYTES, LifetimeSpend, StudyResult
 from dpate.schemas.spec import canonical_json
 from dpate.settings import resolve_site, resolve_study
-from dpate.site_reports import site_report_bytes
+from dpate.site.reports import site_report_bytes
 from dpate.storage import Store
 from dpate.tasks.aggregate import (
     StudyIncompleteError,

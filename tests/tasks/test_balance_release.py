@@ -169,7 +169,7 @@ def test_an_estimator_with_public_bands_gets_a_released_within_column(balanced):
 
     import dpate_core.mechanisms as mechanisms
     from dpate.schemas.spec import StudySpec
-    from dpate.site_plans import balance_plan
+    from dpate.site.plans import balance_plan
 
     banded = dataclasses.replace(
         mechanisms.estimator_of("smooth_matching"),

@@ -246,8 +246,8 @@ def test_a_forged_toy_report_is_refused_by_its_own_rule(toys):
 def write_toy_spec(root: Path, sampling: str = "none") -> Path:
     """A three-site study of the toys on CSV files (the contract's records), as a user writes it:
     each site's key made where a local run looks (``dpate site keygen``), listed in the spec."""
-    from dpate.schemas.signing import ensure_private_key
     from dpate.settings import dpate_home
+    from dpate.signing import ensure_private_key
 
     rng = np.random.default_rng(11)
     blocks = []

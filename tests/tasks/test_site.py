@@ -11,8 +11,8 @@ import pytest
 from dpate.schemas.reports import ReportError, read_report
 from dpate.schemas.site_data import SecureOrder
 from dpate.settings import resolve_site
-from dpate.site_plans import data_independent_order, record_order
-from dpate.site_reports import ledger_spend, site_report_bytes
+from dpate.site.plans import data_independent_order, record_order
+from dpate.site.reports import ledger_spend, site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 
 from .helpers import COMMITTED_AT, committed_release
@@ -50,7 +50,7 @@ def test_plan_release_presents_records_in_a_data_independent_order(study):
 
 
 def test_load_site_data_refuses_a_bad_file_naming_columns_not_values(tmp_path, monkeypatch):
-    from dpate.tasks.site import SiteDataRejected
+    from dpate.site.operator_log import SiteDataRejected
     from tests.pipeline.studies import Site, write_study
 
     s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])
@@ -74,7 +74,7 @@ def test_a_deployed_run_tells_the_coordinator_only_that_the_data_was_rejected(
     the site's operator log has both."""
     import dataclasses
 
-    from dpate.tasks.site import SiteDataRejected
+    from dpate.site.operator_log import SiteDataRejected
     from tests.pipeline.studies import Site, write_study
 
     s = write_study(tmp_path / "bad", [Site("a", 80, bad_level="MARKER-7731")])
@@ -179,7 +179,7 @@ def test_published_report_carries_the_ledgers_spend_right_after_the_release(stud
 
 def test_spend_at_reservation_needs_the_releases_reservation(study):
     from dpate.ledger import LedgerError, PrivacyLedger
-    from dpate.site_reports import spend_at_reservation
+    from dpate.site.reports import spend_at_reservation
 
     study.init_ledgers("north")
     ctx = resolve_site(str(study.spec), "north")
@@ -232,8 +232,7 @@ def test_a_ledger_restored_from_an_older_copy_refuses_to_spend(study):
     import shutil
     from pathlib import Path
 
-    from dpate.ledger import PrivacyLedger
-    from dpate.ledger.anchors import LedgerBehindError
+    from dpate.ledger import LedgerBehindError, PrivacyLedger
     from dpate.tasks.site import publish_site_report, reserve_budget
 
     study.init_ledgers("north")

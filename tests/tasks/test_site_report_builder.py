@@ -7,7 +7,7 @@ from datetime import datetime
 
 from dpate.schemas.reports import PublicEstimate, SiteReport, read_report
 from dpate.settings import resolve_site
-from dpate.site_reports import site_report_bytes
+from dpate.site.reports import site_report_bytes
 
 from .helpers import committed_release
 

@@ -15,9 +15,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-import dpate.site_plans
+import dpate.site.plans
 from dpate.ledger import Committed
-from dpate.schemas.preflight import FeasibilityError
 from dpate.schemas.reports import software_version
 from dpate.schemas.site_data import (
     PermutationOrder,
@@ -27,8 +26,10 @@ from dpate.schemas.site_data import (
     site_statistics,
 )
 from dpate.settings import SiteContext, resolve_site
-from dpate.site_plans import plan_from_records
-from dpate.site_reports import site_report_bytes
+from dpate.site.feasibility import FeasibilityError
+from dpate.site.operator_log import SiteDataRejected
+from dpate.site.plans import plan_from_records
+from dpate.site.reports import site_report_bytes
 from dpate.tasks.site import load_site_data, plan_release
 from dpate_core.release import draw_once
 from tests.pipeline.studies import Site, Study, write_study
@@ -105,9 +106,9 @@ def seeded_orders(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     def permutation(n: int) -> np.ndarray:
         return np.random.default_rng([seed, n]).permutation(n)
 
-    monkeypatch.setattr(dpate.site_plans, "data_independent_order", permutation)
+    monkeypatch.setattr(dpate.site.plans, "data_independent_order", permutation)
     monkeypatch.setattr(
-        dpate.site_plans, "record_order", lambda n: PermutationOrder(permutation(n))
+        dpate.site.plans, "record_order", lambda n: PermutationOrder(permutation(n))
     )
 
 
@@ -217,7 +218,7 @@ def test_an_infeasible_site_is_refused_from_its_statistics_before_reserving(tmp_
     with pytest.raises(FeasibilityError) as info:
         load_site_data.fn(ctx)
     assert "too few records" in str(info.value) and "nothing was reserved" in str(info.value)
-    from dpate.schemas.preflight import feasibility_problems
+    from dpate.site.feasibility import feasibility_problems
 
     records = prepare_site_data(ctx.data_location, ctx.spec)
     assert info.value.problems == feasibility_problems(records, ctx.spec)
@@ -260,7 +261,6 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
     import sqlite3
 
     import dpate.schemas.site_data._engine as engine
-    import dpate.tasks.site
 
     s = study_of(tmp_path / "adj", monkeypatch, "adjusted")
     t = pq.read_table(s.root / "sites" / "north" / "records.parquet").to_pandas()
@@ -293,7 +293,7 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
     cfg.write_text(cfg.read_text() + 'data_secret = "site-db-password"\n', encoding="utf-8")
     ctx = resolve_site(str(s.spec), "north")
     assert ctx.data_secret == "site-db-password"
-    with pytest.raises(dpate.tasks.site.SiteDataRejected) as info:
+    with pytest.raises(SiteDataRejected) as info:
         load_site_data.fn(ctx)
     assert seen == ["pw-of-site-db-password-hunter2"] and real is not connect
     assert "hunter2" not in str(info.value)
@@ -303,14 +303,13 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
 def test_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, monkeypatch):
     """dim with ``outcome.binary``: an outcome other than 0 or B is refused before anything is
     reserved, and on 0/B outcomes the release publishes the records path's bytes."""
-    import dpate.tasks.site
 
     s = study_of(tmp_path / "bin", monkeypatch, "dim")
     text = s.spec.read_text(encoding="utf-8")
     s.spec.write_text(text.replace('policy = "clip"', 'policy = "clip"\nbinary = true'), "utf-8")
     ctx = resolve_site(str(s.spec), "north")
     assert ctx.spec.outcome.binary
-    with pytest.raises(dpate.tasks.site.SiteDataRejected, match="Nothing was reserved"):
+    with pytest.raises(SiteDataRejected, match="Nothing was reserved"):
         load_site_data.fn(ctx)
     assert "binary outcome must be exactly 0 or B" in s.operator_log("north").read_text()
     path = s.root / "sites" / "north" / "records.parquet"

@@ -9,7 +9,7 @@ import pytest
 
 from dpate.schemas.site_data import PreparationReport, SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
-from dpate.site_plans import plan_from_records
+from dpate.site.plans import plan_from_records
 from dpate_core.mechanisms.adjusted import plan_adjusted
 from dpate_core.statistics import cell_statistics
 

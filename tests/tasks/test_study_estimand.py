@@ -13,7 +13,7 @@ import pytest
 from dpate.schemas.reports import StudyResult
 from dpate.schemas.site_data import PreparationReport, SiteData
 from dpate.schemas.spec import StudySpec
-from dpate.site_plans import plan_from_records
+from dpate.site.plans import plan_from_records
 from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.mechanisms.adjusted import adjusted_weighting, plan_adjusted, study_weighting
 from dpate_core.planning import SiteDesign, plan_study

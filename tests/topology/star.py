@@ -89,7 +89,7 @@ def site_key(root: Path, site: str) -> Path:
 def with_site_keys(spec: str, root: Path, sites: tuple[str, ...]) -> str:
     """The spec text with each site's ``public_key`` (reports are signed by default): what each
     site's ``dpate site keygen SITE --spec`` does, the private key made at :func:`site_key`."""
-    from dpate.schemas.signing import ensure_private_key, with_public_key
+    from dpate.signing import ensure_private_key, with_public_key
 
     for site in sites:
         key = site_key(root, site)

@@ -21,7 +21,6 @@ from dpate_core.privacy import PrivacyParams
 pytestmark = [pytest.mark.services, pytest.mark.postgres]
 
 ledger_mod = pytest.importorskip("dpate.ledger")
-chain_mod = pytest.importorskip("dpate.ledger.chain")
 
 N_RELEASES = 20
 RELEASE = PrivacyParams(Fraction(1, 2), Fraction(1, 10**6))
@@ -33,7 +32,7 @@ SITE = "site-a"
 def _reserve(ledger, i: int) -> str:
     try:
         r = ledger.reserve(
-            release_id=chain_mod.release_id("race", SITE, "spec-hash", str(i)),
+            release_id=ledger_mod.release_id("race", SITE, "spec-hash", str(i)),
             study_id=f"race-{i % 3}",
             site_id=SITE,
             spec_hash="spec-hash",
@@ -126,7 +125,7 @@ def test_concurrent_retries_of_one_release_spend_once(ledger_url):
     """Twenty workers retrying the same release (same id): one RESERVE, nineteen see it."""
     with ledger_mod.PrivacyLedger(ledger_url) as ledger:
         barrier = threading.Barrier(N_RELEASES)
-        rid = chain_mod.release_id("race", SITE, "spec-hash", "same")
+        rid = ledger_mod.release_id("race", SITE, "spec-hash", "same")
 
         def one(_: int):
             barrier.wait(60)

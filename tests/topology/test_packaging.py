@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkouts import copy_checkout
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,11 +67,7 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel, built from a copy of the checkout (a stale build/ folder of the checkout would
     otherwise reach it: setuptools does not empty build/lib)."""
     src = tmp_path_factory.mktemp("src")
-    ignore = shutil.ignore_patterns(
-        ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
-        ".hypothesis", "dpate-demo", "out", "experiment-results",
-    )  # fmt: skip
-    shutil.copytree(REPO, src / "dpate", symlinks=True, ignore=ignore)
+    copy_checkout(src / "dpate")
     out = tmp_path_factory.mktemp("wheel")
     res = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", ".", "-w", str(out), "--no-deps", "-q"],

@@ -1,5 +1,5 @@
 """``dpate site keygen``: the site's side of the Trust rules (docs/how-to/deploying.md, Trust).
-Registered in :mod:`dpate.cli.main` (with ``site worker``: :mod:`dpate.cli.site_worker`)."""
+Registered in :mod:`dpate.cli.site`."""
 
 from __future__ import annotations
 
@@ -8,16 +8,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from dpate.cli.errors import TYPER_OPTIONS
-
-site_app = typer.Typer(
-    help="A site's signing key and its worker.", no_args_is_help=True, **TYPER_OPTIONS
-)
 console = Console()
 err = Console(stderr=True)
 
 
-@site_app.command("keygen")
 def keygen(
     site: str = typer.Argument(..., help="site id (as in the study spec)"),
     out: Path | None = typer.Option(  # noqa: B008
@@ -43,8 +37,8 @@ def keygen(
     site's public_key unless it opts out.
     """
     from dpate.errors import DpateError
-    from dpate.schemas.signing import generate_key_pair, with_public_key, write_private_key
     from dpate.settings import SiteSettings, site_key_path
+    from dpate.signing import generate_key_pair, with_public_key, write_private_key
     from dpate.storage import check_part
 
     try:
@@ -101,7 +95,7 @@ def _read(spec: Path, site: str) -> str:
     it (the site is not in it, or already has a key)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from dpate.schemas.signing import SigningError, public_key_text, with_public_key
+    from dpate.signing import SigningError, public_key_text, with_public_key
 
     try:
         text = spec.read_text(encoding="utf-8")

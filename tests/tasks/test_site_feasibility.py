@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpate.schemas.preflight import FeasibilityError, feasibility_problems
 from dpate.schemas.site_data import prepare_site_data
 from dpate.schemas.spec import StudySpec
-
-from .test_spec import base
+from dpate.site.feasibility import FeasibilityError, feasibility_problems
+from tests.schemas.test_spec import base
 
 
 def spec_for(estimator: str) -> StudySpec:
@@ -95,11 +94,11 @@ CASES = [
 def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex, monkeypatch):
     """A streamed release checks its per-cell counts (cell 2 x + w): the same answer, word for
     word, as the records give (checked through sorted stratum ids, the path for a huge |X|)."""
-    import dpate.schemas.preflight
-    from dpate.schemas.preflight import cell_feasibility_problems
+    import dpate.site.feasibility
+    from dpate.site.feasibility import cell_feasibility_problems
     from dpate_core.statistics import cell_statistics
 
-    monkeypatch.setattr(dpate.schemas.preflight, "COUNT_CELLS_UP_TO", 0)
+    monkeypatch.setattr(dpate.site.feasibility, "COUNT_CELLS_UP_TO", 0)
     spec = spec_for(estimator)
     records = data(w, sex, spec)
     cells = cell_statistics(
@@ -107,7 +106,7 @@ def test_the_rules_on_cell_counts_are_the_rules_on_the_records(estimator, w, sex
     )
     want = feasibility_problems(records, spec)
     assert feasibility_problems(cells, spec) == want
-    monkeypatch.setattr(dpate.schemas.preflight, "COUNT_CELLS_UP_TO", 1 << 24)  # records, by counts
+    monkeypatch.setattr(dpate.site.feasibility, "COUNT_CELLS_UP_TO", 1 << 24)  # records, by counts
     assert feasibility_problems(records, spec) == want
     assert cell_feasibility_problems(cells.counts, spec) == want
     if len(w) == 4:

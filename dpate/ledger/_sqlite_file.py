@@ -2,8 +2,8 @@
 that only read it (``dpate ledger show``, ``dpate check``): importing SQLAlchemy costs more than the
 whole read. Opened read-only (``mode=ro``: never creates or changes the file), with the engine's
 lock timeout; the events, their order, a release's recorded output and the spend are those of
-:class:`dpate.ledger.reads.LedgerReader`. Any other URL is read through
-:class:`~dpate.ledger.reads.LedgerReader`.
+:class:`dpate.ledger._reads.LedgerReader`. Any other URL is read through
+:class:`~dpate.ledger._reads.LedgerReader`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import quote
 
-from dpate.ledger.chain import (
+from dpate.ledger._chain import (
     Committed,
     Event,
     LedgerError,
@@ -24,10 +24,10 @@ from dpate.ledger.chain import (
     SiteSpend,
     site_spend,
 )
-from dpate.ledger.engine import not_found_message, shown_url, sqlite_file
+from dpate.ledger._engine import not_found_message, shown_url, sqlite_file
 
 if TYPE_CHECKING:
-    from dpate.ledger.reads import LedgerReader
+    from dpate.ledger._reads import LedgerReader
 
 __all__ = ["SqliteFileLedger", "open_reader", "read_site_spend"]
 
@@ -38,7 +38,7 @@ _COLUMNS = [f.name for f in fields(Event)]
 
 class SqliteFileLedger:
     """A SQLite-file ledger opened read-only with :mod:`sqlite3`: the reads of
-    :class:`~dpate.ledger.reads.LedgerReader` that the checking commands use (events, a release's
+    :class:`~dpate.ledger._reads.LedgerReader` that the checking commands use (events, a release's
     recorded output, a site's spend), with its errors (no file or no table: not found; unreadable:
     a ledger error naming the URL)."""
 
@@ -105,12 +105,12 @@ def open_reader(
     url: str, *, site: str | None = None, table_prefix: str = "dpate_"
 ) -> SqliteFileLedger | LedgerReader:
     """The ledger at ``url`` (a SQLAlchemy URL) opened for reading: a SQLite file without
-    SQLAlchemy, any other database through :class:`~dpate.ledger.reads.LedgerReader`."""
+    SQLAlchemy, any other database through :class:`~dpate.ledger._reads.LedgerReader`."""
     table_name = f"{table_prefix}ledger_events"
     path = sqlite_file(url)
     if path is not None:
         return SqliteFileLedger(path, table_name, url=url, site=site)
-    from dpate.ledger.reads import LedgerReader
+    from dpate.ledger._reads import LedgerReader
 
     return LedgerReader(url, table_prefix=table_prefix, site=site)
 

@@ -23,9 +23,9 @@ A ledger is never created implicitly: opening a URL that holds no ledger raises
 :class:`LedgerNotFoundError` (SQLite: the file is not even created), naming the URL and the command
 that creates it. Only :meth:`PrivacyLedger.init` (or ``create=True``) creates one.
 
-Opening and reading are in :mod:`dpate.ledger.reads` (:class:`~dpate.ledger.reads.LedgerReader`,
-the base of :class:`PrivacyLedger`); the rows and hash chain in :mod:`dpate.ledger.chain`, the
-audit in :mod:`dpate.ledger.verify`, URLs and engine in :mod:`dpate.ledger.engine`.
+Opening and reading are in :mod:`dpate.ledger._reads` (:class:`~dpate.ledger._reads.LedgerReader`,
+the base of :class:`PrivacyLedger`); the rows and hash chain in :mod:`dpate.ledger._chain`, the
+audit in :mod:`dpate.ledger._verify`, URLs and engine in :mod:`dpate.ledger._engine`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dpate.ledger.chain import (
+from dpate.ledger._chain import (
     GENESIS,
     BudgetExceededError,
     CapMismatchError,
@@ -54,9 +54,9 @@ from dpate.ledger.chain import (
     canonical_json,
     row_hash,
 )
-from dpate.ledger.engine import shown_url
-from dpate.ledger.reads import LedgerReader
-from dpate.ledger.verify import verify_events
+from dpate.ledger._engine import shown_url
+from dpate.ledger._reads import LedgerReader
+from dpate.ledger._verify import verify_events
 from dpate_core.privacy import PrivacyParams, check_budget, fraction_str
 
 __all__ = ["PrivacyLedger", "ledger_exists"]
@@ -64,7 +64,7 @@ __all__ = ["PrivacyLedger", "ledger_exists"]
 
 class PrivacyLedger(LedgerReader):
     """A privacy ledger at ``url`` (any SQLAlchemy URL; a plain path means a SQLite file): the
-    reads of :class:`dpate.ledger.reads.LedgerReader` and the appends, each under the append lock.
+    reads of :class:`dpate.ledger._reads.LedgerReader` and the appends, each under the append lock.
 
     ``table_prefix`` names the table (``<prefix>ledger_events``); tests use a unique one per run.
     """
@@ -339,7 +339,7 @@ class PrivacyLedger(LedgerReader):
 
     def verify(self, expect_head: str | None = None) -> VerifyReport:
         """Recompute the chain and the budget rules; list every problem found
-        (:func:`dpate.ledger.verify.verify_events`).
+        (:func:`dpate.ledger._verify.verify_events`).
 
         A deleted last row is caught only with ``expect_head`` (a head hash noted earlier).
         """

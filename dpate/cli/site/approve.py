@@ -1,10 +1,10 @@
 """``dpate site approve SPEC --site SITE``: the site's operator approves a study spec by hash
 (docs/how-to/deploying.md, "What a site trusts the coordinator with"). Registered in
-:mod:`dpate.cli.main` under ``dpate site``.
+:mod:`dpate.cli.site`.
 
 The spec is read (a local path or a URL the operator names), validated, checked to name the site
 and to list the site's own signing key (reports are signed by default), and copied into the
-site's approved specs folder as ``<spec_hash>.toml`` (:mod:`dpate.spec_approvals`). The site's
+site's approved specs folder as ``<spec_hash>.toml`` (:mod:`dpate.site.approvals`). The site's
 worker runs only specs approved so, named by that hash; approving the same spec again changes
 nothing. Run ``dpate check SPEC --site SITE`` first: it says what a release would publish and
 spend.
@@ -34,7 +34,7 @@ def site_approve_cmd(
     Copies the checked spec into the site's approved specs folder (DPATE_SPECS, or 'specs' in
     the site config; default $DPATE_HOME/specs) and prints its hash: the coordinator's runs name
     the spec by this hash. Nothing else the coordinator names is run."""
-    from dpate.spec_approvals import approve_spec
+    from dpate.site.approvals import approve_spec
 
     approved = approve_spec(spec, site=site)
     s = approved.spec

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from dpate.ledger.chain import GENESIS, Event, VerifyReport, row_hash
+from dpate.ledger._chain import GENESIS, Event, VerifyReport, row_hash
 from dpate_core.privacy import NOTHING, PrivacyParams, check_budget
 
 __all__ = ["verify_events"]

@@ -1,5 +1,5 @@
 """``dpate site worker SITE``: the site's own Prefect worker (docs/how-to/deploying.md, "What a site
-trusts the coordinator with"). Registered in :mod:`dpate.cli.main` under ``dpate site``.
+trusts the coordinator with"). Registered in :mod:`dpate.cli.site`.
 
 It polls the pool ``site-<SITE>`` of the coordinator's Prefect server (``PREFECT_API_URL``,
 ``PREFECT_API_AUTH_STRING``) and runs each flow run there as the installed ``site-release`` flow
@@ -21,7 +21,7 @@ import re
 import typer
 from rich.console import Console
 
-from dpate.cli.errors import ExitCode
+from dpate.errors import ExitCode
 
 err = Console(stderr=True)
 
@@ -41,8 +41,7 @@ def _api_url() -> str | None:
 def check_site_ledger(site: str) -> str:
     """The site's ledger URL, after checking that it is configured, exists and holds the site's
     lifetime cap (what every release checks first). Raises SettingsError or LedgerError."""
-    from dpate.ledger import LedgerError, PrivacyLedger
-    from dpate.ledger.engine import shown_url
+    from dpate.ledger import LedgerError, PrivacyLedger, shown_url
     from dpate.settings import SettingsError, site_config, site_ledger_url
 
     cfg = site_config(site, "{study}")  # "{study}" stays: per-study ledgers are checked per run
@@ -87,8 +86,7 @@ def site_worker_cmd(
     environment, the data, the ledger and the storage stay the site's. Refuses to start until the
     site's ledger exists (dpate ledger init). Stops on the first SIGTERM or SIGINT."""
     from dpate.deployments.site_runner import WORKER_SITE_ENV
-    from dpate.ledger import LedgerError
-    from dpate.ledger.engine import shown_url
+    from dpate.ledger import LedgerError, shown_url
     from dpate.settings import IDENTIFIER, SettingsError
 
     if not re.fullmatch(IDENTIFIER, site):

@@ -3,7 +3,7 @@ without its password, and the SQLAlchemy engine (SQLite appends serialised by ``
 
 SQLAlchemy is imported where an engine or a table is made, or a URL other than a plain SQLite
 file URL (``sqlite:///PATH``) is parsed: ``dpate ledger show`` on a SQLite file reads it with the
-standard library (:mod:`dpate.ledger.sqlite_file`).
+standard library (:mod:`dpate.ledger._sqlite_file`).
 """
 
 from __future__ import annotations

@@ -127,8 +127,8 @@ def _check_site_key(spec: StudySpec, site: str) -> None:
     """The spec's key for ``site`` is the one the site's worker signs with (its ``DPATE_SITE_KEY``
     / ``site_key``, as a deployed run reads it), or the study opts out and lists none: approving
     a spec attests the site's own key. Raises SigningError saying what to fix."""
-    from dpate.schemas.signing import site_signing_key
     from dpate.settings import site_config, site_key_path
+    from dpate.signing import site_signing_key
 
     cfg = site_config(site, spec.study_id)
     site_signing_key(spec, site, site_key_path(site, spec.study_id, deployed=True, cfg=cfg))

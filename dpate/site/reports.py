@@ -11,16 +11,15 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from dpate.ledger import Committed, LedgerError, PrivacyLedger
-from dpate.ledger.chain import Event
+from dpate.ledger import Committed, Event, LedgerError, PrivacyLedger
 from dpate.schemas.reports import (
     REPORT_SCHEMA_VERSION,
     LifetimeSpend,
     PublicEstimate,
     SiteReport,
 )
-from dpate.schemas.signing import seal_site_report
 from dpate.settings import SiteContext
+from dpate.signing import seal_site_report
 from dpate.storage import Store
 from dpate_core.inference import site_bootstrap_interval
 from dpate_core.privacy import PrivacyParams

@@ -13,7 +13,7 @@ from typing import Any, Self
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dpate.ledger.chain import (
+from dpate.ledger._chain import (
     Committed,
     Event,
     LedgerError,
@@ -22,7 +22,7 @@ from dpate.ledger.chain import (
     privacy_of,
     site_spend,
 )
-from dpate.ledger.engine import (
+from dpate.ledger._engine import (
     as_sqlalchemy_url,
     ledger_table,
     make_engine,

@@ -39,13 +39,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dpate.ledger.chain import LedgerError
-from dpate.ledger.privacy_ledger import PrivacyLedger
+from dpate.ledger._chain import LedgerError
+from dpate.ledger._privacy_ledger import PrivacyLedger
 from dpate.schemas.reports import MAX_REPORT_BYTES, MAX_RESULT_BYTES, loads_bounded
 from dpate.storage import ObjectTooLargeError, Store
 
 __all__ = [
-    "MAX_RESULT_BYTES",
     "AnchorReport",
     "LedgerBehindError",
     "PublishedHead",
