@@ -1,6 +1,12 @@
 """The propensity release's two compiled passes over the records (``docs/reference/benchmarks.md``): the
-model vector (:func:`model_pass`) and the band cells (:func:`band_pass`), one row of the
-covariate matrix at a time. Each entry they sum is an integer on a public grid (the sums exact).
+model vector and the band cells. Each entry they sum is an integer on a public grid (the sums
+exact, in any order).
+
+The release runs the columnar passes (:func:`model_columns`, :func:`band_columns`) over
+:class:`~dpate_core.mechanisms.propensity._model.Covariates`, a block of rows at a time and a
+chunk of rows a thread (:func:`run_chunks`); the checked passes (:func:`model_pass`,
+:func:`band_pass`, :func:`checked_columns`), one row at a time, name the first broken rule when a
+block's flag fires, and are the reference the columnar passes equal to the bit (tests).
 """
 
 from __future__ import annotations
