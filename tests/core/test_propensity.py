@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from dpate_core.mechanisms import ESTIMATORS
 from dpate_core.mechanisms.propensity import (
     PROPENSITY,
     Categorical,
+    Covariates,
     Numeric,
     fit_model,
     model_bits,
@@ -22,9 +24,10 @@ from dpate_core.mechanisms.propensity import (
     model_statistics,
     plan_propensity,
     plan_propensity_from_strata,
+    split_covariates,
 )
 from dpate_core.release import draw_many, draw_once
-from dpate_core.statistics import cell_statistics
+from dpate_core.statistics import cell_statistics, grid_bits
 
 COLUMNS = (Categorical(4), Categorical(3), Numeric(0.0, 10.0))
 
@@ -192,3 +195,105 @@ def test_seeded_release_is_pinned(golden) -> None:
         np.testing.assert_array_equal(locs[name], want, err_msg=why)
     np.testing.assert_allclose(out.tau, pinned["tau"], rtol=1e-12, err_msg=why)
     np.testing.assert_allclose(out.variance, pinned["variance"], rtol=1e-12, err_msg=why)
+
+
+def _layouts(rng: np.random.Generator, n: int) -> tuple[tuple[Any, ...], ...]:
+    """Records and columns of mixed layouts: categorical columns after numeric ones, levels
+    from 2 to 40 (packed counters and a count table), numeric half-widths 1.5 (a quotient) and
+    1/2 (a power of two: a product)."""
+    columns = (Numeric(-1.0, 2.0), Categorical(2), Categorical(5), Numeric(0.0, 1.0),
+               Categorical(40), Categorical(4))  # fmt: skip
+    w = (rng.uniform(size=n) < 0.35).astype(np.int8)
+    y = rng.uniform(0, 1, n)
+    z = np.column_stack([
+        rng.normal(1, 2, n), rng.integers(0, 2, n), rng.integers(0, 5, n),
+        rng.uniform(-0.2, 1.2, n), rng.integers(0, 40, n), rng.integers(0, 4, n),
+    ])  # fmt: skip
+    return ((w, y, z, columns),)
+
+
+def _reference(
+    w: np.ndarray, y: np.ndarray, z: np.ndarray, columns: Any, model: Any, bound: float
+) -> Any:
+    """The row-by-row checked passes (:func:`_kernels.model_pass`, :func:`_kernels.band_pass`):
+    the model vector and the band cells of ``model``'s bands."""
+    from dpate_core.mechanisms.propensity import _kernels, _model
+
+    g = model_bits(w.size)
+    kind, levels, mid, half, offset = _model.column_arrays(columns)
+    status, vector = _kernels.model_pass(
+        w, np.ascontiguousarray(z), kind, levels, mid, half, offset,
+        2 + sum(c.width for c in columns), g,
+    )  # fmt: skip
+    assert status == 0
+    edges = model.edges(5)
+    term_at = np.concatenate([[0], np.cumsum([t.size for t in model.terms])[:-1]])
+    k, m = grid_bits(w.size)
+    status, *cells = _kernels.band_pass(
+        w, y, np.ascontiguousarray(z), kind, mid, half, term_at.astype(np.int64),
+        np.concatenate(model.terms), model.intercept, edges, bound, k, m,
+    )  # fmt: skip
+    assert status == 0
+    return vector, cells
+
+
+@pytest.mark.parametrize("n", [2, 5000, 700_001])
+def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
+    """The threaded columnar passes give the checked row-by-row passes' model vector and band
+    cells to the bit, from a C-ordered matrix, a column-major float32 one and
+    :class:`Covariates`, with an outcome bound that is a power of two (a product) and one that
+    is not (700,001 rows: several threads' chunks and a partial block)."""
+    rng = np.random.default_rng(n)
+    ((w, y, z, columns),) = _layouts(rng, n)
+    g = model_bits(n)
+    cov = split_covariates(z, columns)
+    assert cov.codes.dtype == np.int8 and cov.values.dtype == np.float64
+    for data, bound in ((z, 1.0), (np.asfortranarray(z.astype(np.float32)), 1.5), (cov, 1.0)):
+        ref_z = data.matrix(columns) if isinstance(data, Covariates) else data
+        model = fit_model(model_statistics(w, data, columns, g) * 2.0**-g, columns, g, n, 1.0)
+        vector, cells = _reference(w, y, ref_z, columns, model, bound)
+        np.testing.assert_array_equal(model_statistics(w, data, columns, g), vector)
+        plan = plan_propensity(w, y, data, columns, bound=bound, epsilon=10**6)
+        noisy = draw_many(plan, np.random.default_rng(1), 1)
+        got = plan.stages[0].locs({"model": noisy["model"]})
+        smoothing = max(1.0, plan.noise[0].scale * 2.0**-g)
+        model = fit_model(noisy["model"][0], columns, g, n, smoothing)
+        _, cells = _reference(w, y, ref_z, columns, model, bound)
+        for name, want in zip(CELLS, cells, strict=True):
+            np.testing.assert_array_equal(got[name][0], want)
+
+
+@pytest.mark.parametrize(
+    ("row", "col", "value", "rule"),
+    [(3, None, 2, "treatment"), (7, 2, 5.0, "categorical"), (7, 1, 0.5, "categorical"),
+     (9, 0, np.nan, "numeric"), (4, 3, np.inf, "numeric"), (5, None, None, "outcomes")],
+)  # fmt: skip
+def test_columnar_passes_name_the_first_broken_rule(
+    row: int, col: Any, value: Any, rule: str
+) -> None:
+    """A broken rule in any chunk is named as the checked pass names it (the first in row
+    order), from a matrix and from :class:`Covariates`; a later row's other rule does not
+    mask it."""
+    rng = np.random.default_rng(7)
+    ((w, y, z, columns),) = _layouts(rng, 600_000)
+    w, y, z = w.copy(), y.copy(), z.copy()
+    z[-1, 5] = 9.0  # a later broken rule, in the last chunk
+    if rule == "treatment":
+        w[row] = value
+    elif rule == "outcomes":
+        y[row] = 1.5
+        z[-1, 5] = 1.0
+    else:
+        z[row, col] = value
+    inputs: list[Any] = [z]
+    if rule in ("treatment", "outcomes", "numeric"):
+        inputs.append(Covariates(*_columnar(z)))
+    for data in inputs:
+        with pytest.raises(ValueError, match=rule):  # the outcomes: read by the second stage
+            plan = plan_propensity(w, y, data, columns, bound=1.0, epsilon=1)
+            draw_many(plan, np.random.default_rng(0), 1)
+
+
+def _columnar(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    codes = np.ascontiguousarray(z[:, [1, 2, 4, 5]].T).astype(np.int8)
+    return codes, np.ascontiguousarray(z[:, [0, 3]].T)

@@ -21,6 +21,7 @@ from dpate_core.release import MechanismPlan
 from ._model import (
     Categorical,
     Column,
+    Covariates,
     Numeric,
     PropensityModel,
     decode_strata,
@@ -28,6 +29,7 @@ from ._model import (
     model_bits,
     model_sensitivity,
     model_statistics,
+    split_covariates,
 )
 from ._prediction import (
     ASSUMED_INDEX_VARIANCE,
@@ -74,6 +76,7 @@ __all__ = [
     "UNRESOLVED",
     "Categorical",
     "Column",
+    "Covariates",
     "FittedModels",
     "Numeric",
     "PropensityModel",
@@ -97,6 +100,7 @@ __all__ = [
     "predicted_noise_share",
     "released_variance",
     "simulated_releases",
+    "split_covariates",
 ]
 
 
@@ -117,29 +121,33 @@ class PropensityOptions:
             raise ValueError(f"bands ({self.bands}) must be a whole number in [2, 50]")
 
 
-def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Any]:
-    """The model's columns and the ``(N, p)`` covariate matrix of a plan's inputs: the
+def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Covariates]:
+    """The model's columns and the records' :class:`Covariates` of a plan's inputs: the
     categorical columns of the strata ``x`` (the spec's binned covariates,
-    :func:`~._model.as_columns`), then one :class:`Numeric` column per covariate with public
-    bounds and no bins (its values as given; the model clips them to the bounds)."""
+    :func:`~._model.as_columns`; their level codes in the smallest integer type), then one
+    :class:`Numeric` column per covariate with public bounds and no bins (its values as given,
+    float64; the model clips them to the bounds)."""
     import numpy as np
 
-    from ._model import as_columns
+    from ._model import as_columns, code_dtype
 
-    if p.covariate_values is None:
-        columns, codes = as_columns(p.covariate_sizes, p.domain_size)
-        return columns, codes[p.x]
-    values = np.asarray(p.covariate_values, dtype=np.float64).reshape(len(p.w), -1)
-    if values.shape[1] != len(p.covariate_bounds):
-        raise ValueError(
-            f"covariate_values: expected {len(p.covariate_bounds)} columns, one per entry of "
-            f"covariate_bounds"
-        )
-    numeric = tuple(Numeric(float(lo), float(hi)) for lo, hi in p.covariate_bounds)
-    if p.domain_size == 1:  # no binned covariate: no categorical column
-        return numeric, values
+    n = len(p.w)
+    numeric: tuple[Column, ...] = ()
+    values = np.empty((0, n))
+    if p.covariate_values is not None:
+        table = np.asarray(p.covariate_values, dtype=np.float64).reshape(n, -1)
+        if table.shape[1] != len(p.covariate_bounds):
+            raise ValueError(
+                f"covariate_values: expected {len(p.covariate_bounds)} columns, one per entry "
+                f"of covariate_bounds"
+            )
+        numeric = tuple(Numeric(float(lo), float(hi)) for lo, hi in p.covariate_bounds)
+        values = np.ascontiguousarray(table.T)
+    if numeric and p.domain_size == 1:  # no binned covariate: no categorical column
+        return numeric, Covariates(np.empty((0, n), np.int8), values)
     columns, codes = as_columns(p.covariate_sizes, p.domain_size)
-    return columns + numeric, np.column_stack([codes[p.x].astype(np.float64), values])
+    strata = np.ascontiguousarray(codes.T, dtype=code_dtype(columns))  # (p_cat, |X|)
+    return columns + numeric, Covariates(strata[:, np.asarray(p.x)], values)
 
 
 def _plan(p: PlanInputs) -> MechanismPlan:

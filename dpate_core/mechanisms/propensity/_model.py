@@ -38,8 +38,10 @@ import numpy as np
 __all__ = [
     "Categorical",
     "Column",
+    "Covariates",
     "Numeric",
     "PropensityModel",
+    "as_covariates",
     "check_pass",
     "column_arrays",
     "fit_model",
@@ -47,6 +49,7 @@ __all__ = [
     "model_sensitivity",
     "model_statistics",
     "model_statistics_of_strata",
+    "split_covariates",
 ]
 
 _MAX_MODEL_BITS = 30
@@ -134,18 +137,139 @@ def check_pass(status: int) -> None:
         raise ValueError(_PASS_ERRORS[int(status)])
 
 
-def model_statistics(w: np.ndarray, z: np.ndarray, columns: Sequence[Column], g: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Covariates:
+    """Records' covariates kept by kind, each column contiguous: ``codes`` ``(p_cat, N)`` the
+    categorical columns' level codes (integers, in column order), ``values`` ``(p_num, N)`` the
+    numeric columns' values (floats, in column order). The compiled passes read a quarter of
+    the bytes of a float matrix when the codes are int8 (:func:`split_covariates` makes one)."""
+
+    codes: np.ndarray
+    values: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.codes.ndim != 2 or self.values.ndim != 2:
+            raise ValueError("covariates: codes and values must be (columns, N) arrays")
+        if self.codes.shape[1] != self.values.shape[1] and self.codes.size and self.values.size:
+            raise ValueError("covariates: codes and values must have the same number of records")
+        if self.codes.dtype.kind != "i" or self.values.dtype.kind != "f":
+            raise ValueError(
+                "covariates: codes must be signed integers and values floats (split_covariates "
+                "converts an (N, p) matrix)"
+            )
+
+    @property
+    def n(self) -> int:
+        return int(max(self.codes.shape[1], self.values.shape[1]))
+
+    def matrix(self, columns: Sequence[Column]) -> np.ndarray:
+        """The ``(N, p)`` float64 matrix in column order (small inputs: numpy's index)."""
+        out = np.empty((self.n, len(columns)))
+        kind = [isinstance(c, Categorical) for c in columns]
+        out[:, np.flatnonzero(kind)] = self.codes.T
+        out[:, np.flatnonzero(np.logical_not(kind))] = self.values.T
+        return out
+
+
+def code_dtype(columns: Sequence[Column]) -> np.dtype[Any]:
+    """The smallest signed integer type holding every categorical column's codes."""
+    top = max((c.levels for c in columns if isinstance(c, Categorical)), default=1)
+    return np.dtype(np.min_scalar_type(-top))
+
+
+def split_covariates(z: Any, columns: Sequence[Column]) -> Covariates:
+    """The columnar :class:`Covariates` of an ``(N, p)`` matrix (one compiled pass): codes in
+    the smallest integer type, values in the matrix's float type (float64 for an integer
+    matrix). A code that is not a whole number in ``[0, levels)`` raises the rule."""
+    from ._kernels import BAD_CODE, column_codes, split_rows
+
+    z = np.asarray(z)
+    if z.ndim != 2 or z.shape[1] != len(columns):
+        raise ValueError(f"covariates: expected an array of shape (N, {len(columns)})")
+    kind, levels, *_ = column_arrays(columns)
+    cat, num = np.flatnonzero(kind == 0), np.flatnonzero(kind == 1)
+    vtype = z.dtype if z.dtype.kind == "f" else np.dtype(np.float64)
+    codes = np.empty((cat.size, z.shape[0]), code_dtype(columns))
+    if z.flags.f_contiguous and not z.flags.c_contiguous:  # columns contiguous: one at a time
+        for t, j in enumerate(cat):
+            if column_codes(z[:, j], levels[j], codes[t]) != 0:
+                check_pass(BAD_CODE)
+        values = np.empty((num.size, z.shape[0]), vtype)
+        for t, j in enumerate(num):
+            values[t] = z[:, j]
+        return Covariates(codes, values)
+    z = np.ascontiguousarray(z)
+    values = np.empty((num.size, z.shape[0]), vtype)
+    if split_rows(z, kind, levels, codes, values) != 0:
+        check_pass(BAD_CODE)
+    return Covariates(codes, values)
+
+
+def model_statistics(
+    w: np.ndarray, z: np.ndarray | Covariates, columns: Sequence[Column], g: int
+) -> np.ndarray:
     """The model vector (grid units, exact integers as float64) of records ``w`` (0/1) and
-    ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values), in one
-    compiled pass (:func:`dpate_core.mechanisms.propensity._kernels.model_pass`)."""
+    ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values; or
+    :class:`Covariates`), in one compiled pass over the columns
+    (:func:`dpate_core.mechanisms.propensity._kernels.model_columns`, threaded by chunks of
+    rows); a broken rule is named by the checked pass
+    (:func:`~dpate_core.mechanisms.propensity._kernels.model_pass`)."""
+
+    w = np.ascontiguousarray(w, dtype=np.int8)
+    return _columnar_statistics(w, as_covariates(w, z, columns, g), columns, g)
+
+
+def as_covariates(
+    w: np.ndarray, z: np.ndarray | Covariates, columns: Sequence[Column], g: int
+) -> Covariates:
+    """``z`` as :class:`Covariates` (:func:`split_covariates` of a matrix); a broken rule is
+    the one the checked pass over the matrix finds first, row by row."""
     from ._kernels import model_pass
 
+    if isinstance(z, Covariates):
+        return z
+    z = np.asarray(z)
+    try:
+        return split_covariates(z, columns)
+    except ValueError:
+        if z.ndim == 2 and z.shape == (w.size, len(columns)):
+            kind, levels, mid, half, offset = column_arrays(columns)
+            status, _ = model_pass(w, z, kind, levels, mid, half, offset, _width(columns), g)
+            check_pass(status)
+        raise
+
+
+def _columnar_statistics(
+    w: np.ndarray, cov: Covariates, columns: Sequence[Column], g: int
+) -> np.ndarray:
+    from ._kernels import checked_columns, model_columns, power_of_two_inverse, run_chunks
+
     kind, levels, mid, half, offset = column_arrays(columns)
-    status, out = model_pass(
-        np.ascontiguousarray(w, dtype=np.int8), np.ascontiguousarray(z), kind, levels, mid, half,
-        offset, _width(columns), g,
-    )  # fmt: skip
-    check_pass(status)
+    cat, num = kind == 0, kind == 1
+    if cov.codes.shape[0] != int(cat.sum()) or cov.values.shape[0] != int(num.sum()):
+        raise ValueError("covariates: one row of codes per categorical column, of values per "
+                         "numeric one")  # fmt: skip
+    n = int(w.size)
+    if cov.n != n and len(columns):
+        raise ValueError(f"covariates: {cov.n} records for {n} treatments")
+    codes = cov.codes.reshape(cov.codes.shape[0], n)
+    values = cov.values.reshape(cov.values.shape[0], n)
+    cat_levels = levels[cat]
+    inv = np.array([power_of_two_inverse(h) for h in half[num]], dtype=np.float64)
+    args = (w, codes, cat_levels, values, mid[num], half[num], inv, g)
+    parts = run_chunks(model_columns, args, n)
+    if any(p[0] for p in parts):
+        check_pass(checked_columns(w, codes, cat_levels, values))
+    treated = sum(int(p[1]) for p in parts)
+    table = sum(p[2] for p in parts)
+    nsum = sum(p[3] for p in parts)
+    unit = np.int64(1) << g
+    out = np.zeros(_width(columns), np.int64)
+    out[0], out[1] = (n - treated) * unit, treated * unit
+    for t, j in enumerate(np.flatnonzero(cat)):
+        out[offset[j] : offset[j] + 2 * levels[j]] = table[t, : levels[j]].ravel() * unit
+    for t, j in enumerate(np.flatnonzero(num)):
+        out[offset[j] : offset[j] + 3] = (nsum[t, 1] - nsum[t, 0], nsum[t, 0], nsum[t, 2])
     return np.asarray(out, dtype=np.float64)
 
 

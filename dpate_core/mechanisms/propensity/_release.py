@@ -54,11 +54,20 @@ from dpate_core.statistics import (
     grid_bits,
 )
 
-from ._kernels import band_pass
+from ._kernels import (
+    BAD_W,
+    BAD_Y,
+    band_columns,
+    band_pass,
+    power_of_two_inverse,
+    run_chunks,
+)
 from ._model import (
     Column,
+    Covariates,
     PropensityModel,
     as_columns,
+    as_covariates,
     check_pass,
     column_arrays,
     fit_model,
@@ -92,7 +101,7 @@ UNRESOLVED = (
 def plan_propensity(
     w: npt.ArrayLike,
     y: npt.ArrayLike,
-    z: npt.ArrayLike,
+    z: npt.ArrayLike | Covariates,
     columns: Sequence[Column],
     *,
     bound: float,
@@ -102,36 +111,57 @@ def plan_propensity(
     bands: int = BANDS,
 ) -> MechanismPlan:
     """The plan of :func:`dp_propensity` from records: ``z`` is ``(N, p)``, one column per entry
-    of ``columns`` (level codes, or values within public bounds)."""
+    of ``columns`` (level codes, or values within public bounds), or the same as
+    :class:`Covariates` (the compiled passes' own layout: a matrix is split into it first)."""
     bound = check_bound(bound)
     w_arr = np.asarray(w).astype(np.int8)
     y_arr = np.asarray(y, dtype=np.float64)
-    z_arr = np.asarray(z)
-    if z_arr.ndim == 1:
-        z_arr = z_arr[:, None]
-    if z_arr.shape != (w_arr.size, len(columns)):
-        raise ValueError(
-            f"covariates: expected an array of shape (N, {len(columns)}) for {len(columns)} "
-            f"declared columns"
-        )
+    if isinstance(z, Covariates):
+        z_arr: np.ndarray | Covariates = z
+        if z.codes.shape[0] + z.values.shape[0] != len(columns) or (columns and z.n != w_arr.size):
+            raise ValueError(f"covariates: expected {len(columns)} columns of {w_arr.size} records")
+    else:
+        z_arr = np.asarray(z)
+        if z_arr.ndim == 1:
+            z_arr = z_arr[:, None]
+        if z_arr.shape != (w_arr.size, len(columns)):
+            raise ValueError(
+                f"covariates: expected an array of shape (N, {len(columns)}) for {len(columns)} "
+                f"declared columns"
+            )
     n = int(w_arr.size)
     g = model_bits(n)
     k, m = grid_bits(max(n, 1))
 
-    z_arr = np.ascontiguousarray(z_arr)
-    kind, _, mid, half, _ = column_arrays(columns)
+    cov = as_covariates(w_arr, z_arr, columns, g)
+    kind, levels, mid, half, _ = column_arrays(columns)
+    at = np.zeros(len(columns), np.int64)  # each column's row in the codes or the values
+    for flag in (0, 1):
+        at[kind == flag] = np.arange(int(np.sum(kind == flag)))
+    inv = np.array([power_of_two_inverse(h) if f else 0.0 for h, f in zip(half, kind, strict=True)])
 
     def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
         term_at = np.concatenate([[0], np.cumsum([t.size for t in model.terms])[:-1]])
-        status, counts, sums, squares = band_pass(
-            w_arr, y_arr, z_arr, kind, mid, half, term_at.astype(np.int64),
-            np.concatenate(model.terms), model.intercept, edges, bound, k, m,
-        )  # fmt: skip
-        check_pass(status)
+        term_at = term_at.astype(np.int64)
+        terms = np.concatenate(model.terms)
+        if not np.all(edges[1:] >= edges[:-1]):  # unsorted or NaN edges: the searching pass
+            status, counts, sums, squares = band_pass(
+                w_arr, y_arr, cov.matrix(columns), kind, mid, half, term_at, terms,
+                model.intercept, edges, bound, k, m,
+            )  # fmt: skip
+            check_pass(status)
+            return CellStatistics(counts, sums, squares, bound, k, m)
+        parts = run_chunks(band_columns, (
+            w_arr, y_arr, cov.codes, cov.values, kind, levels, at, mid, half, inv, term_at,
+            terms, model.intercept, edges, bound, power_of_two_inverse(bound), k, m,
+        ), n)  # fmt: skip
+        if any(p[0] for p in parts):
+            check_pass(BAD_W if np.any((w_arr != 0) & (w_arr != 1)) else BAD_Y)
+        counts, sums, squares = (sum(p[i] for p in parts) for i in (1, 2, 3))
         return CellStatistics(counts, sums, squares, bound, k, m)
 
     return _plan(
-        n, model_statistics(w_arr, z_arr, columns, g), columns, g, band_cells,
+        n, model_statistics(w_arr, cov, columns, g), columns, g, band_cells,
         (k, m), bound, epsilon, delta, split, bands,
     )  # fmt: skip
 
@@ -302,7 +332,7 @@ def attenuation_correction(
 def dp_propensity(
     w: npt.ArrayLike,
     y: npt.ArrayLike,
-    z: npt.ArrayLike,
+    z: npt.ArrayLike | Covariates,
     columns: Sequence[Column],
     *,
     bound: float,
