@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -149,6 +150,16 @@ def child(mode: str, target: str) -> dict:
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").config(
             "spark.sql.shuffle.partitions", "4"
         ).getOrCreate().sparkContext.setLogLevel("ERROR")
+    # the secure samplers' compiled kernels (numba's cache) load on a process's first draw: a
+    # fixed cost of a fresh process, like the imports, timed apart (``kernels_s``)
+    t0 = time.perf_counter()
+    if mode in ESTIMATOR:
+        import numpy as np
+
+        from dpate_core.noise import integer_laplace_vector
+
+        integer_laplace_vector(np.zeros(2, dtype=np.int64), 1.0)
+    kernels = time.perf_counter() - t0
     t0 = time.perf_counter()
     rows = 0
     if mode == "imports":
@@ -174,7 +185,8 @@ def child(mode: str, target: str) -> dict:
             rows = sum(int(r[4]) for r in cur.fetchall())
     else:
         raise SystemExit(f"unknown mode {mode}")
-    return {"mode": mode, "rows": rows, "seconds": time.perf_counter() - t0}
+    seconds = time.perf_counter() - t0
+    return {"mode": mode, "rows": rows, "seconds": seconds, "kernels_s": kernels}
 
 
 def _duckdb_config() -> dict:
@@ -211,13 +223,41 @@ def best(mode: str, target: str, env: dict | None = None, repeat: int = 1) -> di
     return {**out, "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
 
 
+def interleaved(
+    base_mode: str, modes: list[str], target: str, env: dict | None = None, repeat: int = 1
+) -> tuple[dict, list[dict]]:
+    """The baseline and each mode run in turn, ``repeat`` rounds (a loaded machine slows
+    neighbouring runs alike): per line its median time, and per mode the median of its
+    per-round ratios to that round's baseline (``ratio``), with the highest peak RSS."""
+    rounds = []
+    for _ in range(repeat):
+        rounds.append([run_child(m, target, env) for m in [base_mode, *modes]])
+
+    def line(i: int) -> dict:
+        runs = [r[i] for r in rounds]
+        ratios = [r[i]["seconds"] / r[0]["seconds"] for r in rounds]
+        return {
+            **runs[0],
+            "seconds": statistics.median(x["seconds"] for x in runs),
+            "kernels_s": statistics.median(x["kernels_s"] for x in runs),
+            "ratio": statistics.median(ratios),
+            "peak_rss_mib": max(x["peak_rss_mib"] for x in runs),
+        }
+
+    return line(0), [line(i) for i in range(1, len(modes) + 1)]
+
+
 def show(r: dict, base: dict | None, imports: dict | None) -> None:
     rate = r["rows"] / r["seconds"] if r["seconds"] else float("nan")
-    ratio = f"{r['seconds'] / base['seconds']:6.2f}x" if base else "     - "
+    if "ratio" in r:
+        ratio = f"{r['ratio']:6.2f}x"
+    else:
+        ratio = f"{r['seconds'] / base['seconds']:6.2f}x" if base else "     - "
     above = f"{r['peak_rss_mib'] - imports['peak_rss_mib']:7.0f}" if imports else "      -"
     print(
         f"  {r['mode']:<18} {r['rows']:>14,} rows {r['seconds']:9.2f} s {rate / 1e6:8.2f} M rows/s"
         f"  {ratio}  peak RSS {r['peak_rss_mib']:6.0f} MiB ({above} above imports)  "
+        f"kernels {r.get('kernels_s', 0):.2f} s  "
         f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
@@ -256,7 +296,12 @@ def main() -> None:
     ap.add_argument("--matching-rows", type=float, default=1e7, help="largest N for matching")
     ap.add_argument("--old-checkout", default="", help="a checkout with the streaming path")
     ap.add_argument("--dir", default="/tmp/dpate-bench-engine")
-    ap.add_argument("--repeat", type=int, default=1, help="fresh processes per line (best time)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds: a fresh process per line and round; medians (Spark: best time)",
+    )
     ap.add_argument("--only", default="", help="comma-separated modes (default: all)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
     ap.add_argument("--setup", nargs=3, metavar=("WHAT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
@@ -293,21 +338,22 @@ def main() -> None:
             )
         return path
 
-    print(f"{os.cpu_count()} cores; load average {os.getloadavg()}; best of {r} per line")
+    print(f"{os.cpu_count()} cores; load average {os.getloadavg()}; {r} interleaved rounds")
     imports = best("imports", "-")
     show(imports, None, None)
     rows = int(args.rows)
     if rows:
         path = parquet(rows)
         print(f"Parquet, {rows:,} rows, {path.stat().st_size / 2**20:.0f} MiB")
-        base = best("duckdb-groupby", str(path), repeat=r)
-        show(base, base, imports)
         modes = ["release", "release-dim"]
         if rows <= args.matching_rows:
             modes.append("release-matching")
-        for mode in modes:
-            if wanted(mode):
-                show(best(mode, str(path), repeat=r), base, imports)
+        base, lines = interleaved(
+            "duckdb-groupby", [m for m in modes if wanted(m)], str(path), None, r
+        )
+        show(base, base, imports)
+        for line in lines:
+            show(line, base, imports)
     ds_rows = int(args.dataset_rows)
     if ds_rows:
         ds = folder / f"dataset-{ds_rows}"
@@ -317,10 +363,11 @@ def main() -> None:
             print(f"wrote {ds} in {time.perf_counter() - t:.0f} s", flush=True)
         size = sum(p.stat().st_size for p in ds.rglob("*.parquet")) / 2**30
         print(f"partitioned dataset, {ds_rows:,} rows, {size:.1f} GiB in 16 partitions")
-        base = best("dataset-groupby", str(ds), repeat=r)
+        modes = [m for m in ["dataset-release"] if wanted(m)]
+        base, lines = interleaved("dataset-groupby", modes, str(ds), None, r)
         show(base, base, imports)
-        if wanted("dataset-release"):
-            show(best("dataset-release", str(ds), repeat=r), base, imports)
+        for line in lines:
+            show(line, base, imports)
     spark_rows = int(args.spark_rows)
     if spark_rows:
         path = parquet(spark_rows)
@@ -343,9 +390,9 @@ def main() -> None:
         try:
             env = {"DPATE_DATA_QUERY": f"SELECT {COLUMNS} FROM {name}"}
             print(f"PostgreSQL, {pg_rows:,} rows (table {name})")
-            base = best("pg-groupby", PG_URL, env, r)
+            base, lines = interleaved("pg-groupby", ["pg-release"], PG_URL, env, r)
             show(base, base, imports)
-            show(best("pg-release", PG_URL, env, r), base, imports)
+            show(lines[0], base, imports)
             if args.old_checkout:
                 old = {**env, "PYTHONPATH": str(Path(args.old_checkout).resolve())}
                 show(best("pg-old-release", PG_URL, old, r), base, imports)

@@ -21,6 +21,12 @@ arm ``w`` of each group, the clipped and mapped counts) is decoded from the grou
   of the outcome's ``labels``: reported whatever the missing policy;
 - :data:`MAPPED`: a categorical value not declared, mapped to the covariate's ``other`` level.
 
+Each code is a CASE over the column whose first tests settle a valid value: a number's bins
+are tested in order, the lower edge before them and the upper edge as the last bin's test, so a
+clean row costs about the comparisons its bins need; which problem a row has is told apart only
+on the rows left. The codes are kept as :class:`Branches`, so the group key can be written as a
+sum of CASEs that yield each code already placed in its digit (:meth:`RecordCodes.key_expr`).
+
 Each row has one code per column, so a row is reported at most once per column, at the first
 rule it breaks; rules other than the conversion are reported on the rows kept under ``"drop"``.
 Everything compared with comes from the spec; nothing is learned from the data.

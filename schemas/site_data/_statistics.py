@@ -55,11 +55,18 @@ def site_summary(
     n_guess: int | None = None,
 ) -> tuple[Summary, Any]:
     """The validation summary and (``centred`` not None) the per-cell statistics, in one
-    ``GROUP BY`` of the site's rows by their codes (:func:`._rules.record_codes`): a plain
-    group-by of a few small integers with three aggregates, the count and the exact integer sums
-    of each record's grid values (:func:`_grid_sums`). On clean data the groups are the
-    (stratum, arm, clipped or not) combinations; every count the summary reports, and each
-    group's stratum and arm, are decoded from the codes.
+    ``GROUP BY`` of the site's rows by their codes (:func:`._rules.record_codes`): one integer
+    key, a sum of one CASE of constants per column (:meth:`._rules.RecordCodes.key_expr`), with
+    three aggregates, the count and the exact integer sums of each record's grid values
+    (:func:`_grid_sums`). On clean data the groups are the (stratum, arm, clipped or not)
+    combinations; every count the summary reports, and each group's stratum and arm, are
+    decoded from the codes.
+
+    On PostgreSQL the outcome's codes are counted per group instead of grouped by
+    (:meth:`._rules.RecordCodes.outcome_counts`): its planner estimates a key over the outcome
+    column to have as many groups as rows and then aggregates in one process; without it, in
+    parallel workers. Where outcomes are missing under ``missing = "drop"`` their groups' sums
+    hold them, and the query runs again grouped by the outcome's codes too.
 
     The grid depends on the number of records used, known only after the query: it is taken
     from ``n_guess`` and the sums are computed again when the count lands in another grid
@@ -67,8 +74,6 @@ def site_summary(
     from dpate_core.statistics import CellStatistics, grid_bits
 
     grid = grid_bits(max(n_guess or 1, 1), centred=bool(centred))
-    # PostgreSQL plans a parallel partial aggregation only for a key it expects few groups of:
-    # the outcome's codes are counted per group there, not grouped by
     in_key = site.dialect != "postgres"
     while True:
         keys, n, sums, exact = _groups(site, codes, spec, grid, centred, in_key)
