@@ -143,6 +143,9 @@ def child(mode: str, target: str) -> dict:
     ibis.duckdb.connect().disconnect()  # Ibis's backend modules, imported on first use
     if mode.startswith("pg"):
         assert ibis.postgres is not None  # its backend module too
+        import pandas  # imported by Ibis's PostgreSQL backend when it connects
+
+        del pandas
     del dpate, duckdb, psycopg
     if mode == "spark-release":
         from pyspark.sql import SparkSession

@@ -129,17 +129,29 @@ def _groups(
             sums = (_ints(groups.column("__s")), _ints(groups.column("__q")))
         return keys, n, sums, True
     b = codes.base
-    terms = _grid_sums(codes.used, spec, grid, bool(centred)) if centred is not None else {}
+    assert codes.outcome is not None
+    # grouped by the outcome's codes, a group's outcomes are all within [0, B] or all clipped
+    # to the same bound: on DuckDB (whose float arithmetic overflows to infinity, where
+    # PostgreSQL's raises) the grid values of the unclipped outcome, and the clipped groups'
+    # sums set from their counts (_clipped_sums)
+    unclipped = in_key and site.dialect == "duckdb"
+    y = codes.outcome.v if unclipped else codes.used
+    terms = _grid_sums(y, spec, grid, bool(centred)) if centred is not None else {}
     aggs = {"_n": b.count()} | {f"_{name}": v.sum() for name, v in terms.items()}
     extra = {} if in_key else codes.outcome_counts()
     groups = site.to_arrow(b.group_by(_key=key).aggregate(**aggs, **extra), small=True)
     keys = codes.codes_of(_codes(groups.column("_key")))
     n = _ints(groups.column("_n"))
+    if in_key:
+        if not terms:
+            return keys, n, None, True
+        if not unclipped:
+            return keys, n, (_ints(groups.column("__s")), _ints(groups.column("__q"))), True
+        raw = (groups.column("__s").to_pylist(), groups.column("__q").to_pylist())
+        return keys, n, _clipped_sums(keys, n, raw, grid, bool(centred)), True
     sums = None
     if terms:
         sums = (_ints(groups.column("__s")), _ints(groups.column("__q")))
-    if in_key:
-        return keys, n, sums, True
     counts = {name: _ints(groups.column(name)) for name in extra}
     keys, sizes, source, exact = codes.expand(keys, n, counts)
     if sums is not None:  # each group's sums on one of the groups it splits into
@@ -148,6 +160,33 @@ def _groups(
         on[first] = True
         sums = tuple(np.where(on, s[source], 0) for s in sums)  # type: ignore[assignment]
     return keys, sizes, sums, exact
+
+
+def _clipped_sums(
+    keys: np.ndarray,
+    n: np.ndarray,
+    raw: tuple[list[Any], list[Any]],
+    grid: tuple[int, int],
+    centred: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The grid sums of groups by every code, from the engine's sums of the unclipped outcome's
+    grid values: a group within ``[0, B]`` (outcome code 0 or 3) keeps its sums; a group
+    clipped up from below 0 (code 1) or down from above B (code 2) sums ``n`` times the grid
+    values of ``Y/B = 0`` or ``1``, computed as the core's kernel computes them; the outcomes of
+    any other group are never used (0)."""
+    k, m = grid
+    outcome = keys[:, 1]
+    inside = np.flatnonzero((outcome == 0) | (outcome == 3))
+    sums, squares = (np.zeros(n.size, dtype=np.int64) for _ in range(2))
+    sums[inside] = _ints([raw[0][i] for i in inside])
+    squares[inside] = _ints([raw[1][i] for i in inside])
+    for code, u in ((1, 0.0), (2, 1.0)):
+        d = u - 0.5 if centred else u
+        s = np.rint(u * 2.0**k) - (2.0 ** (k - 1) if centred else 0.0)
+        rows = outcome == code
+        sums[rows] = n[rows] * int(s)
+        squares[rows] = n[rows] * int(np.rint(d * d * 2.0**m))
+    return sums, squares
 
 
 def _grid_sums(y: Any, spec: StudySpec, grid: tuple[int, int], centred: bool) -> dict[str, Any]:
@@ -235,8 +274,8 @@ def _codes(column: Any) -> np.ndarray:
 
 def _ints(column: Any) -> np.ndarray:
     """An engine's integer sums (int64, HUGEINT or NUMERIC, or doubles holding integers below
-    ``2^53``) as int64, exactly."""
-    values = column.to_pylist()
+    ``2^53``; an Arrow column or a list) as int64, exactly."""
+    values = column if isinstance(column, list) else column.to_pylist()
     out = np.array([int(v) for v in values], dtype=np.int64)
     if any(float(v) != float(o) for v, o in zip(values, out.tolist(), strict=True)):
         raise ValueError("an engine's sum is not an integer")  # pragma: no cover
