@@ -131,8 +131,9 @@ def release(spec, target: str) -> int:
 
 
 def child(mode: str, target: str) -> dict:
-    spec = bench_spec(ESTIMATOR.get(mode, "adjusted"), delta="1e-6")
-    if mode.startswith("dataset"):
+    name = mode.split(":")[-1]
+    spec = bench_spec(ESTIMATOR.get(name, "adjusted"), delta="1e-6")
+    if name.startswith("dataset"):
         spec = _as_dataset(spec)
     import duckdb
     import ibis
@@ -141,7 +142,7 @@ def child(mode: str, target: str) -> dict:
     import dpate.tasks.site  # the site task's imports (Prefect too), outside the clock
 
     ibis.duckdb.connect().disconnect()  # Ibis's backend modules, imported on first use
-    if mode.startswith("pg"):
+    if name.startswith("pg"):
         assert ibis.postgres is not None  # its backend module too
         import pandas  # imported by Ibis's PostgreSQL backend when it connects
 
@@ -156,14 +157,23 @@ def child(mode: str, target: str) -> dict:
     # the secure samplers' compiled kernels (numba's cache) load on a process's first draw: a
     # fixed cost of a fresh process, like the imports, timed apart (``kernels_s``)
     t0 = time.perf_counter()
-    if mode in ESTIMATOR:
+    if name in ESTIMATOR:
         import numpy as np
 
         from dpate_core.noise import integer_laplace_vector
 
         integer_laplace_vector(np.zeros(2, dtype=np.int64), 1.0)
     kernels = time.perf_counter() - t0
+    if mode.startswith("same:"):
+        return same_process(spec, target, *mode.split(":")[1:])
     t0 = time.perf_counter()
+    rows = measure(mode, spec, target)
+    seconds = time.perf_counter() - t0
+    return {"mode": mode, "rows": rows, "seconds": seconds, "kernels_s": kernels}
+
+
+def measure(mode: str, spec, target: str) -> int:
+    """One run of ``mode``: the rows it read."""
     rows = 0
     if mode == "imports":
         pass
@@ -179,6 +189,7 @@ def child(mode: str, target: str) -> dict:
         )
         con = duckdb.connect(config=_duckdb_config())
         got = con.sql(GROUPBY.format(source=source)).fetchall()
+        con.close()
         rows = sum(int(r[4]) for r in got)
     elif mode == "pg-groupby":
         import psycopg
@@ -188,8 +199,38 @@ def child(mode: str, target: str) -> dict:
             rows = sum(int(r[4]) for r in cur.fetchall())
     else:
         raise SystemExit(f"unknown mode {mode}")
-    seconds = time.perf_counter() - t0
-    return {"mode": mode, "rows": rows, "seconds": seconds, "kernels_s": kernels}
+    return rows
+
+
+def same_process(spec, target: str, base: str, mode: str) -> dict:
+    """``base`` and ``mode`` alternated in this one process (each run once first, unclocked:
+    what a long-running site worker has already loaded), ``DPATE_BENCH_ROUNDS`` rounds: the
+    medians of the per-round ratios of wall and CPU time (all threads of the process)."""
+    rounds = int(os.environ.get("DPATE_BENCH_ROUNDS", "5"))
+    measure(base, spec, target)
+    measure(mode, spec, target)
+    wall: dict[str, list[float]] = {base: [], mode: []}
+    cpu: dict[str, list[float]] = {base: [], mode: []}
+    rows = 0
+    for _ in range(rounds):
+        for m in (base, mode):
+            t, c = time.perf_counter(), time.process_time()
+            rows = measure(m, spec, target)
+            wall[m].append(time.perf_counter() - t)
+            cpu[m].append(time.process_time() - c)
+
+    def ratio(d: dict[str, list[float]]) -> float:
+        return statistics.median(a / b for a, b in zip(d[mode], d[base], strict=True))
+
+    return {
+        "mode": f"{mode} (same process)",
+        "rows": rows,
+        "seconds": statistics.median(wall[mode]),
+        "base_s": statistics.median(wall[base]),
+        "ratio": ratio(wall),
+        "cpu_ratio": ratio(cpu),
+        "kernels_s": 0.0,
+    }
 
 
 def _duckdb_config() -> dict:
@@ -261,7 +302,8 @@ def show(r: dict, base: dict | None, imports: dict | None) -> None:
         f"  {r['mode']:<18} {r['rows']:>14,} rows {r['seconds']:9.2f} s {rate / 1e6:8.2f} M rows/s"
         f"  {ratio}  peak RSS {r['peak_rss_mib']:6.0f} MiB ({above} above imports)  "
         f"kernels {r.get('kernels_s', 0):.2f} s  "
-        f"load {os.getloadavg()[0]:.1f}",
+        + (f"CPU {r['cpu_ratio']:.2f}x  " if "cpu_ratio" in r else "")
+        + f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
 
@@ -305,6 +347,12 @@ def main() -> None:
         default=1,
         help="rounds: a fresh process per line and round; medians (Spark: best time)",
     )
+    ap.add_argument(
+        "--same-process",
+        type=int,
+        default=0,
+        help="also N rounds of GROUP BY and release alternated in one warm process",
+    )
     ap.add_argument("--only", default="", help="comma-separated modes (default: all)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
     ap.add_argument("--setup", nargs=3, metavar=("WHAT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
@@ -325,6 +373,8 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     only = {m.strip() for m in args.only.split(",") if m.strip()}
     r = args.repeat
+    if args.same_process:
+        os.environ["DPATE_BENCH_ROUNDS"] = str(args.same_process)
 
     def wanted(mode: str) -> bool:
         return not only or mode in only
@@ -357,6 +407,8 @@ def main() -> None:
         show(base, base, imports)
         for line in lines:
             show(line, base, imports)
+        if args.same_process and wanted("release"):
+            show(run_child("same:duckdb-groupby:release", str(path)), None, imports)
     ds_rows = int(args.dataset_rows)
     if ds_rows:
         ds = folder / f"dataset-{ds_rows}"
@@ -371,6 +423,8 @@ def main() -> None:
         show(base, base, imports)
         for line in lines:
             show(line, base, imports)
+        if args.same_process and wanted("dataset-release"):
+            show(run_child("same:dataset-groupby:dataset-release", str(ds)), None, imports)
     spark_rows = int(args.spark_rows)
     if spark_rows:
         path = parquet(spark_rows)
@@ -396,6 +450,8 @@ def main() -> None:
             base, lines = interleaved("pg-groupby", ["pg-release"], PG_URL, env, r)
             show(base, base, imports)
             show(lines[0], base, imports)
+            if args.same_process:
+                show(run_child("same:pg-groupby:pg-release", PG_URL, env), None, imports)
             if args.old_checkout:
                 old = {**env, "PYTHONPATH": str(Path(args.old_checkout).resolve())}
                 show(best("pg-old-release", PG_URL, old, r), base, imports)
