@@ -2,9 +2,14 @@
 own GROUP BY of the same columns: DuckDB on Parquet files and partitioned datasets, PostgreSQL,
 Spark in local mode; and, given an older checkout, the streaming path this replaced.
 
-Every measurement runs in a fresh Python process (``--child``); its time excludes the imports, its
-peak RSS is the process's own ``ru_maxrss`` (``os.wait4``), and the ``imports`` line is a process
-that only imports what a release imports (the RSS baseline). Lines (``--only`` picks some):
+Every measurement runs in a fresh Python process (``--child``); its time excludes the imports and
+the load of the secure samplers' compiled kernels (timed apart, ``kernels``), its peak RSS is the
+process's own ``ru_maxrss`` (``os.wait4``), and the ``imports`` line is a process that only
+imports what a release imports (the RSS baseline). A section's baseline and releases run in turn,
+``--repeat`` rounds, and each line shows its median time and the median of its per-round ratios
+to the baseline; ``--same-process N`` adds, per section, the baseline and the adjusted release
+alternated N rounds in one process that ran each once first (wall and CPU ratios). Lines
+(``--only`` picks some):
 
 - ``duckdb-groupby``: DuckDB alone, ``SELECT w, region, CASE ... age bins END, CASE ... bmi
   bins END, count(*), sum(y), sum(y * y) ... GROUP BY 1, 2, 3, 4`` on the file: the same five
