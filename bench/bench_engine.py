@@ -2,9 +2,14 @@
 own GROUP BY of the same columns: DuckDB on Parquet files and partitioned datasets, PostgreSQL,
 Spark in local mode; and, given an older checkout, the streaming path this replaced.
 
-Every measurement runs in a fresh Python process (``--child``); its time excludes the imports, its
-peak RSS is the process's own ``ru_maxrss`` (``os.wait4``), and the ``imports`` line is a process
-that only imports what a release imports (the RSS baseline). Lines (``--only`` picks some):
+Every measurement runs in a fresh Python process (``--child``); its time excludes the imports and
+the load of the secure samplers' compiled kernels (timed apart, ``kernels``), its peak RSS is the
+process's own ``ru_maxrss`` (``os.wait4``), and the ``imports`` line is a process that only
+imports what a release imports (the RSS baseline). A section's baseline and releases run in turn,
+``--repeat`` rounds, and each line shows its median time and the median of its per-round ratios
+to the baseline; ``--same-process N`` adds, per section, the baseline and the adjusted release
+alternated N rounds in one process that ran each once first (wall and CPU ratios). Lines
+(``--only`` picks some):
 
 - ``duckdb-groupby``: DuckDB alone, ``SELECT w, region, CASE ... age bins END, CASE ... bmi
   bins END, count(*), sum(y), sum(y * y) ... GROUP BY 1, 2, 3, 4`` on the file: the same five
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -127,8 +133,9 @@ def release(spec, target: str) -> int:
 
 
 def child(mode: str, target: str) -> dict:
-    spec = bench_spec(ESTIMATOR.get(mode, "adjusted"), delta="1e-6")
-    if mode.startswith("dataset"):
+    name = mode.split(":")[-1]
+    spec = bench_spec(ESTIMATOR.get(name, "adjusted"), delta="1e-6")
+    if name.startswith("dataset"):
         spec = _as_dataset(spec)
     import duckdb
     import ibis
@@ -137,8 +144,11 @@ def child(mode: str, target: str) -> dict:
     import dpate.tasks.site  # the site task's imports (Prefect too), outside the clock
 
     ibis.duckdb.connect().disconnect()  # Ibis's backend modules, imported on first use
-    if mode.startswith("pg"):
+    if name.startswith("pg"):
         assert ibis.postgres is not None  # its backend module too
+        import pandas  # imported by Ibis's PostgreSQL backend when it connects
+
+        del pandas
     del dpate, duckdb, psycopg
     if mode == "spark-release":
         from pyspark.sql import SparkSession
@@ -146,7 +156,26 @@ def child(mode: str, target: str) -> dict:
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").config(
             "spark.sql.shuffle.partitions", "4"
         ).getOrCreate().sparkContext.setLogLevel("ERROR")
+    # the secure samplers' compiled kernels (numba's cache) load on a process's first draw: a
+    # fixed cost of a fresh process, like the imports, timed apart (``kernels_s``)
     t0 = time.perf_counter()
+    if name in ESTIMATOR:
+        import numpy as np
+
+        from dpate_core.noise import integer_laplace_vector
+
+        integer_laplace_vector(np.zeros(2, dtype=np.int64), 1.0)
+    kernels = time.perf_counter() - t0
+    if mode.startswith("same:"):
+        return same_process(spec, target, *mode.split(":")[1:])
+    t0 = time.perf_counter()
+    rows = measure(mode, spec, target)
+    seconds = time.perf_counter() - t0
+    return {"mode": mode, "rows": rows, "seconds": seconds, "kernels_s": kernels}
+
+
+def measure(mode: str, spec, target: str) -> int:
+    """One run of ``mode``: the rows it read."""
     rows = 0
     if mode == "imports":
         pass
@@ -162,6 +191,7 @@ def child(mode: str, target: str) -> dict:
         )
         con = duckdb.connect(config=_duckdb_config())
         got = con.sql(GROUPBY.format(source=source)).fetchall()
+        con.close()
         rows = sum(int(r[4]) for r in got)
     elif mode == "pg-groupby":
         import psycopg
@@ -171,7 +201,38 @@ def child(mode: str, target: str) -> dict:
             rows = sum(int(r[4]) for r in cur.fetchall())
     else:
         raise SystemExit(f"unknown mode {mode}")
-    return {"mode": mode, "rows": rows, "seconds": time.perf_counter() - t0}
+    return rows
+
+
+def same_process(spec, target: str, base: str, mode: str) -> dict:
+    """``base`` and ``mode`` alternated in this one process (each run once first, unclocked:
+    what a long-running site worker has already loaded), ``DPATE_BENCH_ROUNDS`` rounds: the
+    medians of the per-round ratios of wall and CPU time (all threads of the process)."""
+    rounds = int(os.environ.get("DPATE_BENCH_ROUNDS", "5"))
+    measure(base, spec, target)
+    measure(mode, spec, target)
+    wall: dict[str, list[float]] = {base: [], mode: []}
+    cpu: dict[str, list[float]] = {base: [], mode: []}
+    rows = 0
+    for _ in range(rounds):
+        for m in (base, mode):
+            t, c = time.perf_counter(), time.process_time()
+            rows = measure(m, spec, target)
+            wall[m].append(time.perf_counter() - t)
+            cpu[m].append(time.process_time() - c)
+
+    def ratio(d: dict[str, list[float]]) -> float:
+        return statistics.median(a / b for a, b in zip(d[mode], d[base], strict=True))
+
+    return {
+        "mode": f"{mode} (same process)",
+        "rows": rows,
+        "seconds": statistics.median(wall[mode]),
+        "base_s": statistics.median(wall[base]),
+        "ratio": ratio(wall),
+        "cpu_ratio": ratio(cpu),
+        "kernels_s": 0.0,
+    }
 
 
 def _duckdb_config() -> dict:
@@ -208,14 +269,43 @@ def best(mode: str, target: str, env: dict | None = None, repeat: int = 1) -> di
     return {**out, "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
 
 
+def interleaved(
+    base_mode: str, modes: list[str], target: str, env: dict | None = None, repeat: int = 1
+) -> tuple[dict, list[dict]]:
+    """The baseline and each mode run in turn, ``repeat`` rounds (a loaded machine slows
+    neighbouring runs alike): per line its median time, and per mode the median of its
+    per-round ratios to that round's baseline (``ratio``), with the highest peak RSS."""
+    rounds = []
+    for _ in range(repeat):
+        rounds.append([run_child(m, target, env) for m in [base_mode, *modes]])
+
+    def line(i: int) -> dict:
+        runs = [r[i] for r in rounds]
+        ratios = [r[i]["seconds"] / r[0]["seconds"] for r in rounds]
+        return {
+            **runs[0],
+            "seconds": statistics.median(x["seconds"] for x in runs),
+            "kernels_s": statistics.median(x["kernels_s"] for x in runs),
+            "ratio": statistics.median(ratios),
+            "peak_rss_mib": max(x["peak_rss_mib"] for x in runs),
+        }
+
+    return line(0), [line(i) for i in range(1, len(modes) + 1)]
+
+
 def show(r: dict, base: dict | None, imports: dict | None) -> None:
     rate = r["rows"] / r["seconds"] if r["seconds"] else float("nan")
-    ratio = f"{r['seconds'] / base['seconds']:6.2f}x" if base else "     - "
+    if "ratio" in r:
+        ratio = f"{r['ratio']:6.2f}x"
+    else:
+        ratio = f"{r['seconds'] / base['seconds']:6.2f}x" if base else "     - "
     above = f"{r['peak_rss_mib'] - imports['peak_rss_mib']:7.0f}" if imports else "      -"
     print(
         f"  {r['mode']:<18} {r['rows']:>14,} rows {r['seconds']:9.2f} s {rate / 1e6:8.2f} M rows/s"
         f"  {ratio}  peak RSS {r['peak_rss_mib']:6.0f} MiB ({above} above imports)  "
-        f"load {os.getloadavg()[0]:.1f}",
+        f"kernels {r.get('kernels_s', 0):.2f} s  "
+        + (f"CPU {r['cpu_ratio']:.2f}x  " if "cpu_ratio" in r else "")
+        + f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
 
@@ -253,7 +343,18 @@ def main() -> None:
     ap.add_argument("--matching-rows", type=float, default=1e7, help="largest N for matching")
     ap.add_argument("--old-checkout", default="", help="a checkout with the streaming path")
     ap.add_argument("--dir", default="/tmp/dpate-bench-engine")
-    ap.add_argument("--repeat", type=int, default=1, help="fresh processes per line (best time)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds: a fresh process per line and round; medians (Spark: best time)",
+    )
+    ap.add_argument(
+        "--same-process",
+        type=int,
+        default=0,
+        help="also N rounds of GROUP BY and release alternated in one warm process",
+    )
     ap.add_argument("--only", default="", help="comma-separated modes (default: all)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
     ap.add_argument("--setup", nargs=3, metavar=("WHAT", "TARGET", "ROWS"), help=argparse.SUPPRESS)
@@ -274,6 +375,8 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     only = {m.strip() for m in args.only.split(",") if m.strip()}
     r = args.repeat
+    if args.same_process:
+        os.environ["DPATE_BENCH_ROUNDS"] = str(args.same_process)
 
     def wanted(mode: str) -> bool:
         return not only or mode in only
@@ -290,21 +393,24 @@ def main() -> None:
             )
         return path
 
-    print(f"{os.cpu_count()} cores; load average {os.getloadavg()}; best of {r} per line")
+    print(f"{os.cpu_count()} cores; load average {os.getloadavg()}; {r} interleaved rounds")
     imports = best("imports", "-")
     show(imports, None, None)
     rows = int(args.rows)
     if rows:
         path = parquet(rows)
         print(f"Parquet, {rows:,} rows, {path.stat().st_size / 2**20:.0f} MiB")
-        base = best("duckdb-groupby", str(path), repeat=r)
-        show(base, base, imports)
         modes = ["release", "release-dim"]
         if rows <= args.matching_rows:
             modes.append("release-matching")
-        for mode in modes:
-            if wanted(mode):
-                show(best(mode, str(path), repeat=r), base, imports)
+        base, lines = interleaved(
+            "duckdb-groupby", [m for m in modes if wanted(m)], str(path), None, r
+        )
+        show(base, base, imports)
+        for line in lines:
+            show(line, base, imports)
+        if args.same_process and wanted("release"):
+            show(run_child("same:duckdb-groupby:release", str(path)), None, imports)
     ds_rows = int(args.dataset_rows)
     if ds_rows:
         ds = folder / f"dataset-{ds_rows}"
@@ -314,10 +420,13 @@ def main() -> None:
             print(f"wrote {ds} in {time.perf_counter() - t:.0f} s", flush=True)
         size = sum(p.stat().st_size for p in ds.rglob("*.parquet")) / 2**30
         print(f"partitioned dataset, {ds_rows:,} rows, {size:.1f} GiB in 16 partitions")
-        base = best("dataset-groupby", str(ds), repeat=r)
+        modes = [m for m in ["dataset-release"] if wanted(m)]
+        base, lines = interleaved("dataset-groupby", modes, str(ds), None, r)
         show(base, base, imports)
-        if wanted("dataset-release"):
-            show(best("dataset-release", str(ds), repeat=r), base, imports)
+        for line in lines:
+            show(line, base, imports)
+        if args.same_process and wanted("dataset-release"):
+            show(run_child("same:dataset-groupby:dataset-release", str(ds)), None, imports)
     spark_rows = int(args.spark_rows)
     if spark_rows:
         path = parquet(spark_rows)
@@ -340,9 +449,11 @@ def main() -> None:
         try:
             env = {"DPATE_DATA_QUERY": f"SELECT {COLUMNS} FROM {name}"}
             print(f"PostgreSQL, {pg_rows:,} rows (table {name})")
-            base = best("pg-groupby", PG_URL, env, r)
+            base, lines = interleaved("pg-groupby", ["pg-release"], PG_URL, env, r)
             show(base, base, imports)
-            show(best("pg-release", PG_URL, env, r), base, imports)
+            show(lines[0], base, imports)
+            if args.same_process:
+                show(run_child("same:pg-groupby:pg-release", PG_URL, env), None, imports)
             if args.old_checkout:
                 old = {**env, "PYTHONPATH": str(Path(args.old_checkout).resolve())}
                 show(best("pg-old-release", PG_URL, old, r), base, imports)

@@ -108,12 +108,21 @@ class SiteTable:
             self._positioned = self.table.mutate(**{POSITION: ibis.row_number()})
         return self._positioned
 
-    def to_arrow(self, expr: Any) -> Any:
+    def to_arrow(self, expr: Any, *, small: bool = False) -> Any:
         """``expr`` run on the engine (errors redacted): an Arrow table, or a scalar's
-        ``pa.Scalar``, in the types of ``expr``'s schema."""
-        return engine_call(self.name, self._error_kind, lambda: self._to_arrow(expr))
+        ``pa.Scalar``, in the types of ``expr``'s schema. ``small``: a result of a few rows
+        (grouped counts and sums), fetched at once."""
+        return engine_call(self.name, self._error_kind, lambda: self._to_arrow(expr, small))
 
-    def _to_arrow(self, expr: Any) -> Any:
+    def _to_arrow(self, expr: Any, small: bool = False) -> Any:
+        if small and self.dialect == "postgres":
+            # a plain query, not Ibis's server-side cursor: PostgreSQL never runs a cursor's
+            # query in parallel workers
+            with self.backend.raw_sql(self.backend.compile(expr.as_table())) as cur:
+                rows = cur.fetchall()
+                names = [d.name for d in cur.description]
+            columns = [pa.array([r[i] for r in rows]) for i in range(len(names))]
+            return expr.__pyarrow_result__(pa.table(columns, names=names))
         if self.dialect != "duckdb" or self.kind == "frame":
             return self.backend.to_pyarrow(expr)
         # a file on DuckDB: the compiled SQL run through the backend's public raw_sql and cast

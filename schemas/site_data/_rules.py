@@ -21,6 +21,12 @@ arm ``w`` of each group, the clipped and mapped counts) is decoded from the grou
   of the outcome's ``labels``: reported whatever the missing policy;
 - :data:`MAPPED`: a categorical value not declared, mapped to the covariate's ``other`` level.
 
+Each code is a CASE over the column whose first tests settle a valid value: a number's bins
+are tested in order, the lower edge before them and the upper edge as the last bin's test, so a
+clean row costs about the comparisons its bins need; which problem a row has is told apart only
+on the rows left. The codes are kept as :class:`Branches`, so the group key can be written as a
+sum of CASEs that yield each code already placed in its digit (:meth:`RecordCodes.key_expr`).
+
 Each row has one code per column, so a row is reported at most once per column, at the first
 rule it breaks; rules other than the conversion are reported on the rows kept under ``"drop"``.
 Everything compared with comes from the spec; nothing is learned from the data.
@@ -35,7 +41,7 @@ record's grid value is the integer the core's compiled kernel computes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -120,6 +126,22 @@ class ColumnCodes:
     bounded: bool = False
 
 
+@dataclass(frozen=True)
+class OutcomeTerms:
+    """The outcome's expressions a code is decided by: ``value`` (the number, null where absent
+    or not a number), ``v = value - offset``, ``bad`` (present but not a number; None when no
+    row can be), and the constants 0, ``B`` and the largest finite double."""
+
+    v: Any
+    value: Any
+    bad: Any
+    zero: Any
+    bound: Any
+    big: Any
+    binary: bool
+    reject: bool
+
+
 @dataclass
 class RecordCodes:
     """The spec's rules over a site's table (see the module docstring): ``table`` is the site's
@@ -131,6 +153,12 @@ class RecordCodes:
     columns: list[ColumnCodes]
     sizes: list[int]
     reject: bool
+    #: the site's table the codes are computed over, each column's code unbuilt, the outcome
+    #: used (``_y``) and the outcome's tests, as expressions over ``base``
+    base: Any = None
+    branches: list[Branches] = field(default_factory=list)
+    used: Any = None
+    outcome: OutcomeTerms | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -163,6 +191,73 @@ class RecordCodes:
             code = table[name].cast("int64") + SHIFT
             key = code if key is None else key * radix + code
         return key
+
+    def key_expr(self, *, outcome: bool = True) -> Any | None:
+        """:meth:`key` over :attr:`base` with each column's CASE yielding its code already shifted
+        and scaled into its digit (a sum of a few CASEs of integer constants: no cast or
+        arithmetic per code); ``outcome=False`` leaves the outcome's digit 0 (its codes then
+        counted per group, :meth:`outcome_counts`). None when the key would not fit 62 bits."""
+        if math.prod(self.radices) >= 1 << 62:
+            return None
+        key: Any = None
+        scale = 1
+        for j in range(len(self.columns) - 1, -1, -1):
+            if j != 1 or outcome:
+                digit = self.branches[j].build(lambda c, m=scale: (c + SHIFT) * m)
+                key = digit if key is None else key + digit
+            scale *= self.radices[j]
+        return key
+
+    def outcome_counts(self) -> dict[str, Any]:
+        """Per-group counts that stand for the outcome's codes when its digit is left out of the
+        key (:meth:`key_expr`), each a ``count(*) FILTER (...)`` of a few comparisons: within
+        ``[0, B]`` (and, for a binary outcome, exactly 0 or B), below 0 and above B (finite),
+        and not a number; the rest of a group are missing (:meth:`expand`)."""
+        assert self.outcome is not None and self.base is not None
+        o, t = self.outcome, self.base
+        counts = {
+            "_yin": t.count(where=(o.v >= o.zero) & (o.v <= o.bound)),
+            "_ylow": t.count(where=(o.v < o.zero) & (o.value >= -o.big)),
+            "_yhigh": t.count(where=(o.v > o.bound) & (o.value <= o.big)),
+        }
+        if o.binary:
+            counts["_yedge"] = t.count(where=(o.v == o.zero) | (o.v == o.bound))
+        if o.bad is not None:
+            counts["_ybad"] = t.count(where=o.bad)
+        return counts
+
+    def expand(
+        self, keys: np.ndarray, n: np.ndarray, counts: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The groups of a key without the outcome's digit (``keys``: their codes, ``n``: their
+        sizes, ``counts``: :meth:`outcome_counts`) as groups by every code, the outcome's
+        included: ``(keys, n, group, exact)``, ``group`` the source group of each, ``exact``
+        whether no outcome is missing or not a number (then a source group's sums are its
+        rows' sums, with its outcome clipped)."""
+        assert self.outcome is not None
+        o = self.outcome
+        within = counts["_yin"]
+        edge = counts.get("_yedge", within)
+        bad = counts.get("_ybad", np.zeros_like(n))
+        below, above = (OUTSIDE, OUTSIDE) if o.reject else (1, 2)
+        parts = [
+            (0, edge),
+            (3, within - edge),
+            (below, counts["_ylow"]),
+            (above, counts["_yhigh"]),
+            (NOT_NUMBER, bad),
+            (MISSING, n - within - counts["_ylow"] - counts["_yhigh"] - bad),
+        ]
+        out_keys, out_n, group = [], [], []
+        for code, count in parts:
+            rows = np.flatnonzero(count > 0)
+            k = keys[rows].copy()
+            k[:, 1] = code
+            out_keys.append(k)
+            out_n.append(count[rows])
+            group.append(rows)
+        exact = not (bad.any() or parts[-1][1].any())
+        return np.concatenate(out_keys), np.concatenate(out_n), np.concatenate(group), exact
 
     def codes_of(self, keys: np.ndarray) -> np.ndarray:
         """The codes (a column per spec column) of the integers :meth:`key` made."""
@@ -267,38 +362,59 @@ def _text(col: Any) -> Any:
     return col if col.type().is_string() else col.cast("string")
 
 
+@dataclass(frozen=True)
+class Branches:
+    """A code as a CASE before it is written: ``cases`` are ``(condition, value)`` pairs tested
+    in order, ``else_`` the value of the rows left; a value is a code (an ``int``) or a nested
+    :class:`Branches`, tested only on the rows that reach it. Kept unbuilt so the same tests can
+    yield the codes themselves (:meth:`build`) or, in :meth:`RecordCodes.key_expr`, each code
+    already shifted and scaled into its digit of the group key (no arithmetic per row)."""
+
+    cases: tuple[tuple[Any, Any], ...]
+    else_: Any
+
+    def build(self, value: Any = None) -> Any:
+        """The CASE, each code ``c`` written as ``value(c)`` (default: ``c`` itself; with
+        ``value``, 64-bit integer constants)."""
+        import ibis
+
+        def lit(c: Any) -> Any:
+            if isinstance(c, Branches):
+                return c.build(value)
+            if value is None:
+                return ibis.literal(c)
+            return ibis.literal(value(c), type="int64")
+
+        if not self.cases:
+            return lit(self.else_)
+        return ibis.cases(*((cond, lit(v)) for cond, v in self.cases), else_=lit(self.else_))
+
+
 def _cases(*branches: tuple[Any, Any], else_: Any) -> Any:
-    """A CASE over the branches that can be true (a condition None is dropped)."""
-    import ibis
-
-    kept = [(c, v) for c, v in branches if c is not None]
-    if not kept:
+    """:class:`Branches` of the branches that can be true (a condition None is dropped)."""
+    kept = tuple((c, v) for c, v in branches if c is not None)
+    if not kept and isinstance(else_, Branches):
         return else_
-    return ibis.cases(*kept, else_=else_)
+    return Branches(kept, else_)
 
 
-def _bins(v: Any, edges: list[float]) -> Any:
-    """The bin of ``v`` among the sorted inner ``edges`` (``#{edges <= v}``): a CASE that tests
-    the edges in order (each test only on the rows not binned yet), or with many edges a
-    balanced tree of them (``log2`` tests a row)."""
-    import ibis
-
+def _bins(v: Any, edges: list[float], last: Any) -> list[tuple[Any, Any]]:
+    """The branches giving ``v`` its bin among the sorted inner ``edges`` (``#{edges <= v}``) on
+    the rows not settled yet: the edges tested in order (each test only on the rows not binned
+    yet), the last bin by ``last`` (the upper edge's test); with many edges a balanced tree of
+    them (``log2`` tests a row)."""
     if len(edges) <= 8:
-        if not edges:
-            return ibis.literal(0)
-        return ibis.cases(*((v < double(e), i) for i, e in enumerate(edges)), else_=len(edges))
-    return _bin_tree(v, edges, 0)
+        return [*((v < double(e), i) for i, e in enumerate(edges)), (last, len(edges))]
+    return [(last, _bin_tree(v, edges, 0))]
 
 
 def _bin_tree(v: Any, edges: list[float], lo: int) -> Any:
-    import ibis
-
     if not edges:
-        return ibis.literal(lo)
+        return lo
     mid = len(edges) // 2
-    return ibis.cases(
-        (v < double(edges[mid]), _bin_tree(v, edges[:mid], lo)),
-        else_=_bin_tree(v, edges[mid + 1 :], lo + mid + 1),
+    return Branches(
+        ((v < double(edges[mid]), _bin_tree(v, edges[:mid], lo)),),
+        _bin_tree(v, edges[mid + 1 :], lo + mid + 1),
     )
 
 
@@ -315,22 +431,25 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
     """The code of each spec column and the outcome used, over ``table`` (module docstring).
 
     Each code is one CASE whose first branches are the valid values, so a row of clean data is
-    settled by its first tests; the kinds of problem are told apart only on the rows left."""
+    settled by its first tests (a number's range by the comparisons its bins make anyway); the
+    kinds of problem are told apart only on the rows left."""
     import ibis
 
     t, o = spec.treatment, spec.outcome
-    codes: dict[str, Any] = {}
+    codes: list[Branches] = []
     columns: list[ColumnCodes] = []
 
     # treatment W: 1 treated, 0 control
     col = table[t.column]
     if t.labels is not None and isinstance(t.treated, str):
         text = _text(col)
-        codes["_k0"] = ibis.cases(
-            (text == t.treated, 1),
-            (text == t.control, 0),
-            (text.isnull(), MISSING),
-            else_=NOT_ALLOWED,
+        codes.append(
+            _cases(
+                (text == t.treated, 1),
+                (text == t.control, 0),
+                (text.isnull(), MISSING),
+                else_=NOT_ALLOWED,
+            )
         )
         rules = {MISSING: R_MISSING_REJECTED, NOT_ALLOWED: R_TREATMENT_LABEL}
     else:
@@ -339,15 +458,19 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
         if ints is not None:  # an integer column: compared as integers, nothing to convert
             num, bad = col, None
             treated, control = ints[1]
+            absent = col.isnull()
         else:
             num, bad = _number(col, dialect, booleans=t.labels is None)
             treated, control = double(pair[0]), double(pair[1])
-        codes["_k0"] = _cases(
-            (num == treated, 1),
-            (num == control, 0),
-            (bad, NOT_NUMBER),
-            (_absent(num.cast("float64"), dialect), MISSING),
-            else_=NOT_ALLOWED,
+            absent = _absent(num.cast("float64"), dialect)
+        codes.append(
+            _cases(
+                (num == treated, 1),
+                (num == control, 0),
+                (bad, NOT_NUMBER),
+                (absent, MISSING),
+                else_=NOT_ALLOWED,
+            )
         )
         rule = R_TREATMENT_01 if t.labels is None else R_TREATMENT_LABEL
         rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED, NOT_ALLOWED: rule}
@@ -366,28 +489,31 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
     else:
         value, bad = _number(col, dialect, booleans=False)
         rules[NOT_NUMBER] = R_NOT_NUMBER
-    v = value - double(o.offset)
+    v = value - double(o.offset) if o.offset else value  # y - 0 is y, NaN and -0.0 included
     zero, bound = double(0.0), double(o.bound)
     big = double(_MAX)
     inside: Any = 0
     if o.binary:  # every kept outcome 0 or B (the release checks it; the spec cannot)
-        inside = ibis.cases(((v == zero) | (v == bound), 0), else_=3)
+        inside = Branches((((v == zero) | (v == bound), 0),), 3)
     missing = _absent(value, dialect) | (value > big) | (value < -big)  # null, NaN, +-inf
     below, above = (OUTSIDE, OUTSIDE) if o.policy == "reject" else (1, 2)
     if o.policy == "reject":
         rules[OUTSIDE] = R_OUT_OF_BOUNDS
-    codes["_k1"] = _cases(
-        ((v >= zero) & (v <= bound), inside),
-        (bad, NOT_NUMBER),
-        (missing, MISSING),
-        (v < zero, below),
-        else_=above,
+    # v < 0: a number (null and NaN compare false), -inf missing; then v <= B within; the rows
+    # left are above B, or not a number, or missing (null, NaN, +inf)
+    codes.append(
+        _cases(
+            (v < zero, Branches(((value < -big, MISSING),), below)),
+            (v <= bound, inside),
+            else_=_cases((bad, NOT_NUMBER), (missing, MISSING), else_=above),
+        )
     )
     columns.append(ColumnCodes(o.column, rules))
     # the outcome used: clipped to [0, B] (the identity on valid outcomes under "reject"); an
     # invalid one (NaN sorts above every number, in every engine here) lands in [0, B] too, so
     # every row's grid value is a small integer (rows with problems are never summed)
     y = ibis.least(ibis.greatest(v, zero), bound)
+    outcome = OutcomeTerms(v, value, bad, zero, bound, big, bool(o.binary), o.policy == "reject")
 
     # covariates X
     sizes = []
@@ -405,16 +531,19 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
                 if ints is not None:
                     key, bad = col, None
                     keys = ints[1]
+                    missing = col.isnull()
                 else:
                     key, bad = _number(col, dialect, booleans=False)
                     keys = [double(float(lv)) for lv in c.all_levels]
-                missing = _absent(key.cast("float64"), dialect)
+                    missing = _absent(key.cast("float64"), dialect)
             unknown = MAPPED if c.other is not None else NOT_ALLOWED
-            codes[f"_k{j}"] = _cases(
-                *((key == k, i) for i, k in enumerate(keys)),
-                (bad, NOT_NUMBER),
-                (missing, MISSING),
-                else_=unknown,
+            codes.append(
+                _cases(
+                    *((key == k, i) for i, k in enumerate(keys)),
+                    (bad, NOT_NUMBER),
+                    (missing, MISSING),
+                    else_=unknown,
+                )
             )
             rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED}
             if c.other is None:
@@ -427,12 +556,15 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
             lower, upper = (double(b) for b in c.bounds)
             missing = _absent(num, dialect) | (num > big) | (num < -big)  # null, NaN, +-inf
             below, above = (OUTSIDE, OUTSIDE) if c.clip_policy == "reject" else (1, 2)
-            codes[f"_k{j}"] = _cases(
-                ((num >= lower) & (num <= upper), 0),
-                (bad, NOT_NUMBER),
-                (missing, MISSING),
-                (num < lower, below),
-                else_=above,
+            low: Any = below
+            if not math.isinf(c.bounds[0]):  # -inf below a finite bound: missing
+                low = Branches(((num < -big, MISSING),), below)
+            codes.append(
+                _cases(
+                    (num < lower, low),
+                    (num <= upper, 0),
+                    else_=_cases((bad, NOT_NUMBER), (missing, MISSING), else_=above),
+                )
             )
             values[f"_z{j}"] = ibis.least(ibis.greatest(num, lower), upper)
             rules = {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED}
@@ -442,27 +574,39 @@ def record_codes(table: Any, spec: StudySpec, dialect: str) -> RecordCodes:
             continue
         assert c.edges is not None
         lo, hi = c.edges[0], c.edges[-1]
-        # within the edges (an infinite value only at an open end; NaN sorts above everything)
-        within = num <= double(hi)
+        # below a finite lower edge: -inf missing, else outside; then the bins, the last one up
+        # to the upper edge (an infinite value only at an open end); the rows left are above
+        # it, or not a number, or missing (null, NaN, +inf above a finite edge)
+        first = []
         if not math.isinf(lo):
-            within = within & (num >= double(lo))
+            first.append(
+                (num < double(lo), Branches(((num == double(-math.inf), MISSING),), OUTSIDE))
+            )
         missing = _absent(num, dialect)
-        if not math.isinf(lo):
-            missing = missing | (num == double(-math.inf))
         if not math.isinf(hi):
             missing = missing | (num == double(math.inf))
-        codes[f"_k{j}"] = _cases(
-            (within, _bins(num, list(c.edges[1:-1]))),
-            (bad, NOT_NUMBER),
-            (missing, MISSING),
-            else_=OUTSIDE,
+        codes.append(
+            _cases(
+                *first,
+                *_bins(num, list(c.edges[1:-1]), num <= double(hi)),
+                else_=_cases((bad, NOT_NUMBER), (missing, MISSING), else_=OUTSIDE),
+            )
         )
         columns.append(
             ColumnCodes(
                 c.column, {NOT_NUMBER: R_NOT_NUMBER, MISSING: R_MISSING_REJECTED, OUTSIDE: R_EDGES}
             )
         )
-    added = {name: expr.cast("int32") for name, expr in codes.items()}
+    added = {f"_k{j}": b.build().cast("int32") for j, b in enumerate(codes)}
     added["_y"] = y.cast("float64")
-    added |= {name: v.cast("float64") for name, v in values.items()}
-    return RecordCodes(table.mutate(**added).view(), columns, sizes, spec.missing == "reject")
+    added |= {name: z.cast("float64") for name, z in values.items()}
+    return RecordCodes(
+        table.mutate(**added).view(),
+        columns,
+        sizes,
+        spec.missing == "reject",
+        base=table,
+        branches=codes,
+        used=y.cast("float64"),
+        outcome=outcome,
+    )

@@ -6,6 +6,7 @@ appear in a message."""
 from __future__ import annotations
 
 import itertools
+import math
 import sqlite3
 import uuid
 
@@ -522,6 +523,84 @@ def test_postgres_copy_keeps_null_empty_text_and_special_floats_apart():
         assert (
             "column 'sex': 1 row(s) not one of the declared levels" in text and "(rows 2)" in text
         )
+    finally:
+        with psycopg.connect(PG, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {table}")
+
+
+def _outcome_frame(n: int, text: bool) -> pd.DataFrame:
+    """``good_frame`` whose outcomes break every outcome rule in a few rows each: clipped below
+    and above (finite), NaN, +-inf, missing, and (``text``) present but not a number."""
+    f = good_frame(n, 5)
+    y: list[object] = list(f["y"])
+    for i, v in [(3, -0.5), (4, 1.5), (8, 1e300), (9, -1e300), (10, 0.0), (11, 1.0)]:
+        y[i] = v
+    for i, v in [(20, math.nan), (21, math.inf), (22, -math.inf), (23, None)]:
+        y[i] = v
+    if text:
+        y = [None if v is None else repr(float(v)) for v in y]  # type: ignore[arg-type]
+        y[30], y[31] = "abc", "1,5"
+    f["y"] = y
+    return f
+
+
+def _pg_frame(frame: pd.DataFrame, y_type: str) -> str:
+    import psycopg
+
+    table = f"dpate_src_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int, w int, y {y_type}, sex text, age float8)")
+        with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+            for row in frame.itertuples():
+                if y_type == "text":  # pandas' text columns hold a missing value as NaN
+                    row = tuple(None if isinstance(v, float) and v != v else v for v in row)
+                copy.write_row(row)
+    return table
+
+
+def _release(source, spec, **kw) -> tuple | str:
+    """What a release reads: the report and cell statistics, or the error's text."""
+    try:
+        got = site_statistics(source, spec, **kw)
+    except SiteDataError as exc:
+        return str(exc)
+    cells = got.cells
+    arrays = (cells.counts.tolist(), cells.sums.tolist(), cells.squares.tolist())
+    return got.report, cells.k, cells.m, *arrays
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("y_type", ["float8", "text"])
+def test_postgres_outcome_counted_per_group_equals_duckdb(y_type):
+    """PostgreSQL counts the outcome's codes per group of the other codes (a FILTER per kind of
+    value) where DuckDB groups by them: the same counts, report, sums and errors, whichever
+    rules the outcomes break (the missing ones dropped: their groups grouped again)."""
+    why = _pg_reachable()
+    if why:
+        pytest.skip(why)
+    import psycopg
+
+    frame = _outcome_frame(400, text=y_type == "text")
+    table = _pg_frame(frame, y_type)
+    query = f"SELECT w, y, sex, age FROM {table} ORDER BY id"
+    try:
+        clean = frame.drop(index=[20, 21, 22, 23, 30, 31]).reset_index(drop=True)
+        kept = f"{query[:-12]} WHERE id NOT IN (20, 21, 22, 23, 30, 31) ORDER BY id"
+        drop = make_spec(estimator="adjusted", missing="drop")
+        cases = [
+            (drop, frame, query),  # missing outcomes dropped
+            (drop, clean, kept),  # clipped only
+            (make_spec(estimator="adjusted"), clean, kept),
+        ]
+        reject = make_spec(estimator="adjusted", outcome=REJECT)
+        cases += [(make_spec(estimator="adjusted"), frame, query), (reject, frame, query)]
+        results = [(_release(ref, spec), _release(PG_URL, spec, query=q)) for spec, ref, q in cases]
+        for want, got in results:
+            assert got == want
+        # "nan" as text is not a number (refused); as a number, missing (dropped)
+        assert isinstance(results[0][0], str) == (y_type == "text")
+        assert all(isinstance(r[0], tuple) for r in results[1:3])
+        assert all(isinstance(r[0], str) for r in results[3:])
     finally:
         with psycopg.connect(PG, autocommit=True) as conn:
             conn.execute(f"DROP TABLE {table}")

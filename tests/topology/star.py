@@ -253,7 +253,7 @@ class StarTopology:
         as the guide describes them. The machines work side by side, as real ones would: each
         site up to its approval, which waits for the coordinator's spec upload; the coordinator's
         deployments (its step 4, which needs nothing of step 2) alongside its spec."""
-        from dpate.schemas.signing import with_public_key
+        from dpate.signing import with_public_key
 
         coordinator = self.coordinator()
         sites = {s: self.machine(s) for s in self.sites}
