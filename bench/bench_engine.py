@@ -118,10 +118,16 @@ ESTIMATOR = {
 
 def release(spec, target: str) -> int:
     """The site task's release path without ledger or Prefect run (tasks/site.py)."""
-    from dpate.schemas.site_data import read_site_records
-    from dpate.site.feasibility import feasibility_problems
-    from dpate.site.plans import plan_from_records
     from dpate_core.release import draw_once
+
+    try:
+        from dpate.schemas.site_data import read_site_records
+        from dpate.site.feasibility import feasibility_problems
+        from dpate.site.plans import plan_from_records
+    except ImportError:  # the checkout before the engine (--old-checkout): the streaming path
+        from dpate.schemas.preflight import feasibility_problems
+        from dpate.schemas.site_statistics import read_site_records
+        from dpate.site_plans import plan_from_records
 
     data = read_site_records(spec, "a", target)
     found = feasibility_problems(data, spec)
