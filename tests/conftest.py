@@ -25,6 +25,13 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="dpate-prefect-home-"))
+# In-process studies release their sites one at a time: their servers are SQLite-backed, where
+# parallel site subflows contend for the database ("database is locked", then the client's
+# backoff: the same study took 9 s in parallel and 5.5 s one at a time, docs/reference/
+# benchmarks.md) and, with three test workers on two cores, for the CPU. Sites in parallel are
+# tested where they run in production, on their own workers (tests/topology), and the setting
+# itself in tests/pipeline/test_study_preflight.py.
+os.environ.setdefault("DPATE_PARALLEL_SITES", "1")
 
 # Hypothesis: "ci" (.ci/run sets HYPOTHESIS_PROFILE=ci) derandomised, so that a CI run is
 # reproducible and a failure is the code's, not the draw's; "dev" (the default) draws new examples
