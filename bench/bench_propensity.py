@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,17 @@ def lalonde() -> tuple[Data, float]:
 
 # ------------------------------------------------------------------------------------------
 # Non-private propensity stratification and AIPW
+
+
+def real_data() -> Iterator[tuple[str, Data, float]]:
+    """IHDP and Lalonde with their truths, each skipped (and said) when not fetched."""
+    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
+        try:
+            data, truth = load()
+        except DataUnavailableError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        yield name, data, truth
 
 
 def design_matrix(d: Data) -> Array:
@@ -467,12 +478,7 @@ def plan_accuracy(reps: int = 400) -> None:
     print("| data (eps 1 per site) | combiner | sites: predicted / realised | combined | "
           "filled bands: predicted / realised |")  # fmt: skip
     print("|---|---|---|---|---|")
-    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
-        try:
-            data, truth = load()
-        except DataUnavailableError as exc:
-            print(f"{name}: skipped ({exc})")
-            continue
+    for name, data, truth in real_data():
         for k in (2, 3):
             rows(name, [data.take(i) for i in split_equal(data.w.size, k, 11)], truth)
     for n in (1000, 2000, 5000, 20_000, 100_000):
@@ -548,12 +554,7 @@ def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
               f"{v[9]:.2f} | {v[10]:.2f} | {v[11]:.2f} | {m[:, 12].min():.3f}-"
               f"{m[:, 12].max():.3f} |")  # fmt: skip
 
-    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
-        try:
-            data, truth = load()
-        except DataUnavailableError as exc:
-            print(f"{name}: skipped ({exc})")
-            continue
+    for name, data, truth in real_data():
         for k in (2, 3):
 
             def split(rng: np.random.Generator, k: int = k, data: Data = data) -> list[Data]:
