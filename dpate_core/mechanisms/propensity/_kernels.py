@@ -151,15 +151,7 @@ def split_rows(z: Any, kind: Any, levels: Any, codes: Any, values: Any) -> int: 
         for j in range(p):
             src = z[b0:b1, j]  # views of the block, indexed from 0 (vectorised loops)
             if kind[j] == 0:
-                out = codes[c, b0:b1]
-                top = np.float64(levels[j])
-                bad = False
-                for r in range(src.shape[0]):
-                    v = np.float64(src[r])
-                    ok = v >= 0.0 and v < top
-                    bad |= not (ok and np.floor(v) == v)
-                    out[r] = np.int64(v) if ok else 0
-                if bad:
+                if _block_codes(src, np.float64(levels[j]), codes[c, b0:b1]):
                     return BAD_CODE
                 c += 1
             else:
@@ -170,6 +162,19 @@ def split_rows(z: Any, kind: Any, levels: Any, codes: Any, values: Any) -> int: 
     return OK
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _block_codes(src: Any, top: float, out: Any) -> bool:  # pragma: no cover - compiled
+    """One block of a categorical column copied into ``out`` as integers; True when an entry is
+    not a whole number in ``[0, top)`` (written as 0)."""
+    bad = False
+    for r in range(src.shape[0]):
+        v = np.float64(src[r])
+        ok = v >= 0.0 and v < top
+        bad |= not (ok and np.floor(v) == v)
+        out[r] = np.int64(v) if ok else 0
+    return bad
+
+
 @njit(cache=True, nogil=True)
 def column_codes(col: Any, levels: int, out: Any) -> int:  # pragma: no cover - compiled
     """Copy one categorical column into ``out`` (integers). Returns OK, or BAD_CODE when an
@@ -178,15 +183,8 @@ def column_codes(col: Any, levels: int, out: Any) -> int:  # pragma: no cover - 
     top = np.float64(levels)
     for b0 in range(0, n, BLOCK):
         b1 = min(b0 + BLOCK, n)
-        src = col[b0:b1]  # views of the block, indexed from 0 (vectorised loops)
-        dst = out[b0:b1]
-        bad = False
-        for r in range(src.shape[0]):
-            v = np.float64(src[r])
-            ok = v >= 0.0 and v < top
-            bad |= not (ok and np.floor(v) == v)
-            dst[r] = np.int64(v) if ok else 0
-        if bad:
+        # views of the block, indexed from 0 (vectorised loops)
+        if _block_codes(col[b0:b1], top, out[b0:b1]):
             return BAD_CODE
     return OK
 
