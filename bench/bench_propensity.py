@@ -584,12 +584,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     reps = 60 if args.quick else 300
     run_synth(reps // 2 if args.quick else 200)
-    for name, load in (("IHDP", ihdp), ("Lalonde", lalonde)):
-        try:
-            data, truth = load()
-        except DataUnavailableError as exc:
-            print(f"{name}: skipped ({exc})")
-            continue
+    for name, data, truth in real_data():
         run_fixed(name, data, truth, reps)
     timing()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -17,11 +18,13 @@ __all__ = ["demo"]
 
 
 def demo(
-    out: Path = typer.Option(  # noqa: B008
-        Path("dpate-demo"), "--out", help="folder for everything the demo writes"
-    ),
-    seed: int = typer.Option(2026, help="seed of the synthetic data (noise is always secure)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show Prefect's logs"),
+    out: Annotated[
+        Path, typer.Option("--out", help="folder for everything the demo writes")
+    ] = Path("dpate-demo"),
+    seed: Annotated[
+        int, typer.Option(help="seed of the synthetic data (noise is always secure)")
+    ] = 2026,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show Prefect's logs")] = False,
 ) -> None:
     """A three-site synthetic observational study, end to end, in one folder.
 

@@ -4,6 +4,7 @@ Registered in :mod:`dpate.cli.site`."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,21 +14,25 @@ err = Console(stderr=True)
 
 
 def keygen(
-    site: str = typer.Argument(..., help="site id (as in the study spec)"),
-    out: Path | None = typer.Option(  # noqa: B008
-        None,
-        "--out",
-        help="folder for the private key file OUT/SITE.ed25519.pem (default: the site's "
-        "DPATE_SITE_KEY, else $DPATE_HOME/keys/SITE.ed25519.pem, where local runs look)",
-        show_default=False,
-    ),
-    spec: Path | None = typer.Option(  # noqa: B008
-        None,
-        "--spec",
-        help="also add the public key to this site's [[sites]] entry of the study spec file "
-        "STUDY.toml (a spec of your own, run on this machine: its hash changes)",
-        show_default=False,
-    ),
+    site: Annotated[str, typer.Argument(help="site id (as in the study spec)")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="folder for the private key file OUT/SITE.ed25519.pem (default: the site's "
+            "DPATE_SITE_KEY, else $DPATE_HOME/keys/SITE.ed25519.pem, where local runs look)",
+            show_default=False,
+        ),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="also add the public key to this site's [[sites]] entry of the study spec "
+            "file STUDY.toml (a spec of your own, run on this machine: its hash changes)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Make the site's Ed25519 report-signing key pair.
 

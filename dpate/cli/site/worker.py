@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -64,20 +65,23 @@ def check_site_ledger(site: str) -> str:
 
 
 def site_worker_cmd(
-    site: str = typer.Argument(..., help="this site's id (as in the study spec)"),
-    pool: str | None = typer.Option(
-        None, "--pool", help="the work pool to poll (default: site-SITE)"
-    ),
-    name: str | None = typer.Option(
-        None, "--name", help="the worker's name on the server (default: Prefect's)"
-    ),
-    limit: int = typer.Option(
-        1,
-        "--limit",
-        min=1,
-        help="at most this many flow runs at once (default 1: the site runs one release at a "
-        "time, so runs the coordinator piles up wait instead of each taking a process)",
-    ),
+    site: Annotated[str, typer.Argument(help="this site's id (as in the study spec)")],
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="the work pool to poll (default: site-SITE)")
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="the worker's name on the server (default: Prefect's)"),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit",
+            min=1,
+            help="at most this many flow runs at once (default 1: the site runs one release at "
+            "a time, so runs the coordinator piles up wait instead of each taking a process)",
+        ),
+    ] = 1,
 ) -> None:
     """Run this site's Prefect worker: only the installed site-release flow, for this site.
 
