@@ -52,6 +52,45 @@ def _sizes(values: list[str], site_ids: list[str]) -> dict[str, int]:
     return sizes
 
 
+def _arm_shares(
+    values: list[str], site_ids: list[str]
+) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """``--arm-share`` values: at most one common ``SHARE`` (0.5 if none) and ``SITE=SHARE``
+    overrides, each strictly between 0 and 1."""
+    common: float | None = None
+    per_site: dict[str, float] = {}
+    for v in values:
+        site, sep, text = v.rpartition("=")
+        if sep and site not in site_ids:
+            raise typer.BadParameter(
+                f"site {site!r} is not in the study; its sites are {site_ids}",
+                param_hint="--arm-share",
+            )
+        try:
+            share = float(text)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{v!r} is not SHARE or SITE=SHARE (e.g. 0.3 or site-a=0.3)",
+                param_hint="--arm-share",
+            ) from None
+        if not 0 < share < 1:
+            raise typer.BadParameter(
+                f"{v!r}: a treated share must lie strictly between 0 and 1",
+                param_hint="--arm-share",
+            )
+        if not sep and common is not None:
+            raise typer.BadParameter(
+                "give one common share (SHARE) and per-site ones as SITE=SHARE",
+                param_hint="--arm-share",
+            )
+        if sep:
+            per_site[site] = share
+        else:
+            common = share
+    ordered = tuple((s, per_site[s]) for s in site_ids if s in per_site)
+    return (0.5 if common is None else common), ordered
+
+
 def _opt(help: str, name: str, metavar: str = "FLOAT") -> Any:
     return typer.Option(name, help=help, metavar=metavar, show_default=False)
 
@@ -73,8 +112,14 @@ def plan(
         ),
     ] = None,
     arm_share: Annotated[
-        float, typer.Option("--arm-share", help="assumed treated share per site")
-    ] = 0.5,
+        list[str] | None,
+        _opt(
+            "assumed treated share: SHARE for every site (default 0.5), SITE=SHARE for one "
+            "(repeat; the others keep the common share)",
+            "--arm-share",
+            "[SITE=]SHARE",
+        ),
+    ] = None,
     effect: Annotated[
         float,
         typer.Option(
@@ -131,8 +176,7 @@ def plan(
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     sizes = _sizes(n or [], [s.id for s in study.sites])
-    if not 0 < arm_share < 1:
-        raise typer.BadParameter("must lie strictly between 0 and 1", param_hint="--arm-share")
+    common_share, site_shares = _arm_shares(arm_share or [], [s.id for s in study.sites])
     if outcome_sd is not None and not outcome_sd >= 0:
         raise typer.BadParameter("must be at least 0", param_hint="--outcome-sd")
     if outcome_mean is not None and not 0 <= outcome_mean <= study.outcome.bound:
@@ -156,7 +200,8 @@ def plan(
         for s in study.sites
     ]
     assumptions = Assumptions(
-        arm_share=arm_share,
+        arm_share=common_share,
+        site_arm_shares=site_shares,
         outcome_sd=outcome_sd,
         effect=effect,
         occupied_strata=occupied_strata,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -51,6 +51,23 @@ class Assumptions:
     #: from public inputs (levels equally common, numeric covariates around the middle of their
     #: bounds, no covariate associated with the treatment: docs/research/propensity.md)
     band_occupancy: float | None = None
+    #: a treated share per site where it differs from :attr:`arm_share`, as ``(site id, share)``
+    #: pairs (public knowledge of a site's case mix, e.g. from its registry's published figures)
+    site_arm_shares: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        for site, share in ((None, self.arm_share), *self.site_arm_shares):
+            if not 0 < share < 1:
+                where = "" if site is None else f" of site {site!r}"
+                raise ValueError(
+                    f"treated share{where} ({share}) must lie strictly between 0 and 1"
+                )
+
+    def for_site(self, site_id: str) -> Assumptions:
+        """These assumptions as one site's prediction reads them: :attr:`arm_share` is the
+        site's own treated share when :attr:`site_arm_shares` gives one."""
+        own = dict(self.site_arm_shares).get(site_id)
+        return self if own is None else replace(self, arm_share=own)
 
     def mean(self, bound: float) -> float:
         """The assumed outcome mean, ``B/2`` unless given."""
@@ -85,7 +102,13 @@ class Assumptions:
             "(user-supplied; the effective number N^2 / sum N_x^2 where strata fill unevenly)"
         )
         return [
-            f"treated share {self.arm_share:g} at every site",
+            (
+                f"treated share {self.arm_share:g} at every site"
+                if not self.site_arm_shares
+                else f"treated share {self.arm_share:g}, except "
+                + ", ".join(f"{site} {share:g}" for site, share in self.site_arm_shares)
+                + " (user-supplied per site)"
+            ),
             spread,
             sd,
             f"effect {self.effect:g} and outcome mean {self.mean(bound):g}"

@@ -74,7 +74,7 @@ def predict_site(
         design,
         domain,
         float(bound),
-        assumptions,
+        assumptions.for_site(design.site_id),
         options,
         tuple(int(c) for c in covariate_sizes),
         int(bounded_covariates),

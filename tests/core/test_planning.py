@@ -398,6 +398,19 @@ def test_dpate_plan_command_reads_only_the_spec():
     missing = runner.invoke(app, ["plan", spec, "--n", "site-a=8000"])
     assert missing.exit_code == 2 and "site-b" in missing.output
 
+    # a treated share per site: that site's prediction moves, the others keep the common one
+    def widths(*shares: str) -> list[float]:
+        extra = [a for v in shares for a in ("--arm-share", v)]
+        res = runner.invoke(app, ["plan", spec, *sizes, "--json", *extra])
+        assert res.exit_code == 0, res.output
+        return [s["width"] for s in json.loads(res.output)["sites"]]
+
+    common, one = widths("0.3"), widths("0.3", "site-b=0.1")
+    assert one[0] == common[0] and one[2] == common[2] and one[1] > common[1]
+    for bad in ("site-z=0.2", "site-b=1", "x", "0.3 0.4"):
+        res = runner.invoke(app, ["plan", spec, *sizes, "--arm-share", bad])
+        assert res.exit_code == 2 and "--arm-share" in res.output, bad
+
 
 def test_dpate_plan_reads_a_propensity_spec_with_bounded_numeric_covariates(tmp_path):
     import json
@@ -540,11 +553,14 @@ def _synth_propensity_sites(n: int, k: int):
     return records, columns
 
 
-def _check_propensity_plan(sites, columns, effect: float, reps: int = 400):
+def _check_propensity_plan(
+    sites, columns, effect: float, reps: int = 400, per_site_shares: bool = False
+):
     """Each site's and the combined predicted width within 25% of the realised ones (``sites``:
-    ``(w, y, z)``), the planner stating what it would know: the treated share, the outcome's mean
-    and within-arm sd, the effect and the confounding (crude difference less the effect); the
-    propensity's logit sd and the bands' occupancy left at their defaults."""
+    ``(w, y, z)``), the planner stating what it would know: the treated share (with
+    ``per_site_shares`` each site's own, as ``--arm-share SITE=SHARE`` states it), the outcome's
+    mean and within-arm sd, the effect and the confounding (crude difference less the effect);
+    the propensity's logit sd and the bands' occupancy left at their defaults."""
     from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, Categorical, plan_propensity
 
     plans = [plan_propensity(w, y, z, columns, bound=1.0, epsilon=1) for w, y, z in sites]
@@ -558,6 +574,9 @@ def _check_propensity_plan(sites, columns, effect: float, reps: int = 400):
         outcome_mean=float(y.mean()),
         effect=effect,
         confounding=crude - effect,
+        site_arm_shares=tuple(
+            (f"s{j}", float(s[0].mean())) for j, s in enumerate(sites) if per_site_shares
+        ),
     )
     levels = tuple(c.levels for c in columns if isinstance(c, Categorical))
     designs = [
@@ -609,15 +628,18 @@ def _propensity_records(name: str):
     return ds.w, ds.y, z, columns, effect
 
 
-@pytest.mark.parametrize(("name", "k"), [("ihdp", 2), ("lalonde", 3)])
-def test_propensity_widths_on_small_real_sites_within_25_percent(name, k):
+@pytest.mark.parametrize(
+    ("name", "k", "per_site"), [("ihdp", 2, False), ("lalonde", 3, False), ("ihdp", 3, True)]
+)
+def test_propensity_widths_on_small_real_sites_within_25_percent(name, k, per_site):
     # IHDP (25 covariates, 2 sites of 374) and Lalonde (8 covariates, 3 sites of 241) at eps 1:
     # the model query's noise swamps the level counts, its band edges miss the records and most
     # releases put nearly every record in one or two bands; the plan predicts that occupancy
-    # from public inputs (a prediction on five equally filled bands is about twice as wide)
+    # from public inputs (a prediction on five equally filled bands is about twice as wide).
+    # IHDP in 3 sites of 249: their treated shares differ (0.17-0.22), each stated per site
     w, y, z, columns, effect = _propensity_records(name)
     sites = [(w[i], y[i], z[i]) for i in split_equal(w.size, k, 11)]
-    _check_propensity_plan(sites, columns, effect, reps=300)
+    _check_propensity_plan(sites, columns, effect, reps=300, per_site_shares=per_site)
 
 
 def test_propensity_band_occupancy_is_predicted_and_adjustable():
