@@ -40,12 +40,29 @@ def sites_table(result: StudyResult, runs: list[dict[str, Any]] | None = None) -
     return result.table({r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")})
 
 
+def _fits(table: Table) -> bool:
+    """Whether ``table`` at its natural width (every cell on one line) fits the console."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(10**4), table).maximum
+    return natural <= console.width
+
+
 def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
     """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
     from dpate.schemas.reports import StudyResult
 
     typed = StudyResult.of(result)
-    console.print(sites_table(typed, runs))
+    table = sites_table(typed, runs)
+    if _fits(table):
+        console.print(table)
+    else:  # a narrow or piped console (80 columns): one paragraph per site, not a folded table
+        errors = {r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")}
+        console.print(f"[bold]{escape(str(table.title))}[/bold]", highlight=False)
+        for line in typed.site_lines(errors):
+            console.print(f"- {line}", highlight=False, markup=False)
+        for note in typed.site_notes(errors):
+            console.print(note, highlight=False, markup=False)
     if not typed.answered or typed.estimate is None or typed.variance is None:
         console.print(f"[bold]{typed.summary_text()}[/bold]", markup=True, highlight=False)
         console.print("[yellow]see `dpate plan` for the budget a study needs[/yellow]")

@@ -413,6 +413,36 @@ class StudyResult(_WithInterval):
                 )
             else:
                 table.add_row(s.site_id, "", "", "", "", "", "", "", s.status)
+        notes = self.site_notes(errors)
+        if notes:
+            table.caption = "\n".join(notes)
+        return table
+
+    def site_lines(self, errors: Mapping[str, str | None] | None = None) -> list[str]:
+        """The table's rows as one line per site (its notes are :meth:`site_notes`): what a
+        console too narrow for the table prints (a piped one is 80 columns), readable at any
+        width."""
+        lines = []
+        for s in self.sites:
+            if isinstance(s, ReleasedSite):
+                life = "" if s.lifetime_spend is None else f"; lifetime spend {s.spend_text()}"
+                estimate = (
+                    "unresolved"
+                    if s.tau is None
+                    else f"tau {s.tau_text()}, 95% CI {s.interval_text(brief=True)}"
+                )
+                lines.append(
+                    f"{s.site_id} ({s.status.replace('_', ' ')}): {estimate}; N {s.n}; this "
+                    f"release epsilon {s.epsilon}, delta {s.delta}{life}"
+                )
+            else:
+                lines.append(f"{s.site_id} ({s.status})")
+        return lines
+
+    def site_notes(self, errors: Mapping[str, str | None] | None = None) -> list[str]:
+        """What the table of sites says under it: why a site is missing, rejected or excluded
+        (``errors``, site -> message, in place of the published reason of a site whose run
+        failed here), why a site interval is flagged, why a site was not used, the estimand."""
         errors = errors or {}
         notes = [
             f"{s.site_id}: {errors.get(s.site_id) or s.reason}"
@@ -429,6 +459,4 @@ class StudyResult(_WithInterval):
             notes.append(f"not used: {not_used[0].reason}")
         if self.estimand:
             notes.append(self.estimand_text())
-        if notes:
-            table.caption = "\n".join(notes)
-        return table
+        return notes
