@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -11,9 +11,6 @@ from rich.table import Table
 
 from dpate.cli.errors import classify, from_exception, print_failures
 from dpate.errors import DpateError
-
-if TYPE_CHECKING:
-    from dpate.schemas.reports import StudyResult
 
 console = Console()
 err = Console(stderr=True)
@@ -35,17 +32,25 @@ def plain(text: str) -> None:
     console.print(text, soft_wrap=True, highlight=False, markup=False)
 
 
-def sites_table(result: StudyResult, runs: list[dict[str, Any]] | None = None) -> Table:
-    """The result's table of sites, a failed run's error in place of the published reason."""
-    return result.table({r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")})
-
-
-def _fits(table: Table) -> bool:
-    """Whether ``table`` at its natural width (every cell on one line) fits the console."""
+def print_table(
+    table: Table, lines: list[str], notes: list[str] | None = None, on: Console | None = None
+) -> None:
+    """``table`` on the console ``on`` (default :data:`console`) when it fits at its natural width
+    (every cell on one line); else, on a narrow or piped console (80 columns), its title,
+    ``lines`` (one per row, the same content) and ``notes`` (what its caption says), never a
+    table folded letter by letter into its cells."""
     from rich.measure import Measurement
 
-    natural = Measurement.get(console, console.options.update_width(10**4), table).maximum
-    return natural <= console.width
+    on = on or console
+    natural = Measurement.get(on, on.options.update_width(10**4), table).maximum
+    if natural <= on.width:
+        on.print(table)
+        return
+    on.print(f"[bold]{escape(str(table.title))}[/bold]", highlight=False)
+    for line in lines:
+        on.print(f"- {line}", highlight=False, markup=False)
+    for note in notes or []:
+        on.print(note, highlight=False, markup=False)
 
 
 def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
@@ -53,16 +58,8 @@ def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = Non
     from dpate.schemas.reports import StudyResult
 
     typed = StudyResult.of(result)
-    table = sites_table(typed, runs)
-    if _fits(table):
-        console.print(table)
-    else:  # a narrow or piped console (80 columns): one paragraph per site, not a folded table
-        errors = {r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")}
-        console.print(f"[bold]{escape(str(table.title))}[/bold]", highlight=False)
-        for line in typed.site_lines(errors):
-            console.print(f"- {line}", highlight=False, markup=False)
-        for note in typed.site_notes(errors):
-            console.print(note, highlight=False, markup=False)
+    errors = {r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")}
+    print_table(typed.table(errors), typed.site_lines(errors), typed.site_notes(errors))
     if not typed.answered or typed.estimate is None or typed.variance is None:
         console.print(f"[bold]{typed.summary_text()}[/bold]", markup=True, highlight=False)
         console.print("[yellow]see `dpate plan` for the budget a study needs[/yellow]")

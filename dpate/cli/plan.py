@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dpate.cli.environment import SpecArg
+from dpate.cli.output import print_table
 
 __all__ = ["plan"]
 
@@ -298,6 +299,7 @@ def _print(doc: dict[str, Any]) -> None:
         return "mostly noise" if rules else ""
 
     b = doc["bound"]
+    lines = []
     for s in doc["sites"]:
         half = s["half_width"]
         rules = uninformative_rules(-half, half, b, s["noise_variance"], s["sampling_variance"])
@@ -311,7 +313,14 @@ def _print(doc: dict[str, Any]) -> None:
             f"{s['rmse']:.4g}",
             flag(rules),
         )
+        lines.append(
+            f"{s['site_id']}: 95% ± {s['half_width']:.4g}, rmse {s['rmse']:.4g}"
+            + (f" ({flag(rules)})" if rules else "")
+            + f"; N {s['n']}, epsilon {s['epsilon']}, delta {s['delta']}, split "
+            + " ".join(s["split"])
+        )
     c = doc["combined"]
+    combined_flag = flag(uninformative_rules(-c["half_width"], c["half_width"], b))
     table.add_row(
         "[bold]all[/bold]",
         "",
@@ -320,9 +329,15 @@ def _print(doc: dict[str, Any]) -> None:
         f"uses {', '.join(c['used'])}" if c["used"] else "no site resolves",
         f"{c['half_width']:.4g}",
         "",
-        flag(uninformative_rules(-c["half_width"], c["half_width"], b)),
+        combined_flag,
     )
-    out.print(table)
+    lines.append(
+        f"all: 95% ± {c['half_width']:.4g}"
+        + (f" ({combined_flag})" if combined_flag else "")
+        + "; "
+        + (f"uses {', '.join(c['used'])}" if c["used"] else "no site resolves")
+    )
+    print_table(table, lines, on=out)
     out.print(f"estimand (one for the whole study): {escape(doc['estimand'])}")
     if doc["epsilon_needed"]:
         need = ", ".join(f"{k} {float(Fraction(v)):g}" for k, v in doc["epsilon_needed"].items())

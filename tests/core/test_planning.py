@@ -395,6 +395,10 @@ def test_dpate_plan_command_reads_only_the_spec():
     assert any("B/2" in a for a in doc["assumptions"])
     table = runner.invoke(app, ["plan", spec, *sizes], env={"COLUMNS": "160"})
     assert table.exit_code == 0 and "uninformative" in table.output
+    # 80 columns (a piped console): the same rows one per line, not a table folded into cells
+    narrow = runner.invoke(app, ["plan", spec, *sizes], env={"COLUMNS": "80"})
+    assert "│" not in narrow.output and "- site-b: 95% ± " in narrow.output
+    assert "(uninformative)" in narrow.output
     missing = runner.invoke(app, ["plan", spec, "--n", "site-a=8000"])
     assert missing.exit_code == 2 and "site-b" in missing.output
 
