@@ -180,6 +180,8 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         "estimand": ctx.spec.estimand,
         "complete": not absent,
     }
+    if ctx.spec.target_width is not None:  # the precision the study was planned for
+        head["target_width"] = ctx.spec.target_width
     try:
         res = aggregate(
             method,

@@ -79,6 +79,11 @@ def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = Non
             f"[yellow]the combined interval mostly reflects privacy noise: {typed.noise_why()} "
             f"(more budget would narrow it; see `dpate plan`)[/yellow]"
         )
+    if typed.misses_target and not typed.uninformative:
+        console.print(
+            f"[yellow]the combined interval is wider than the study's target: "
+            f"{typed.target_why()} (`dpate plan` gives the budget that reaches it)[/yellow]"
+        )
     if "uri" in result:
         console.print(f"result: {result['uri']}")
 

@@ -103,7 +103,12 @@ def plan(
         _opt("a site's public record count, SITE=N (repeat for every site)", "--n", "SITE=N"),
     ] = None,
     target_width: Annotated[
-        float | None, _opt("the full width of the combined 95% interval you need", "--target-width")
+        float | None,
+        _opt(
+            "the full width of the combined 95% interval you need (default: the spec's "
+            "target_width)",
+            "--target-width",
+        ),
     ] = None,
     outcome_sd: Annotated[
         float | None,
@@ -220,7 +225,7 @@ def plan(
         design=study.design,
         choice=study.study_choice,  # the spec's one choice for the whole study, and its reason
         assumptions=assumptions,
-        target_width=target_width,
+        target_width=study.target_width if target_width is None else target_width,
         covariate_sizes=tuple(c.size for c in study.binned_covariates),
         bounded_covariates=len(study.unbinned_covariates),
     )

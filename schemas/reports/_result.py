@@ -261,6 +261,8 @@ class StudyResult(_WithInterval):
     estimate: float | None
     variance: float | None
     uninformative: bool = False
+    #: the full width of the combined 95% interval the study needs (the spec's ``target_width``)
+    target_width: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
     sites: list[SiteResult]
     software_version: str
@@ -326,8 +328,34 @@ class StudyResult(_WithInterval):
         if self.uninformative:
             return f"{text}. Uninformative: {self.uninformative_why()}"
         if self.noise_dominated:
-            return f"{text}. Mostly privacy noise: {self.noise_why()}"
+            text = f"{text}. Mostly privacy noise: {self.noise_why()}"
+        if self.misses_target:
+            text = f"{text}. Wider than the study's target: {self.target_why()}"
         return text
+
+    @property
+    def misses_target(self) -> bool:
+        """An answered result whose combined 95% interval is wider than the spec's
+        ``target_width``: not as precise as the decision it was planned for needs."""
+        ends = self.interval_ends() if self.answered else None
+        return (
+            self.target_width is not None
+            and ends is not None
+            and ends[1] - ends[0] > self.target_width
+        )
+
+    def target_why(self) -> str:
+        """How far the combined interval misses the target width, in words ("" when it does
+        not)."""
+        ends = self.interval_ends()
+        if not self.misses_target or ends is None or self.target_width is None:
+            return ""
+        width = ends[1] - ends[0]
+        return (
+            f"the 95% interval is {width:.4g} wide, {width / self.target_width:.2g} times the "
+            f"{self.target_width:g} the study was planned to reach: not precise enough for that "
+            f"decision"
+        )
 
     @property
     def noise_dominated(self) -> bool:

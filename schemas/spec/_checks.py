@@ -37,7 +37,22 @@ def cross_field_problems(spec: StudySpec) -> Problems:
         *_repeat_problems(spec),
         *_option_problems(spec),
         *_site_problems(spec),
+        *_target_problems(spec),
     ]
+
+
+def _target_problems(spec: StudySpec) -> Problems:
+    """A target width no interval of effects in ``[-B, B]`` needs."""
+    bound = spec.outcome.bound
+    if spec.target_width is not None and spec.target_width > 2 * bound:
+        return [
+            (
+                "target_width",
+                f"{spec.target_width:g} is wider than every possible effect's range (2B = "
+                f"{2 * bound:g}): give the width the decision needs, at most {2 * bound:g}",
+            )
+        ]
+    return []
 
 
 def _design_problems(spec: StudySpec) -> Problems:

@@ -244,6 +244,17 @@ class StudySpec(_Model):
         json_schema_extra={"doc_type": "tables `[[sites]]` (below), at least one"},
         description="The sites, each with its data, per-release budget and lifetime cap.",
     )
+    target_width: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        exclude_if=lambda v: v is None,
+        json_schema_extra={"doc_default": "none"},
+        description="The full width of the combined 95% interval the study needs to inform its "
+        "decision, on the outcome's scale (e.g. `0.12` for a risk difference): `dpate plan` "
+        "gives the epsilon per site that reaches it, and a result whose interval is wider says "
+        "so in every view. At most `2B`. Public; no privacy rule reads it.",
+    )
     require_all_sites: bool = Field(
         default=True,
         description="`true`: the study fails unless every site publishes a valid report; "

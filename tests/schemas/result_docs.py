@@ -136,10 +136,17 @@ NO_ANSWER: dict[str, Any] = dict(
     extra={},
     sites=[UNRESOLVED_SITE, V2["sites"][3]],
 )
+TARGET: dict[str, Any] = dict(
+    V3,
+    uninformative=False,
+    interval=dict(_iv(0.1234567, 0.0811111, 0.1654321), rules=[]),
+    target_width=0.05,
+)
 DOCS = {
     "v2": V2,
     "uninformative": UNINFORMATIVE,
     "v1": V1,
     "v3": V3,
     "no_answer": NO_ANSWER,
+    "target": TARGET,
 }

@@ -137,6 +137,8 @@ def test_load_spec_from_toml(tmp_path):
         (lambda d: d["sites"][0].update(colour="red"), "sites.0.colour", "unknown field"),
         (lambda d: d.pop("study_id"), "study_id", "required field is missing"),
         (lambda d: d.update(sites=[]), "sites", "at least 1"),
+        (lambda d: d.update(target_width=2.5), "target_width", "at most 2"),
+        (lambda d: d.update(target_width=0), "target_width", "greater than 0"),
         (lambda d: d.update(covariates=[]), "covariates", "declare at least one"),
         (lambda d: d.update(design="observational", estimator="dim"), "estimator", "randomized"),
         (lambda d: d["covariates"][1].update(edges=[0, 65, 40]), "covariates.1.edges", "strictly"),

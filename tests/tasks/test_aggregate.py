@@ -3,6 +3,7 @@ typed result (dpate.schemas.reports.StudyResult), its markdown and the HTML repo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from fractions import Fraction
 
@@ -61,7 +62,8 @@ def test_combine_reports_uses_the_registry_wording_and_weights(study):
     for i, site in enumerate(("north", "south", "east")):
         publish_site(str(study.spec), site, seed=i)
     ctx = resolve_study(str(study.spec))
-    result = combine_reports.fn(ctx, collect_reports.fn(ctx))
+    inputs = collect_reports.fn(ctx)
+    result = combine_reports.fn(ctx, inputs)
     agg = aggregator_of(ctx.spec.aggregator)
     assert result["aggregator"] == "mvagg" and result["complete"] is True
     assert [s["site_id"] for s in result["sites"]] == ctx.site_ids
@@ -74,6 +76,16 @@ def test_combine_reports_uses_the_registry_wording_and_weights(study):
         lo, hi = s["ci95"]
         assert lo <= hi
     assert result["variance"] > 0 and len(result["ci95"]) == 2
+    assert "target_width" not in result  # the spec sets none: the document as before
+    # a spec's target width goes into the result, and a wider interval says it misses it
+    lo, hi = StudyResult.of(result).interval_ends() or (0.0, 0.0)
+    for target, misses in ((hi - lo) / 2, True), (2 * (hi - lo), False):
+        spec = ctx.spec.model_copy(update={"target_width": target})
+        aimed = StudyResult.of(combine_reports.fn(dataclasses.replace(ctx, spec=spec), inputs))
+        assert aimed.target_width == target and aimed.misses_target is misses
+        # (an uninformative interval says only that; the wording: tests/schemas/test_result.py)
+        said = "Wider than the study's target" in aimed.summary_text()
+        assert said is (misses and not aimed.uninformative)
     # the bytes are a function of the inputs: a re-run publishes identical bytes
     again = combine_reports.fn(ctx, collect_reports.fn(ctx))
     assert result_key(ctx, result) == result_key(ctx, again)
