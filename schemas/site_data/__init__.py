@@ -12,8 +12,8 @@ backend), so that only counts and sums come back.
   records in.
 
 Modules: the engines and locations in ``_engine.py``, the spec's rules as Ibis expressions in
-``_rules.py``, the queries in ``_statistics.py``, the entry points in ``_reading.py``, errors and
-redaction in ``_errors.py`` and ``_redaction.py``.
+``_rules.py`` and what their codes mean in ``_codes.py``, the queries in ``_statistics.py``, the
+entry points in ``_reading.py``, errors and redaction in ``_errors.py`` and ``_redaction.py``.
 """
 
 from ._engine import ENGINE_MEMORY_ENV, SiteTable, open_site_table, secret_value
