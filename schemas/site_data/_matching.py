@@ -15,9 +15,9 @@ import numpy as np
 from dpate.schemas.spec import StudySpec
 
 from ._codes import MISSING
-from ._engine import SiteTable
 from ._rules import record_codes
 from ._statistics import ibis_all
+from ._table import SiteTable
 
 __all__ = ["PermutationOrder", "RecordOrder", "SecureOrder", "matching_statistics_of"]
 

@@ -9,12 +9,13 @@ from typing import Any
 
 from dpate.schemas.spec import StudySpec
 
-from ._engine import SiteTable, open_site_table
+from ._engine import open_site_table
 from ._errors import SiteDataError
 from ._matching import RecordOrder, SecureOrder, matching_statistics_of
 from ._records import SiteData, SiteStatistics
 from ._rules import needed_columns, record_codes
 from ._statistics import raise_problems, records_of, site_summary
+from ._table import SiteTable
 
 __all__ = ["prepare_site_data", "read_site_records", "site_statistics"]
 

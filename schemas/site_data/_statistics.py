@@ -18,10 +18,10 @@ import numpy as np
 from dpate.schemas.spec import StudySpec
 
 from ._codes import MAPPED, MISSING, NOT_NUMBER, RecordCodes
-from ._engine import POSITION, SiteTable
 from ._errors import MAX_ROWS_LISTED, Problem, SiteDataError
 from ._records import PreparationReport
 from ._rules import double, grid_value, record_codes
+from ._table import POSITION, SiteTable
 
 __all__ = [
     "Summary",
