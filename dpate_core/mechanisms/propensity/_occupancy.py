@@ -40,12 +40,12 @@ __all__ = [
     "OCCUPANCY_DRAWS",
     "FittedModels",
     "assumed_columns",
+    "assumed_index_variance",
     "band_occupancy",
     "bands_of",
     "budget_shares",
     "check_occupancy",
     "fitted_models",
-    "index_variance",
     "occupancy_fractions",
     "simulated",
     "simulated_releases",
@@ -75,6 +75,7 @@ def bands_of(options: Any) -> int:
 
 
 def budget_shares(inp: PredictionInputs) -> tuple[Fraction, ...]:
+    """The release's four budget shares: the design's split, else the default split."""
     d = inp.design
     return (
         BudgetSplit(d.split).shares
@@ -83,7 +84,9 @@ def budget_shares(inp: PredictionInputs) -> tuple[Fraction, ...]:
     )
 
 
-def index_variance(inp: PredictionInputs) -> float:
+def assumed_index_variance(inp: PredictionInputs) -> float:
+    """The true propensity index's variance: the stated ``propensity_sd`` squared, else
+    :data:`ASSUMED_INDEX_VARIANCE`."""
     sd = inp.assumptions.propensity_sd
     return ASSUMED_INDEX_VARIANCE if sd is None else max(float(sd) ** 2, 1e-6)
 
@@ -288,6 +291,7 @@ def occupancy_fractions(inp: PredictionInputs) -> np.ndarray:
 
 
 def check_occupancy(inp: PredictionInputs) -> None:
+    """Refuse a stated band occupancy outside ``[1, K]``."""
     stated = inp.assumptions.band_occupancy
     if stated is not None and not 1 <= stated <= bands_of(inp.options):
         raise ValueError(
@@ -298,11 +302,14 @@ def check_occupancy(inp: PredictionInputs) -> None:
 
 
 def simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`simulated_releases` at the plan's public inputs."""
     levels, p_num = assumed_columns(inp)
     eps_m = float(inp.design.epsilon * budget_shares(inp)[0])
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     bands = bands_of(inp.options)
-    return simulated_releases(inp.design.n, a, levels, p_num, eps_m, bands, index_variance(inp))
+    return simulated_releases(
+        inp.design.n, a, levels, p_num, eps_m, bands, assumed_index_variance(inp)
+    )
 
 
 def band_occupancy(inp: PredictionInputs) -> float:

@@ -38,10 +38,10 @@ from dpate_core.statistics import COUNT_SENSITIVITY
 from ._occupancy import (
     ASSUMED_NUMERIC_SPREAD,
     assumed_columns,
+    assumed_index_variance,
     bands_of,
     budget_shares,
     check_occupancy,
-    index_variance,
     simulated,
     stated_fractions,
 )
@@ -83,7 +83,7 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     cat = float(np.sum(v * (1.0 / (n1 / lv + scale) ** 2 + 1.0 / (n0 / lv + scale) ** 2)))
     num = p_num * v * (1.0 / (n1 + scale) ** 2 + 1.0 / (n0 + scale) ** 2) / ASSUMED_NUMERIC_SPREAD
     noise = cat + num
-    return min(noise / (index_variance(inp) + noise), 1.0), noise
+    return min(noise / (assumed_index_variance(inp) + noise), 1.0), noise
 
 
 def band_counts(
@@ -133,7 +133,7 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
         assumptions=assumptions,
         options=AdjustedOptions(weighting="subclassification"),
         strata_counts=band_counts(
-            d.n, inp.assumptions.arm_share, index_noise, bands, index_variance(inp)
+            d.n, inp.assumptions.arm_share, index_noise, bands, assumed_index_variance(inp)
         ),
     )
 
