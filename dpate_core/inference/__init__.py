@@ -6,22 +6,24 @@ public design constants: no privacy cost.
 
 from ._bootstrap import (
     DEFAULT_DRAWS,
-    INFORMATION_RULES,
-    NOISE_DOMINATED,
-    NOISE_RATIO,
-    UNINFORMATIVE,
-    UNINFORMATIVE_RULES,
-    Interval,
     NoiseDraws,
     PublicSite,
     bootstrap_seed,
-    clip_interval,
     combined_bootstrap_interval,
     combined_normal_interval,
     public_site,
     site_bootstrap_interval,
     site_draws,
     site_normal_interval,
+)
+from ._interval import (
+    INFORMATION_RULES,
+    NOISE_DOMINATED,
+    NOISE_RATIO,
+    UNINFORMATIVE,
+    UNINFORMATIVE_RULES,
+    Interval,
+    clip_interval,
     uninformative_rules,
 )
 

@@ -12,10 +12,8 @@ Nothing here is private output: the mechanisms of :mod:`dpate_core.mechanisms` n
 """
 
 from ._algorithm1 import (
-    DifferenceInMeans,
     MatchingResult,
     MatchingStatistics,
-    difference_in_means,
     exact_matching,
     matching_statistics,
     matching_statistics_of_strata,
@@ -23,6 +21,7 @@ from ._algorithm1 import (
     stratum_counts,
     variance_bits,
 )
+from ._difference_in_means import DifferenceInMeans, difference_in_means
 from ._grid_sums import (
     COUNT_SENSITIVITY,
     CellStatistics,

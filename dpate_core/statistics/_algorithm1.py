@@ -1,4 +1,4 @@
-"""Non-private estimators: exact matching (Algorithm 1), its variance (appendix), difference in means.
+"""Non-private exact matching (Algorithm 1) and its variance (appendix), in one compiled pass.
 
 Algorithm 1 matches, within each covariate stratum ``x``, the ``j``-th treated record (in record
 order) to control ``C_x[j mod |C_x|]`` and the ``j``-th control to treated ``T_x[j mod |T_x|]``;
@@ -35,11 +35,11 @@ import numpy.typing as npt
 
 from dpate_core.compile_cache import njit
 
+from ._records import _BAD_W, _BAD_X, _BAD_Y, _OK, check_status, record_arrays
+
 __all__ = [
-    "DifferenceInMeans",
     "MatchingResult",
     "MatchingStatistics",
-    "difference_in_means",
     "exact_matching",
     "matching_statistics",
     "matching_statistics_of_strata",
@@ -76,77 +76,6 @@ class MatchingStatistics:
     @property
     def n(self) -> int:
         return int(self.treated_counts.sum() + self.control_counts.sum())
-
-
-@dataclass(frozen=True)
-class DifferenceInMeans:
-    """``tau = mean(Y | W=1) - mean(Y | W=0)`` and ``variance = s_t^2 / N_t + s_c^2 / N_c``."""
-
-    tau: float
-    variance: float
-    n_treated: int
-    n_control: int
-
-
-def _as_inputs(
-    w: npt.ArrayLike, y: npt.ArrayLike
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64]]:
-    w = np.asarray(w)
-    y = np.asarray(y, dtype=np.float64)
-    if w.ndim != 1 or y.shape != w.shape:
-        raise ValueError(f"w and y must be 1-d arrays of one length (got {w.shape} and {y.shape})")
-    if w.dtype != np.bool_:
-        if not np.issubdtype(w.dtype, np.integer):
-            raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
-        if w.size and (w.min() < 0 or w.max() > 1):
-            raise ValueError("w must hold only 0 and 1")
-    return w.astype(np.int8, copy=False), y
-
-
-#: what a compiled pass over the records reports (it cannot raise): :func:`check_status` raises
-_OK, _BAD_X, _BAD_W, _BAD_Y = 0, 1, 2, 3
-
-
-def record_arrays(
-    w: npt.ArrayLike, y: npt.ArrayLike, x: npt.ArrayLike, empty: str | None = None
-) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[Any]]:
-    """``w``, ``y`` (float64) and ``x`` as a compiled pass takes them: 1-d arrays of one length,
-    ``w`` integers (booleans viewed as int8), ``x`` integer stratum ids. ``empty``: the error
-    for no records (``None``: allowed). The values themselves are checked in the pass
-    (:func:`check_status`); errors name the rule, never a value."""
-    w = np.asarray(w)
-    y = np.asarray(y, dtype=np.float64)
-    x = np.asarray(x)
-    if w.ndim != 1 or y.shape != w.shape or x.shape != w.shape:
-        raise ValueError(
-            f"w, y and x must be 1-d arrays of one length (got {w.shape}, {y.shape}, {x.shape})"
-        )
-    if empty is not None and w.size == 0:
-        raise ValueError(empty)
-    if w.dtype == np.bool_:
-        w = w.view(np.int8)
-    elif not np.issubdtype(w.dtype, np.integer):
-        raise ValueError(f"w must be 0/1 integers or booleans (dtype {w.dtype})")
-    if not np.issubdtype(x.dtype, np.integer):
-        raise ValueError(f"x must be integer stratum ids (dtype {x.dtype})")
-    return w, y, x
-
-
-def check_status(status: int, size: int, bound: float | None) -> None:
-    """Raise the error a compiled pass's ``status`` stands for (``size``: the public ``|X|``;
-    ``bound``: the outcome bound B, or None for "finite and not negative")."""
-    if status == _BAD_X:
-        raise ValueError(
-            f"stratum ids in x must lie in [0, {size}), the public covariate domain: discretise "
-            f"with the study's covariate spec"
-        )
-    if status == _BAD_W:
-        raise ValueError("w must hold only 0 and 1")
-    if status == _BAD_Y:
-        rule = "be finite and not negative" if bound is None else f"lie in [0, B] with B = {bound}"
-        raise ValueError(
-            f"outcomes must {rule}: clip or reject them with the study's public bound first"
-        )
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -465,41 +394,3 @@ def stratum_counts(
     size = int(domain_size if domain_size is not None else (x.max() + 1 if x.size else 0))
     counts = np.bincount(2 * x + w, minlength=2 * size)
     return counts[1::2], counts[0::2]
-
-
-def arm_sums(w: npt.ArrayLike, y: npt.ArrayLike) -> tuple[int, int, float, float, float, float]:
-    """``(N_t, N_c, sum_t Y, sum_c Y, sum_t Y^2, sum_c Y^2)`` as float sums (the non-private
-    estimate; the DP release sums grid-rounded outcomes exactly instead,
-    :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`)."""
-    w, y = _as_inputs(w, y)
-    t = w.astype(bool)
-    yt, yc = y[t], y[~t]
-    return (
-        int(yt.size),
-        int(yc.size),
-        float(yt.sum()),
-        float(yc.sum()),
-        float(yt @ yt),
-        float(yc @ yc),
-    )
-
-
-def difference_in_means(w: npt.ArrayLike, y: npt.ArrayLike) -> DifferenceInMeans:
-    """Difference in means and its sampling variance ``s_t^2/N_t + s_c^2/N_c``.
-
-    ``s^2 = sum Y^2 / n - (sum Y / n)^2`` as in section 3.1.1 of the paper (the divisor is ``n``,
-    matching the private version, which estimates exactly these sums).
-    """
-    n_t, n_c, s_t, s_c, q_t, q_c = arm_sums(w, y)
-    if n_t == 0 or n_c == 0:
-        raise ValueError(
-            f"difference in means needs both arms (treated {n_t}, control {n_c} records)"
-        )
-    var_t = q_t / n_t - (s_t / n_t) ** 2
-    var_c = q_c / n_c - (s_c / n_c) ** 2
-    return DifferenceInMeans(
-        tau=s_t / n_t - s_c / n_c,
-        variance=max(var_t, 0.0) / n_t + max(var_c, 0.0) / n_c,
-        n_treated=n_t,
-        n_control=n_c,
-    )

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from dpate_core.compile_cache import njit
 from dpate_core.privacy import PrivacyParams
 from dpate_core.release import NoiseSpec, check_bound
-from dpate_core.statistics._algorithm1 import (
+from dpate_core.statistics._records import (
     _BAD_W,
     _BAD_X,
     _BAD_Y,

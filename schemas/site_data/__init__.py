@@ -11,17 +11,19 @@ backend), so that only counts and sums come back.
 - :class:`SecureOrder`, :class:`PermutationOrder`: the data-independent order Algorithm 1 ranks
   records in.
 
-Modules: the engines and locations in ``_engine.py``, the spec's rules as Ibis expressions in
-``_rules.py``, the queries in ``_statistics.py``, the entry points in ``_reading.py``, errors and
-redaction in ``_errors.py`` and ``_redaction.py``.
+Modules: the engines and locations in ``_engine.py`` and the opened table in ``_table.py``, the
+spec's rules as Ibis expressions in ``_rules.py`` and what their codes mean in ``_codes.py``, the
+queries in ``_statistics.py`` and ``_matching.py``, the entry points in ``_reading.py``, errors
+and redaction in ``_errors.py`` and ``_redaction.py``.
 """
 
-from ._engine import ENGINE_MEMORY_ENV, SiteTable, open_site_table, secret_value
+from ._engine import ENGINE_MEMORY_ENV, open_site_table, secret_value
 from ._errors import MAX_ROWS_LISTED, Problem, SiteDataError
+from ._matching import PermutationOrder, RecordOrder, SecureOrder
 from ._reading import prepare_site_data, read_site_records, site_statistics
 from ._records import PreparationReport, SiteData, SiteStatistics
 from ._redaction import QUERY_ENV, SECRET_ENV, SQL_DIALECTS, is_sql_url, redact_location
-from ._statistics import PermutationOrder, RecordOrder, SecureOrder
+from ._table import SiteTable
 
 __all__ = [
     "ENGINE_MEMORY_ENV",

@@ -9,18 +9,13 @@ from typing import Any
 
 from dpate.schemas.spec import StudySpec
 
-from ._engine import SiteTable, open_site_table
+from ._engine import open_site_table
 from ._errors import SiteDataError
+from ._matching import RecordOrder, SecureOrder, matching_statistics_of
 from ._records import SiteData, SiteStatistics
 from ._rules import needed_columns, record_codes
-from ._statistics import (
-    RecordOrder,
-    SecureOrder,
-    matching_statistics_of,
-    raise_problems,
-    records_of,
-    site_summary,
-)
+from ._statistics import raise_problems, records_of, site_summary
+from ._table import SiteTable
 
 __all__ = ["prepare_site_data", "read_site_records", "site_statistics"]
 
@@ -57,7 +52,7 @@ def site_statistics(
     estimator's release needs (:class:`~._records.SiteStatistics`): the per-cell counts and exact
     grid sums (centred, or not for the difference in means), and for an order-dependent
     estimator (Algorithm 1) with ``matching``, its statistics in the order ``order(N)`` gives
-    (default: a fresh secure order, :class:`~._statistics.SecureOrder`). Raises
+    (default: a fresh secure order, :class:`~._matching.SecureOrder`). Raises
     :class:`~._errors.SiteDataError` (columns, rules, counts, first row positions; never a
     value)."""
     site = open_site_table(source, needed_columns(spec), fmt, query=query, secret=secret)

@@ -1,12 +1,14 @@
 """The study spec: a TOML file read into :class:`StudySpec` (validated, canonically hashed).
 
 The model and its loading (``_model``), the treatment, outcome and covariate columns
-(``_columns``), the sites and their caps (``_sites``), the rules across fields (``_checks``) and the
-shared field types (``_fields``) are private modules of this package: import every name from
-``dpate.schemas.spec``. :mod:`dpate.schemas.spec.reference` writes the spec's field reference in
+(``_columns``), the sites and their caps (``_sites``), the balance table (``_balance``), the rules
+across fields (``_checks``), the errors (``_errors``) and the shared field types (``_fields``) are
+private modules of this package: import every name from ``dpate.schemas.spec``.
+:mod:`dpate.schemas.spec.reference` writes the spec's field reference in
 docs/reference/study-spec.md from these models.
 """
 
+from dpate.schemas.spec._balance import BalanceSpec
 from dpate.schemas.spec._checks import (
     MAX_DOMAIN_SIZE,
     cross_field_problems,
@@ -21,12 +23,11 @@ from dpate.schemas.spec._columns import (
     OutcomeSpec,
     TreatmentSpec,
 )
+from dpate.schemas.spec._errors import SpecError
 from dpate.schemas.spec._fields import ExactNumber
 from dpate.schemas.spec._model import (
     SPEC_VERSION,
-    BalanceSpec,
     EstimatorName,
-    SpecError,
     StudySpec,
     canonical_json,
     load_spec,

@@ -23,15 +23,15 @@ Invalid specs raise :class:`SpecError`, whose message lists every problem as
 ``field.path: what is wrong; what would be valid``.
 
 Modules: this one holds the study (:class:`StudySpec`), its loading, canonical form and hash; the
-column models (treatment, outcome, covariates) are in schemas/spec/, the site models in
-schemas/spec/, the cross-field rules in schemas/spec/, and what every model shares
-(identifiers, exact numbers, the strict base model) in schemas/spec/.
+column models (treatment, outcome, covariates) are in ``_columns``, the site models in
+``_sites``, the ``[balance]`` table in ``_balance``, the cross-field rules in ``_checks``, the
+errors in ``_errors``, and what every model shares (identifiers, exact numbers, the strict base
+model) in ``_fields``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import tomllib
@@ -49,11 +49,12 @@ from pydantic import (
     model_validator,
 )
 
-from dpate.errors import DpateError, ExitCode
 from dpate.plugins import load_plugins
+from dpate.schemas.spec._balance import BalanceSpec, balance_layout, balance_problems
 from dpate.schemas.spec._checks import cross_field_problems, option_object
 from dpate.schemas.spec._columns import Covariate, NumericCovariate, OutcomeSpec, TreatmentSpec
-from dpate.schemas.spec._fields import _ID, _ID_HINT, ExactNumber, _Model
+from dpate.schemas.spec._errors import SpecError, _CrossFieldProblems, _problems
+from dpate.schemas.spec._fields import _ID, _Model
 from dpate.schemas.spec._sites import SiteSpec
 from dpate_core.aggregation import AGGREGATORS
 from dpate_core.balance import BalanceLayout
@@ -62,39 +63,13 @@ from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
     "SPEC_VERSION",
-    "BalanceSpec",
-    "SpecError",
+    "EstimatorName",
     "StudySpec",
     "canonical_json",
     "load_spec",
 ]
 
 SPEC_VERSION: Literal[1] = 1
-#: the most rows a balance table may have (one per numeric covariate with finite bins, one per
-#: level of the others): what fits in a site report (schemas/reports/, MAX_REPORT_BYTES)
-MAX_BALANCE_ROWS = 200
-
-
-class _CrossFieldProblems(ValueError):
-    """Problems found across fields, each with its own field path (unpacked by SpecError)."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in problems))
-
-
-class SpecError(DpateError, ValueError):
-    """A study spec is invalid. ``problems`` holds ``(field path, message)`` pairs."""
-
-    exit_code = ExitCode.SPEC
-    cause = "invalid study spec"
-
-    def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
-        self.problems = problems
-        where = f" in {source}" if source else ""
-        lines = [f"invalid study spec{where} ({len(problems)} problem(s)):"]
-        lines += [f"  - {loc}: {msg}" for loc, msg in problems]
-        super().__init__("\n".join(lines))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,26 +105,6 @@ EstimatorName = Annotated[
     AfterValidator(_estimator_name),
     WithJsonSchema({"type": "string", "enum": sorted(ESTIMATORS)}),
 ]
-
-
-class BalanceSpec(_Model):
-    """The optional DP covariate-balance table (docs/reference/study-spec.md, ``[balance]``): a release of
-    its own at every site, charged to the site's ledger with its own ``epsilon`` (exact; pure
-    DP, no delta) on top of the estimate's, before any noise (docs/explanation/privacy.md)."""
-
-    epsilon: ExactNumber = Field(
-        description="The table's own budget at every site, on top of the estimate's (pure DP: "
-        "no delta); must be positive. One round then spends both, within the lifetime cap."
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> BalanceSpec:
-        if not self.epsilon > 0:
-            raise ValueError(
-                f"the balance table's epsilon ({self.epsilon}) must be positive, e.g. '1/10'; "
-                f"remove [balance] for no table"
-            )
-        return self
 
 
 class StudySpec(_Model):
@@ -304,87 +259,18 @@ class StudySpec(_Model):
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
         problems = cross_field_problems(self)  # schemas/spec/
-        problems += self._balance_problems()
+        problems += balance_problems(self)
         if problems:
             raise _CrossFieldProblems(problems)
         return self
-
-    def _balance_problems(self) -> list[tuple[str, str]]:
-        if self.balance is None:
-            return []
-        if not self.covariates:
-            return [
-                (
-                    "balance",
-                    "a balance table needs covariates: add [[covariates]] or remove [balance]",
-                )
-            ]
-        unbinned = [c.column for c in self.covariates if c.kind == "numeric" and not c.binned]
-        if unbinned:
-            return [
-                (
-                    "balance",
-                    f"the balance table compares arms on the covariates' levels and bins, and "
-                    f"covariates {unbinned} have public bounds and no bins: declare bins for "
-                    f"them (edges = [lower, ..., upper]) or remove [balance]",
-                )
-            ]
-        layout = self.balance_layout
-        rows = sum(
-            1 if v is not None else len(lab)
-            for v, lab in zip(layout.values, layout.labels, strict=True)
-        )
-        if rows > MAX_BALANCE_ROWS:
-            return [
-                (
-                    "balance",
-                    f"the covariates give a balance table of {rows} rows, more than the "
-                    f"{MAX_BALANCE_ROWS} a report carries: bin the many-level covariates more "
-                    f"coarsely or remove [balance]",
-                )
-            ]
-        out = []
-        for i, s in enumerate(self.sites):
-            total = PrivacyParams(s.epsilon + self.balance.epsilon, s.delta)
-            if not total <= s.lifetime_cap.params:
-                out.append(
-                    (
-                        f"sites.{i}.lifetime_cap",
-                        f"one round (the estimate's epsilon {s.epsilon} plus the balance "
-                        f"table's {self.balance.epsilon}) exceeds the lifetime cap (epsilon "
-                        f"{s.lifetime_cap.epsilon}): lower one of them or raise the cap",
-                    )
-                )
-        return out
 
     # --- derived, public quantities ---------------------------------------------------------
 
     @property
     def balance_layout(self) -> BalanceLayout:
-        """The covariates as the balance table reads them (public): each covariate's levels,
-        and each level's value where it has one (a numeric covariate with finite bins: each
-        bin's midpoint; otherwise indicator rows)."""
-        names: list[str] = []
-        labels: list[tuple[str, ...]] = []
-        values: list[tuple[float, ...] | None] = []
-        for c in self.covariates:
-            names.append(c.column)
-            if c.kind == "categorical":
-                labels.append(tuple(str(v) for v in c.all_levels))
-                values.append(None)
-                continue
-            edges = c.edges or [*c.bounds]  # without bins: refused with [balance] (above)
-            labels.append(
-                tuple(
-                    f"[{a:g}, {b:g}{']' if i == len(edges) - 2 else ')'}"
-                    for i, (a, b) in enumerate(itertools.pairwise(edges))
-                )
-            )
-            finite = all(math.isfinite(e) for e in edges)
-            values.append(
-                tuple((a + b) / 2.0 for a, b in itertools.pairwise(edges)) if finite else None
-            )
-        return BalanceLayout(tuple(names), tuple(labels), tuple(values))
+        """The covariates as the balance table reads them (public):
+        :func:`~dpate.schemas.spec._balance.balance_layout`."""
+        return balance_layout(self.covariates)
 
     @property
     def balance_within(self) -> str:
@@ -565,50 +451,3 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
-
-
-_FIELD_HINTS: dict[str, str] = {
-    "design": "one of 'randomized', 'observational'",
-    "policy": "one of 'clip', 'reject'",
-    "missing": "one of 'reject', 'drop'",
-    "signing": "one of 'required' (the default), 'none' (with unsigned_reason)",
-    "kind": "one of 'categorical', 'numeric'",
-}
-
-
-def _problems(exc: ValidationError) -> list[tuple[str, str]]:
-    """pydantic's errors as ``(dotted path, message)``, with the valid alternatives spelled out.
-    (A spec holds no patient data, but we still do not echo input values back.)"""
-    out: list[tuple[str, str]] = []
-    for err in exc.errors(include_url=False, include_input=False):
-        cross = err.get("ctx", {}).get("error")
-        if isinstance(cross, _CrossFieldProblems):
-            prefix = ".".join(str(p) for p in err["loc"])
-            out += [(f"{prefix}.{loc}" if prefix else loc, msg) for loc, msg in cross.problems]
-            continue
-        loc_parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
-        # pydantic adds the union member tag to the path: drop it
-        loc_parts = [p for p in loc_parts if p not in ("categorical", "numeric")]
-        loc = ".".join(loc_parts) or "(spec)"
-        msg = err["msg"]
-        typ = err["type"]
-        last = loc_parts[-1] if loc_parts else ""
-        if typ == "extra_forbidden" and loc == "require_signed_reports":
-            msg = (
-                "signed reports are the default: remove require_signed_reports (the opt-out is "
-                'signing = "none" with an unsigned_reason)'
-            )
-        elif typ == "extra_forbidden":
-            msg = "unknown field: check its spelling against docs/reference/study-spec.md"
-        elif typ == "missing":
-            msg = "required field is missing"
-        elif typ == "string_pattern_mismatch":
-            msg = f"invalid identifier: use {_ID_HINT}"
-        elif typ in ("literal_error", "union_tag_invalid") and last in _FIELD_HINTS:
-            msg = f"must be {_FIELD_HINTS[last]}"
-        elif typ == "union_tag_not_found":
-            msg = "each covariate needs kind = 'categorical' or 'numeric'"
-        elif msg.startswith("Value error, "):
-            msg = msg.removeprefix("Value error, ")
-        out.append((loc, msg))
-    return out

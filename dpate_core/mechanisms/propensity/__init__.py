@@ -31,23 +31,25 @@ from ._model import (
     model_statistics,
     split_covariates,
 )
-from ._prediction import (
+from ._occupancy import (
     ASSUMED_INDEX_VARIANCE,
     ASSUMED_NUMERIC_CENTRE,
     ASSUMED_NUMERIC_SPREAD,
     OCCUPANCY_DRAWS,
     FittedModels,
-    band_counts,
     band_occupancy,
     bands_of,
     fitted_models,
-    gap_noise,
     occupancy_fractions,
+    simulated_releases,
+)
+from ._prediction import (
+    band_counts,
+    gap_noise,
     predict,
     predicted_noise_share,
     released_variance,
     resolution,
-    simulated_releases,
 )
 from ._release import (
     ATTENUATION_CAP,

@@ -181,7 +181,8 @@ def split_covariates(z: Any, columns: Sequence[Column]) -> Covariates:
     """The columnar :class:`Covariates` of an ``(N, p)`` matrix (one compiled pass): codes in
     the smallest integer type, values in the matrix's float type (float64 for an integer
     matrix). A code that is not a whole number in ``[0, levels)`` raises the rule."""
-    from ._kernels import BAD_CODE, column_codes, split_rows
+    from ._columnar import column_codes, split_rows
+    from ._kernels import BAD_CODE
 
     z = np.asarray(z)
     if z.ndim != 2 or z.shape[1] != len(columns):
@@ -211,7 +212,7 @@ def model_statistics(
     """The model vector (grid units, exact integers as float64) of records ``w`` (0/1) and
     ``z`` (``(N, p)``: a categorical column holds level codes, a numeric one values; or
     :class:`Covariates`), in one compiled pass over the columns
-    (:func:`dpate_core.mechanisms.propensity._kernels.model_columns`, threaded by chunks of
+    (:func:`dpate_core.mechanisms.propensity._columnar.model_columns`, threaded by chunks of
     rows); a broken rule is named by the checked pass
     (:func:`~dpate_core.mechanisms.propensity._kernels.model_pass`)."""
 
@@ -242,7 +243,8 @@ def as_covariates(
 def _columnar_statistics(
     w: np.ndarray, cov: Covariates, columns: Sequence[Column], g: int
 ) -> np.ndarray:
-    from ._kernels import checked_columns, model_columns, power_of_two_inverse, run_chunks
+    from ._columnar import model_columns, power_of_two_inverse, run_chunks
+    from ._kernels import checked_columns
 
     kind, levels, mid, half, offset = column_arrays(columns)
     cat, num = kind == 0, kind == 1

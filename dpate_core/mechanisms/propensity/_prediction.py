@@ -3,17 +3,9 @@ from public inputs and stated assumptions (``docs/research/propensity.md``, "Pla
 
 The prediction follows the release's steps:
 
-1. the model's releases, simulated (:func:`simulated_releases`, seeded numpy noise): the model
-   query's Laplace noise at the release's scale on the model vector of records as the plan
-   assumes them (each categorical covariate's levels equally common, each numeric covariate's
-   rescaled value around the middle of its bounds, :data:`ASSUMED_NUMERIC_CENTRE`, with variance
-   :data:`ASSUMED_NUMERIC_SPREAD`, none associated with the treatment), fitted as
-   :func:`~._model.fit_model` fits it; per release, each band's share of the records (the
-   model's band edges against the records' index: a noisy model's edges miss where the records
-   lie, and at a few hundred records most releases put nearly all of them in one or two bands)
-   and the noise share the release reports (its index noise over the stated true index's
-   variance, ``Assumptions.propensity_sd``, plus the spread its noise gives the model's index).
-   ``Assumptions.band_occupancy`` states the occupancy instead (:func:`occupancy_fractions`);
+1. the band occupancy of the model's releases, simulated from public inputs or stated
+   (``_occupancy.py``: :func:`~._occupancy.simulated_releases`,
+   :func:`~._occupancy.occupancy_fractions`), and the noise share each release reports;
 2. the bands' treated shares: the true index normal around the logit of the assumed treated
    share, the model's index that plus its predicted noise (:func:`predicted_noise_share`); a
    band's treated share is the mean propensity of its records (:func:`band_counts`), so treated
@@ -36,85 +28,41 @@ import functools
 import math
 from fractions import Fraction
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpate_core.mechanisms.adjusted import ADJUSTED, THRESHOLD_FACTOR, AdjustedOptions
-from dpate_core.privacy import BudgetSplit
 from dpate_core.statistics import COUNT_SENSITIVITY
 
-from ._model import Categorical, Column, Numeric, model_sensitivity
-from ._release import ATTENUATION_CAP, BANDS, DEFAULT_SPLIT
+from ._occupancy import (
+    ASSUMED_NUMERIC_SPREAD,
+    assumed_columns,
+    assumed_index_variance,
+    bands_of,
+    budget_shares,
+    check_occupancy,
+    simulated,
+    stated_fractions,
+)
+from ._release import ATTENUATION_CAP
 
 if TYPE_CHECKING:
     from dpate_core.planning import PredictionInputs
 
 __all__ = [
-    "ASSUMED_INDEX_VARIANCE",
-    "ASSUMED_NUMERIC_CENTRE",
-    "ASSUMED_NUMERIC_SPREAD",
-    "OCCUPANCY_DRAWS",
-    "FittedModels",
     "band_counts",
-    "band_occupancy",
-    "bands_of",
-    "fitted_models",
     "gap_noise",
-    "occupancy_fractions",
     "predict",
     "predicted_noise_share",
     "released_variance",
     "resolution",
-    "simulated_releases",
 ]
 
-#: the variance of the true propensity index (the logit of the propensity; sd 1: a c-statistic of
-#: about 0.76) assumed unless the plan states it (``Assumptions.propensity_sd``), against which
-#: the model's predicted noise gives its noise share
-ASSUMED_INDEX_VARIANCE = 1.0
-#: the assumed variance within an arm of a numeric covariate's value rescaled to ``[-1, 1]`` by
-#: its public bounds (sd a third of the bounds' half-width: the bounds about three sd from the
-#: middle)
-ASSUMED_NUMERIC_SPREAD = 1.0 / 9.0
-#: where a numeric covariate's values are assumed to lie within their public bounds: around the
-#: middle (``u = 0`` on the rescaled ``[-1, 1]``)
-ASSUMED_NUMERIC_CENTRE = 0.0
-#: how many model releases the predicted band occupancy is simulated over (seeded numpy noise:
-#: the same plan every time)
-OCCUPANCY_DRAWS = 2000
-#: how many groups of them, by occupancy, the band subclassification's prediction runs on (once
-#: per group: :func:`_parts`)
+
+#: how many groups of the simulated releases (:data:`~._occupancy.OCCUPANCY_DRAWS`), by
+#: occupancy, the band subclassification's prediction runs on (once per group: :func:`_parts`)
 OCCUPANCY_EVALUATED = 40
-_OCCUPANCY_SEED = 5
-
-
-def bands_of(options: Any) -> int:
-    """``K``, the number of bands of the estimator's options (None: the default)."""
-    return BANDS if options is None else int(options.bands)
-
-
-def _shares(inp: PredictionInputs) -> tuple[Fraction, ...]:
-    d = inp.design
-    return (
-        BudgetSplit(d.split).shares
-        if len(d.split) == 4
-        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
-    )
-
-
-def _index_variance(inp: PredictionInputs) -> float:
-    sd = inp.assumptions.propensity_sd
-    return ASSUMED_INDEX_VARIANCE if sd is None else max(float(sd) ** 2, 1e-6)
-
-
-def _columns(inp: PredictionInputs) -> tuple[tuple[int, ...], int]:
-    """The categorical columns' level counts and the number of numeric ones: the spec's, else
-    ``log2 |X|`` binary covariates (the strata's count if each covariate had two levels)."""
-    if inp.covariate_sizes or inp.bounded_covariates:
-        return tuple(s for s in inp.covariate_sizes if s > 1), int(inp.bounded_covariates)
-    p = max(1, round(math.log2(max(inp.domain_size, 2))))
-    return (2,) * p, 0
 
 
 def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
@@ -125,8 +73,8 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L + scale`` its smoothed
     cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2 scale^2``)."""
     d = inp.design
-    levels, p_num = _columns(inp)
-    eps_m = float(d.epsilon * _shares(inp)[0])
+    levels, p_num = assumed_columns(inp)
+    eps_m = float(d.epsilon * budget_shares(inp)[0])
     scale = (2.0 + 2.0 * len(levels) + 3.0 * p_num) / eps_m
     v = 2.0 * scale * scale
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
@@ -135,7 +83,7 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     cat = float(np.sum(v * (1.0 / (n1 / lv + scale) ** 2 + 1.0 / (n0 / lv + scale) ** 2)))
     num = p_num * v * (1.0 / (n1 + scale) ** 2 + 1.0 / (n0 + scale) ** 2) / ASSUMED_NUMERIC_SPREAD
     noise = cat + num
-    return min(noise / (_index_variance(inp) + noise), 1.0), noise
+    return min(noise / (assumed_index_variance(inp) + noise), 1.0), noise
 
 
 def band_counts(
@@ -166,228 +114,12 @@ def band_counts(
     return treated, per_band - treated
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    """``erf`` to about ``1.5e-7`` (Abramowitz and Stegun 7.1.26), vectorised: a prediction's
-    band shares, not a release's edges."""
-    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    return np.asarray(np.sign(x) * (1.0 - poly * np.exp(-x * x)), dtype=np.float64)
-
-
-def _phi(t: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _erf(t / math.sqrt(2.0)))
-
-
-def _expected_statistics(
-    n: int, share: float, columns: tuple[Column, ...], centre: float, spread: float
-) -> np.ndarray:
-    """The model vector (in counts and sums of ``u``) of ``n`` records as the occupancy
-    prediction assumes them: a treated share ``share``; each categorical covariate's levels
-    equally common in both arms; each numeric one's ``u`` with mean ``centre`` and variance
-    ``spread`` in both arms (no covariate associated with the treatment)."""
-    n1 = share * n
-    n0 = n - n1
-    out = [np.array([n0, n1])]
-    for col in columns:
-        if isinstance(col, Categorical):
-            out.append(np.tile([n0 / col.levels, n1 / col.levels], col.levels))
-        else:
-            out.append(np.array([n0 * centre, n1 * centre, n * (spread + centre * centre)]))
-    return np.concatenate(out)
-
-
-@functools.lru_cache(maxsize=256)
-def simulated_releases(
-    n: int,
-    share: float,
-    levels: tuple[int, ...],
-    p_num: int,
-    eps_m: float,
-    bands: int,
-    index_variance: float = ASSUMED_INDEX_VARIANCE,
-    draws: int = OCCUPANCY_DRAWS,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
-    ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
-    release reports, the model's index noise over ``index_variance`` (the true index's) plus
-    the spread the model's noise gives its index. The models are :func:`fitted_models`; the
-    records' index is normal with the assumed covariates' mean and variance of the fitted
-    terms. Seeded: the same plan every time."""
-    columns: tuple[Column, ...] = tuple(Categorical(int(lv)) for lv in levels)
-    columns += (Numeric(-1.0, 1.0),) * p_num
-    centre, spread = ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
-    scale = float(model_sensitivity(columns, 0)) / eps_m
-    stats = _expected_statistics(n, share, columns, centre, spread)
-    rng = np.random.default_rng(_OCCUPANCY_SEED)
-    noisy = stats + rng.laplace(0.0, scale, (draws, stats.size))
-    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, centre, spread)
-    noise_share = np.clip(fit.index_noise / (index_variance + fit.model_spread), 0.0, 1.0)
-    sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
-    cdf = _phi((fit.edges - fit.record_mean[:, None]) / sd[:, None])
-    ones = np.ones((draws, 1))
-    return np.diff(np.concatenate([0.0 * ones, cdf, ones], axis=1), axis=1), noise_share
-
-
-class FittedModels(NamedTuple):
-    """Many fitted models at once (:func:`fitted_models`), one row per noisy model vector."""
-
-    #: ``(R, K - 1)``: the band edges (:meth:`~._model.PropensityModel.edges`)
-    edges: np.ndarray
-    #: ``(R,)``: the index noise the delta method gives (:func:`~._model.fit_model`)
-    index_noise: np.ndarray
-    #: ``(R,)``: the variance of the index under the model's own distribution of the records
-    model_spread: np.ndarray
-    #: ``(R,)``: the mean and variance of the index of records as the plan assumes them
-    record_mean: np.ndarray
-    record_variance: np.ndarray
-
-
-def fitted_models(
-    noisy: np.ndarray,
-    columns: tuple[Column, ...],
-    n: int,
-    smoothing: float,
-    bands: int,
-    centre: float = ASSUMED_NUMERIC_CENTRE,
-    spread: float = ASSUMED_NUMERIC_SPREAD,
-) -> FittedModels:
-    """:func:`~._model.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
-    model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
-    records whose categorical levels are equally common and whose numeric ``u`` has mean
-    ``centre`` and variance ``spread`` (``fit_model(row).noise_share`` is ``min(1, index_noise /
-    model_spread)``)."""
-    v = np.asarray(noisy, dtype=np.float64)
-    draws = v.shape[0]
-    v_count = 2.0 * smoothing * smoothing
-    arm = np.maximum(v[:, :2], 1.0)
-    arm_share = arm[:, 1] / arm.sum(axis=1)
-    intercept = np.log(arm[:, 1] / arm[:, 0])
-    means = np.repeat(intercept[:, None], 2, axis=1)  # the model's index mean in control, treated
-    variances = np.zeros((draws, 2))
-    rec_mean, rec_var = intercept.copy(), np.zeros(draws)  # the records' index
-    index_noise = np.zeros(draws)
-    at = 2
-    for col in columns:
-        block = v[:, at : at + col.width]
-        at += col.width
-        if isinstance(col, Categorical):
-            cells = np.maximum(block.reshape(draws, col.levels, 2), 0.0) + smoothing
-            freq = cells / cells.sum(axis=1, keepdims=True)
-            term = np.log(freq[:, :, 1]) - np.log(freq[:, :, 0])
-            mix = (1 - arm_share[:, None]) * freq[:, :, 0] + arm_share[:, None] * freq[:, :, 1]
-            inv = 1 / cells[:, :, 0] ** 2 + 1 / cells[:, :, 1] ** 2
-            index_noise += np.sum(mix * v_count * inv, axis=1)
-            m = np.einsum("rla,rl->ra", freq, term)
-            means += m
-            variances += np.einsum("rla,rla->ra", freq, (term[:, :, None] - m[:, None, :]) ** 2)
-            rec_mean += term.mean(axis=1)
-            rec_var += term.var(axis=1)
-        else:
-            m_arm = np.clip(block[:, :2] / arm, -1.0, 1.0)
-            pooled = (block[:, 2] - np.sum(block[:, :2] ** 2 / arm, axis=1)) / float(n)
-            s2 = np.clip(pooled, 1e-2, 1.0)
-            slope = (m_arm[:, 1] - m_arm[:, 0]) / s2
-            offset = -(m_arm[:, 1] ** 2 - m_arm[:, 0] ** 2) / (2.0 * s2)
-            index_noise += v_count * np.sum(1.0 / arm**2, axis=1) / s2
-            means += slope[:, None] * m_arm + offset[:, None]
-            variances += (slope * slope * s2)[:, None]
-            rec_mean += slope * centre + offset
-            rec_var += slope * slope * spread
-    model_spread = (1 - arm_share) * variances[:, 0] + arm_share * variances[:, 1]
-    model_spread += arm_share * (1 - arm_share) * (means[:, 1] - means[:, 0]) ** 2
-    edges = _model_edges(means, variances, arm_share, bands)
-    return FittedModels(edges, index_noise, model_spread, rec_mean, rec_var)
-
-
-def _model_edges(
-    means: np.ndarray, variances: np.ndarray, share: np.ndarray, bands: int
-) -> np.ndarray:
-    """:meth:`~._model.PropensityModel.edges` of many models at once: the ``k / K`` quantiles of
-    the model's index distribution (two normals mixed by the arm shares), by bisection between
-    the same outer limits."""
-    share = np.clip(share, 1e-6, 1 - 1e-6)[:, None]
-    sds = np.sqrt(np.maximum(variances, 1e-12))
-    lo = np.repeat(np.min(means - 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    hi = np.repeat(np.max(means + 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    levels = np.arange(1, bands) / bands
-    for _ in range(36):
-        mid = 0.5 * (lo + hi)
-        cdf = (1 - share) * _phi((mid - means[:, :1]) / sds[:, :1])
-        cdf = cdf + share * _phi((mid - means[:, 1:]) / sds[:, 1:])
-        below = cdf < levels
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return np.asarray(0.5 * (lo + hi), dtype=np.float64)
-
-
-def _stated_fractions(occupancy: float, bands: int) -> np.ndarray:
-    """``(1, K)``: band shares whose effective number ``1 / sum f_b^2`` is ``occupancy``: ``m =
-    floor(occupancy)`` bands equally filled and one partly filled, the middle ones first (their
-    treated share is the overall one's), the rest empty."""
-    k = min(max(float(occupancy), 1.0), float(bands))
-    m = math.floor(k)
-    fill = np.zeros(bands)
-    if m >= bands or k == m:
-        fill[:m] = 1.0 / m
-    else:  # m a^2 + (1 - m a)^2 = 1 / k, the root with a >= 1 - m a
-        a = (m + math.sqrt(max(m * m - (m + m * m) * (1.0 - 1.0 / k), 0.0))) / (m + m * m)
-        fill[:m], fill[m] = a, max(1.0 - m * a, 0.0)
-    middle_first = np.argsort(np.abs(np.arange(bands) - (bands - 1) / 2.0), kind="stable")
-    out = np.zeros(bands)
-    out[middle_first] = fill
-    return out[None, :]
-
-
-def occupancy_fractions(inp: PredictionInputs) -> np.ndarray:
-    """``(draws, K)``: each band's share of a site's records over the releases the prediction
-    averages (:func:`band_occupancy` is their mean effective number). Stated
-    (``Assumptions.band_occupancy``): one row. Else simulated from public inputs: the model
-    query's Laplace noise on the model vector of records whose categorical levels are equally
-    common, whose numeric covariates lie around the middle of their bounds
-    (:data:`ASSUMED_NUMERIC_CENTRE`) with variance :data:`ASSUMED_NUMERIC_SPREAD`, with no
-    covariate associated with the treatment; the fitted model's band edges against the
-    records' index. A noisy model's edges follow its own noisy picture of the covariates and
-    miss where the records lie: at a few hundred records per site most releases put nearly
-    all of them in one or two bands."""
-    stated = inp.assumptions.band_occupancy
-    if stated is not None:
-        return _stated_fractions(stated, bands_of(inp.options))
-    return _simulated(inp)[0]
-
-
-def _check_occupancy(inp: PredictionInputs) -> None:
-    stated = inp.assumptions.band_occupancy
-    if stated is not None and not 1 <= stated <= bands_of(inp.options):
-        raise ValueError(
-            f"band occupancy ({stated}) must be at least 1 (one band holding every record) and "
-            f"at most K = {bands_of(inp.options)} (every band equally filled): give one in that "
-            f"range"
-        )
-
-
-def _simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
-    levels, p_num = _columns(inp)
-    eps_m = float(inp.design.epsilon * _shares(inp)[0])
-    a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
-    bands = bands_of(inp.options)
-    return simulated_releases(inp.design.n, a, levels, p_num, eps_m, bands, _index_variance(inp))
-
-
-def band_occupancy(inp: PredictionInputs) -> float:
-    """The predicted effective number of usable bands: the mean over the releases of
-    ``1 / sum_b f_b^2`` (``f_b`` a band's share of the records; ``K`` when the bands fill
-    equally, 1 when one band holds every record)."""
-    f = occupancy_fractions(inp)
-    return float(np.mean(1.0 / np.sum(f * f, axis=1)))
-
-
 def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     """The adjusted subclassification's prediction inputs on the ``K`` bands with the band
     cells' share of the budget (the model's share spent first) and the bands' assumed counts
     (:func:`band_counts`, equally filled bands; :func:`_parts` refills them per release)."""
     d = inp.design
-    shares = _shares(inp)
+    shares = budget_shares(inp)
     rest = 1 - shares[0]
     design = dataclasses.replace(
         d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in shares[1:])
@@ -401,7 +133,7 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
         assumptions=assumptions,
         options=AdjustedOptions(weighting="subclassification"),
         strata_counts=band_counts(
-            d.n, inp.assumptions.arm_share, index_noise, bands, _index_variance(inp)
+            d.n, inp.assumptions.arm_share, index_noise, bands, assumed_index_variance(inp)
         ),
     )
 
@@ -489,16 +221,16 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
     releases are cut into :data:`OCCUPANCY_EVALUATED` groups by occupancy; the subclassification
     runs once per group, on its middle release's bands, and the variance at every release's own
     noise share."""
-    _check_occupancy(inp)
+    check_occupancy(inp)
     _, index_noise = predicted_noise_share(inp)
     base = _band_inputs(inp, index_noise)
     assert base.strata_counts is not None
     treated, control = base.strata_counts
     treated_share = treated / np.maximum(treated + control, 1e-300)
-    fractions, shares = _simulated(inp)
+    fractions, shares = simulated(inp)
     stated = inp.assumptions.band_occupancy
     if stated is not None:
-        fractions = _stated_fractions(stated, bands_of(inp.options))
+        fractions = stated_fractions(stated, bands_of(inp.options))
         groups = [np.arange(shares.size)]
     else:
         order = np.argsort(1.0 / np.sum(fractions * fractions, axis=1), kind="stable")

@@ -54,14 +54,8 @@ from dpate_core.statistics import (
     grid_bits,
 )
 
-from ._kernels import (
-    BAD_W,
-    BAD_Y,
-    band_columns,
-    band_pass,
-    power_of_two_inverse,
-    run_chunks,
-)
+from ._columnar import band_columns, power_of_two_inverse, run_chunks
+from ._kernels import BAD_W, BAD_Y, band_pass
 from ._model import (
     Column,
     Covariates,
