@@ -52,7 +52,7 @@ def test_model_sensitivity_holds_on_neighbours() -> None:
     w, _, z = _data(rng, 200)
     g = model_bits(200)
     sens = model_sensitivity(COLUMNS, g)
-    assert sens == Fraction(2 + 2 * 2 + 3) * 2**g
+    assert sens == (2 + 2 * 2 + Fraction(9, 4)) * 2**g + 1
     base = model_statistics(w, z, COLUMNS, g)
     worst = 0.0
     for i in range(300):
@@ -62,15 +62,42 @@ def test_model_sensitivity_holds_on_neighbours() -> None:
         z2[j] = (rng.integers(0, 4), rng.integers(0, 3), rng.choice([-5.0, 0.0, 10.0, 25.0]))
         worst = max(worst, float(np.abs(model_statistics(w2, z2, COLUMNS, g) - base).sum()))
     assert worst <= sens
-    # a control at the lower bound becomes a treated at the upper bound: every count and sum
-    # part attained (2 + 2 + 2 + 2); the squares' 1 is not reached at the same time (the bound
-    # is 1/4 loose per numeric covariate: |u| + |u'| + |u^2 - u'^2| <= 9/4)
+    # a control at the upper bound (u = 1) becomes a treated in the middle of the upper half
+    # (u = 1/2): every part attained, the numeric one's 9/4 (1 + 1/2 + 3/4); only the grid
+    # unit for rounding is slack
     w3, z3 = w.copy(), z.copy()
-    w3[0], z3[0] = 0, (0, 0, 0.0)
+    w3[0], z3[0] = 0, (0, 0, 10.0)
     w4, z4 = w3.copy(), z3.copy()
-    w4[0], z4[0] = 1, (1, 1, 10.0)
+    w4[0], z4[0] = 1, (1, 1, 7.5)
     d = np.abs(model_statistics(w4, z4, COLUMNS, g) - model_statistics(w3, z3, COLUMNS, g))
-    assert d.sum() == sens - 2**g
+    assert d.sum() == sens - 1
+
+
+@pytest.mark.parametrize("n", [2, 2**40])  # g = 30 and g = 12
+def test_numeric_block_sensitivity_on_the_grid(n: int) -> None:
+    """A numeric covariate's three entries (arm sums of ``rint(u 2^g)``, sum of
+    ``rint(u^2 2^g)``) move by at most ``9/4 2^g + 1`` grid units when one record is replaced,
+    the grid's rounding included: every pair of one-record contributions, with ``u`` at and
+    around the maximiser 1/2 (half-unit ties included), the bounds and 0, in either arm. A bound
+    of ``9/4 2^g`` without the rounding unit, or of 2 per numeric covariate, would fail."""
+    cols = (Numeric(-1.0, 1.0),)  # u is the value itself
+    g = model_bits(n)
+    unit = 2.0**-g
+    near = 0.5 + np.arange(-40, 41) * unit / 2  # grid points and half-unit ties around 1/2
+    u = np.concatenate([near, -near, [1.0, -1.0, 0.0, 0.25, 0.75, 1.0 - unit, unit / 2]])
+    u = np.concatenate([u, 0.5 + np.random.default_rng(3).uniform(-1e-6, 1e-6, 200)])
+    # one record's contribution: the vector of a record against an empty reference
+    rows = []
+    for arm in (0, 1):
+        for value in u:
+            w = np.array([arm], np.int8)
+            rows.append(model_statistics(w, np.array([[value]]), cols, g)[2:])
+    v = np.asarray(rows)
+    l1 = np.abs(v[:, None, :] - v[None, :, :]).sum(axis=2)
+    bound = model_sensitivity(cols, g) - 2 * 2**g  # the arm counts' 2 taken out
+    assert l1.max() <= bound
+    assert l1.max() >= Fraction(9, 4) * 2**g  # attained: u = 1 against u = 1/2
+    assert model_sensitivity((Numeric(0.0, 1.0),) * 2, g) == (2 + Fraction(9, 2)) * 2**g + 2
 
 
 def test_budget_is_exact_and_scales_follow_sensitivities() -> None:

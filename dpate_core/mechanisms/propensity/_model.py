@@ -12,8 +12,9 @@ The statistics, one vector on one public grid (unit ``2^-g``, :func:`model_bits`
 Each entry is an exact integer (counts times ``2^g``; sums of grid integers, below ``2^53``).
 Replacing one record changes the arm counts by at most 2 in L1, each categorical covariate's
 counts by at most 2 (one cell loses the record, one gains it), each numeric covariate's arm sums by
-at most 2 (``|u| <= 1`` leaves one sum, ``|u'| <= 1`` enters one) and its sum of squares by at most 1
-(``u^2`` in ``[0, 1]``): L1 sensitivity ``(2 + 2 p_cat + 3 p_num) 2^g`` in grid units
+at most ``9/4`` jointly in its three entries (``|u| + |u'| + |u^2 - u'^2| <= 9/4``), plus one grid
+unit for the rounding of ``u`` and ``u^2`` to the grid (docs/explanation/privacy.md, "Stage 1"):
+L1 sensitivity ``(2 + 2 p_cat + 9/4 p_num) 2^g + p_num`` in grid units
 (:func:`model_sensitivity`). One Laplace vector query at that scale is ``(eps_m, 0)``-DP.
 
 The model (post-processing): arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
@@ -44,6 +45,7 @@ __all__ = [
     "as_covariates",
     "check_pass",
     "column_arrays",
+    "count_sensitivity",
     "fit_model",
     "model_bits",
     "model_sensitivity",
@@ -98,10 +100,20 @@ def model_bits(n: int) -> int:
 
 
 def model_sensitivity(columns: Sequence[Column], g: int) -> Fraction:
-    """The L1 sensitivity of the model vector in grid units (module docstring)."""
+    """The L1 sensitivity of the model vector in grid units of ``2^-g`` (module docstring): 2
+    counts for the arm counts, 2 per categorical covariate, and per numeric one ``9/4`` (its arm
+    sums and sum of squares together) plus one grid unit (their rounding to the grid; proof in
+    docs/explanation/privacy.md, "Stage 1")."""
     p_cat = sum(isinstance(c, Categorical) for c in columns)
     p_num = len(columns) - p_cat
-    return Fraction(2 + 2 * p_cat + 3 * p_num) * Fraction(2) ** g
+    return (2 + 2 * p_cat + Fraction(9, 4) * p_num) * Fraction(2) ** g + p_num
+
+
+def count_sensitivity(columns: Sequence[Column], n: int) -> Fraction:
+    """:func:`model_sensitivity` in counts on the grid of ``N = n`` records (:func:`model_bits`):
+    the model query's Laplace scale in counts is this over ``eps_m``."""
+    g = model_bits(n)
+    return model_sensitivity(columns, g) / Fraction(2) ** g
 
 
 def _width(columns: Sequence[Column]) -> int:
