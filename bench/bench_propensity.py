@@ -586,23 +586,13 @@ def _releases(
 ) -> tuple[Array, Array]:
     """``reps`` releases of one site (each a fresh model draw and band-cell draw). ``model_noise``
     ``"laplace"`` is the release (numpy noise at the plan's scales, as :func:`_terms`);
-    ``"no_arm_counts"`` a what-if: the Laplace scale of sensitivity ``2 p_cat + 9/4 p_num`` (the
-    arm counts dropped from the query, derivable from any categorical covariate's level counts;
-    the fit still reads them, so it measures the noise only); ``"gaussian"`` a what-if, not a
-    release: the model vector's noise Gaussian at the analytic
+    ``"gaussian"`` a what-if, not a release: the model vector's noise Gaussian at the analytic
     Gaussian sigma of its L2 sensitivity (:func:`gaussian_model_sigma`) at ``GAUSS_DELTA``, the
     fit told the matching variance (its smoothing is the Laplace scale of equal variance)."""
     plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
                            split=model_split(share), bands=bands)  # fmt: skip
     spec = plan.noise[0]
-    if model_noise == "no_arm_counts":
-        p_cat = sum(isinstance(c, Categorical) for c in d.columns)
-        p_num = len(d.columns) - p_cat
-        factor = (2 * p_cat + 2.25 * p_num) / (2 + 2 * p_cat + 2.25 * p_num)
-        plan = _with_model_scale(plan, d, share, bands, factor)
-        spec = plan.noise[0]
-        z = rng.laplace(0.0, 1.0, (reps, np.asarray(spec.loc).size))
-    elif model_noise == "gaussian":
+    if model_noise == "gaussian":
         sigma = gaussian_model_sigma(d.columns, float(plan.shares.apply(plan.total)[0].epsilon))
         b = sigma / np.sqrt(2.0)  # the Laplace scale of the same variance, in counts
         plan = _with_model_scale(plan, d, share, bands, b / (spec.scale * spec.unit))
@@ -622,7 +612,6 @@ def _releases(
 
 #: the model stages measured as what-ifs (not releases)
 WHAT_IF = {
-    "no_arm_counts": "no arm counts in the model query (what-if)",
     "gaussian": "Gaussian model, delta 1e-6 (what-if)",
 }
 #: the what-if Gaussian model stage's delta (per site)
@@ -631,14 +620,15 @@ GAUSS_DELTA = 1e-6
 
 def gaussian_model_sigma(columns: Sequence[Column], eps_m: float) -> float:
     """The analytic Gaussian sigma (in counts) of the model vector at ``eps_m`` and
-    ``GAUSS_DELTA``: L2 sensitivity ``sqrt(2 + 2 p_cat + 4 p_num)`` (replace one record: the arm
-    counts ``(1, 1)``, a categorical covariate's two cells, a numeric covariate's arm sums
-    ``|u - u'|^2 + |u^2 - u'^2|^2 <= 4`` in one arm, ``u^2 + u'^2 + (u^2 - u'^2)^2 <= 2`` across
-    arms)."""
+    ``GAUSS_DELTA``: L2 sensitivity ``sqrt(2 [p_cat = 0] + 2 p_cat + 4 p_num)`` (replace one
+    record: the arm counts ``(1, 1)`` when released, a categorical covariate's two cells, a
+    numeric covariate's arm sums ``|u - u'|^2 + |u^2 - u'^2|^2 <= 4`` in one arm,
+    ``u^2 + u'^2 + (u^2 - u'^2)^2 <= 2`` across arms; the grid's rounding left out)."""
     from dpate_core.noise import analytic_gaussian_sigma
 
     p_cat = sum(isinstance(c, Categorical) for c in columns)
-    l2 = float(np.sqrt(2 + 2 * p_cat + 4 * (len(columns) - p_cat)))
+    arms = 0 if p_cat else 2
+    l2 = float(np.sqrt(arms + 2 * p_cat + 4 * (len(columns) - p_cat)))
     return analytic_gaussian_sigma(l2, eps_m, GAUSS_DELTA)
 
 
@@ -752,6 +742,8 @@ def width_ratios(quick: bool = False) -> None:
         for share in ("1/3", "1/2"):
             show(f"2 x {n:,}, K 5, model {share}", width_case(groups, 0.3, reps, share=share))
         show(f"2 x {n:,}, K 10, model 1/2", width_case(groups, 0.3, reps, bands=10, share="1/2"))
+    groups = synth_groups(5000, 2, 5002)
+    show("2 x 5,000, K 10, model 1/2", width_case(groups, 0.3, reps, bands=10, share="1/2"))
     for name, data, truth in real_data():
         for j in (2, 3):
             rng = np.random.default_rng(7 + j)

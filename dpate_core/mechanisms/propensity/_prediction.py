@@ -44,7 +44,14 @@ from dpate_core.mechanisms.adjusted import ADJUSTED, THRESHOLD_FACTOR, AdjustedO
 from dpate_core.privacy import BudgetSplit
 from dpate_core.statistics import COUNT_SENSITIVITY
 
-from ._model import Categorical, Column, Numeric, count_sensitivity
+from ._model import (
+    Categorical,
+    Column,
+    Numeric,
+    count_sensitivity,
+    released_part,
+    with_arm_counts,
+)
 from ._release import ATTENUATION_CAP, BANDS, DEFAULT_SPLIT
 
 if TYPE_CHECKING:
@@ -222,7 +229,8 @@ def simulated_releases(
     scale = float(count_sensitivity(columns, n)) / eps_m
     stats = _expected_statistics(n, share, columns, centre, spread)
     rng = np.random.default_rng(_OCCUPANCY_SEED)
-    noisy = stats + rng.laplace(0.0, scale, (draws, stats.size))
+    exact = released_part(stats, columns)
+    noisy = with_arm_counts(exact + rng.laplace(0.0, scale, (draws, exact.size)), columns)
     fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, centre, spread)
     noise_share = np.clip(fit.index_noise / (index_variance + fit.model_spread), 0.0, 1.0)
     sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
