@@ -21,7 +21,9 @@ sites pooled by size).
 
 Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
 ``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
-the realised ones, ``--variance`` for the reported variance's terms against the realised error).
+the realised ones, ``--variance`` for the reported variance's terms against the realised error,
+``--width`` for the width over the non-private propensity-stratified interval's, with coverage,
+across sizes, ``K``, model shares and a Gaussian model stage as a what-if).
 """
 
 from __future__ import annotations
