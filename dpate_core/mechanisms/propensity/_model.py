@@ -12,12 +12,13 @@ The statistics, one vector on one public grid (unit ``2^-g``, :func:`model_bits`
 Each entry is an exact integer (counts times ``2^g``; sums of grid integers, below ``2^53``).
 The query leaves the arm counts out when a categorical covariate carries them (its level counts
 sum to them: :func:`released_part`, :func:`with_arm_counts`). Replacing one record changes the
-arm counts by at most 2 in L1, each categorical covariate's
-counts by at most 2 (one cell loses the record, one gains it), each numeric covariate's arm sums by
-at most ``9/4`` jointly in its three entries (``|u| + |u'| + |u^2 - u'^2| <= 9/4``), plus one grid
-unit for the rounding of ``u`` and ``u^2`` to the grid (docs/explanation/privacy.md, "Stage 1"):
-L1 sensitivity ``(2 [p_cat = 0] + 2 p_cat + 9/4 p_num) 2^g + p_num`` in grid units
-(:func:`model_sensitivity`). One Laplace vector query at that scale is ``(eps_m, 0)``-DP.
+arm counts (when released) by at most 2 in L1, each categorical covariate's counts by at most 2
+(one cell loses the record, one gains it), and each numeric covariate's three entries (arm sums,
+sum of squares) by at most ``9/4`` (``|u| + |u'| + |u^2 - u'^2| <= 9/4``) plus one grid unit for
+the rounding of ``u`` and ``u^2`` to the grid (docs/explanation/privacy.md, "Stage 1"): L1
+sensitivity ``(2 [p_cat = 0] + 2 p_cat + 9/4 p_num) 2^g + p_num`` in grid units (``[p_cat = 0]``
+is 1 when no covariate is categorical, else 0; :func:`model_sensitivity`). One Laplace vector
+query at that scale is ``(eps_m, 0)``-DP.
 
 The model (post-processing): arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
 of its smoothed noisy arm frequencies; per numeric covariate the linear discriminant term
