@@ -638,19 +638,15 @@ def _with_model_scale(
     plan: MechanismPlan, d: Data, share: str, bands: int, factor: float
 ) -> MechanismPlan:
     """The plan re-made with the model's noise scale times ``factor`` (the fit's smoothing
-    follows): a what-if for the bench, through the module's sensitivity."""
-    from unittest import mock
+    follows) and the band cells' budget unchanged: a what-if for the bench, through the public
+    API (the model's epsilon divided by ``factor``, the total and the split adjusted to it)."""
+    from fractions import Fraction
 
-    from dpate_core.mechanisms.propensity import _release, model_sensitivity
-
-    def scaled(columns: Sequence[Column], g: int) -> Any:
-        from fractions import Fraction
-
-        return model_sensitivity(columns, g) * Fraction(factor).limit_denominator(10**9)
-
-    with mock.patch.object(_release, "model_sensitivity", scaled):
-        return plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
-                               split=model_split(share), bands=bands)  # fmt: skip
+    parts = [Fraction(x) * EPS for x in model_split(share)]
+    parts[0] /= Fraction(factor).limit_denominator(10**9)
+    total = sum(parts, Fraction(0))
+    return plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=total,
+                           split=[x / total for x in parts], bands=bands)  # fmt: skip
 
 
 @dataclass
