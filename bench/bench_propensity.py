@@ -21,7 +21,9 @@ sites pooled by size).
 
 Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
 ``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
-the realised ones, ``--variance`` for the reported variance's terms against the realised error).
+the realised ones, ``--variance`` for the reported variance's terms against the realised error,
+``--width`` for the width over the non-private propensity-stratified interval's, with coverage,
+across sizes, ``K``, model shares and a Gaussian model stage as a what-if).
 """
 
 from __future__ import annotations
@@ -566,13 +568,202 @@ def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
              lambda rng, k=k: [synth5(rng, 2000) for _ in range(k)], 0.3, 100 + k)  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------------
+# Width against the non-private propensity-stratified interval (issue 19, "Done when")
+
+
+def model_split(share: str) -> tuple[str, ...]:
+    """The budget split with ``share`` to the model and the rest split as ``DEFAULT_SPLIT``'s
+    band cells (21 : 33 : 6)."""
+    from fractions import Fraction
+
+    m = Fraction(share)
+    return tuple(
+        str(m if i == 0 else (1 - m) * Fraction(c, 60)) for i, c in enumerate((0, 21, 33, 6))
+    )
+
+
+def _releases(
+    d: Data, rng: np.random.Generator, reps: int, bands: int, share: str, model_noise: str
+) -> tuple[Array, Array]:
+    """``reps`` releases of one site (each a fresh model draw and band-cell draw). ``model_noise``
+    ``"laplace"`` is the release (numpy noise at the plan's scales, as :func:`_terms`);
+    ``"gaussian"`` a what-if, not a release: the model vector's noise Gaussian at the analytic
+    Gaussian sigma of its L2 sensitivity (:func:`gaussian_model_sigma`) at ``GAUSS_DELTA``, the
+    fit told the matching variance (its smoothing is the Laplace scale of equal variance)."""
+    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
+                           split=model_split(share), bands=bands)  # fmt: skip
+    spec = plan.noise[0]
+    if model_noise == "gaussian":
+        sigma = gaussian_model_sigma(d.columns, float(plan.shares.apply(plan.total)[0].epsilon))
+        b = sigma / np.sqrt(2.0)  # the Laplace scale of the same variance, in counts
+        plan = _with_model_scale(plan, d, share, bands, b / (spec.scale * spec.unit))
+        spec = plan.noise[0]
+        z = rng.normal(0.0, np.sqrt(2.0), (reps, np.asarray(spec.loc).size))
+    else:
+        z = rng.laplace(0.0, 1.0, (reps, np.asarray(spec.loc).size))
+    draws = {"model": np.asarray((spec.loc + spec.scale * z) * spec.unit)}
+    for stage in plan.stages:
+        locs = stage.locs(dict(draws))
+        for site in stage.sites:
+            noise = rng.laplace(0.0, 1.0, (reps, np.asarray(locs[site.name]).shape[-1]))
+            draws[site.name] = np.asarray((locs[site.name] + site.scale * noise) * site.unit)
+    out = plan.assemble(draws)
+    return np.asarray(out.tau, dtype=np.float64), np.asarray(out.variance, dtype=np.float64)
+
+
+#: the model stages measured as what-ifs (not releases)
+WHAT_IF = {
+    "gaussian": "Gaussian model, delta 1e-6 (what-if)",
+}
+#: the what-if Gaussian model stage's delta (per site)
+GAUSS_DELTA = 1e-6
+
+
+def gaussian_model_sigma(columns: Sequence[Column], eps_m: float) -> float:
+    """The analytic Gaussian sigma (in counts) of the model vector at ``eps_m`` and
+    ``GAUSS_DELTA``: L2 sensitivity ``sqrt(2 [p_cat = 0] + 2 p_cat + 4 p_num)`` (replace one
+    record: the arm counts ``(1, 1)`` when released, a categorical covariate's two cells, a
+    numeric covariate's arm sums ``|u - u'|^2 + |u^2 - u'^2|^2 <= 4`` in one arm,
+    ``u^2 + u'^2 + (u^2 - u'^2)^2 <= 2`` across arms; the grid's rounding left out)."""
+    from dpate_core.noise import analytic_gaussian_sigma
+
+    p_cat = sum(isinstance(c, Categorical) for c in columns)
+    arms = 0 if p_cat else 2
+    l2 = float(np.sqrt(arms + 2 * p_cat + 4 * (len(columns) - p_cat)))
+    return analytic_gaussian_sigma(l2, eps_m, GAUSS_DELTA)
+
+
+def _with_model_scale(
+    plan: MechanismPlan, d: Data, share: str, bands: int, factor: float
+) -> MechanismPlan:
+    """The plan re-made with the model's noise scale times ``factor`` (the fit's smoothing
+    follows) and the band cells' budget unchanged: a what-if for the bench, through the public
+    API (the model's epsilon divided by ``factor``, the total and the split adjusted to it)."""
+    from fractions import Fraction
+
+    parts = [Fraction(x) * EPS for x in model_split(share)]
+    parts[0] /= Fraction(factor).limit_denominator(10**9)
+    total = sum(parts, Fraction(0))
+    return plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=total,
+                           split=[x / total for x in parts], bands=bands)  # fmt: skip
+
+
+@dataclass
+class WidthTally:
+    """Per site and pooled: our widths, the non-private widths, our and its coverage."""
+
+    ours: list[list[float]]
+    np_w: list[list[float]]
+    cover: list[list[bool]]
+    np_cover: list[list[bool]]
+
+    def add(self, j: int, tau: Array, var: Array, np_tv: tuple[float, float], truth: float) -> None:
+        np_tau, np_var = np_tv
+        self.np_cover[j].append(bool(abs(np_tau - truth) <= Z95 * np.sqrt(np_var)))
+        ok = np.isfinite(tau) & np.isfinite(var)
+        w = np.where(ok, 2 * Z95 * np.sqrt(np.where(ok, var, 0.0)), 2.0)  # unresolved: the range
+        self.ours[j] += list(w)
+        self.np_w[j] += [2 * Z95 * np.sqrt(np_var)] * tau.size
+        self.cover[j] += list(ok & (np.abs(tau - truth) <= Z95 * np.sqrt(np.where(ok, var, 0.0))))
+
+    def ratio(self, j: int) -> tuple[float, float, float]:
+        """``(width ratio, our coverage, the non-private interval's coverage)``."""
+        r = float(np.mean(self.ours[j]) / np.mean(self.np_w[j]))
+        return r, float(np.mean(self.cover[j])), float(np.mean(self.np_cover[j]))
+
+
+def width_case(
+    sites: Sequence[Sequence[Data]], truth: float, reps: int, bands: int = 5,
+    share: str = "1/4", model_noise: str = "laplace", seed: int = 0,
+) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:  # fmt: skip
+    """Per-site ``(width ratio, coverage, non-private coverage)`` and the inverse-variance
+    combination's, over the groups of sites ``sites`` (each group a fresh data set or split) x
+    ``reps`` releases."""
+    rng = np.random.default_rng(seed)
+    j_n = len(sites[0])
+    site = WidthTally([[] for _ in range(j_n)], [[] for _ in range(j_n)],
+                      [[] for _ in range(j_n)], [[] for _ in range(j_n)])  # fmt: skip
+    comb = WidthTally([[]], [[]], [[]], [[]])
+    for group in sites:
+        taus, vars_, nps = [], [], []
+        for j, s in enumerate(group):
+            tau, var = _releases(s, rng, reps, bands, share, model_noise)
+            np_tv = np_stratified(s)  # the reference: 5 bands whatever our K
+            site.add(j, tau, var, np_tv, truth)
+            taus.append(tau)
+            vars_.append(var)
+            nps.append(np_tv)
+        est, var = pooled(np.column_stack(taus), np.column_stack(vars_))
+        np_est, np_var = pooled(*(np.array([[t[i] for t in nps]]) for i in (0, 1)))
+        comb.add(0, est, var, (float(np_est[0]), float(np_var[0])), truth)
+    return [site.ratio(j) for j in range(j_n)], comb.ratio(0)
+
+
+def width_ratios(quick: bool = False) -> None:
+    """Our interval's width over the non-private propensity-stratified interval's (the same
+    ``K`` bands of a non-private logistic score, its sandwich variance), per site and for the
+    inverse-variance combination, with our coverage beside each: Synth (5 covariates) at 2 and 3
+    sites x N per site; ``K`` and the model's budget share at N = 2,000 and 5,000; the what-if
+    Gaussian model stage; IHDP and Lalonde split at random (docs/explanation/results.md,
+    "Propensity bands": width against the non-private interval)."""
+    sets, reps = (8, 10) if quick else (50, 20)
+
+    def synth_groups(n: int, j: int, seed: int) -> list[list[Data]]:
+        rng = np.random.default_rng(seed)
+        return [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
+
+    def show(label: str, res: tuple[list[tuple[float, float, float]], tuple[float, ...]]) -> None:
+        per_site, (r, c, npc) = res
+        sites = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
+        np_sites = ", ".join(f"{x:.2f}" for *_, x in per_site)
+        print(f"| {label} | {sites} | {r:.2f} ({c:.3f}) | {np_sites}; {npc:.2f} |", flush=True)
+
+    print(f"\nwidth / non-private width (our coverage); {sets} data sets or splits x {reps} "
+          "releases; the non-private interval's own coverage (sites; combined)")  # fmt: skip
+    print("| eps 1 per site | sites | inverse variance | non-private coverage |")
+    print("|---|---|---|---|")
+    for n in (2000, 5000, 10_000, 20_000):
+        for j in (2, 3):
+            show(f"{j} x {n:,}, K 5, model 1/4", width_case(synth_groups(n, j, n + j), 0.3, reps))
+    for n in (2000, 5000):
+        groups = synth_groups(n, 2, n + 2)
+        for bands in (3, 4):
+            show(f"2 x {n:,}, K {bands}, model 1/4", width_case(groups, 0.3, reps, bands=bands))
+        for share in ("1/3", "1/2"):
+            show(f"2 x {n:,}, K 5, model {share}", width_case(groups, 0.3, reps, share=share))
+        for noise, tag in WHAT_IF.items():
+            show(f"2 x {n:,}, K 5, model 1/4, {tag}", width_case(groups, 0.3, reps,
+                                                               model_noise=noise))  # fmt: skip
+    for n in (10_000, 20_000):
+        groups = synth_groups(n, 2, n + 2)
+        for share in ("1/3", "1/2"):
+            show(f"2 x {n:,}, K 5, model {share}", width_case(groups, 0.3, reps, share=share))
+        show(f"2 x {n:,}, K 10, model 1/2", width_case(groups, 0.3, reps, bands=10, share="1/2"))
+    groups = synth_groups(5000, 2, 5002)
+    show("2 x 5,000, K 10, model 1/2", width_case(groups, 0.3, reps, bands=10, share="1/2"))
+    for name, data, truth in real_data():
+        for j in (2, 3):
+            rng = np.random.default_rng(7 + j)
+            groups = [[data.take(p) for p in np.array_split(rng.permutation(data.w.size), j)]
+                      for _ in range(sets)]  # fmt: skip
+            show(f"{name}, {j} x {data.w.size // j}", width_case(groups, truth, reps))
+            for noise, tag in WHAT_IF.items():
+                show(f"{name}, {j} x {data.w.size // j}, {tag}",
+                     width_case(groups, truth, reps, model_noise=noise))  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--timing", action="store_true")
     ap.add_argument("--plan", action="store_true", help="dpate plan's accuracy only")
     ap.add_argument("--variance", action="store_true", help="the reported variance's terms only")
+    ap.add_argument("--width", action="store_true", help="width / non-private width only")
     args = ap.parse_args(argv)
+    if args.width:
+        width_ratios(args.quick)
+        return
     if args.variance:
         variance_terms(3 if args.quick else 10)
         return

@@ -24,7 +24,9 @@ from dpate_core.mechanisms.propensity import (
     model_statistics,
     plan_propensity,
     plan_propensity_from_strata,
+    released_part,
     split_covariates,
+    with_arm_counts,
 )
 from dpate_core.release import draw_many, draw_once
 from dpate_core.statistics import cell_statistics, grid_bits
@@ -47,30 +49,81 @@ def test_registered() -> None:
 
 def test_model_sensitivity_holds_on_neighbours() -> None:
     """Replacing one record (any arm, level and value, extremes and out-of-bound values
-    included) moves the model vector by at most its stated L1 sensitivity, which is attained."""
+    included) moves the released model vector (no arm counts: a categorical covariate carries
+    them) by at most its stated L1 sensitivity, which is attained."""
     rng = np.random.default_rng(0)
     w, _, z = _data(rng, 200)
     g = model_bits(200)
     sens = model_sensitivity(COLUMNS, g)
-    assert sens == Fraction(2 + 2 * 2 + 3) * 2**g
-    base = model_statistics(w, z, COLUMNS, g)
+    assert sens == (2 * 2 + Fraction(9, 4)) * 2**g + 1
+
+    def released(w: np.ndarray, z: np.ndarray) -> np.ndarray:
+        return np.asarray(released_part(model_statistics(w, z, COLUMNS, g), COLUMNS))
+
+    base = released(w, z)
+    assert base.size == model_statistics(w, z, COLUMNS, g).size - 2
     worst = 0.0
     for i in range(300):
         w2, z2 = w.copy(), z.copy()
         j = i % 200
         w2[j] = 1 - w[j] if i % 3 else w[j]
         z2[j] = (rng.integers(0, 4), rng.integers(0, 3), rng.choice([-5.0, 0.0, 10.0, 25.0]))
-        worst = max(worst, float(np.abs(model_statistics(w2, z2, COLUMNS, g) - base).sum()))
+        worst = max(worst, float(np.abs(released(w2, z2) - base).sum()))
     assert worst <= sens
-    # a control at the lower bound becomes a treated at the upper bound: every count and sum
-    # part attained (2 + 2 + 2 + 2); the squares' 1 is not reached at the same time (the bound
-    # is 1/4 loose per numeric covariate: |u| + |u'| + |u^2 - u'^2| <= 9/4)
+    # a control at the upper bound (u = 1) becomes a treated in the middle of the upper half
+    # (u = 1/2): every part attained, the numeric one's 9/4 (1 + 1/2 + 3/4); only the grid
+    # unit for rounding is slack
     w3, z3 = w.copy(), z.copy()
-    w3[0], z3[0] = 0, (0, 0, 0.0)
+    w3[0], z3[0] = 0, (0, 0, 10.0)
     w4, z4 = w3.copy(), z3.copy()
-    w4[0], z4[0] = 1, (1, 1, 10.0)
-    d = np.abs(model_statistics(w4, z4, COLUMNS, g) - model_statistics(w3, z3, COLUMNS, g))
-    assert d.sum() == sens - 2**g
+    w4[0], z4[0] = 1, (1, 1, 7.5)
+    assert np.abs(released(w4, z4) - released(w3, z3)).sum() == sens - 1
+
+
+def test_arm_counts_are_derived_from_the_level_counts() -> None:
+    """Without noise the fit's arm counts (the categorical covariates' level counts summed,
+    weighted 1/L) are the records' own; with numeric covariates only the query keeps them."""
+    rng = np.random.default_rng(4)
+    w, _, z = _data(rng, 300)
+    g = model_bits(300)
+    full = model_statistics(w, z, COLUMNS, g)
+    got = with_arm_counts(released_part(full, COLUMNS), COLUMNS)
+    np.testing.assert_array_equal(got[2:], full[2:])
+    np.testing.assert_allclose(got[:2], full[:2], rtol=1e-14)
+    rows = np.stack([full, 2 * full])[:, 2:]
+    want = [full[:2], 2 * full[:2]]
+    np.testing.assert_allclose(with_arm_counts(rows, COLUMNS)[:, :2], want, rtol=1e-14)
+    numeric = (Numeric(0.0, 10.0),)
+    only = model_statistics(w, z[:, 2:], numeric, g)
+    np.testing.assert_array_equal(released_part(only, numeric), only)
+    assert model_sensitivity(numeric, g) == (2 + Fraction(9, 4)) * 2**g + 1
+
+
+@pytest.mark.parametrize("n", [2, 2**40])  # g = 30 and g = 12
+def test_numeric_block_sensitivity_on_the_grid(n: int) -> None:
+    """A numeric covariate's three entries (arm sums of ``rint(u 2^g)``, sum of
+    ``rint(u^2 2^g)``) move by at most ``9/4 2^g + 1`` grid units when one record is replaced,
+    the grid's rounding included: every pair of one-record contributions, with ``u`` at and
+    around the maximiser 1/2 (half-unit ties included), the bounds and 0, in either arm. A bound
+    of ``9/4 2^g`` without the rounding unit, or of 2 per numeric covariate, would fail."""
+    cols = (Numeric(-1.0, 1.0),)  # u is the value itself
+    g = model_bits(n)
+    unit = 2.0**-g
+    near = 0.5 + np.arange(-40, 41) * unit / 2  # grid points and half-unit ties around 1/2
+    u = np.concatenate([near, -near, [1.0, -1.0, 0.0, 0.25, 0.75, 1.0 - unit, unit / 2]])
+    u = np.concatenate([u, 0.5 + np.random.default_rng(3).uniform(-1e-6, 1e-6, 200)])
+    # one record's contribution: the vector of a record against an empty reference
+    rows = []
+    for arm in (0, 1):
+        for value in u:
+            w = np.array([arm], np.int8)
+            rows.append(model_statistics(w, np.array([[value]]), cols, g)[2:])
+    v = np.asarray(rows)
+    l1 = np.abs(v[:, None, :] - v[None, :, :]).sum(axis=2)
+    bound = model_sensitivity(cols, g) - 2 * 2**g  # the arm counts' 2 taken out
+    assert l1.max() <= bound
+    assert l1.max() >= Fraction(9, 4) * 2**g  # attained: u = 1 against u = 1/2
+    assert model_sensitivity((Numeric(0.0, 1.0),) * 2, g) == (2 + Fraction(9, 2)) * 2**g + 2
 
 
 def test_budget_is_exact_and_scales_follow_sensitivities() -> None:
@@ -257,7 +310,7 @@ def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
         noisy = draw_many(plan, np.random.default_rng(1), 1)
         got = plan.stages[0].locs({"model": noisy["model"]})
         smoothing = max(1.0, plan.noise[0].scale * 2.0**-g)
-        model = fit_model(noisy["model"][0], columns, g, n, smoothing)
+        model = fit_model(with_arm_counts(noisy["model"][0], columns), columns, g, n, smoothing)
         _, cells = _reference(w, y, ref_z, columns, model, bound)
         for name, want in zip(CELLS, cells, strict=True):
             np.testing.assert_array_equal(got[name][0], want)

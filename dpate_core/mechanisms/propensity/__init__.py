@@ -29,7 +29,9 @@ from ._model import (
     model_bits,
     model_sensitivity,
     model_statistics,
+    released_part,
     split_covariates,
+    with_arm_counts,
 )
 from ._occupancy import (
     ASSUMED_INDEX_VARIANCE,
@@ -100,9 +102,11 @@ __all__ = [
     "plan_propensity",
     "plan_propensity_from_strata",
     "predicted_noise_share",
+    "released_part",
     "released_variance",
     "simulated_releases",
     "split_covariates",
+    "with_arm_counts",
 ]
 
 

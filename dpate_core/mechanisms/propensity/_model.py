@@ -10,11 +10,15 @@ The statistics, one vector on one public grid (unit ``2^-g``, :func:`model_bits`
   quantised to the grid: the two per-arm sums of ``u`` and the sum of ``u^2``.
 
 Each entry is an exact integer (counts times ``2^g``; sums of grid integers, below ``2^53``).
-Replacing one record changes the arm counts by at most 2 in L1, each categorical covariate's
-counts by at most 2 (one cell loses the record, one gains it), each numeric covariate's arm sums by
-at most 2 (``|u| <= 1`` leaves one sum, ``|u'| <= 1`` enters one) and its sum of squares by at most 1
-(``u^2`` in ``[0, 1]``): L1 sensitivity ``(2 + 2 p_cat + 3 p_num) 2^g`` in grid units
-(:func:`model_sensitivity`). One Laplace vector query at that scale is ``(eps_m, 0)``-DP.
+The query leaves the arm counts out when a categorical covariate carries them (its level counts
+sum to them: :func:`released_part`, :func:`with_arm_counts`). Replacing one record changes the
+arm counts (when released) by at most 2 in L1, each categorical covariate's counts by at most 2
+(one cell loses the record, one gains it), and each numeric covariate's three entries (arm sums,
+sum of squares) by at most ``9/4`` (``|u| + |u'| + |u^2 - u'^2| <= 9/4``) plus one grid unit for
+the rounding of ``u`` and ``u^2`` to the grid (docs/explanation/privacy.md, "Stage 1"): L1
+sensitivity ``(2 [p_cat = 0] + 2 p_cat + 9/4 p_num) 2^g + p_num`` in grid units (``[p_cat = 0]``
+is 1 when no covariate is categorical, else 0; :func:`model_sensitivity`). One Laplace vector
+query at that scale is ``(eps_m, 0)``-DP.
 
 The model (post-processing): arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
 of its smoothed noisy arm frequencies; per numeric covariate the linear discriminant term
@@ -41,15 +45,19 @@ __all__ = [
     "Covariates",
     "Numeric",
     "PropensityModel",
+    "arm_counts_released",
     "as_covariates",
     "check_pass",
     "column_arrays",
+    "count_sensitivity",
     "fit_model",
     "model_bits",
     "model_sensitivity",
     "model_statistics",
     "model_statistics_of_strata",
+    "released_part",
     "split_covariates",
+    "with_arm_counts",
 ]
 
 _MAX_MODEL_BITS = 30
@@ -98,10 +106,55 @@ def model_bits(n: int) -> int:
 
 
 def model_sensitivity(columns: Sequence[Column], g: int) -> Fraction:
-    """The L1 sensitivity of the model vector in grid units (module docstring)."""
+    """The L1 sensitivity of the released model vector (:func:`released_part`) in grid units of
+    ``2^-g`` (module docstring): 2 counts for the arm counts when released, 2 per categorical
+    covariate, and per numeric one ``9/4`` (its arm sums and sum of squares together) plus one
+    grid unit (their rounding to the grid; proof in docs/explanation/privacy.md, "Stage 1")."""
     p_cat = sum(isinstance(c, Categorical) for c in columns)
     p_num = len(columns) - p_cat
-    return Fraction(2 + 2 * p_cat + 3 * p_num) * Fraction(2) ** g
+    arms = 2 if arm_counts_released(columns) else 0
+    return (arms + 2 * p_cat + Fraction(9, 4) * p_num) * Fraction(2) ** g + p_num
+
+
+def arm_counts_released(columns: Sequence[Column]) -> bool:
+    """Whether the model query carries the two arm counts: only when no column is categorical
+    (each categorical covariate's ``(level, arm)`` counts sum to the arm counts, so the fit
+    derives them: :func:`with_arm_counts`)."""
+    return not any(isinstance(c, Categorical) for c in columns)
+
+
+def released_part(vector: np.ndarray, columns: Sequence[Column]) -> np.ndarray:
+    """The entries of model vectors (the last axis) the query releases: all of them, less the
+    arm counts when a categorical covariate carries them (:func:`arm_counts_released`)."""
+    v = np.asarray(vector)
+    return v if arm_counts_released(columns) else v[..., 2:]
+
+
+def with_arm_counts(noisy: np.ndarray, columns: Sequence[Column]) -> np.ndarray:
+    """The full model vectors (the last axis) from the released entries (post-processing): the
+    arm counts, when the query leaves them out, are the categorical covariates' per-arm sums of
+    their noisy level counts averaged with weights ``1 / L`` (a sum over ``L`` levels has ``L``
+    times a count's noise variance)."""
+    v = np.asarray(noisy, dtype=np.float64)
+    if arm_counts_released(columns):
+        return v
+    total = np.zeros((*v.shape[:-1], 2))
+    weight = 0.0
+    at = 0
+    for col in columns:
+        if isinstance(col, Categorical):
+            block = v[..., at : at + col.width].reshape((*v.shape[:-1], col.levels, 2))
+            total += block.sum(axis=-2) / col.levels
+            weight += 1.0 / col.levels
+        at += col.width
+    return np.concatenate([total / weight, v], axis=-1)
+
+
+def count_sensitivity(columns: Sequence[Column], n: int) -> Fraction:
+    """:func:`model_sensitivity` in counts on the grid of ``N = n`` records (:func:`model_bits`):
+    the model query's Laplace scale in counts is this over ``eps_m``."""
+    g = model_bits(n)
+    return model_sensitivity(columns, g) / Fraction(2) ** g
 
 
 def _width(columns: Sequence[Column]) -> int:

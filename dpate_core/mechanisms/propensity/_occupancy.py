@@ -27,7 +27,14 @@ import numpy as np
 
 from dpate_core.privacy import BudgetSplit
 
-from ._model import Categorical, Column, Numeric, model_sensitivity
+from ._model import (
+    Categorical,
+    Column,
+    Numeric,
+    count_sensitivity,
+    released_part,
+    with_arm_counts,
+)
 from ._release import BANDS, DEFAULT_SPLIT
 
 if TYPE_CHECKING:
@@ -152,10 +159,11 @@ def simulated_releases(
     columns: tuple[Column, ...] = tuple(Categorical(int(lv)) for lv in levels)
     columns += (Numeric(-1.0, 1.0),) * p_num
     centre, spread = ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
-    scale = float(model_sensitivity(columns, 0)) / eps_m
+    scale = float(count_sensitivity(columns, n)) / eps_m
     stats = _expected_statistics(n, share, columns, centre, spread)
     rng = np.random.default_rng(_OCCUPANCY_SEED)
-    noisy = stats + rng.laplace(0.0, scale, (draws, stats.size))
+    exact = released_part(stats, columns)
+    noisy = with_arm_counts(exact + rng.laplace(0.0, scale, (draws, exact.size)), columns)
     fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, centre, spread)
     noise_share = np.clip(fit.index_noise / (index_variance + fit.model_spread), 0.0, 1.0)
     sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))

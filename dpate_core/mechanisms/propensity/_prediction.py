@@ -35,6 +35,7 @@ import numpy as np
 from dpate_core.mechanisms.adjusted import ADJUSTED, THRESHOLD_FACTOR, AdjustedOptions
 from dpate_core.statistics import COUNT_SENSITIVITY
 
+from ._model import Categorical, Numeric, count_sensitivity
 from ._occupancy import (
     ASSUMED_NUMERIC_SPREAD,
     assumed_columns,
@@ -69,13 +70,14 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     """``(rho, index noise)``: the model's noise share and index noise variance in closed form at
     evenly spread cells (module docstring, step 2: the bands' sorting of the treated; the noise
     share a release reports is the simulated releases'). The model query's Laplace scale is
-    ``Delta_m / eps_m`` in counts (``Delta_m = 2 + 2 p_cat + 3 p_num``); a categorical covariate
+    ``Delta_m / eps_m`` in counts (:func:`~._model.count_sensitivity`); a categorical covariate
     with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L + scale`` its smoothed
     cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2 scale^2``)."""
     d = inp.design
     levels, p_num = assumed_columns(inp)
     eps_m = float(d.epsilon * budget_shares(inp)[0])
-    scale = (2.0 + 2.0 * len(levels) + 3.0 * p_num) / eps_m
+    columns = tuple(Categorical(int(lv)) for lv in levels) + (Numeric(-1.0, 1.0),) * p_num
+    scale = float(count_sensitivity(columns, d.n)) / eps_m
     v = 2.0 * scale * scale
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     n1, n0 = max(d.n * a, 1.0), max(d.n * (1 - a), 1.0)

@@ -3,8 +3,9 @@
 
 Two stages, four budget parts ``(eps_m, eps_n, eps_s, eps_q)`` summing exactly to ``eps``:
 
-1. the model vector (:mod:`~dpate_core.mechanisms.propensity._model`), one Laplace vector query
-   at scale ``Delta_m / eps_m``: ``(eps_m, 0)``-DP;
+1. the model vector (:mod:`~dpate_core.mechanisms.propensity._model`; without the arm counts
+   when a categorical covariate carries them), one Laplace vector query at scale
+   ``Delta_m / eps_m``: ``(eps_m, 0)``-DP;
 2. given the noisy model (post-processing: the model, its index and the band edges, the
    ``k / K`` quantiles of the index's model distribution), each record's band, and the adjusted
    release's three per-cell vectors over the ``2 K`` (band, arm) cells: counts ``Lap(2 / eps_n)``,
@@ -69,6 +70,8 @@ from ._model import (
     model_sensitivity,
     model_statistics,
     model_statistics_of_strata,
+    released_part,
+    with_arm_counts,
 )
 
 __all__ = [
@@ -222,13 +225,14 @@ def _plan(
     p_m, *cell_parts = shares.apply(total)
     unit = math.ldexp(1.0, -g)
     model_scale = p_m.laplace_scale(model_sensitivity(columns, g))
-    model_site = NoiseSpec("model", model_vector, model_scale, "integer_laplace", unit=unit)
+    released = released_part(model_vector, columns)
+    model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     smoothing = max(1.0, model_scale * unit)  # the count noise scale, in counts
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
     band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
 
     def fitted(noisy: np.ndarray) -> tuple[PropensityModel, np.ndarray]:
-        model = fit_model(noisy, columns, g, n, smoothing)
+        model = fit_model(with_arm_counts(noisy, columns), columns, g, n, smoothing)
         return model, model.edges(bands)
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
