@@ -21,13 +21,15 @@ sites pooled by size).
 
 Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
 ``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
-the realised ones, ``--variance`` for the reported variance's terms against the realised error).
+the realised ones, ``--variance`` for the reported variance's terms against the realised error,
+``--coverage`` for variance variants' coverage per site and per combiner).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -43,7 +45,10 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpate.data.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
-from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import (
+    assemble_subclassification,
+    plan_adjusted_from_statistics,
+)
 from dpate_core.mechanisms.propensity import (
     Categorical,
     Column,
@@ -566,15 +571,187 @@ def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
              lambda rng, k=k: [synth5(rng, 2000) for _ in range(k)], 0.3, 100 + k)  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------------
+# Variance variants (docs/research/propensity.md, "The reported variance against the realised
+# error"): post-processing of the same draws, measured here, not in the release
+
+COMBINERS = ("inverse_variance", "mvagg", "random_effects", "all", "largest")
+_CDF = np.vectorize(lambda t: 0.5 * (1.0 + math.erf(t / math.sqrt(2.0))), otypes=[np.float64])
+
+
+def _band_priors(plan: MechanismPlan, v: dict[str, Array], share_t: Array, prior: str) -> Array:
+    """``(reps, 2K)`` counts to smooth the noisy band-arm counts towards: the band's noisy
+    total times the noisy treated share (``"band"``), or the model's own predicted count of
+    the band and arm (``"model"``: ``N`` times the arm share times the arm's normal mass
+    between the band's edges)."""
+    c, fit = plan.assemble.assembly.args  # type: ignore[attr-defined]
+    cnt = np.clip(v["counts"], 0.0, c.n)
+    out = np.empty_like(cnt)
+    if prior == "band":
+        total = cnt[:, 0::2] + cnt[:, 1::2]
+        out[:, 1::2], out[:, 0::2] = total * share_t[:, None], total * (1 - share_t[:, None])
+        return out
+    for i, row in enumerate(v["model"]):
+        m = fit(row)
+        e = np.concatenate([[-np.inf], m.edges(c.n_strata), [np.inf]])
+        sd = np.sqrt(np.maximum(m.variances, 1e-12))
+        for a, arm in ((0, 1 - m.arm_share), (1, m.arm_share)):
+            out[i, a::2] = c.n * arm * np.diff(_CDF((e - m.means[a]) / sd[a]))
+    return out
+
+
+def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
+    """The published estimate and, per variant, the variance it would report, ``(reps,)``:
+
+    - ``shipped``: the release's ``F (S + N) + rho^2 gap^2``;
+    - ``joint``: ``F S`` plus the delta method of the corrected estimate ``(1 + k) tau - k
+      tau_crude`` over every band cell's count and sum noise together (the two estimates'
+      gradients per cell), evaluated at band-arm counts smoothed towards a prior (weight on
+      the noisy count ``n^2 / (n^2 + v_n)``) and the crude's arm totals at least two sds of
+      their noise;
+    - ``+ model draw``: ``joint`` plus ``F rho^2 max(gap^2 - Var(gap), 0) (usable - 1) /
+      (K - 1)`` (``Var(gap)``: the same delta method for ``tau_crude - tau`` plus its
+      within-cell sampling);
+    - ``+ gap^2``: ``joint`` plus ``max(gap^2 - Var(gap), 0) (usable - 1) / (K - 1)``;
+    - ``x usable``: ``joint`` times ``1 + 0.9 (usable - 1) / (K - 1)``."""
+    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    out = plan.assemble(v)
+    sub = assemble_subclassification(c, v)
+    d = out.diagnostics
+    rho = np.clip(np.asarray(d["model_noise_share"]), 0.0, 1.0)
+    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), 1.0)
+    f, kk = (1.0 + k) ** 2, k[:, None]
+    nan = np.where(np.isfinite(out.variance), 0.0, np.nan)
+    fs = out.variance - d["model_variance"] - d["noise_variance"]  # F S plus F times left-out
+    raw = np.asarray(v["counts"])
+    cnt = np.clip(raw, 0.0, c.n)
+    s = np.clip(np.asarray(v["sums"]), -c.n * c.half_b, c.n * c.half_b)
+    q = np.asarray(v["squares"])
+    n_c, n_t, s_c, s_t = cnt[:, 0::2], cnt[:, 1::2], s[:, 0::2], s[:, 1::2]
+    used = (n_t >= c.min_count) & (n_c >= c.min_count)
+    k_used = used.sum(-1)
+    big_t, big_c = (np.maximum(raw[:, a::2].sum(-1), 1.0) for a in (1, 0))
+    m_big_t, m_big_c = v["sums"][:, 1::2].sum(-1) / big_t, v["sums"][:, 0::2].sum(-1) / big_c
+    tau = np.nan_to_num(np.asarray(sub.tau))
+    gap = np.where(np.isfinite(sub.tau), np.clip(m_big_t - m_big_c, -c.bound, c.bound) - tau, 0.0)
+    nt_u, nc_u = np.where(used, n_t, 1.0), np.where(used, n_c, 1.0)
+    pooled = [
+        np.clip(np.where(used, qq - ss**2 / nn, 0).sum(-1) / np.maximum(
+            np.where(used, nn, 0).sum(-1), 1), 0.0, c.max_var)
+        for qq, ss, nn in ((q[:, 1::2], s_t, nt_u), (q[:, 0::2], s_c, nc_u))
+    ]  # fmt: skip
+    floor = 2.0 * np.sqrt(c.n_strata * c.v_n)  # the crude's arm totals: two sds of their noise
+    tot_t, tot_c = np.maximum(big_t, floor), np.maximum(big_c, floor)
+    mt = np.clip(m_big_t * big_t / tot_t, -c.half_b, c.half_b)[:, None]
+    mc = np.clip(m_big_c * big_c / tot_c, -c.half_b, c.half_b)[:, None]
+    crude_g = ((1 / tot_t)[:, None], (-1 / tot_c)[:, None], -mt / tot_t[:, None],
+               mc / tot_c[:, None])  # fmt: skip
+    u = (k_used - 1) / (c.n_strata - 1)
+    res = {"shipped": np.asarray(out.variance)}
+    for prior in ("band", "model"):
+        p = _band_priors(plan, v, big_t / (big_t + big_c), prior)
+        lam = np.maximum(cnt, 0.0) ** 2 / (np.maximum(cnt, 0.0) ** 2 + c.v_n)
+        sm = np.maximum(lam * cnt + (1 - lam) * p, c.min_count)
+        st, sc = sm[:, 1::2], sm[:, 0::2]
+        size = np.where(used, st + sc, 0.0)
+        alpha = (c.n_strata - k_used) / c.n_strata
+        left = np.where(used, 0, raw[:, 0::2] + raw[:, 1::2]).sum(-1)
+        den = np.maximum(alpha * size.sum(-1) + (1 - alpha) * (c.n - left), c.min_count)
+        w = size / den[:, None]
+        m_t = np.clip(s_t / nt_u, -c.half_b, c.half_b)
+        m_c = np.clip(s_c / nc_u, -c.half_b, c.half_b)
+        diff = (m_t - m_c - alpha[:, None] * tau[:, None]) / den[:, None]
+        out_left = ((1 - alpha) * tau / den)[:, None]
+        tau_g = (np.where(used, w / st, 0), np.where(used, -w / sc, 0),
+                 np.where(used, diff - w * m_t / st, out_left),
+                 np.where(used, diff + w * m_c / sc, out_left))  # fmt: skip
+
+        def cells(a: Any, b: Any, tau_g: tuple[Array, ...] = tau_g) -> Array:
+            g = [a * t + b * cr for t, cr in zip(tau_g, crude_g, strict=True)]
+            return np.asarray(c.v_s * (g[0] ** 2 + g[1] ** 2).sum(-1)
+                              + c.v_n * (g[2] ** 2 + g[3] ** 2).sum(-1))  # fmt: skip
+
+        joint = fs + cells(1 + kk, -kk) + nan
+        var_gap = cells(-1.0, 1.0) + pooled[0] * (st * (crude_g[0] - tau_g[0]) ** 2).sum(-1)
+        var_gap = var_gap + pooled[1] * (sc * (crude_g[1] + tau_g[1]) ** 2).sum(-1)
+        gap2 = np.maximum(gap**2 - var_gap, 0.0) * u
+        res[f"joint ({prior})"] = joint
+        res[f"joint ({prior}) + model draw"] = joint + f * rho**2 * gap2
+        if prior == "band":
+            res["joint (band) + gap^2"] = joint + gap2
+            res["joint (band) x usable"] = joint * (1.0 + 0.9 * u)
+    return np.asarray(out.tau), res
+
+
+def coverage(groups: int, reps: int) -> None:
+    """Each variance variant's coverage of the 95% interval per site and per combiner, and the
+    reported variance over the realised mean squared error per site: Synth (``10 groups``
+    fresh data sets of 2,000 per site, ``reps // 10`` draws each), IHDP and Lalonde (``groups``
+    random splits, ``reps`` draws each), eps 1 per site."""
+
+    def rows(name: str, make: Any, truth: float, n_groups: int, draws: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        taus, sizes, var = [], [], {}  # type: ignore[var-annotated]
+        for _ in range(n_groups):
+            sites = make(rng)
+            per = []
+            for d in sites:
+                plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
+                per.append(variance_variants(plan, draw_many(plan, rng, draws)))
+            taus.append(np.column_stack([t for t, _ in per]))
+            sizes.append(np.tile([float(d.w.size) for d in sites], (draws, 1)))
+            for key in per[0][1]:
+                var.setdefault(key, []).append(np.column_stack([r[key] for _, r in per]))
+        tau, n = np.vstack(taus), np.vstack(sizes)
+        err = tau - truth
+        for key, parts in var.items():
+            v = np.vstack(parts)
+            ok = np.isfinite(err) & np.isfinite(v)
+            site = [np.mean(np.abs(err[ok[:, j], j]) <= Z95 * np.sqrt(v[ok[:, j], j]))
+                    for j in range(tau.shape[1])]  # fmt: skip
+            ratio = [np.mean(v[ok[:, j], j]) / np.mean(err[ok[:, j], j] ** 2)
+                     for j in range(tau.shape[1])]  # fmt: skip
+            comb = []
+            for method in COMBINERS:
+                r = aggregate_many(method, tau, n, v)
+                e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
+                good = np.isfinite(e) & np.isfinite(cv)
+                comb.append(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good])))
+            every = site + comb
+            print(f"| {name} | {key} | {' '.join(f'{x:.3f}' for x in site)} | "
+                  f"{' '.join(f'{x:.3f}' for x in comb)} | {min(every):.3f}-{max(every):.3f} | "
+                  f"{min(ratio):.2f}-{max(ratio):.2f} |")  # fmt: skip
+
+    print(
+        "\n| data (eps 1 per site) | variance | site coverage | combiners (inverse variance, "
+        "MVAgg, random effects, all, largest) | range | reported / MSE per site |"
+    )
+    print("|---|---|---|---|---|---|")
+    for k in (2, 3):
+        rows(f"Synth {k} x 2,000", lambda rng, k=k: [synth5(rng, 2000) for _ in range(k)],
+             0.3, 10 * groups, max(reps // 10, 1), 100 + k)  # fmt: skip
+    for name, data, truth in real_data():
+        for k in (2, 3):
+
+            def split(rng: np.random.Generator, k: int = k, data: Data = data) -> list[Data]:
+                return [data.take(p) for p in np.array_split(rng.permutation(data.w.size), k)]
+
+            rows(f"{name} {k} sites", split, truth, groups, reps, 7 + k)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--timing", action="store_true")
     ap.add_argument("--plan", action="store_true", help="dpate plan's accuracy only")
     ap.add_argument("--variance", action="store_true", help="the reported variance's terms only")
+    ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     args = ap.parse_args(argv)
     if args.variance:
         variance_terms(3 if args.quick else 10)
+        return
+    if args.coverage:
+        coverage(10 if args.quick else 30, 20)
         return
     if args.timing:
         timing()
