@@ -22,7 +22,8 @@ sites pooled by size).
 Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer repetitions,
 ``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
 the realised ones, ``--variance`` for the reported variance's terms against the realised error,
-``--coverage`` for variance variants' coverage per site and per combiner).
+``--coverage`` for variance variants' coverage per site and per combiner, with ``--bootstrap``
+the parametric bootstrap of the model draw's part instead, about half an hour).
 """
 
 from __future__ import annotations
@@ -683,7 +684,106 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
     return np.asarray(out.tau), res
 
 
-def coverage(groups: int, reps: int) -> None:
+def _synthetic_records(
+    plan: MechanismPlan,
+    v: dict[str, Array],
+    i: int,
+    columns: Sequence[Column],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, Array, Array]:
+    """``N`` records simulated from release ``i``'s released values only: each (band, arm)
+    cell's share of ``N`` from its noisy count (clipped at 0), each record's covariates from its
+    arm's naive-Bayes distribution in the released model (categorical levels at the smoothed
+    noisy frequencies, numeric ``u`` normal at the noisy arm mean and pooled variance, clipped),
+    kept where the released model's index puts it in the cell's band; its outcome the cell's
+    noisy mean (a cell under ``min_count``: its arm's mean over the bands), with the bands'
+    outcome spread scaled by ``1 + k`` (the confounding the correction attributes to the
+    index), plus normal noise of sd 0.15, clipped to ``[0, B]``."""
+    c, fit = plan.assemble.assembly.args  # type: ignore[attr-defined]
+    spec = plan.noise[0]
+    smoothing = max(1.0, spec.scale * spec.unit)
+    row = v["model"][i]
+    cnt, sums = v["counts"][i], v["sums"][i]
+    model = fit(row)
+    edges, bands = model.edges(c.n_strata), c.n_strata
+    arm = np.maximum(row[:2], 1.0)
+    share = np.maximum(cnt, 0.0)
+    target = np.floor(share / max(share.sum(), 1.0) * c.n + rng.uniform(size=cnt.size))
+    target = target.astype(np.int64)
+
+    def covariates(a: int, size: int) -> Array:
+        out, at = [], 2
+        for col in columns:
+            if isinstance(col, Categorical):
+                freq = np.maximum(row[at : at + col.width].reshape(col.levels, 2)[:, a], 0.0)
+                freq = freq + smoothing
+                out.append(rng.choice(col.levels, size=size, p=freq / freq.sum()).astype(float))
+            else:
+                block = row[at : at + 3]
+                mean = np.clip(block[:2] / arm, -1.0, 1.0)[a]
+                s2 = float(np.clip((block[2] - np.sum(block[:2] ** 2 / arm)) / c.n, 1e-2, 1.0))
+                u = np.clip(rng.normal(mean, np.sqrt(s2), size), -1.0, 1.0)
+                out.append((col.lo + col.hi) / 2 + (col.hi - col.lo) / 2 * u)
+            at += col.width
+        return np.column_stack(out)
+
+    zs, cells = [], []
+    for a in (0, 1):
+        z = covariates(a, max(8 * int(target[a::2].sum()), 50))
+        band = np.searchsorted(edges, model.index(z))
+        for b in range(bands):
+            need = int(target[2 * b + a])
+            pool = np.flatnonzero(band == b)
+            if need == 0:
+                continue
+            if pool.size == 0:  # the model puts none there: the records nearest the band
+                pool = np.argsort(np.abs(band - b))[:need]
+            zs.append(z[rng.choice(pool, need, replace=pool.size < need)])
+            cells.append(np.full(need, 2 * b + a))
+    cell = np.concatenate(cells)
+    mean = np.clip(sums / np.maximum(cnt, 1.0) + c.bound / 2, 0.0, c.bound)
+    for a in (0, 1):
+        arm_mean = np.sum(sums[a::2]) / max(np.sum(cnt[a::2]), 1.0) + c.bound / 2
+        mean[a::2] = np.where(cnt[a::2] < c.min_count, np.clip(arm_mean, 0, c.bound), mean[a::2])
+    rho = float(np.clip(model.noise_share, 0.0, 1.0))
+    k = min(rho / max(1.0 - rho, 1e-12), 1.0)
+    size = share[0::2] + share[1::2]
+    band_mean = (mean[0::2] * share[0::2] + mean[1::2] * share[1::2]) / np.maximum(size, 1.0)
+    spread = k * (band_mean - np.sum(band_mean * size) / max(size.sum(), 1.0))
+    mean = np.clip(mean + np.repeat(spread, 2), 0.0, c.bound)
+    y = np.clip(mean[cell] + rng.normal(0.0, 0.15, cell.size), 0.0, c.bound)
+    return (cell % 2).astype(np.int8), y, np.vstack(zs)
+
+
+def bootstrapped_model_draw(
+    plan: MechanismPlan,
+    v: dict[str, Array],
+    columns: Sequence[Column],
+    rng: np.random.Generator,
+    redraws: int = 30,
+) -> Array:
+    """Per release, the spread of the corrected estimate over ``redraws`` draws of the model's
+    noise (at the public scale) on records simulated from the released values
+    (:func:`_synthetic_records`), the band cells left without noise: the model draw's part of
+    the variance in a world where the released model's index carries the confounding."""
+    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    resolved = np.isfinite(np.asarray(plan.assemble(v).tau))
+    out = np.full(resolved.size, np.nan)
+    for i in np.flatnonzero(resolved):
+        w, y, z = _synthetic_records(plan, v, int(i), columns, rng)
+        sim = plan_propensity(w, y, z, columns, bound=c.bound, epsilon=EPS)
+        spec = sim.noise[0]
+        draws = {"model": (spec.loc + spec.scale * rng.laplace(0, 1, (redraws, spec.loc.size)))
+                 * spec.unit}  # fmt: skip
+        for stage in sim.stages:
+            locs = stage.locs(draws)
+            draws.update({site.name: np.asarray(locs[site.name]) * site.unit
+                          for site in stage.sites})  # fmt: skip
+        out[i] = np.nanvar(np.asarray(sim.assemble(draws).tau), ddof=1)
+    return out
+
+
+def coverage(groups: int, reps: int, bootstrap: bool = False) -> None:
     """Each variance variant's coverage of the 95% interval per site and per combiner, and the
     reported variance over the realised mean squared error per site: Synth (``10 groups``
     fresh data sets of 2,000 per site, ``reps // 10`` draws each), IHDP and Lalonde (``groups``
@@ -697,7 +797,13 @@ def coverage(groups: int, reps: int) -> None:
             per = []
             for d in sites:
                 plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
-                per.append(variance_variants(plan, draw_many(plan, rng, draws)))
+                v = draw_many(plan, rng, draws)
+                tau, res = variance_variants(plan, v)
+                if bootstrap:
+                    boot = bootstrapped_model_draw(plan, v, d.columns, rng)
+                    res = {key: res[key] for key in ("shipped", "joint (band)")}
+                    res["joint (band) + bootstrapped model draw"] = res["joint (band)"] + boot
+                per.append((tau, res))
             taus.append(np.column_stack([t for t, _ in per]))
             sizes.append(np.tile([float(d.w.size) for d in sites], (draws, 1)))
             for key in per[0][1]:
@@ -746,12 +852,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--plan", action="store_true", help="dpate plan's accuracy only")
     ap.add_argument("--variance", action="store_true", help="the reported variance's terms only")
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
+    ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
     args = ap.parse_args(argv)
     if args.variance:
         variance_terms(3 if args.quick else 10)
         return
     if args.coverage:
-        coverage(10 if args.quick else 30, 20)
+        coverage(10 if args.quick else 30, 20, args.bootstrap)
         return
     if args.timing:
         timing()
