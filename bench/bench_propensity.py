@@ -864,10 +864,19 @@ def gap_thirds(data_sets: int = 150, draws: int = 4) -> None:
         crude = sums[:, 1::2].sum(1) / cnt[:, 1::2].sum(1) - sums[:, 0::2].sum(1) / cnt[
             :, 0::2
         ].sum(1)
+        rho = plan.assemble(v).diagnostics["model_noise_share"]
         rows.append(np.column_stack([tau - 0.3, crude - sub, res["joint (band) + model draw"],
-                                     res["shipped"]]))  # fmt: skip
-    err, gap, joint, shipped = np.vstack(rows).T
-    print(f"\ncorrelation of the error with gap: {np.corrcoef(err, gap)[0, 1]:.2f}")
+                                     res["shipped"], rho]))  # fmt: skip
+    err, gap, joint, shipped, rho = np.vstack(rows).T
+    centred = err - err.mean()
+    kurtosis = np.mean(centred**4) / np.mean(centred**2) ** 2 - 3.0
+    q95 = np.quantile(np.abs(centred), 0.95) / centred.std()
+    quartiles = np.quantile(rho, [0, 0.25, 0.5, 0.75, 1])
+    mse = [np.mean(err[(rho >= lo) & (rho <= hi)] ** 2) for lo, hi in itertools.pairwise(quartiles)]
+    print(f"\nexcess kurtosis of the error {kurtosis:.2f}, 95% quantile of |error| {q95:.2f} sd; "
+          f"MSE by quartile of rho ({quartiles[0]:.2f}-{quartiles[-1]:.2f}): "
+          f"{' '.join(f'{x:.5f}' for x in mse)}")  # fmt: skip
+    print(f"correlation of the error with gap: {np.corrcoef(err, gap)[0, 1]:.2f}")
     print("| gap (thirds) | mean error | MSE | joint + model draw: variance, coverage | shipped |")
     print("|---|---|---|---|---|")
     q = np.quantile(gap, [0, 1 / 3, 2 / 3, 1])
