@@ -158,7 +158,7 @@ class Machine:
         return path
 
     def unit(self, name: str, log_dir: Path, extra_env: Mapping[str, str] | None = None) -> Service:
-        """The systemd unit ``name`` as a blocks' ``systemctl enable --now`` left it: the file
+        """The systemd unit ``name`` as the blocks' ``systemctl enable --now`` left it: the file
         installed in ``/etc/systemd/system/``, read as systemd would (its environment file only,
         ``${VAR}`` from it); ``extra_env`` adds the test's own settings. Not started."""
         log = self.root / "systemctl.log"
