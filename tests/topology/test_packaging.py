@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkouts import copy_checkout
+from tests.topology.guide import env_file, systemd_unit
 
 pytestmark = pytest.mark.slow
 
@@ -154,27 +155,7 @@ def test_files_lists_and_copies_the_shipped_files(tmp_path):
 
 
 def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
-    """A systemd unit file as {section: {key: [values]}} (keys may repeat); fails on a line that
-    is neither a comment, a section header nor ``Key=value``."""
-    out: dict[str, dict[str, list[str]]] = {}
-    section = None
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if re.fullmatch(r"\[[A-Za-z]+\]", line):
-            section = line[1:-1]
-            out.setdefault(section, {})
-            continue
-        key, eq, value = line.partition("=")
-        assert eq and section and re.fullmatch(r"[A-Za-z]+", key), f"{path.name}:{n}: {line!r}"
-        out[section].setdefault(key, []).append(value)
-    return out
-
-
-def _env_file(path: Path) -> dict[str, str]:
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    return dict(ln.split("=", 1) for ln in lines)
+    return systemd_unit(path.read_text())
 
 
 def test_release_timer_and_service_parse():
@@ -186,7 +167,7 @@ def test_release_timer_and_service_parse():
     assert service["Type"] == ["oneshot"] and service["User"] == ["dpate"]
     assert service["EnvironmentFile"] == ["/etc/dpate/release.env"]
     assert service["ProtectSystem"] == ["strict"] and service["NoNewPrivileges"] == ["true"]
-    env = _env_file(SYSTEMD / "release.env.example")
+    env = env_file(SYSTEMD / "release.env.example")
     assert (
         "PREFECT_API_URL" not in env
     )  # an embedded Prefect: the coordinator's server is not asked
@@ -216,7 +197,7 @@ def test_release_service_runs_dpate_site_release(tmp_path):
     stub = tmp_path / "dpate"
     stub.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     stub.chmod(0o755)
-    env = {**_env_file(SYSTEMD / "release.env.example"), "PATH": os.environ["PATH"]}
+    env = {**env_file(SYSTEMD / "release.env.example"), "PATH": os.environ["PATH"]}
     env["DPATE_SPEC"] = "s3://dpate/specs/a study.toml"  # a space survives the quoting
     script = argv[2].replace("/opt/dpate/bin/dpate", str(stub))
     res = subprocess.run(
@@ -243,7 +224,7 @@ def test_site_worker_unit_runs_dpate_site_worker():
     assert service["ExecStart"] == ["/opt/dpate/bin/dpate site worker ${DPATE_SITE}"]
     assert service["KillSignal"] == ["SIGTERM"] and "ExecStop" not in service
     assert service["EnvironmentFile"] == ["/etc/dpate/worker.env"]
-    env = _env_file(SYSTEMD / "worker.env.example")
+    env = env_file(SYSTEMD / "worker.env.example")
     assert env["DPATE_SITE"] == "rural" and "DPATE_POOL" not in env
     assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
     assert {"PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "DPATE_SITE_CONFIG"} <= set(env)
@@ -296,7 +277,7 @@ def test_release_service_releases_with_the_sites_own_configuration(tmp_path, mon
         f'log = "{site_root / "rural.log"}"\n'
         f'site_key = "{study.key_path("rural")}"\n'
     )
-    env = _env_file(SYSTEMD / "release.env.example")
+    env = env_file(SYSTEMD / "release.env.example")
     env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
     env.update(
         DPATE_SPEC=str(study.spec),

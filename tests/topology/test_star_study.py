@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import pytest
@@ -34,14 +35,14 @@ def _site_rows(result: dict) -> dict[str, dict]:
     return {s["site_id"]: s for s in result["sites"]}
 
 
-def test_prefect_server_on_postgresql_answers(prefect_server_pg):
-    """The STAR study's server answers on loopback, its schema migrated into a scratch
-    PostgreSQL database."""
+def test_prefect_server_on_postgresql_answers(star):
+    """The STAR study's server, started by the guide's step 3, answers on loopback, its schema
+    migrated into a scratch PostgreSQL database."""
     import psycopg
 
-    with urllib.request.urlopen(f"{prefect_server_pg.api_url}/health", timeout=10) as r:
+    with urllib.request.urlopen(f"{star.server.api_url}/health", timeout=10) as r:
         assert json.loads(r.read()) is True
-    db = prefect_server_pg.database_url.rsplit("/", 1)[1]
+    db = star.server.database_url.rsplit("/", 1)[1]
     with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{db}") as conn:
         tables = {r[0] for r in conn.execute("select tablename from pg_tables")}
     assert "flow_run" in tables  # Prefect migrated its schema into the scratch database
@@ -82,10 +83,19 @@ def test_deployed_study_runs_end_to_end_and_matches_embedded_run(
         report = json.loads(next(iter(reports.values())))
         assert report["site_id"] == site
 
-    # the same study on the embedded default: same sites, same public non-noise fields
-    embedded_wall, embedded = run_embedded(
-        star.root / "star.toml", star.root, tmp_path, "e2e", prefect_test_server.env
-    )
+    # the guide's step 7, `dpate report` with the aggregator's key, beside the same study on
+    # the embedded default (same sites, same public non-noise fields)
+    coordinator = star.coordinator()
+    coordinator.fill["round"] = "e2e"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        reported = pool.submit(coordinator.run, "coordinator-report")
+        embedded_wall, embedded = run_embedded(
+            star.root / "star.toml", star.root, tmp_path, "e2e", prefect_test_server.env
+        )
+        reported.result()
+    page = coordinator.path("/var/lib/dpate/star-e2e.html").read_text()
+    assert f"s3://dpate/studies/{STUDY_ID}/results/e2e.json" in page
+    assert all(f"<td>{site}</td>" in page for site in star.sites)
     for key in ("study_id", "spec_hash", "round", "aggregator", "complete"):
         assert embedded[key] == result[key], key
     erows = _site_rows(embedded)
