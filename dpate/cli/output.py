@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -11,6 +12,9 @@ from rich.table import Table
 
 from dpate.cli.errors import classify, from_exception, print_failures
 from dpate.errors import DpateError
+
+if TYPE_CHECKING:
+    from dpate.schemas.reports import StudyResult
 
 console = Console()
 err = Console(stderr=True)
@@ -53,13 +57,105 @@ def print_table(
         on.print(note, highlight=False, markup=False)
 
 
+def sites_table(result: StudyResult, errors: Mapping[str, str | None] | None = None) -> Table:
+    """The CLI's table of sites (rich); ``errors`` (site -> message) replaces the published
+    reason of a site whose run failed here. A flagged site interval says its flag in its cell
+    ("mostly privacy noise") and why in the caption, so the column stays narrow."""
+    from dpate.schemas.reports import ReleasedSite
+
+    table = Table(title=f"{result.study_id}, round {result.round}: sites")
+    cols = (
+        "site",
+        "N",
+        "epsilon",
+        "delta",
+        "tau (DP)",
+        "95% CI",
+        "lifetime eps",
+        "lifetime delta",
+    )
+    for col in (*cols, "status"):
+        # overflow "fold": a narrow or piped console wraps a cell, never cuts it ("hospi…")
+        left = col in ("site", "status")
+        table.add_column(col, justify="left" if left else "right", overflow="fold")
+    for s in result.sites:
+        if isinstance(s, ReleasedSite):
+            life = s.lifetime_spend
+            table.add_row(
+                s.site_id,
+                str(s.n),
+                s.epsilon,
+                s.delta,
+                s.tau_text(),
+                s.interval_text(brief=True),
+                "" if life is None else f"{life.spent.epsilon} of {life.cap.epsilon}",
+                "" if life is None else f"{life.spent.delta} of {life.cap.delta}",
+                s.status.replace("_", " "),
+            )
+        else:
+            table.add_row(s.site_id, "", "", "", "", "", "", "", s.status)
+    notes = site_notes(result, errors)
+    if notes:
+        table.caption = "\n".join(notes)
+    return table
+
+
+def site_lines(result: StudyResult) -> list[str]:
+    """The table's rows as one line per site (its notes are :func:`site_notes`): what a
+    console too narrow for the table prints (a piped one is 80 columns), readable at any
+    width."""
+    from dpate.schemas.reports import ReleasedSite
+
+    lines = []
+    for s in result.sites:
+        if isinstance(s, ReleasedSite):
+            life = "" if s.lifetime_spend is None else f"; lifetime spend {s.spend_text()}"
+            estimate = (
+                "unresolved"
+                if s.tau is None
+                else f"tau {s.tau_text()}, 95% CI {s.interval_text(brief=True)}"
+            )
+            lines.append(
+                f"{s.site_id} ({s.status.replace('_', ' ')}): {estimate}; N {s.n}; this "
+                f"release epsilon {s.epsilon}, delta {s.delta}{life}"
+            )
+        else:
+            lines.append(f"{s.site_id} ({s.status})")
+    return lines
+
+
+def site_notes(result: StudyResult, errors: Mapping[str, str | None] | None = None) -> list[str]:
+    """What the table of sites says under it: why a site is missing, rejected or excluded
+    (``errors``, site -> message, in place of the published reason of a site whose run
+    failed here), why a site interval is flagged, why a site was not used, the estimand."""
+    from dpate.schemas.reports import ReleasedSite
+
+    errors = errors or {}
+    notes = [
+        f"{s.site_id}: {errors.get(s.site_id) or s.reason}"
+        for s in result.sites
+        if s.status in ("missing", "rejected", "excluded")
+    ]
+    notes += [
+        f"{s.site_id}'s interval: {s.interval.note}"
+        for s in result.sites
+        if isinstance(s, ReleasedSite) and s.interval is not None and ": " in s.interval.note
+    ]
+    not_used = [s for s in result.sites if s.status == "not_used"]
+    if not_used:
+        notes.append(f"not used: {not_used[0].reason}")
+    if result.estimand:
+        notes.append(result.estimand_text())
+    return notes
+
+
 def print_result(result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> None:
     """The table, the combined estimate and where the result is (``result["uri"]``, if given)."""
     from dpate.schemas.reports import StudyResult
 
     typed = StudyResult.of(result)
     errors = {r["site_id"]: r.get("error") for r in runs or [] if not r.get("ok")}
-    print_table(typed.table(errors), typed.site_lines(errors), typed.site_notes(errors))
+    print_table(sites_table(typed, errors), site_lines(typed), site_notes(typed, errors))
     if not typed.answered or typed.estimate is None or typed.variance is None:
         console.print(f"[bold]{typed.summary_text()}[/bold]", markup=True, highlight=False)
         console.print("[yellow]see `dpate plan` for the budget a study needs[/yellow]")

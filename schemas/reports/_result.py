@@ -1,7 +1,7 @@
 """The study result document (schema ``dpate.study-result``) as one typed object, and its views.
 
 :class:`StudyResult` parses the document the aggregator publishes (``dpate.tasks.aggregate``) and is
-the one thing every view is built from: the CLI's table (:meth:`StudyResult.table`), the Prefect
+the one thing every view is built from: the CLI's table (:func:`dpate.cli.output.sites_table`), the Prefect
 artifact's markdown (:meth:`StudyResult.markdown`), and the HTML page with its forest plot
 (``dpate.html_report.render_html`` / ``forest_plot_png``, which also read the site ledgers' spend).
 Parsing does not change the document: ``to_document()`` gives back the same JSON values
@@ -29,12 +29,9 @@ beside the forest plot (:meth:`StudyResult.balance_rows`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 __all__ = [
     "MAX_RESULT_BYTES",
@@ -403,88 +400,3 @@ class StudyResult(_WithInterval):
             else:
                 lines.append(f"| {s.site_id} | {s.status} | | | | | | | | {s.reason} |")
         return "\n".join(lines)
-
-    def table(self, errors: Mapping[str, str | None] | None = None) -> Table:
-        """The CLI's table of sites (rich); ``errors`` (site -> message) replaces the published
-        reason of a site whose run failed here. A flagged site interval says its flag in its cell
-        ("mostly privacy noise") and why in the caption, so the column stays narrow."""
-        from rich.table import Table
-
-        table = Table(title=f"{self.study_id}, round {self.round}: sites")
-        cols = (
-            "site",
-            "N",
-            "epsilon",
-            "delta",
-            "tau (DP)",
-            "95% CI",
-            "lifetime eps",
-            "lifetime delta",
-        )
-        for col in (*cols, "status"):
-            # overflow "fold": a narrow or piped console wraps a cell, never cuts it ("hospi…")
-            left = col in ("site", "status")
-            table.add_column(col, justify="left" if left else "right", overflow="fold")
-        for s in self.sites:
-            if isinstance(s, ReleasedSite):
-                life = s.lifetime_spend
-                table.add_row(
-                    s.site_id,
-                    str(s.n),
-                    s.epsilon,
-                    s.delta,
-                    s.tau_text(),
-                    s.interval_text(brief=True),
-                    "" if life is None else f"{life.spent.epsilon} of {life.cap.epsilon}",
-                    "" if life is None else f"{life.spent.delta} of {life.cap.delta}",
-                    s.status.replace("_", " "),
-                )
-            else:
-                table.add_row(s.site_id, "", "", "", "", "", "", "", s.status)
-        notes = self.site_notes(errors)
-        if notes:
-            table.caption = "\n".join(notes)
-        return table
-
-    def site_lines(self, errors: Mapping[str, str | None] | None = None) -> list[str]:
-        """The table's rows as one line per site (its notes are :meth:`site_notes`): what a
-        console too narrow for the table prints (a piped one is 80 columns), readable at any
-        width."""
-        lines = []
-        for s in self.sites:
-            if isinstance(s, ReleasedSite):
-                life = "" if s.lifetime_spend is None else f"; lifetime spend {s.spend_text()}"
-                estimate = (
-                    "unresolved"
-                    if s.tau is None
-                    else f"tau {s.tau_text()}, 95% CI {s.interval_text(brief=True)}"
-                )
-                lines.append(
-                    f"{s.site_id} ({s.status.replace('_', ' ')}): {estimate}; N {s.n}; this "
-                    f"release epsilon {s.epsilon}, delta {s.delta}{life}"
-                )
-            else:
-                lines.append(f"{s.site_id} ({s.status})")
-        return lines
-
-    def site_notes(self, errors: Mapping[str, str | None] | None = None) -> list[str]:
-        """What the table of sites says under it: why a site is missing, rejected or excluded
-        (``errors``, site -> message, in place of the published reason of a site whose run
-        failed here), why a site interval is flagged, why a site was not used, the estimand."""
-        errors = errors or {}
-        notes = [
-            f"{s.site_id}: {errors.get(s.site_id) or s.reason}"
-            for s in self.sites
-            if s.status in ("missing", "rejected", "excluded")
-        ]
-        notes += [
-            f"{s.site_id}'s interval: {s.interval.note}"
-            for s in self.sites
-            if isinstance(s, ReleasedSite) and s.interval is not None and ": " in s.interval.note
-        ]
-        not_used = [s for s in self.sites if s.status == "not_used"]
-        if not_used:
-            notes.append(f"not used: {not_used[0].reason}")
-        if self.estimand:
-            notes.append(self.estimand_text())
-        return notes

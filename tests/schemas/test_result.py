@@ -85,7 +85,9 @@ def test_a_flagged_site_interval_says_its_flag_in_the_cell_and_why_below():
     )
     doc = dict(DOCS["v3"], sites=[first, *DOCS["v3"]["sites"][1:]])
     console = Console(record=True, width=140, file=io.StringIO(), color_system=None)
-    console.print(StudyResult.of(doc).table())
+    from dpate.cli.output import sites_table
+
+    console.print(sites_table(StudyResult.of(doc)))
     text = console.export_text()
     assert "(mostly privacy noise)" in text and f"{first['site_id']}'s interval: " in text
     assert text.count(why) == 1  # once, in the caption: the CI column stays narrow

@@ -141,7 +141,9 @@ def test_the_result_document_and_its_views_name_the_estimand():
     assert result.to_document() == doc
     words = "Estimand: the average of the effects within strata where both treatments occur"
     assert words in result.markdown()
-    assert words in str(result.table().caption)
+    from dpate.cli.output import sites_table
+
+    assert words in str(sites_table(result).caption)
     from dpate.html_report import render_html
 
     assert words in render_html(result, "x/results/1.json", {})
