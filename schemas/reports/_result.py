@@ -1,8 +1,8 @@
 """The study result document (schema ``dpate.study-result``) as one typed object, and its views.
 
 :class:`StudyResult` parses the document the aggregator publishes (``dpate.tasks.aggregate``) and is
-the one thing every view is built from: the CLI's table (:func:`dpate.cli.output.sites_table`), the Prefect
-artifact's markdown (:meth:`StudyResult.markdown`), and the HTML page with its forest plot
+the one thing every view is built from: the CLI's table (:func:`dpate.cli.output.sites_table`),
+the Prefect artifact's markdown (:meth:`StudyResult.markdown`), and the HTML page with its forest plot
 (``dpate.html_report.render_html`` / ``forest_plot_png``, which also read the site ledgers' spend).
 Parsing does not change the document: ``to_document()`` gives back the same JSON values
 (``tests/schemas/test_result.py``), so a view never sees anything the published bytes do not say.
