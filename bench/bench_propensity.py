@@ -762,26 +762,37 @@ def width_ratios(quick: bool = False) -> None:
 def auto_rule(quick: bool = False) -> None:
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n``) on Synth at 2 and 3 sites x N per site, N on each side of the rule's
-    thresholds: width over the non-private interval's and coverage, per site and for the
-    inverse-variance combination (docs/research/propensity.md, "Bands and model share by study
-    size")."""
+    thresholds, then the rule's other rows on the same data sets next to each threshold: width
+    over the non-private interval's and coverage, per site and for the inverse-variance
+    combination (docs/research/propensity.md, "Bands and model share by study size")."""
+    from dpate_core.mechanisms.propensity import AUTO_RULE
+
     sets, reps = (20, 20) if quick else (40, 25)
     est = estimator_of("propensity")
+
+    def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
+        rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
+        groups = [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
+        per_site, (r, c, _) = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j)
+        sites = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
+        print(f"| {j} x {n:,} | K {bands}, model {share}{tag} | {sites} | {r:.2f} ({c:.3f}) |",
+              flush=True)  # fmt: skip
+
     print(f"\nthe auto rule: width / non-private width (our coverage); {sets} data sets x {reps} "
           "releases")  # fmt: skip
-    print("| eps 1 per site | chosen | sites | inverse variance |")
+    print("| eps 1 per site | K, model share | sites | inverse variance |")
     print("|---|---|---|---|")
-    for n in (2000, 3000, 4000, 5000, 10_000, 20_000):
+    sizes = (2000, 3000, 4000, 5000, 10_000, 20_000)
+    for n in sizes:
         for j in (2, 3):
-            choice = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j)
-            bands, share = choice.options.bands, choice.options.model_share
-            rng = np.random.default_rng(2000 + n + j)
-            groups = [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
-            per_site, (r, c, _) = width_case(groups, 0.3, reps, bands=bands, share=share,
-                                             seed=n + j)  # fmt: skip
-            sites = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
-            print(f"| {j} x {n:,} | K {bands}, model {share} | {sites} | {r:.2f} ({c:.3f}) |",
-                  flush=True)  # fmt: skip
+            chosen = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j).options
+            row(n, j, chosen.bands, chosen.model_share, " (auto)")
+    for n in (3000, 4000, 10_000, 20_000):  # the rule's other rows on each side of a threshold
+        for j in (2, 3):
+            chosen = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j).options
+            for _, bands, share in AUTO_RULE:
+                if (bands, str(share)) != (chosen.bands, chosen.model_share):
+                    row(n, j, bands, str(share), "")
 
 
 # Variance variants (docs/research/propensity.md, "The reported variance against the realised

@@ -403,27 +403,34 @@ def test_below_the_threshold_the_release_is_todays():
     assert PROPENSITY.default_split(None) == PROPENSITY.default_split(PropensityOptions())
 
 
-def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_given():
+def _spec(**options: Any) -> Any:
+    """A two-site propensity study declaring n = 20,000 per site, with these options (and
+    ``budget_split`` for both sites)."""
     from dpate.schemas.spec import StudySpec
 
-    def spec(**options: Any) -> StudySpec:
-        split = options.pop("budget_split", None)
-        site = {"data": "s.csv", "epsilon": 1, "lifetime_cap": {"epsilon": 5}, "n": 20_000}
-        if split is not None:
-            site["budget_split"] = split
-        return StudySpec.from_dict(
-            {
-                "study_id": "p",
-                "design": "observational",
-                "estimator": "propensity",
-                "treatment": {"column": "w"},
-                "outcome": {"column": "y", "bound": 1.0},
-                "covariates": [{"kind": "categorical", "column": "g", "levels": [0, 1, 2]}],
-                "sites": [{"id": "a", **site}, {"id": "b", **site}],
-                "estimator_options": options,
-            }
-        )
+    split = options.pop("budget_split", None)
+    site = {"data": "s.csv", "epsilon": 1, "lifetime_cap": {"epsilon": 5}, "n": 20_000}
+    if split is not None:
+        site["budget_split"] = split
+    return StudySpec.from_dict(
+        {
+            "study_id": "p",
+            "design": "observational",
+            "estimator": "propensity",
+            "treatment": {"column": "w"},
+            "outcome": {"column": "y", "bound": 1.0},
+            "covariates": [
+                {"kind": "categorical", "column": c, "levels": list(range(k))}
+                for c, k in (("g", 4), ("h", 3), ("k", 2))
+            ],
+            "sites": [{"id": "a", **site}, {"id": "b", **site}],
+            "estimator_options": options,
+        }
+    )
 
+
+def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_given():
+    spec = _spec
     auto = spec()
     assert auto.variant == "K = 10 bands, model share 1/2"
     assert auto.budget_split("a").shares[0] == Fraction(1, 2)
@@ -439,3 +446,37 @@ def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_give
     for bad in ({"bands": "many"}, {"model_share": "1"}, {"model_share": "half"}):
         with pytest.raises(Exception, match=r"bands|model_share"):
             spec(**bad)
+
+
+def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules():
+    from datetime import UTC, datetime
+
+    from dpate.schemas.reports import SiteReport, estimate_problems
+    from dpate_core.mechanisms import PlanInputs
+
+    spec = _spec()  # n = 20,000 declared: K = 10, model share 1/2
+    rng = np.random.default_rng(3)
+    g, h, k = rng.integers(0, 4, 20_000), rng.integers(0, 3, 20_000), rng.integers(0, 2, 20_000)
+    x = (g * 3 + h) * 2 + k  # the strata's mixed-radix number, the first covariate first
+    w = (rng.random(x.size) < 1 / (1 + np.exp(1 - 0.5 * g + 0.4 * h - 0.6 * k))).astype(np.int8)
+    y = np.clip(0.2 + 0.05 * g + 0.3 * w + rng.normal(0, 0.1, x.size), 0.0, 1.0)
+    plan = PROPENSITY.plan(
+        PlanInputs(
+            w,
+            y,
+            x,
+            24,
+            1.0,
+            spec.site("a").privacy,
+            spec.budget_split("a").shares,
+            spec.study_options,
+            covariate_sizes=(4, 3, 2),
+        )  # fmt: skip
+    )
+    assert plan.shares.shares[0] == Fraction(1, 2)
+    estimate = plan.estimate(draw_once(plan, rng))  # simulation noise: a test, not a release
+    assert estimate.diagnostics["usable_strata"] > 5  # more bands than five
+    report = SiteReport.from_estimate(
+        estimate, spec=spec, site_id="a", created_at=datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    assert estimate_problems(report.estimate, spec) == []
