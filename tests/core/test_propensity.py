@@ -471,7 +471,7 @@ def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules
             spec.budget_split("a").shares,
             spec.study_options,
             covariate_sizes=(4, 3, 2),
-        )  # fmt: skip
+        )
     )
     assert plan.shares.shares[0] == Fraction(1, 2)
     estimate = plan.estimate(draw_once(plan, rng))  # simulation noise: a test, not a release
