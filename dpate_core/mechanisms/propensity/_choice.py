@@ -92,16 +92,17 @@ def study_bands(
             m,
             (
                 f"{given} and not every site declares its record count n in the spec: "
-                f"{_words(k, m)}, the defaults (declare n for every site to let the study choose "
-                f"from the smallest n: {_rule_words()})"
+                f"{_words(k, m)} ('auto' gives the defaults; declare n for every site to let "
+                f"the study choose from the smallest n: {_rule_words()})"
             ),
         )
     return (
         k,
         m,
         (
-            f"{given}: the smallest declared site n is {n_min}, so {_words(k, m)} at every site "
-            f"(the public rule: below {AUTO_RULE[1][0]} the defaults; {_rule_words()}; "
+            f"{given}: the smallest declared site n is {n_min} (the public rule: below "
+            f"{AUTO_RULE[1][0]} the defaults, {_words(BANDS, DEFAULT_MODEL_SHARE)}; "
+            f"{_rule_words()}; "
             f"docs/research/propensity.md, 'Bands and model share by study size')"
         ),
     )
