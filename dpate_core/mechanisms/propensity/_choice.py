@@ -6,10 +6,9 @@ and model share by study size").
 Why: with ``K = 5`` and a quarter of the budget to the model, the residual confounding within
 the bands and the model draw's part of the error, which the reported variance leaves out, come to
 dominate once the band cells' noise shrinks: the interval under-covers from a few thousand records
-per site. Half the budget to the model (and, at larger sites, ``K = 10`` bands)
-cover there (measured: ``python bench/bench_propensity.py --auto``); below the rule's first
-threshold the defaults cover and are narrower, and the releases stay those of the defaults, bit
-for bit.
+per site. Half the budget to the model (and, from 10,000 records per site, ``K = 10`` bands)
+covers there (measured: ``python bench/bench_propensity.py --auto``); below the rule's first
+threshold the defaults cover and are narrower, and the release is the defaults', bit for bit.
 """
 
 from __future__ import annotations
