@@ -23,7 +23,8 @@ Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer 
 ``--timing`` for the release time only, ``--plan`` for ``dpate plan``'s predicted widths against
 the realised ones, ``--variance`` for the reported variance's terms against the realised error,
 ``--width`` for the width over the non-private propensity-stratified interval's, with coverage,
-across sizes, ``K``, model shares and a Gaussian model stage as a what-if,
+across sizes, ``K``, model shares and a Gaussian model stage as a what-if, ``--auto`` for the same
+under the shipped ``"auto"`` choice of ``K`` and model share,
 ``--coverage`` for variance variants' coverage per site and per combiner, with ``--bootstrap``
 the parametric bootstrap of the model draw's part instead, about half an hour; ``--gap`` for
 the error against the released ``tau_crude - tau``).
@@ -50,6 +51,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dpate.data.datasets import DataUnavailableError, data_dir, load_ihdp, load_lalonde
+from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.mechanisms.adjusted import (
     assemble_subclassification,
     plan_adjusted_from_statistics,
@@ -59,6 +61,7 @@ from dpate_core.mechanisms.propensity import (
     Column,
     Covariates,
     Numeric,
+    model_share_split,
     plan_propensity,
 )
 from dpate_core.release import MechanismPlan, draw_many
@@ -582,13 +585,8 @@ def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
 
 def model_split(share: str) -> tuple[str, ...]:
     """The budget split with ``share`` to the model and the rest split as ``DEFAULT_SPLIT``'s
-    band cells (21 : 33 : 6)."""
-    from fractions import Fraction
-
-    m = Fraction(share)
-    return tuple(
-        str(m if i == 0 else (1 - m) * Fraction(c, 60)) for i, c in enumerate((0, 21, 33, 6))
-    )
+    band cells (21 : 33 : 6): the release's own (:func:`model_share_split`)."""
+    return model_share_split(share)
 
 
 def _releases(
@@ -759,6 +757,42 @@ def width_ratios(quick: bool = False) -> None:
             for noise, tag in WHAT_IF.items():
                 show(f"{name}, {j} x {data.w.size // j}, {tag}",
                      width_case(groups, truth, reps, model_noise=noise))  # fmt: skip
+
+
+def auto_rule(quick: bool = False) -> None:
+    """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
+    sites' declared ``n``) on Synth at 2 and 3 sites x N per site, N on each side of the rule's
+    thresholds, then the rule's other rows on the same data sets next to each threshold: width
+    over the non-private interval's and coverage, per site and for the inverse-variance
+    combination (docs/research/propensity.md, "Bands and model share by study size")."""
+    from dpate_core.mechanisms.propensity import AUTO_RULE
+
+    sets, reps = (20, 20) if quick else (40, 25)
+    est = estimator_of("propensity")
+
+    def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
+        rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
+        groups = [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
+        per_site, (r, c, _) = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j)
+        sites = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
+        print(f"| {j} x {n:,} | K {bands}, model {share}{tag} | {sites} | {r:.2f} ({c:.3f}) |",
+              flush=True)  # fmt: skip
+
+    print(f"\nthe auto rule: width / non-private width (our coverage); {sets} data sets x {reps} "
+          "releases")  # fmt: skip
+    print("| eps 1 per site | K, model share | sites | inverse variance |")
+    print("|---|---|---|---|")
+    sizes = (2000, 3000, 4000, 5000, 10_000, 20_000)
+    for n in sizes:
+        for j in (2, 3):
+            chosen = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j).options
+            row(n, j, chosen.bands, chosen.model_share, " (auto)")
+    for n in (3000, 4000, 10_000, 20_000):  # the rule's other rows on each side of a threshold
+        for j in (2, 3):
+            chosen = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j).options
+            for _, bands, share in AUTO_RULE:
+                if (bands, str(share)) != (chosen.bands, chosen.model_share):
+                    row(n, j, bands, str(share), "")
 
 
 # Variance variants (docs/research/propensity.md, "The reported variance against the realised
@@ -1080,12 +1114,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--plan", action="store_true", help="dpate plan's accuracy only")
     ap.add_argument("--variance", action="store_true", help="the reported variance's terms only")
     ap.add_argument("--width", action="store_true", help="width / non-private width only")
+    ap.add_argument("--auto", action="store_true", help="the shipped 'auto' K and model share")
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
     args = ap.parse_args(argv)
     if args.width:
         width_ratios(args.quick)
+        return
+    if args.auto:
+        auto_rule(args.quick)
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)

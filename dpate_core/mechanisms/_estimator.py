@@ -9,8 +9,9 @@ estimator. What it holds:
   ``estimand`` (the quantity it estimates, in words a clinician reads; :meth:`estimand_of`);
 - what it costs: ``parts`` (the budget parts, in the order of a ``budget_split``;
   ``parts_for`` when they depend on the options or a binary outcome), ``pure`` (``(epsilon,
-  0)``-DP: the ledger charges no delta, :meth:`cost`), ``default_shares`` and ``searched_shares``
-  (the ``"default"`` preset), ``candidate_splits`` (what ``dpate plan`` tries);
+  0)``-DP: the ledger charges no delta, :meth:`cost`), ``default_shares`` (or
+  ``default_shares_for``, when the options move it) and ``searched_shares`` (the ``"default"``
+  preset), ``candidate_splits`` (what ``dpate plan`` tries);
 - what a study must declare: ``designs``, ``needs_covariates``, ``unbinned_covariates``
   (numeric covariates with public bounds and no bins are accepted), ``options`` (a frozen dataclass
   whose fields are the estimator's spec options; a field's ``metadata["spec_key"]`` names the
@@ -172,6 +173,9 @@ class Estimator:
     parts_for: Callable[[Any, bool], tuple[str, ...]] | None = None
     binary_outcome: bool = False
     default_shares: tuple[str, ...] | None = None  # None: the even split
+    #: ``(options, binary) -> shares`` when the default split depends on the options (the
+    #: propensity model's share); None: ``default_shares``
+    default_shares_for: Callable[[Any, bool], tuple[str, ...]] | None = None
     #: the searched split, used with budget_split = "default" (None: same as default_shares)
     searched_shares: tuple[str, ...] | None = None
     #: splits ``dpate plan`` tries for a recommendation, by number of parts
@@ -272,8 +276,11 @@ class Estimator:
 
     def default_split(self, options: Any = None, binary: bool = False) -> BudgetSplit:
         n = self.n_parts(options, binary)
-        if self.default_shares is not None and len(self.default_shares) == n:
-            return BudgetSplit.of(self.default_shares, n)
+        shares = self.default_shares
+        if self.default_shares_for is not None:
+            shares = self.default_shares_for(self._options_or_none(options), binary)
+        if shares is not None and len(shares) == n:
+            return BudgetSplit.of(shares, n)
         return BudgetSplit.even(n)
 
     def searched_split(self, options: Any = None, binary: bool = False) -> BudgetSplit:

@@ -42,7 +42,7 @@ UNRESOLVED_DIAGNOSTICS = {"usable_strata": 0.0, "usable_weight": 0.0}
 
 def required_diagnostics(spec: StudySpec) -> tuple[str, ...]:
     """The diagnostics every resolved release of the spec's estimator publishes."""
-    return spec.estimator_info.required_diagnostics(spec.options)
+    return spec.estimator_info.required_diagnostics(spec.study_options)
 
 
 def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
@@ -56,7 +56,7 @@ def estimate_problems(e: PublicEstimate, spec: StudySpec) -> list[str]:
     missing = [k for k in required_diagnostics(spec) if k not in e.diagnostics]
     if missing:
         return [f"diagnostics {missing} are missing: the {e.estimator} release always has them"]
-    return spec.estimator_info.plausible(e.to_estimate(), spec.options, spec.domain_size)
+    return spec.estimator_info.plausible(e.to_estimate(), spec.study_options, spec.domain_size)
 
 
 def _unresolved(e: PublicEstimate) -> list[str]:

@@ -315,8 +315,9 @@ class StudySpec(_Model):
         the whole study, chosen from the spec alone (each site's declared ``n``, ``|X|``, its
         epsilon and split; :meth:`dpate_core.mechanisms.Estimator.study_choice`), never per
         site."""
-        sites = [StudySite(s.n, s.epsilon, self.budget_split(s.id).shares) for s in self.sites]
-        return self.estimator_info.study_choice(self.options, self.domain_size, sites)
+        opts = self.options  # the spec's own: "auto" not yet resolved (its default split)
+        sites = [StudySite(s.n, s.epsilon, self._split(s.id, opts).shares) for s in self.sites]
+        return self.estimator_info.study_choice(opts, self.domain_size, sites)
 
     @property
     def study_options(self) -> Any:
@@ -365,9 +366,14 @@ class StudySpec(_Model):
     def budget_split(self, site_id: str) -> BudgetSplit:
         """The site's split (the estimator's default split when not given: the paper's even
         split for the paper's mechanisms, ``docs/explanation/adjusted.md`` for the adjusted one; the presets
-        ``"paper"`` and ``"default"`` per :meth:`dpate_core.mechanisms.Estimator.split`)."""
+        ``"paper"`` and ``"default"`` per :meth:`dpate_core.mechanisms.Estimator.split`), with
+        the study's options (:attr:`study_options`: a default split that the options move, the
+        propensity model's share, follows the study's choice)."""
+        return self._split(site_id, self.study_options)
+
+    def _split(self, site_id: str, options: Any) -> BudgetSplit:
         return self.estimator_info.split(
-            self.site(site_id).budget_split, self.options, self.outcome.binary
+            self.site(site_id).budget_split, options, self.outcome.binary
         )
 
     def release_cost(self, site_id: str) -> PrivacyParams:

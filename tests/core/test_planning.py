@@ -20,6 +20,7 @@ from dpate.data.datasets import (
     load_lalonde,
     load_star,
 )
+from dpate_core.mechanisms import StudySite
 from dpate_core.mechanisms.adjusted import AdjustedOptions
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import plan_matching
@@ -485,6 +486,20 @@ lifetime_cap = { epsilon = "3", delta = "0" }
     bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--band-occupancy", "0.5"])
     assert bad.exit_code == 2 and "--band-occupancy" in bad.output
 
+    # the study's K and model share: the defaults without a declared n (the note says that
+    # declaring n lets the study choose, and what it would choose with the --n given here);
+    # with every n declared, the plan names the study's choice and its reason
+    doc = json.loads(runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json"]).output)
+    assert doc["variant"] == "K = 5 bands, model share 1/4"
+    assert any("declare n for every site" in n for n in doc["notes"])
+    assert any("would choose K = 5 bands, model share 1/2" in n for n in doc["notes"])
+    spec.write_text(spec.read_text().replace('epsilon = "1"', 'epsilon = "1"\nn = 12000'))
+    doc = json.loads(runner.invoke(app, ["plan", str(spec), "--n", "a=12000", "--json"]).output)
+    assert doc["variant"] == "K = 10 bands, model share 1/2"
+    chosen = [n for n in doc["notes"] if n.startswith("K = 10 bands, model share 1/2 at every")]
+    assert len(chosen) == 1 and "smallest declared site n is 12000" in chosen[0]
+    assert doc["sites"][0]["split"][0] == "1/2"
+
 
 def _occupancy(w, y, x, k):
     """What a planner would give for sparse strata: the treated share, the outcome's mean and its
@@ -565,9 +580,16 @@ def _check_propensity_plan(
     ``per_site_shares`` each site's own, as ``--arm-share SITE=SHARE`` states it), the outcome's
     mean and within-arm sd, the effect and the confounding (crude difference less the effect);
     the propensity's logit sd and the bands' occupancy left at their defaults."""
-    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, Categorical, plan_propensity
+    from dpate_core.mechanisms.propensity import PROPENSITY, Categorical, plan_propensity
 
-    plans = [plan_propensity(w, y, z, columns, bound=1.0, epsilon=1) for w, y, z in sites]
+    # the study's public choice of K and the model share from the sites' n, as a spec makes it
+    choice = PROPENSITY.study_choice(None, 1, [StudySite(s[0].size, 1, ()) for s in sites])
+    split = PROPENSITY.default_split(choice.options).shares
+    bands = choice.options.bands
+    plans = [
+        plan_propensity(w, y, z, columns, bound=1.0, epsilon=1, split=split, bands=bands)
+        for w, y, z in sites
+    ]
     tau, sizes, var = simulate_sites(plans, np.random.default_rng(8), reps)
     w, y = (np.concatenate([s[i] for s in sites]) for i in (0, 1))
     within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
@@ -583,9 +605,7 @@ def _check_propensity_plan(
         ),
     )
     levels = tuple(c.levels for c in columns if isinstance(c, Categorical))
-    designs = [
-        SiteDesign.of(f"s{j}", s[0].size, 1, 0, DEFAULT_SPLIT, 4) for j, s in enumerate(sites)
-    ]
+    designs = [SiteDesign.of(f"s{j}", s[0].size, 1, 0, split, 4) for j, s in enumerate(sites)]
     for agg in ("mvagg", "inverse_variance"):
         plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(levels)), bound=1.0,
                           assumptions=assumptions, recommend=False, covariate_sizes=levels,

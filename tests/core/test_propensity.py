@@ -350,3 +350,133 @@ def test_columnar_passes_name_the_first_broken_rule(
 def _columnar(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     codes = np.ascontiguousarray(z[:, [1, 2, 4, 5]].T).astype(np.int8)
     return codes, np.ascontiguousarray(z[:, [0, 3]].T)
+
+
+# --- the study-wide "auto" choice of K and the model share (_choice.study_bands) -------------
+
+
+def _sites(*ns: int | None) -> list[Any]:
+    from dpate_core.mechanisms import StudySite
+
+    return [StudySite(n, Fraction(1), ()) for n in ns]
+
+
+@pytest.mark.parametrize(
+    ("ns", "bands", "share"),
+    [
+        ((2000, 3999), 5, "1/4"),  # below the rule's first threshold: today's defaults
+        ((4000, 20_000), 5, "1/2"),  # the smallest n decides
+        ((9999, 50_000), 5, "1/2"),
+        ((10_000, 10_000, 12_000), 10, "1/2"),
+        ((None, 20_000), 5, "1/4"),  # some n undeclared: the defaults
+        ((), 5, "1/4"),
+    ],
+)
+def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, bands, share):
+    from dpate_core.mechanisms.propensity import AUTO_RULE, model_share_split
+
+    choice = PROPENSITY.study_choice(None, 1, _sites(*ns))
+    assert (choice.options.bands, choice.options.model_share) == (bands, share)
+    assert choice.variant == f"K = {bands} bands, model share {share}"
+    # the default split gives the model its share and the band cells the rest as 21 : 33 : 6
+    split = PROPENSITY.default_split(choice.options).shares
+    assert split == tuple(Fraction(s) for s in model_share_split(share))
+    assert split[0] == Fraction(share) and sum(split) == 1
+    assert split[1:] == tuple((1 - Fraction(share)) * Fraction(c, 60) for c in (21, 33, 6))
+    if None in ns or not ns:
+        assert "not every site declares its record count n" in choice.reason
+        assert "declare n for every site" in choice.reason
+    else:
+        assert f"smallest declared site n is {min(ns)}" in choice.reason
+        assert f"below {AUTO_RULE[1][0]} the defaults" in choice.reason
+    # idempotent: the chosen options choose themselves, at any n
+    assert PROPENSITY.study_choice(choice.options, 1, _sites(100)).options == choice.options
+
+
+def test_below_the_threshold_the_release_is_todays():
+    from dpate_core.mechanisms.propensity import BANDS, DEFAULT_SPLIT, PropensityOptions
+
+    choice = PROPENSITY.study_choice(None, 1, _sites(2000, 3000))
+    assert PROPENSITY.default_split(choice.options).shares == tuple(map(Fraction, DEFAULT_SPLIT))
+    assert choice.options == PropensityOptions(BANDS, "1/4")
+    # an unresolved "auto" plans as the defaults too (a plan made outside a study)
+    assert PROPENSITY.default_split(None) == PROPENSITY.default_split(PropensityOptions())
+
+
+def _spec(**options: Any) -> Any:
+    """A two-site propensity study declaring n = 20,000 per site, with these options (and
+    ``budget_split`` for both sites)."""
+    from dpate.schemas.spec import StudySpec
+
+    split = options.pop("budget_split", None)
+    site = {"data": "s.csv", "epsilon": 1, "lifetime_cap": {"epsilon": 5}, "n": 20_000}
+    if split is not None:
+        site["budget_split"] = split
+    return StudySpec.from_dict(
+        {
+            "study_id": "p",
+            "design": "observational",
+            "estimator": "propensity",
+            "treatment": {"column": "w"},
+            "outcome": {"column": "y", "bound": 1.0},
+            "covariates": [
+                {"kind": "categorical", "column": c, "levels": list(range(k))}
+                for c, k in (("g", 4), ("h", 3), ("k", 2))
+            ],
+            "sites": [{"id": "a", **site}, {"id": "b", **site}],
+            "estimator_options": options,
+        }
+    )
+
+
+def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_given():
+    spec = _spec
+    auto = spec()
+    assert auto.variant == "K = 10 bands, model share 1/2"
+    assert auto.budget_split("a").shares[0] == Fraction(1, 2)
+    declared = spec(bands=5, model_share="1/4")
+    assert declared.variant == "K = 5 bands, model share 1/4"
+    assert declared.study_choice.reason.startswith("declared in the spec")
+    assert declared.budget_split("a").shares == tuple(Fraction(s) for s in
+                                                     ("1/4", "21/80", "33/80", "3/40"))  # fmt: skip
+    given = ["1/3", "1/3", "1/6", "1/6"]
+    explicit = spec(bands=7, budget_split=given)
+    assert explicit.study_options.bands == 7  # declared K kept; the share is "auto"'s ...
+    assert explicit.budget_split("b").shares == tuple(map(Fraction, given))  # ... split as given
+    for bad in ({"bands": "many"}, {"model_share": "1"}, {"model_share": "half"}):
+        with pytest.raises(Exception, match=r"bands|model_share"):
+            spec(**bad)
+
+
+def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules():
+    from datetime import UTC, datetime
+
+    from dpate.schemas.reports import SiteReport, estimate_problems
+    from dpate_core.mechanisms import PlanInputs
+
+    spec = _spec()  # n = 20,000 declared: K = 10, model share 1/2
+    rng = np.random.default_rng(3)
+    g, h, k = rng.integers(0, 4, 20_000), rng.integers(0, 3, 20_000), rng.integers(0, 2, 20_000)
+    x = (g * 3 + h) * 2 + k  # the strata's mixed-radix number, the first covariate first
+    w = (rng.random(x.size) < 1 / (1 + np.exp(1 - 0.5 * g + 0.4 * h - 0.6 * k))).astype(np.int8)
+    y = np.clip(0.2 + 0.05 * g + 0.3 * w + rng.normal(0, 0.1, x.size), 0.0, 1.0)
+    plan = PROPENSITY.plan(
+        PlanInputs(
+            w,
+            y,
+            x,
+            24,
+            1.0,
+            spec.site("a").privacy,
+            spec.budget_split("a").shares,
+            spec.study_options,
+            covariate_sizes=(4, 3, 2),
+        )
+    )
+    assert plan.shares.shares[0] == Fraction(1, 2)
+    estimate = plan.estimate(draw_once(plan, rng))  # simulation noise: a test, not a release
+    assert estimate.diagnostics["usable_strata"] > 5  # more bands than five
+    report = SiteReport.from_estimate(
+        estimate, spec=spec, site_id="a", created_at=datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    assert estimate_problems(report.estimate, spec) == []

@@ -67,7 +67,8 @@ def test_a_key_names_the_estimators_that_accept_it():
     assert _row("Top level", "variance")[3] == "`smooth_matching`, `global_matching`"
     assert _row("Top level", "adjusted_weighting")[3] == "`adjusted`"
     assert _row('`[[covariates]]` with `kind = "numeric"`', "lower")[3] == "`propensity`"
-    assert _row("`[estimator_options]`", "bands")[2:4] == ["`5`", "`propensity`"]
+    assert _row("`[estimator_options]`", "bands")[2:4] == ['`"auto"`', "`propensity`"]
+    assert _row("`[estimator_options]`", "model_share")[2:4] == ['`"auto"`', "`propensity`"]
     assert _row("Top level", "design")[3] == "all"
 
 

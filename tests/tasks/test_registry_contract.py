@@ -116,7 +116,7 @@ def run_contract(estimator: str, aggregator: str, seed: int = 0, options: Any = 
                 bound=spec.outcome.bound,
                 privacy=site.privacy,
                 split=spec.budget_split(site.id).shares,
-                options=spec.options,
+                options=spec.study_options,  # as a release (dpate.site.plans)
             )
         )
         # the plan is the registry's mechanism, spending what the spec (and the ledger) charge

@@ -10,14 +10,29 @@ once. :data:`PROPENSITY` is the estimator a study names ``"propensity"``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from dpate_core.mechanisms._estimator import Estimator, PlanInputs, StatisticsInputs
+from dpate_core.mechanisms._estimator import (
+    Estimator,
+    PlanInputs,
+    StatisticsInputs,
+    StudyChoice,
+    StudySite,
+)
 from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
 from dpate_core.release import MechanismPlan
 
+from ._choice import (
+    AUTO_RULE,
+    DEFAULT_MODEL_SHARE,
+    model_share_split,
+    resolved_split,
+    study_bands,
+)
 from ._model import (
     Categorical,
     Column,
@@ -73,7 +88,9 @@ __all__ = [
     "ASSUMED_NUMERIC_CENTRE",
     "ASSUMED_NUMERIC_SPREAD",
     "ATTENUATION_CAP",
+    "AUTO_RULE",
     "BANDS",
+    "DEFAULT_MODEL_SHARE",
     "DEFAULT_SPLIT",
     "OCCUPANCY_DRAWS",
     "PROPENSITY",
@@ -96,6 +113,7 @@ __all__ = [
     "gap_noise",
     "model_bits",
     "model_sensitivity",
+    "model_share_split",
     "model_statistics",
     "occupancy_fractions",
     "plan_columns",
@@ -104,27 +122,62 @@ __all__ = [
     "predicted_noise_share",
     "released_part",
     "released_variance",
+    "resolved_split",
     "simulated_releases",
     "split_covariates",
+    "study_bands",
     "with_arm_counts",
 ]
 
 
 @dataclass(frozen=True)
 class PropensityOptions:
-    """The propensity estimator's spec options (``[estimator_options]``)."""
+    """The propensity estimator's spec options (``[estimator_options]``); ``"auto"``: chosen
+    once for the whole study from the smallest record count ``n`` its sites declare
+    (:func:`~._choice.study_bands`)."""
 
-    bands: int = field(
-        default=BANDS,
+    bands: int | Literal["auto"] = field(
+        default="auto",
         metadata={
             "doc": "the number of propensity bands K, 2 to 50 (Cochran: 5 remove about 90% of "
-            "one confounder's bias)"
+            "one confounder's bias), or 'auto': chosen for the whole study from the smallest n "
+            f"its sites declare (below {AUTO_RULE[1][0]}, or some n not declared: {BANDS}; "
+            "docs/research/propensity.md, 'Bands and model share by study size')"
+        },
+    )
+    model_share: str = field(
+        default="auto",
+        metadata={
+            "doc": "the propensity model's share of a budget split left to the estimator's "
+            "default (the band cells share the rest 21 : 33 : 6), e.g. '1/2', or 'auto': "
+            f"chosen with bands (below n = {AUTO_RULE[1][0]}, or some n not declared: "
+            f"{DEFAULT_MODEL_SHARE}); a site's own budget_split is used as given"
         },
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.bands, bool) or not 2 <= int(self.bands) <= 50:
-            raise ValueError(f"bands ({self.bands}) must be a whole number in [2, 50]")
+        if self.bands != "auto" and (
+            isinstance(self.bands, bool)
+            or not isinstance(self.bands, numbers.Integral)
+            or not 2 <= int(self.bands) <= 50
+        ):
+            raise ValueError(f"bands ({self.bands!r}) must be 'auto' or a whole number in [2, 50]")
+        if self.model_share != "auto":
+            try:
+                model_share_split(self.model_share)
+            except (TypeError, ValueError, ZeroDivisionError):
+                raise ValueError(
+                    f"model_share ({self.model_share!r}) must be 'auto' or a fraction strictly "
+                    f"between 0 and 1, written as a string (e.g. '1/2')"
+                ) from None
+
+
+def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> StudyChoice:
+    """``K`` and the model share for the whole study (:func:`~._choice.study_bands`)."""
+    opts = options if options is not None else PropensityOptions()
+    k, share, reason = study_bands(opts.bands, opts.model_share, sites)
+    chosen = replace(opts, bands=k, model_share=str(share))
+    return StudyChoice(chosen, f"K = {k} bands, model share {share}", reason)
 
 
 def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Covariates]:
@@ -213,6 +266,8 @@ PROPENSITY = Estimator(
     plan=_plan,
     plan_from_statistics=_plan_from_statistics,
     default_shares=DEFAULT_SPLIT,
+    default_shares_for=lambda options, binary: resolved_split(options),
+    choose=_choose,
     noise_model=noise_model,
     predict=predict,
     resolution=resolution,

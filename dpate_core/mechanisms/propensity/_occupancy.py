@@ -77,8 +77,10 @@ _OCCUPANCY_SEED = 5
 
 
 def bands_of(options: Any) -> int:
-    """``K``, the number of bands of the estimator's options (None: the default)."""
-    return BANDS if options is None else int(options.bands)
+    """``K``, the number of bands of the estimator's options (None or ``"auto"`` not yet
+    resolved for a study: the default)."""
+    bands = BANDS if options is None else options.bands
+    return BANDS if bands == "auto" else int(bands)
 
 
 def budget_shares(inp: PredictionInputs) -> tuple[Fraction, ...]:

@@ -1,0 +1,114 @@
+"""The propensity release's study-wide choice of ``K`` and the model's budget share (options
+``bands`` and ``model_share``, ``"auto"``): one public rule on the smallest record count ``n``
+the spec declares for a site, made once for the whole study (docs/research/propensity.md, "Bands
+and model share by study size").
+
+Why: with ``K = 5`` and a quarter of the budget to the model, the residual confounding within
+the bands and the model draw's part of the error, which the reported variance leaves out, come to
+dominate once the band cells' noise shrinks: the interval under-covers from a few thousand records
+per site. Half the budget to the model (and, from 10,000 records per site, ``K = 10`` bands)
+covers there (measured: ``python bench/bench_propensity.py --auto``); below the rule's first
+threshold the defaults cover and are narrower, and the release is the defaults', bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from dpate_core.mechanisms._estimator import StudySite
+
+from ._release import BANDS, DEFAULT_SPLIT
+
+__all__ = [
+    "AUTO_RULE",
+    "DEFAULT_MODEL_SHARE",
+    "model_share_split",
+    "resolved_split",
+    "study_bands",
+]
+
+#: the model's share of :data:`~._release.DEFAULT_SPLIT`
+DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
+#: ``"auto"``'s rule: ``(smallest declared site n from which it applies, K, model share)``,
+#: ascending; below the second row's n the defaults (docs/research/propensity.md, "Bands and
+#: model share by study size", where each row's coverage is measured)
+AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
+    (0, BANDS, DEFAULT_MODEL_SHARE),
+    (4000, 5, Fraction(1, 2)),
+    (10_000, 10, Fraction(1, 2)),
+)
+#: the band cells' counts, centred sums and squares share the rest of the budget as 21 : 33 : 6
+_CELL_PARTS = (21, 33, 6)
+
+
+def model_share_split(share: Fraction | str) -> tuple[str, ...]:
+    """The four-part budget split with ``share`` to the model and the rest to the band cells as
+    :data:`~._release.DEFAULT_SPLIT` divides it (21 : 33 : 6); ``model_share_split("1/4")`` is
+    :data:`~._release.DEFAULT_SPLIT` exactly. Raises ``ValueError`` unless ``0 < share < 1``."""
+    m = Fraction(share)
+    if not 0 < m < 1:
+        raise ValueError(f"model_share ({share}) must lie strictly between 0 and 1 (e.g. '1/2')")
+    total = sum(_CELL_PARTS)
+    return (str(m), *(str((1 - m) * Fraction(c, total)) for c in _CELL_PARTS))
+
+
+def _words(bands: int, share: Fraction) -> str:
+    return f"K = {bands} bands, model share {share}"
+
+
+def _rule(n_min: int | None) -> tuple[int, Fraction]:
+    """The row of :data:`AUTO_RULE` for the smallest declared site ``n`` (None: the first)."""
+    rows = [r for r in AUTO_RULE if n_min is not None and n_min >= r[0]] or [AUTO_RULE[0]]
+    return rows[-1][1], rows[-1][2]
+
+
+def _rule_words() -> str:
+    return "; ".join(f"from n = {n}: {_words(k, m)}" for n, k, m in AUTO_RULE[1:])
+
+
+def study_bands(
+    bands: int | str, model_share: str, sites: Sequence[StudySite]
+) -> tuple[int, Fraction, str]:
+    """``(K, model share, why)`` for every site of a study (public values only): a value the
+    spec declares is kept; ``"auto"`` is :data:`AUTO_RULE`'s row for the smallest record count
+    ``n`` the sites declare, the defaults (:data:`~._release.BANDS`,
+    :data:`DEFAULT_MODEL_SHARE`) when some site declares no ``n``."""
+    auto = [name for name, v in (("bands", bands), ("model_share", model_share)) if v == "auto"]
+    if not auto:
+        k, m = int(bands), Fraction(model_share)
+        return k, m, f"declared in the spec (bands = {k}, model_share = '{m}')"
+    undeclared = not sites or any(s.n is None for s in sites)
+    n_min = None if undeclared else min(int(s.n or 0) for s in sites)
+    rule_k, rule_m = _rule(n_min)
+    k = rule_k if bands == "auto" else int(bands)
+    m = rule_m if model_share == "auto" else Fraction(model_share)
+    given = " and ".join(f"{name} = 'auto'" for name in auto)
+    if n_min is None:
+        return (
+            k,
+            m,
+            (
+                f"{given} and not every site declares its record count n in the spec: "
+                f"{_words(k, m)} ('auto' gives the defaults; declare n for every site to let "
+                f"the study choose from the smallest n: {_rule_words()})"
+            ),
+        )
+    return (
+        k,
+        m,
+        (
+            f"{given}: the smallest declared site n is {n_min} (the public rule: below "
+            f"{AUTO_RULE[1][0]} the defaults, {_words(BANDS, DEFAULT_MODEL_SHARE)}; "
+            f"{_rule_words()}; "
+            f"docs/research/propensity.md, 'Bands and model share by study size')"
+        ),
+    )
+
+
+def resolved_split(options: Any) -> tuple[str, ...]:
+    """The default split of these options: ``model_share``'s (``"auto"`` unresolved: the
+    default :data:`~._release.DEFAULT_SPLIT`)."""
+    share = getattr(options, "model_share", "auto")
+    return DEFAULT_SPLIT if share == "auto" else model_share_split(share)
