@@ -364,8 +364,8 @@ def _sites(*ns: int | None) -> list[Any]:
 @pytest.mark.parametrize(
     ("ns", "bands", "share"),
     [
-        ((2000, 3999), 5, "1/4"),  # below the rule's first threshold: today's defaults
-        ((4000, 20_000), 5, "1/2"),  # the smallest n decides
+        ((2000, 2999), 5, "1/4"),  # below the rule's first threshold: today's defaults
+        ((3000, 20_000), 5, "1/2"),  # the smallest n decides
         ((9999, 50_000), 5, "1/2"),
         ((10_000, 10_000, 12_000), 10, "1/2"),
         ((None, 20_000), 5, "1/4"),  # some n undeclared: the defaults

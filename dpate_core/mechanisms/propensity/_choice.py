@@ -36,7 +36,7 @@ DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
 #: model share by study size", where each row's coverage is measured)
 AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (0, BANDS, DEFAULT_MODEL_SHARE),
-    (4000, 5, Fraction(1, 2)),
+    (3000, 5, Fraction(1, 2)),
     (10_000, 10, Fraction(1, 2)),
 )
 #: the band cells' counts, centred sums and squares share the rest of the budget as 21 : 33 : 6
