@@ -33,14 +33,13 @@ from ._choice import (
     resolved_split,
     study_bands,
 )
+from ._fit import PropensityModel, fit_model
 from ._model import (
     Categorical,
     Column,
     Covariates,
     Numeric,
-    PropensityModel,
     decode_strata,
-    fit_model,
     model_bits,
     model_sensitivity,
     model_statistics,

@@ -3,7 +3,7 @@ from noisy per-covariate statistics (``docs/research/propensity.md``, ``docs/exp
 
 The statistics, one vector on one public grid (unit ``2^-g``, :func:`model_bits`):
 
-- the two arm counts;
+- the two arm counts (released only when no covariate is categorical: below);
 - per categorical covariate with ``L`` public levels, the ``2 L`` counts of (level, arm);
 - per numeric covariate with public bounds ``[lo, hi]``, its value clipped to them and rescaled to
   ``u = (z - mid) / half`` in ``[-1, 1]`` (``mid``, ``half`` the bounds' centre and half-width),
@@ -20,13 +20,7 @@ sensitivity ``(2 [p_cat = 0] + 2 p_cat + 9/4 p_num) 2^g + p_num`` in grid units 
 is 1 when no covariate is categorical, else 0; :func:`model_sensitivity`). One Laplace vector
 query at that scale is ``(eps_m, 0)``-DP.
 
-The model (post-processing): arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
-of its smoothed noisy arm frequencies; per numeric covariate the linear discriminant term
-``u (m_1 - m_0) / s^2 - (m_1^2 - m_0^2) / (2 s^2)`` from the noisy arm means and pooled variance.
-The index of a record is the sum of its terms (:meth:`PropensityModel.index`); the public band
-edges are the ``k / K`` quantiles of the index under the model's own distribution (per arm a normal
-with the summed per-covariate means and variances, mixed by the noisy arm shares:
-:meth:`PropensityModel.edges`).
+The model fitted to the noisy vector (post-processing) is in :mod:`._fit`.
 """
 
 from __future__ import annotations
@@ -44,13 +38,11 @@ __all__ = [
     "Column",
     "Covariates",
     "Numeric",
-    "PropensityModel",
     "arm_counts_released",
     "as_covariates",
     "check_pass",
     "column_arrays",
     "count_sensitivity",
-    "fit_model",
     "model_bits",
     "model_sensitivity",
     "model_statistics",
@@ -344,105 +336,6 @@ def model_statistics_of_strata(
         t = np.bincount(codes[:, j], weights=n_t, minlength=col.levels)
         out.append(np.asarray(np.stack([c, t], axis=1).ravel() * unit, dtype=np.float64))
     return np.concatenate(out)
-
-
-@dataclass(frozen=True)
-class PropensityModel:
-    """The fitted additive logit (module docstring): ``intercept`` plus, per covariate, a term
-    table (categorical: one value per level) or ``(slope, offset)`` in ``u`` (numeric); and, per
-    arm, the mean and variance of each covariate's term (the model's distribution of the index).
-    """
-
-    columns: tuple[Column, ...]
-    intercept: float
-    terms: tuple[np.ndarray, ...]
-    arm_share: float  # the noisy treated share
-    means: np.ndarray  # (2,): the index's mean in control, treated
-    variances: np.ndarray  # (2,)
-    #: the share of the index's variance that is the model's noise (delta method at the noisy
-    #: point, over the model's distribution of records), in [0, 1]
-    noise_share: float = 0.0
-
-    def index(self, z: np.ndarray) -> np.ndarray:
-        """The linear index of records ``z`` (``(N, p)``; numeric columns as values)."""
-        eta = np.full(z.shape[0], self.intercept)
-        for j, (col, term) in enumerate(zip(self.columns, self.terms, strict=True)):
-            if isinstance(col, Categorical):
-                eta += term[np.asarray(z[:, j]).astype(np.int64)]
-            else:
-                mid, half = (col.lo + col.hi) / 2.0, (col.hi - col.lo) / 2.0
-                u = np.clip((np.asarray(z[:, j], dtype=np.float64) - mid) / half, -1.0, 1.0)
-                eta += term[0] * u + term[1]
-        return eta
-
-    def edges(self, bands: int) -> np.ndarray:
-        """The ``bands - 1`` inner edges: the ``k / bands`` quantiles of the index's model
-        distribution (two normals mixed by the arm shares), read off its cdf on a fine grid."""
-        share = min(max(self.arm_share, 1e-6), 1 - 1e-6)
-        sds = np.sqrt(np.maximum(self.variances, 1e-12))
-        grid = np.linspace(np.min(self.means - 8 * sds), np.max(self.means + 8 * sds), 1025)
-        cdf = (1 - share) * _normal_cdf((grid - self.means[0]) / sds[0])
-        cdf = cdf + share * _normal_cdf((grid - self.means[1]) / sds[1])
-        levels = np.arange(1, bands) / bands
-        return np.asarray(np.interp(levels, cdf, grid), dtype=np.float64)
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-
-def _normal_cdf(t: np.ndarray) -> np.ndarray:
-    erf = np.asarray(_ERF(t / math.sqrt(2.0)), dtype=np.float64)
-    return np.asarray(0.5 * (1.0 + erf), dtype=np.float64)
-
-
-def fit_model(
-    noisy: np.ndarray, columns: Sequence[Column], g: int, n: int, smoothing: float
-) -> PropensityModel:
-    """The model from one noisy model vector in outcome units (the grid unit already applied:
-    counts are counts, sums are sums of ``u``). ``smoothing``: the pseudo-count added to every
-    noisy (level, arm) count, clipped at 0 first (a public constant, of the order of the noise
-    scale). Post-processing only."""
-    v = np.asarray(noisy, dtype=np.float64)
-    v_count = 2.0 * smoothing * smoothing  # each entry's noise variance (smoothing = its scale)
-    index_noise = 0.0
-    arm = np.maximum(v[:2], 1.0)
-    share = float(arm[1] / arm.sum())
-    intercept = math.log(arm[1] / arm[0])
-    terms: list[np.ndarray] = []
-    means = np.array([0.0, 0.0]) + intercept
-    variances = np.zeros(2)
-    at = 2
-    for col in columns:
-        block = v[at : at + col.width]
-        at += col.width
-        if isinstance(col, Categorical):
-            cells = np.maximum(block.reshape(col.levels, 2), 0.0) + smoothing
-            freq = cells / cells.sum(axis=0, keepdims=True)
-            term = np.log(freq[:, 1]) - np.log(freq[:, 0])
-            terms.append(term)
-            mix = (1 - share) * freq[:, 0] + share * freq[:, 1]
-            index_noise += float(mix @ (v_count * (1 / cells[:, 0] ** 2 + 1 / cells[:, 1] ** 2)))
-            for a in (0, 1):
-                m = float(freq[:, a] @ term)
-                means[a] += m
-                variances[a] += float(freq[:, a] @ (term - m) ** 2)
-        else:
-            m_arm = np.clip(block[:2] / arm, -1.0, 1.0)
-            pooled = (block[2] - float(np.sum(block[:2] ** 2 / arm))) / float(n)
-            s2 = float(np.clip(pooled, 1e-2, 1.0))
-            slope = float((m_arm[1] - m_arm[0]) / s2)
-            offset = float(-(m_arm[1] ** 2 - m_arm[0] ** 2) / (2.0 * s2))
-            terms.append(np.array([slope, offset]))
-            index_noise += v_count * float(np.sum(1.0 / arm**2)) / s2  # Var(slope) E[u^2]
-            for a in (0, 1):
-                means[a] += slope * m_arm[a] + offset
-                variances[a] += slope * slope * s2
-    spread = (1 - share) * variances[0] + share * variances[1]
-    spread += share * (1 - share) * float(means[1] - means[0]) ** 2
-    noise_share = min(1.0, index_noise / max(spread, 1e-12))
-    return PropensityModel(
-        tuple(columns), intercept, tuple(terms), share, means, variances, noise_share
-    )
 
 
 def decode_strata(sizes: Sequence[int]) -> np.ndarray:

@@ -6,7 +6,7 @@ query's Laplace noise at the release's scale on the model vector of records as t
 them (each categorical covariate's levels equally common, each numeric covariate's rescaled value
 around the middle of its bounds, :data:`ASSUMED_NUMERIC_CENTRE`, with variance
 :data:`ASSUMED_NUMERIC_SPREAD`, none associated with the treatment), fitted as
-:func:`~._model.fit_model` fits it, many at once (:func:`fitted_models`); per release, each
+:func:`~._fit.fit_model` fits it, many at once (:func:`fitted_models`); per release, each
 band's share of the records (the model's band edges against the records' index: a noisy model's
 edges miss where the records lie, and at a few hundred records most releases put nearly all of
 them in one or two bands) and the noise share the release reports (its index noise over the
@@ -177,9 +177,9 @@ def simulated_releases(
 class FittedModels(NamedTuple):
     """Many fitted models at once (:func:`fitted_models`), one row per noisy model vector."""
 
-    #: ``(R, K - 1)``: the band edges (:meth:`~._model.PropensityModel.edges`)
+    #: ``(R, K - 1)``: the band edges (:meth:`~._fit.PropensityModel.edges`)
     edges: np.ndarray
-    #: ``(R,)``: the index noise the delta method gives (:func:`~._model.fit_model`)
+    #: ``(R,)``: the index noise the delta method gives (:func:`~._fit.fit_model`)
     index_noise: np.ndarray
     #: ``(R,)``: the variance of the index under the model's own distribution of the records
     model_spread: np.ndarray
@@ -197,7 +197,7 @@ def fitted_models(
     centre: float = ASSUMED_NUMERIC_CENTRE,
     spread: float = ASSUMED_NUMERIC_SPREAD,
 ) -> FittedModels:
-    """:func:`~._model.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
+    """:func:`~._fit.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
     model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
     records whose categorical levels are equally common and whose numeric ``u`` has mean
     ``centre`` and variance ``spread`` (``fit_model(row).noise_share`` is ``min(1, index_noise /
@@ -248,7 +248,7 @@ def fitted_models(
 def _model_edges(
     means: np.ndarray, variances: np.ndarray, share: np.ndarray, bands: int
 ) -> np.ndarray:
-    """:meth:`~._model.PropensityModel.edges` of many models at once: the ``k / K`` quantiles of
+    """:meth:`~._fit.PropensityModel.edges` of many models at once: the ``k / K`` quantiles of
     the model's index distribution (two normals mixed by the arm shares), by bisection between
     the same outer limits."""
     share = np.clip(share, 1e-6, 1 - 1e-6)[:, None]

@@ -56,16 +56,15 @@ from dpate_core.statistics import (
 )
 
 from ._columnar import band_columns, power_of_two_inverse, run_chunks
+from ._fit import PropensityModel, fit_model
 from ._kernels import BAD_W, BAD_Y, band_pass
 from ._model import (
     Column,
     Covariates,
-    PropensityModel,
     as_columns,
     as_covariates,
     check_pass,
     column_arrays,
-    fit_model,
     model_bits,
     model_sensitivity,
     model_statistics,
