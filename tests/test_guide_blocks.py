@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.topology.guide import Machine, guide_blocks
+from tests.topology.guide import Machine, env_file, env_file_text, guide_blocks
 
-#: The blocks tests/topology/star.py runs, in the guide's order.
+#: The blocks tests/topology/star.py runs, in the guide's order, and the site-scheduled release
+#: (tests/topology/test_packaging.py).
 RUN = (
     "coordinator-files",
     "coordinator-storage",
@@ -26,7 +27,9 @@ RUN = (
     "site-ledger",
     "site-key",
     "site-config",
+    "site-worker",
     "site-approve",
+    "site-release",
 )
 
 
@@ -47,6 +50,9 @@ def _machine(root: Path, site: str) -> Machine:
             "aggregator secretKey": "GSK",
             "a long random secret": "s3cret",
             "the same secret": "s3cret",
+            "the Prefect secret": "s3cret",
+            f"{site} accessKey": "SAK",
+            f"{site} secretKey": "SSK",
             "hash": "ab" * 32,
             "round": "r1",
         },
@@ -65,6 +71,23 @@ def test_a_block_on_a_test_machine_keeps_nothing_of_the_guides_machine(name, tmp
         assert host not in text, (name, host)
     if name.startswith("site-"):
         assert "rural" not in text and "inner-city" in text, name
+
+
+@pytest.mark.parametrize(
+    ("name", "example"), [("site-worker", "worker.env"), ("site-release", "release.env")]
+)
+def test_a_sites_settings_are_the_shipped_examples(name, example):
+    """Site step 7 (or the site-scheduled release) writes its environment file with the lines of
+    the shipped example (the same settings, the example's values where the guide has no
+    placeholder)."""
+    systemd = Path(__file__).resolve().parents[1] / "deployments" / "systemd"
+    shipped = env_file(systemd / f"{example}.example")
+    block = guide_blocks()[name]
+    written = env_file_text(block.split("<<'ENV'\n", 1)[1].split("\nENV\n", 1)[0])
+    assert set(written) == set(shipped)
+    for key, value in written.items():
+        if "<" not in value and "coordinator.example" not in value:
+            assert value == shipped[key], key
 
 
 def test_an_unfilled_placeholder_is_refused(tmp_path):

@@ -165,9 +165,9 @@ class Machine:
         enabled = log.read_text().splitlines() if log.exists() else []
         if not any(ln.startswith("enable --now") and name in ln.split()[2:] for ln in enabled):
             raise RuntimeError(f"no guide block ran 'systemctl enable --now {name}'")
-        service = systemd_unit(
-            self.adapt(self.path(f"/etc/systemd/system/{name}.service").read_text())
-        )["Service"]
+        installed = self.path(f"/etc/systemd/system/{name}.service").read_text().splitlines()
+        settings = [ln for ln in installed if not ln.lstrip().startswith(("#", ";"))]
+        service = systemd_unit(self.adapt("\n".join(settings)))["Service"]  # not its comments
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
         for path in service.get("EnvironmentFile", []):
             env.update(env_file(Path(path)))
@@ -224,8 +224,13 @@ def systemd_unit(text: str) -> dict[str, dict[str, list[str]]]:
 
 def env_file(path: Path) -> dict[str, str]:
     """A systemd ``EnvironmentFile`` (``KEY=value`` lines, ``#`` comments) as a mapping."""
+    return env_file_text(path.read_text())
+
+
+def env_file_text(text: str) -> dict[str, str]:
+    """The text of a systemd ``EnvironmentFile`` as a mapping (:func:`env_file`)."""
     out = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)

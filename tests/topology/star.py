@@ -4,7 +4,7 @@ site (its site-local environment only) and the coordinator's Prefect process wor
 
 The STAR study of docs/how-to/deploying.md is set up by the guide's own commands (:mod:`tests.topology.guide`:
 the marked blocks, run as written with this test's folders, ports and hosts), its Prefect server,
-SeaweedFS and coordinator's worker included (:meth:`StarTopology.by_the_guide_on`); on given
+SeaweedFS and workers included (:meth:`StarTopology.by_the_guide_on`); on given
 components, or with other sites or another publication root (bench/bench_topology.py), by the
 equivalent Python calls."""
 
@@ -39,7 +39,6 @@ from tests.topology.services import (
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
-WORKER_ENV_EXAMPLE = REPO / "deployments" / "systemd" / "worker.env.example"
 #: The example spec the guide deploys (shipped in the package, deployments/examples/).
 SHIPPED_SPEC = REPO / "deployments" / "examples" / "star.toml"
 STAR_SITES = ("rural", "suburban", "inner-city", "urban")
@@ -153,12 +152,19 @@ class StarTopology:
         )
 
     def machine(self, site: str) -> Machine:
-        """The site's machine of the guide: the folder ``root/SITE``."""
+        """The site's machine of the guide: the folder ``root/SITE``, with the values the
+        coordinator gives the site once it has them (site step 7): the Prefect secret and the
+        site's key pair of ``s3.json``."""
+        fill = {"the Prefect secret": self.server.auth_string.split(":", 1)[1]}
+        if site in self.s3.identities:
+            fill[f"{site} accessKey"] = self.s3.identities[site].access_key
+            fill[f"{site} secretKey"] = self.s3.identities[site].secret_key
         return Machine(
             root=self.root / site,
             prefect_api=self.server.api_url,
             s3_endpoint=self.s3.endpoint,
             site=site,
+            fill=fill,
         )
 
     def coordinator(self) -> Machine:
@@ -205,7 +211,14 @@ class StarTopology:
     # -- components ----------------------------------------------------------------------------
 
     def start_site_worker(self, site: str) -> Service:
-        """``dpate site worker SITE`` (deployments/systemd/dpate-site-worker.service)."""
+        """``dpate site worker SITE`` (deployments/systemd/dpate-site-worker.service): set up by
+        the guide, the unit its site step 7 enabled, else with this topology's settings."""
+        if self.by_the_guide:
+            unit = self.machine(site).unit(
+                "dpate-site-worker", self.root / "logs" / site, extra_env=WORKER_POLLING
+            )
+            self.workers[site] = unit.start()
+            return unit
         self.workers[site] = start_site_worker(
             self.server,
             site,
@@ -271,10 +284,11 @@ class StarTopology:
     def set_up_by_the_guide(self) -> None:
         """docs/how-to/deploying.md's commands for the coordinator and each site: the marked blocks as
         written (:mod:`tests.topology.guide`), the units they enable started from the files they
-        installed; the steps that need an editor done here as the guide describes them. The
-        machines work side by side, as real ones would: each site up to its worker's settings,
-        which wait for the values the coordinator gives (its S3 pair, the Prefect secret), and
-        its approval, which waits for the spec upload."""
+        installed; the one step that needs an editor (the coordinator's ``weed-mini.options``)
+        done here as the guide describes it. The machines work side by side, as real ones would:
+        each site up to its signing key, then its worker (step 7, which needs the values the
+        coordinator gives: its S3 pair, the Prefect secret) and its approval (step 8, which needs
+        the spec upload)."""
         from dpate.signing import with_public_key
 
         coordinator = self.coordinator()
@@ -299,26 +313,27 @@ class StarTopology:
             spec = spec_file.read_text()
             for site, key in keys.items():  # the line each site sent, pasted by the coordinator
                 spec = with_public_key(spec, site, key.result())
-                self._site_worker_env(sites[site])  # the values it gives the site (site step 7)
             spec_file.write_text(spec)
             (self.root / "star.toml").write_text(spec)  # the same text, for tests reading it
             spec_hash = coordinator.run("coordinator-spec").stdout.split()[-1]
-            for m in sites.values():  # site step 8, with the hash the coordinator gave
+            sites = {s: self.machine(s) for s in self.sites}  # with the coordinator's values
+            for m in sites.values():  # and the hash it gave for step 8
                 m.fill["hash"] = spec_hash
-            for done in [pool.submit(m.run, "site-approve") for m in sites.values()]:
+            steps = [pool.submit(m.run, "site-worker", "site-approve") for m in sites.values()]
+            for done in steps:  # site steps 7 and 8
                 done.result()
             deployed.result()  # step 4 before step 5: the worker would create its pool itself
         coordinator.run("coordinator-worker")  # step 5
         self.workers[COORDINATOR_POOL] = coordinator.unit(
             "dpate-worker", logs, extra_env=WORKER_POLLING
         ).start()
-        for site in self.sites:  # the unit: ExecStart=.../dpate site worker ${DPATE_SITE}
+        for site in self.sites:  # the units the sites' step 7 enabled
             self.start_site_worker(site)
 
     def _site_before_approval(self, m: Machine) -> str:
         """A site's steps 1 to 6 of the guide; the public key line it sends the coordinator."""
-        for folder in ("/etc/dpate", "/var/lib/dpate/prefect", "/var/log/dpate", "/srv/dpate"):
-            m.path(folder).mkdir(parents=True, exist_ok=True)  # steps 1, 2 and 7 (install -d)
+        for folder in ("/etc/dpate", "/var/lib/dpate", "/var/log/dpate", "/srv/dpate"):
+            m.path(folder).mkdir(parents=True, exist_ok=True)  # steps 1 and 2 (install -d)
         # step 2: the site's extract, where site.toml's `data` names it
         shutil.copyfile(self.data[m.site], m.path(f"/srv/dpate/{STUDY_ID}.parquet"))
         ran = m.run("site-ledger", "site-key")  # steps 4 and 5
@@ -326,22 +341,6 @@ class StarTopology:
         (public_key,) = re.findall(line, ran.stderr, re.M)
         m.write("site-config")  # step 6
         return public_key
-
-    def _site_worker_env(self, m: Machine) -> None:
-        """A site's step 7 but starting the worker: worker.env.example with the values the
-        coordinator gave the site."""
-        given = {
-            "PREFECT_API_AUTH_STRING": self.server.auth_string,
-            "AWS_ACCESS_KEY_ID": self.s3.identities[m.site].access_key,
-            "AWS_SECRET_ACCESS_KEY": self.s3.identities[m.site].secret_key,
-        }
-        lines = []
-        for ln in m.adapt(WORKER_ENV_EXAMPLE.read_text()).splitlines():
-            key = ln.split("=", 1)[0]
-            lines.append(f"{key}={given[key]}" if key in given else ln)
-        worker_env = m.path("/etc/dpate/worker.env")
-        worker_env.write_text("\n".join(lines) + "\n")
-        worker_env.chmod(0o600)
 
     def tear_down(self) -> None:
         """Stop the workers, and the servers the guide's commands started."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkouts import copy_checkout
-from tests.topology.guide import env_file, systemd_unit
+from tests.topology.guide import Machine, env_file, systemd_unit
 
 pytestmark = pytest.mark.slow
 
@@ -255,10 +255,12 @@ def test_systemd_accepts_the_release_units(tmp_path):
 
 
 def test_release_service_releases_with_the_sites_own_configuration(tmp_path, monkeypatch):
-    """The service's command, as the timer starts it: the example environment (an embedded
-    Prefect, no PREFECT_API_URL), the site's settings from its site.toml only. It releases the
-    month's round once, publishes under the site's own storage (not the spec's `reports`), and the
-    ledger then verifies against the published head."""
+    """The guide's site-scheduled release, as written (its ``site-release`` block: release.env,
+    the units, the timer enabled; tests/topology/guide.py), then the installed service's command
+    as the timer starts it: an embedded Prefect (no PREFECT_API_URL), the site's settings from
+    its site.toml only, the spec a local copy. It releases the month's round once, publishes
+    under the site's own storage (not the spec's `reports`), and the ledger then verifies
+    against the published head."""
     from typer.testing import CliRunner
 
     from dpate.cli.main import app
@@ -266,9 +268,17 @@ def test_release_service_releases_with_the_sites_own_configuration(tmp_path, mon
 
     study = write_study(tmp_path / "study", [Site("rural", 400)], study_id="svc-study")
     study.init_ledgers()
-    site_root = tmp_path / "site"
-    config = site_root / "site.toml"
-    site_root.mkdir()
+    site = Machine(
+        root=tmp_path / "site",
+        prefect_api="http://127.0.0.1:9/api",  # not used: the release has no Prefect server
+        s3_endpoint="http://127.0.0.1:9",  # not used: it publishes to a local folder here
+        fill={"rural accessKey": "AK", "rural secretKey": "SK"},
+    )
+    site_root = site.root
+    site.path("/etc/dpate").mkdir(parents=True)  # the guide's site step 1
+    site.run("site-release")
+    assert "enable --now dpate-release.timer" in (site_root / "systemctl.log").read_text()
+    config = site.path("/etc/dpate/site.toml")
     config.write_text(
         f'sites = ["rural"]\n'
         f'data = "{study.root / "sites" / "rural" / "records.parquet"}"\n'
@@ -277,17 +287,11 @@ def test_release_service_releases_with_the_sites_own_configuration(tmp_path, mon
         f'log = "{site_root / "rural.log"}"\n'
         f'site_key = "{study.key_path("rural")}"\n'
     )
-    env = env_file(SYSTEMD / "release.env.example")
+    env = env_file(site.path("/etc/dpate/release.env"))
+    assert env["DPATE_SITE_CONFIG"] == str(config)
     env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
-    env.update(
-        DPATE_SPEC=str(study.spec),
-        DPATE_SITE_CONFIG=str(config),
-        DPATE_HOME=str(site_root / "home"),
-        PREFECT_HOME=str(site_root / "prefect"),
-        HOME=str(site_root),
-        PATH=os.environ["PATH"],
-    )
-    (line,) = _unit(SYSTEMD / "dpate-release.service")["Service"]["ExecStart"]
+    env.update(DPATE_SPEC=str(study.spec), HOME=str(site_root), PATH=os.environ["PATH"])
+    (line,) = _unit(site.path("/etc/systemd/system/dpate-release.service"))["Service"]["ExecStart"]
     argv = shlex.split(line.replace("$$", "$").replace("%%", "%"))
     script = argv[2].replace("/opt/dpate/bin/dpate", str(Path(sys.executable).parent / "dpate"))
     res = subprocess.run(
