@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -46,6 +47,7 @@ __all__ = [
     "ASSUMED_NUMERIC_SPREAD",
     "OCCUPANCY_DRAWS",
     "FittedModels",
+    "assumed_column_specs",
     "assumed_columns",
     "assumed_index_variance",
     "band_occupancy",
@@ -109,6 +111,12 @@ def assumed_columns(inp: PredictionInputs) -> tuple[tuple[int, ...], int]:
     return (2,) * p, 0
 
 
+def assumed_column_specs(levels: Sequence[int], p_num: int) -> tuple[Column, ...]:
+    """The columns a prediction assumes (:func:`assumed_columns`' counts): a categorical column
+    per level count, then ``p_num`` numeric ones on ``[-1, 1]`` (already rescaled)."""
+    return tuple(Categorical(int(lv)) for lv in levels) + (Numeric(-1.0, 1.0),) * p_num
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     """``erf`` to about ``1.5e-7`` (Abramowitz and Stegun 7.1.26), vectorised: a prediction's
     band shares, not a release's edges."""
@@ -158,8 +166,7 @@ def simulated_releases(
     the spread the model's noise gives its index. The models are :func:`fitted_models`; the
     records' index is normal with the assumed covariates' mean and variance of the fitted
     terms. Seeded: the same plan every time."""
-    columns: tuple[Column, ...] = tuple(Categorical(int(lv)) for lv in levels)
-    columns += (Numeric(-1.0, 1.0),) * p_num
+    columns = assumed_column_specs(levels, p_num)
     centre, spread = ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
     scale = float(count_sensitivity(columns, n)) / eps_m
     stats = _expected_statistics(n, share, columns, centre, spread)

@@ -35,9 +35,10 @@ import numpy as np
 from dpate_core.mechanisms.adjusted import ADJUSTED, THRESHOLD_FACTOR, AdjustedOptions
 from dpate_core.statistics import COUNT_SENSITIVITY
 
-from ._model import Categorical, Numeric, count_sensitivity
+from ._model import count_sensitivity
 from ._occupancy import (
     ASSUMED_NUMERIC_SPREAD,
+    assumed_column_specs,
     assumed_columns,
     assumed_index_variance,
     bands_of,
@@ -76,8 +77,7 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     d = inp.design
     levels, p_num = assumed_columns(inp)
     eps_m = float(d.epsilon * budget_shares(inp)[0])
-    columns = tuple(Categorical(int(lv)) for lv in levels) + (Numeric(-1.0, 1.0),) * p_num
-    scale = float(count_sensitivity(columns, d.n)) / eps_m
+    scale = float(count_sensitivity(assumed_column_specs(levels, p_num), d.n)) / eps_m
     v = 2.0 * scale * scale
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     n1, n0 = max(d.n * a, 1.0), max(d.n * (1 - a), 1.0)
