@@ -334,20 +334,20 @@ class StudyResult(_WithInterval):
     def misses_target(self) -> bool:
         """An answered result whose combined 95% interval is wider than the spec's
         ``target_width``: not as precise as the decision it was planned for needs."""
+        width = self._answered_width()
+        return self.target_width is not None and width is not None and width > self.target_width
+
+    def _answered_width(self) -> float | None:
+        """The combined 95% interval's width when the result has an answer, else None."""
         ends = self.interval_ends() if self.answered else None
-        return (
-            self.target_width is not None
-            and ends is not None
-            and ends[1] - ends[0] > self.target_width
-        )
+        return None if ends is None else ends[1] - ends[0]
 
     def target_why(self) -> str:
         """How far the combined interval misses the target width, in words ("" when it does
         not)."""
-        ends = self.interval_ends()
-        if not self.misses_target or ends is None or self.target_width is None:
+        width = self._answered_width()
+        if not self.misses_target or width is None or self.target_width is None:
             return ""
-        width = ends[1] - ends[0]
         return (
             f"the 95% interval is {width:.4g} wide, {width / self.target_width:.2g} times the "
             f"{self.target_width:g} the study was planned to reach: not precise enough for that "
