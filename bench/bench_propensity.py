@@ -24,7 +24,9 @@ Run: ``python bench/bench_propensity.py`` (a few minutes; ``--quick`` for fewer 
 the realised ones, ``--variance`` for the reported variance's terms against the realised error,
 ``--width`` for the width over the non-private propensity-stratified interval's, with coverage,
 across sizes, ``K``, model shares and a Gaussian model stage as a what-if, ``--auto`` for the same
-under the shipped ``"auto"`` choice of ``K`` and model share,
+under the shipped ``"auto"`` choice of ``K`` and model share (``--eps E`` at ``E`` per site,
+``--sizes``, ``--others``, ``--sites`` and ``--counts`` for the cells, ``--real`` for IHDP and
+Lalonde as well),
 ``--coverage`` for variance variants' coverage per site and per combiner, with ``--bootstrap``
 the parametric bootstrap of the model draw's part instead, about half an hour; ``--gap`` for
 the error against the released ``tau_crude - tau``).
@@ -43,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -590,14 +593,16 @@ def model_split(share: str) -> tuple[str, ...]:
 
 
 def _releases(
-    d: Data, rng: np.random.Generator, reps: int, bands: int, share: str, model_noise: str
-) -> tuple[Array, Array]:
+    d: Data, rng: np.random.Generator, reps: int, bands: int, share: str, model_noise: str,
+    eps: float = EPS,
+) -> tuple[Array, Array]:  # fmt: skip
     """``reps`` releases of one site (each a fresh model draw and band-cell draw). ``model_noise``
     ``"laplace"`` is the release (numpy noise at the plan's scales, as :func:`_terms`);
     ``"gaussian"`` a what-if, not a release: the model vector's noise Gaussian at the analytic
     Gaussian sigma of its L2 sensitivity (:func:`gaussian_model_sigma`) at ``GAUSS_DELTA``, the
-    fit told the matching variance (its smoothing is the Laplace scale of equal variance)."""
-    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
+    fit told the matching variance (its smoothing is the Laplace scale of equal variance).
+    ``eps``: the site's epsilon (the what-if at :data:`EPS` only)."""
+    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=eps,
                            split=model_split(share), bands=bands)  # fmt: skip
     spec = plan.noise[0]
     if model_noise == "gaussian":
@@ -646,7 +651,6 @@ def _with_model_scale(
     """The plan re-made with the model's noise scale times ``factor`` (the fit's smoothing
     follows) and the band cells' budget unchanged: a what-if for the bench, through the public
     API (the model's epsilon divided by ``factor``, the total and the split adjusted to it)."""
-    from fractions import Fraction
 
     parts = [Fraction(x) * EPS for x in model_split(share)]
     parts[0] /= Fraction(factor).limit_denominator(10**9)
@@ -681,11 +685,11 @@ class WidthTally:
 
 def width_case(
     sites: Sequence[Sequence[Data]], truth: float, reps: int, bands: int = 5,
-    share: str = "1/4", model_noise: str = "laplace", seed: int = 0,
+    share: str = "1/4", model_noise: str = "laplace", seed: int = 0, eps: float = EPS,
 ) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:  # fmt: skip
     """Per-site ``(width ratio, coverage, non-private coverage)`` and the inverse-variance
     combination's, over the groups of sites ``sites`` (each group a fresh data set or split) x
-    ``reps`` releases."""
+    ``reps`` releases at ``eps`` per site."""
     rng = np.random.default_rng(seed)
     j_n = len(sites[0])
     site = WidthTally([[] for _ in range(j_n)], [[] for _ in range(j_n)],
@@ -694,7 +698,7 @@ def width_case(
     for group in sites:
         taus, vars_, nps = [], [], []
         for j, s in enumerate(group):
-            tau, var = _releases(s, rng, reps, bands, share, model_noise)
+            tau, var = _releases(s, rng, reps, bands, share, model_noise, eps)
             np_tv = np_stratified(s)  # the reference: 5 bands whatever our K
             site.add(j, tau, var, np_tv, truth)
             taus.append(tau)
@@ -759,40 +763,68 @@ def width_ratios(quick: bool = False) -> None:
                      width_case(groups, truth, reps, model_noise=noise))  # fmt: skip
 
 
-def auto_rule(quick: bool = False) -> None:
+#: ``--auto``'s sizes per site, and those where the rule's other rows are measured beside it
+AUTO_SIZES = (2000, 3000, 4000, 5000, 10_000, 20_000)
+AUTO_OTHERS = (3000, 4000, 10_000, 20_000)
+
+
+def auto_rule(
+    quick: bool = False, eps: Fraction = Fraction(EPS), sizes: Sequence[int] = AUTO_SIZES,
+    others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
+    counts: tuple[int, int] | None = None, real: bool = False,
+) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
-    sites' declared ``n``) on Synth at 2 and 3 sites x N per site, N on each side of the rule's
-    thresholds, then the rule's other rows on the same data sets next to each threshold: width
-    over the non-private interval's and coverage, per site and for the inverse-variance
-    combination (docs/research/propensity.md, "Bands and model share by study size")."""
+    sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
+    then the rule's other rows on the same data sets at the sizes ``others``; with ``real``,
+    IHDP and Lalonde split at random into ``sites`` sites under the rule: width over the
+    non-private interval's and coverage, per site and for the inverse-variance combination, at
+    ``eps`` per site (docs/research/propensity.md, "Bands and model share by study size").
+    ``counts``: ``(data sets or splits, releases)``, else 20 x 20 (``quick``) or 40 x 25."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
-    sets, reps = (20, 20) if quick else (40, 25)
+    sets, reps = counts or ((20, 20) if quick else (40, 25))
     est = estimator_of("propensity")
+
+    def chosen(n: int, j: int) -> tuple[int, str]:
+        opts = est.study_choice(None, 1, [StudySite(n, eps, ())] * j).options
+        return int(opts.bands), str(opts.model_share)
+
+    def show(label: str, bands: int, share: str, tag: str, res: Any) -> None:
+        per_site, (r, c, _) = res
+        cells = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
+        print(f"| {label} | K {bands}, model {share}{tag} | {cells} | {r:.2f} ({c:.3f}) |",
+              flush=True)  # fmt: skip
 
     def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
         rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
         groups = [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
-        per_site, (r, c, _) = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j)
-        sites = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
-        print(f"| {j} x {n:,} | K {bands}, model {share}{tag} | {sites} | {r:.2f} ({c:.3f}) |",
-              flush=True)  # fmt: skip
+        res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps)
+        show(f"{j} x {n:,}", bands, share, tag, res)
 
     print(f"\nthe auto rule: width / non-private width (our coverage); {sets} data sets x {reps} "
           "releases")  # fmt: skip
-    print("| eps 1 per site | K, model share | sites | inverse variance |")
+    print(f"| eps {eps} per site | K, model share | sites | inverse variance |")
     print("|---|---|---|---|")
-    sizes = (2000, 3000, 4000, 5000, 10_000, 20_000)
     for n in sizes:
-        for j in (2, 3):
-            chosen = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j).options
-            row(n, j, chosen.bands, chosen.model_share, " (auto)")
-    for n in (3000, 4000, 10_000, 20_000):  # the rule's other rows on each side of a threshold
-        for j in (2, 3):
-            chosen = est.study_choice(None, 1, [StudySite(n, EPS, ())] * j).options
+        for j in sites:
+            row(n, j, *chosen(n, j), " (auto)")
+    for n in others:  # the rule's other rows on each side of a threshold
+        for j in sites:
+            choice = chosen(n, j)
             for _, bands, share in AUTO_RULE:
-                if (bands, str(share)) != (chosen.bands, chosen.model_share):
+                if (bands, str(share)) != choice:
                     row(n, j, bands, str(share), "")
+    if not real:
+        return
+    for name, data, truth in real_data():
+        for j in sites:
+            rng = np.random.default_rng(7 + j)
+            groups = [[data.take(p) for p in np.array_split(rng.permutation(data.w.size), j)]
+                      for _ in range(sets)]  # fmt: skip
+            n = min(s.w.size for s in groups[0])
+            bands, share = chosen(n, j)
+            res = width_case(groups, truth, reps, bands=bands, share=share, seed=j, eps=eps)
+            show(f"{name}, {j} x {n}", bands, share, " (auto)", res)
 
 
 # Variance variants (docs/research/propensity.md, "The reported variance against the realised
@@ -1115,6 +1147,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--variance", action="store_true", help="the reported variance's terms only")
     ap.add_argument("--width", action="store_true", help="width / non-private width only")
     ap.add_argument("--auto", action="store_true", help="the shipped 'auto' K and model share")
+    ap.add_argument("--eps", type=Fraction, default=Fraction(EPS), help="--auto: eps per site")
+    ap.add_argument("--sizes", type=int, nargs="+", help="--auto: records per site")
+    ap.add_argument("--others", type=int, nargs="*", help="--auto: sizes for the other rows")
+    ap.add_argument("--sites", type=int, nargs="+", default=[2, 3], help="--auto: site counts")
+    ap.add_argument("--counts", type=int, nargs=2, help="--auto: data sets, releases")
+    ap.add_argument("--real", action="store_true", help="--auto: IHDP and Lalonde as well")
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
@@ -1123,7 +1161,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         width_ratios(args.quick)
         return
     if args.auto:
-        auto_rule(args.quick)
+        auto_rule(args.quick, args.eps, args.sizes or AUTO_SIZES,
+                  AUTO_OTHERS if args.others is None else args.others, args.sites,
+                  tuple(args.counts) if args.counts else None, args.real)  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)

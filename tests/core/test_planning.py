@@ -497,7 +497,7 @@ lifetime_cap = { epsilon = "3", delta = "0" }
     doc = json.loads(runner.invoke(app, ["plan", str(spec), "--n", "a=12000", "--json"]).output)
     assert doc["variant"] == "K = 10 bands, model share 1/2"
     chosen = [n for n in doc["notes"] if n.startswith("K = 10 bands, model share 1/2 at every")]
-    assert len(chosen) == 1 and "smallest declared site n is 12000" in chosen[0]
+    assert len(chosen) == 1 and "smallest site n x epsilon is 12000" in chosen[0]
     assert doc["sites"][0]["split"][0] == "1/2"
 
 

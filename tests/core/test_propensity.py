@@ -387,10 +387,38 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
         assert "not every site declares its record count n" in choice.reason
         assert "declare n for every site" in choice.reason
     else:
-        assert f"smallest declared site n is {min(ns)}" in choice.reason
+        assert f"smallest site n x epsilon is {min(ns)}" in choice.reason
         assert f"below {AUTO_RULE[1][0]} the defaults" in choice.reason
     # idempotent: the chosen options choose themselves, at any n
     assert PROPENSITY.study_choice(choice.options, 1, _sites(100)).options == choice.options
+
+
+@pytest.mark.parametrize(
+    ("sites", "bands", "share", "size"),
+    [
+        # eps 1 per site: n x epsilon is n, the choices of the n rule
+        (((2999, 1), (40_000, 1)), 5, "1/4", "2999"),
+        # eps 2 doubles the effective size: 2,000 records choose as 4,000 at eps 1
+        (((2000, 2), (2000, 2)), 5, "1/2", "4000"),
+        (((1499, 2), (9000, 2)), 5, "1/4", "2998"),
+        (((5000, 2), (6000, 2)), 10, "1/2", "10000"),
+        # eps 1/2 halves it: 4,000 records choose as 2,000 at eps 1, 10,000 as 5,000
+        (((4000, "1/2"), (4000, "1/2")), 5, "1/4", "2000"),
+        (((10_000, "1/2"),) * 3, 5, "1/2", "5000"),
+        (((20_000, "1/2"), (20_000, "1/2")), 10, "1/2", "10000"),
+        # sites at different epsilons: the smallest product decides, not the smallest n
+        (((3000, 1), (2000, 2)), 5, "1/2", "3000"),
+        (((12_000, "1/5"), (2000, 2)), 5, "1/4", "2400"),
+        (((3001, "1/3"), (20_000, 1)), 5, "1/4", "1000.33"),
+    ],
+)
+def test_auto_chooses_from_the_smallest_n_times_epsilon(sites, bands, share, size):
+    from dpate_core.mechanisms import StudySite
+
+    declared = [StudySite(n, Fraction(eps), ()) for n, eps in sites]
+    choice = PROPENSITY.study_choice(None, 1, declared)
+    assert (choice.options.bands, choice.options.model_share) == (bands, share)
+    assert f"smallest site n x epsilon is {size} " in choice.reason
 
 
 def test_below_the_threshold_the_release_is_todays():

@@ -132,15 +132,16 @@ __all__ = [
 @dataclass(frozen=True)
 class PropensityOptions:
     """The propensity estimator's spec options (``[estimator_options]``); ``"auto"``: chosen
-    once for the whole study from the smallest record count ``n`` its sites declare
-    (:func:`~._choice.study_bands`)."""
+    once for the whole study from the smallest ``n x epsilon`` among its sites (the declared
+    record count times the per-release epsilon; :func:`~._choice.study_bands`)."""
 
     bands: int | Literal["auto"] = field(
         default="auto",
         metadata={
             "doc": "the number of propensity bands K, 2 to 50 (Cochran: 5 remove about 90% of "
-            "one confounder's bias), or 'auto': chosen for the whole study from the smallest n "
-            f"its sites declare (below {AUTO_RULE[1][0]}, or some n not declared: {BANDS}; "
+            "one confounder's bias), or 'auto': chosen for the whole study from the smallest "
+            "n x epsilon among its sites, n the declared record count and epsilon the site's "
+            f"per-release epsilon (below {AUTO_RULE[1][0]}, or some n not declared: {BANDS}; "
             "docs/research/propensity.md, 'Bands and model share by study size')"
         },
     )
@@ -149,7 +150,7 @@ class PropensityOptions:
         metadata={
             "doc": "the propensity model's share of a budget split left to the estimator's "
             "default (the band cells share the rest 21 : 33 : 6), e.g. '1/2', or 'auto': "
-            f"chosen with bands (below n = {AUTO_RULE[1][0]}, or some n not declared: "
+            f"chosen with bands (below n x epsilon = {AUTO_RULE[1][0]}, or some n not declared: "
             f"{DEFAULT_MODEL_SHARE}); a site's own budget_split is used as given"
         },
     )

@@ -1,14 +1,19 @@
 """The propensity release's study-wide choice of ``K`` and the model's budget share (options
-``bands`` and ``model_share``, ``"auto"``): one public rule on the smallest record count ``n``
-the spec declares for a site, made once for the whole study (docs/research/propensity.md, "Bands
+``bands`` and ``model_share``, ``"auto"``): one public rule on the smallest effective size
+``n x epsilon`` among the sites (the record count ``n`` the spec declares for a site times the
+site's per-release epsilon), made once for the whole study (docs/research/propensity.md, "Bands
 and model share by study size").
 
 Why: with ``K = 5`` and a quarter of the budget to the model, the residual confounding within
 the bands and the model draw's part of the error, which the reported variance leaves out, come to
-dominate once the band cells' noise shrinks: the interval under-covers from a few thousand records
-per site. Half the budget to the model (and, from 10,000 records per site, ``K = 10`` bands)
-covers there (measured: ``python bench/bench_propensity.py --auto``); below the rule's first
-threshold the defaults cover and are narrower, and the release is the defaults', bit for bit.
+dominate once the band cells' noise shrinks: the interval under-covers from a few thousand
+records per site at epsilon 1. The noise's scale is ``1 / (n epsilon)``, so the size where that
+happens is one of ``n x epsilon`` (measured at epsilon 1/2, 1 and 2: 2,000 records at epsilon 2
+under-cover with the defaults as 4,000 do at epsilon 1). Half the budget to the model (and,
+from an effective size of 10,000, ``K = 10`` bands) covers there (measured: ``python
+bench/bench_propensity.py --auto --eps E``); below the rule's first threshold the defaults cover
+and are narrower, and the release is the defaults', bit for bit. At epsilon 1 the effective size
+is ``n``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ._release import BANDS, DEFAULT_SPLIT
 __all__ = [
     "AUTO_RULE",
     "DEFAULT_MODEL_SHARE",
+    "effective_size",
     "model_share_split",
     "resolved_split",
     "study_bands",
@@ -31,8 +37,8 @@ __all__ = [
 
 #: the model's share of :data:`~._release.DEFAULT_SPLIT`
 DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
-#: ``"auto"``'s rule: ``(smallest declared site n from which it applies, K, model share)``,
-#: ascending; below the second row's n the defaults (docs/research/propensity.md, "Bands and
+#: ``"auto"``'s rule: ``(smallest site n x epsilon from which it applies, K, model share)``,
+#: ascending; below the second row's size the defaults (docs/research/propensity.md, "Bands and
 #: model share by study size", where each row's coverage is measured)
 AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (0, BANDS, DEFAULT_MODEL_SHARE),
@@ -54,52 +60,67 @@ def model_share_split(share: Fraction | str) -> tuple[str, ...]:
     return (str(m), *(str((1 - m) * Fraction(c, total)) for c in _CELL_PARTS))
 
 
+def _number(x: Fraction) -> str:
+    """``x`` as a whole number when it is one, else as a decimal to 2 places."""
+    return str(int(x)) if x.denominator == 1 else f"{float(x):.2f}"
+
+
 def _words(bands: int, share: Fraction) -> str:
     return f"K = {bands} bands, model share {share}"
 
 
-def _rule(n_min: int | None) -> tuple[int, Fraction]:
-    """The row of :data:`AUTO_RULE` for the smallest declared site ``n`` (None: the first)."""
-    rows = [r for r in AUTO_RULE if n_min is not None and n_min >= r[0]] or [AUTO_RULE[0]]
+def _rule(size: Fraction | None) -> tuple[int, Fraction]:
+    """The row of :data:`AUTO_RULE` for the smallest effective size ``n x epsilon`` (None: the
+    first)."""
+    rows = [r for r in AUTO_RULE if size is not None and size >= r[0]] or [AUTO_RULE[0]]
     return rows[-1][1], rows[-1][2]
 
 
 def _rule_words() -> str:
-    return "; ".join(f"from n = {n}: {_words(k, m)}" for n, k, m in AUTO_RULE[1:])
+    return "; ".join(f"from n x epsilon = {n}: {_words(k, m)}" for n, k, m in AUTO_RULE[1:])
+
+
+def effective_size(sites: Sequence[StudySite]) -> tuple[Fraction, StudySite] | None:
+    """The smallest ``n x epsilon`` among ``sites`` and its site; None when some site declares no
+    ``n`` (or there is none)."""
+    if not sites or any(s.n is None for s in sites):
+        return None
+    return min(((int(s.n or 0) * Fraction(s.epsilon), s) for s in sites), key=lambda t: t[0])
 
 
 def study_bands(
     bands: int | str, model_share: str, sites: Sequence[StudySite]
 ) -> tuple[int, Fraction, str]:
     """``(K, model share, why)`` for every site of a study (public values only): a value the
-    spec declares is kept; ``"auto"`` is :data:`AUTO_RULE`'s row for the smallest record count
-    ``n`` the sites declare, the defaults (:data:`~._release.BANDS`,
-    :data:`DEFAULT_MODEL_SHARE`) when some site declares no ``n``."""
+    spec declares is kept; ``"auto"`` is :data:`AUTO_RULE`'s row for the smallest effective
+    size ``n x epsilon`` among the sites (:func:`effective_size`), the defaults
+    (:data:`~._release.BANDS`, :data:`DEFAULT_MODEL_SHARE`) when some site declares no ``n``."""
     auto = [name for name, v in (("bands", bands), ("model_share", model_share)) if v == "auto"]
     if not auto:
         k, m = int(bands), Fraction(model_share)
         return k, m, f"declared in the spec (bands = {k}, model_share = '{m}')"
-    undeclared = not sites or any(s.n is None for s in sites)
-    n_min = None if undeclared else min(int(s.n or 0) for s in sites)
-    rule_k, rule_m = _rule(n_min)
+    smallest = effective_size(sites)
+    rule_k, rule_m = _rule(None if smallest is None else smallest[0])
     k = rule_k if bands == "auto" else int(bands)
     m = rule_m if model_share == "auto" else Fraction(model_share)
     given = " and ".join(f"{name} = 'auto'" for name in auto)
-    if n_min is None:
+    if smallest is None:
         return (
             k,
             m,
             (
                 f"{given} and not every site declares its record count n in the spec: "
                 f"{_words(k, m)} ('auto' gives the defaults; declare n for every site to let "
-                f"the study choose from the smallest n: {_rule_words()})"
+                f"the study choose from the smallest n x epsilon: {_rule_words()})"
             ),
         )
+    size, site = smallest
     return (
         k,
         m,
         (
-            f"{given}: the smallest declared site n is {n_min} (the public rule: below "
+            f"{given}: the smallest site n x epsilon is {_number(size)} (n = {site.n} at "
+            f"epsilon {site.epsilon}; the public rule: below "
             f"{AUTO_RULE[1][0]} the defaults, {_words(BANDS, DEFAULT_MODEL_SHARE)}; "
             f"{_rule_words()}; "
             f"docs/research/propensity.md, 'Bands and model share by study size')"
