@@ -26,7 +26,7 @@ the realised ones, ``--variance`` for the reported variance's terms against the 
 across sizes, ``K``, model shares and a Gaussian model stage as a what-if, ``--auto`` for the same
 under the shipped ``"auto"`` choice of ``K`` and model share (``--eps E`` at ``E`` per site,
 ``--sizes``, ``--others``, ``--sites`` and ``--counts`` for the cells, ``--real`` for IHDP and
-Lalonde as well),
+Lalonde as well, ``--every`` for every combiner's coverage under the rule),
 ``--coverage`` for variance variants' coverage per site and per combiner, with ``--bootstrap``
 the parametric bootstrap of the model draw's part instead, about half an hour; ``--gap`` for
 the error against the released ``tau_crude - tau``).
@@ -686,10 +686,12 @@ class WidthTally:
 def width_case(
     sites: Sequence[Sequence[Data]], truth: float, reps: int, bands: int = 5,
     share: str = "1/4", model_noise: str = "laplace", seed: int = 0, eps: float = EPS,
+    combiners: dict[str, list[bool]] | None = None,
 ) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:  # fmt: skip
     """Per-site ``(width ratio, coverage, non-private coverage)`` and the inverse-variance
     combination's, over the groups of sites ``sites`` (each group a fresh data set or split) x
-    ``reps`` releases at ``eps`` per site."""
+    ``reps`` releases at ``eps`` per site; ``combiners``, when given, gains each of
+    :data:`COMBINERS`' coverage per release (a release it answers: :func:`combiner_cover`)."""
     rng = np.random.default_rng(seed)
     j_n = len(sites[0])
     site = WidthTally([[] for _ in range(j_n)], [[] for _ in range(j_n)],
@@ -704,10 +706,25 @@ def width_case(
             taus.append(tau)
             vars_.append(var)
             nps.append(np_tv)
+        if combiners is not None:
+            sizes = np.tile([float(s.w.size) for s in group], (reps, 1))
+            combiner_cover(np.column_stack(taus), sizes, np.column_stack(vars_), truth, combiners)
         est, var = pooled(np.column_stack(taus), np.column_stack(vars_))
         np_est, np_var = pooled(*(np.array([[t[i] for t in nps]]) for i in (0, 1)))
         comb.add(0, est, var, (float(np_est[0]), float(np_var[0])), truth)
     return [site.ratio(j) for j in range(j_n)], comb.ratio(0)
+
+
+def combiner_cover(
+    tau: Array, sizes: Array, var: Array, truth: float, out: dict[str, list[bool]]
+) -> None:
+    """Append to ``out[method]`` whether each of :data:`COMBINERS`' 95% intervals over the
+    ``(reps, J)`` site releases covers ``truth`` (the releases a combiner answers only)."""
+    for method in COMBINERS:
+        r = aggregate_many(method, tau, sizes, var)
+        e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
+        good = np.isfinite(e) & np.isfinite(cv)
+        out.setdefault(method, []).extend(np.abs(e[good]) <= Z95 * np.sqrt(cv[good]))
 
 
 def width_ratios(quick: bool = False) -> None:
@@ -771,7 +788,7 @@ AUTO_OTHERS = (3000, 4000, 10_000, 20_000)
 def auto_rule(
     quick: bool = False, eps: Fraction = Fraction(EPS), sizes: Sequence[int] = AUTO_SIZES,
     others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
-    counts: tuple[int, int] | None = None, real: bool = False,
+    counts: tuple[int, int] | None = None, real: bool = False, every: bool = False,
 ) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
@@ -779,7 +796,8 @@ def auto_rule(
     IHDP and Lalonde split at random into ``sites`` sites under the rule: width over the
     non-private interval's and coverage, per site and for the inverse-variance combination, at
     ``eps`` per site (docs/research/propensity.md, "Bands and model share by study size").
-    ``counts``: ``(data sets or splits, releases)``, else 20 x 20 (``quick``) or 40 x 25."""
+    ``counts``: ``(data sets or splits, releases)``, else 20 x 20 (``quick``) or 40 x 25.
+    ``every``: then the rule's rows' coverage under every combiner (:data:`COMBINERS`)."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
     sets, reps = counts or ((20, 20) if quick else (40, 25))
@@ -795,11 +813,21 @@ def auto_rule(
         print(f"| {label} | K {bands}, model {share}{tag} | {cells} | {r:.2f} ({c:.3f}) |",
               flush=True)  # fmt: skip
 
+    by_combiner: list[tuple[str, dict[str, list[bool]]]] = []
+
+    def cover_of(label: str, tag: str) -> dict[str, list[bool]] | None:
+        if not (every and tag):
+            return None
+        by_combiner.append((label, {}))
+        return by_combiner[-1][1]
+
     def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
         rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
         groups = [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
-        res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps)
-        show(f"{j} x {n:,}", bands, share, tag, res)
+        label = f"{j} x {n:,}"
+        res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps,
+                         combiners=cover_of(f"{label}, K {bands}, model {share}", tag))  # fmt: skip
+        show(label, bands, share, tag, res)
 
     print(f"\nthe auto rule: width / non-private width (our coverage); {sets} data sets x {reps} "
           "releases")  # fmt: skip
@@ -814,17 +842,27 @@ def auto_rule(
             for _, bands, share in AUTO_RULE:
                 if (bands, str(share)) != choice:
                     row(n, j, bands, str(share), "")
-    if not real:
-        return
-    for name, data, truth in real_data():
+    for name, data, truth in real_data() if real else ():
         for j in sites:
             rng = np.random.default_rng(7 + j)
             groups = [[data.take(p) for p in np.array_split(rng.permutation(data.w.size), j)]
                       for _ in range(sets)]  # fmt: skip
             n = min(s.w.size for s in groups[0])
             bands, share = chosen(n, j)
-            res = width_case(groups, truth, reps, bands=bands, share=share, seed=j, eps=eps)
-            show(f"{name}, {j} x {n}", bands, share, " (auto)", res)
+            label = f"{name}, {j} x {n}"
+            cover = cover_of(f"{label}, K {bands}, model {share}", " (auto)")
+            res = width_case(groups, truth, reps, bands=bands, share=share, seed=j, eps=eps,
+                             combiners=cover)  # fmt: skip
+            show(label, bands, share, " (auto)", res)
+    if not by_combiner:
+        return
+    print(f"\nthe auto rule's rows: coverage of each combiner, eps {eps} per site (the releases "
+          "it answers)")  # fmt: skip
+    print(f"| eps {eps} per site | {' | '.join(m.replace('_', ' ') for m in COMBINERS)} |")
+    print("|---|" + "---|" * len(COMBINERS))
+    for label, cover in by_combiner:
+        cells = " | ".join(f"{np.mean(cover[m]):.3f}" for m in COMBINERS)
+        print(f"| {label} | {cells} |", flush=True)
 
 
 # Variance variants (docs/research/propensity.md, "The reported variance against the realised
@@ -1153,6 +1191,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--sites", type=int, nargs="+", default=[2, 3], help="--auto: site counts")
     ap.add_argument("--counts", type=int, nargs=2, help="--auto: data sets, releases")
     ap.add_argument("--real", action="store_true", help="--auto: IHDP and Lalonde as well")
+    ap.add_argument("--every", action="store_true", help="--auto: every combiner's coverage")
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
@@ -1163,7 +1202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.auto:
         auto_rule(args.quick, args.eps, args.sizes or AUTO_SIZES,
                   AUTO_OTHERS if args.others is None else args.others, args.sites,
-                  tuple(args.counts) if args.counts else None, args.real)  # fmt: skip
+                  tuple(args.counts) if args.counts else None, args.real, args.every)  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)
