@@ -433,10 +433,11 @@ def test_below_the_threshold_the_release_is_todays():
 
 def _spec(**options: Any) -> Any:
     """A two-site propensity study declaring n = 20,000 per site, with these options (and
-    ``budget_split`` for both sites)."""
+    ``budget_split`` for both sites; ``sites``: each site's own fields over these)."""
     from dpate.schemas.spec import StudySpec
 
     split = options.pop("budget_split", None)
+    own = options.pop("sites", ({}, {}))
     site = {"data": "s.csv", "epsilon": 1, "lifetime_cap": {"epsilon": 5}, "n": 20_000}
     if split is not None:
         site["budget_split"] = split
@@ -451,10 +452,24 @@ def _spec(**options: Any) -> Any:
                 {"kind": "categorical", "column": c, "levels": list(range(k))}
                 for c, k in (("g", 4), ("h", 3), ("k", 2))
             ],
-            "sites": [{"id": "a", **site}, {"id": "b", **site}],
+            "sites": [{"id": "a", **site, **own[0]}, {"id": "b", **site, **own[1]}],
             "estimator_options": options,
         }
     )
+
+
+def test_a_spec_chooses_from_each_sites_declared_n_and_epsilon():
+    # the spec's per-release epsilon enters the rule: 2,000 records at epsilon 2 choose as 4,000
+    # at epsilon 1, and a site at a smaller epsilon can decide though it holds more records
+    eps2 = {"n": 2000, "epsilon": 2, "lifetime_cap": {"epsilon": 10}}
+    spec = _spec(sites=(eps2, eps2))
+    assert (spec.study_options.bands, spec.study_options.model_share) == (5, "1/2")
+    assert "smallest site n x epsilon is 4000 (n = 2000 at epsilon 2;" in spec.study_choice.reason
+    assert spec.budget_split("a").shares[0] == Fraction(1, 2)
+    spec = _spec(sites=({"n": 12_000}, {"n": 18_000, "epsilon": "1/2"}))
+    assert (spec.study_options.bands, spec.study_options.model_share) == (5, "1/2")
+    assert "is 9000 (n = 18000 at epsilon 1/2;" in spec.study_choice.reason
+    assert _spec(sites=({"n": 12_000}, {"n": 20_000})).study_options.bands == 10
 
 
 def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_given():
