@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -57,18 +58,40 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
+#: Ports the topology's services listen on are chosen here, below the kernel's ephemeral range
+#: (``/proc/sys/net/ipv4/ip_local_port_range``, 32768 and up on Linux): a port taken from that
+#: range (bind to port 0) can be handed to any outgoing connection (a Prefect client, a database
+#: connection) between the choice and the service's own bind, which was seen failing a run
+#: ("bind: address already in use"). Each xdist worker draws from its own slice, so two workers
+#: never pick the same port; the gRPC companion (+10000) stays below the range too.
+_PORT_LOW, _PORT_HIGH = 12000, 22000
+
+
+def _worker_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    n = int(worker[2:]) if worker[2:].isdigit() else 0
+    width = (_PORT_HIGH - _PORT_LOW) // 8
+    start = _PORT_LOW + (n % 8) * width
+    return range(start, start + width)
+
+
 def free_port(*, also_free: tuple[int, ...] = ()) -> int:
-    """A TCP port free on 127.0.0.1 now; with ``also_free=(10000,)`` port+10000 is free too
-    (SeaweedFS puts each gRPC port at its HTTP port + 10000)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + max(also_free, default=0) > 65535:
+    """A TCP port free on 127.0.0.1 now, outside the ephemeral range and in this xdist worker's
+    own slice; with ``also_free=(10000,)`` port+10000 is free too (SeaweedFS puts each gRPC port
+    at its HTTP port + 10000)."""
+    ports = _worker_slice()
+    for _ in range(500):
+        port = random.choice(ports)
+        if port in _handed_out:
             continue
-        if all(_port_free(port + off) for off in also_free):
+        if _port_free(port) and all(_port_free(port + off) for off in also_free):
+            _handed_out.add(port)
             return port
-    raise RuntimeError("no free port pair found on 127.0.0.1")
+    raise RuntimeError(f"no free port (pair) found on 127.0.0.1 in {ports}")
+
+
+#: ports this process handed out (a service not started yet does not hold its port)
+_handed_out: set[int] = set()
 
 
 def _port_free(port: int) -> bool:
