@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, cast
 
@@ -76,6 +76,10 @@ class SiteEstimate:
     diagnostics: dict[str, float] = field(default_factory=dict)
     resolved: bool = True
     unresolved_reason: str | None = None
+    #: noisy values of this release's draw (DP outputs) that a later release at the site
+    #: post-processes (the propensity model its bands come from: :attr:`MechanismPlan.kept`);
+    #: not in :meth:`public_fields`: the site records them with the estimate in its ledger
+    released: Mapping[str, tuple[float, ...]] = field(default_factory=dict, compare=False)
 
     @property
     def privacy(self) -> PrivacyParams:
@@ -264,6 +268,8 @@ class MechanismPlan:
     assemble: Callable[[Mapping[str, Any]], Outputs]
     #: later noise sites, each stage's values chosen from the noisy values before it
     stages: tuple[Stage, ...] = ()
+    #: the noise sites whose noisy values a release keeps (:attr:`SiteEstimate.released`)
+    kept: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.assemble, PublishedAssembly):
@@ -276,8 +282,13 @@ class MechanismPlan:
         return cast(PublishedAssembly, self.assemble).assembly
 
     def estimate(self, noisy: Mapping[str, float]) -> SiteEstimate:
-        """The release of one draw ``noisy``: public values only."""
-        return self.estimate_of(self.assemble(noisy))
+        """The release of one draw ``noisy``: public values only (and the noisy values of
+        :attr:`kept`, DP outputs themselves)."""
+        estimate = self.estimate_of(self.assemble(noisy))
+        if not self.kept:
+            return estimate
+        kept = {k: tuple(float(v) for v in np.atleast_1d(noisy[k])) for k in self.kept}
+        return replace(estimate, released=kept)
 
     def estimate_of(self, out: Outputs, row: int | None = None) -> SiteEstimate:
         """The release ``out`` holds (its repetition ``row`` when it holds arrays, as simulations

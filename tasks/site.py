@@ -252,8 +252,15 @@ def compute_release(
 @task(name="commit-release", **IO_TASK)
 def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
     """Record the release's output in the ledger; returns the recorded value (the first commit's
-    if another run committed first): only that value is ever published."""
-    payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
+    if another run committed first): only that value is ever published. With a ``[balance]``
+    table, the noisy values the release keeps (:attr:`SiteEstimate.released`: DP outputs, e.g.
+    the propensity model) are recorded with it, for the table's bands to be the estimate's."""
+    payload: dict[str, Any] = {
+        "estimate": estimate.public_fields(),
+        "software_version": software_version(),
+    }
+    if ctx.spec.balance is not None and estimate.released:
+        payload["released"] = {k: list(v) for k, v in estimate.released.items()}
     with open_site_ledger(ctx) as ledger:
         committed = ledger.commit(ctx.rid, payload)
     get_run_logger().info("site %s: release %s committed", ctx.site_id, ctx.rid[:12])
@@ -302,9 +309,8 @@ def compute_balance(
 ) -> dict[str, Any]:
     """One secure draw of the balance table's counts and its post-processing (the table is
     returned only to :func:`commit_balance`). ``committed``: the round's committed estimate
-    (public), whose bands an estimator with ``balance_bands`` compares arms within."""
-    estimate = None if committed is None else committed.payload["estimate"]
-    plan = plans.balance_plan(ctx.spec, data, estimate)
+    (its ledger record), whose bands an estimator with ``balance_bands`` compares arms within."""
+    plan = plans.balance_plan(ctx.spec, data, None if committed is None else committed.payload)
     if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
         raise RuntimeError(
             f"site {ctx.site_id}: the balance table's budget does not match the reservation of "
@@ -428,6 +434,9 @@ def _balance_rows(table: dict[str, Any] | None) -> list[dict[str, str]]:
         return []
     smds = [abs(r["smd_before"]) for r in table["rows"] if r["smd_before"] is not None]
     worst = f"; largest |SMD| before: {max(smds):.3g}" if smds else ""
+    inside = [abs(r["smd_within"]) for r in table["rows"] if r["smd_within"] is not None]
+    if table.get("within") == "released" and inside:
+        worst += f", within the {table.get('bands')} propensity bands: {max(inside):.3g}"
     return [
         {
             "field": "covariate balance (DP)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -187,12 +187,14 @@ def plan_from_records(
 def balance_plan(
     spec: StudySpec,
     data: SiteData | SiteStatistics,
-    estimate: dict[str, Any] | None = None,
+    committed: Mapping[str, Any] | None = None,
 ) -> BalancePlan:
     """The site's covariate-balance release (``[balance]``) from its per-cell counts (the
-    engine's, or counted from validated records): pre-noise values, private. ``estimate``: the
-    committed estimate's public fields, from which an estimator with ``balance_bands`` takes the
-    public bands its within column compares arms in (a resolved release only)."""
+    engine's, or counted from validated records): pre-noise values, private. ``committed``: what
+    the site's ledger recorded for the round's estimate (``{"estimate": public fields,
+    "released": kept noisy values}``), from which an estimator with ``balance_bands`` takes the
+    public bands its within column compares arms in (the propensity bands of the committed
+    model; post-processing of that record only: nothing is refitted or redrawn)."""
     if spec.balance is None:
         raise ValueError("the study has no [balance] table: nothing to release")
     if isinstance(data, SiteStatistics):
@@ -201,8 +203,12 @@ def balance_plan(
         cells = 2 * np.asarray(data.x, dtype=np.int64) + np.asarray(data.w, dtype=np.int64)
         counts = np.bincount(cells, minlength=2 * spec.domain_size)
     est = spec.estimator_info
-    if est.balance_bands is not None and estimate is not None and estimate.get("resolved", True):
-        bands, n_bands = est.balance_bands(estimate, spec.study_options, spec.domain_size)
+    banded = None
+    if est.balance_bands is not None and committed is not None:
+        sizes = tuple(c.size for c in spec.binned_covariates)
+        banded = est.balance_bands(committed, spec.study_options, sizes)
+    if banded is not None:
+        bands, n_bands = banded
         return plan_balance(
             counts, spec.balance_layout, spec.balance.epsilon, bands=bands, n_bands=n_bands
         )

@@ -220,15 +220,20 @@ class BalanceTable:
     scale: float
     within: Within
     rows: tuple[BalanceRow, ...]
+    #: the number of public bands the within column compares arms in (``within = "released"``)
+    bands: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The published form (exact epsilon as a string; NaN never: undefined is null)."""
+        """The published form (exact epsilon as a string; NaN never: undefined is null;
+        ``bands`` only with a released within column)."""
+        banded = {} if self.within != "released" else {"bands": self.bands}
         return {
             "schema": BALANCE_SCHEMA,
             "epsilon": str(self.epsilon),
             "noise_scale": self.scale,
             "sensitivity": "2 p (replace-one)",
             "within": self.within,
+            **banded,
             "rows": [
                 {
                     "covariate": r.covariate,
@@ -278,7 +283,8 @@ def balance_table(
                 rows.append(_row(name, str(label), table, ind, within, indicator=True))
         else:
             rows.append(_row(name, None, table, np.asarray(values), within, indicator=False))
-    return BalanceTable(exact(epsilon, "epsilon"), float(scale), within, tuple(rows))
+    bands = n_bands if within == "released" else None
+    return BalanceTable(exact(epsilon, "epsilon"), float(scale), within, tuple(rows), bands)
 
 
 def _row(

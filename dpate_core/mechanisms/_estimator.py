@@ -200,11 +200,16 @@ class Estimator:
     #: stratum, so the balance table's within-strata SMD is 0 by construction); False for an
     #: estimator whose strata are coarser (propensity bands): see ``balance_bands``
     covariate_strata: bool = True
-    #: ``(estimate's public fields, options, |X|) -> (band of every stratum, number of bands)``:
-    #: the public bands the balance table's within column compares arms in (e.g. propensity bands
-    #: of the released model: post-processing of the committed estimate); None: no within column
-    #: unless ``covariate_strata``
-    balance_bands: Callable[[Mapping[str, Any], Any, int], tuple[np.ndarray, int]] | None = None
+    #: ``(committed record, options, covariate sizes) -> (band of every stratum, number of
+    #: bands)``, or None when the record holds no band definition: the public bands the balance
+    #: table's within column compares arms in. The record is what the site's ledger committed
+    #: for the estimate: ``{"estimate": public fields, "released": kept noisy values}``
+    #: (:attr:`SiteEstimate.released`), e.g. the propensity model the estimate's bands came
+    #: from: post-processing of the committed release, never a new fit or draw. None: no within
+    #: column unless ``covariate_strata``
+    balance_bands: (
+        Callable[[Mapping[str, Any], Any, tuple[int, ...]], tuple[np.ndarray, int] | None] | None
+    ) = None
     #: ``options -> names`` of the diagnostics every resolved release publishes
     required_diagnostics: Callable[[Any], tuple[str, ...]] = lambda options: ("noise_variance",)
     #: ``(estimate, options, |X|) -> problems``: why a resolved published estimate cannot be this

@@ -307,6 +307,27 @@ class StudyResult(_WithInterval):
         ]
         return [s.site_id for s in sites], rows
 
+    def balance_within_text(self) -> str:
+        """What the balance tables' "within" column compares, in words: within the propensity
+        bands of each site's released model when a site's table releases it (the number of
+        bands), else within strata (0 by construction when the strata are every covariate's
+        cells)."""
+        banded = sorted(
+            {int(s.balance["bands"]) for s in self.released if s.balance and s.balance.get("bands")}
+        )
+        if not banded:
+            return (
+                "before / within strata (|SMD|\nbelow 0.1 is the usual mark of balance; within "
+                "strata of every covariate it is 0 by\nconstruction)"
+            )
+        k = " or ".join(str(b) for b in banded)
+        return (
+            f"before / within propensity bands (|SMD| below 0.1 is the usual mark of balance; "
+            f"within: the arms compared inside each of the {k} bands of the site's released "
+            f"propensity model, the bands its estimate used, averaged over the bands with both "
+            f"arms by their share of patients)"
+        )
+
     def estimand_text(self) -> str:
         """ "Estimand: <words>" for the views ("" when the document does not carry it)."""
         return f"Estimand: {self.estimand}" if self.estimand else ""

@@ -10,8 +10,9 @@ once. :data:`PROPENSITY` is the estimator a study names ``"propensity"``.
 
 from __future__ import annotations
 
+import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
@@ -74,11 +75,16 @@ from ._release import (
     UNRESOLVED,
     attenuation_correction,
     dp_propensity,
+    model_fit,
     plan_propensity,
     plan_propensity_from_strata,
+    strata_bands,
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from dpate_core.inference import NoiseDraws
     from dpate_core.release import SiteEstimate
 
@@ -102,6 +108,7 @@ __all__ = [
     "PropensityModel",
     "PropensityOptions",
     "attenuation_correction",
+    "balance_bands",
     "band_counts",
     "band_occupancy",
     "bands_of",
@@ -111,6 +118,7 @@ __all__ = [
     "fitted_models",
     "gap_noise",
     "model_bits",
+    "model_fit",
     "model_sensitivity",
     "model_share_split",
     "model_statistics",
@@ -124,6 +132,7 @@ __all__ = [
     "resolved_split",
     "simulated_releases",
     "split_covariates",
+    "strata_bands",
     "study_bands",
     "with_arm_counts",
 ]
@@ -234,6 +243,31 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
     )
 
 
+def balance_bands(
+    record: Mapping[str, Any], options: Any, covariate_sizes: tuple[int, ...]
+) -> tuple[npt.NDArray[np.int64], int] | None:
+    """The propensity band of every stratum under the model the committed release drew: its
+    recorded noisy model vector (``record["released"]["model"]``, a DP output) fitted by the
+    release's own post-processing (:func:`model_fit`, from the estimate's public ``n``,
+    ``epsilon`` and ``budget_split`` and the study's ``K``) and banded as the release from
+    strata bands (:func:`strata_bands`). None when the record holds no model (a release
+    committed without one). Post-processing: no record is read, nothing is drawn."""
+    import numpy as np
+
+    from ._model import as_columns
+
+    model = (record.get("released") or {}).get("model")
+    if model is None:
+        return None
+    fields = record["estimate"]
+    sizes = tuple(int(s) for s in covariate_sizes)
+    columns, codes = as_columns(sizes, math.prod(sizes))
+    k = bands_of(options)
+    split = [Fraction(s) for s in fields["budget_split"]]
+    fitted = model_fit(int(fields["n"]), columns, Fraction(fields["epsilon"]), split, k)
+    return strata_bands(*fitted(np.asarray(model, dtype=np.float64)), codes), k
+
+
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
     """The adjusted subclassification's rules on ``K`` bands, and a non-negative model
     variance."""
@@ -282,6 +316,7 @@ PROPENSITY = Estimator(
     unbinned_covariates=True,
     candidate_splits={4: ((Fraction(1, 4),) * 4,)},
     # its strata are propensity bands, not the covariates' cells: the balance table's within
-    # column is not 0 by construction (balance_bands would give it from the released model)
+    # column is not 0 by construction; it is released within the bands of the committed model
     covariate_strata=False,
+    balance_bands=balance_bands,
 )

@@ -80,8 +80,10 @@ __all__ = [
     "UNRESOLVED",
     "attenuation_correction",
     "dp_propensity",
+    "model_fit",
     "plan_propensity",
     "plan_propensity_from_strata",
+    "strata_bands",
 ]
 
 #: Cochran's five subclasses (about 90% of one confounder's bias removed)
@@ -184,7 +186,7 @@ def plan_propensity_from_strata(
     g = model_bits(n)
 
     def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
-        band = np.searchsorted(edges, model.index(codes)).astype(np.int64)
+        band = strata_bands(model, edges, codes)
         cell = np.stack([2 * band, 2 * band + 1], axis=1).ravel()
         k = 2 * (len(edges) + 1)
         sums = [np.bincount(cell, weights=v.astype(np.float64), minlength=k) for v in
@@ -196,6 +198,39 @@ def plan_propensity_from_strata(
         n, model_statistics_of_strata(cells.counts, codes, columns, g), columns, g, band_cells,
         (cells.k, cells.m), cells.bound, epsilon, delta, split, bands,
     )  # fmt: skip
+
+
+def model_fit(
+    n: int,
+    columns: Sequence[Column],
+    epsilon: Number,
+    split: Sequence[Number] | None,
+    bands: int,
+) -> Callable[[npt.ArrayLike], tuple[PropensityModel, np.ndarray]]:
+    """Stage 2's post-processing of a noisy model vector (in outcome units: the ``"model"``
+    value of a draw): the fitted model and its ``bands - 1`` inner band edges, from public
+    constants only (``N``, the columns, the release's epsilon and split, ``K``). The release
+    bands its records with it, and a later covariate-balance table bands them with the same
+    function of the recorded vector (no refit on records, no new draw)."""
+    g = model_bits(n)
+    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 4)
+    p_m = shares.apply(PrivacyParams(PrivacyParams.of(epsilon, 0).epsilon, Fraction(0)))[0]
+    # the pseudo-count: the count noise scale, in counts
+    smoothing = max(1.0, p_m.laplace_scale(model_sensitivity(columns, g)) * math.ldexp(1.0, -g))
+    k = int(bands)
+
+    def fitted(noisy: npt.ArrayLike) -> tuple[PropensityModel, np.ndarray]:
+        row = np.asarray(noisy, dtype=np.float64)
+        model = fit_model(with_arm_counts(row, columns), columns, g, n, smoothing)
+        return model, model.edges(k)
+
+    return fitted
+
+
+def strata_bands(model: PropensityModel, edges: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The band of every stratum (its covariates' level ``codes``, ``(|X|, p)``) under a fitted
+    model and its inner edges: how the release from strata bands its records."""
+    return np.searchsorted(edges, model.index(codes)).astype(np.int64)
 
 
 def _plan(
@@ -222,17 +257,13 @@ def _plan(
     bands = int(bands)
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 4)
     p_m, *cell_parts = shares.apply(total)
-    unit = math.ldexp(1.0, -g)
     model_scale = p_m.laplace_scale(model_sensitivity(columns, g))
     released = released_part(model_vector, columns)
+    unit = math.ldexp(1.0, -g)
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
-    smoothing = max(1.0, model_scale * unit)  # the count noise scale, in counts
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
     band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
-
-    def fitted(noisy: np.ndarray) -> tuple[PropensityModel, np.ndarray]:
-        model = fit_model(with_arm_counts(noisy, columns), columns, g, n, smoothing)
-        return model, model.edges(bands)
+    fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
         rows = np.asarray(noisy["model"], dtype=np.float64)
@@ -266,6 +297,7 @@ def _plan(
         shares=shares,
         noise=(model_site,),
         stages=(Stage(band_sites, locs),),
+        kept=("model",),  # the band definition a later balance table reads (model_fit)
         assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0]),
     )
 
