@@ -10,6 +10,13 @@ into standardized mean differences (:class:`BalanceTable`). Public: the covariat
 bins (so each level's value: a numeric bin's midpoint) and the bands; no record is read here.
 """
 
+from ._records import (
+    NUMERIC_BALANCE_BINS,
+    bin_levels,
+    bounded_bins,
+    plan_balance_records,
+    record_counts,
+)
 from ._table import (
     BALANCE_SCHEMA,
     BalanceLayout,
@@ -26,6 +33,7 @@ from ._table import (
 
 __all__ = [
     "BALANCE_SCHEMA",
+    "NUMERIC_BALANCE_BINS",
     "BalanceLayout",
     "BalancePlan",
     "BalanceRow",
@@ -33,7 +41,11 @@ __all__ = [
     "balance_scale",
     "balance_sensitivity",
     "balance_table",
+    "bin_levels",
+    "bounded_bins",
     "dp_balance",
     "level_counts",
     "plan_balance",
+    "plan_balance_records",
+    "record_counts",
 ]

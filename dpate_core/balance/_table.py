@@ -167,21 +167,22 @@ def plan_balance(
     """The balance release of a site's per-cell counts at ``epsilon`` (pure DP). With ``bands``
     (a public band per stratum, e.g. propensity bands) the within-bands SMD is released
     (``within = "released"``); without, ``within`` says whether it is 0 by construction."""
+    eps, within = _checked(epsilon, bands is not None, within)
+    counts = level_counts(cell_counts, layout, bands, n_bands)
+    return BalancePlan(
+        layout, eps, counts, balance_scale(layout, eps), n_bands if bands is not None else 1, within
+    )
+
+
+def _checked(epsilon: Number, banded: bool, within: Within) -> tuple[Fraction, Within]:
     eps = exact(epsilon, "epsilon")
     if not eps > 0:
         raise ValueError(f"the balance epsilon ({eps}) must be positive")
-    if bands is not None:
-        within = "released"
-    elif within == "released":
+    if banded:
+        return eps, "released"
+    if within == "released":
         raise ValueError("a released within-bands SMD needs the bands")
-    return BalancePlan(
-        layout,
-        eps,
-        level_counts(cell_counts, layout, bands, n_bands),
-        balance_scale(layout, eps),
-        n_bands if bands is not None else 1,
-        within,
-    )
+    return eps, within
 
 
 def dp_balance(

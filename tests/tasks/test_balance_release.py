@@ -167,16 +167,15 @@ def test_an_estimator_with_public_bands_gets_a_released_within_column(balanced):
     record without a band definition), no within column (never a 0 that construction does not
     give)."""
     import dataclasses
-    import math
 
     import dpate_core.mechanisms as mechanisms
     from dpate.schemas.spec import StudySpec
     from dpate.site.plans import balance_plan
 
-    def toy_bands(record, options, sizes):
+    def toy_bands(record, options, inputs):
         if "released" not in record:
             return None
-        return np.arange(math.prod(sizes)) // 4, 2
+        return np.arange(inputs.domain_size) // 4, 2
 
     banded = dataclasses.replace(
         mechanisms.estimator_of("smooth_matching"),

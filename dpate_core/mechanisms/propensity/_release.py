@@ -55,8 +55,9 @@ from dpate_core.statistics import (
     grid_bits,
 )
 
+from ._bands import model_fit, strata_bands
 from ._columnar import band_columns, power_of_two_inverse, run_chunks
-from ._fit import PropensityModel, fit_model
+from ._fit import PropensityModel
 from ._kernels import BAD_W, BAD_Y, band_pass
 from ._model import (
     Column,
@@ -70,7 +71,6 @@ from ._model import (
     model_statistics,
     model_statistics_of_strata,
     released_part,
-    with_arm_counts,
 )
 
 __all__ = [
@@ -80,10 +80,8 @@ __all__ = [
     "UNRESOLVED",
     "attenuation_correction",
     "dp_propensity",
-    "model_fit",
     "plan_propensity",
     "plan_propensity_from_strata",
-    "strata_bands",
 ]
 
 #: Cochran's five subclasses (about 90% of one confounder's bias removed)
@@ -198,39 +196,6 @@ def plan_propensity_from_strata(
         n, model_statistics_of_strata(cells.counts, codes, columns, g), columns, g, band_cells,
         (cells.k, cells.m), cells.bound, epsilon, delta, split, bands,
     )  # fmt: skip
-
-
-def model_fit(
-    n: int,
-    columns: Sequence[Column],
-    epsilon: Number,
-    split: Sequence[Number] | None,
-    bands: int,
-) -> Callable[[npt.ArrayLike], tuple[PropensityModel, np.ndarray]]:
-    """Stage 2's post-processing of a noisy model vector (in outcome units: the ``"model"``
-    value of a draw): the fitted model and its ``bands - 1`` inner band edges, from public
-    constants only (``N``, the columns, the release's epsilon and split, ``K``). The release
-    bands its records with it, and a later covariate-balance table bands them with the same
-    function of the recorded vector (no refit on records, no new draw)."""
-    g = model_bits(n)
-    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 4)
-    p_m = shares.apply(PrivacyParams(PrivacyParams.of(epsilon, 0).epsilon, Fraction(0)))[0]
-    # the pseudo-count: the count noise scale, in counts
-    smoothing = max(1.0, p_m.laplace_scale(model_sensitivity(columns, g)) * math.ldexp(1.0, -g))
-    k = int(bands)
-
-    def fitted(noisy: npt.ArrayLike) -> tuple[PropensityModel, np.ndarray]:
-        row = np.asarray(noisy, dtype=np.float64)
-        model = fit_model(with_arm_counts(row, columns), columns, g, n, smoothing)
-        return model, model.edges(k)
-
-    return fitted
-
-
-def strata_bands(model: PropensityModel, edges: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """The band of every stratum (its covariates' level ``codes``, ``(|X|, p)``) under a fitted
-    model and its inner edges: how the release from strata bands its records."""
-    return np.searchsorted(edges, model.index(codes)).astype(np.int64)
 
 
 def _plan(
