@@ -6,7 +6,9 @@ its own ledger row, one draw; ``docs/explanation/privacy.md``, "The covariate-ba
 (``g = 2 x + w``, :class:`dpate_core.statistics.CellStatistics`): one vector of counts per
 covariate level and arm (and per band, when a public band of each stratum is given), released
 with discrete Laplace noise as one vector query; :func:`balance_table` is its post-processing
-into standardized mean differences (:class:`BalanceTable`). Public: the covariates' levels and
+into standardized mean differences (:class:`BalanceTable`). :func:`plan_balance_records` is the
+same query counted from records, when a covariate is numeric with bounds and no bins (read in
+:func:`bounded_bins`) or a record's band depends on its values. Public: the covariates' levels and
 bins (so each level's value: a numeric bin's midpoint) and the bands; no record is read here.
 """
 

@@ -1,13 +1,15 @@
 """The balance release and its post-processing (:mod:`dpate_core.balance`).
 
 **The query.** For ``p`` covariates, covariate ``j`` with levels ``l`` (a category, or a numeric
-covariate's bin), bands ``b`` (a public function of the stratum; one band when none is given) and
-arms ``a``: ``c_j[b, l, a]``, the number of records of arm ``a`` in band ``b`` whose covariate
-``j`` is at level ``l``. Each record is counted in exactly one cell of each covariate's table, so
-under replace-one neighbours (one record's ``W``, ``Y`` and ``X`` may all change) the vector of
-all ``p`` tables moves by at most ``2 p`` in L1 norm (``p`` cells lose one, ``p`` gain one), and
-one discrete Laplace vector query of scale ``2 p / eps_b`` is ``(eps_b, 0)``-DP
-(:func:`balance_sensitivity`, :func:`balance_scale`).
+covariate's bin), bands ``b`` (a public function of the stratum, or of the record's covariates
+when they are not all strata, fixed before this release's noise, e.g. the bands of a released
+propensity model; one band when none is given) and arms ``a``: ``c_j[b, l, a]``, the number of
+records of arm ``a`` in band ``b`` whose covariate ``j`` is at level ``l``. Each record is
+counted in exactly one cell of each covariate's table, so under replace-one neighbours (one
+record's ``W``, ``Y`` and ``X`` may all change) the vector of all ``p`` tables moves by at most
+``2 p`` in L1 norm (``p`` cells lose one, ``p`` gain one), and one discrete Laplace vector query
+of scale ``2 p / eps_b`` is ``(eps_b, 0)``-DP (:func:`balance_sensitivity`,
+:func:`balance_scale`).
 
 **The table** (post-processing of the noisy counts, each clipped at 0): per covariate, the
 standardized mean difference ``SMD = (m_t - m_c) / sqrt((s2_t + s2_c) / 2)`` of its public level

@@ -224,7 +224,7 @@ class Estimator:
     #: when ``BandInputs.x`` is given; number of bands)``, or None when the record holds no band
     #: definition: the public bands the balance table's within column compares arms in. The
     #: record is what the site's ledger committed for the estimate: ``{"estimate": public
-    #: fields, "released": kept noisy values}`` (:attr:`SiteEstimate.released`), e.g. the
+    #: fields, "released": kept noisy values}`` (:class:`DrawnRelease`), e.g. the
     #: propensity model the estimate's bands came from: post-processing of the committed
     #: release, never a new fit or draw. None: no within column unless ``covariate_strata``
     balance_bands: (

@@ -1,6 +1,6 @@
 """The bands of a released propensity model, as the covariate-balance table reads them
 (:func:`dpate_core.mechanisms.propensity.balance_bands`): from the noisy model vector a release
-keeps (:attr:`SiteEstimate.released`, a DP output) and the estimate's public fields only, the
+keeps (:class:`DrawnRelease`, a DP output) and the estimate's public fields only, the
 band of every stratum, or of every record when numeric covariates with bounds and no bins enter
 the model, is the band the release itself put it in (its second stage's cell counts, from the
 compiled pass over records or the sums over strata)."""
@@ -45,16 +45,16 @@ def test_record_bands_are_the_bands_the_release_counted(seed: int) -> None:
     w, y, x, age = _records(seed, 3000)
     inputs = _inputs(w, y, x, age)
     plan = PROPENSITY.plan(inputs)  # the compiled pass over records
-    estimate = plan.estimate(draw_once(plan, np.random.default_rng(seed)))
-    record = {"estimate": estimate.public_fields(), "released": dict(estimate.released)}
-    assert set(estimate.released) == {"model"} and "released" not in record["estimate"]
+    drawn = plan.drawn(draw_once(plan, np.random.default_rng(seed)))
+    record = {"estimate": drawn.estimate.public_fields(), "released": dict(drawn.kept)}
+    assert set(drawn.kept) == {"model"} and "released" not in record["estimate"]
     options = inputs.options
     banded = balance_bands(record, options, BandInputs(SIZES, x, age[:, None], ((0.0, 100.0),)))
     assert banded is not None
     bands, k = banded
     assert k == 5 and bands.shape == (3000,) and len(np.unique(bands)) >= 2
     counted = np.bincount(2 * bands + w, minlength=2 * k)
-    assert np.array_equal(counted, _stage_counts(plan, estimate.released["model"]))
+    assert np.array_equal(counted, _stage_counts(plan, drawn.kept["model"]))
 
 
 def test_strata_bands_are_the_bands_the_release_counted() -> None:
@@ -66,14 +66,14 @@ def test_strata_bands_are_the_bands_the_release_counted() -> None:
     )
     assert PROPENSITY.plan_from_statistics is not None
     plan = PROPENSITY.plan_from_statistics(stats)
-    estimate = plan.estimate(draw_once(plan, np.random.default_rng(5)))
-    record = {"estimate": estimate.public_fields(), "released": dict(estimate.released)}
+    drawn = plan.drawn(draw_once(plan, np.random.default_rng(5)))
+    record = {"estimate": drawn.estimate.public_fields(), "released": dict(drawn.kept)}
     banded = balance_bands(record, inputs.options, BandInputs(SIZES))
     assert banded is not None
     of_stratum, k = banded
     assert of_stratum.shape == (12,)
     counted = np.bincount(2 * of_stratum[x] + w, minlength=2 * k)
-    assert np.array_equal(counted, _stage_counts(plan, estimate.released["model"]))
+    assert np.array_equal(counted, _stage_counts(plan, drawn.kept["model"]))
     # the same bands from the records' strata
     again = balance_bands(record, inputs.options, BandInputs(SIZES, x))
     assert again is not None and np.array_equal(again[0], of_stratum[x])

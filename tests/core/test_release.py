@@ -79,7 +79,6 @@ EXPECTED_FIELDS = {
     "diagnostics",
     "resolved",
     "unresolved_reason",
-    "released",  # noisy values a mechanism keeps for a later release (DP outputs; none here)
 }
 # every diagnostic is itself a private output (or public): nothing computed from data without noise
 EXPECTED_DIAGNOSTICS = {
@@ -97,7 +96,6 @@ def test_site_estimate_has_public_fields_only(kind):
     assert isinstance(est, SiteEstimate)
     assert {f.name for f in dataclasses.fields(est)} == EXPECTED_FIELDS
     assert set(est.diagnostics) == EXPECTED_DIAGNOSTICS[kind]
-    assert est.released == {} and "released" not in est.public_fields()
     assert est.n == w.size
     if kind == "dim":  # the paper's randomized-trial setting: arm sizes are public design facts
         assert (est.n_treated, est.n_control) == (int(w.sum()), int(w.size - w.sum()))

@@ -46,8 +46,7 @@ def _propensity(study, balance: bool = True):
 def _release(ctx, seed: int = 0):
     reserve_budget.fn(ctx)
     plan = plan_release(ctx, load_site_data.fn(ctx))
-    estimate = plan.estimate(draw_once(plan, np.random.default_rng(seed)))
-    return plan, commit_release.fn(ctx, estimate)
+    return plan, commit_release.fn(ctx, plan.drawn(draw_once(plan, np.random.default_rng(seed))))
 
 
 def _balance(ctx, committed):
@@ -97,7 +96,7 @@ def test_the_within_bands_are_the_bands_the_estimate_used(study):
     assert (by_band.sum(axis=1) > 0).sum() >= 2  # more than one band holds records
     # the bands follow the recorded model (post-processing of the record, not a refit on the
     # records): another draw's model, put in the record, bands as that draw's stage 2 did
-    other = np.asarray(plan.estimate(draw_once(plan, np.random.default_rng(4))).released["model"])
+    other = np.asarray(plan.drawn(draw_once(plan, np.random.default_rng(4))).kept["model"])
     assert not np.array_equal(other, model)
     moved = balance_plan(
         ctx.spec, data, {**committed.payload, "released": {"model": other.tolist()}}
