@@ -175,14 +175,16 @@ class ResultSpend(_Document):
     cap: ResultBudget
 
 
-def _smd_text(row: Mapping[str, Any]) -> str:
-    """A balance row's "before / within" standardized mean differences (2 decimals)."""
+def _smd_text(row: Mapping[str, Any], released: bool = False) -> str:
+    """A balance row's "before / within" standardized mean differences (2 decimals); a table
+    whose within column is released shows "n/a" where a row's is undefined."""
 
     def one(v: Any) -> str:
         return "n/a" if v is None else f"{float(v):+.2f}"
 
     within = row.get("smd_within")
-    return one(row.get("smd_before")) + ("" if within is None else f" / {one(within)}")
+    shown = within is not None or released
+    return one(row.get("smd_before")) + (f" / {one(within)}" if shown else "")
 
 
 def spend_text(spent: Any, cap: Any) -> str:
@@ -299,9 +301,10 @@ class StudyResult(_WithInterval):
         sites = [s for s in self.released if s.balance]
         keys: dict[tuple[str, str], dict[str, str]] = {}
         for s in sites:
+            released = (s.balance or {}).get("within") == "released"
             for r in (s.balance or {}).get("rows", []):
                 key = (str(r["covariate"]), "" if r.get("level") is None else str(r["level"]))
-                keys.setdefault(key, {})[s.site_id] = _smd_text(r)
+                keys.setdefault(key, {})[s.site_id] = _smd_text(r, released)
         rows = [
             (c, lev, [cells.get(s.site_id, "") for s in sites]) for (c, lev), cells in keys.items()
         ]
