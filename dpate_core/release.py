@@ -29,6 +29,7 @@ from dpate_core.noise import Rng, gaussian, integer_laplace_vector, laplace, lap
 from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
+    "DrawnRelease",
     "MechanismPlan",
     "NoiseSpec",
     "Outputs",
@@ -264,6 +265,8 @@ class MechanismPlan:
     assemble: Callable[[Mapping[str, Any]], Outputs]
     #: later noise sites, each stage's values chosen from the noisy values before it
     stages: tuple[Stage, ...] = ()
+    #: the noise sites whose noisy values a release keeps (:class:`DrawnRelease`)
+    kept: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.assemble, PublishedAssembly):
@@ -278,6 +281,12 @@ class MechanismPlan:
     def estimate(self, noisy: Mapping[str, float]) -> SiteEstimate:
         """The release of one draw ``noisy``: public values only."""
         return self.estimate_of(self.assemble(noisy))
+
+    def drawn(self, noisy: Mapping[str, Any]) -> DrawnRelease:
+        """The release of one draw as the site records it: its estimate and the noisy values
+        of :attr:`kept` (DP outputs themselves)."""
+        kept = {k: tuple(float(v) for v in np.atleast_1d(noisy[k])) for k in self.kept}
+        return DrawnRelease(self.estimate(noisy), kept)
 
     def estimate_of(self, out: Outputs, row: int | None = None) -> SiteEstimate:
         """The release ``out`` holds (its repetition ``row`` when it holds arrays, as simulations
@@ -308,6 +317,17 @@ class MechanismPlan:
             resolved=resolved,
             unresolved_reason=None if resolved else out.unresolved_reason,
         )
+
+
+@dataclass(frozen=True)
+class DrawnRelease:
+    """One release as a site records it (:meth:`MechanismPlan.drawn`): its estimate, every field
+    published, and the noisy values its plan keeps (:attr:`MechanismPlan.kept`: DP outputs a
+    later release at the site post-processes, e.g. the propensity model a balance table bands
+    by; recorded in the site's ledger with the estimate, not published in its report)."""
+
+    estimate: SiteEstimate
+    kept: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 def draw_once(plan: MechanismPlan, rng: Rng = None) -> dict[str, float]:

@@ -59,7 +59,7 @@ from dpate.storage import PublicationConflictError, Store
 from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core import release as core_release
 from dpate_core.aggregation import UNRESOLVED
-from dpate_core.release import MechanismPlan, SiteEstimate
+from dpate_core.release import DrawnRelease, MechanismPlan, SiteEstimate
 
 __all__ = [
     "check_publication",
@@ -237,7 +237,7 @@ def plan_release(ctx: SiteContext, data: SiteData | SiteStatistics) -> Mechanism
 @task(name="compute-release", **NO_RETRY_TASK)
 def compute_release(
     ctx: SiteContext, data: SiteData | SiteStatistics, reservation: Reservation
-) -> SiteEstimate:
+) -> DrawnRelease:
     """One secure draw (OpenDP) of the spec's mechanism. Not retried; the output is not logged
     or returned anywhere but to :func:`commit_release`."""
     plan = plan_release(ctx, data)
@@ -246,14 +246,22 @@ def compute_release(
             f"site {ctx.site_id}: the mechanism's budget does not match the reservation of "
             f"release {ctx.rid[:12]}; nothing was drawn"
         )
-    return plan.estimate(core_release.draw_once(plan))
+    return plan.drawn(core_release.draw_once(plan))
 
 
 @task(name="commit-release", **IO_TASK)
-def commit_release(ctx: SiteContext, estimate: SiteEstimate) -> Committed:
+def commit_release(ctx: SiteContext, estimate: SiteEstimate | DrawnRelease) -> Committed:
     """Record the release's output in the ledger; returns the recorded value (the first commit's
-    if another run committed first): only that value is ever published."""
-    payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
+    if another run committed first): only that value is ever published. With a ``[balance]``
+    table, the noisy values the release keeps (:class:`DrawnRelease`: DP outputs, e.g. the
+    propensity model) are recorded with it, for the table's bands to be the estimate's."""
+    drawn = estimate if isinstance(estimate, DrawnRelease) else DrawnRelease(estimate)
+    payload: dict[str, Any] = {
+        "estimate": drawn.estimate.public_fields(),
+        "software_version": software_version(),
+    }
+    if ctx.spec.balance is not None and drawn.kept:
+        payload["released"] = {k: list(v) for k, v in drawn.kept.items()}
     with open_site_ledger(ctx) as ledger:
         committed = ledger.commit(ctx.rid, payload)
     get_run_logger().info("site %s: release %s committed", ctx.site_id, ctx.rid[:12])
@@ -302,9 +310,8 @@ def compute_balance(
 ) -> dict[str, Any]:
     """One secure draw of the balance table's counts and its post-processing (the table is
     returned only to :func:`commit_balance`). ``committed``: the round's committed estimate
-    (public), whose bands an estimator with ``balance_bands`` compares arms within."""
-    estimate = None if committed is None else committed.payload["estimate"]
-    plan = plans.balance_plan(ctx.spec, data, estimate)
+    (its ledger record), whose bands an estimator with ``balance_bands`` compares arms within."""
+    plan = plans.balance_plan(ctx.spec, data, None if committed is None else committed.payload)
     if plan.epsilon != reservation.privacy.epsilon or reservation.release_id != ctx.balance_rid:
         raise RuntimeError(
             f"site {ctx.site_id}: the balance table's budget does not match the reservation of "
@@ -428,6 +435,9 @@ def _balance_rows(table: dict[str, Any] | None) -> list[dict[str, str]]:
         return []
     smds = [abs(r["smd_before"]) for r in table["rows"] if r["smd_before"] is not None]
     worst = f"; largest |SMD| before: {max(smds):.3g}" if smds else ""
+    inside = [abs(r["smd_within"]) for r in table["rows"] if r["smd_within"] is not None]
+    if table.get("within") == "released" and inside:
+        worst += f", within the {table.get('bands')} propensity bands: {max(inside):.3g}"
     return [
         {
             "field": "covariate balance (DP)",

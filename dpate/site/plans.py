@@ -5,9 +5,10 @@ simulations) from its validated records (pre-noise values: private), apart from 
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,8 +24,8 @@ from dpate.schemas.site_data import (
 )
 from dpate.schemas.spec import StudySpec
 from dpate.settings import SiteContext
-from dpate_core.balance import BalancePlan, plan_balance
-from dpate_core.mechanisms import PlanInputs, StatisticsInputs
+from dpate_core.balance import BalancePlan, bin_levels, plan_balance, plan_balance_records
+from dpate_core.mechanisms import BandInputs, PlanInputs, StatisticsInputs
 from dpate_core.release import MechanismPlan
 
 __all__ = [
@@ -187,28 +188,68 @@ def plan_from_records(
 def balance_plan(
     spec: StudySpec,
     data: SiteData | SiteStatistics,
-    estimate: dict[str, Any] | None = None,
+    committed: Mapping[str, Any] | None = None,
 ) -> BalancePlan:
     """The site's covariate-balance release (``[balance]``) from its per-cell counts (the
-    engine's, or counted from validated records): pre-noise values, private. ``estimate``: the
-    committed estimate's public fields, from which an estimator with ``balance_bands`` takes the
-    public bands its within column compares arms in (a resolved release only)."""
+    engine's, or counted from validated records), or, in a study with numeric covariates with
+    public bounds and no bins, from its validated records (each such covariate read in its
+    public bins, :func:`dpate_core.balance.bin_levels`): pre-noise values, private.
+    ``committed``: what the site's ledger recorded for the round's estimate (``{"estimate":
+    public fields, "released": kept noisy values}``), from which an estimator with
+    ``balance_bands`` takes the public bands its within column compares arms in (the
+    propensity bands of the committed model, of every stratum, or of every record when a
+    record's band depends on its numeric values; post-processing of that record only: nothing
+    is refitted or redrawn)."""
     if spec.balance is None:
         raise ValueError("the study has no [balance] table: nothing to release")
+    est = spec.estimator_info
+    sizes = tuple(c.size for c in spec.binned_covariates)
+    within: Any = spec.balance_within
+    if spec.unbinned_covariates:
+        if not isinstance(data, SiteData) or data.z is None:
+            raise ValueError(
+                "a balance table over covariates with public bounds and no bins reads their "
+                "values: read the site's data with dpate.schemas.site_data.prepare_site_data"
+            )
+        bounds = tuple(c.bounds for c in spec.unbinned_covariates)
+        banded = None
+        if est.balance_bands is not None and committed is not None:
+            inputs = BandInputs(sizes, data.x, data.z, bounds)
+            banded = est.balance_bands(committed, spec.study_options, inputs)
+        levels = _record_levels(spec, data.x, data.z)
+        bands, n_bands = banded if banded is not None else (None, 1)
+        return plan_balance_records(
+            data.w, levels, spec.balance_layout, spec.balance.epsilon,
+            bands=bands, n_bands=n_bands, within=within,
+        )  # fmt: skip
     if isinstance(data, SiteStatistics):
         counts = np.asarray(data.cells.counts, dtype=np.int64)
     else:
         cells = 2 * np.asarray(data.x, dtype=np.int64) + np.asarray(data.w, dtype=np.int64)
         counts = np.bincount(cells, minlength=2 * spec.domain_size)
-    est = spec.estimator_info
-    if est.balance_bands is not None and estimate is not None and estimate.get("resolved", True):
-        bands, n_bands = est.balance_bands(estimate, spec.study_options, spec.domain_size)
-        return plan_balance(
-            counts, spec.balance_layout, spec.balance.epsilon, bands=bands, n_bands=n_bands
-        )
+    banded = None
+    if est.balance_bands is not None and committed is not None:
+        banded = est.balance_bands(committed, spec.study_options, BandInputs(sizes))
+    bands, n_bands = banded if banded is not None else (None, 1)
     return plan_balance(
-        counts,
-        spec.balance_layout,
-        spec.balance.epsilon,
-        within=spec.balance_within,  # type: ignore[arg-type]
-    )
+        counts, spec.balance_layout, spec.balance.epsilon,
+        bands=bands, n_bands=n_bands, within=within,
+    )  # fmt: skip
+
+
+def _record_levels(spec: StudySpec, x: np.ndarray, z: np.ndarray) -> list[np.ndarray]:
+    """Every record's level of each covariate, in spec order: a binned covariate's from the
+    stratum ``x`` (mixed radix, the first most significant), a covariate with bounds and no bins
+    its public bin (:func:`dpate_core.balance.bin_levels`). Vectorised."""
+    sizes = [c.size for c in spec.binned_covariates]
+    strata = np.asarray(x, dtype=np.int64)
+    out: list[np.ndarray] = []
+    b = u = 0
+    for c in spec.covariates:
+        if c.kind == "categorical" or c.binned:
+            out.append((strata // math.prod(sizes[b + 1 :])) % sizes[b])
+            b += 1
+        else:
+            out.append(bin_levels(z[:, u], *c.bounds))
+            u += 1
+    return out

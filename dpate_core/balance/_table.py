@@ -1,13 +1,15 @@
 """The balance release and its post-processing (:mod:`dpate_core.balance`).
 
 **The query.** For ``p`` covariates, covariate ``j`` with levels ``l`` (a category, or a numeric
-covariate's bin), bands ``b`` (a public function of the stratum; one band when none is given) and
-arms ``a``: ``c_j[b, l, a]``, the number of records of arm ``a`` in band ``b`` whose covariate
-``j`` is at level ``l``. Each record is counted in exactly one cell of each covariate's table, so
-under replace-one neighbours (one record's ``W``, ``Y`` and ``X`` may all change) the vector of
-all ``p`` tables moves by at most ``2 p`` in L1 norm (``p`` cells lose one, ``p`` gain one), and
-one discrete Laplace vector query of scale ``2 p / eps_b`` is ``(eps_b, 0)``-DP
-(:func:`balance_sensitivity`, :func:`balance_scale`).
+covariate's bin), bands ``b`` (a public function of the stratum, or of the record's covariates
+when they are not all strata, fixed before this release's noise, e.g. the bands of a released
+propensity model; one band when none is given) and arms ``a``: ``c_j[b, l, a]``, the number of
+records of arm ``a`` in band ``b`` whose covariate ``j`` is at level ``l``. Each record is
+counted in exactly one cell of each covariate's table, so under replace-one neighbours (one
+record's ``W``, ``Y`` and ``X`` may all change) the vector of all ``p`` tables moves by at most
+``2 p`` in L1 norm (``p`` cells lose one, ``p`` gain one), and one discrete Laplace vector query
+of scale ``2 p / eps_b`` is ``(eps_b, 0)``-DP (:func:`balance_sensitivity`,
+:func:`balance_scale`).
 
 **The table** (post-processing of the noisy counts, each clipped at 0): per covariate, the
 standardized mean difference ``SMD = (m_t - m_c) / sqrt((s2_t + s2_c) / 2)`` of its public level
@@ -167,21 +169,22 @@ def plan_balance(
     """The balance release of a site's per-cell counts at ``epsilon`` (pure DP). With ``bands``
     (a public band per stratum, e.g. propensity bands) the within-bands SMD is released
     (``within = "released"``); without, ``within`` says whether it is 0 by construction."""
+    eps, within = _checked(epsilon, bands is not None, within)
+    counts = level_counts(cell_counts, layout, bands, n_bands)
+    return BalancePlan(
+        layout, eps, counts, balance_scale(layout, eps), n_bands if bands is not None else 1, within
+    )
+
+
+def _checked(epsilon: Number, banded: bool, within: Within) -> tuple[Fraction, Within]:
     eps = exact(epsilon, "epsilon")
     if not eps > 0:
         raise ValueError(f"the balance epsilon ({eps}) must be positive")
-    if bands is not None:
-        within = "released"
-    elif within == "released":
+    if banded:
+        return eps, "released"
+    if within == "released":
         raise ValueError("a released within-bands SMD needs the bands")
-    return BalancePlan(
-        layout,
-        eps,
-        level_counts(cell_counts, layout, bands, n_bands),
-        balance_scale(layout, eps),
-        n_bands if bands is not None else 1,
-        within,
-    )
+    return eps, within
 
 
 def dp_balance(
@@ -220,15 +223,20 @@ class BalanceTable:
     scale: float
     within: Within
     rows: tuple[BalanceRow, ...]
+    #: the number of public bands the within column compares arms in (``within = "released"``)
+    bands: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The published form (exact epsilon as a string; NaN never: undefined is null)."""
+        """The published form (exact epsilon as a string; NaN never: undefined is null;
+        ``bands`` only with a released within column)."""
+        banded = {} if self.within != "released" else {"bands": self.bands}
         return {
             "schema": BALANCE_SCHEMA,
             "epsilon": str(self.epsilon),
             "noise_scale": self.scale,
             "sensitivity": "2 p (replace-one)",
             "within": self.within,
+            **banded,
             "rows": [
                 {
                     "covariate": r.covariate,
@@ -278,7 +286,8 @@ def balance_table(
                 rows.append(_row(name, str(label), table, ind, within, indicator=True))
         else:
             rows.append(_row(name, None, table, np.asarray(values), within, indicator=False))
-    return BalanceTable(exact(epsilon, "epsilon"), float(scale), within, tuple(rows))
+    bands = n_bands if within == "released" else None
+    return BalanceTable(exact(epsilon, "epsilon"), float(scale), within, tuple(rows), bands)
 
 
 def _row(

@@ -14,6 +14,7 @@ estimator is one module that builds an :class:`Estimator` and passes it to :func
 from ._estimator import (
     ESTIMATORS,
     PRESETS,
+    BandInputs,
     Estimator,
     NoiseModel,
     PlanInputs,
@@ -52,6 +53,7 @@ __all__ = [
     "PROPENSITY",
     "RTOL",
     "SMOOTH_MATCHING",
+    "BandInputs",
     "Estimator",
     "NoiseModel",
     "PlanInputs",

@@ -38,6 +38,7 @@ estimator. What it holds:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # the release and the prediction types import no estimator
 __all__ = [
     "ESTIMATORS",
     "PRESETS",
+    "BandInputs",
     "Estimator",
     "NoiseModel",
     "PlanInputs",
@@ -121,6 +123,24 @@ class StatisticsInputs:
     binary: bool = False
     #: the covariates' public level counts (:attr:`PlanInputs.covariate_sizes`)
     covariate_sizes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BandInputs:
+    """What the bands of a balance table are computed for (:attr:`Estimator.balance_bands`):
+    the covariates' public level counts (the strata's, :attr:`PlanInputs.covariate_sizes`) and,
+    when the table is counted from records (a study with numeric covariates with public bounds
+    and no bins), the records' strata ``x`` and those covariates' values ``(N, q)`` and public
+    bounds (private: the site's process only). ``x`` None: band the ``|X|`` strata."""
+
+    covariate_sizes: tuple[int, ...]
+    x: np.ndarray | None = None
+    covariate_values: np.ndarray | None = None
+    covariate_bounds: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def domain_size(self) -> int:
+        return math.prod(self.covariate_sizes)
 
 
 @dataclass(frozen=True)
@@ -200,11 +220,16 @@ class Estimator:
     #: stratum, so the balance table's within-strata SMD is 0 by construction); False for an
     #: estimator whose strata are coarser (propensity bands): see ``balance_bands``
     covariate_strata: bool = True
-    #: ``(estimate's public fields, options, |X|) -> (band of every stratum, number of bands)``:
-    #: the public bands the balance table's within column compares arms in (e.g. propensity bands
-    #: of the released model: post-processing of the committed estimate); None: no within column
-    #: unless ``covariate_strata``
-    balance_bands: Callable[[Mapping[str, Any], Any, int], tuple[np.ndarray, int]] | None = None
+    #: ``(committed record, options, BandInputs) -> (band of every stratum, or of every record
+    #: when ``BandInputs.x`` is given; number of bands)``, or None when the record holds no band
+    #: definition: the public bands the balance table's within column compares arms in. The
+    #: record is what the site's ledger committed for the estimate: ``{"estimate": public
+    #: fields, "released": kept noisy values}`` (:class:`DrawnRelease`), e.g. the
+    #: propensity model the estimate's bands came from: post-processing of the committed
+    #: release, never a new fit or draw. None: no within column unless ``covariate_strata``
+    balance_bands: (
+        Callable[[Mapping[str, Any], Any, BandInputs], tuple[np.ndarray, int] | None] | None
+    ) = None
     #: ``options -> names`` of the diagnostics every resolved release publishes
     required_diagnostics: Callable[[Any], tuple[str, ...]] = lambda options: ("noise_variance",)
     #: ``(estimate, options, |X|) -> problems``: why a resolved published estimate cannot be this

@@ -230,6 +230,8 @@ class BalanceDoc(BaseModel):
     noise_scale: float = Field(gt=0)
     sensitivity: str = Field(max_length=64)
     within: str = Field(pattern=r"^(released|by construction|none)$")
+    #: the number of public bands of a released within column (propensity bands); else absent
+    bands: int | None = Field(default=None, ge=1, le=50, exclude_if=lambda v: v is None)
     rows: list[BalanceRowDoc] = Field(max_length=200)  # StudySpec's MAX_BALANCE_ROWS
 
     @field_validator("epsilon")

@@ -336,6 +336,11 @@ class SiteReport(BaseModel):
         names = set(layout.names)
         if {r.covariate for r in b.rows} != names:
             out.append("balance.rows must cover exactly the spec's covariates")
+        if (b.bands is not None) != (b.within == "released"):
+            out.append(
+                f"balance.bands ({b.bands}) is given exactly when the within column is released "
+                f"within public bands (within = {b.within!r})"
+            )
         return out
 
     def to_estimate(self) -> SiteEstimate:

@@ -175,14 +175,16 @@ class ResultSpend(_Document):
     cap: ResultBudget
 
 
-def _smd_text(row: Mapping[str, Any]) -> str:
-    """A balance row's "before / within" standardized mean differences (2 decimals)."""
+def _smd_text(row: Mapping[str, Any], released: bool = False) -> str:
+    """A balance row's "before / within" standardized mean differences (2 decimals); a table
+    whose within column is released shows "n/a" where a row's is undefined."""
 
     def one(v: Any) -> str:
         return "n/a" if v is None else f"{float(v):+.2f}"
 
     within = row.get("smd_within")
-    return one(row.get("smd_before")) + ("" if within is None else f" / {one(within)}")
+    shown = within is not None or released
+    return one(row.get("smd_before")) + (f" / {one(within)}" if shown else "")
 
 
 def spend_text(spent: Any, cap: Any) -> str:
@@ -299,13 +301,35 @@ class StudyResult(_WithInterval):
         sites = [s for s in self.released if s.balance]
         keys: dict[tuple[str, str], dict[str, str]] = {}
         for s in sites:
+            released = (s.balance or {}).get("within") == "released"
             for r in (s.balance or {}).get("rows", []):
                 key = (str(r["covariate"]), "" if r.get("level") is None else str(r["level"]))
-                keys.setdefault(key, {})[s.site_id] = _smd_text(r)
+                keys.setdefault(key, {})[s.site_id] = _smd_text(r, released)
         rows = [
             (c, lev, [cells.get(s.site_id, "") for s in sites]) for (c, lev), cells in keys.items()
         ]
         return [s.site_id for s in sites], rows
+
+    def balance_within_text(self) -> str:
+        """What the balance tables' "within" column compares, in words: within the propensity
+        bands of each site's released model when a site's table releases it (the number of
+        bands), else within strata (0 by construction when the strata are every covariate's
+        cells)."""
+        banded = sorted(
+            {int(s.balance["bands"]) for s in self.released if s.balance and s.balance.get("bands")}
+        )
+        if not banded:
+            return (
+                "before / within strata (|SMD|\nbelow 0.1 is the usual mark of balance; within "
+                "strata of every covariate it is 0 by\nconstruction)"
+            )
+        k = " or ".join(str(b) for b in banded)
+        return (
+            f"before / within propensity bands (|SMD| below 0.1 is the usual mark of balance; "
+            f"within: the arms compared inside each of the {k} bands of the site's released "
+            f"propensity model, the bands its estimate used, averaged over the bands with both "
+            f"arms by their share of patients)"
+        )
 
     def estimand_text(self) -> str:
         """ "Estimand: <words>" for the views ("" when the document does not carry it)."""

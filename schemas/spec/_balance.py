@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from dpate.schemas.spec._columns import Covariate
 from dpate.schemas.spec._fields import ExactNumber, _Model
-from dpate_core.balance import BalanceLayout
+from dpate_core.balance import BalanceLayout, bounded_bins
 from dpate_core.privacy import PrivacyParams
 
 if TYPE_CHECKING:
@@ -55,16 +55,6 @@ def balance_problems(spec: StudySpec) -> list[tuple[str, str]]:
                 "a balance table needs covariates: add [[covariates]] or remove [balance]",
             )
         ]
-    unbinned = [c.column for c in spec.covariates if c.kind == "numeric" and not c.binned]
-    if unbinned:
-        return [
-            (
-                "balance",
-                f"the balance table compares arms on the covariates' levels and bins, and "
-                f"covariates {unbinned} have public bounds and no bins: declare bins for "
-                f"them (edges = [lower, ..., upper]) or remove [balance]",
-            )
-        ]
     layout = spec.balance_layout
     rows = sum(
         1 if v is not None else len(lab)
@@ -97,7 +87,9 @@ def balance_problems(spec: StudySpec) -> list[tuple[str, str]]:
 def balance_layout(covariates: list[Covariate]) -> BalanceLayout:
     """The covariates as the balance table reads them (public): each covariate's levels,
     and each level's value where it has one (a numeric covariate with finite bins: each
-    bin's midpoint; otherwise indicator rows)."""
+    bin's midpoint; otherwise indicator rows). A numeric covariate with public bounds and no
+    bins is read in ``NUMERIC_BALANCE_BINS`` equal bins of its bounds
+    (:func:`dpate_core.balance.bounded_bins`: one row, their midpoints)."""
     names: list[str] = []
     labels: list[tuple[str, ...]] = []
     values: list[tuple[float, ...] | None] = []
@@ -107,7 +99,7 @@ def balance_layout(covariates: list[Covariate]) -> BalanceLayout:
             labels.append(tuple(str(v) for v in c.all_levels))
             values.append(None)
             continue
-        edges = c.edges or [*c.bounds]  # without bins: refused with [balance] (above)
+        edges = c.edges or [*bounded_bins(*c.bounds)]  # without bins: the table's own
         labels.append(
             tuple(
                 f"[{a:g}, {b:g}{']' if i == len(edges) - 2 else ')'}"

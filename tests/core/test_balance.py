@@ -130,3 +130,62 @@ def test_one_draw_is_close_at_a_large_site_and_never_undefined_as_nan():
     for r in empty.as_dict()["rows"]:  # counts clipped at 0: undefined means are null
         for k in ("mean_treated", "mean_control", "smd_before"):
             assert r[k] is None or math.isfinite(r[k])
+
+
+def test_records_path_is_the_cell_path_for_strata():
+    """From records (each covariate's level per record, a band per record), the query is the
+    one from the per-cell counts when the levels and bands are those of the strata."""
+    from dpate_core.balance import record_counts
+
+    w, x = _data(400, 11)
+    bands = np.array([0, 1, 0, 1, 2, 2])
+    levels = [x // 2, x % 2]
+    np.testing.assert_array_equal(
+        record_counts(w, levels, LAYOUT, bands[x], 3), level_counts(_cells(w, x), LAYOUT, bands, 3)
+    )
+    np.testing.assert_array_equal(
+        record_counts(w, levels, LAYOUT), level_counts(_cells(w, x), LAYOUT)
+    )
+
+
+def test_records_path_with_value_dependent_bands_is_still_2p():
+    """A record's band a public function of its numeric value (a released model's band), the
+    value read in public bins: every replacement of every record of small data sets moves the
+    query by at most 2 p, and some by exactly 2 p."""
+    from dpate_core.balance import bin_levels, record_counts
+
+    layout = BalanceLayout(
+        names=("grp", "score"), labels=(("a", "b"), tuple("0123")), values=(None, (1, 3, 5, 7))
+    )
+    band_of = lambda g, v: np.searchsorted([2.5, 5.0], v + 1.5 * g)  # noqa: E731
+    candidates = [(a, g, v) for a in (0, 1) for g in (0, 1) for v in (0.0, 2.4, 3.9, 6.1, 8.0)]
+    rng = np.random.default_rng(2)
+    worst = 0
+    for _ in range(15):
+        n = int(rng.integers(1, 5))
+        data = np.array([candidates[i] for i in rng.integers(0, len(candidates), n)])
+
+        def query(d: np.ndarray) -> np.ndarray:
+            w, g, v = d[:, 0].astype(int), d[:, 1].astype(int), d[:, 2]
+            levels = [g, bin_levels(v, 0.0, 8.0, 4)]
+            return record_counts(w, levels, layout, band_of(g, v), 3)
+
+        base = query(data)
+        for i, new in itertools.product(range(n), candidates):
+            moved = data.copy()
+            moved[i] = new
+            worst = max(worst, int(np.abs(query(moved) - base).sum()))
+    assert worst == balance_sensitivity(layout) == 4
+
+
+def test_bounded_bins_read_every_value_in_one_bin():
+    from dpate_core.balance import NUMERIC_BALANCE_BINS, bin_levels, bounded_bins
+
+    edges = bounded_bins(18, 95)
+    assert len(edges) == NUMERIC_BALANCE_BINS + 1 and edges[0] == 18 and edges[-1] == 95
+    v = np.array([-5.0, 18.0, 25.69, 25.7, 56.0, 94.99, 95.0, 300.0])
+    got = bin_levels(v, 18, 95)
+    assert got.tolist() == [0, 0, 0, 1, 4, 9, 9, 9]
+    inside = (v >= 18) & (v <= 95)
+    lo, hi = np.asarray(edges)[got], np.asarray(edges)[got + 1]
+    assert np.all((lo[inside] <= v[inside]) & (v[inside] <= hi[inside]))

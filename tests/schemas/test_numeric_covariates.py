@@ -119,10 +119,21 @@ def test_estimators_without_record_level_covariates_refuse_them(estimator: str) 
         assert "'propensity'" in msg
 
 
-def test_balance_table_refuses_covariates_without_bins() -> None:
-    found = problems(spec_dict(balance={"epsilon": "1/10"}))
-    assert [loc for loc, _ in found] == ["balance"]
-    assert "['age', 'bmi']" in found[0][1] and "declare bins" in found[0][1]
+def test_balance_table_reads_covariates_without_bins_in_public_bins() -> None:
+    """A covariate with public bounds and no bins enters the balance table read in
+    NUMERIC_BALANCE_BINS equal bins of its bounds: one row, their midpoints."""
+    import itertools
+
+    from dpate_core.balance import NUMERIC_BALANCE_BINS, bounded_bins
+
+    spec = StudySpec.from_dict(spec_dict(balance={"epsilon": "1/10"}))
+    layout = spec.balance_layout
+    for c in spec.unbinned_covariates:
+        j = layout.names.index(c.column)
+        edges = bounded_bins(*c.bounds)
+        assert len(layout.labels[j]) == NUMERIC_BALANCE_BINS == len(edges) - 1
+        mids = tuple((a + b) / 2 for a, b in itertools.pairwise(edges))
+        assert layout.values[j] == mids
 
 
 #: canonical hashes of specs that existed before the bounded form (base() of test_spec, the same

@@ -162,20 +162,26 @@ def test_the_spec_refuses_a_balance_table_past_the_cap_or_without_covariates(bal
 
 def test_an_estimator_with_public_bands_gets_a_released_within_column(balanced):
     """Room for an estimator whose strata are coarser than the covariates' cells (propensity
-    bands): its ``balance_bands`` gives the band of every stratum from the committed estimate,
-    and the table's within column is released within those bands; without it, no within
-    column (never a 0 that construction does not give)."""
+    bands): its ``balance_bands`` gives the band of every stratum from the committed record,
+    and the table's within column is released within those bands; without it (no record, or a
+    record without a band definition), no within column (never a 0 that construction does not
+    give)."""
     import dataclasses
 
     import dpate_core.mechanisms as mechanisms
     from dpate.schemas.spec import StudySpec
     from dpate.site.plans import balance_plan
 
+    def toy_bands(record, options, inputs):
+        if "released" not in record:
+            return None
+        return np.arange(inputs.domain_size) // 4, 2
+
     banded = dataclasses.replace(
         mechanisms.estimator_of("smooth_matching"),
         name="banded_toy",
         covariate_strata=False,
-        balance_bands=lambda estimate, options, k: (np.arange(k) // 4, 2),
+        balance_bands=toy_bands,
     )
     mechanisms.register(banded)
     try:
@@ -184,11 +190,13 @@ def test_an_estimator_with_public_bands_gets_a_released_within_column(balanced):
         data = load_site_data.fn(ctx)
         assert spec.balance_within == "none"
         assert balance_plan(spec, data).within == "none"
-        plan = balance_plan(spec, data, {"resolved": True})
+        plan = balance_plan(spec, data, {"estimate": {}, "released": {}})
         assert plan.within == "released" and plan.n_bands == 2
         table = plan.draw(np.random.default_rng(0)).as_dict()
+        assert table["bands"] == 2
         assert all(r["smd_within"] is not None for r in table["rows"])
-        assert balance_plan(spec, data, {"resolved": False}).within == "none"
+        unbanded = balance_plan(spec, data, {"estimate": {}})
+        assert unbanded.within == "none" and "bands" not in unbanded.draw().as_dict()
     finally:
         mechanisms.unregister("banded_toy")
     assert mechanisms.estimator_of("propensity").covariate_strata is False

@@ -11,12 +11,13 @@ once. :data:`PROPENSITY` is the estimator a study names ``"propensity"``.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpate_core.mechanisms._estimator import (
+    BandInputs,
     Estimator,
     PlanInputs,
     StatisticsInputs,
@@ -26,6 +27,7 @@ from dpate_core.mechanisms._estimator import (
 from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
 from dpate_core.release import MechanismPlan
 
+from ._bands import model_fit, record_bands, strata_bands
 from ._choice import (
     AUTO_RULE,
     DEFAULT_MODEL_SHARE,
@@ -79,6 +81,9 @@ from ._release import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from dpate_core.inference import NoiseDraws
     from dpate_core.release import SiteEstimate
 
@@ -102,6 +107,7 @@ __all__ = [
     "PropensityModel",
     "PropensityOptions",
     "attenuation_correction",
+    "balance_bands",
     "band_counts",
     "band_occupancy",
     "bands_of",
@@ -111,6 +117,7 @@ __all__ = [
     "fitted_models",
     "gap_noise",
     "model_bits",
+    "model_fit",
     "model_sensitivity",
     "model_share_split",
     "model_statistics",
@@ -119,11 +126,14 @@ __all__ = [
     "plan_propensity",
     "plan_propensity_from_strata",
     "predicted_noise_share",
+    "record_bands",
+    "record_columns",
     "released_part",
     "released_variance",
     "resolved_split",
     "simulated_releases",
     "split_covariates",
+    "strata_bands",
     "study_bands",
     "with_arm_counts",
 ]
@@ -181,32 +191,46 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
 
 
 def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Covariates]:
-    """The model's columns and the records' :class:`Covariates` of a plan's inputs: the
-    categorical columns of the strata ``x`` (the spec's binned covariates,
-    :func:`~._model.as_columns`; their level codes in the smallest integer type), then one
-    :class:`Numeric` column per covariate with public bounds and no bins (its values as given,
-    float64; the model clips them to the bounds)."""
+    """The model's columns and the records' :class:`Covariates` of a plan's inputs
+    (:func:`record_columns`)."""
+    return record_columns(
+        len(p.w), p.x, p.covariate_sizes, p.domain_size, p.covariate_values, p.covariate_bounds
+    )
+
+
+def record_columns(
+    n: int,
+    x: Any,
+    covariate_sizes: tuple[int, ...],
+    domain_size: int,
+    covariate_values: Any = None,
+    covariate_bounds: tuple[tuple[float, float], ...] = (),
+) -> tuple[tuple[Column, ...], Covariates]:
+    """The model's columns and ``n`` records' :class:`Covariates`: the categorical columns of
+    the strata ``x`` (the spec's binned covariates, :func:`~._model.as_columns`; their level
+    codes in the smallest integer type), then one :class:`Numeric` column per covariate with
+    public bounds and no bins (its values as given, float64; the model clips them to the
+    bounds)."""
     import numpy as np
 
     from ._model import as_columns, code_dtype
 
-    n = len(p.w)
     numeric: tuple[Column, ...] = ()
     values = np.empty((0, n))
-    if p.covariate_values is not None:
-        table = np.asarray(p.covariate_values, dtype=np.float64).reshape(n, -1)
-        if table.shape[1] != len(p.covariate_bounds):
+    if covariate_values is not None:
+        table = np.asarray(covariate_values, dtype=np.float64).reshape(n, -1)
+        if table.shape[1] != len(covariate_bounds):
             raise ValueError(
-                f"covariate_values: expected {len(p.covariate_bounds)} columns, one per entry "
+                f"covariate_values: expected {len(covariate_bounds)} columns, one per entry "
                 f"of covariate_bounds"
             )
-        numeric = tuple(Numeric(float(lo), float(hi)) for lo, hi in p.covariate_bounds)
+        numeric = tuple(Numeric(float(lo), float(hi)) for lo, hi in covariate_bounds)
         values = np.ascontiguousarray(table.T)
-    if numeric and p.domain_size == 1:  # no binned covariate: no categorical column
+    if numeric and domain_size == 1:  # no binned covariate: no categorical column
         return numeric, Covariates(np.empty((0, n), np.int8), values)
-    columns, codes = as_columns(p.covariate_sizes, p.domain_size)
+    columns, codes = as_columns(covariate_sizes, domain_size)
     strata = np.ascontiguousarray(codes.T, dtype=code_dtype(columns))  # (p_cat, |X|)
-    return columns + numeric, Covariates(strata[:, np.asarray(p.x)], values)
+    return columns + numeric, Covariates(strata[:, np.asarray(x)], values)
 
 
 def _plan(p: PlanInputs) -> MechanismPlan:
@@ -233,6 +257,41 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
         split=s.split,
         bands=bands_of(s.options),
     )
+
+
+def balance_bands(
+    record: Mapping[str, Any], options: Any, inputs: BandInputs
+) -> tuple[npt.NDArray[np.int64], int] | None:
+    """The propensity band of every stratum (or of every record, ``inputs.x`` given: a study
+    with numeric covariates with bounds and no bins) under the model the committed release
+    drew: its recorded noisy model vector (``record["released"]["model"]``, a DP output) fitted
+    by the release's own post-processing (:func:`model_fit`, from the estimate's public ``n``,
+    ``epsilon`` and ``budget_split`` and the study's ``K``) and banded as the release bands
+    (:func:`strata_bands`, :func:`record_bands`). None when the record holds no model (a release
+    committed without one). Nothing is refitted on records and nothing is drawn."""
+    import numpy as np
+
+    from ._model import as_columns
+
+    model = (record.get("released") or {}).get("model")
+    if model is None:
+        return None
+    fields = record["estimate"]
+    k = bands_of(options)
+    sizes = tuple(int(s) for s in inputs.covariate_sizes)
+    if inputs.x is None:
+        columns, codes = as_columns(sizes, inputs.domain_size)
+    else:
+        n = len(inputs.x)
+        columns, z = record_columns(
+            n, inputs.x, sizes, inputs.domain_size, inputs.covariate_values, inputs.covariate_bounds
+        )
+    split = [Fraction(s) for s in fields["budget_split"]]
+    fitted = model_fit(int(fields["n"]), columns, Fraction(fields["epsilon"]), split, k)
+    fit, edges = fitted(np.asarray(model, dtype=np.float64))
+    if inputs.x is None:
+        return strata_bands(fit, edges, codes), k
+    return record_bands(fit, edges, z), k
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
@@ -283,6 +342,7 @@ PROPENSITY = Estimator(
     unbinned_covariates=True,
     candidate_splits={4: ((Fraction(1, 4),) * 4,)},
     # its strata are propensity bands, not the covariates' cells: the balance table's within
-    # column is not 0 by construction (balance_bands would give it from the released model)
+    # column is not 0 by construction; it is released within the bands of the committed model
     covariate_strata=False,
+    balance_bands=balance_bands,
 )

@@ -55,8 +55,9 @@ from dpate_core.statistics import (
     grid_bits,
 )
 
+from ._bands import model_fit, strata_bands
 from ._columnar import band_columns, power_of_two_inverse, run_chunks
-from ._fit import PropensityModel, fit_model
+from ._fit import PropensityModel
 from ._kernels import BAD_W, BAD_Y, band_pass
 from ._model import (
     Column,
@@ -70,7 +71,6 @@ from ._model import (
     model_statistics,
     model_statistics_of_strata,
     released_part,
-    with_arm_counts,
 )
 
 __all__ = [
@@ -184,7 +184,7 @@ def plan_propensity_from_strata(
     g = model_bits(n)
 
     def band_cells(model: PropensityModel, edges: np.ndarray) -> CellStatistics:
-        band = np.searchsorted(edges, model.index(codes)).astype(np.int64)
+        band = strata_bands(model, edges, codes)
         cell = np.stack([2 * band, 2 * band + 1], axis=1).ravel()
         k = 2 * (len(edges) + 1)
         sums = [np.bincount(cell, weights=v.astype(np.float64), minlength=k) for v in
@@ -222,17 +222,13 @@ def _plan(
     bands = int(bands)
     shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 4)
     p_m, *cell_parts = shares.apply(total)
-    unit = math.ldexp(1.0, -g)
     model_scale = p_m.laplace_scale(model_sensitivity(columns, g))
     released = released_part(model_vector, columns)
+    unit = math.ldexp(1.0, -g)
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
-    smoothing = max(1.0, model_scale * unit)  # the count noise scale, in counts
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
     band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
-
-    def fitted(noisy: np.ndarray) -> tuple[PropensityModel, np.ndarray]:
-        model = fit_model(with_arm_counts(noisy, columns), columns, g, n, smoothing)
-        return model, model.edges(bands)
+    fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
         rows = np.asarray(noisy["model"], dtype=np.float64)
@@ -266,6 +262,7 @@ def _plan(
         shares=shares,
         noise=(model_site,),
         stages=(Stage(band_sites, locs),),
+        kept=("model",),  # the band definition a later balance table reads (model_fit)
         assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0]),
     )
 
