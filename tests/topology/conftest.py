@@ -133,7 +133,8 @@ def star(tmp_path_factory, request):
     by docs/how-to/deploying.md's own commands (tests/topology/guide.py), the Prefect server and
     SeaweedFS included, which then replace this file's ``prefect_server_pg`` and ``seaweed``;
     once is enough, since the result is the same topology. Any other file gets it on those two
-    fixtures, by the equivalent Python calls."""
+    fixtures, by the equivalent Python calls, with the sites its ``STAR_SITES_USED`` names (all
+    four by default)."""
     from tests.topology.star import StarTopology, write_star_sites
 
     root = tmp_path_factory.mktemp("star")
@@ -150,7 +151,7 @@ def star(tmp_path_factory, request):
                 server=request.getfixturevalue("prefect_server_pg"),
                 s3=request.getfixturevalue("seaweed"),
                 root=root,
-                sites=STAR_SITES,
+                sites=getattr(request.module, "STAR_SITES_USED", STAR_SITES),
                 data=data,
             )
         try:

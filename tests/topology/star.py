@@ -262,7 +262,12 @@ class StarTopology:
         spec = with_site_keys(spec, self.root, self.sites)
         (self.root / "star.toml").write_text(spec)
         self.s3.client("setup").put_object(Bucket=self.s3.bucket, Key=SPEC_KEY, Body=spec.encode())
-        for pool in (COORDINATOR_POOL, *(f"site-{s}" for s in self.sites)):
+        # a pool for every site deployments/prefect.yaml deploys to (a file may use fewer sites:
+        # tests/topology/test_star_failures.py), a worker only for the sites of this topology
+        declared = STAR_SITES if self.prefect_yaml == PREFECT_YAML else ()
+        for pool in dict.fromkeys(
+            (COORDINATOR_POOL, *(f"site-{s}" for s in (*self.sites, *declared)))
+        ):
             prefect_cli(self.server, "work-pool", "create", pool, "--type", "process")
         prefect_cli(
             self.server, "deploy", "--all", "--prefect-file", str(self.prefect_yaml), cwd=REPO
