@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -89,9 +90,9 @@ lifetime_cap = {{ epsilon = "3", delta = "0" }}
 """
 
 
-def test_dpate_run_releases_a_propensity_study_with_bounded_numeric_covariates(
-    tmp_path, monkeypatch
-):
+def _two_site_study(tmp_path, monkeypatch, extra: str = "") -> tuple[Path, Path, str]:
+    """The study of north (3,000 records) and south (2,500), ``extra`` spec text before the
+    sites, for ``dpate run`` with the spec's data and its own home: (root, spec, ledger URLs)."""
     for k in ("DPATE_LEDGER_URL", "DPATE_SITE_LOG", "DPATE_HOME", "DPATE_STORAGE_URL"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
@@ -99,8 +100,14 @@ def test_dpate_run_releases_a_propensity_study_with_bounded_numeric_covariates(
     root = tmp_path / "study"
     root.mkdir()
     spec = root / "study.toml"
-    spec.write_text(SPEC + _site(root, "north", 3000, 1) + _site(root, "south", 2500, 2))
-    ledgers = f"sqlite:///{tmp_path}/ledgers/{{site}}.sqlite"
+    spec.write_text(SPEC + extra + _site(root, "north", 3000, 1) + _site(root, "south", 2500, 2))
+    return root, spec, f"sqlite:///{tmp_path}/ledgers/{{site}}.sqlite"
+
+
+def test_dpate_run_releases_a_propensity_study_with_bounded_numeric_covariates(
+    tmp_path, monkeypatch
+):
+    root, spec, ledgers = _two_site_study(tmp_path, monkeypatch)
     runner = CliRunner()
     ran = runner.invoke(
         app, ["run", str(spec), "--init-ledgers", "--ledger", ledgers], env={"COLUMNS": "200"}
@@ -138,16 +145,7 @@ def test_dpate_run_releases_the_balance_table_within_the_propensity_bands(tmp_pa
     band from its numeric values; the numeric covariates are read in public bins of their
     bounds; a second run re-publishes the recorded tables byte for byte and spends nothing; the
     HTML report says what "within" is."""
-    for k in ("DPATE_LEDGER_URL", "DPATE_SITE_LOG", "DPATE_HOME", "DPATE_STORAGE_URL"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("DPATE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DPATE_ALLOW_SPEC_DATA", "1")
-    root = tmp_path / "study"
-    root.mkdir()
-    spec = root / "study.toml"
-    balance = '\n[balance]\nepsilon = "1/2"\n'
-    spec.write_text(SPEC + balance + _site(root, "north", 3000, 1) + _site(root, "south", 2500, 2))
-    ledgers = f"sqlite:///{tmp_path}/ledgers/{{site}}.sqlite"
+    root, spec, ledgers = _two_site_study(tmp_path, monkeypatch, '\n[balance]\nepsilon = "1/2"\n')
     runner = CliRunner()
     ran = runner.invoke(app, ["run", str(spec), "--init-ledgers", "--ledger", ledgers])
     assert ran.exit_code == 0, ran.output
