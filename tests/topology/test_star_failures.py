@@ -1,7 +1,7 @@
 """Failures a deployed STAR study must ride out, on real components (the topology of
-test_star_study.py, built for this file): the object store down when the sites start, the Prefect
-server restarted mid-study. Each test uses its own round, so each is a fresh release at every
-site."""
+test_star_study.py, built for this file): a site's worker down during a study, the object store
+down when the sites start, the Prefect server restarted mid-study. Each test uses its own round,
+so each is a fresh release at every site."""
 
 from __future__ import annotations
 
@@ -115,3 +115,40 @@ def test_prefect_server_restarted_mid_study_rerun_completes_without_double_spend
         assert len(events(star, site, round, "COMMIT")) == 1
         assert round_spend(star, site, round) == Fraction(SITE_EPSILON[site])
     assert result["study_id"] == STUDY_ID
+
+
+def test_site_worker_down_study_aggregates_the_others_and_rerun_spends_nothing_again(star):
+    down, round = "urban", "worker-down"
+    star.stop_site_worker(down)
+    try:
+        run = star.run_study(round, site_timeout_s=60)
+        assert run.state.is_completed(), run.state
+        partial = star.result(round)
+        assert partial is not None and not partial["complete"]
+        rows = {s["site_id"]: s for s in partial["sites"]}
+        assert rows[down]["status"] == "missing"
+        released = [s for s in star.sites if events(star, s, round, "COMMIT")]
+        assert down not in released and released, "no site released while one worker was down"
+        for s in released:
+            assert rows[s]["status"] in ("used", "excluded", "not_used")
+        # the down site's run never started: cancelled, so a returning worker does not run it
+        (down_run,) = site_runs(star, round)[down]
+        assert down_run.state.is_cancelled()
+        assert not events(star, down, round, "RESERVE")
+        spent_before = {s: star.spend(s).spent for s in star.sites}
+        reports_before = {s: star.site_reports(s) for s in released}
+    finally:
+        star.start_site_worker(down)
+
+    run = star.run_study(round, site_timeout_s=300)
+    assert run.state.is_completed(), run.state
+    result = star.result(round)
+    assert result["complete"], result
+    for s in released:  # already released: nothing spent again, the same bytes published
+        assert star.spend(s).spent == spent_before[s]
+        assert star.site_reports(s) == reports_before[s]
+        assert len(events(star, s, round, "RESERVE")) == 1
+    assert star.spend(down).spent.epsilon == spent_before[down].epsilon + Fraction(
+        SITE_EPSILON[down]
+    )
+    assert len(events(star, down, round, "COMMIT")) == 1
