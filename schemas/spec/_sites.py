@@ -97,8 +97,9 @@ class SiteSpec(_Model):
         json_schema_extra={"doc_default": "none: not declared"},
         description="The site's record count as the study declares it in advance (public: "
         "every report publishes `N`). Only a study-wide public choice reads it "
-        '(`adjusted_weighting = "auto"`); a release with another `N` still releases, with the '
-        "spec's choice.",
+        '(`adjusted_weighting = "auto"`; the propensity estimator\'s `bands` and `model_share` '
+        "`\"auto\"`, from `n` times the site's epsilon); a release with another `N` still "
+        "releases, with the spec's choice.",
     )
     public_key: str | None = Field(
         default=None,
