@@ -689,7 +689,7 @@ def test_propensity_band_occupancy_is_predicted_and_adjustable():
     for r, row in enumerate(noisy):
         model = fit_model(row, columns, 20, 500, 20.0)
         assert fit.edges[r] == pytest.approx(model.edges(5), rel=1e-4, abs=1e-4)
-        share = min(1.0, fit.index_noise[r] / fit.model_spread[r])
+        share = min(1.0, max(fit.index_noise[r] - fit.along[r], 0.0) / fit.model_spread[r])
         assert share == pytest.approx(model.noise_share, rel=1e-9)
 
     def inputs(n, bounded=2, **assumed):

@@ -187,6 +187,33 @@ def test_noise_free_estimate_is_subclassification_on_the_model_bands() -> None:
     assert abs(by_hand - 0.1) < 0.3 * abs(crude - 0.1)  # most of the confounding removed
 
 
+def test_noise_along_the_true_index_is_not_counted_as_attenuating() -> None:
+    """The noise share the correction reads leaves out the model noise along the true index
+    (``_fit``'s docstring): with one covariate its slope's noise only rescales the index, so the
+    share is 0 however noisy; with several, the vectorised fit takes the same part off."""
+    from dpate_core.mechanisms.propensity import fitted_models
+
+    rng = np.random.default_rng(8)
+    n = 2000
+    u = rng.uniform(0, 10, n)
+    w = (rng.uniform(size=n) < 1 / (1 + np.exp(-(0.4 * u - 2)))).astype(np.int8)
+    one = (Numeric(0.0, 10.0),)
+    g = model_bits(n)
+    exact = model_statistics(w, u[:, None], one, g) * 2.0**-g
+    for scale in (5.0, 40.0):
+        noisy = exact + rng.laplace(0.0, scale, exact.size)
+        assert fit_model(noisy, one, g, n, scale).noise_share == pytest.approx(0.0, abs=1e-12)
+
+    w, _, z = _data(rng, n)
+    exact = with_arm_counts(released_part(model_statistics(w, z, COLUMNS, g), COLUMNS), COLUMNS)
+    noisy = exact * 2.0**-g + rng.laplace(0.0, 30.0, (4, exact.size))
+    fit = fitted_models(noisy, COLUMNS, n, 30.0, 5)
+    assert np.all(fit.along > 0.0) and np.all(fit.along < fit.index_noise)
+    for r, row in enumerate(noisy):
+        share = (fit.index_noise[r] - fit.along[r]) / fit.model_spread[r]
+        assert fit_model(row, COLUMNS, g, n, 30.0).noise_share == pytest.approx(share, rel=1e-9)
+
+
 @pytest.mark.parametrize("bands", [1, 51])
 def test_bands_out_of_range_refused(bands: int) -> None:
     with pytest.raises(ValueError, match="bands"):

@@ -8,6 +8,19 @@ The index of a record is the sum of its terms (:meth:`PropensityModel.index`); t
 edges are the ``k / K`` quantiles of the index under the model's own distribution (per arm a normal
 with the summed per-covariate means and variances, mixed by the noisy arm shares:
 :meth:`PropensityModel.edges`).
+
+The noise share (:attr:`PropensityModel.noise_share`, what the attenuation correction reads) is the
+share of the index's variance that is model noise *across* the true index. Per covariate ``j``
+the delta method gives the noise ``eta_j`` its term carries (``n_j = Var eta_j`` over the
+records); the part of the index noise along the true index ``I* = sum_j t_j`` is
+``E[Cov(eta, I*)^2] / Var I* = sum_j E[Cov(eta_j, t_j)^2] / sum_j Var t_j`` (covariates
+independent, as in the model's own distribution): categorical
+``sum_l pi_l^2 v_l (t_l - tbar)^2``, numeric ``Var(slope) slope^2 s^4``, each true term's square
+estimated by the noisy one's less its noise variance (clipped at 0). Noise along ``I*`` only
+rescales it and leaves the bands' order of the records, and so the confounding they remove,
+unchanged; only the rest attenuates. The share is ``(index noise - along) / spread``
+(docs/research/propensity.md, design step 4; with one covariate it is 0: its slope's noise
+cannot reorder the records).
 """
 
 from __future__ import annotations
@@ -36,8 +49,9 @@ class PropensityModel:
     arm_share: float  # the noisy treated share
     means: np.ndarray  # (2,): the index's mean in control, treated
     variances: np.ndarray  # (2,)
-    #: the share of the index's variance that is the model's noise (delta method at the noisy
-    #: point, over the model's distribution of records), in [0, 1]
+    #: the share of the index's variance that is the model's noise across the true index (delta
+    #: method at the noisy point, over the model's distribution of records; module docstring),
+    #: in [0, 1]
     noise_share: float = 0.0
 
     def index(self, z: np.ndarray) -> np.ndarray:
@@ -81,7 +95,7 @@ def fit_model(
     scale). Post-processing only."""
     v = np.asarray(noisy, dtype=np.float64)
     v_count = 2.0 * smoothing * smoothing  # each entry's noise variance (smoothing = its scale)
-    index_noise = 0.0
+    index_noise = along = signal = 0.0  # module docstring: the noise share
     arm = np.maximum(v[:2], 1.0)
     share = float(arm[1] / arm.sum())
     intercept = math.log(arm[1] / arm[0])
@@ -98,7 +112,11 @@ def fit_model(
             term = np.log(freq[:, 1]) - np.log(freq[:, 0])
             terms.append(term)
             mix = (1 - share) * freq[:, 0] + share * freq[:, 1]
-            index_noise += float(mix @ (v_count * (1 / cells[:, 0] ** 2 + 1 / cells[:, 1] ** 2)))
+            v_level = v_count * (1 / cells[:, 0] ** 2 + 1 / cells[:, 1] ** 2)
+            index_noise += float(mix @ v_level)
+            t2 = np.maximum((term - float(mix @ term)) ** 2 - v_level, 0.0)  # de-noised
+            along += float((mix * mix * v_level) @ t2)
+            signal += float(mix @ t2)
             for a in (0, 1):
                 m = float(freq[:, a] @ term)
                 means[a] += m
@@ -110,13 +128,18 @@ def fit_model(
             slope = float((m_arm[1] - m_arm[0]) / s2)
             offset = float(-(m_arm[1] ** 2 - m_arm[0] ** 2) / (2.0 * s2))
             terms.append(np.array([slope, offset]))
-            index_noise += v_count * float(np.sum(1.0 / arm**2)) / s2  # Var(slope) E[u^2]
+            v_slope = v_count * float(np.sum(1.0 / arm**2)) / (s2 * s2)
+            index_noise += v_slope * s2  # Var(slope) E[u^2]
+            t2 = max(slope * slope - v_slope, 0.0) * s2  # de-noised
+            along += v_slope * s2 * t2
+            signal += t2
             for a in (0, 1):
                 means[a] += slope * m_arm[a] + offset
                 variances[a] += slope * slope * s2
     spread = (1 - share) * variances[0] + share * variances[1]
     spread += share * (1 - share) * float(means[1] - means[0]) ** 2
-    noise_share = min(1.0, index_noise / max(spread, 1e-12))
+    across = index_noise - (along / signal if signal > 0.0 else 0.0)
+    noise_share = min(1.0, max(across, 0.0) / max(spread, 1e-12))
     return PropensityModel(
         tuple(columns), intercept, tuple(terms), share, means, variances, noise_share
     )

@@ -162,7 +162,8 @@ def simulated_releases(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
     ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
-    release reports, the model's index noise over ``index_variance`` (the true index's) plus
+    release reports, the model's index noise across the true index
+    (:attr:`FittedModels.even_along` taken off) over ``index_variance`` (the true index's) plus
     the spread the model's noise gives its index. The models are :func:`fitted_models`; the
     records' index is normal with the assumed covariates' mean and variance of the fitted
     terms. Seeded: the same plan every time."""
@@ -174,7 +175,8 @@ def simulated_releases(
     exact = released_part(stats, columns)
     noisy = with_arm_counts(exact + rng.laplace(0.0, scale, (draws, exact.size)), columns)
     fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, centre, spread)
-    noise_share = np.clip(fit.index_noise / (index_variance + fit.model_spread), 0.0, 1.0)
+    across = fit.index_noise - fit.even_along
+    noise_share = np.clip(across / (index_variance + fit.model_spread), 0.0, 1.0)
     sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
     cdf = _phi((fit.edges - fit.record_mean[:, None]) / sd[:, None])
     ones = np.ones((draws, 1))
@@ -188,6 +190,16 @@ class FittedModels(NamedTuple):
     edges: np.ndarray
     #: ``(R,)``: the index noise the delta method gives (:func:`~._fit.fit_model`)
     index_noise: np.ndarray
+    #: ``(R,)``: the part of it along the true index, as the release estimates it from its own
+    #: noisy terms (:func:`~._fit.fit_model`'s ``along / signal``)
+    along: np.ndarray
+    #: ``(R,)``: the part along a true index whose variance is spread evenly over the
+    #: covariates' degrees of freedom (``L - 1`` per categorical covariate, 1 per numeric one):
+    #: ``sum_j c_j n_j / dof``, ``n_j`` covariate ``j``'s index noise, ``c_j`` ``(L - 1) / L``
+    #: (``L`` equally common levels) or 1 (numeric). The plan's records carry no association
+    #: (module docstring), so the release's own estimate would find none; this is the plan's
+    #: assumption in its place
+    even_along: np.ndarray
     #: ``(R,)``: the variance of the index under the model's own distribution of the records
     model_spread: np.ndarray
     #: ``(R,)``: the mean and variance of the index of records as the plan assumes them
@@ -207,8 +219,8 @@ def fitted_models(
     """:func:`~._fit.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
     model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
     records whose categorical levels are equally common and whose numeric ``u`` has mean
-    ``centre`` and variance ``spread`` (``fit_model(row).noise_share`` is ``min(1, index_noise /
-    model_spread)``)."""
+    ``centre`` and variance ``spread`` (``fit_model(row).noise_share`` is ``min(1, max(index_noise
+    - along, 0) / model_spread)``)."""
     v = np.asarray(noisy, dtype=np.float64)
     draws = v.shape[0]
     v_count = 2.0 * smoothing * smoothing
@@ -218,7 +230,8 @@ def fitted_models(
     means = np.repeat(intercept[:, None], 2, axis=1)  # the model's index mean in control, treated
     variances = np.zeros((draws, 2))
     rec_mean, rec_var = intercept.copy(), np.zeros(draws)  # the records' index
-    index_noise = np.zeros(draws)
+    index_noise, along, signal, even = (np.zeros(draws) for _ in range(4))
+    dof = sum(c.levels - 1 if isinstance(c, Categorical) else 1 for c in columns)
     at = 2
     for col in columns:
         block = v[:, at : at + col.width]
@@ -228,8 +241,14 @@ def fitted_models(
             freq = cells / cells.sum(axis=1, keepdims=True)
             term = np.log(freq[:, :, 1]) - np.log(freq[:, :, 0])
             mix = (1 - arm_share[:, None]) * freq[:, :, 0] + arm_share[:, None] * freq[:, :, 1]
-            inv = 1 / cells[:, :, 0] ** 2 + 1 / cells[:, :, 1] ** 2
-            index_noise += np.sum(mix * v_count * inv, axis=1)
+            v_level = v_count * (1 / cells[:, :, 0] ** 2 + 1 / cells[:, :, 1] ** 2)
+            noise = np.sum(mix * v_level, axis=1)
+            index_noise += noise
+            centred = term - np.sum(mix * term, axis=1, keepdims=True)
+            t2 = np.maximum(centred**2 - v_level, 0.0)
+            along += np.sum(mix * mix * v_level * t2, axis=1)
+            signal += np.sum(mix * t2, axis=1)
+            even += noise * (col.levels - 1) / col.levels
             m = np.einsum("rla,rl->ra", freq, term)
             means += m
             variances += np.einsum("rla,rla->ra", freq, (term[:, :, None] - m[:, None, :]) ** 2)
@@ -241,7 +260,12 @@ def fitted_models(
             s2 = np.clip(pooled, 1e-2, 1.0)
             slope = (m_arm[:, 1] - m_arm[:, 0]) / s2
             offset = -(m_arm[:, 1] ** 2 - m_arm[:, 0] ** 2) / (2.0 * s2)
-            index_noise += v_count * np.sum(1.0 / arm**2, axis=1) / s2
+            v_slope = v_count * np.sum(1.0 / arm**2, axis=1) / (s2 * s2)
+            index_noise += v_slope * s2
+            t2 = np.maximum(slope * slope - v_slope, 0.0) * s2
+            along += v_slope * s2 * t2
+            signal += t2
+            even += v_slope * s2
             means += slope[:, None] * m_arm + offset[:, None]
             variances += (slope * slope * s2)[:, None]
             rec_mean += slope * centre + offset
@@ -249,7 +273,10 @@ def fitted_models(
     model_spread = (1 - arm_share) * variances[:, 0] + arm_share * variances[:, 1]
     model_spread += arm_share * (1 - arm_share) * (means[:, 1] - means[:, 0]) ** 2
     edges = _model_edges(means, variances, arm_share, bands)
-    return FittedModels(edges, index_noise, model_spread, rec_mean, rec_var)
+    along = np.where(signal > 0.0, along / np.where(signal > 0.0, signal, 1.0), 0.0)
+    return FittedModels(
+        edges, index_noise, along, even / max(dof, 1), model_spread, rec_mean, rec_var
+    )
 
 
 def _model_edges(

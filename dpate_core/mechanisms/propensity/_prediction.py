@@ -68,12 +68,14 @@ OCCUPANCY_EVALUATED = 40
 
 
 def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
-    """``(rho, index noise)``: the model's noise share and index noise variance in closed form at
-    evenly spread cells (module docstring, step 2: the bands' sorting of the treated; the noise
-    share a release reports is the simulated releases'). The model query's Laplace scale is
-    ``Delta_m / eps_m`` in counts (:func:`~._model.count_sensitivity`); a categorical covariate
-    with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L + scale`` its smoothed
-    cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2 scale^2``)."""
+    """``(rho, index noise)``: the model's noise share and its index noise across the true index,
+    in closed form at evenly spread cells (module docstring, step 2: the bands' sorting of the
+    treated; the noise share a release reports is the simulated releases'). The model query's
+    Laplace scale is ``Delta_m / eps_m`` in counts (:func:`~._model.count_sensitivity`); a
+    categorical covariate with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L +
+    scale`` its smoothed cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2
+    scale^2``). The part along the true index, which does not reorder the records, is taken off
+    as :attr:`~._occupancy.FittedModels.even_along` takes it."""
     d = inp.design
     levels, p_num = assumed_columns(inp)
     eps_m = float(d.epsilon * budget_shares(inp)[0])
@@ -82,10 +84,12 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     n1, n0 = max(d.n * a, 1.0), max(d.n * (1 - a), 1.0)
     lv = np.asarray(levels, dtype=np.float64)
-    cat = float(np.sum(v * (1.0 / (n1 / lv + scale) ** 2 + 1.0 / (n0 / lv + scale) ** 2)))
+    cat = v * (1.0 / (n1 / lv + scale) ** 2 + 1.0 / (n0 / lv + scale) ** 2)
     num = p_num * v * (1.0 / (n1 + scale) ** 2 + 1.0 / (n0 + scale) ** 2) / ASSUMED_NUMERIC_SPREAD
-    noise = cat + num
-    return min(noise / (assumed_index_variance(inp) + noise), 1.0), noise
+    noise = float(np.sum(cat)) + num
+    dof = float(np.sum(lv - 1.0)) + p_num
+    across = noise - (float(np.sum(cat * (lv - 1.0) / lv)) + num) / max(dof, 1.0)
+    return min(across / (assumed_index_variance(inp) + noise), 1.0), across
 
 
 def band_counts(

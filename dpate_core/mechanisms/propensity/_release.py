@@ -302,7 +302,8 @@ def attenuation_correction(
     """``(corrected tau, variance factor, model variance)`` from noisy values only.
 
     Bands of a noisy index remove only part of the confounding bias: with a share ``rho`` of
-    the index's variance being the model's noise (:attr:`PropensityModel.noise_share`), the
+    the index's variance being the model's noise across the true index
+    (:attr:`PropensityModel.noise_share`; noise along it does not reorder the records), the
     index's reliability is ``1 - rho``, and the bias the bands remove, ``tau_crude - tau``
     (``tau_crude`` the difference in the arms' noisy means over all bands), is about
     ``(1 - rho)`` of what bands of the exact index remove. The correction extrapolates:
