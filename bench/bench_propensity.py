@@ -449,8 +449,9 @@ def plan_accuracy(reps: int = 400) -> None:
     site of several sizes; eps 1, the planner stating the treated share, the outcome's mean and
     within-arm sd, the effect and the confounding (crude difference less the effect); and the
     bands' occupancy (effective number of filled bands, ``N^2 / sum N_b^2``) the plan predicts
-    against its mean over the releases."""
-    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT, band_occupancy
+    against its mean over the releases. The releases use the study's ``"auto"`` choice of ``K``
+    and the model share, as the plan does."""
+    from dpate_core.mechanisms.propensity import PROPENSITY, band_occupancy
     from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign, plan_study
     from dpate_core.synth import split_equal
 
@@ -478,15 +479,24 @@ def plan_accuracy(reps: int = 400) -> None:
                               confounding=crude - truth)  # fmt: skip
         cols = sites[0].columns
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
-        plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS) for s in sites]
+        # the study's public choice of K and the model share, as a spec makes it (the plan
+        # predicts that release)
+        choice = PROPENSITY.study_choice(None, 1, [StudySite(s.w.size, EPS, ()) for s in sites])
+        split = PROPENSITY.default_split(choice.options).shares
+        plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS, split=split,
+                                 bands=choice.options.bands) for s in sites]  # fmt: skip
         tau, n, var, occupancy = releases(plans, np.random.default_rng(8))
-        designs = [
-            SiteDesign.of(f"s{j}", s.w.size, EPS, 0, DEFAULT_SPLIT, 4) for j, s in enumerate(sites)
-        ]
+        designs = [SiteDesign.of(f"s{j}", s.w.size, EPS, 0, split, 4) for j, s in enumerate(sites)]
         predicted = [
             band_occupancy(
                 PredictionInputs(
-                    d, int(np.prod(sizes)), 1.0, assumed, None, sizes, len(cols) - len(sizes)
+                    d,
+                    int(np.prod(sizes)),
+                    1.0,
+                    assumed,
+                    choice.options,
+                    sizes,
+                    len(cols) - len(sizes),
                 )
             )
             for d in designs
