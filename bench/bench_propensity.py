@@ -814,6 +814,7 @@ def auto_rule(
     quick: bool = False, eps: Fraction = Fraction(EPS), sizes: Sequence[int] = AUTO_SIZES,
     others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
     counts: tuple[int, int] | None = None, real: bool = False, every: bool = False,
+    rows: Sequence[tuple[int, str]] | None = None,
 ) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
@@ -822,7 +823,10 @@ def auto_rule(
     non-private interval's and coverage, per site and for the inverse-variance combination, at
     ``eps`` per site (docs/research/propensity.md, "Bands and model share by study size").
     ``counts``: ``(data sets or splits, releases)``, else 20 x 20 (``quick``) or 40 x 25.
-    ``every``: then the rule's rows' coverage under every combiner (:data:`COMBINERS`)."""
+    ``every``: then the rule's rows' coverage under every combiner (:data:`COMBINERS`).
+    ``rows``: ``(K, model share)`` rows printed at the sizes ``others`` in place of the rule's
+    other rows (and, with ``real``, on IHDP and Lalonde beside the rule's choice), each with every
+    combiner's coverage when ``every``."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
     sets, reps = counts or ((20, 20) if quick else (40, 25))
@@ -841,7 +845,7 @@ def auto_rule(
     by_combiner: list[tuple[str, dict[str, list[bool]]]] = []
 
     def cover_of(label: str, tag: str) -> dict[str, list[bool]] | None:
-        if not (every and tag):
+        if not (every and (tag or rows)):
             return None
         by_combiner.append((label, {}))
         return by_combiner[-1][1]
@@ -861,10 +865,10 @@ def auto_rule(
     for n in sizes:
         for j in sites:
             row(n, j, *chosen(n, j), " (auto)")
-    for n in others:  # the rule's other rows on each side of a threshold
+    for n in others:  # the rule's other rows on each side of a threshold (or ``rows``)
         for j in sites:
             choice = chosen(n, j)
-            for _, bands, share in AUTO_RULE:
+            for bands, share in rows or [(b, str(m)) for _, b, m in AUTO_RULE]:
                 if (bands, str(share)) != choice:
                     row(n, j, bands, str(share), "")
     for name, data, truth in real_data() if real else ():
@@ -873,12 +877,14 @@ def auto_rule(
             groups = [[data.take(p) for p in np.array_split(rng.permutation(data.w.size), j)]
                       for _ in range(sets)]  # fmt: skip
             n = min(s.w.size for s in groups[0])
-            bands, share = chosen(n, j)
+            choice = chosen(n, j)
             label = f"{name}, {j} x {n}"
-            cover = cover_of(f"{label}, K {bands}, model {share}", " (auto)")
-            res = width_case(groups, truth, reps, bands=bands, share=share, seed=j, eps=eps,
-                             combiners=cover)  # fmt: skip
-            show(label, bands, share, " (auto)", res)
+            for bands, share in [choice, *(r for r in rows or () if r != choice)]:
+                tag = " (auto)" if (bands, share) == choice else ""
+                cover = cover_of(f"{label}, K {bands}, model {share}", tag)
+                res = width_case(groups, truth, reps, bands=bands, share=share, seed=j, eps=eps,
+                                 combiners=cover)  # fmt: skip
+                show(label, bands, share, tag, res)
     if not by_combiner:
         return
     print(f"\nthe auto rule's rows: coverage of each combiner, eps {eps} per site (the releases "
@@ -1266,6 +1272,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--counts", type=int, nargs=2, help="--auto: data sets, releases")
     ap.add_argument("--real", action="store_true", help="--auto: IHDP and Lalonde as well")
     ap.add_argument("--every", action="store_true", help="--auto: every combiner's coverage")
+    ap.add_argument("--rows", nargs="+", metavar="K:SHARE",
+                    help="--auto: these rows at the --others sizes, in place of the rule's")  # fmt: skip
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
@@ -1277,7 +1285,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.auto:
         auto_rule(args.quick, args.eps, args.sizes or AUTO_SIZES,
                   AUTO_OTHERS if args.others is None else args.others, args.sites,
-                  tuple(args.counts) if args.counts else None, args.real, args.every)  # fmt: skip
+                  tuple(args.counts) if args.counts else None, args.real, args.every,
+                  [(int(r.split(":")[0]), r.split(":")[1]) for r in args.rows or ()])  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)
