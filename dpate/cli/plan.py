@@ -1,9 +1,9 @@
 """``dpate plan STUDY.toml --n SITE=N ...``: predicted interval widths before anything is spent.
 
-Reads only the study spec (:func:`dpate.settings.load_study_spec`) and the public site sizes given
-with ``--n`` (the spec holds no ``N``). No record is read, no noise drawn, no ledger touched, no
-Prefect import. The prediction and its assumptions are described in :mod:`dpate_core.planning` and
-``docs/explanation/inference.md``.
+Reads only the study spec (:func:`dpate.settings.load_study_spec`) and the public site sizes: the
+``n`` the spec declares for a site, or the one given with ``--n`` (which wins). No record is read,
+no noise drawn, no ledger touched, no Prefect import. The prediction and its assumptions are
+described in :mod:`dpate_core.planning` and ``docs/explanation/inference.md``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ __all__ = ["plan"]
 out = Console(soft_wrap=True, highlight=False)
 
 
-def _sizes(values: list[str], site_ids: list[str]) -> dict[str, int]:
-    sizes: dict[str, int] = {}
+def _sizes(values: list[str], declared: dict[str, int | None]) -> dict[str, int]:
+    """Each site's record count: ``--n SITE=N`` where given, else the ``n`` the spec declares for
+    the site (``declared``: every site's, None when not declared)."""
+    site_ids = list(declared)
+    sizes: dict[str, int] = {s: n for s, n in declared.items() if n is not None}
     for v in values:
         site, sep, n = v.partition("=")
         if not sep or not site:
@@ -46,8 +49,8 @@ def _sizes(values: list[str], site_ids: list[str]) -> dict[str, int]:
     missing = [s for s in site_ids if s not in sizes]
     if missing:
         raise typer.BadParameter(
-            f"give the public record count of every site: missing {missing} "
-            f"(e.g. --n {missing[0]}=5000)",
+            f"give the public record count of every site: missing {missing} (declare n for the "
+            f"site in the spec, or give e.g. --n {missing[0]}=5000)",
             param_hint="--n",
         )
     return sizes
@@ -100,7 +103,12 @@ def plan(
     spec: SpecArg,
     n: Annotated[
         list[str] | None,
-        _opt("a site's public record count, SITE=N (repeat for every site)", "--n", "SITE=N"),
+        _opt(
+            "a site's public record count, SITE=N (repeat; default: the n the spec declares for "
+            "the site)",
+            "--n",
+            "SITE=N",
+        ),
     ] = None,
     target_width: Annotated[
         float | None,
@@ -181,7 +189,7 @@ def plan(
     from dpate_core.planning import Assumptions, SiteDesign, plan_study
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
-    sizes = _sizes(n or [], [s.id for s in study.sites])
+    sizes = _sizes(n or [], {s.id: s.n for s in study.sites})
     common_share, site_shares = _arm_shares(arm_share or [], [s.id for s in study.sites])
     if outcome_sd is not None and not outcome_sd >= 0:
         raise typer.BadParameter("must be at least 0", param_hint="--outcome-sd")

@@ -95,3 +95,25 @@ def test_plan_names_the_estimand_and_when_the_given_n_would_choose_otherwise(tmp
     doc = json.loads(runner.invoke(app, ["plan", str(declared), *sizes, "--json"]).output)
     assert doc["variant"] == "subclassification"
     assert not any("--n)" in n for n in doc["notes"])
+
+
+def test_plan_reads_each_sites_declared_n_and_a_given_n_wins(tmp_path, home):
+    import json
+
+    declared = write_study(
+        tmp_path, {"a": {"declared": 2000}, "b": {"declared": 4000}}, estimator='"propensity"'
+    )
+    res = runner.invoke(app, ["plan", str(declared), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert [s["n"] for s in doc["sites"]] == [2000, 4000]
+    # the study's public choice from the smallest n x epsilon (2,000): K 4, a third to the model
+    assert doc["variant"] == "K = 4 bands, model share 1/3"
+    given = json.loads(runner.invoke(app, ["plan", str(declared), "--n", "b=900", "--json"]).output)
+    assert [s["n"] for s in given["sites"]] == [2000, 900]
+    partly = write_study(tmp_path / "p", {"a": {"declared": 2000}, "b": {}})
+    res = runner.invoke(app, ["plan", str(partly)])
+    assert res.exit_code != 0
+    assert "missing ['b'] (declare n for the site in the spec, or give e.g. --n b=5000)" in (
+        " ".join(res.output.split())
+    )
