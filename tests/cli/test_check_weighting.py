@@ -101,16 +101,17 @@ def test_plan_reads_each_sites_declared_n_and_a_given_n_wins(tmp_path, home):
     import json
 
     declared = write_study(
-        tmp_path, {"a": {"declared": 2000}, "b": {"declared": 4000}}, estimator='"propensity"'
+        tmp_path, {"a": {"declared": 4000}, "b": {"declared": 5000}}, estimator='"propensity"'
     )
     res = runner.invoke(app, ["plan", str(declared), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert [s["n"] for s in doc["sites"]] == [2000, 4000]
-    # the study's public choice from the smallest n x epsilon (2,000): K 4, a third to the model
-    assert doc["variant"] == "K = 4 bands, model share 1/3"
+    assert [s["n"] for s in doc["sites"]] == [4000, 5000]
+    # the study's public choice from the smallest n x epsilon (4,000): half the budget to the
+    # model (the defaults, a quarter, when n is not declared)
+    assert doc["variant"] == "K = 5 bands, model share 1/2"
     given = json.loads(runner.invoke(app, ["plan", str(declared), "--n", "b=900", "--json"]).output)
-    assert [s["n"] for s in given["sites"]] == [2000, 900]
+    assert [s["n"] for s in given["sites"]] == [4000, 900]
     partly = write_study(tmp_path / "p", {"a": {"declared": 2000}, "b": {}})
     res = runner.invoke(app, ["plan", str(partly)])
     assert res.exit_code != 0

@@ -11,10 +11,9 @@ records per site at epsilon 1. The noise's scale is ``1 / (n epsilon)``, so the 
 happens is one of ``n x epsilon`` (measured at epsilon 1/2, 1 and 2: 2,000 records at epsilon 2
 under-cover with the defaults as 4,000 do at epsilon 1). Half the budget to the model (and,
 from an effective size of 10,000, ``K = 10`` bands) covers there (measured: ``python
-bench/bench_propensity.py --auto --eps E``). From 1,500 to 3,000, ``K = 4`` with a third to the
-model is 11-17% narrower than the defaults at the same coverage (fewer band cells' noise, a less
-noisy model; measured at epsilon 1/2, 1 and 2); below 1,500 the defaults cover and are as narrow,
-and the release is the defaults', bit for bit. At epsilon 1 the effective size is ``n``.
+bench/bench_propensity.py --auto --eps E``); below the rule's first threshold the defaults cover
+and are narrower, and the release is the defaults', bit for bit. At epsilon 1 the effective size
+is ``n``.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
 #: model share by study size", where each row's coverage is measured)
 AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (0, BANDS, DEFAULT_MODEL_SHARE),
-    (1500, 4, Fraction(1, 3)),
     (3000, 5, Fraction(1, 2)),
     (10_000, 10, Fraction(1, 2)),
 )
