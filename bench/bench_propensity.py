@@ -121,6 +121,21 @@ def synth5_aligned(rng: np.random.Generator, n: int, effect: float = 0.3) -> Dat
     return Data(w, y, np.column_stack([c1, c2, c3, u1, u2]), cols, np.zeros(n, np.int64), 1)
 
 
+def synth5_strong(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
+    """:func:`synth5` with about four times the confounding: the propensity's coefficients
+    doubled, the outcome's covariate effects of the propensity's signs (as
+    :func:`synth5_aligned`) and as large as :func:`synth5`'s; the crude difference exceeds the
+    effect by about 0.09 (``synth5``: 0.025)."""
+    c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
+    u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
+    lin = 2.0 * (-0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2)
+    w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
+    base = 0.3 + 0.05 * c1 - 0.04 * c2 + 0.05 * c3 + 0.15 * u1 - 0.1 * u2
+    y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
+    cols = (Categorical(4), Categorical(3), Categorical(2), Numeric(0, 1), Numeric(0, 1))
+    return Data(w, y, np.column_stack([c1, c2, c3, u1, u2]), cols, np.zeros(n, np.int64), 1)
+
+
 def ihdp() -> tuple[Data, float]:
     from bench_regression_adjustment import ihdp_data
 
@@ -814,7 +829,7 @@ def auto_rule(
     quick: bool = False, eps: Fraction = Fraction(EPS), sizes: Sequence[int] = AUTO_SIZES,
     others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
     counts: tuple[int, int] | None = None, real: bool = False, every: bool = False,
-    rows: Sequence[tuple[int, str]] | None = None,
+    rows: Sequence[tuple[int, str]] | None = None, strong: bool = False,
 ) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
@@ -826,7 +841,7 @@ def auto_rule(
     ``every``: then the rule's rows' coverage under every combiner (:data:`COMBINERS`).
     ``rows``: ``(K, model share)`` rows printed at the sizes ``others`` in place of the rule's
     other rows (and, with ``real``, on IHDP and Lalonde beside the rule's choice), each with every
-    combiner's coverage when ``every``."""
+    combiner's coverage when ``every``. ``strong``: the Synth rows on :func:`synth5_strong`."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
     sets, reps = counts or ((20, 20) if quick else (40, 25))
@@ -852,7 +867,8 @@ def auto_rule(
 
     def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
         rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
-        groups = [[synth5(rng, n) for _ in range(j)] for _ in range(sets)]
+        make = synth5_strong if strong else synth5
+        groups = [[make(rng, n) for _ in range(j)] for _ in range(sets)]
         label = f"{j} x {n:,}"
         res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps,
                          combiners=cover_of(f"{label}, K {bands}, model {share}", tag))  # fmt: skip
@@ -1272,6 +1288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--counts", type=int, nargs=2, help="--auto: data sets, releases")
     ap.add_argument("--real", action="store_true", help="--auto: IHDP and Lalonde as well")
     ap.add_argument("--every", action="store_true", help="--auto: every combiner's coverage")
+    ap.add_argument("--strong", action="store_true", help="--auto: Synth with 4x confounding")
     ap.add_argument("--rows", nargs="+", metavar="K:SHARE",
                     help="--auto: these rows at the --others sizes, in place of the rule's")  # fmt: skip
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
@@ -1286,7 +1303,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         auto_rule(args.quick, args.eps, args.sizes or AUTO_SIZES,
                   AUTO_OTHERS if args.others is None else args.others, args.sites,
                   tuple(args.counts) if args.counts else None, args.real, args.every,
-                  [(int(r.split(":")[0]), r.split(":")[1]) for r in args.rows or ()])  # fmt: skip
+                  [(int(r.split(":")[0]), r.split(":")[1]) for r in args.rows or ()],
+                  args.strong)  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)

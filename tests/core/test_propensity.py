@@ -391,8 +391,9 @@ def _sites(*ns: int | None) -> list[Any]:
 @pytest.mark.parametrize(
     ("ns", "bands", "share"),
     [
-        ((2000, 2999), 5, "1/4"),  # below the rule's first threshold: today's defaults
-        ((3000, 20_000), 5, "1/2"),  # the smallest n decides
+        ((1000, 1499), 5, "1/4"),  # below the rule's first threshold: the defaults
+        ((1500, 20_000), 5, "1/2"),  # the smallest n decides
+        ((3000, 20_000), 5, "1/2"),
         ((9999, 50_000), 5, "1/2"),
         ((10_000, 10_000, 12_000), 10, "1/2"),
         ((None, 20_000), 5, "1/4"),  # some n undeclared: the defaults
@@ -424,18 +425,22 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
     ("sites", "bands", "share", "size"),
     [
         # eps 1 per site: n x epsilon is n, the choices of the n rule
-        (((2999, 1), (40_000, 1)), 5, "1/4", "2999"),
+        (((1499, 1), (40_000, 1)), 5, "1/4", "1499"),
+        (((2999, 1), (40_000, 1)), 5, "1/2", "2999"),
         # eps 2 doubles the effective size: 2,000 records choose as 4,000 at eps 1
         (((2000, 2), (2000, 2)), 5, "1/2", "4000"),
-        (((1499, 2), (9000, 2)), 5, "1/4", "2998"),
+        (((749, 2), (9000, 2)), 5, "1/4", "1498"),
+        (((750, 2), (9000, 2)), 5, "1/2", "1500"),
         (((5000, 2), (6000, 2)), 10, "1/2", "10000"),
         # eps 1/2 halves it: 4,000 records choose as 2,000 at eps 1, 10,000 as 5,000
-        (((4000, "1/2"), (4000, "1/2")), 5, "1/4", "2000"),
+        (((2999, "1/2"), (4000, "1/2")), 5, "1/4", "1499.50"),
+        (((4000, "1/2"), (4000, "1/2")), 5, "1/2", "2000"),
         (((10_000, "1/2"),) * 3, 5, "1/2", "5000"),
         (((20_000, "1/2"), (20_000, "1/2")), 10, "1/2", "10000"),
         # sites at different epsilons: the smallest product decides, not the smallest n
         (((3000, 1), (2000, 2)), 5, "1/2", "3000"),
-        (((12_000, "1/5"), (2000, 2)), 5, "1/4", "2400"),
+        (((12_000, "1/5"), (2000, 2)), 5, "1/2", "2400"),
+        (((7000, "1/5"), (2000, 2)), 5, "1/4", "1400"),
         (((3001, "1/3"), (20_000, 1)), 5, "1/4", "1000.33"),
     ],
 )
@@ -451,7 +456,7 @@ def test_auto_chooses_from_the_smallest_n_times_epsilon(sites, bands, share, siz
 def test_below_the_threshold_the_release_is_todays():
     from dpate_core.mechanisms.propensity import BANDS, DEFAULT_SPLIT, PropensityOptions
 
-    choice = PROPENSITY.study_choice(None, 1, _sites(2000, 3000))
+    choice = PROPENSITY.study_choice(None, 1, _sites(1000, 3000))
     assert PROPENSITY.default_split(choice.options).shares == tuple(map(Fraction, DEFAULT_SPLIT))
     assert choice.options == PropensityOptions(BANDS, "1/4")
     # an unresolved "auto" plans as the defaults too (a plan made outside a study)

@@ -7,13 +7,14 @@ and model share by study size").
 Why: with ``K = 5`` and a quarter of the budget to the model, the residual confounding within
 the bands and the model draw's part of the error, which the reported variance leaves out, come to
 dominate once the band cells' noise shrinks: the interval under-covers from a few thousand
-records per site at epsilon 1. The noise's scale is ``1 / (n epsilon)``, so the size where that
-happens is one of ``n x epsilon`` (measured at epsilon 1/2, 1 and 2: 2,000 records at epsilon 2
+records per site at epsilon 1, and from 1,500 when the confounding is strong (the model draw's
+error grows with it). The noise's scale is ``1 / (n epsilon)``, so the size where that happens
+is one of ``n x epsilon`` (measured at epsilon 1/2, 1 and 2: 2,000 records at epsilon 2
 under-cover with the defaults as 4,000 do at epsilon 1). Half the budget to the model (and,
 from an effective size of 10,000, ``K = 10`` bands) covers there (measured: ``python
-bench/bench_propensity.py --auto --eps E``); below the rule's first threshold the defaults cover
-and are narrower, and the release is the defaults', bit for bit. At epsilon 1 the effective size
-is ``n``.
+bench/bench_propensity.py --auto --eps E``, with ``--strong`` for the strong confounding); below
+the rule's first threshold the defaults cover and are narrower, and the release is the
+defaults', bit for bit. At epsilon 1 the effective size is ``n``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
 #: model share by study size", where each row's coverage is measured)
 AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (0, BANDS, DEFAULT_MODEL_SHARE),
-    (3000, 5, Fraction(1, 2)),
+    (1500, 5, Fraction(1, 2)),
     (10_000, 10, Fraction(1, 2)),
 )
 #: the band cells' counts, centred sums and squares share the rest of the budget as 21 : 33 : 6
