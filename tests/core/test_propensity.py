@@ -417,6 +417,9 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
     else:
         assert f"smallest site n x epsilon is {min(ns)}" in choice.reason
         assert f"below {AUTO_RULE[1][0]} the defaults" in choice.reason
+        # below the first threshold the reason says where the defaults are known to fail
+        strong = "under-covers when the confounding is strong" in choice.reason
+        assert strong == (min(ns) < AUTO_RULE[1][0])
     # idempotent: the chosen options choose themselves, at any n
     assert PROPENSITY.study_choice(choice.options, 1, _sites(100)).options == choice.options
 
