@@ -94,12 +94,29 @@ class Data:
 # Data
 
 
-def synth5(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
+#: Synth's outcome model, ``base = intercept + sum_j g_j x_j`` over ``(c1, c2, c3, u1, u2)``
+_OUTCOME = {
+    "mild": (0.15, (0.05, 0.04, 0.05, 0.15, 0.1)),  # c2 and u2 against the propensity: cancelling
+    "aligned": (0.35, (0.05, -0.04, 0.05, 0.15, -0.1)),  # every effect of the propensity's sign
+    "strong": (0.3, (0.05, -0.04, 0.05, 0.15, -0.1)),  # aligned, the propensity twice as steep
+}
+
+
+def synth5(
+    rng: np.random.Generator, n: int, effect: float = 0.3, confounding: str = "mild"
+) -> Data:
+    """Synth with 5 covariates (module docstring). ``confounding``: ``"mild"`` (the crude
+    difference exceeds the effect by about 0.025, the covariates' contributions partly
+    cancelling), ``"aligned"`` (the same magnitudes, every outcome effect of its propensity
+    effect's sign: the contributions add up) or ``"strong"`` (aligned with the propensity's
+    coefficients doubled: about 0.09)."""
     c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
     u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
-    lin = -0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2
+    scale = 2.0 if confounding == "strong" else 1.0
+    lin = scale * (-0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2)
     w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
-    base = 0.15 + 0.05 * c1 + 0.04 * c2 + 0.05 * c3 + 0.15 * u1 + 0.1 * u2
+    b0, (g1, g2, g3, g4, g5) = _OUTCOME[confounding]
+    base = b0 + g1 * c1 + g2 * c2 + g3 * c3 + g4 * u1 + g5 * u2
     y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
     b1, b2 = np.minimum((u1 * 4).astype(int), 3), np.minimum((u2 * 4).astype(int), 3)
     x = (((c1 * 3 + c2) * 2 + c3) * 4 + b1) * 4 + b2
@@ -108,32 +125,13 @@ def synth5(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
 
 
 def synth5_aligned(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
-    """:func:`synth5` with every covariate's outcome effect of the sign of its propensity
-    effect (``c2`` and ``u2`` flipped, the base shifted to stay in [0, 1]): the covariates'
-    confounding adds up instead of partly cancelling (the same magnitudes)."""
-    c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
-    u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
-    lin = -0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2
-    w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
-    base = 0.35 + 0.05 * c1 - 0.04 * c2 + 0.05 * c3 + 0.15 * u1 - 0.1 * u2
-    y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
-    cols = (Categorical(4), Categorical(3), Categorical(2), Numeric(0, 1), Numeric(0, 1))
-    return Data(w, y, np.column_stack([c1, c2, c3, u1, u2]), cols, np.zeros(n, np.int64), 1)
+    """:func:`synth5` with ``confounding="aligned"``."""
+    return synth5(rng, n, effect, "aligned")
 
 
 def synth5_strong(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
-    """:func:`synth5` with about four times the confounding: the propensity's coefficients
-    doubled, the outcome's covariate effects of the propensity's signs (as
-    :func:`synth5_aligned`) and as large as :func:`synth5`'s; the crude difference exceeds the
-    effect by about 0.09 (``synth5``: 0.025)."""
-    c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
-    u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
-    lin = 2.0 * (-0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2)
-    w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
-    base = 0.3 + 0.05 * c1 - 0.04 * c2 + 0.05 * c3 + 0.15 * u1 - 0.1 * u2
-    y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
-    cols = (Categorical(4), Categorical(3), Categorical(2), Numeric(0, 1), Numeric(0, 1))
-    return Data(w, y, np.column_stack([c1, c2, c3, u1, u2]), cols, np.zeros(n, np.int64), 1)
+    """:func:`synth5` with ``confounding="strong"``."""
+    return synth5(rng, n, effect, "strong")
 
 
 def ihdp() -> tuple[Data, float]:
