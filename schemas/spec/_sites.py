@@ -98,7 +98,7 @@ class SiteSpec(_Model):
         description="The site's record count as the study declares it in advance (public: "
         "every report publishes `N`). Only a study-wide public choice reads it "
         '(`adjusted_weighting = "auto"`; the propensity estimator\'s `bands` and `model_share` '
-        "`\"auto\"`, from `n` times the site's epsilon); a release with another `N` still "
+        '`"auto"`, from `n` times the site\'s epsilon); a release with another `N` still '
         "releases, with the spec's choice.",
     )
     public_key: str | None = Field(
