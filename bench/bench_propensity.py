@@ -482,15 +482,25 @@ def plan_accuracy(reps: int = 400) -> None:
         n = np.array([p.n for p in plans], dtype=np.float64)
         return np.stack(tau, axis=1), n, np.stack(var, axis=1), np.asarray(occupancy)
 
-    def rows(name: str, sites: Sequence[Data], truth: float) -> None:
+    def rows(name: str, sites: Sequence[Data], truth: float, moments: bool = False) -> None:
         w = np.concatenate([s.w for s in sites])
         y = np.concatenate([s.y for s in sites])
+        z = np.concatenate([s.z for s in sites])
         within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
         crude = float(y[w == 1].mean() - y[w == 0].mean())
+        cols = sites[0].columns
+        # each numeric covariate's mean and sd over the records, rescaled by its bounds (as
+        # --covariate-mean / --covariate-sd state them), or the plan's default assumption
+        numeric = tuple(
+            ((float(z[:, j].mean()) - (c.lo + c.hi) / 2) / ((c.hi - c.lo) / 2),
+             float(z[:, j].std()) / ((c.hi - c.lo) / 2))
+            for j, c in enumerate(cols) if moments and not isinstance(c, Categorical)
+        )  # fmt: skip
         assumed = Assumptions(arm_share=float(w.mean()), outcome_sd=float(np.sqrt(within)),
                               outcome_mean=float(y.mean()), effect=truth,
-                              confounding=crude - truth)  # fmt: skip
-        cols = sites[0].columns
+                              confounding=crude - truth, numeric_covariates=numeric)  # fmt: skip
+        if moments:
+            name += " (numeric covariates' mean and sd stated)"
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
         # the study's public choice of K and the model share, as a spec makes it (the plan
         # predicts that release)
@@ -534,7 +544,8 @@ def plan_accuracy(reps: int = 400) -> None:
     print("|---|---|---|---|---|")
     for name, data, truth in real_data():
         for k in (2, 3):
-            rows(name, [data.take(i) for i in split_equal(data.w.size, k, 11)], truth)
+            for moments in (False, True):
+                rows(name, [data.take(i) for i in split_equal(data.w.size, k, 11)], truth, moments)
     for n in (1000, 2000, 5000, 20_000, 100_000):
         rows("bench Synth", [synth5(np.random.default_rng(n), n)], 0.3)
 

@@ -95,6 +95,60 @@ def _arm_shares(
     return (0.5 if common is None else common), ordered
 
 
+def _numeric_covariates(
+    means: list[str], sds: list[str], bounds: dict[str, tuple[float, float]]
+) -> tuple[tuple[float, float], ...]:
+    """``--covariate-mean`` / ``--covariate-sd`` values (``COLUMN=VALUE``, in the covariate's
+    units) as ``Assumptions.numeric_covariates``: per covariate with public bounds and no bins,
+    in the spec's order, ``(mean, sd)`` of its value rescaled to ``[-1, 1]``; a column given
+    neither keeps the default (the middle of its bounds, sd a third of their half-width); none
+    given at all: ``()``."""
+    stated: dict[str, dict[str, float]] = {}
+    for option, values in (("--covariate-mean", means), ("--covariate-sd", sds)):
+        for v in values:
+            column, sep, text = v.rpartition("=")
+            if not sep:
+                raise typer.BadParameter(
+                    f"{v!r} is not COLUMN=VALUE (e.g. age=42)", param_hint=option
+                )
+            if column not in bounds:
+                raise typer.BadParameter(
+                    f"{column!r} is not a numeric covariate with public bounds and no bins in "
+                    f"the spec; those are {sorted(bounds)}",
+                    param_hint=option,
+                )
+            try:
+                value = float(text)
+            except ValueError:
+                raise typer.BadParameter(
+                    f"{v!r}: the value must be a number in the covariate's units",
+                    param_hint=option,
+                ) from None
+            lo, hi = bounds[column]
+            if option == "--covariate-mean" and not lo <= value <= hi:
+                raise typer.BadParameter(
+                    f"{v!r}: a mean must lie within the covariate's public bounds [{lo:g}, {hi:g}]",
+                    param_hint=option,
+                )
+            if option == "--covariate-sd" and not 0 < value <= (hi - lo) / 2:
+                raise typer.BadParameter(
+                    f"{v!r}: an sd must be positive and at most half the bounds' width "
+                    f"({(hi - lo) / 2:g})",
+                    param_hint=option,
+                )
+            stated.setdefault(column, {})[option] = value
+    if not stated:
+        return ()
+    out = []
+    for column, (lo, hi) in bounds.items():
+        mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+        given = stated.get(column, {})
+        mean = (given.get("--covariate-mean", mid) - mid) / half
+        sd = given["--covariate-sd"] / half if "--covariate-sd" in given else 1.0 / 3.0
+        out.append((mean, sd))
+    return tuple(out)
+
+
 def _opt(help: str, name: str, metavar: str = "FLOAT") -> Any:
     return typer.Option(name, help=help, metavar=metavar, show_default=False)
 
@@ -172,6 +226,25 @@ def plan(
             "--band-occupancy",
         ),
     ] = None,
+    covariate_mean: Annotated[
+        list[str] | None,
+        _opt(
+            "assumed mean of a numeric covariate with public bounds and no bins, COLUMN=VALUE "
+            "in its units (repeat; default the middle of its bounds; the propensity model's "
+            "noise and band occupancy)",
+            "--covariate-mean",
+            "COLUMN=VALUE",
+        ),
+    ] = None,
+    covariate_sd: Annotated[
+        list[str] | None,
+        _opt(
+            "assumed sd of such a covariate over the records, COLUMN=VALUE in its units "
+            "(repeat; default a third of its bounds' half-width)",
+            "--covariate-sd",
+            "COLUMN=VALUE",
+        ),
+    ] = None,
     occupied_strata: Annotated[
         float | None,
         _opt(
@@ -209,6 +282,11 @@ def plan(
             f"must lie in [1, |X| = {study.domain_size}] (how many strata hold records)",
             param_hint="--occupied-strata",
         )
+    numeric = _numeric_covariates(
+        covariate_mean or [],
+        covariate_sd or [],
+        {c.column: c.bounds for c in study.unbinned_covariates},
+    )
     designs = [
         SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
         for s in study.sites
@@ -223,6 +301,7 @@ def plan(
         confounding=confounding,
         propensity_sd=propensity_sd,
         band_occupancy=band_occupancy,
+        numeric_covariates=numeric,
     )
     result = plan_study(
         study.estimator,

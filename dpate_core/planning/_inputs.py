@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -54,6 +54,12 @@ class Assumptions:
     #: a treated share per site where it differs from :attr:`arm_share`, as ``(site id, share)``
     #: pairs (public knowledge of a site's case mix, e.g. from its registry's published figures)
     site_arm_shares: tuple[tuple[str, float], ...] = ()
+    #: the propensity estimator's numeric covariates with public bounds and no bins, in the
+    #: spec's order: each one's assumed ``(mean, sd)`` over the records, on its value rescaled
+    #: to ``[-1, 1]`` by the bounds (``u = (x - mid) / half``); empty: every one around the
+    #: middle of its bounds with sd a third of their half-width. Earnings mostly near 0 on
+    #: bounds up to 40,000 are ``(-0.9, 0.2)``: the noisy model's slopes are steeper there
+    numeric_covariates: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for site, share in ((None, self.arm_share), *self.site_arm_shares):
@@ -61,6 +67,13 @@ class Assumptions:
                 where = "" if site is None else f" of site {site!r}"
                 raise ValueError(
                     f"treated share{where} ({share}) must lie strictly between 0 and 1"
+                )
+        for j, (mean, sd) in enumerate(self.numeric_covariates):
+            if not (-1 <= mean <= 1 and 0 < sd <= 1):
+                raise ValueError(
+                    f"numeric covariate {j + 1}'s assumed mean ({mean}) and sd ({sd}) on the "
+                    f"rescaled [-1, 1] must lie within the bounds (mean in [-1, 1], sd in "
+                    f"(0, 1]): state values inside the covariate's public bounds"
                 )
 
     def for_site(self, site_id: str) -> Assumptions:
@@ -127,8 +140,14 @@ class Assumptions:
             "propensity bands: "
             + (
                 "occupancy predicted from the model's noise (categorical levels equally common, "
-                "numeric covariates around the middle of their bounds with sd a third of their "
-                "half-width, none associated with the treatment; give --band-occupancy)"
+                + (
+                    "numeric covariates around the middle of their bounds with sd a third of "
+                    "their half-width (give --covariate-mean, --covariate-sd)"
+                    if not self.numeric_covariates
+                    else "numeric covariates at the stated means and sds (user-supplied; "
+                    "unstated ones around the middle of their bounds)"
+                )
+                + ", none associated with the treatment; give --band-occupancy)"
                 if self.band_occupancy is None
                 else f"{self.band_occupancy:g} effectively filled bands per release (user-supplied)"
             ),
@@ -186,6 +205,10 @@ class SitePrediction:
     #: (an unresolved release counts as the whole range in ``reported_variance``)
     resolved_probability: float = 1.0
     resolved_variance: float | None = None
+    #: equally likely releases as ``(probability of resolving, variance when resolved)`` pairs,
+    #: where an estimator predicts how its reported variance varies between releases
+    #: (``Estimator.resolutions``); empty: every release is the one above. Not printed
+    releases: tuple[tuple[float, float], ...] = field(default=(), repr=False)
 
     @property
     def rmse(self) -> float:
@@ -198,6 +221,7 @@ class SitePrediction:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["releases"]
         d["epsilon"], d["delta"] = str(self.epsilon), str(self.delta)
         d["split"] = [str(s) for s in self.split]
         d["rmse"], d["width"] = self.rmse, self.width

@@ -486,6 +486,25 @@ lifetime_cap = { epsilon = "3", delta = "0" }
     bad = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--band-occupancy", "0.5"])
     assert bad.exit_code == 2 and "--band-occupancy" in bad.output
 
+    # the numeric covariates' mean and sd, in their units: a severity mostly near 0 makes the
+    # model's slope steep and noisy (wider); the defaults stated explicitly change nothing; the
+    # assumption is printed with the plan
+    skewed = ("--covariate-mean", "severity=0.5", "--covariate-sd", "severity=1")
+    assert width(*skewed) > width()
+    middle = ("--covariate-mean", "age=56.5", "--covariate-sd", f"age={77 / 6}")
+    assert width(*middle) == pytest.approx(width())
+    res = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json", *skewed])
+    assert any("stated means and sds" in a for a in json.loads(res.output)["assumptions"])
+    for option, bad_value, rule in (
+        ("--covariate-mean", "sex=0.5", "public bounds and no bins"),
+        ("--covariate-mean", "age=120", "within the covariate's public bounds"),
+        ("--covariate-sd", "age=0", "positive"),
+        ("--covariate-sd", "age", "COLUMN=VALUE"),
+    ):
+        args = ["plan", str(spec), "--n", "a=5000", option, bad_value]
+        bad = runner.invoke(app, args, env={"COLUMNS": "250"})
+        assert bad.exit_code == 2 and option in bad.output and rule in bad.output, bad.output
+
     # the study's K and model share: the defaults without a declared n (the note says that
     # declaring n lets the study choose, and what it would choose with the --n given here);
     # with every n declared, the plan names the study's choice and its reason
@@ -573,13 +592,20 @@ def _synth_propensity_sites(n: int, k: int):
 
 
 def _check_propensity_plan(
-    sites, columns, effect: float, reps: int = 400, per_site_shares: bool = False
+    sites,
+    columns,
+    effect: float,
+    reps: int = 400,
+    per_site_shares: bool = False,
+    numeric_moments: bool = False,
 ):
     """Each site's and the combined predicted width within 25% of the realised ones (``sites``:
     ``(w, y, z)``), the planner stating what it would know: the treated share (with
     ``per_site_shares`` each site's own, as ``--arm-share SITE=SHARE`` states it), the outcome's
-    mean and within-arm sd, the effect and the confounding (crude difference less the effect);
-    the propensity's logit sd and the bands' occupancy left at their defaults."""
+    mean and within-arm sd, the effect and the confounding (crude difference less the effect),
+    with ``numeric_moments`` each numeric covariate's mean and sd over the records (as
+    ``--covariate-mean`` / ``--covariate-sd`` state them from published summaries); the
+    propensity's logit sd and the bands' occupancy left at their defaults."""
     from dpate_core.mechanisms.propensity import PROPENSITY, Categorical, plan_propensity
 
     # the study's public choice of K and the model share from the sites' n, as a spec makes it
@@ -594,7 +620,17 @@ def _check_propensity_plan(
     w, y = (np.concatenate([s[i] for s in sites]) for i in (0, 1))
     within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
     crude = float(y[w == 1].mean() - y[w == 0].mean())
+    z = np.concatenate([s[2] for s in sites])
+    numeric = tuple(
+        (
+            (float(z[:, j].mean()) - (c.lo + c.hi) / 2) / ((c.hi - c.lo) / 2),
+            float(z[:, j].std()) / ((c.hi - c.lo) / 2),
+        )
+        for j, c in enumerate(columns)
+        if numeric_moments and not isinstance(c, Categorical)
+    )
     assumptions = Assumptions(
+        numeric_covariates=numeric,
         arm_share=float(w.mean()),
         outcome_sd=float(np.sqrt(within)),
         outcome_mean=float(y.mean()),
@@ -653,17 +689,28 @@ def _propensity_records(name: str):
 
 
 @pytest.mark.parametrize(
-    ("name", "k", "per_site"), [("ihdp", 2, False), ("lalonde", 3, False), ("ihdp", 3, True)]
+    ("name", "k", "per_site", "moments"),
+    [
+        ("ihdp", 2, False, False),
+        ("lalonde", 3, False, False),
+        ("ihdp", 3, True, False),
+        ("lalonde", 2, False, True),
+    ],
 )
-def test_propensity_widths_on_small_real_sites_within_25_percent(name, k, per_site):
+def test_propensity_widths_on_small_real_sites_within_25_percent(name, k, per_site, moments):
     # IHDP (25 covariates, 2 sites of 374) and Lalonde (8 covariates, 3 sites of 241) at eps 1:
     # the model query's noise swamps the level counts, its band edges miss the records and most
     # releases put nearly every record in one or two bands; the plan predicts that occupancy
     # from public inputs (a prediction on five equally filled bands is about twice as wide).
-    # IHDP in 3 sites of 249: their treated shares differ (0.17-0.22), each stated per site
+    # IHDP in 3 sites of 249: their treated shares differ (0.17-0.22), each stated per site.
+    # Lalonde in 2 sites of 361: its earnings lie near 0 on bounds up to 40,000 (steep noisy
+    # slopes, a noise share twice the default assumption's), stated with each numeric
+    # covariate's mean and sd (at the defaults the sites are predicted at 0.75-0.79)
     w, y, z, columns, effect = _propensity_records(name)
     sites = [(w[i], y[i], z[i]) for i in split_equal(w.size, k, 11)]
-    _check_propensity_plan(sites, columns, effect, reps=300, per_site_shares=per_site)
+    _check_propensity_plan(
+        sites, columns, effect, reps=300, per_site_shares=per_site, numeric_moments=moments
+    )
 
 
 def test_propensity_band_occupancy_is_predicted_and_adjustable():
@@ -701,6 +748,17 @@ def test_propensity_band_occupancy_is_predicted_and_adjustable():
     assert 1.0 <= small < 3.0 and large > 4.9
     assert band_occupancy(inputs(300, bounded=10)) < small
     assert band_occupancy(inputs(300, band_occupancy=3.5)) == pytest.approx(3.5)
+    # numeric covariates stated near a bound with a small spread (earnings near 0): their noisy
+    # arm means clip at the bound and their slopes steepen, so the model's noise share and the
+    # predicted width rise (below); the default stated explicitly changes nothing
+    skewed = ((-0.9, 0.2), (-0.9, 0.2))
+    assert band_occupancy(inputs(300, numeric_covariates=skewed)) != pytest.approx(small)
+    default = ((0.0, 1.0 / 3.0),) * 2
+    assert band_occupancy(inputs(300, numeric_covariates=default)) == pytest.approx(small)
+    with pytest.raises(ValueError, match="one per covariate"):
+        band_occupancy(inputs(300, numeric_covariates=skewed[:1]))
+    with pytest.raises(ValueError, match="within the bounds"):
+        Assumptions(numeric_covariates=((1.5, 0.2),))
 
     def width(**assumed):
         return predict_site("propensity", SiteDesign.of("a", 300, 1, 0, None, 4), domain_size=16,
@@ -708,6 +766,8 @@ def test_propensity_band_occupancy_is_predicted_and_adjustable():
                             covariate_sizes=(2, 4, 2), bounded_covariates=2).width  # fmt: skip
 
     assert width(band_occupancy=1) < width(band_occupancy=5)
+    assert width(numeric_covariates=skewed) > 1.1 * width()
+    assert width(numeric_covariates=default) == pytest.approx(width())
     assert width(band_occupancy=1) < width() < width(band_occupancy=5)
     with pytest.raises(ValueError, match="band occupancy"):
         width(band_occupancy=0.5)
@@ -760,6 +820,36 @@ def test_a_chosen_subset_never_holds_a_site_predicted_uninformative():
     # none informative on its own: no subset to recommend, the width of what a release combines
     variance, used = combined_prediction("mvagg", [a, site("c", 1000, 0.08)], 1.0, Z)
     assert used == () and variance < 0.07
+
+
+def test_the_combination_draws_releases_whose_variance_varies():
+    """A site whose reported variance varies between releases (``SitePrediction.releases``): the
+    combined prediction runs the combiner on joint draws of the releases. Every release alike
+    gives the deterministic combination; a spread gives a narrower inverse-variance combination
+    than the sites' mean variances do (the combiner leans on the narrow release), and a release
+    that may not resolve counts as the whole range when no site resolves."""
+    from dpate_core.planning import SitePrediction, combined_prediction
+
+    def site(name, releases):
+        v = float(np.mean([r[1] for r in releases]))
+        return SitePrediction(name, 500, Fraction(1), Fraction(0), (Fraction(1),), "propensity",
+                              0.0, v, v, Z * v**0.5, releases=tuple(releases))  # fmt: skip
+
+    same = [site("a", [(1.0, 0.01)] * 4), site("b", [(1.0, 0.02)] * 4)]
+    assert combined_prediction("inverse_variance", same, 1.0, Z)[0] == pytest.approx(
+        1 / (1 / 0.01 + 1 / 0.02)
+    )
+    spread = [site("a", [(1.0, 0.002), (1.0, 0.018)]), site("b", [(1.0, 0.002), (1.0, 0.018)])]
+    drawn = combined_prediction("inverse_variance", spread, 1.0, Z)[0]
+    pairs = [1 / (1 / u + 1 / v) for u in (0.002, 0.018) for v in (0.002, 0.018)]
+    assert drawn == pytest.approx(np.mean(np.sqrt(pairs)) ** 2, rel=0.03)
+    assert drawn < 0.9 * (1 / (1 / 0.01 + 1 / 0.01))
+    # a site that resolves half the time: alone, half its draws count as the whole range
+    half = [site("a", [(0.5, 0.01)])]
+    width = 2 * Z * combined_prediction("all", half, 1.0, Z)[0] ** 0.5
+    assert width == pytest.approx(0.5 * 2 * Z * 0.1 + 0.5 * 2.0, rel=0.05)
+    # not part of the plan's printed or JSON form
+    assert "releases" not in spread[0].as_dict() and "releases" not in repr(spread[0])
 
 
 def test_a_plan_where_no_site_resolves_says_there_is_no_answer():

@@ -68,6 +68,7 @@ from ._prediction import (
     predicted_noise_share,
     released_variance,
     resolution,
+    resolutions,
 )
 from ._release import (
     ATTENUATION_CAP,
@@ -330,6 +331,7 @@ PROPENSITY = Estimator(
     noise_model=noise_model,
     predict=predict,
     resolution=resolution,
+    resolutions=resolutions,
     required_diagnostics=lambda options: (
         "noise_variance",
         "sampling_variance_dp",

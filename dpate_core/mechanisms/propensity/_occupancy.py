@@ -55,6 +55,7 @@ __all__ = [
     "budget_shares",
     "check_occupancy",
     "fitted_models",
+    "numeric_moments",
     "occupancy_fractions",
     "simulated",
     "simulated_releases",
@@ -131,20 +132,38 @@ def _phi(t: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + _erf(t / math.sqrt(2.0)))
 
 
+def numeric_moments(
+    p_num: int, stated: Sequence[tuple[float, float]] = ()
+) -> tuple[tuple[float, float], ...]:
+    """Each numeric covariate's assumed ``(mean, variance)`` of its rescaled value ``u``: the
+    stated ``(mean, sd)`` pairs (``Assumptions.numeric_covariates``), else
+    (:data:`ASSUMED_NUMERIC_CENTRE`, :data:`ASSUMED_NUMERIC_SPREAD`)."""
+    if not stated:
+        return ((ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD),) * p_num
+    if len(stated) != p_num:
+        raise ValueError(
+            f"numeric covariates: {len(stated)} assumed (mean, sd) pairs for {p_num} covariates "
+            f"with public bounds; give one per covariate, or none"
+        )
+    return tuple((float(m), float(sd) ** 2) for m, sd in stated)
+
+
 def _expected_statistics(
-    n: int, share: float, columns: tuple[Column, ...], centre: float, spread: float
+    n: int, share: float, columns: tuple[Column, ...], moments: Sequence[tuple[float, float]]
 ) -> np.ndarray:
     """The model vector (in counts and sums of ``u``) of ``n`` records as the occupancy
     prediction assumes them: a treated share ``share``; each categorical covariate's levels
-    equally common in both arms; each numeric one's ``u`` with mean ``centre`` and variance
-    ``spread`` in both arms (no covariate associated with the treatment)."""
+    equally common in both arms; each numeric one's ``u`` with its ``(mean, variance)`` from
+    ``moments`` in both arms (no covariate associated with the treatment)."""
     n1 = share * n
     n0 = n - n1
     out = [np.array([n0, n1])]
+    numeric = iter(moments)
     for col in columns:
         if isinstance(col, Categorical):
             out.append(np.tile([n0 / col.levels, n1 / col.levels], col.levels))
         else:
+            centre, spread = next(numeric)
             out.append(np.array([n0 * centre, n1 * centre, n * (spread + centre * centre)]))
     return np.concatenate(out)
 
@@ -159,6 +178,7 @@ def simulated_releases(
     bands: int,
     index_variance: float = ASSUMED_INDEX_VARIANCE,
     draws: int = OCCUPANCY_DRAWS,
+    moments: tuple[tuple[float, float], ...] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
     ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
@@ -166,15 +186,16 @@ def simulated_releases(
     (:attr:`FittedModels.even_along` taken off) over ``index_variance`` (the true index's) plus
     the spread the model's noise gives its index. The models are :func:`fitted_models`; the
     records' index is normal with the assumed covariates' mean and variance of the fitted
-    terms. Seeded: the same plan every time."""
+    terms (``moments``: each numeric covariate's ``(mean, variance)`` of ``u``, default
+    :func:`numeric_moments`'). Seeded: the same plan every time."""
     columns = assumed_column_specs(levels, p_num)
-    centre, spread = ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
+    moments = moments or numeric_moments(p_num)
     scale = float(count_sensitivity(columns, n)) / eps_m
-    stats = _expected_statistics(n, share, columns, centre, spread)
+    stats = _expected_statistics(n, share, columns, moments)
     rng = np.random.default_rng(_OCCUPANCY_SEED)
     exact = released_part(stats, columns)
     noisy = with_arm_counts(exact + rng.laplace(0.0, scale, (draws, exact.size)), columns)
-    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, centre, spread)
+    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, moments)
     across = fit.index_noise - fit.even_along
     noise_share = np.clip(across / (index_variance + fit.model_spread), 0.0, 1.0)
     sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
@@ -213,14 +234,14 @@ def fitted_models(
     n: int,
     smoothing: float,
     bands: int,
-    centre: float = ASSUMED_NUMERIC_CENTRE,
-    spread: float = ASSUMED_NUMERIC_SPREAD,
+    moments: Sequence[tuple[float, float]] = (),
 ) -> FittedModels:
     """:func:`~._fit.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
     model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
-    records whose categorical levels are equally common and whose numeric ``u`` has mean
-    ``centre`` and variance ``spread`` (``fit_model(row).noise_share`` is ``min(1, max(index_noise
-    - along, 0) / model_spread)``)."""
+    records whose categorical levels are equally common and whose numeric ``u`` has, per
+    numeric column, the ``(mean, variance)`` of ``moments`` (default :func:`numeric_moments`')
+    (``fit_model(row).noise_share`` is ``min(1, max(index_noise - along, 0) /
+    model_spread)``)."""
     v = np.asarray(noisy, dtype=np.float64)
     draws = v.shape[0]
     v_count = 2.0 * smoothing * smoothing
@@ -232,6 +253,7 @@ def fitted_models(
     rec_mean, rec_var = intercept.copy(), np.zeros(draws)  # the records' index
     index_noise, along, signal, even = (np.zeros(draws) for _ in range(4))
     dof = sum(c.levels - 1 if isinstance(c, Categorical) else 1 for c in columns)
+    numeric = iter(moments or numeric_moments(sum(not isinstance(c, Categorical) for c in columns)))
     at = 2
     for col in columns:
         block = v[:, at : at + col.width]
@@ -255,6 +277,7 @@ def fitted_models(
             rec_mean += term.mean(axis=1)
             rec_var += term.var(axis=1)
         else:
+            centre, spread = next(numeric)
             m_arm = np.clip(block[:, :2] / arm, -1.0, 1.0)
             pooled = (block[:, 2] - np.sum(block[:, :2] ** 2 / arm, axis=1)) / float(n)
             s2 = np.clip(pooled, 1e-2, 1.0)
@@ -351,8 +374,9 @@ def simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     eps_m = float(inp.design.epsilon * budget_shares(inp)[0])
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     bands = bands_of(inp.options)
+    moments = numeric_moments(p_num, inp.assumptions.numeric_covariates)
     return simulated_releases(
-        inp.design.n, a, levels, p_num, eps_m, bands, assumed_index_variance(inp)
+        inp.design.n, a, levels, p_num, eps_m, bands, assumed_index_variance(inp), moments=moments
     )
 
 

@@ -37,13 +37,13 @@ from dpate_core.statistics import COUNT_SENSITIVITY
 
 from ._model import count_sensitivity
 from ._occupancy import (
-    ASSUMED_NUMERIC_SPREAD,
     assumed_column_specs,
     assumed_columns,
     assumed_index_variance,
     bands_of,
     budget_shares,
     check_occupancy,
+    numeric_moments,
     simulated,
     stated_fractions,
 )
@@ -59,6 +59,7 @@ __all__ = [
     "predicted_noise_share",
     "released_variance",
     "resolution",
+    "resolutions",
 ]
 
 
@@ -74,8 +75,9 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     Laplace scale is ``Delta_m / eps_m`` in counts (:func:`~._model.count_sensitivity`); a
     categorical covariate with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L +
     scale`` its smoothed cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2
-    scale^2``). The part along the true index, which does not reorder the records, is taken off
-    as :attr:`~._occupancy.FittedModels.even_along` takes it."""
+    scale^2``; ``s^2`` its assumed variance, :func:`~._occupancy.numeric_moments`, at least
+    ``fit_model``'s floor 0.01). The part along the true index, which does not reorder the
+    records, is taken off as :attr:`~._occupancy.FittedModels.even_along` takes it."""
     d = inp.design
     levels, p_num = assumed_columns(inp)
     eps_m = float(d.epsilon * budget_shares(inp)[0])
@@ -85,7 +87,9 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     n1, n0 = max(d.n * a, 1.0), max(d.n * (1 - a), 1.0)
     lv = np.asarray(levels, dtype=np.float64)
     cat = v * (1.0 / (n1 / lv + scale) ** 2 + 1.0 / (n0 / lv + scale) ** 2)
-    num = p_num * v * (1.0 / (n1 + scale) ** 2 + 1.0 / (n0 + scale) ** 2) / ASSUMED_NUMERIC_SPREAD
+    spreads = np.array([s2 for _, s2 in numeric_moments(p_num, inp.assumptions.numeric_covariates)])
+    s2 = np.maximum(spreads, 1e-2)  # fit_model's floor on the pooled variance
+    num = float(np.sum(v * (1.0 / (n1 + scale) ** 2 + 1.0 / (n0 + scale) ** 2) / s2))
     noise = float(np.sum(cat)) + num
     dof = float(np.sum(lv - 1.0)) + p_num
     across = noise - (float(np.sum(cat * (lv - 1.0) / lv)) + num) / max(dof, 1.0)
@@ -217,11 +221,17 @@ def _band_parts(
     return p, v, sampling, noise, gap_noise(base, *counts)
 
 
+#: how many equally likely releases :func:`resolutions` summarises the simulated ones into (the
+#: combined prediction's draws of each site's release)
+RELEASE_GROUPS = 50
+
+
 @functools.lru_cache(maxsize=512)
-def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
-    """``(sampling, noise, p, sd)`` over the simulated releases (:func:`simulated_releases`):
-    the means of the released sampling and noise variances when resolved, the probability of
-    resolving and the mean resolved sd, ``E[p_r sd_r] / p``. Each release's bands hold its
+def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarray]:
+    """``(sampling, noise, p, sd, per release)`` over the simulated releases
+    (:func:`simulated_releases`): the means of the released sampling and noise variances when
+    resolved, the probability of resolving, the mean resolved sd, ``E[p_r sd_r] / p``, and
+    ``(R, 2)``: each release's probability of resolving and its sd when it does. Each release's bands hold its
     shares of the records (or the stated occupancy's), each band with :func:`band_counts`'
     treated share; its variance is :func:`released_variance` at the noise share it reports. The
     releases are cut into :data:`OCCUPANCY_EVALUATED` groups by occupancy; the subclassification
@@ -250,14 +260,17 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
         s, e = released_variance(inp, shares[group], sampling, noise, gap)
         out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e])
     p_mean = float(out[:, 0].mean())
-    if p_mean <= 0.0:
-        return math.inf, math.inf, 0.0, math.inf
     kept = out[:, 0] > 0
+    per_release = np.column_stack(
+        [out[:, 0], np.where(kept, out[:, 1] / np.where(kept, out[:, 0], 1.0), math.inf)]
+    )
+    if p_mean <= 0.0:
+        return math.inf, math.inf, 0.0, math.inf, per_release
     sampling, noise = (float(out[kept, j].mean()) for j in (2, 3))
-    return sampling, noise, p_mean, float(out[:, 1].mean()) / p_mean
+    return sampling, noise, p_mean, float(out[:, 1].mean()) / p_mean, per_release
 
 
-def _cached(inp: PredictionInputs) -> tuple[float, float, float, float]:
+def _cached(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarray]:
     try:
         return _parts(inp)
     except TypeError:  # unhashable options or counts: no cache
@@ -270,7 +283,7 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     model-noise variance); the reported variance is the one whose normal half-width is the
     expected half-width over the predicted band occupancy and whether the release resolves (an
     unresolved release counts as the whole range, half-width ``B``)."""
-    sampling, noise, p, sd = _cached(inp)
+    sampling, noise, p, sd, _ = _cached(inp)
     if p <= 0.0:
         return sampling, noise, inp.bound * inp.bound / 3.0
     half_b = inp.bound / 1.959963984540054
@@ -280,5 +293,25 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
 def resolution(inp: PredictionInputs) -> tuple[float, float]:
     """The probability that the release resolves an estimate and the variance it then reports
     (the band subclassification's over the predicted band occupancy, with the model's noise)."""
-    _, _, p, sd = _cached(inp)
+    _, _, p, sd, _ = _cached(inp)
     return p, sd * sd
+
+
+def resolutions(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted releases as :data:`RELEASE_GROUPS` equally likely ones: each one's
+    probability of resolving and the variance it reports when it does. The reported variance
+    varies from release to release (the model's draw sets how many bands fill and its noise
+    share), and a combiner weighting sites by their reported variances gains from that spread: the
+    combined prediction draws each site's release from these (:func:`~dpate_core.planning.
+    combined_prediction`). The simulated releases sorted by their resolved sd and cut into equal
+    groups: a group's probability is its mean, its sd the mean ``p_r sd_r`` over that."""
+    per = _cached(inp)[4]
+    order = np.argsort(per[:, 1], kind="stable")
+    probs, sds = [], []
+    for group in np.array_split(order, min(RELEASE_GROUPS, order.size)):
+        p = float(per[group, 0].mean())
+        ok = per[group, 0] > 0
+        probs.append(p)
+        sds.append(float(np.sum(per[group, 0][ok] * per[group, 1][ok])) / (p * group.size)
+                   if p > 0 else math.inf)  # fmt: skip
+    return np.asarray(probs), np.square(np.asarray(sds))
