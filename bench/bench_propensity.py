@@ -246,17 +246,23 @@ def np_aipw(d: Data) -> tuple[float, float]:
 # DP releases, many draws
 
 
-def ours(d: Data, rng: np.random.Generator, reps: int) -> tuple[Array, Array]:
+def ours(d: Data, rng: np.random.Generator, reps: int) -> tuple[Array, Array, Array]:
+    """``reps`` releases: estimates, variances and the shared sds the combiners read."""
     plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
     out = plan.assemble(draw_many(plan, rng, reps))
-    return np.asarray(out.tau), np.asarray(out.variance)
+    return np.asarray(out.tau), np.asarray(out.variance), _shared(out.diagnostics)
 
 
-def adjusted(d: Data, rng: np.random.Generator, reps: int) -> tuple[Array, Array]:
+def _shared(diagnostics: Any) -> Array:
+    """A release's published shared sd per draw (0 where none; the combiners' input)."""
+    return np.nan_to_num(np.asarray(diagnostics["shared_sd"], dtype=np.float64))
+
+
+def adjusted(d: Data, rng: np.random.Generator, reps: int) -> tuple[Array, Array, Array]:
     cells = cell_statistics(d.w, d.y, d.x, domain_size=d.domain, bound=1.0)
     plan = plan_adjusted_from_statistics(cells, epsilon=EPS)
     out = plan.assemble(draw_many(plan, rng, reps))
-    return np.asarray(out.tau), np.asarray(out.variance)
+    return np.asarray(out.tau), np.asarray(out.variance), np.zeros(reps)
 
 
 @dataclass
@@ -289,9 +295,10 @@ class Tally:
         )
 
 
-def pooled(tau: np.ndarray, var: np.ndarray) -> tuple[Array, Array]:
-    """Inverse-variance combination of ``(reps, J)`` site releases (unresolved sites out)."""
-    r = aggregate_many("inverse_variance", tau, np.ones_like(tau), var)
+def pooled(tau: np.ndarray, var: np.ndarray, shared: Any = None) -> tuple[Array, Array]:
+    """Inverse-variance combination of ``(reps, J)`` site releases (unresolved sites out; the
+    sites' shared sds, when given, as the server adds them)."""
+    r = aggregate_many("inverse_variance", tau, np.ones_like(tau), var, shared)
     return np.asarray(r.estimate), np.asarray(r.variance)
 
 
@@ -334,13 +341,16 @@ def run_fixed(name: str, data: Data, truth: float, reps: int) -> None:
         tallies = {k: Tally([], [], []) for k in ("propensity", "adjusted", "np_strat", "np_aipw")}
         taus: dict[str, list[Array]] = {"propensity": [], "adjusted": []}
         vars_: dict[str, list[Array]] = {"propensity": [], "adjusted": []}
+        shared: dict[str, list[Array]] = {"propensity": [], "adjusted": []}
         for s in sites:
             for key, fn in (("propensity", ours), ("adjusted", adjusted)):
-                t, v = fn(s, rng, reps)
+                t, v, b = fn(s, rng, reps)
                 taus[key].append(t)
                 vars_[key].append(v)
+                shared[key].append(b)
         for key in ("propensity", "adjusted"):
-            est, var = pooled(np.column_stack(taus[key]), np.column_stack(vars_[key]))
+            est, var = pooled(np.column_stack(taus[key]), np.column_stack(vars_[key]),
+                              np.column_stack(shared[key]))  # fmt: skip
             tallies[key].add(est, var, truth)
         for key, fn in (("np_strat", np_stratified), ("np_aipw", np_aipw)):
             tv = np.array([fn(s) for s in sites])
@@ -372,7 +382,7 @@ def run_synth(reps: int) -> None:
                 peer_groups.append(sites)
             for key, fn in (("propensity", ours), ("adjusted", adjusted)):
                 tv = np.array([[float(a[0]) for a in fn(s, rng, 1)] for s in sites])
-                est, var = pooled(tv[None, :, 0], tv[None, :, 1])
+                est, var = pooled(tv[None, :, 0], tv[None, :, 1], tv[None, :, 2])
                 tallies[key].add(est, var, truth)
             for key, np_fn in (("np_strat", np_stratified), ("np_aipw", np_aipw)):
                 tv = np.array([np_fn(s) for s in sites])
@@ -469,18 +479,20 @@ def plan_accuracy(reps: int = 400) -> None:
     from dpate_core.synth import split_equal
 
     def releases(plans: Sequence[MechanismPlan], rng: np.random.Generator) -> tuple[Array, ...]:
-        """``simulate_sites``' releases, with each release's realised band occupancy."""
-        tau, var, occupancy = [], [], []
+        """``simulate_study``'s releases, with each release's realised band occupancy."""
+        tau, var, shared, occupancy = [], [], [], []
         for plan in plans:
             draws = draw_many(plan, rng, reps)
             out = plan.assemble(draws)
             tau.append(np.asarray(out.tau, dtype=np.float64))
             var.append(np.asarray(out.variance, dtype=np.float64))
+            shared.append(_shared(out.diagnostics))
             counts = plan.stages[0].locs({"model": draws["model"]})["counts"]
             band = counts[:, 0::2] + counts[:, 1::2]
             occupancy.append(np.mean(band.sum(axis=1) ** 2 / np.sum(band**2, axis=1)))
         n = np.array([p.n for p in plans], dtype=np.float64)
-        return np.stack(tau, axis=1), n, np.stack(var, axis=1), np.asarray(occupancy)
+        return (np.stack(tau, axis=1), n, np.stack(var, axis=1), np.asarray(occupancy),
+                np.stack(shared, axis=1))  # fmt: skip
 
     def rows(name: str, sites: Sequence[Data], truth: float, moments: bool = False) -> None:
         w = np.concatenate([s.w for s in sites])
@@ -508,7 +520,7 @@ def plan_accuracy(reps: int = 400) -> None:
         split = PROPENSITY.default_split(choice.options).shares
         plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS, split=split,
                                  bands=choice.options.bands) for s in sites]  # fmt: skip
-        tau, n, var, occupancy = releases(plans, np.random.default_rng(8))
+        tau, n, var, occupancy, shared = releases(plans, np.random.default_rng(8))
         designs = [SiteDesign.of(f"s{j}", s.w.size, EPS, 0, split, 4) for j, s in enumerate(sites)]
         predicted = [
             band_occupancy(
@@ -530,7 +542,7 @@ def plan_accuracy(reps: int = 400) -> None:
                               covariate_sizes=sizes,
                               bounded_covariates=len(cols) - len(sizes))  # fmt: skip
             site = [p.width / _realised_width(var[:, j]) for j, p in enumerate(plan.sites)]
-            real = _realised_width(aggregate_many(agg, tau, n, var).variance)
+            real = _realised_width(aggregate_many(agg, tau, n, var, shared).variance)
             bands = ", ".join(
                 f"{p:.2f} / {r:.2f}" for p, r in zip(predicted, occupancy, strict=True)
             )
@@ -644,8 +656,9 @@ def model_split(share: str) -> tuple[str, ...]:
 def _releases(
     d: Data, rng: np.random.Generator, reps: int, bands: int, share: str, model_noise: str,
     eps: float = EPS,
-) -> tuple[Array, Array]:  # fmt: skip
-    """``reps`` releases of one site (each a fresh model draw and band-cell draw). ``model_noise``
+) -> tuple[Array, Array, Array]:  # fmt: skip
+    """``reps`` releases of one site (each a fresh model draw and band-cell draw): estimates,
+    variances and shared sds. ``model_noise``
     ``"laplace"`` is the release (numpy noise at the plan's scales, as :func:`_terms`);
     ``"gaussian"`` a what-if, not a release: the model vector's noise Gaussian at the analytic
     Gaussian sigma of its L2 sensitivity (:func:`gaussian_model_sigma`) at ``GAUSS_DELTA``, the
@@ -669,7 +682,8 @@ def _releases(
             noise = rng.laplace(0.0, 1.0, (reps, np.asarray(locs[site.name]).shape[-1]))
             draws[site.name] = np.asarray((locs[site.name] + site.scale * noise) * site.unit)
     out = plan.assemble(draws)
-    return np.asarray(out.tau, dtype=np.float64), np.asarray(out.variance, dtype=np.float64)
+    tau, var = (np.asarray(x, dtype=np.float64) for x in (out.tau, out.variance))
+    return tau, var, _shared(out.diagnostics)
 
 
 #: the model stages measured as what-ifs (not releases)
@@ -747,9 +761,10 @@ def width_case(
                       [[] for _ in range(j_n)], [[] for _ in range(j_n)])  # fmt: skip
     comb = WidthTally([[]], [[]], [[]], [[]])
     for group in sites:
-        taus, vars_, nps = [], [], []
+        taus, vars_, nps, shared = [], [], [], []
         for j, s in enumerate(group):
-            tau, var = _releases(s, rng, reps, bands, share, model_noise, eps)
+            tau, var, b = _releases(s, rng, reps, bands, share, model_noise, eps)
+            shared.append(b)
             np_tv = np_stratified(s)  # the reference: 5 bands whatever our K
             site.add(j, tau, var, np_tv, truth)
             taus.append(tau)
@@ -757,20 +772,23 @@ def width_case(
             nps.append(np_tv)
         if combiners is not None:
             sizes = np.tile([float(s.w.size) for s in group], (reps, 1))
-            combiner_cover(np.column_stack(taus), sizes, np.column_stack(vars_), truth, combiners)
-        est, var = pooled(np.column_stack(taus), np.column_stack(vars_))
+            combiner_cover(np.column_stack(taus), sizes, np.column_stack(vars_), truth, combiners,
+                           np.column_stack(shared))  # fmt: skip
+        est, var = pooled(np.column_stack(taus), np.column_stack(vars_), np.column_stack(shared))
         np_est, np_var = pooled(*(np.array([[t[i] for t in nps]]) for i in (0, 1)))
         comb.add(0, est, var, (float(np_est[0]), float(np_var[0])), truth)
     return [site.ratio(j) for j in range(j_n)], comb.ratio(0)
 
 
 def combiner_cover(
-    tau: Array, sizes: Array, var: Array, truth: float, out: dict[str, list[bool]]
-) -> None:
+    tau: Array, sizes: Array, var: Array, truth: float, out: dict[str, list[bool]],
+    shared: Array | None = None,
+) -> None:  # fmt: skip
     """Append to ``out[method]`` whether each of :data:`COMBINERS`' 95% intervals over the
-    ``(reps, J)`` site releases covers ``truth`` (the releases a combiner answers only)."""
+    ``(reps, J)`` site releases covers ``truth`` (the releases a combiner answers only; the
+    sites' ``shared`` sds as the server adds them)."""
     for method in COMBINERS:
-        r = aggregate_many(method, tau, sizes, var)
+        r = aggregate_many(method, tau, sizes, var, shared)
         e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
         good = np.isfinite(e) & np.isfinite(cv)
         out.setdefault(method, []).extend(np.abs(e[good]) <= Z95 * np.sqrt(cv[good]))

@@ -38,21 +38,38 @@ CombinerMany = Callable[[Any, Any, Any], AggregateMany]
 __all__ = [
     "COMBINERS_MANY",
     "SiteDraws",
+    "StudyDraws",
     "aggregate_many",
     "rational_power_floor",
     "simulate_site",
     "simulate_sites",
+    "simulate_study",
     "site_epsilons",
 ]
 
 
 @dataclass(frozen=True)
 class SiteDraws:
-    """``reps`` simulated releases of one site: ``tau[r]`` and ``variance[r]`` as released."""
+    """``reps`` simulated releases of one site: ``tau[r]`` and ``variance[r]`` as released, and
+    ``shared[r]`` the shared sd it publishes (``diagnostics["shared_sd"]``, 0 where none: the
+    part of its error common to every site, which the combiners read)."""
 
     n: int
     tau: np.ndarray
     variance: np.ndarray
+    shared: np.ndarray
+
+
+@dataclass(frozen=True)
+class StudyDraws:
+    """Independent releases of every site of a study, ``(reps, J)`` arrays ready for the
+    ``*_many`` combiners: ``tau``, ``variance`` and ``shared`` (:class:`SiteDraws`), and ``n``
+    (``(J,)``)."""
+
+    tau: np.ndarray
+    n: np.ndarray
+    variance: np.ndarray
+    shared: np.ndarray
 
 
 def simulate_site(
@@ -68,7 +85,9 @@ def simulate_site(
     out = assemble(draw_many(plan, rng, reps))
     tau = np.broadcast_to(np.asarray(out.tau, dtype=np.float64), (reps,)).copy()
     var = np.broadcast_to(np.asarray(out.variance, dtype=np.float64), (reps,)).copy()
-    return SiteDraws(n=plan.n, tau=tau, variance=var)
+    b = np.asarray(out.diagnostics.get("shared_sd", 0.0), dtype=np.float64) if published else 0.0
+    shared = np.nan_to_num(np.broadcast_to(b, (reps,)), nan=0.0, posinf=0.0, neginf=0.0)
+    return SiteDraws(n=plan.n, tau=tau, variance=var, shared=shared)
 
 
 def simulate_sites(
@@ -80,21 +99,37 @@ def simulate_sites(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Independent releases of every site: ``(tau, n, variance)`` with ``tau`` and ``variance`` of
     shape ``(reps, J)`` and ``n`` of shape ``(J,)``, ready for the ``*_many`` combiners
-    (``published``: see :func:`simulate_site`)."""
+    (``published``: see :func:`simulate_site`; the shared sds too: :func:`simulate_study`)."""
+    d = simulate_study(plans, rng, reps, published=published)
+    return d.tau, d.n, d.variance
+
+
+def simulate_study(
+    plans: Sequence[MechanismPlan],
+    rng: np.random.Generator,
+    reps: int,
+    *,
+    published: bool = True,
+) -> StudyDraws:
+    """:func:`simulate_sites` with the shared sds every release publishes (:class:`StudyDraws`:
+    pass ``shared`` to :func:`aggregate_many` to combine as the server does)."""
     draws = [simulate_site(p, rng, reps, published=published) for p in plans]
-    tau = np.stack([d.tau for d in draws], axis=1)
-    var = np.stack([d.variance for d in draws], axis=1)
+    stack = [
+        np.stack([getattr(d, k) for d in draws], axis=1) for k in ("tau", "variance", "shared")
+    ]
     n = np.array([d.n for d in draws], dtype=np.float64)
-    return tau, n, var
+    return StudyDraws(tau=stack[0], n=n, variance=stack[1], shared=stack[2])
 
 
 #: ``{name: vectorised combiner}`` for every registered aggregator
 COMBINERS_MANY: Mapping[str, CombinerMany] = RegistryView(lambda a: a.many)
 
 
-def aggregate_many(method: str, tau: Any, n: Any, variance: Any) -> AggregateMany:
+def aggregate_many(
+    method: str, tau: Any, n: Any, variance: Any, shared: Any = None
+) -> AggregateMany:
     """Dispatch by the same names as :func:`dpate_core.aggregation.aggregate`."""
-    return aggregator_of(method).many(tau, n, variance)
+    return aggregator_of(method).many(tau, n, variance, shared)
 
 
 # ---------------------------------------------------------------------------------------------

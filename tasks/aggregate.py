@@ -26,7 +26,6 @@ replacing one.
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -54,13 +53,13 @@ from dpate_core.aggregation import (
     UNRESOLVED,
     AggregateResult,
     NoUsableSiteError,
-    aggregate,
     aggregator_of,
 )
 from dpate_core.inference import (
     Interval,
     combined_bootstrap_interval,
     combined_normal_interval,
+    combined_result,
     site_bootstrap_interval,
     site_normal_interval,
 )
@@ -167,7 +166,6 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     _require_enough_sites(ctx, inputs, valid, absent)
     method = ctx.spec.aggregator
     est = [e["estimate"] for e in valid]
-    resolved = [s.get("resolved", True) for s in est]
     head = {
         "schema": RESULT_SCHEMA,
         "schema_version": RESULT_SCHEMA_VERSION,
@@ -183,13 +181,9 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     if ctx.spec.target_width is not None:  # the precision the study was planned for
         head["target_width"] = ctx.spec.target_width
     try:
-        res = aggregate(
-            method,
-            [_number(s["tau"]) for s in est],
-            [s["n"] for s in est],
-            [_number(s["variance"]) for s in est],
-            resolved,
-        )
+        # the published fields as the intervals below read them, with the part of each site's
+        # error it shares with the others (dpate_core.inference.combined_result)
+        res = combined_result(est, method)
     except NoUsableSiteError:
         return {
             **head,
@@ -223,11 +217,6 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         "sites": sites,
         "software_version": software_version(),
     }
-
-
-def _number(value: float | None) -> float:
-    """A published number; an unresolved release's null as NaN (never combined)."""
-    return math.nan if value is None else float(value)
 
 
 def _no_answer_reason(valid: list[dict[str, Any]]) -> str:

@@ -3,7 +3,10 @@
 Every aggregator a study may name is an :class:`Aggregator` in the registry :data:`AGGREGATORS`
 (:func:`register`, :func:`unregister`, :func:`aggregator_of`): MVAgg, AggAll, AggLargest,
 inverse variance and random effects, each with ONE vectorised implementation. :func:`aggregate`
-combines one set of site estimates into an :class:`AggregateResult`.
+combines one set of site estimates into an :class:`AggregateResult`. A site may say which part
+of its error it shares with every other site (``shared``: its sd, e.g. the propensity release's
+residual-confounding allowance); the combined variance adds that part's cross terms
+(:func:`shared_term`), which a weighted mean does not average out.
 """
 
 from ._aggregate import (
@@ -19,7 +22,13 @@ from ._aggregate import (
     mvagg_brute_force,
     random_effects,
 )
-from ._parts import many_inputs, scalar_inputs, weighted_many, weighted_one
+from ._parts import (
+    many_inputs,
+    scalar_inputs,
+    shared_term,
+    weighted_many,
+    weighted_one,
+)
 from ._registry import (
     AGGREGATORS,
     UNRESOLVED,
@@ -58,6 +67,7 @@ __all__ = [
     "register",
     "row_dot",
     "scalar_inputs",
+    "shared_term",
     "unregister",
     "weighted_many",
     "weighted_one",

@@ -114,8 +114,10 @@ def combiner(table: Mapping[str, Callable[..., Any]], method: str) -> Callable[.
 
 
 def aggregate(
-    method: str, tau: Any, n: Any, variance: Any, resolved: Any = None
+    method: str, tau: Any, n: Any, variance: Any, resolved: Any = None, shared: Any = None
 ) -> AggregateResult:
     """Dispatch by the study spec's aggregator name; ``resolved`` (one flag per site, default
-    all True) marks the sites whose release resolved an estimate: the others are excluded."""
-    return aggregator_of(method).one(tau, n, variance, resolved)
+    all True) marks the sites whose release resolved an estimate: the others are excluded.
+    ``shared`` (one sd per site, default none): the part of each site's error common to every
+    site, whose cross terms the combined variance adds (``dpate_core.aggregation.shared_term``)."""
+    return aggregator_of(method).one(tau, n, variance, resolved, shared)

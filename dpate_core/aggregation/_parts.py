@@ -220,3 +220,27 @@ def weighted_many(
     est[empty] = np.nan
     variance[empty] = np.nan
     return AggregateMany(method, est, variance, w, dict(extra or {}))
+
+
+def shared_term(weights: Array, shared: Array) -> Array:
+    """The variance a part of the sites' errors common to all of them adds to a weighted mean
+    beyond what the sites' own variances carry: ``(sum_j w_j b_j)^2 - sum_j w_j^2 b_j^2 = sum_{i
+    != j} w_i w_j b_i b_j`` (``b_j`` the sd of site ``j``'s common part, already in its own
+    variance; the parts fully correlated: a bias the sites share, such as the residual
+    confounding that subclassification leaves, which combining does not average out). Over the
+    last axis; 0 where every ``b_j`` is 0."""
+    wb = weights * shared
+    return np.asarray(np.sum(wb, axis=-1) ** 2 - np.sum(wb * wb, axis=-1), dtype=np.float64)
+
+
+def shared_sds(shared: Any, shape: tuple[int, ...]) -> Array | None:
+    """``shared`` (one sd per site, or per row and site) as an array of ``shape``, non-finite
+    entries 0 (an unresolved site is never combined); None when absent or all 0 (nothing to
+    add: the combination's variance keeps its bytes)."""
+    if shared is None:
+        return None
+    b = np.broadcast_to(np.asarray(shared, dtype=np.float64), shape)
+    b = np.where(np.isfinite(b), b, 0.0)
+    if np.any(b < 0):
+        raise ValueError("a shared sd must not be negative")
+    return b if np.any(b > 0) else None

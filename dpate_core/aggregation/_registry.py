@@ -29,7 +29,7 @@ inputs checked, the final weighted mean) are in :mod:`dpate_core.aggregation`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -45,6 +45,8 @@ from dpate_core.aggregation._parts import (
     many_inputs,
     row_dot,
     scalar_inputs,
+    shared_sds,
+    shared_term,
     weighted_many,
     weighted_one,
 )
@@ -85,9 +87,13 @@ class Aggregator:
     #: sites it predicts uninformative)
     selects: bool = False
 
-    def one(self, tau: Any, n: Any, variance: Any, resolved: Any = None) -> AggregateResult:
+    def one(
+        self, tau: Any, n: Any, variance: Any, resolved: Any = None, shared: Any = None
+    ) -> AggregateResult:
         """The server's combination of one set of sites (see :mod:`dpate_core.aggregation`); a
-        site not ``resolved`` is never combined (excluded as :data:`UNRESOLVED`)."""
+        site not ``resolved`` is never combined (excluded as :data:`UNRESOLVED`). ``shared``:
+        per site, the sd of the part of its error common to every site (in its own variance
+        already), whose cross terms the combination's variance adds (:func:`shared_term`)."""
         t, nn, v, ok, excluded = scalar_inputs(tau, n, variance, resolved)
         rows = Rows(t[ok][None, :], nn[ok][None, :], v[ok][None, :], np.ones((1, ok.size), bool))
         comb = self.combine(rows)
@@ -96,16 +102,25 @@ class Aggregator:
             raise NoUsableSiteError(f"{self.name} chose no site among {ok.size} usable ones")
         extra = {k: float(x[0]) for k, x in comb.extra.items()}
         tau_used, var_used, w_raw = t[ok][pick], comb.var[0][pick], comb.weights[0][pick]
-        return weighted_one(self.name, tau_used, var_used, ok[pick], w_raw, excluded, extra)
+        res = weighted_one(self.name, tau_used, var_used, ok[pick], w_raw, excluded, extra)
+        b = shared_sds(shared, t.shape)
+        if b is None:
+            return res
+        add = float(shared_term(np.asarray(res.weights), b[np.asarray(res.used, dtype=np.intp)]))
+        return replace(res, variance=res.variance + add)
 
-    def many(self, tau: Any, n: Any, variance: Any) -> AggregateMany:
+    def many(self, tau: Any, n: Any, variance: Any, shared: Any = None) -> AggregateMany:
         """Row by row, what :meth:`one` computes; a row with no usable site gives NaN. An
         unresolved site carries NaN in its row (``Outputs``), so it is never combined."""
         rows = many_inputs(tau, n, variance)
         comb = self.combine(rows)
-        return weighted_many(
+        res = weighted_many(
             self.name, rows.tau, comb.var, comb.weights, comb.chosen & rows.ok, comb.extra
         )
+        b = shared_sds(shared, rows.tau.shape)
+        if b is None:
+            return res
+        return replace(res, variance=res.variance + shared_term(res.weights, b))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,7 +52,9 @@ __all__ = [
     "bootstrap_seed",
     "combined_bootstrap_interval",
     "combined_normal_interval",
+    "combined_result",
     "public_site",
+    "shared_sd",
     "site_bootstrap_interval",
     "site_draws",
     "site_normal_interval",
@@ -132,13 +134,24 @@ def public_site(site: Any) -> SiteEstimate:
 # A site's bootstrap draws (each estimator's noise model)
 
 
-def site_draws(site: Any, rng: np.random.Generator, reps: int) -> NoiseDraws:
+def site_draws(site: Any, rng: np.random.Generator, reps: int, own: bool = False) -> NoiseDraws:
     """The bootstrap world's ``reps`` re-runs of ``site``: total error of ``tau`` (sampling normal
-    plus the estimator's noise model) and the variance each re-run would publish."""
+    plus the estimator's noise model) and the variance each re-run would publish. ``own``: the
+    error without the part the site shares with every other site (:func:`shared_sd`), which a
+    combination draws once for all of them."""
     s = _resolved(public_site(site))
     d = estimator_of(s.estimator).noise_model(s, rng, reps)
-    err = d.noise + math.sqrt(s.sampling_variance) * rng.standard_normal(reps)
+    rest = s.sampling_variance - (shared_sd(s) ** 2 if own else 0.0)
+    err = d.noise + math.sqrt(max(rest, 0.0)) * rng.standard_normal(reps)
     return NoiseDraws(err, d.variance)
+
+
+def shared_sd(site: SiteEstimate) -> float:
+    """The sd of the part of a site's error that is common to every site of the study (its
+    published ``diagnostics["shared_sd"]``, in its variance already; 0 when it publishes none or
+    is not resolved): the combiners add its cross terms (``dpate_core.aggregation.shared_term``)."""
+    b = site.diagnostics.get("shared_sd", 0.0) if site.resolved else 0.0
+    return float(b) if math.isfinite(b) else 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +279,15 @@ def _combine(ps: list[SiteEstimate], method: str) -> AggregateResult:
         [s.n for s in ps],
         [s.variance for s in ps],
         [s.resolved for s in ps],
+        [shared_sd(s) for s in ps],
     )
+
+
+def combined_result(sites: Sequence[Any], method: str) -> AggregateResult:
+    """The combiner on the sites' published fields (as reports carry them): unresolved sites
+    left out, the parts the sites share (:func:`shared_sd`) added to the variance;
+    :class:`~dpate_core.aggregation.NoUsableSiteError` when no site can be combined."""
+    return _combine(_sites(sites), method)
 
 
 def _combined_parts(
@@ -326,11 +347,16 @@ def combined_bootstrap_interval(
     tau_b = np.full((draws, len(ps)), np.nan)
     var_b = np.full((draws, len(ps)), np.nan)
     clipped = False
+    # the part every site shares (a common bias), drawn once per re-run for all of them; none
+    # published: no draw (the re-runs keep their bytes)
+    shared = [shared_sd(s) if usable[j] else 0.0 for j, s in enumerate(ps)]
+    common = rng.standard_normal(draws) if any(b > 0 for b in shared) else None
     for j, s in enumerate(ps):
         if not usable[j]:
             continue
-        d = site_draws(s, rng, draws)
-        tau_b[:, j], touched = _clip_reruns(truth[:, j] + d.noise, s.bound)
+        d = site_draws(s, rng, draws, own=common is not None)
+        noise = d.noise if common is None else d.noise + shared[j] * common
+        tau_b[:, j], touched = _clip_reruns(truth[:, j] + noise, s.bound)
         clipped = clipped or touched
         var_b[:, j] = d.variance
     est_b = aggregate_many(method, tau_b, n, var_b).estimate

@@ -244,11 +244,14 @@ class Estimator:
     #: ``inputs -> (probability, variance)``: the predicted probability that a release resolves an
     #: estimate and the variance it reports when it does (None: every release resolves)
     resolution: Callable[[PredictionInputs], tuple[float, float]] | None = None
-    #: ``inputs -> (probabilities, variances)``: the predicted releases as equally likely ones,
-    #: each one's probability of resolving and its variance when it does, where the reported
-    #: variance varies between releases (the combined prediction draws each site's release from
-    #: them; None: every release reports :attr:`resolution`'s variance)
-    resolutions: Callable[[PredictionInputs], tuple[np.ndarray, np.ndarray]] | None = None
+    #: ``inputs -> (probabilities, variances, shared sds)``: the predicted releases as equally
+    #: likely ones, each one's probability of resolving, its variance when it does and the sd of
+    #: the part of its error common to every site (0: none), where the reported variance varies
+    #: between releases (the combined prediction draws each site's release from them; None:
+    #: every release reports :attr:`resolution`'s variance)
+    resolutions: Callable[[PredictionInputs], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = (
+        None
+    )
     #: ``(options, |X|, sites) -> StudyChoice``: the options every site of a study releases
     #: with, where a public rule picks a variant (the adjusted estimator's weighting, ``"auto"``)
     #: once for the whole study from every site's public design; None: one variant

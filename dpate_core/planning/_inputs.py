@@ -205,10 +205,10 @@ class SitePrediction:
     #: (an unresolved release counts as the whole range in ``reported_variance``)
     resolved_probability: float = 1.0
     resolved_variance: float | None = None
-    #: equally likely releases as ``(probability of resolving, variance when resolved)`` pairs,
-    #: where an estimator predicts how its reported variance varies between releases
+    #: equally likely releases as ``(probability of resolving, variance when resolved, shared
+    #: sd)``, where an estimator predicts how its reported variance varies between releases
     #: (``Estimator.resolutions``); empty: every release is the one above. Not printed
-    releases: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    releases: tuple[tuple[float, float, float], ...] = field(default=(), repr=False)
 
     @property
     def rmse(self) -> float:

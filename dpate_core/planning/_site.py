@@ -97,7 +97,7 @@ def predict_site(
         weighting=choice.variant,
         resolved_probability=p_resolved,
         resolved_variance=v_resolved,
-        releases=tuple((float(p), float(v)) for p, v in releases),
+        releases=tuple((float(p), float(v), float(b)) for p, v, b in releases),
     )
 
 
@@ -198,23 +198,25 @@ def _drawn_combination(
     """The combined variance whose normal half-width is the expected half-width over joint
     draws of the sites' releases: each site's release drawn from its equally likely ones
     (:attr:`SitePrediction.releases`, else its one predicted release), resolved with its
-    probability; the combiner (vectorised over the draws) on the resolved sites' variances, none
-    resolved counting as the whole range. A combiner that weights by the reported variances gains
-    from their spread between releases, which the expected variances hide: combining each site's
-    mean variance over-predicts the combined width (1.1-1.4x on IHDP and Lalonde,
-    docs/research/propensity.md, "Planning"). Seeded numpy draws: a prediction, no release."""
+    probability; the combiner (vectorised over the draws) on the resolved sites' variances and
+    shared sds (a common bias's cross terms), none resolved counting as the whole range. A
+    combiner that weights by the reported variances gains from their spread between releases,
+    which the expected variances hide: combining each site's mean variance over-predicts the
+    combined width (1.1-1.4x on IHDP and Lalonde, docs/research/propensity.md, "Planning").
+    Seeded numpy draws: a prediction, no release."""
     from dpate_core.simulation import aggregate_many
 
     rng = np.random.default_rng(_COMBINATION_SEED)
     draws = COMBINATION_DRAWS
-    variance = np.empty((draws, len(sites)))
+    variance, shared = np.empty((draws, len(sites))), np.zeros((draws, len(sites)))
     for j, p in enumerate(sites):
         v = p.reported_variance if p.resolved_variance is None else p.resolved_variance
-        rel = np.asarray(p.releases or ((p.resolved_probability, v),), dtype=np.float64)
+        rel = np.asarray(p.releases or ((p.resolved_probability, v, 0.0),), dtype=np.float64)
         pick = rel[rng.integers(0, rel.shape[0], draws)]
         resolved = (rng.random(draws) < pick[:, 0]) & np.isfinite(pick[:, 1])
         variance[:, j] = np.where(resolved, pick[:, 1], np.nan)
+        shared[:, j] = pick[:, 2]
     n = np.broadcast_to(np.array([p.n for p in sites], dtype=np.float64), variance.shape)
-    combined = aggregate_many(aggregator, np.zeros_like(variance), n, variance).variance
+    combined = aggregate_many(aggregator, np.zeros_like(variance), n, variance, shared).variance
     half = np.where(np.isfinite(combined), z * np.sqrt(np.abs(combined)), bound)
     return float(np.mean(half) / z) ** 2

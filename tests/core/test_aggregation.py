@@ -493,3 +493,34 @@ def test_registry_declares_each_aggregator_once():
         assert {"color", "marker", "ls"} <= set(agg.style)
     with pytest.raises(ValueError, match="already registered"):
         aggregators.register(aggregators.AGGREGATORS["mvagg"])
+
+
+@pytest.mark.parametrize(
+    "method", ["inverse_variance", "mvagg", "all", "largest", "random_effects"]
+)
+def test_a_shared_part_adds_its_cross_terms(method):
+    """Sites whose errors share a part of sd ``b_j`` (a common bias, in each site's variance
+    already): the combined variance adds ``sum_{i != j} w_i w_j b_i b_j`` over the sites used, the
+    same in the server's call and the vectorised one; none shared (or all 0, or only
+    unresolved sites sharing) changes nothing, bit for bit."""
+    from dpate_core.aggregation import shared_term
+    from dpate_core.simulation import aggregate_many
+
+    tau, n, var = [0.1, 0.3, 0.2], [100, 200, 300], [0.04, 0.02, 0.03]
+    b = [0.05, 0.02, 0.0]
+    plain = aggregate(method, tau, n, var)
+    assert aggregate(method, tau, n, var, shared=[0.0] * 3) == plain
+    with_b = aggregate(method, tau, n, var, shared=b)
+    w = np.zeros(3)
+    w[list(plain.used)] = plain.weights
+    cross = sum(w[i] * w[j] * b[i] * b[j] for i in range(3) for j in range(3) if i != j)
+    assert with_b.variance == pytest.approx(plain.variance + cross)
+    assert with_b.estimate == plain.estimate and with_b.used == plain.used
+    assert float(shared_term(w, np.array(b))) == pytest.approx(cross)
+    many = aggregate_many(method, np.array([tau]), np.array([n]), np.array([var]), np.array([b]))
+    assert many.variance[0] == pytest.approx(with_b.variance)
+    # an unresolved site's shared sd is never combined
+    gone = aggregate(method, tau, n, var, resolved=[True, True, False], shared=[0, 0, 0.3])
+    assert gone.variance == aggregate(method, tau, n, var, resolved=[True, True, False]).variance
+    with pytest.raises(ValueError, match="must not be negative"):
+        aggregate(method, tau, n, var, shared=[-0.1, 0, 0])

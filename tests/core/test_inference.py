@@ -381,3 +381,24 @@ def test_a_new_estimator_brings_its_noise_model():
         assert site_draws(fields, np.random.default_rng(0), 10).noise.shape == (10,)
     finally:
         unregister("test_gaussian")
+
+
+def test_a_shared_part_widens_the_combined_intervals_alike():
+    """Sites publishing ``diagnostics["shared_sd"]`` (a part of their error common to all, in
+    their variance already): the combined normal interval's variance adds its cross terms, and
+    the bootstrap draws that part once per re-run for every site, so both widen alike; the
+    site's own interval is unchanged (the part is in its variance)."""
+    from dpate_core.inference import combined_result, shared_sd
+
+    base = [_dim_site(0.30 + 0.01 * j, 4e-4, 2e-4) for j in range(3)]
+    b = 0.01  # its square within the sampling part, as a release's is
+    shared = [dataclasses.replace(s, diagnostics={**s.diagnostics, "shared_sd": b}) for s in base]
+    assert [shared_sd(s) for s in shared] == [b] * 3 and shared_sd(base[0]) == 0.0
+    assert site_normal_interval(shared[0]).width == site_normal_interval(base[0]).width
+    plain, common = combined_result(base, "all"), combined_result(shared, "all")
+    assert common.variance == pytest.approx(plain.variance + 6 / 9 * b * b)
+    normal = combined_normal_interval(shared, "all")
+    boot = combined_bootstrap_interval(shared, "all", draws=4000)
+    assert normal.width / combined_normal_interval(base, "all").width > 1.1
+    assert boot.width == pytest.approx(normal.width, rel=0.08)
+    assert combined_bootstrap_interval(base, "all", draws=4000).width < 0.93 * boot.width

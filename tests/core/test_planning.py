@@ -33,7 +33,7 @@ from dpate_core.planning import (
     predict_site,
 )
 from dpate_core.release import draw_many
-from dpate_core.simulation import aggregate_many, simulate_sites
+from dpate_core.simulation import aggregate_many, simulate_sites, simulate_study
 from dpate_core.statistics import matching_statistics
 from dpate_core.synth import split_equal, split_proportions, synth
 
@@ -616,7 +616,8 @@ def _check_propensity_plan(
         plan_propensity(w, y, z, columns, bound=1.0, epsilon=1, split=split, bands=bands)
         for w, y, z in sites
     ]
-    tau, sizes, var = simulate_sites(plans, np.random.default_rng(8), reps)
+    drawn = simulate_study(plans, np.random.default_rng(8), reps)
+    tau, sizes, var = drawn.tau, drawn.n, drawn.variance
     w, y = (np.concatenate([s[i] for s in sites]) for i in (0, 1))
     within = (np.var(y[w == 1]) * w.sum() + np.var(y[w == 0]) * (1 - w).sum()) / w.size
     crude = float(y[w == 1].mean() - y[w == 0].mean())
@@ -648,7 +649,9 @@ def _check_propensity_plan(
                           bounded_covariates=len(columns) - len(levels))  # fmt: skip
         for j, site in enumerate(plan.sites):
             assert site.width == pytest.approx(_realised_width(var[:, j]), rel=0.25), (agg, j)
-        realised = _realised_width(aggregate_many(agg, tau, sizes, var).variance)
+        # combined as the server combines them: the sites' shared sds' cross terms included
+        combined = aggregate_many(agg, tau, sizes, var, drawn.shared)
+        realised = _realised_width(combined.variance)
         assert plan.combined_width == pytest.approx(realised, rel=0.25), agg
 
 
@@ -835,19 +838,22 @@ def test_the_combination_draws_releases_whose_variance_varies():
         return SitePrediction(name, 500, Fraction(1), Fraction(0), (Fraction(1),), "propensity",
                               0.0, v, v, Z * v**0.5, releases=tuple(releases))  # fmt: skip
 
-    same = [site("a", [(1.0, 0.01)] * 4), site("b", [(1.0, 0.02)] * 4)]
+    same = [site("a", [(1.0, 0.01, 0.0)] * 4), site("b", [(1.0, 0.02, 0.0)] * 4)]
     assert combined_prediction("inverse_variance", same, 1.0, Z)[0] == pytest.approx(
         1 / (1 / 0.01 + 1 / 0.02)
     )
-    spread = [site("a", [(1.0, 0.002), (1.0, 0.018)]), site("b", [(1.0, 0.002), (1.0, 0.018)])]
+    spread = [site(s, [(1.0, 0.002, 0.0), (1.0, 0.018, 0.0)]) for s in ("a", "b")]
     drawn = combined_prediction("inverse_variance", spread, 1.0, Z)[0]
     pairs = [1 / (1 / u + 1 / v) for u in (0.002, 0.018) for v in (0.002, 0.018)]
     assert drawn == pytest.approx(np.mean(np.sqrt(pairs)) ** 2, rel=0.03)
     assert drawn < 0.9 * (1 / (1 / 0.01 + 1 / 0.01))
     # a site that resolves half the time: alone, half its draws count as the whole range
-    half = [site("a", [(0.5, 0.01)])]
+    half = [site("a", [(0.5, 0.01, 0.0)])]
     width = 2 * Z * combined_prediction("all", half, 1.0, Z)[0] ** 0.5
     assert width == pytest.approx(0.5 * 2 * Z * 0.1 + 0.5 * 2.0, rel=0.05)
+    # a shared sd adds its cross terms: two equal sites, equal weights: w^2 2 b^2 = b^2 / 2
+    common = [site(s, [(1.0, 0.01, 0.05)] * 2) for s in ("a", "b")]
+    assert combined_prediction("all", common, 1.0, Z)[0] == pytest.approx(0.005 + 0.05**2 / 2)
     # not part of the plan's printed or JSON form
     assert "releases" not in spread[0].as_dict() and "releases" not in repr(spread[0])
 

@@ -5,6 +5,7 @@ paths agreeing, the estimate without noise against a hand computation, and its c
 from __future__ import annotations
 
 import json
+import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,37 @@ def test_secure_draw_has_both_stages() -> None:
     assert e.resolved and -1 <= e.tau <= 1 and e.variance >= e.diagnostics["noise_variance"]
     assert e.diagnostics["model_variance"] >= 0
     assert PROPENSITY.plausible(e, PROPENSITY.make_options(), 12) == []
+
+
+def test_residual_confounding_share_and_the_published_shared_sd() -> None:
+    """Cochran's table (64, 79, 86, 90, 92% of a normal confounder's bias removed by 2-6
+    equal subclasses); the release publishes ``c_K (1 + k) |gap|`` as its shared sd, in its
+    variance, and a report whose shared sd is negative or above its variance is implausible."""
+    from dataclasses import replace
+
+    from dpate_core.mechanisms.propensity import residual_confounding_share
+
+    table = [residual_confounding_share(k) for k in (2, 3, 4, 5, 6)]
+    assert table == pytest.approx([0.36, 0.21, 0.14, 0.10, 0.08], abs=0.007)
+    assert residual_confounding_share(10) == pytest.approx(0.041, abs=0.001)
+    assert residual_confounding_share(1) == pytest.approx(1.0)
+    rng = np.random.default_rng(12)
+    w, y, z = _data(rng, 3000)
+    y = np.clip(y + 0.3 * z[:, 0] / 3, 0, 1)  # an outcome the first covariate moves: confounding
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=2)
+    e = plan.estimate(draw_once(plan))
+    g = e.diagnostics
+    rho = g["model_noise_share"]
+    gap = math.sqrt(g["model_variance"]) / rho
+    k = min(rho / (1 - rho), 1.0)
+    assert g["shared_sd"] > 0
+    assert g["shared_sd"] == pytest.approx(residual_confounding_share(5) * (1 + k) * gap)
+    assert e.variance >= g["noise_variance"] + g["model_variance"] + g["shared_sd"] ** 2
+    assert PROPENSITY.plausible(e, PROPENSITY.make_options(), 12) == []
+    for bad in (-0.1, 2.0, math.sqrt(e.variance) * 1.01):
+        wrong = replace(e, diagnostics={**g, "shared_sd": bad})
+        assert any("shared_sd" in p or "shared part" in p
+                   for p in PROPENSITY.plausible(wrong, PROPENSITY.make_options(), 12)), bad  # fmt: skip
 
 
 def test_records_and_strata_paths_agree() -> None:

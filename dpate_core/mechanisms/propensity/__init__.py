@@ -79,6 +79,7 @@ from ._release import (
     dp_propensity,
     plan_propensity,
     plan_propensity_from_strata,
+    residual_confounding_share,
 )
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ __all__ = [
     "record_columns",
     "released_part",
     "released_variance",
+    "residual_confounding_share",
     "resolved_split",
     "simulated_releases",
     "split_covariates",
@@ -296,12 +298,23 @@ def balance_bands(
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
-    """The adjusted subclassification's rules on ``K`` bands, and a non-negative model
-    variance."""
+    """The adjusted subclassification's rules on ``K`` bands, a non-negative model variance,
+    and a shared sd (the residual-confounding allowance) in ``[0, B]`` within the variance."""
     out = ADJUSTED.plausible(e, AdjustedOptions("subclassification"), bands_of(options))
     mv = e.diagnostics.get("model_variance", 0.0)
     if not mv >= 0:
         out.append(f"diagnostics.model_variance ({mv}) must not be negative")
+    b = e.diagnostics.get("shared_sd", 0.0)
+    if not 0 <= b <= e.bound:
+        out.append(
+            f"diagnostics.shared_sd ({b}) must lie in [0, B]: it is a share of the confounding "
+            f"the release removes"
+        )
+    elif not b * b + mv <= e.variance * (1 + 1e-9):
+        out.append(
+            f"variance ({e.variance}) is below the report's own model variance and shared part "
+            f"({mv} + {b}^2): a released variance includes both"
+        )
     return [p.replace("the adjusted release", "the propensity release") for p in out]
 
 

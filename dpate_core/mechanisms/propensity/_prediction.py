@@ -47,7 +47,7 @@ from ._occupancy import (
     simulated,
     stated_fractions,
 )
-from ._release import ATTENUATION_CAP
+from ._release import ATTENUATION_CAP, residual_confounding_share
 
 if TYPE_CHECKING:
     from dpate_core.planning import PredictionInputs
@@ -193,16 +193,25 @@ def _model_variance(inp: PredictionInputs, rho: Any, sampling: float, gap: float
     return rho * rho * (c * c + sampling + gap)
 
 
+def _shared_sd(inp: PredictionInputs, rho: Any, sampling: float, gap: float) -> Any:
+    """The shared sd the release reports, ``c_K (1 + k) |gap|`` at the root of the expected
+    ``gap^2`` (:func:`_model_variance`'s; ``c_K`` :func:`~._release.residual_confounding_share`)."""
+    c = inp.assumptions.confounding
+    k_share = residual_confounding_share(bands_of(inp.options))
+    return k_share * np.sqrt(_factor(rho)) * math.sqrt(c * c + sampling + gap)
+
+
 def released_variance(
     inp: PredictionInputs, rho: Any, sampling: float, noise: float, gap: float
 ) -> tuple[Any, Any]:
     """``(sampling, noise)`` of the released estimate from the band subclassification's: the one
     place the prediction mirrors the release's variance (:func:`~._release.attenuation_correction`):
     both times the correction's factor ``(1 + k)^2``, the noise plus the model-noise variance
-    ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance). ``rho``: a noise
-    share or an array of them."""
+    ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance) and the shared
+    part's square (:func:`_shared_sd`). ``rho``: a noise share or an array of them."""
     f = _factor(rho)
-    return sampling * f, noise * f + _model_variance(inp, rho, sampling, gap)
+    shared = _shared_sd(inp, rho, sampling, gap)
+    return sampling * f, noise * f + _model_variance(inp, rho, sampling, gap) + shared * shared
 
 
 def _band_parts(
@@ -231,7 +240,8 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
     """``(sampling, noise, p, sd, per release)`` over the simulated releases
     (:func:`simulated_releases`): the means of the released sampling and noise variances when
     resolved, the probability of resolving, the mean resolved sd, ``E[p_r sd_r] / p``, and
-    ``(R, 2)``: each release's probability of resolving and its sd when it does. Each release's bands hold its
+    ``(R, 3)``: each release's probability of resolving, its sd when it does and its shared sd
+    (:func:`_shared_sd`). Each release's bands hold its
     shares of the records (or the stated occupancy's), each band with :func:`band_counts`'
     treated share; its variance is :func:`released_variance` at the noise share it reports. The
     releases are cut into :data:`OCCUPANCY_EVALUATED` groups by occupancy; the subclassification
@@ -251,18 +261,19 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
     else:
         order = np.argsort(1.0 / np.sum(fractions * fractions, axis=1), kind="stable")
         groups = np.array_split(order, min(OCCUPANCY_EVALUATED, shares.size))
-    out = np.zeros((shares.size, 4))  # p, p sd, sampling, noise
+    out = np.zeros((shares.size, 5))  # p, p sd, sampling, noise, shared sd
     for group in groups:
         row = fractions[0] if stated is not None else fractions[group[group.size // 2]]
         p, _, sampling, noise, gap = _band_parts(base, row, treated_share)
         if p <= 0.0:
             continue
         s, e = released_variance(inp, shares[group], sampling, noise, gap)
-        out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e])
+        b = _shared_sd(inp, shares[group], sampling, gap)
+        out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e, b])
     p_mean = float(out[:, 0].mean())
     kept = out[:, 0] > 0
     per_release = np.column_stack(
-        [out[:, 0], np.where(kept, out[:, 1] / np.where(kept, out[:, 0], 1.0), math.inf)]
+        [out[:, 0], np.where(kept, out[:, 1] / np.where(kept, out[:, 0], 1.0), math.inf), out[:, 4]]
     )
     if p_mean <= 0.0:
         return math.inf, math.inf, 0.0, math.inf, per_release
@@ -297,7 +308,7 @@ def resolution(inp: PredictionInputs) -> tuple[float, float]:
     return p, sd * sd
 
 
-def resolutions(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
+def resolutions(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The predicted releases as :data:`RELEASE_GROUPS` equally likely ones: each one's
     probability of resolving and the variance it reports when it does. The reported variance
     varies from release to release (the model's draw sets how many bands fill and its noise
@@ -307,11 +318,12 @@ def resolutions(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     groups: a group's probability is its mean, its sd the mean ``p_r sd_r`` over that."""
     per = _cached(inp)[4]
     order = np.argsort(per[:, 1], kind="stable")
-    probs, sds = [], []
+    probs, sds, shared = [], [], []
     for group in np.array_split(order, min(RELEASE_GROUPS, order.size)):
         p = float(per[group, 0].mean())
         ok = per[group, 0] > 0
         probs.append(p)
         sds.append(float(np.sum(per[group, 0][ok] * per[group, 1][ok])) / (p * group.size)
                    if p > 0 else math.inf)  # fmt: skip
-    return np.asarray(probs), np.square(np.asarray(sds))
+        shared.append(float(per[group, 2].mean()))
+    return np.asarray(probs), np.square(np.asarray(sds)), np.asarray(shared)
