@@ -186,6 +186,22 @@ def test_residual_confounding_share_and_the_published_shared_sd() -> None:
                    for p in PROPENSITY.plausible(wrong, PROPENSITY.make_options(), 12)), bad  # fmt: skip
 
 
+def test_an_unresolved_release_publishes_only_what_the_server_accepts() -> None:
+    """Too few records for the budget: some releases resolve nothing, and their public
+    diagnostics are exactly the unresolved ones the server's plausibility rule accepts (no model
+    noise share, model variance or shared sd: a report carrying them was refused)."""
+    from dpate.schemas.reports import UNRESOLVED_DIAGNOSTICS
+
+    rng = np.random.default_rng(0)
+    w, y, z = _data(rng, 60)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=Fraction(1, 10))
+    out = plan.assemble(draw_many(plan, rng, 40))
+    unresolved = [e for e in (plan.estimate_of(out, r) for r in range(40)) if not e.resolved]
+    assert unresolved
+    for e in unresolved:
+        assert e.diagnostics == UNRESOLVED_DIAGNOSTICS
+
+
 def test_records_and_strata_paths_agree() -> None:
     rng = np.random.default_rng(3)
     w, y, z = _data(rng, 1000)

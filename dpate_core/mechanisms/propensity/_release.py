@@ -286,7 +286,9 @@ def _assemble(
     d = dict(out.diagnostics)
     unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
     d["model_variance"] = extra + unresolved
-    d["model_noise_share"] = np.asarray(share if rows.ndim == 2 else share[0]) + 0.0
+    # every part of the variance is NaN where nothing resolved: an unresolved report publishes
+    # no diagnostics beyond the usable strata and weight (schemas.reports' rule)
+    d["model_noise_share"] = np.asarray(share if rows.ndim == 2 else share[0]) + unresolved
     d["noise_variance"] = d["noise_variance"] * factor
     d["shared_sd"] = shared + unresolved
     extra = extra + shared * shared
