@@ -244,15 +244,18 @@ def test_release_on_a_synth_frame_with_mixed_covariates() -> None:
     data = prepare_site_data(frame, spec)
     plan = plan_from_records(spec, "a", data)
     assert plan.estimator == "propensity" and plan.total.epsilon == Fraction(1)
-    assert plan.shares.shares == tuple(Fraction(s) for s in ("1/4", "21/80", "33/80", "3/40"))
+    # "auto" without a declared n: the rule's first row, a third to the model
+    assert plan.shares.shares == tuple(Fraction(s) for s in ("1/3", "7/30", "11/30", "1/15"))
 
     sex = (frame["sex"] == "m").to_numpy().astype(int)
     sev = np.digitize(frame["sev"].to_numpy(), [2])
     z = np.column_stack([sex, frame["grp"], sev, frame["age"], frame["bmi"]]).astype(np.float64)
     columns = (Categorical(2), Categorical(4), Categorical(2), Numeric(18, 90), Numeric(15, 45))
-    core = plan_propensity(data.w, data.y, z, columns, bound=1.0, epsilon=1)
+    core = plan_propensity(
+        data.w, data.y, z, columns, bound=1.0, epsilon=1, split=plan.shares.shares
+    )
     np.testing.assert_array_equal(plan.noise[0].value, core.noise[0].value)
-    assert plan.noise[0].scale == core.noise[0].scale  # (2 + 2*3 + 3*2) 2^g / (eps/4)
+    assert plan.noise[0].scale == core.noise[0].scale  # (2 + 2*3 + 3*2) 2^g / (eps/3)
 
     rng = np.random.default_rng(0)
     out = plan.assemble(draw_many(plan, rng, 200))

@@ -164,7 +164,7 @@ class PropensityOptions:
             "doc": "the propensity model's share of a budget split left to the estimator's "
             "default (the band cells share the rest 21 : 33 : 6), e.g. '1/2', or 'auto': "
             f"chosen with bands (below n x epsilon = {AUTO_RULE[1][0]}, or some n not declared: "
-            f"{DEFAULT_MODEL_SHARE}); a site's own budget_split is used as given"
+            f"{AUTO_RULE[0][2]}); a site's own budget_split is used as given"
         },
     )
 

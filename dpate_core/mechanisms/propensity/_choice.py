@@ -12,9 +12,12 @@ error grows with it). The noise's scale is ``1 / (n epsilon)``, so the size wher
 is one of ``n x epsilon`` (measured at epsilon 1/2, 1 and 2: 2,000 records at epsilon 2
 under-cover with the defaults as 4,000 do at epsilon 1). Half the budget to the model (and,
 from an effective size of 10,000, ``K = 10`` bands) covers there (measured: ``python
-bench/bench_propensity.py --auto --eps E``, with ``--strong`` for the strong confounding); below
-the rule's first threshold the defaults cover and are narrower, and the release is the
-defaults', bit for bit. At epsilon 1 the effective size is ``n``.
+bench/bench_propensity.py --auto --eps E``, with ``--strong`` for the strong confounding). Below
+1,500 a third to the model: with a quarter the combination under-covers when the confounding is
+strong (0.78-0.92 from 400 to 1,000 records per site; the noise share's own error moves the
+correction and the weights together), with a third it covers (0.93-0.99), 11-29% wider where
+the confounding is mild (docs/research/propensity.md, "Below 1,500: a third to the model"). At
+epsilon 1 the effective size is ``n``.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ __all__ = [
 #: the model's share of :data:`~._release.DEFAULT_SPLIT`
 DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
 #: ``"auto"``'s rule: ``(smallest site n x epsilon from which it applies, K, model share)``,
-#: ascending; below the second row's size the defaults (docs/research/propensity.md, "Bands and
-#: model share by study size", where each row's coverage is measured)
+#: ascending; the first row also where some site declares no ``n`` (docs/research/propensity.md,
+#: "Bands and model share by study size", where each row's coverage is measured)
 AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
-    (0, BANDS, DEFAULT_MODEL_SHARE),
+    (0, BANDS, Fraction(1, 3)),
     (1500, 5, Fraction(1, 2)),
     (10_000, 10, Fraction(1, 2)),
 )
@@ -94,8 +97,8 @@ def study_bands(
 ) -> tuple[int, Fraction, str]:
     """``(K, model share, why)`` for every site of a study (public values only): a value the
     spec declares is kept; ``"auto"`` is :data:`AUTO_RULE`'s row for the smallest effective
-    size ``n x epsilon`` among the sites (:func:`effective_size`), the defaults
-    (:data:`~._release.BANDS`, :data:`DEFAULT_MODEL_SHARE`) when some site declares no ``n``."""
+    size ``n x epsilon`` among the sites (:func:`effective_size`), its first row when some site
+    declares no ``n``."""
     auto = [name for name, v in (("bands", bands), ("model_share", model_share)) if v == "auto"]
     if not auto:
         k, m = int(bands), Fraction(model_share)
@@ -111,16 +114,16 @@ def study_bands(
             m,
             (
                 f"{given} and not every site declares its record count n in the spec: "
-                f"{_words(k, m)} ('auto' gives the defaults; declare n for every site to let "
+                f"{_words(k, m)} (the rule's first row; declare n for every site to let "
                 f"the study choose from the smallest n x epsilon: {_rule_words()})"
             ),
         )
     size, site = smallest
     caveat = (
-        f"; below {AUTO_RULE[1][0]} the combined interval under-covers when the confounding is "
-        f"strong (measured 0.85-0.92 at a crude difference 0.09 above the effect; "
-        f"model_share = '1/2' covers there, about 30% wider where the confounding is mild; "
-        f"docs/research/propensity.md, 'Strong confounding')"
+        f"; below {AUTO_RULE[1][0]} a third to the model because a quarter under-covers the "
+        f"combination when the confounding is strong (measured 0.78-0.92 at a crude difference "
+        f"0.09 above the effect); where it is known to be mild, model_share = '1/4' is 11-29% "
+        f"narrower (docs/research/propensity.md, 'Below 1,500: a third to the model')"
         if model_share == "auto" and size < AUTO_RULE[1][0]
         else ""
     )
@@ -130,7 +133,7 @@ def study_bands(
         (
             f"{given}: the smallest site n x epsilon is {_number(size)} (n = {site.n} at "
             f"epsilon {site.epsilon}; the public rule: below "
-            f"{AUTO_RULE[1][0]} the defaults, {_words(BANDS, DEFAULT_MODEL_SHARE)}; "
+            f"{AUTO_RULE[1][0]}: {_words(AUTO_RULE[0][1], AUTO_RULE[0][2])}; "
             f"{_rule_words()}; "
             f"docs/research/propensity.md, 'Bands and model share by study size'){caveat}"
         ),
@@ -138,7 +141,7 @@ def study_bands(
 
 
 def resolved_split(options: Any) -> tuple[str, ...]:
-    """The default split of these options: ``model_share``'s (``"auto"`` unresolved: the
-    default :data:`~._release.DEFAULT_SPLIT`)."""
+    """The default split of these options: ``model_share``'s (``"auto"`` unresolved, a plan made
+    outside a study: :data:`AUTO_RULE`'s first row's)."""
     share = getattr(options, "model_share", "auto")
-    return DEFAULT_SPLIT if share == "auto" else model_share_split(share)
+    return model_share_split(AUTO_RULE[0][2] if share == "auto" else share)
