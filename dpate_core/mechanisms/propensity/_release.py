@@ -297,6 +297,7 @@ def _assemble(
     return Outputs(np.clip(tau, -c.bound, c.bound), variance, raw, d, UNRESOLVED)
 
 
+@functools.lru_cache(maxsize=64)
 def residual_confounding_share(bands: int) -> float:
     """The share of a confounder's bias that subclassification on ``K`` equally filled bands of
     it leaves (Cochran 1968; a normal confounder, the outcome linear in it): ``1 - K sum_k
