@@ -9,6 +9,7 @@ described in :mod:`dpate_core.planning` and ``docs/explanation/inference.md``.
 from __future__ import annotations
 
 import json
+import math
 from fractions import Fraction
 from typing import Annotated, Any
 
@@ -139,13 +140,18 @@ def _numeric_covariates(
             stated.setdefault(column, {})[option] = value
     if not stated:
         return ()
+    from dpate_core.mechanisms.propensity import ASSUMED_NUMERIC_CENTRE, ASSUMED_NUMERIC_SPREAD
+
     out = []
-    for column, (lo, hi) in bounds.items():
+    for column, (lo, hi) in bounds.items():  # an unstated part keeps the plan's default
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
         given = stated.get(column, {})
-        mean = (given.get("--covariate-mean", mid) - mid) / half
-        sd = given["--covariate-sd"] / half if "--covariate-sd" in given else 1.0 / 3.0
-        out.append((mean, sd))
+        mean = (given["--covariate-mean"] - mid) / half if "--covariate-mean" in given else None
+        sd = given["--covariate-sd"] / half if "--covariate-sd" in given else None
+        out.append((
+            ASSUMED_NUMERIC_CENTRE if mean is None else mean,
+            math.sqrt(ASSUMED_NUMERIC_SPREAD) if sd is None else sd,
+        ))  # fmt: skip
     return tuple(out)
 
 

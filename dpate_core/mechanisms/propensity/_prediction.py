@@ -203,15 +203,17 @@ def _shared_sd(inp: PredictionInputs, rho: Any, sampling: float, gap: float) -> 
 
 def released_variance(
     inp: PredictionInputs, rho: Any, sampling: float, noise: float, gap: float
-) -> tuple[Any, Any]:
-    """``(sampling, noise)`` of the released estimate from the band subclassification's: the one
-    place the prediction mirrors the release's variance (:func:`~._release.attenuation_correction`):
-    both times the correction's factor ``(1 + k)^2``, the noise plus the model-noise variance
-    ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance) and the shared
-    part's square (:func:`_shared_sd`). ``rho``: a noise share or an array of them."""
+) -> tuple[Any, Any, Any]:
+    """``(sampling, noise, shared sd)`` of the released estimate from the band subclassification's:
+    the one place the prediction mirrors the release's variance
+    (:func:`~._release.attenuation_correction`): both times the correction's factor ``(1 +
+    k)^2``, the noise plus the model-noise variance ``rho^2 gap^2`` (:func:`_model_variance`;
+    ``gap`` the gap's noise variance) and the shared part's square (:func:`_shared_sd`, also
+    returned). ``rho``: a noise share or an array of them."""
     f = _factor(rho)
     shared = _shared_sd(inp, rho, sampling, gap)
-    return sampling * f, noise * f + _model_variance(inp, rho, sampling, gap) + shared * shared
+    noisy = noise * f + _model_variance(inp, rho, sampling, gap) + shared * shared
+    return sampling * f, noisy, shared
 
 
 def _band_parts(
@@ -267,8 +269,7 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
         p, _, sampling, noise, gap = _band_parts(base, row, treated_share)
         if p <= 0.0:
             continue
-        s, e = released_variance(inp, shares[group], sampling, noise, gap)
-        b = _shared_sd(inp, shares[group], sampling, gap)
+        s, e, b = released_variance(inp, shares[group], sampling, noise, gap)
         out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e, b])
     p_mean = float(out[:, 0].mean())
     kept = out[:, 0] > 0
