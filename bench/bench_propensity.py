@@ -26,7 +26,8 @@ the realised ones, ``--variance`` for the reported variance's terms against the 
 across sizes, ``K``, model shares and a Gaussian model stage as a what-if, ``--auto`` for the same
 under the shipped ``"auto"`` choice of ``K`` and model share (``--eps E`` at ``E`` per site,
 ``--sizes``, ``--others``, ``--sites`` and ``--counts`` for the cells, ``--real`` for IHDP and
-Lalonde as well, ``--every`` for every combiner's coverage under the rule),
+Lalonde as well, ``--every`` for every combiner's coverage under the rule, ``--strong`` with
+four times the confounding, ``--binary`` with a binary outcome),
 ``--coverage`` for variance variants' coverage per site and per combiner, with ``--bootstrap``
 the parametric bootstrap of the model draw's part instead, about half an hour; ``--gap`` for
 the error against the released ``tau_crude - tau``; ``--captured`` for the model draw's error
@@ -103,13 +104,17 @@ _OUTCOME = {
 
 
 def synth5(
-    rng: np.random.Generator, n: int, effect: float = 0.3, confounding: str = "mild"
-) -> Data:
+    rng: np.random.Generator, n: int, effect: float = 0.3, confounding: str = "mild",
+    binary: bool = False,
+) -> Data:  # fmt: skip
     """Synth with 5 covariates (module docstring). ``confounding``: ``"mild"`` (the crude
     difference exceeds the effect by about 0.025, the covariates' contributions partly
     cancelling), ``"aligned"`` (the same magnitudes, every outcome effect of its propensity
     effect's sign: the contributions add up) or ``"strong"`` (aligned with the propensity's
-    coefficients doubled: about 0.09)."""
+    coefficients doubled: about 0.09). The outcome is ``base + effect w`` plus normal noise of
+    sd 0.1, clipped to ``[0, 1]`` (its sd within an arm about 0.14 of its range), or with
+    ``binary`` 1 with that probability (every probability lies in ``[0, 1]`` unclipped: a risk
+    difference of ``effect``; sd within an arm about 0.45 of the range)."""
     c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
     u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
     scale = 2.0 if confounding == "strong" else 1.0
@@ -117,7 +122,10 @@ def synth5(
     w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
     b0, (g1, g2, g3, g4, g5) = _OUTCOME[confounding]
     base = b0 + g1 * c1 + g2 * c2 + g3 * c3 + g4 * u1 + g5 * u2
-    y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
+    if binary:
+        y = (rng.uniform(size=n) < base + effect * w).astype(np.float64)
+    else:
+        y = np.clip(base + effect * w + rng.normal(0, 0.1, n), 0, 1)
     b1, b2 = np.minimum((u1 * 4).astype(int), 3), np.minimum((u2 * 4).astype(int), 3)
     x = (((c1 * 3 + c2) * 2 + c3) * 4 + b1) * 4 + b2
     cols = (Categorical(4), Categorical(3), Categorical(2), Numeric(0, 1), Numeric(0, 1))
@@ -467,10 +475,10 @@ def _realised_width(variance: Array) -> float:
 
 def plan_accuracy(reps: int = 400) -> None:
     """``dpate plan``'s predicted widths for ``propensity`` over the realised ones
-    (docs/explanation/results.md,
-    "dpate plan for propensity"): IHDP and Lalonde split 2 and 3 ways, the bench Synth at one
-    site of several sizes; eps 1, the planner stating the treated share, the outcome's mean and
-    within-arm sd, the effect and the confounding (crude difference less the effect); and the
+    (docs/explanation/results.md, "dpate plan for propensity"): IHDP and Lalonde split 2 and 3
+    ways, the bench Synth at one site of several sizes, and with a binary outcome at one site
+    and at 2 and 3 sites of 2,000; eps 1, the planner stating the treated share, the outcome's
+    mean and within-arm sd, the effect and the confounding (crude difference less the effect); and the
     bands' occupancy (effective number of filled bands, ``N^2 / sum N_b^2``) the plan predicts
     against its mean over the releases. The releases use the study's ``"auto"`` choice of ``K``
     and the model share, as the plan does."""
@@ -560,6 +568,13 @@ def plan_accuracy(reps: int = 400) -> None:
                 rows(name, [data.take(i) for i in split_equal(data.w.size, k, 11)], truth, moments)
     for n in (1000, 2000, 5000, 20_000, 100_000):
         rows("bench Synth", [synth5(np.random.default_rng(n), n)], 0.3)
+    for n in (1000, 2000, 5000, 20_000):
+        rows("bench Synth, binary outcome", [synth5(np.random.default_rng(n), n, binary=True)],
+             0.3)  # fmt: skip
+    for j in (2, 3):
+        rng = np.random.default_rng(2000 + j)
+        rows("bench Synth, binary outcome", [synth5(rng, 2000, binary=True) for _ in range(j)],
+             0.3)  # fmt: skip
 
 
 def _terms(d: Data, rng: np.random.Generator, models: int, cells: int) -> dict[str, Array]:
@@ -856,7 +871,7 @@ def auto_rule(
     quick: bool = False, eps: Fraction = Fraction(EPS), sizes: Sequence[int] = AUTO_SIZES,
     others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
     counts: tuple[int, int] | None = None, real: bool = False, every: bool = False,
-    rows: Sequence[tuple[int, str]] | None = None, strong: bool = False,
+    rows: Sequence[tuple[int, str]] | None = None, strong: bool = False, binary: bool = False,
 ) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
@@ -868,7 +883,8 @@ def auto_rule(
     ``every``: then the rule's rows' coverage under every combiner (:data:`COMBINERS`).
     ``rows``: ``(K, model share)`` rows printed at the sizes ``others`` in place of the rule's
     other rows (and, with ``real``, on IHDP and Lalonde beside the rule's choice), each with every
-    combiner's coverage when ``every``. ``strong``: the Synth rows on :func:`synth5_strong`."""
+    combiner's coverage when ``every``. ``strong``: the Synth rows on :func:`synth5_strong`.
+    ``binary``: the Synth outcome binary (:func:`synth5`'s ``binary``)."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
     sets, reps = counts or ((20, 20) if quick else (40, 25))
@@ -894,8 +910,9 @@ def auto_rule(
 
     def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
         rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
-        make = synth5_strong if strong else synth5
-        groups = [[make(rng, n) for _ in range(j)] for _ in range(sets)]
+        conf = "strong" if strong else "mild"
+        groups = [[synth5(rng, n, confounding=conf, binary=binary) for _ in range(j)]
+                  for _ in range(sets)]  # fmt: skip
         label = f"{j} x {n:,}"
         res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps,
                          combiners=cover_of(f"{label}, K {bands}, model {share}", tag))  # fmt: skip
@@ -1316,6 +1333,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--real", action="store_true", help="--auto: IHDP and Lalonde as well")
     ap.add_argument("--every", action="store_true", help="--auto: every combiner's coverage")
     ap.add_argument("--strong", action="store_true", help="--auto: Synth with 4x confounding")
+    ap.add_argument("--binary", action="store_true", help="--auto: Synth's outcome binary")
     ap.add_argument("--rows", nargs="+", metavar="K:SHARE",
                     help="--auto: these rows at the --others sizes, in place of the rule's")  # fmt: skip
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
@@ -1331,7 +1349,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   AUTO_OTHERS if args.others is None else args.others, args.sites,
                   tuple(args.counts) if args.counts else None, args.real, args.every,
                   [(int(r.split(":")[0]), r.split(":")[1]) for r in args.rows or ()],
-                  args.strong)  # fmt: skip
+                  args.strong, args.binary)  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)
