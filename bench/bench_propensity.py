@@ -132,14 +132,18 @@ def synth5(
     return Data(w, y, np.column_stack([c1, c2, c3, u1, u2]), cols, x, 384)
 
 
-def synth5_aligned(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
+def synth5_aligned(
+    rng: np.random.Generator, n: int, effect: float = 0.3, binary: bool = False
+) -> Data:
     """:func:`synth5` with ``confounding="aligned"``."""
-    return synth5(rng, n, effect, "aligned")
+    return synth5(rng, n, effect, "aligned", binary)
 
 
-def synth5_strong(rng: np.random.Generator, n: int, effect: float = 0.3) -> Data:
+def synth5_strong(
+    rng: np.random.Generator, n: int, effect: float = 0.3, binary: bool = False
+) -> Data:
     """:func:`synth5` with ``confounding="strong"``."""
-    return synth5(rng, n, effect, "strong")
+    return synth5(rng, n, effect, "strong", binary)
 
 
 def ihdp() -> tuple[Data, float]:
@@ -910,9 +914,8 @@ def auto_rule(
 
     def row(n: int, j: int, bands: int, share: str, tag: str) -> None:
         rng = np.random.default_rng(2000 + n + j)  # the same data sets for every row of (n, j)
-        conf = "strong" if strong else "mild"
-        groups = [[synth5(rng, n, confounding=conf, binary=binary) for _ in range(j)]
-                  for _ in range(sets)]  # fmt: skip
+        make = synth5_strong if strong else synth5
+        groups = [[make(rng, n, binary=binary) for _ in range(j)] for _ in range(sets)]
         label = f"{j} x {n:,}"
         res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps,
                          combiners=cover_of(f"{label}, K {bands}, model {share}", tag))  # fmt: skip

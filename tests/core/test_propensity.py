@@ -35,10 +35,15 @@ from dpate_core.statistics import cell_statistics, grid_bits
 COLUMNS = (Categorical(4), Categorical(3), Numeric(0.0, 10.0))
 
 
-def _data(rng: np.random.Generator, n: int, effect: float = 0.1) -> tuple[np.ndarray, ...]:
+def _treated(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    """``(z1, z2, z3, propensity, w)`` of :data:`COLUMNS`' covariates."""
     z1, z2, z3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.uniform(0, 10, n)
     p = 1 / (1 + np.exp(-(-1 + 0.5 * z1 - 0.4 * z2 + 0.2 * z3)))
-    w = (rng.uniform(size=n) < p).astype(np.int8)
+    return z1, z2, z3, p, (rng.uniform(size=n) < p).astype(np.int8)
+
+
+def _data(rng: np.random.Generator, n: int, effect: float = 0.1) -> tuple[np.ndarray, ...]:
+    z1, z2, z3, _, w = _treated(rng, n)
     y = np.clip(0.3 + 0.05 * z1 + 0.03 * z3 + effect * w + rng.normal(0, 0.1, n), 0, 1)
     return w, y, np.column_stack([z1, z2, z3])
 
@@ -614,9 +619,7 @@ def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules
 def _binary_data(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
     """:func:`_data`'s covariates and treatment with a binary outcome: a risk difference of 0.1
     (every probability in ``[0, 1]`` unclipped), and the true propensity."""
-    z1, z2, z3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.uniform(0, 10, n)
-    p = 1 / (1 + np.exp(-(-1 + 0.5 * z1 - 0.4 * z2 + 0.2 * z3)))
-    w = (rng.uniform(size=n) < p).astype(np.int8)
+    z1, z2, z3, p, w = _treated(rng, n)
     risk = 0.1 + 0.05 * z1 + 0.03 * z3 + 0.1 * w
     y = (rng.uniform(size=n) < risk).astype(np.float64)
     return w, y, np.column_stack([z1, z2, z3]), p
