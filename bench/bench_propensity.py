@@ -27,7 +27,8 @@ across sizes, ``K``, model shares and a Gaussian model stage as a what-if, ``--a
 under the shipped ``"auto"`` choice of ``K`` and model share (``--eps E`` at ``E`` per site,
 ``--sizes``, ``--others``, ``--sites`` and ``--counts`` for the cells, ``--real`` for IHDP and
 Lalonde as well, ``--every`` for every combiner's coverage under the rule, ``--strong`` with
-four times the confounding, ``--binary`` with a binary outcome),
+four times the confounding, ``--binary`` with a binary outcome, ``--binary-mode`` with it and
+the releases in their binary-outcome mode),
 ``--coverage`` for variance variants' coverage per site and per combiner, with ``--bootstrap``
 the parametric bootstrap of the model draw's part instead, about half an hour; ``--gap`` for
 the error against the released ``tau_crude - tau``; ``--captured`` for the model draw's error
@@ -506,7 +507,9 @@ def plan_accuracy(reps: int = 400) -> None:
         return (np.stack(tau, axis=1), n, np.stack(var, axis=1), np.asarray(occupancy),
                 np.stack(shared, axis=1))  # fmt: skip
 
-    def rows(name: str, sites: Sequence[Data], truth: float, moments: bool = False) -> None:
+    def rows(
+        name: str, sites: Sequence[Data], truth: float, moments: bool = False, binary: bool = False
+    ) -> None:
         w = np.concatenate([s.w for s in sites])
         y = np.concatenate([s.y for s in sites])
         z = np.concatenate([s.z for s in sites])
@@ -525,15 +528,19 @@ def plan_accuracy(reps: int = 400) -> None:
                               confounding=crude - truth, numeric_covariates=numeric)  # fmt: skip
         if moments:
             name += " (numeric covariates' mean and sd stated)"
+        if binary:
+            name += " (outcome.binary)"
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
         # the study's public choice of K and the model share, as a spec makes it (the plan
         # predicts that release)
         choice = PROPENSITY.study_choice(None, 1, [StudySite(s.w.size, EPS, ()) for s in sites])
-        split = PROPENSITY.default_split(choice.options).shares
+        split = PROPENSITY.default_split(choice.options, binary).shares
         plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS, split=split,
-                                 bands=choice.options.bands) for s in sites]  # fmt: skip
+                                 bands=choice.options.bands, binary=binary)
+                 for s in sites]  # fmt: skip
         tau, n, var, occupancy, shared = releases(plans, np.random.default_rng(8))
-        designs = [SiteDesign.of(f"s{j}", s.w.size, EPS, 0, split, 4) for j, s in enumerate(sites)]
+        designs = [SiteDesign.of(f"s{j}", s.w.size, EPS, 0, split, len(split))
+                   for j, s in enumerate(sites)]  # fmt: skip
         predicted = [
             band_occupancy(
                 PredictionInputs(
@@ -544,6 +551,7 @@ def plan_accuracy(reps: int = 400) -> None:
                     choice.options,
                     sizes,
                     len(cols) - len(sizes),
+                    binary=binary,
                 )
             )
             for d in designs
@@ -551,7 +559,7 @@ def plan_accuracy(reps: int = 400) -> None:
         for agg in ("mvagg", "inverse_variance"):
             plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(sizes)),
                               bound=1.0, assumptions=assumed, recommend=False,
-                              covariate_sizes=sizes,
+                              covariate_sizes=sizes, binary=binary,
                               bounded_covariates=len(cols) - len(sizes))  # fmt: skip
             site = [p.width / _realised_width(var[:, j]) for j, p in enumerate(plan.sites)]
             real = _realised_width(aggregate_many(agg, tau, n, var, shared).variance)
@@ -577,8 +585,12 @@ def plan_accuracy(reps: int = 400) -> None:
              0.3)  # fmt: skip
     for j in (2, 3):
         rng = np.random.default_rng(2000 + j)
-        rows("bench Synth, binary outcome", [synth5(rng, 2000, binary=True) for _ in range(j)],
-             0.3)  # fmt: skip
+        sites = [synth5(rng, 2000, binary=True) for _ in range(j)]
+        rows("bench Synth, binary outcome", sites, 0.3)
+        rows("bench Synth, binary outcome", sites, 0.3, binary=True)
+    for n in (1000, 2000, 5000):
+        rows("bench Synth, binary outcome", [synth5(np.random.default_rng(n), n, binary=True)],
+             0.3, binary=True)  # fmt: skip
 
 
 def _terms(d: Data, rng: np.random.Generator, models: int, cells: int) -> dict[str, Array]:
@@ -666,15 +678,16 @@ def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
 # Width against the non-private propensity-stratified interval (issue 19, "Done when")
 
 
-def model_split(share: str) -> tuple[str, ...]:
+def model_split(share: str, binary: bool = False) -> tuple[str, ...]:
     """The budget split with ``share`` to the model and the rest split as ``DEFAULT_SPLIT``'s
-    band cells (21 : 33 : 6): the release's own (:func:`model_share_split`)."""
-    return model_share_split(share)
+    band cells (21 : 33 : 6; ``binary``: the binary-outcome mode's counts and sums, 21 : 33):
+    the release's own (:func:`model_share_split`)."""
+    return model_share_split(share, binary)
 
 
 def _releases(
     d: Data, rng: np.random.Generator, reps: int, bands: int, share: str, model_noise: str,
-    eps: float = EPS,
+    eps: float = EPS, binary: bool = False,
 ) -> tuple[Array, Array, Array]:  # fmt: skip
     """``reps`` releases of one site (each a fresh model draw and band-cell draw): estimates,
     variances and shared sds. ``model_noise``
@@ -682,9 +695,11 @@ def _releases(
     ``"gaussian"`` a what-if, not a release: the model vector's noise Gaussian at the analytic
     Gaussian sigma of its L2 sensitivity (:func:`gaussian_model_sigma`) at ``GAUSS_DELTA``, the
     fit told the matching variance (its smoothing is the Laplace scale of equal variance).
-    ``eps``: the site's epsilon (the what-if at :data:`EPS` only)."""
+    ``eps``: the site's epsilon (the what-if at :data:`EPS` only). ``binary``: the release in
+    its binary-outcome mode (no squares; the outcome must be 0 or 1)."""
     plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=eps,
-                           split=model_split(share), bands=bands)  # fmt: skip
+                           split=model_split(share, binary), bands=bands,
+                           binary=binary)  # fmt: skip
     spec = plan.noise[0]
     if model_noise == "gaussian":
         sigma = gaussian_model_sigma(d.columns, float(plan.shares.apply(plan.total)[0].epsilon))
@@ -768,12 +783,13 @@ class WidthTally:
 def width_case(
     sites: Sequence[Sequence[Data]], truth: float, reps: int, bands: int = 5,
     share: str = "1/4", model_noise: str = "laplace", seed: int = 0, eps: float = EPS,
-    combiners: dict[str, list[bool]] | None = None,
+    combiners: dict[str, list[bool]] | None = None, binary: bool = False,
 ) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:  # fmt: skip
     """Per-site ``(width ratio, coverage, non-private coverage)`` and the inverse-variance
     combination's, over the groups of sites ``sites`` (each group a fresh data set or split) x
     ``reps`` releases at ``eps`` per site; ``combiners``, when given, gains each of
-    :data:`COMBINERS`' coverage per release (a release it answers: :func:`combiner_cover`)."""
+    :data:`COMBINERS`' coverage per release (a release it answers: :func:`combiner_cover`).
+    ``binary``: the releases in their binary-outcome mode."""
     rng = np.random.default_rng(seed)
     j_n = len(sites[0])
     site = WidthTally([[] for _ in range(j_n)], [[] for _ in range(j_n)],
@@ -782,7 +798,7 @@ def width_case(
     for group in sites:
         taus, vars_, nps, shared = [], [], [], []
         for j, s in enumerate(group):
-            tau, var, b = _releases(s, rng, reps, bands, share, model_noise, eps)
+            tau, var, b = _releases(s, rng, reps, bands, share, model_noise, eps, binary)
             shared.append(b)
             np_tv = np_stratified(s)  # the reference: 5 bands whatever our K
             site.add(j, tau, var, np_tv, truth)
@@ -876,6 +892,7 @@ def auto_rule(
     others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
     counts: tuple[int, int] | None = None, real: bool = False, every: bool = False,
     rows: Sequence[tuple[int, str]] | None = None, strong: bool = False, binary: bool = False,
+    binary_mode: bool = False,
 ) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
@@ -888,7 +905,8 @@ def auto_rule(
     ``rows``: ``(K, model share)`` rows printed at the sizes ``others`` in place of the rule's
     other rows (and, with ``real``, on IHDP and Lalonde beside the rule's choice), each with every
     combiner's coverage when ``every``. ``strong``: the Synth rows on :func:`synth5_strong`.
-    ``binary``: the Synth outcome binary (:func:`synth5`'s ``binary``)."""
+    ``binary``: the Synth outcome binary (:func:`synth5`'s ``binary``); ``binary_mode``: and the
+    releases in their binary-outcome mode (``outcome.binary``: no squares)."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
     sets, reps = counts or ((20, 20) if quick else (40, 25))
@@ -918,7 +936,8 @@ def auto_rule(
         groups = [[make(rng, n, binary=binary) for _ in range(j)] for _ in range(sets)]
         label = f"{j} x {n:,}"
         res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps,
-                         combiners=cover_of(f"{label}, K {bands}, model {share}", tag))  # fmt: skip
+                         combiners=cover_of(f"{label}, K {bands}, model {share}", tag),
+                         binary=binary_mode)  # fmt: skip
         show(label, bands, share, tag, res)
 
     print(f"\nthe auto rule: width / non-private width (our coverage); {sets} data sets x {reps} "
@@ -1337,6 +1356,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--every", action="store_true", help="--auto: every combiner's coverage")
     ap.add_argument("--strong", action="store_true", help="--auto: Synth with 4x confounding")
     ap.add_argument("--binary", action="store_true", help="--auto: Synth's outcome binary")
+    ap.add_argument("--binary-mode", action="store_true",
+                    help="--auto --binary: the releases in their binary-outcome mode")  # fmt: skip
     ap.add_argument("--rows", nargs="+", metavar="K:SHARE",
                     help="--auto: these rows at the --others sizes, in place of the rule's")  # fmt: skip
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
@@ -1352,7 +1373,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   AUTO_OTHERS if args.others is None else args.others, args.sites,
                   tuple(args.counts) if args.counts else None, args.real, args.every,
                   [(int(r.split(":")[0]), r.split(":")[1]) for r in args.rows or ()],
-                  args.strong, args.binary)  # fmt: skip
+                  args.strong, args.binary or args.binary_mode, args.binary_mode)  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)

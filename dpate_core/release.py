@@ -29,6 +29,7 @@ from dpate_core.noise import Rng, gaussian, integer_laplace_vector, laplace, lap
 from dpate_core.privacy import BudgetSplit, PrivacyParams
 
 __all__ = [
+    "NOT_BINARY",
     "DrawnRelease",
     "MechanismPlan",
     "NoiseSpec",
@@ -36,6 +37,7 @@ __all__ = [
     "PublishedAssembly",
     "SiteEstimate",
     "Stage",
+    "check_binary_outcomes",
     "check_bound",
     "check_outcomes",
     "draw_many",
@@ -147,6 +149,21 @@ def check_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
             "outcomes must be finite and lie in [0, B]: clip or reject them with the study's "
             "public bound before the release"
         )
+
+
+#: the rule a binary outcome breaks (named, never a value)
+NOT_BINARY = (
+    "a binary outcome must be exactly 0 or B in every record: map the outcome's two labels to 0 "
+    "and B, or remove outcome.binary from the spec"
+)
+
+
+def check_binary_outcomes(y: npt.NDArray[np.float64], bound: float) -> None:
+    """Refuse a binary outcome with a value other than 0 or ``B`` (:data:`NOT_BINARY`): a
+    binary-outcome release derives the squares or variances from the sums, which holds only
+    then."""
+    if y.size and not np.all((y == 0.0) | (y == bound)):
+        raise ValueError(NOT_BINARY)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -321,6 +321,7 @@ def plan(
         target_width=study.target_width if target_width is None else target_width,
         covariate_sizes=tuple(c.size for c in study.binned_covariates),
         bounded_covariates=len(study.unbinned_covariates),
+        binary=study.outcome.binary,
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     doc["notes"] += _choice_notes(study, designs)
@@ -369,6 +370,7 @@ def _occupancy_notes(study: Any, designs: list[Any], assumptions: Any) -> list[s
                 study.study_options,
                 sizes,
                 len(study.unbinned_covariates),
+                binary=study.outcome.binary,
             )
         )
         for d in designs

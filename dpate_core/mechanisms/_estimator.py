@@ -347,9 +347,12 @@ class Estimator:
         """What one release charges the ledger: a pure mechanism spends no delta."""
         return PrivacyParams(privacy.epsilon, Fraction(0)) if self.pure else privacy
 
-    def splits_to_try(self, options: Any = None) -> tuple[tuple[Fraction, ...], ...]:
-        """The default split first, then :attr:`candidate_splits` for this many parts."""
-        first = self.default_split(options).shares
+    def splits_to_try(
+        self, options: Any = None, binary: bool = False
+    ) -> tuple[tuple[Fraction, ...], ...]:
+        """The default split first, then :attr:`candidate_splits` for this many parts
+        (``binary``: the binary-outcome mode's, where the estimator has one)."""
+        first = self.default_split(options, binary and self.binary_outcome).shares
         return tuple(dict.fromkeys((first, *self.candidate_splits.get(len(first), ()))))
 
     def study_choice(

@@ -276,6 +276,9 @@ class PredictionInputs:
     #: the assumed ``(treated, control)`` counts per stratum, when the estimator predicts them
     #: itself (propensity bands); None: ``balanced_counts`` over the assumed occupied strata
     strata_counts: tuple[np.ndarray, np.ndarray] | None = None
+    #: the outcome is 0 or ``B`` and the estimator releases in its binary-outcome mode (no sums
+    #: of squares: the design's split has that mode's parts)
+    binary: bool = False
 
     def parts(self) -> tuple[PrivacyParams, ...]:
         total = PrivacyParams(self.design.epsilon, self.design.delta)

@@ -42,16 +42,18 @@ def _recommend(
     options_for: Callable[[str], Any],
     level: float,
     bound: float,
+    binary: bool = False,
 ) -> Recommendation | None:
     """The estimator and split with the narrowest predicted combined interval; ``predict``: the
-    site predictions of an estimator (:func:`plan_study`'s, so both predict alike)."""
+    site predictions of an estimator (:func:`plan_study`'s, so both predict alike); ``binary``:
+    an estimator with a binary-outcome mode is tried with that mode's splits."""
     best: tuple[float, str, tuple[Fraction, ...]] | None = None
     valid = [name for name, e in ESTIMATORS.items() if design in e.designs]
     for est in valid:
         estimator = ESTIMATORS[est]
         if not estimator.pure and any(d.delta <= 0 for d in designs):
             continue
-        for split in estimator.splits_to_try(options_for(est)):
+        for split in estimator.splits_to_try(options_for(est), binary):
             preds = predict(est, [replace(d, split=split) for d in designs])
             try:
                 z = _z(level)

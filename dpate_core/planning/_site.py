@@ -46,18 +46,22 @@ def predict_site(
     level: float = 0.95,
     covariate_sizes: tuple[int, ...] = (),
     bounded_covariates: int = 0,
+    binary: bool = False,
 ) -> SitePrediction:
     """One site's predicted variances and normal-interval half-width (public inputs only).
     ``options``: the estimator's spec options (None: its defaults), a study's choice already
     made (:meth:`~dpate_core.mechanisms.Estimator.study_choice`; left open, it is made for this
     site as a study of one). ``covariate_sizes``, ``bounded_covariates``: the spec's covariate
-    structure (:class:`~dpate_core.planning.PredictionInputs`)."""
+    structure (:class:`~dpate_core.planning.PredictionInputs`). ``binary``: the study's outcome
+    is binary (``outcome.binary``); an estimator with a binary-outcome mode releases in it (its
+    parts), another as for any outcome."""
     est = estimator_of(estimator)
     if not est.pure and design.delta <= 0:
         raise ValueError(
             f"site {design.site_id!r}: estimator {estimator!r} needs delta > 0 (e.g. '1e-5')"
         )
-    parts = est.n_parts(options)
+    binary = bool(binary and est.binary_outcome)
+    parts = est.n_parts(options, binary)
     if len(design.split) != parts:
         raise ValueError(
             f"site {design.site_id!r}: estimator {estimator!r} splits its budget into {parts} "
@@ -78,6 +82,7 @@ def predict_site(
         options,
         tuple(int(c) for c in covariate_sizes),
         int(bounded_covariates),
+        binary=binary,
     )
     with interpreted():  # a few assumed counts: the kernels' Python is faster than numba's set-up
         sampling, noise, reported = est.predict(inp)

@@ -123,6 +123,7 @@ def plan_study(
     covariate_sizes: tuple[int, ...] = (),
     bounded_covariates: int = 0,
     choice: StudyChoice | None = None,
+    binary: bool = False,
 ) -> StudyPlan:
     """Predicted site and combined intervals; with ``target_width`` (the full width of the
     combined interval) the per-site epsilon that reaches it (every site's epsilon times one
@@ -135,7 +136,8 @@ def plan_study(
     structure (:class:`~dpate_core.planning.PredictionInputs`). ``choice``: the study's one choice
     as its spec made it (:meth:`~dpate_core.mechanisms.Estimator.study_choice` over the ``n`` the
     spec declares; its ``options`` are then the study's), else made here from ``options`` and the
-    designs' record counts."""
+    designs' record counts. ``binary``: the outcome is binary (``outcome.binary``): an
+    estimator with a binary-outcome mode is predicted, and its splits tried, in that mode."""
     if not designs:
         raise ValueError("a plan needs at least one site")
     if target_width is not None and not (target_width > 0 and math.isfinite(target_width)):
@@ -151,7 +153,13 @@ def plan_study(
     else:
         options = choice.options
     predict = _site_predictions(
-        options_for, domain_size, bound, assumptions, level, (covariate_sizes, bounded_covariates)
+        options_for,
+        domain_size,
+        bound,
+        assumptions,
+        level,
+        (covariate_sizes, bounded_covariates),
+        binary,
     )
     preds = predict(estimator, designs)
     z = _z(level)
@@ -169,7 +177,9 @@ def plan_study(
         eps_needed = _epsilon_for_target(width_of, designs, target_width, half, warnings)
     recommendation = None
     if recommend:
-        recommendation = _recommend(design, designs, aggregator, predict, options_for, level, bound)
+        recommendation = _recommend(
+            design, designs, aggregator, predict, options_for, level, bound, binary
+        )
     return StudyPlan(
         estimator=estimator,
         aggregator=aggregator,
@@ -197,6 +207,7 @@ def _site_predictions(
     assumptions: Assumptions,
     level: float,
     covariates: tuple[tuple[int, ...], int] = ((), 0),
+    binary: bool = False,
 ) -> SitePredictions:
     """:func:`predict_site` with every input but the estimator and the designs fixed (the plan's
     and its recommendation's predictions, so both predict alike), each estimator with the
@@ -217,6 +228,7 @@ def _site_predictions(
                 level=level,
                 covariate_sizes=covariates[0],
                 bounded_covariates=covariates[1],
+                binary=binary,
             )
             for d in ds
         ]

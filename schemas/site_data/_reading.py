@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dpate.schemas.spec import StudySpec
+from dpate_core.release import NOT_BINARY
 
 from ._engine import open_site_table
 from ._errors import SiteDataError
@@ -19,11 +20,6 @@ from ._table import SiteTable
 
 __all__ = ["prepare_site_data", "read_site_records", "site_statistics"]
 
-_NOT_BINARY = (
-    "a binary outcome must be exactly 0 or B in every record: map the outcome's two labels to 0 "
-    "and B, or remove outcome.binary from the spec"
-)
-
 
 def _validated(site: SiteTable, spec: StudySpec, centred: bool) -> tuple[Any, Any, Any]:
     """The rules, the operator's report and the cell statistics, or the error of the rules
@@ -34,7 +30,7 @@ def _validated(site: SiteTable, spec: StudySpec, centred: bool) -> tuple[Any, An
     if summary.broken:
         raise_problems(site, spec, summary)
     if summary.not_binary:
-        raise SiteDataError([], hint=_NOT_BINARY)
+        raise SiteDataError([], hint=NOT_BINARY)
     return rules, summary.report, cells
 
 
@@ -111,5 +107,5 @@ def prepare_site_data(
     finally:
         site.close()
     if summary.not_binary:
-        raise SiteDataError([], hint=_NOT_BINARY)
+        raise SiteDataError([], hint=NOT_BINARY)
     return SiteData(w, y, x, spec.domain_size, spec.outcome.bound, summary.report, z)

@@ -868,3 +868,37 @@ def test_a_plan_where_no_site_resolves_says_there_is_no_answer():
     assert plan.used == ()
     assert any("no site is predicted to resolve" in note for note in plan.notes), plan.notes
     assert not any("predicted to use  only" in note for note in plan.notes)
+
+
+def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
+    """``outcome.binary``: dim and propensity are predicted with their binary-outcome parts (no
+    sums of squares) instead of refusing the spec's split, and dim's prediction of a binary
+    release is its own: the noise of the sums alone, reported as sampling plus noise. Tried as a
+    plan of an estimator without such a mode (adjusted), the outcome changes nothing."""
+    rng = np.random.default_rng(4)
+    w = rng.permutation(np.repeat([0, 1], 1000))
+    y = (rng.random(2000) < np.where(w == 1, 0.4, 0.3)).astype(np.float64)
+    plan = plan_difference_in_means(w, y, bound=1.0, epsilon=1, binary=True)
+    released = plan.assemble(draw_many(plan, rng, 1)).diagnostics["noise_variance"]
+    sd = Assumptions(outcome_sd=0.48)
+    pred = predict_site(
+        "dim", SiteDesign.of("a", 2000, 1, 0, None, 1), domain_size=1, bound=1.0,
+        assumptions=sd, binary=True,
+    )  # fmt: skip
+    assert pred.noise_variance == pytest.approx(float(released), rel=1e-12)
+    assert pred.reported_variance == pytest.approx(pred.sampling_variance + pred.noise_variance)
+    with pytest.raises(ValueError, match="splits its budget into 2 parts"):
+        predict_site("dim", SiteDesign.of("a", 2000, 1, 0, None, 1), domain_size=1, bound=1.0)
+    designs = [SiteDesign.of(s, 2000, 1, 0, ("1/2", "7/36", "11/36"), 3) for s in ("a", "b")]
+    study = plan_study(
+        "propensity", "inverse_variance", designs, domain_size=8, bound=1.0, assumptions=sd,
+        covariate_sizes=(4, 2), bounded_covariates=1, binary=True,
+    )  # fmt: skip
+    assert np.isfinite(study.combined_half_width) and study.recommendation is not None
+    assert all(len(s.split) == 3 for s in study.sites)
+    adjusted = [SiteDesign.of(s, 2000, 1, 0, None, 3) for s in ("a", "b")]
+    a = plan_study("adjusted", "inverse_variance", adjusted, domain_size=8, bound=1.0,
+                   assumptions=sd, binary=True, recommend=False)  # fmt: skip
+    b = plan_study("adjusted", "inverse_variance", adjusted, domain_size=8, bound=1.0,
+                   assumptions=sd, recommend=False)  # fmt: skip
+    assert a.combined_half_width == b.combined_half_width

@@ -582,18 +582,26 @@ def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_give
             spec(**bad)
 
 
-def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules():
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules(binary):
     from datetime import UTC, datetime
 
     from dpate.schemas.reports import SiteReport, estimate_problems
+    from dpate.schemas.spec import StudySpec
     from dpate_core.mechanisms import PlanInputs
 
     spec = _spec()  # n = 20,000 declared: K = 10, model share 1/2
+    if binary:  # outcome.binary: three parts, no squares
+        doc = spec.canonical_dict()
+        doc["outcome"]["binary"] = True
+        spec = StudySpec.from_dict(doc)
     rng = np.random.default_rng(3)
     g, h, k = rng.integers(0, 4, 20_000), rng.integers(0, 3, 20_000), rng.integers(0, 2, 20_000)
     x = (g * 3 + h) * 2 + k  # the strata's mixed-radix number, the first covariate first
     w = (rng.random(x.size) < 1 / (1 + np.exp(1 - 0.5 * g + 0.4 * h - 0.6 * k))).astype(np.int8)
     y = np.clip(0.2 + 0.05 * g + 0.3 * w + rng.normal(0, 0.1, x.size), 0.0, 1.0)
+    if binary:
+        y = (rng.random(x.size) < y).astype(np.float64)
     plan = PROPENSITY.plan(
         PlanInputs(
             w,
@@ -605,9 +613,11 @@ def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules
             spec.budget_split("a").shares,
             spec.study_options,
             covariate_sizes=(4, 3, 2),
+            binary=binary,
         )
     )
     assert plan.shares.shares[0] == Fraction(1, 2)
+    assert len(plan.shares.shares) == (3 if binary else 4)
     estimate = plan.estimate(draw_once(plan, rng))  # simulation noise: a test, not a release
     assert estimate.diagnostics["usable_strata"] > 5  # more bands than five
     report = SiteReport.from_estimate(
@@ -662,3 +672,68 @@ def test_binary_outcome_interval_within_twice_the_non_private_at_2000_records() 
     ratio = float(np.mean(ours) / np.mean(reference))
     assert 1.0 < ratio < 2.0
     assert hits / len(ours) >= 0.9
+
+
+# --- a binary outcome (outcome.binary): no squares released ----------------------------------
+
+
+def test_binary_parts_splits_and_spec() -> None:
+    from dpate.schemas.spec import StudySpec
+    from dpate_core.mechanisms.propensity import DEFAULT_SPLIT_BINARY, model_share_split
+
+    assert PROPENSITY.binary_outcome
+    assert PROPENSITY.part_names(None, binary=True) == (
+        "propensity model",
+        "band counts",
+        "band sums",
+    )
+    # the cells keep the counts : sums proportions 21 : 33 of the rest, exactly
+    assert model_share_split("1/4", binary=True) == DEFAULT_SPLIT_BINARY == ("1/4", "7/24", "11/24")
+    half = PROPENSITY.default_split(PROPENSITY.make_options({"model_share": "1/2"}), binary=True)
+    assert half.shares == (Fraction(1, 2), Fraction(7, 36), Fraction(11, 36))
+    doc = _spec().canonical_dict()
+    doc["outcome"]["binary"] = True
+    spec = StudySpec.from_dict(doc)
+    assert spec.release_parts == 3
+    assert spec.budget_split("a").shares == (Fraction(1, 2), Fraction(7, 36), Fraction(11, 36))
+
+
+def test_binary_release_draws_no_squares_and_equals_the_general_one_without_noise() -> None:
+    rng = np.random.default_rng(23)
+    w, y, z, _ = _binary_data(rng, 3000)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=Fraction(1, 2), binary=True)
+    assert [s.name for s in plan.stages[0].sites] == ["counts", "sums"]
+    parts = plan.shares.apply(plan.total)
+    assert len(parts) == 3 and sum(p.epsilon for p in parts) == Fraction(1, 2)
+    counts, sums = plan.stages[0].sites
+    assert counts.scale == parts[1].laplace_scale(2)
+    assert sums.value_scale >= 1.0 / float(parts[2].epsilon)
+    noisy = draw_once(plan)
+    assert set(noisy) == {"model", "counts", "sums"}
+    e = plan.estimate(noisy)
+    assert e.resolved and e.budget_split == plan.shares.shares
+    assert PROPENSITY.plausible(e, PROPENSITY.make_options(), 12) == []
+    # without noise the squares taken from the counts are the records' own: the same estimate
+    # and variance as the release that queries them (to the noise left at epsilon 10^9)
+    big = 10**9
+    general = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=big)
+    binary = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=big, binary=True)
+    a = general.assemble(draw_many(general, np.random.default_rng(4), 3))
+    b = binary.assemble(draw_many(binary, np.random.default_rng(4), 3))
+    np.testing.assert_allclose(b.tau, a.tau, rtol=1e-9)
+    np.testing.assert_allclose(b.variance, a.variance, rtol=1e-6)
+
+
+def test_binary_records_and_strata_paths_agree_and_other_values_are_refused() -> None:
+    rng = np.random.default_rng(29)
+    w, y, z, _ = _binary_data(rng, 1500)
+    cats = z[:, :2].astype(np.int64)
+    by_records = plan_propensity(w, y, cats, COLUMNS[:2], bound=1.0, epsilon=1, binary=True)
+    cells = cell_statistics(w, y, cats[:, 0] * 3 + cats[:, 1], domain_size=12, bound=1.0)
+    by_strata = plan_propensity_from_strata(cells, (4, 3), epsilon=1, binary=True)
+    a = by_records.assemble(draw_many(by_records, np.random.default_rng(9), 20))
+    b = by_strata.assemble(draw_many(by_strata, np.random.default_rng(9), 20))
+    np.testing.assert_array_equal(a.tau, b.tau)
+    np.testing.assert_array_equal(a.variance, b.variance)
+    with pytest.raises(ValueError, match="exactly 0 or B"):
+        plan_propensity(w, y * 0.5, z, COLUMNS, bound=1.0, epsilon=1, binary=True)

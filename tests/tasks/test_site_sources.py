@@ -300,11 +300,15 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
     assert "hunter2" not in s.operator_log("north").read_text()
 
 
-def test_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, monkeypatch):
-    """dim with ``outcome.binary``: an outcome other than 0 or B is refused before anything is
-    reserved, and on 0/B outcomes the release publishes the records path's bytes."""
+@pytest.mark.parametrize("estimator", ["dim", "propensity"])
+def test_binary_outcome_is_checked_and_released_as_from_the_records(
+    tmp_path, monkeypatch, estimator
+):
+    """``outcome.binary`` (dim, propensity): an outcome other than 0 or B is refused before
+    anything is reserved, and on 0/B outcomes the release publishes the records path's bytes,
+    without sums of squares."""
 
-    s = study_of(tmp_path / "bin", monkeypatch, "dim")
+    s = study_of(tmp_path / "bin", monkeypatch, estimator)
     text = s.spec.read_text(encoding="utf-8")
     s.spec.write_text(text.replace('policy = "clip"', 'policy = "clip"\nbinary = true'), "utf-8")
     ctx = resolve_site(str(s.spec), "north")
@@ -317,10 +321,16 @@ def test_binary_outcome_is_checked_and_released_as_from_the_records(tmp_path, mo
     y = (t.column("outcome").to_numpy() > 0.5).astype(np.float64)
     pq.write_table(t.set_column(1, "outcome", pa.array(y)), path)
     stats = load_site_data.fn(ctx)
-    assert isinstance(stats, SiteStatistics) and not stats.cells.centred
+    assert isinstance(stats, SiteStatistics)
     records = prepare_site_data(path, ctx.spec)
     plan = plan_release(ctx, stats)
-    assert [sp.name for sp in plan.noise] == ["sum_treated", "sum_control"]
+    if estimator == "dim":
+        assert not stats.cells.centred
+        assert [sp.name for sp in plan.noise] == ["sum_treated", "sum_control"]
+    else:  # the model, then the band cells' counts and sums: no squares
+        assert [sp.name for sp in plan.noise] == ["model"]
+        assert [sp.name for sp in plan.stages[0].sites] == ["counts", "sums"]
+        assert len(plan.shares.shares) == 3
     for seed in (0, 1):
         assert report_bytes(ctx, stats, seed) == report_bytes(ctx, records, seed)
     assert plan_from_records is not None and site_statistics is not None

@@ -63,6 +63,8 @@ def adjusted_weighting(
     with the count scale and the sums' epsilon computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
+    if weighting != "auto":  # declared: the split does not enter (the propensity bands' own)
+        return resolve_weighting(weighting, int(n), max(int(domain_size), 1), 1.0, 1.0)
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
     p_n, p_s, _ = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)
     return resolve_weighting(
@@ -231,7 +233,7 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     used (probability ``prod (1 - p_x)``) the release is unresolved and counts as the whole range
     (half-width ``B``), as for fixed effects. No stratum with both arms in the assumed counts:
     infinite (the release would never resolve)."""
-    p_n, p_s, _ = inp.parts()
+    p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
     scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
     v_n, v_s = 2.0 * scale_n**2, 2.0 * (b / p_s.epsilon_float) ** 2
@@ -277,7 +279,7 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     sds: with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance
     is the one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B /
     z)^2`` (``z = 1.96``), ``v`` at the resolved releases' mean ``D_hat``."""
-    p_n, p_s, _ = inp.parts()
+    p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
     v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
     v_s = 2.0 * (b / p_s.epsilon_float) ** 2

@@ -108,7 +108,8 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     """Sampling ``sd^2 (1/N_t + 1/N_c)``; noise ``2 s^2 (1/N_t^2 + 1/N_c^2)`` with ``s = B/eps_1``
     (``2B/eps_1`` with private arm sizes); each arm's ``s^2`` is clamped after ``Lap(q)/N_arm``
     noise, ``q = B^2/eps_2`` (``2B^2``). The treated count's own noise (private arm sizes) is left
-    out."""
+    out. A binary outcome (``inp.binary``) releases no squares: each arm's ``s^2`` is ``B^2 p (1 -
+    p)`` from its noisy sum, reported as sampling plus noise."""
     from dpate_core.planning import clamped_mean
 
     b, sd = inp.bound, inp.assumptions.sd(inp.bound)
@@ -118,8 +119,10 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     parts = inp.parts()
     mult = 1.0 if _public(inp.options) else 2.0
     s = mult * b / parts[0].epsilon_float
-    q = mult * b * b / parts[1].epsilon_float
     sampling = sd * sd * (1.0 / nt + 1.0 / nc)
     noise = 2.0 * s * s * (1.0 / nt**2 + 1.0 / nc**2)
+    if inp.binary:
+        return sampling, noise, sampling + noise
+    q = mult * b * b / parts[1].epsilon_float
     reported = clamped_mean(sd * sd, q / nt) / nt + clamped_mean(sd * sd, q / nc) / nc + noise
     return sampling, noise, reported

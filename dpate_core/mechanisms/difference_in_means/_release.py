@@ -41,6 +41,7 @@ from dpate_core.release import (
     NoiseSpec,
     Outputs,
     SiteEstimate,
+    check_binary_outcomes,
     check_bound,
     check_outcomes,
     release_once,
@@ -77,11 +78,8 @@ def plan_difference_in_means(
     bound = check_bound(bound)
     y_arr = np.asarray(y, dtype=np.float64)
     check_outcomes(y_arr, bound)
-    if binary and y_arr.size and not np.all((y_arr == 0.0) | (y_arr == bound)):
-        raise ValueError(
-            "a binary outcome must be exactly 0 or B in every record: map the outcome's two "
-            "labels to 0 and B, or remove outcome.binary from the spec"
-        )
+    if binary:
+        check_binary_outcomes(y_arr, bound)
     return plan_difference_in_means_from_statistics(
         arm_statistics(w, y_arr, bound=bound),
         epsilon=epsilon,

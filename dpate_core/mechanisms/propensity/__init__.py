@@ -74,6 +74,7 @@ from ._release import (
     ATTENUATION_CAP,
     BANDS,
     DEFAULT_SPLIT,
+    DEFAULT_SPLIT_BINARY,
     UNRESOLVED,
     attenuation_correction,
     dp_propensity,
@@ -98,7 +99,9 @@ __all__ = [
     "BANDS",
     "DEFAULT_MODEL_SHARE",
     "DEFAULT_SPLIT",
+    "DEFAULT_SPLIT_BINARY",
     "OCCUPANCY_DRAWS",
+    "PARTS",
     "PROPENSITY",
     "UNRESOLVED",
     "Categorical",
@@ -248,6 +251,7 @@ def _plan(p: PlanInputs) -> MechanismPlan:
         delta=p.privacy.delta,
         split=p.split,
         bands=bands_of(p.options),
+        binary=p.binary,
     )
 
 
@@ -259,6 +263,7 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
         delta=s.privacy.delta,
         split=s.split,
         bands=bands_of(s.options),
+        binary=s.binary,
     )
 
 
@@ -324,6 +329,9 @@ def noise_model(site: SiteEstimate, rng: Any, reps: int) -> NoiseDraws:
     return ADJUSTED.noise_model(site, rng, reps)
 
 
+#: the release's budget parts (a binary outcome: the first three, no squares)
+PARTS = ("propensity model", "band counts", "band sums", "band sums of squares")
+
 #: the estimator a study names "propensity"
 PROPENSITY = Estimator(
     name="propensity",
@@ -332,14 +340,16 @@ PROPENSITY = Estimator(
         "average effect over the patients in propensity-score bands where both treatments "
         "occur (every patient, when each band holds both)"
     ),
-    parts=("propensity model", "band counts", "band sums", "band sums of squares"),
+    parts=PARTS,
+    parts_for=lambda options, binary: PARTS[:3] if binary else PARTS,
+    binary_outcome=True,
     pure=True,
     designs=("randomized", "observational"),
     options=PropensityOptions,
     plan=_plan,
     plan_from_statistics=_plan_from_statistics,
     default_shares=DEFAULT_SPLIT,
-    default_shares_for=lambda options, binary: resolved_split(options),
+    default_shares_for=lambda options, binary: resolved_split(options, binary),
     choose=_choose,
     noise_model=noise_model,
     predict=predict,
@@ -355,7 +365,7 @@ PROPENSITY = Estimator(
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED,),
     unbinned_covariates=True,
-    candidate_splits={4: ((Fraction(1, 4),) * 4,)},
+    candidate_splits={4: ((Fraction(1, 4),) * 4,), 3: ((Fraction(1, 3),) * 3,)},
     # its strata are propensity bands, not the covariates' cells: the balance table's within
     # column is not 0 by construction; it is released within the bands of the committed model
     covariate_strata=False,

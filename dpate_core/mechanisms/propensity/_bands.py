@@ -42,7 +42,7 @@ def model_fit(
     bands its records with it, and a later covariate-balance table bands them with the same
     function of the recorded vector (no refit on records, no new draw)."""
     g = model_bits(n)
-    shares = BudgetSplit.of(split, 4)
+    shares = BudgetSplit.of(split, len(split))  # four parts, or three (a binary outcome)
     p_m = shares.apply(PrivacyParams(PrivacyParams.of(epsilon, 0).epsilon, Fraction(0)))[0]
     # the pseudo-count: the count noise scale, in counts
     smoothing = max(1.0, p_m.laplace_scale(model_sensitivity(columns, g)) * math.ldexp(1.0, -g))

@@ -50,18 +50,22 @@ AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (10_000, 10, Fraction(1, 2)),
 )
 #: the band cells' counts, centred sums and squares share the rest of the budget as 21 : 33 : 6
+#: (a binary outcome releases no squares: its counts and sums share it as 21 : 33)
 _CELL_PARTS = (21, 33, 6)
 
 
-def model_share_split(share: Fraction | str) -> tuple[str, ...]:
+def model_share_split(share: Fraction | str, binary: bool = False) -> tuple[str, ...]:
     """The four-part budget split with ``share`` to the model and the rest to the band cells as
     :data:`~._release.DEFAULT_SPLIT` divides it (21 : 33 : 6); ``model_share_split("1/4")`` is
-    :data:`~._release.DEFAULT_SPLIT` exactly. Raises ``ValueError`` unless ``0 < share < 1``."""
+    :data:`~._release.DEFAULT_SPLIT` exactly. ``binary``: the three-part split of a binary
+    outcome (no squares; the counts and sums share the rest 21 : 33). Raises ``ValueError``
+    unless ``0 < share < 1``."""
     m = Fraction(share)
     if not 0 < m < 1:
         raise ValueError(f"model_share ({share}) must lie strictly between 0 and 1 (e.g. '1/2')")
-    total = sum(_CELL_PARTS)
-    return (str(m), *(str((1 - m) * Fraction(c, total)) for c in _CELL_PARTS))
+    cells = _CELL_PARTS[:2] if binary else _CELL_PARTS
+    total = sum(cells)
+    return (str(m), *(str((1 - m) * Fraction(c, total)) for c in cells))
 
 
 def _number(x: Fraction) -> str:
@@ -140,8 +144,8 @@ def study_bands(
     )
 
 
-def resolved_split(options: Any) -> tuple[str, ...]:
+def resolved_split(options: Any, binary: bool = False) -> tuple[str, ...]:
     """The default split of these options: ``model_share``'s (``"auto"`` unresolved, a plan made
-    outside a study: :data:`AUTO_RULE`'s first row's)."""
+    outside a study: :data:`AUTO_RULE`'s first row's); three parts for a binary outcome."""
     share = getattr(options, "model_share", "auto")
-    return model_share_split(AUTO_RULE[0][2] if share == "auto" else share)
+    return model_share_split(AUTO_RULE[0][2] if share == "auto" else share, binary)

@@ -161,7 +161,7 @@ def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) 
     v_n``) enters the gap with weight ``1/n_a - [b used] w_b / n_ab`` (``w_b`` the band's share of
     the used records): a band is used when both noisy counts reach the threshold. Filled bands
     equally sorted cancel; the empty bands' noise stays whole."""
-    p_n, p_s, _ = base.parts()
+    p_n, p_s = base.parts()[:2]  # a binary outcome has no squares part
     b = base.bound
     scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
     v_n, v_s = 2.0 * scale_n**2, 2.0 * (b / p_s.epsilon_float) ** 2

@@ -13,6 +13,11 @@ Two stages, four budget parts ``(eps_m, eps_n, eps_s, eps_q)`` summing exactly t
    partition fixed before this stage's noise, so one record is in one cell and the adjusted
    release's sensitivities hold: ``(eps_n + eps_s + eps_q, 0)``-DP for every fixed model).
 
+A binary outcome (every value 0 or ``B``, ``binary=True``) releases no squares: each record's
+centred square is ``(B/2)^2``, so a cell's squares are its count times ``B^2/4``, and the
+assembly takes them from the noisy count (post-processing). Three parts ``(eps_m, eps_n,
+eps_s)`` then, the same proof without the third vector.
+
 Adaptive sequential composition: stage 2 is chosen from stage 1's output only, so the release is
 ``(eps_m + eps_n + eps_s + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
 :class:`dpate_core.release.Stage` draws stage 2 after stage 1). The estimate and its variance are
@@ -46,6 +51,7 @@ from dpate_core.release import (
     Outputs,
     SiteEstimate,
     Stage,
+    check_binary_outcomes,
     check_bound,
     draw_once,
 )
@@ -78,6 +84,7 @@ __all__ = [
     "ATTENUATION_CAP",
     "BANDS",
     "DEFAULT_SPLIT",
+    "DEFAULT_SPLIT_BINARY",
     "UNRESOLVED",
     "attenuation_correction",
     "dp_propensity",
@@ -90,6 +97,9 @@ __all__ = [
 BANDS = 5
 #: the model, then the band cells' counts, centred sums and squares (docs/research/propensity.md)
 DEFAULT_SPLIT = ("1/4", "21/80", "33/80", "3/40")
+#: :data:`DEFAULT_SPLIT` for a binary outcome (no squares: the counts and sums share the cells'
+#: three quarters 21 : 33)
+DEFAULT_SPLIT_BINARY = ("1/4", "7/24", "11/24")
 UNRESOLVED = (
     "propensity bands: no band has enough patients in both treatments at this budget (both "
     "noisy arm counts at least min_count)"
@@ -107,13 +117,18 @@ def plan_propensity(
     delta: Number = 0,
     split: Sequence[Number] | None = None,
     bands: int = BANDS,
+    binary: bool = False,
 ) -> MechanismPlan:
     """The plan of :func:`dp_propensity` from records: ``z`` is ``(N, p)``, one column per entry
     of ``columns`` (level codes, or values within public bounds), or the same as
-    :class:`Covariates` (the compiled passes' own layout: a matrix is split into it first)."""
+    :class:`Covariates` (the compiled passes' own layout: a matrix is split into it first).
+    ``binary``: every outcome is 0 or ``B`` (checked: an error names the rule); no squares are
+    released (module docstring)."""
     bound = check_bound(bound)
     w_arr = np.asarray(w).astype(np.int8)
     y_arr = np.asarray(y, dtype=np.float64)
+    if binary:
+        check_binary_outcomes(y_arr, bound)
     if isinstance(z, Covariates):
         z_arr: np.ndarray | Covariates = z
         if z.codes.shape[0] + z.values.shape[0] != len(columns) or (columns and z.n != w_arr.size):
@@ -160,7 +175,7 @@ def plan_propensity(
 
     return _plan(
         n, model_statistics(w_arr, cov, columns, g), columns, g, band_cells,
-        (k, m), bound, epsilon, delta, split, bands,
+        (k, m), bound, epsilon, delta, split, bands, binary,
     )  # fmt: skip
 
 
@@ -172,12 +187,14 @@ def plan_propensity_from_strata(
     delta: Number = 0,
     split: Sequence[Number] | None = None,
     bands: int = BANDS,
+    binary: bool = False,
 ) -> MechanismPlan:
     """The same release from the engine's per-stratum cell statistics (centred), the strata
     being the mixed-radix number of categorical covariates with ``covariate_sizes`` levels:
     the model vector is the sums of the stratum counts over each covariate's levels, a band is
     a set of strata and its cells are sums of theirs (exact integers): equal to
-    :func:`plan_propensity` on the records."""
+    :func:`plan_propensity` on the records. ``binary``: the caller has checked that every
+    outcome is 0 or ``B`` (the site data's rules do)."""
     if not cells.centred:
         raise ValueError("the propensity release needs centred cell statistics")
     size = cells.counts.size // 2
@@ -196,7 +213,7 @@ def plan_propensity_from_strata(
 
     return _plan(
         n, model_statistics_of_strata(cells.counts, codes, columns, g), columns, g, band_cells,
-        (cells.k, cells.m), cells.bound, epsilon, delta, split, bands,
+        (cells.k, cells.m), cells.bound, epsilon, delta, split, bands, binary,
     )  # fmt: skip
 
 
@@ -212,6 +229,7 @@ def _plan(
     delta: Number,
     split: Sequence[Number] | None,
     bands: int,
+    binary: bool = False,
 ) -> MechanismPlan:
     given = PrivacyParams.of(epsilon, delta)  # validates delta; none of it is spent
     total = PrivacyParams(given.epsilon, Fraction(0))
@@ -222,26 +240,31 @@ def _plan(
     if not 2 <= int(bands) <= 50:
         raise ValueError(f"bands ({bands}) must be a whole number in [2, 50] (Cochran: 5)")
     bands = int(bands)
-    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 4)
+    default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
+    shares = BudgetSplit.of(default if split is None else split, len(default))
     p_m, *cell_parts = shares.apply(total)
     model_scale = p_m.laplace_scale(model_sensitivity(columns, g))
     released = released_part(model_vector, columns)
     unit = math.ldexp(1.0, -g)
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
-    band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
+    # a binary outcome has no squares part: its scale is computed from the sums' part and the
+    # site dropped (only the counts and sums are drawn)
+    parts = (*cell_parts, cell_parts[-1]) if binary else cell_parts
+    band_sites = cell_noise(shape, cell_scales(shape, parts))[: len(cell_parts)]
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
         rows = np.asarray(noisy["model"], dtype=np.float64)
-        out: dict[str, list[np.ndarray]] = {"counts": [], "sums": [], "squares": []}
+        out: dict[str, list[np.ndarray]] = {site.name: [] for site in band_sites}
         for row in np.atleast_2d(rows):
             c = band_cells(*fitted(row))
             for name, v in (("counts", c.counts), ("sums", c.sums), ("squares", c.squares)):
-                out[name].append(v.astype(np.float64))
+                if name in out:
+                    out[name].append(v.astype(np.float64))
         return {k: (np.stack(v) if rows.ndim == 2 else v[0]) for k, v in out.items()}
 
-    counts, sums, _ = band_sites
+    counts, sums = band_sites[:2]
     public = PublicConstants(
         n=n,
         bound=bound,
@@ -265,18 +288,22 @@ def _plan(
         noise=(model_site,),
         stages=(Stage(band_sites, locs),),
         kept=("model",),  # the band definition a later balance table reads (model_fit)
-        assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0]),
+        assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0], binary),
     )
 
 
 def _assemble(
     c: PublicConstants,
     fit: Callable[[np.ndarray], PropensityModel],
+    binary: bool,
     v: Mapping[str, Any],
 ) -> Outputs:
     """Subclassification on the noisy band cells (the adjusted release's), corrected for the
     model noise's attenuation, with the variance the model's noise adds
-    (:func:`attenuation_correction`)."""
+    (:func:`attenuation_correction`). A binary outcome's squares are its noisy counts times
+    ``(B/2)^2`` (every centred value is ``+-B/2``)."""
+    if binary:
+        v = {**v, "squares": np.asarray(v["counts"], dtype=np.float64) * (c.half_b * c.half_b)}
     out = assemble_subclassification(c, v)
     rows = np.asarray(v["model"], dtype=np.float64)
     share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
@@ -365,14 +392,16 @@ def dp_propensity(
     delta: Number = 0,
     split: Sequence[Number] | None = None,
     bands: int = BANDS,
+    binary: bool = False,
     rng: Rng = None,
 ) -> SiteEstimate:
     """DP subclassification on propensity bands (module docstring): ``(epsilon, 0)``-DP under
     replace-one neighbours; ``delta`` is accepted and not spent. Public: ``N``, ``B``, the
-    columns (levels, bounds), ``bands`` and the split."""
+    columns (levels, bounds), ``bands``, the split and whether the outcome is binary."""
     plan = plan_propensity(
-        w, y, z, columns, bound=bound, epsilon=epsilon, delta=delta, split=split, bands=bands
-    )
+        w, y, z, columns, bound=bound, epsilon=epsilon, delta=delta, split=split, bands=bands,
+        binary=binary,
+    )  # fmt: skip
     return plan.estimate(draw_once(plan, rng))
 
 
