@@ -174,26 +174,27 @@ def cell_statistics(
     return CellStatistics(counts, sums, squares, bound, k, m, centred)
 
 
-def cell_scales(
-    cells: CellStatistics, parts: Sequence[PrivacyParams]
-) -> tuple[float, float, float]:
+def cell_scales(cells: CellStatistics, parts: Sequence[PrivacyParams]) -> tuple[float, ...]:
     """The Laplace scales of the three vectors for the budget parts ``(eps_n, eps_s, eps_q)``, in
     the units they are noised in (the sums and squares in grid units): each vector's
-    :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent)."""
+    :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent). Two parts
+    ``(eps_n, eps_s)``: a binary outcome's counts and sums only (its centred squares are its
+    counts times ``B^2 / 4``: not queried)."""
+    if len(parts) not in (2, 3):
+        raise ValueError(
+            f"cell statistics take 3 budget parts, or 2 for a binary outcome: got {len(parts)}"
+        )
     sens = sensitivities(cells.bound, cells.k, cells.m)
-    p_n, p_s, p_q = parts
-    return (
-        p_n.laplace_scale(sens["counts"]),
-        p_s.laplace_scale(sens["sums"]),
-        p_q.laplace_scale(sens["squares"]),
-    )
+    names = ("counts", "sums", "squares")
+    return tuple(p.laplace_scale(sens[name]) for p, name in zip(parts, names, strict=False))
 
 
 def cell_noise(
-    cells: CellStatistics, scales: tuple[float, float, float], prefix: str = ""
-) -> tuple[NoiseSpec, NoiseSpec, NoiseSpec]:
-    """The three per-cell vectors as noise sites ``counts``, ``sums``, ``squares`` (names after
-    ``prefix``), each one vector query of exact discrete Laplace noise on its integers.
+    cells: CellStatistics, scales: Sequence[float], prefix: str = ""
+) -> tuple[NoiseSpec, ...]:
+    """The per-cell vectors as noise sites ``counts``, ``sums``, ``squares`` (names after
+    ``prefix``; the first two only for two ``scales``, a binary outcome), each one vector query
+    of exact discrete Laplace noise on its integers.
 
     ``scales``: their Laplace scales in the units they are noised in (counts; sums in grid units
     ``B 2^-k``, squares in ``B^2 2^-m``), from :func:`cell_scales` and the caller's budget
@@ -201,12 +202,16 @@ def cell_noise(
     :attr:`CellStatistics.square_unit`) as ``NoiseSpec.unit``: the draw multiplies the noisy
     integers by it (post-processing), so the assembly receives all three in outcome units and
     their scales in those units are ``NoiseSpec.value_scale``."""
-    scale_n, scale_s, scale_q = scales
     counts, sums, squares = (
         v.astype(np.float64) for v in (cells.counts, cells.sums, cells.squares)
     )
-    return (
-        NoiseSpec(prefix + "counts", counts, scale_n, "integer_laplace"),
-        NoiseSpec(prefix + "sums", sums, scale_s, "integer_laplace", unit=cells.sum_unit),
-        NoiseSpec(prefix + "squares", squares, scale_q, "integer_laplace", unit=cells.square_unit),
+    sites = (
+        NoiseSpec(prefix + "counts", counts, scales[0], "integer_laplace"),
+        NoiseSpec(prefix + "sums", sums, scales[1], "integer_laplace", unit=cells.sum_unit),
     )
+    if len(scales) == 2:
+        return sites
+    squares_site = NoiseSpec(
+        prefix + "squares", squares, scales[2], "integer_laplace", unit=cells.square_unit
+    )
+    return (*sites, squares_site)

@@ -95,8 +95,9 @@ class OutcomeSpec(_Model):
         json_schema_extra={"accepted_by": "binary_outcome"},
         description="Every value is `offset` or `offset + bound` (checked on the data by the "
         "release): the variance follows from the sums, so no sums of squares are released and "
-        "their budget part is dropped (one part fewer: the difference in means' arm sums, the "
-        "propensity release's band sums of squares).",
+        "their budget part is dropped (one part fewer: the difference in means' arm sums of "
+        "squares, the adjusted release's cell sums of squares, the propensity release's band "
+        "sums of squares).",
     )
 
     @field_validator("labels", mode="before")

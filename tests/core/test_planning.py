@@ -871,10 +871,10 @@ def test_a_plan_where_no_site_resolves_says_there_is_no_answer():
 
 
 def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
-    """``outcome.binary``: dim and propensity are predicted with their binary-outcome parts (no
-    sums of squares) instead of refusing the spec's split, and dim's prediction of a binary
-    release is its own: the noise of the sums alone, reported as sampling plus noise. Tried as a
-    plan of an estimator without such a mode (adjusted), the outcome changes nothing."""
+    """``outcome.binary``: dim, adjusted and propensity are predicted with their binary-outcome
+    parts (no sums of squares) instead of refusing the spec's split, and dim's prediction of a
+    binary release is its own: the noise of the sums alone, reported as sampling plus noise.
+    An estimator without such a mode (global matching) is predicted as for any outcome."""
     rng = np.random.default_rng(4)
     w = rng.permutation(np.repeat([0, 1], 1000))
     y = (rng.random(2000) < np.where(w == 1, 0.4, 0.3)).astype(np.float64)
@@ -896,9 +896,18 @@ def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
     )  # fmt: skip
     assert np.isfinite(study.combined_half_width) and study.recommendation is not None
     assert all(len(s.split) == 3 for s in study.sites)
-    adjusted = [SiteDesign.of(s, 2000, 1, 0, None, 3) for s in ("a", "b")]
-    a = plan_study("adjusted", "inverse_variance", adjusted, domain_size=8, bound=1.0,
+    # adjusted: its binary split (7/18, 11/18) gives the sums more than the general one's 11/20
+    binary = [SiteDesign.of(s, 2000, 1, 0, ("7/18", "11/18"), 2) for s in ("a", "b")]
+    general = [SiteDesign.of(s, 2000, 1, 0, None, 3) for s in ("a", "b")]
+    a = plan_study("adjusted", "inverse_variance", binary, domain_size=8, bound=1.0,
                    assumptions=sd, binary=True, recommend=False)  # fmt: skip
-    b = plan_study("adjusted", "inverse_variance", adjusted, domain_size=8, bound=1.0,
+    b = plan_study("adjusted", "inverse_variance", general, domain_size=8, bound=1.0,
                    assumptions=sd, recommend=False)  # fmt: skip
-    assert a.combined_half_width == b.combined_half_width
+    assert a.combined_half_width < b.combined_half_width
+    matching = [SiteDesign.of(s, 2000, 1, "1e-5", None, 2) for s in ("a", "b")]
+    m = [
+        plan_study("global_matching", "inverse_variance", matching, domain_size=8, bound=1.0,
+                   assumptions=sd, binary=flag, recommend=False).combined_half_width
+        for flag in (True, False)
+    ]  # fmt: skip
+    assert m[0] == m[1]

@@ -189,3 +189,37 @@ def test_spec_matching_options():
     d["outcome"]["binary"] = True
     with pytest.raises(SpecError, match=r"outcome\.binary"):
         StudySpec.from_dict(d)
+
+
+@pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
+def test_binary_adjusted_releases_counts_and_sums_and_equals_the_general_one_without_noise(
+    weighting,
+):
+    """adjusted with ``binary``: two parts (counts and sums, 7 : 11), no squares drawn; the
+    squares taken from the counts are the records' own, so without noise the estimate and its
+    variance are the general release's; any other outcome value is refused."""
+    from dpate_core.mechanisms.adjusted import ADJUSTED, DEFAULT_SPLIT_BINARY, plan_adjusted
+
+    assert ADJUSTED.binary_outcome
+    assert ADJUSTED.part_names(None, binary=True) == ("cell counts", "cell sums")
+    assert ADJUSTED.split(None, None, binary=True).shares == (Fraction(7, 18), Fraction(11, 18))
+    assert DEFAULT_SPLIT_BINARY == ("7/18", "11/18")
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 6, 3000)
+    w = (rng.random(3000) < 0.3 + 0.06 * x).astype(np.int8)
+    y = (rng.random(3000) < 0.2 + 0.05 * x + 0.1 * w).astype(np.float64)
+    kw = dict(bound=1.0, domain_size=6, weighting=weighting)
+    plan = plan_adjusted(w, y, x, epsilon=1, binary=True, **kw)
+    assert [s.name for s in plan.noise] == ["counts", "sums"]
+    assert sum(p.epsilon for p in plan.shares.apply(plan.total)) == 1
+    est = plan.estimate({k: v[0] for k, v in draw_many(plan, rng, 1).items()})
+    assert est.resolved and ADJUSTED.plausible(est, None, 6) == []
+    big = 10**9
+    general = plan_adjusted(w, y, x, epsilon=big, **kw)
+    binary = plan_adjusted(w, y, x, epsilon=big, binary=True, **kw)
+    a = general.assemble(draw_many(general, np.random.default_rng(4), 3))
+    b = binary.assemble(draw_many(binary, np.random.default_rng(4), 3))
+    np.testing.assert_allclose(b.tau, a.tau, rtol=1e-9)
+    np.testing.assert_allclose(b.variance, a.variance, rtol=1e-6)
+    with pytest.raises(ValueError, match="exactly 0 or B"):
+        plan_adjusted(w, y * 0.5, x, epsilon=1, binary=True, **kw)

@@ -300,11 +300,11 @@ def test_sql_query_and_secret_come_from_the_site_context(tmp_path, monkeypatch):
     assert "hunter2" not in s.operator_log("north").read_text()
 
 
-@pytest.mark.parametrize("estimator", ["dim", "propensity"])
+@pytest.mark.parametrize("estimator", ["dim", "adjusted", "propensity"])
 def test_binary_outcome_is_checked_and_released_as_from_the_records(
     tmp_path, monkeypatch, estimator
 ):
-    """``outcome.binary`` (dim, propensity): an outcome other than 0 or B is refused before
+    """``outcome.binary`` (dim, adjusted, propensity): an outcome other than 0 or B is refused before
     anything is reserved, and on 0/B outcomes the release publishes the records path's bytes,
     without sums of squares."""
 
@@ -327,6 +327,8 @@ def test_binary_outcome_is_checked_and_released_as_from_the_records(
     if estimator == "dim":
         assert not stats.cells.centred
         assert [sp.name for sp in plan.noise] == ["sum_treated", "sum_control"]
+    elif estimator == "adjusted":  # the cells' counts and sums: no squares
+        assert [sp.name for sp in plan.noise] == ["counts", "sums"]
     else:  # the model, then the band cells' counts and sums: no squares
         assert [sp.name for sp in plan.noise] == ["model"]
         assert [sp.name for sp in plan.stages[0].sites] == ["counts", "sums"]

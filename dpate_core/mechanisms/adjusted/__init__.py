@@ -37,6 +37,7 @@ from ._release import (
     AUTO_BIAS,
     AUTO_RATIO,
     DEFAULT_SPLIT,
+    DEFAULT_SPLIT_BINARY,
     RATIO_DAMPING,
     RESOLVE_Z,
     THRESHOLD_FACTOR,
@@ -52,8 +53,10 @@ from ._release import (
 from ._weightings import (
     ESTIMANDS,
     PublicConstants,
+    assemble_binary,
     assemble_fixed_effects,
     assemble_subclassification,
+    with_binary_squares,
 )
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
+    "DEFAULT_SPLIT_BINARY",
     "ESTIMANDS",
     "RATIO_DAMPING",
     "RESOLVE_Z",
@@ -71,6 +75,7 @@ __all__ = [
     "AdjustedOptions",
     "PublicConstants",
     "adjusted_weighting",
+    "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
     "dp_adjusted",
@@ -79,6 +84,7 @@ __all__ = [
     "ratio_bias_remainder",
     "resolve_weighting",
     "study_weighting",
+    "with_binary_squares",
 ]
 
 
@@ -108,6 +114,7 @@ def _plan(p: PlanInputs) -> MechanismPlan:
         domain_size=p.domain_size,
         split=p.split,
         weighting=p.options.weighting if p.options is not None else "auto",
+        binary=p.binary,
     )
 
 
@@ -118,6 +125,7 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
         delta=s.privacy.delta,
         split=s.split,
         weighting=s.options.weighting if s.options is not None else "auto",
+        binary=s.binary,
     )
 
 
@@ -144,12 +152,19 @@ ADJUSTED = Estimator(
     estimand=_estimand(None),
     estimand_for=_estimand,
     parts=("cell counts", "cell sums", "cell sums of squares"),
+    parts_for=lambda options, binary: (
+        ("cell counts", "cell sums")
+        if binary
+        else ("cell counts", "cell sums", "cell sums of squares")
+    ),
+    binary_outcome=True,
     pure=True,
     designs=("randomized", "observational"),
     options=AdjustedOptions,
     plan=_plan,
     plan_from_statistics=_plan_from_statistics,
     default_shares=DEFAULT_SPLIT,
+    default_shares_for=lambda options, binary: DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT,
     noise_model=noise_model,
     predict=predict,
     resolution=adjusted_resolution,
@@ -158,7 +173,8 @@ ADJUSTED = Estimator(
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
     choose=_choose,
     candidate_splits={
-        3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10)))
+        3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10))),
+        2: ((Fraction(1, 2),) * 2, (Fraction(1, 4), Fraction(3, 4))),
     },
     releases_on_any_records=True,
 )

@@ -66,7 +66,8 @@ def adjusted_weighting(
     if weighting != "auto":  # declared: the split does not enter (the propensity bands' own)
         return resolve_weighting(weighting, int(n), max(int(domain_size), 1), 1.0, 1.0)
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
-    p_n, p_s, _ = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3).apply(total)
+    shares = DEFAULT_SPLIT if split is None else split
+    p_n, p_s = BudgetSplit.of(shares, len(shares)).apply(total)[:2]  # 2 parts: a binary outcome
     return resolve_weighting(
         weighting,
         int(n),

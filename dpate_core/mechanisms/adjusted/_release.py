@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
+import numpy as np
 import numpy.typing as npt
 
 from dpate_core.mechanisms.adjusted._weightings import (
@@ -39,6 +40,7 @@ from dpate_core.mechanisms.adjusted._weightings import (
     UNRESOLVED_FIXED_EFFECTS,
     UNRESOLVED_SUBCLASSIFICATION,
     PublicConstants,
+    assemble_binary,
     assemble_fixed_effects,
     assemble_subclassification,
 )
@@ -48,6 +50,7 @@ from dpate_core.release import (
     MechanismPlan,
     NoiseSpec,
     SiteEstimate,
+    check_binary_outcomes,
     draw_once,
 )
 from dpate_core.statistics import (
@@ -61,6 +64,7 @@ __all__ = [
     "AUTO_BIAS",
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
+    "DEFAULT_SPLIT_BINARY",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
@@ -79,6 +83,8 @@ DEFAULT_SPLIT = (
     "11/20",
     "1/10",
 )  # counts, centred sums, squares (docs/explanation/adjusted.md)
+#: a binary outcome's split: no squares, the counts and sums keep their 7 : 11
+DEFAULT_SPLIT_BINARY = ("7/18", "11/18")
 THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
 #: the post-processings of the same three noisy vectors (docs/explanation/adjusted.md, "Two weightings")
 WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
@@ -102,12 +108,17 @@ def plan_adjusted(
     split: Sequence[Number] | None = None,
     min_count: float | None = None,
     weighting: str = "auto",
+    binary: bool = False,
 ) -> MechanismPlan:
-    """The plan of :func:`dp_adjusted` (see there for the privacy statement)."""
+    """The plan of :func:`dp_adjusted` (see there for the privacy statement). ``binary``: every
+    outcome is 0 or ``B`` (checked: an error names the rule); no squares are released."""
+    if binary:
+        check_binary_outcomes(np.asarray(y, dtype=np.float64), float(bound))
     stats = cell_statistics(w, y, x, domain_size=domain_size, bound=bound)
     return plan_adjusted_from_statistics(
-        stats, epsilon=epsilon, delta=delta, split=split, min_count=min_count, weighting=weighting
-    )
+        stats, epsilon=epsilon, delta=delta, split=split, min_count=min_count, weighting=weighting,
+        binary=binary,
+    )  # fmt: skip
 
 
 def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsilon: float) -> float:
@@ -154,8 +165,12 @@ def plan_adjusted_from_statistics(
     split: Sequence[Number] | None = None,
     min_count: float | None = None,
     weighting: str = "auto",
+    binary: bool = False,
 ) -> MechanismPlan:
-    """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them)."""
+    """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them).
+    ``binary``: the outcome is 0 or ``B`` in every record (the caller has checked it: the site
+    data's rules do); the counts and sums only, two budget parts, the squares taken from the
+    noisy counts (:func:`~._weightings.with_binary_squares`)."""
     if not stats.centred:
         raise ValueError(
             "the adjusted estimator needs centred cell statistics: compute them with "
@@ -168,12 +183,15 @@ def plan_adjusted_from_statistics(
     n = stats.n
     if n < 2:
         raise ValueError(f"a release needs at least 2 records (got {n})")
-    shares = BudgetSplit.of(DEFAULT_SPLIT if split is None else split, 3)
+    default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
+    shares = BudgetSplit.of(default if split is None else split, len(default))
     parts = shares.apply(total)
     noise = cell_noise(stats, cell_scales(stats, parts))
     public = _public_constants(stats, noise, min_count)
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, float(parts[1].epsilon))
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
+    if binary:
+        assemble = functools.partial(assemble_binary, assemble)
     return MechanismPlan(
         estimator="adjusted",
         n=n,
@@ -193,7 +211,7 @@ def _public_constants(
     """What the post-processing reads besides the noisy vectors: the noise scales of the three
     vectors in outcome units (from their noise sites ``noise``) and ``min_count`` (default
     ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
-    counts, sums, _ = noise
+    counts, sums = noise[:2]
     bound, scale_n = stats.bound, counts.scale
     b_s = sums.value_scale
     if min_count is None:
@@ -227,6 +245,7 @@ def dp_adjusted(
     split: Sequence[Number] | None = None,
     min_count: float | None = None,
     weighting: str = "auto",
+    binary: bool = False,
     rng: Rng = None,
 ) -> SiteEstimate:
     """DP subclassification (the "adjusted" estimator): a stratified average effect from noisy
@@ -239,7 +258,9 @@ def dp_adjusted(
     cells: counts ``Lap(2 / eps_n)``, centred sums ``Lap(B / eps_s)``, centred squares
     ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up; the sums in grid units). Public: ``N``,
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
-    not released.
+    not released. ``binary`` (every outcome 0 or ``B``, checked): no squares vector, two parts
+    ``(eps_n, eps_s)`` (default :data:`DEFAULT_SPLIT_BINARY`); the squares are the noisy counts
+    times ``B^2 / 4`` (every centred value is ``+-B/2``: post-processing).
 
     Post-processing (``weighting``, see :func:`resolve_weighting` and docs/explanation/adjusted.md): with
     ``"fixed_effects"`` the ratio of sums ``sum (s_t n_c - s_c n_t) / sum n_t n_c`` over every
@@ -270,5 +291,6 @@ def dp_adjusted(
         split=split,
         min_count=min_count,
         weighting=weighting,
+        binary=binary,
     )
     return plan.estimate(draw_once(plan, rng))

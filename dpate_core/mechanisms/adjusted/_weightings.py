@@ -11,7 +11,7 @@ they are noised in grid units and multiplied by their grid unit after the draw
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +26,10 @@ __all__ = [
     "UNRESOLVED_FIXED_EFFECTS",
     "UNRESOLVED_SUBCLASSIFICATION",
     "PublicConstants",
+    "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "with_binary_squares",
 ]
 
 #: fixed effects: the estimate is resolved when its noisy denominator exceeds this many of its
@@ -71,6 +73,24 @@ class PublicConstants:
     max_var: float  # B^2 / 4
     v_n: float  # variance of one noisy count
     v_s: float  # variance of one noisy sum (outcome units)
+
+
+def with_binary_squares(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
+    """A binary outcome's noisy vectors with its squares: every value is 0 or ``B``, so every
+    centred value is ``+-B/2`` and a cell's centred squares are its count times ``B^2 / 4``
+    (:attr:`PublicConstants.max_var`), taken from the noisy counts (post-processing: the release
+    queries no squares). Without noise, the records' own squares exactly."""
+    return {**v, "squares": np.asarray(v["counts"], dtype=np.float64) * c.max_var}
+
+
+def assemble_binary(
+    assemble: Callable[[PublicConstants, Mapping[str, Any]], Outputs],
+    c: PublicConstants,
+    v: Mapping[str, Any],
+) -> Outputs:
+    """``assemble`` (a weighting) of a binary outcome's counts and sums
+    (:func:`with_binary_squares`)."""
+    return assemble(c, with_binary_squares(c, v))
 
 
 def _clipped_vectors(

@@ -95,7 +95,7 @@ def stratified_variance(
 
 
 def stratified_noise(
-    cells: Any, scales: tuple[float, float, float], min_count: float
+    cells: Any, scales: tuple[float, ...], min_count: float
 ) -> tuple[tuple[Any, ...], Callable[[Mapping[str, Any]], Any]]:
     """The noise sites of the stratified variance and the post-processing that turns their noisy
     values into the estimate (floats for a release, ``(reps,)`` arrays in simulations).

@@ -42,6 +42,7 @@ from dpate_core.mechanisms.adjusted import (
     THRESHOLD_FACTOR,
     PublicConstants,
     assemble_subclassification,
+    with_binary_squares,
 )
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
@@ -248,10 +249,7 @@ def _plan(
     unit = math.ldexp(1.0, -g)
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
-    # a binary outcome has no squares part: its scale is computed from the sums' part and the
-    # site dropped (only the counts and sums are drawn)
-    parts = (*cell_parts, cell_parts[-1]) if binary else cell_parts
-    band_sites = cell_noise(shape, cell_scales(shape, parts))[: len(cell_parts)]
+    band_sites = cell_noise(shape, cell_scales(shape, cell_parts))  # no squares: a binary outcome
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -303,7 +301,7 @@ def _assemble(
     (:func:`attenuation_correction`). A binary outcome's squares are its noisy counts times
     ``(B/2)^2`` (every centred value is ``+-B/2``)."""
     if binary:
-        v = {**v, "squares": np.asarray(v["counts"], dtype=np.float64) * (c.half_b * c.half_b)}
+        v = with_binary_squares(c, v)
     out = assemble_subclassification(c, v)
     rows = np.asarray(v["model"], dtype=np.float64)
     share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
