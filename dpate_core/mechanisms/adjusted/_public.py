@@ -63,8 +63,9 @@ def adjusted_weighting(
     with the count scale and the sums' epsilon computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
-    if weighting != "auto":  # declared: the split does not enter (the propensity bands' own)
-        return resolve_weighting(weighting, int(n), max(int(domain_size), 1), 1.0, 1.0)
+    if weighting != "auto":  # declared: resolve_weighting checks the name and returns it, the
+        # split never enters (it may be the propensity bands' or a binary outcome's): no scales
+        return resolve_weighting(weighting, int(n), max(int(domain_size), 1), math.nan, math.nan)
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
     shares = DEFAULT_SPLIT if split is None else split
     p_n, p_s = BudgetSplit.of(shares, len(shares)).apply(total)[:2]  # 2 parts: a binary outcome
