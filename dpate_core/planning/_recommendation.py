@@ -43,12 +43,22 @@ def _recommend(
     level: float,
     bound: float,
     binary: bool = False,
+    unbinned: bool = False,
 ) -> Recommendation | None:
     """The estimator and split with the narrowest predicted combined interval; ``predict``: the
     site predictions of an estimator (:func:`plan_study`'s, so both predict alike); ``binary``:
-    an estimator with a binary-outcome mode is tried with that mode's splits."""
+    the spec declares a binary outcome, which only estimators with a binary-outcome mode accept,
+    so only they are tried, with that mode's splits; ``unbinned``: the spec has numeric
+    covariates with bounds and no bins, which only estimators that take them accept (the others
+    would adjust for fewer covariates, and the spec refuses them)."""
     best: tuple[float, str, tuple[Fraction, ...]] | None = None
-    valid = [name for name, e in ESTIMATORS.items() if design in e.designs]
+    valid = [
+        name
+        for name, e in ESTIMATORS.items()
+        if design in e.designs
+        and (e.binary_outcome or not binary)
+        and (e.unbinned_covariates or not unbinned)
+    ]
     for est in valid:
         estimator = ESTIMATORS[est]
         if not estimator.pure and any(d.delta <= 0 for d in designs):
@@ -70,5 +80,15 @@ def _recommend(
         split,
         w,
         f"narrowest predicted combined interval among {list(valid)} "
-        f"and the candidate splits, under the stated assumptions",
+        + _accepted(binary, unbinned)
+        + "and the candidate splits, under the stated assumptions",
     )
+
+
+def _accepted(binary: bool, unbinned: bool) -> str:
+    """Why the estimators tried are fewer than the design's: what the spec declares."""
+    needs = [
+        *(["a binary-outcome mode"] if binary else []),
+        *(["numeric covariates without bins"] if unbinned else []),
+    ]
+    return f"(those the spec accepts: {' and '.join(needs)}) " if needs else ""

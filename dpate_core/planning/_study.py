@@ -178,8 +178,9 @@ def plan_study(
     recommendation = None
     if recommend:
         recommendation = _recommend(
-            design, designs, aggregator, predict, options_for, level, bound, binary
-        )
+            design, designs, aggregator, predict, options_for, level, bound, binary,
+            bounded_covariates > 0,
+        )  # fmt: skip
     return StudyPlan(
         estimator=estimator,
         aggregator=aggregator,

@@ -896,6 +896,11 @@ def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
     )  # fmt: skip
     assert np.isfinite(study.combined_half_width) and study.recommendation is not None
     assert all(len(s.split) == 3 for s in study.sites)
+    # only estimators the spec accepts are recommended: with outcome.binary and a numeric
+    # covariate without bins, the propensity release alone (adjusted would drop the covariate)
+    assert study.recommendation.estimator == "propensity"
+    assert "binary-outcome mode" in study.recommendation.reason
+    assert "['propensity']" in study.recommendation.reason
     # adjusted: its binary split (7/18, 11/18) gives the sums more than the general one's 11/20
     binary = [SiteDesign.of(s, 2000, 1, 0, ("7/18", "11/18"), 2) for s in ("a", "b")]
     general = [SiteDesign.of(s, 2000, 1, 0, None, 3) for s in ("a", "b")]
