@@ -508,8 +508,9 @@ def plan_accuracy(reps: int = 400) -> None:
                 np.stack(shared, axis=1))  # fmt: skip
 
     def rows(
-        name: str, sites: Sequence[Data], truth: float, moments: bool = False, binary: bool = False
-    ) -> None:
+        name: str, sites: Sequence[Data], truth: float, moments: bool = False, binary: bool = False,
+        levels: bool = False,
+    ) -> None:  # fmt: skip
         w = np.concatenate([s.w for s in sites])
         y = np.concatenate([s.y for s in sites])
         z = np.concatenate([s.z for s in sites])
@@ -523,11 +524,20 @@ def plan_accuracy(reps: int = 400) -> None:
              float(z[:, j].std()) / ((c.hi - c.lo) / 2))
             for j, c in enumerate(cols) if moments and not isinstance(c, Categorical)
         )  # fmt: skip
+        # each categorical covariate's level shares over the records (as --level-shares states
+        # them from a published table), or equally common levels
+        shares = tuple(
+            tuple(float(np.mean(z[:, j] == lv)) for lv in range(c.levels))
+            for j, c in enumerate(cols) if levels and isinstance(c, Categorical)
+        )  # fmt: skip
         assumed = Assumptions(arm_share=float(w.mean()), outcome_sd=float(np.sqrt(within)),
                               outcome_mean=float(y.mean()), effect=truth,
-                              confounding=crude - truth, numeric_covariates=numeric)  # fmt: skip
+                              confounding=crude - truth, numeric_covariates=numeric,
+                              level_shares=shares)  # fmt: skip
         if moments:
             name += " (numeric covariates' mean and sd stated)"
+        if levels:
+            name += " (level shares stated)"
         if binary:
             name += " (outcome.binary)"
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
@@ -576,8 +586,10 @@ def plan_accuracy(reps: int = 400) -> None:
     print("|---|---|---|---|---|")
     for name, data, truth in real_data():
         for k in (2, 3):
+            split = [data.take(i) for i in split_equal(data.w.size, k, 11)]
             for moments in (False, True):
-                rows(name, [data.take(i) for i in split_equal(data.w.size, k, 11)], truth, moments)
+                rows(name, split, truth, moments)
+            rows(name, split, truth, True, levels=True)
     for n in (1000, 2000, 5000, 20_000, 100_000):
         rows("bench Synth", [synth5(np.random.default_rng(n), n)], 0.3)
     for n in (1000, 2000, 5000, 20_000):

@@ -96,6 +96,44 @@ def _arm_shares(
     return (0.5 if common is None else common), ordered
 
 
+def _level_shares(values: list[str], sizes: dict[str, int]) -> tuple[tuple[float, ...], ...]:
+    """``--level-shares`` values (``COLUMN=S1,S2,...``, one share per level in the spec's level
+    or bin order) as ``Assumptions.level_shares``: per covariate that gives strata (more than
+    one level), in the spec's order; a column not given keeps equally common levels; shares are
+    rescaled to sum to 1 (they must sum to 1 within 0.01); none given at all: ``()``."""
+    stated: dict[str, tuple[float, ...]] = {}
+    for v in values:
+        column, sep, text = v.partition("=")
+        if not sep:
+            raise typer.BadParameter(
+                f"{v!r} is not COLUMN=S1,S2,... (e.g. sex=0.48,0.52)", param_hint="--level-shares"
+            )
+        if column not in sizes:
+            raise typer.BadParameter(
+                f"{column!r} is not a categorical or binned covariate with more than one level in "
+                f"the spec; those are {sorted(sizes)}",
+                param_hint="--level-shares",
+            )
+        try:
+            shares = tuple(float(x) for x in text.split(","))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{v!r}: the shares must be numbers separated by commas",
+                param_hint="--level-shares",
+            ) from None
+        total = math.fsum(shares)
+        if len(shares) != sizes[column] or min(shares) <= 0 or abs(total - 1.0) > 0.01:
+            raise typer.BadParameter(
+                f"{v!r}: give {sizes[column]} positive shares (one per level, in the spec's "
+                f"order) summing to 1",
+                param_hint="--level-shares",
+            )
+        stated[column] = tuple(x / total for x in shares)
+    if not stated:
+        return ()
+    return tuple(stated.get(c, (1.0 / k,) * k) for c, k in sizes.items())
+
+
 def _numeric_covariates(
     means: list[str], sds: list[str], bounds: dict[str, tuple[float, float]]
 ) -> tuple[tuple[float, float], ...]:
@@ -251,6 +289,16 @@ def plan(
             "COLUMN=VALUE",
         ),
     ] = None,
+    level_shares: Annotated[
+        list[str] | None,
+        _opt(
+            "assumed share of the records at each level of a categorical (or binned) covariate, "
+            "COLUMN=S1,S2,... in the spec's level order (repeat; default equally common levels; "
+            "the propensity model's noise and band occupancy)",
+            "--level-shares",
+            "COLUMN=SHARES",
+        ),
+    ] = None,
     occupied_strata: Annotated[
         float | None,
         _opt(
@@ -293,6 +341,9 @@ def plan(
         covariate_sd or [],
         {c.column: c.bounds for c in study.unbinned_covariates},
     )
+    shares = _level_shares(
+        level_shares or [], {c.column: c.size for c in study.binned_covariates if c.size > 1}
+    )
     designs = [
         SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
         for s in study.sites
@@ -308,6 +359,7 @@ def plan(
         propensity_sd=propensity_sd,
         band_occupancy=band_occupancy,
         numeric_covariates=numeric,
+        level_shares=shares,
     )
     result = plan_study(
         study.estimator,

@@ -60,6 +60,12 @@ class Assumptions:
     #: middle of its bounds with sd a third of their half-width. Earnings mostly near 0 on
     #: bounds up to 40,000 are ``(-0.9, 0.2)``: the noisy model's slopes are steeper there
     numeric_covariates: tuple[tuple[float, float], ...] = ()
+    #: the propensity estimator's categorical covariates (the spec's covariates that give strata,
+    #: in its order, those with more than one level): each one's assumed share of the records at
+    #: each of its levels, in the spec's level order (positive, summing to 1); empty: every
+    #: covariate's levels equally common. A rare level's noisy counts are noisier and its term
+    #: in the model's index more extreme: the noise share and the bands' occupancy move
+    level_shares: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for site, share in ((None, self.arm_share), *self.site_arm_shares):
@@ -67,6 +73,12 @@ class Assumptions:
                 where = "" if site is None else f" of site {site!r}"
                 raise ValueError(
                     f"treated share{where} ({share}) must lie strictly between 0 and 1"
+                )
+        for j, shares in enumerate(self.level_shares):
+            if len(shares) < 2 or min(shares) <= 0 or abs(math.fsum(shares) - 1.0) > 1e-6:
+                raise ValueError(
+                    f"categorical covariate {j + 1}'s assumed level shares ({list(shares)}) "
+                    f"must be one positive share per level (at least 2) summing to 1"
                 )
         for j, (mean, sd) in enumerate(self.numeric_covariates):
             if not (-1 <= mean <= 1 and 0 < sd <= 1):
@@ -139,7 +151,12 @@ class Assumptions:
             + " (the propensity model's noise share)",
             "propensity bands: "
             + (
-                "occupancy predicted from the model's noise (categorical levels equally common, "
+                "occupancy predicted from the model's noise ("
+                + (
+                    "categorical levels equally common (give --level-shares), "
+                    if not self.level_shares
+                    else "categorical levels at the stated shares (user-supplied), "
+                )
                 + (
                     "numeric covariates around the middle of their bounds with sd a third of "
                     "their half-width (give --covariate-mean, --covariate-sd)"

@@ -495,7 +495,17 @@ lifetime_cap = { epsilon = "3", delta = "0" }
     assert width(*middle) == pytest.approx(width())
     res = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json", *skewed])
     assert any("stated means and sds" in a for a in json.loads(res.output)["assumptions"])
+    # a categorical covariate's level shares, in the spec's level order: equal ones change
+    # nothing, a rare level something; the assumption is printed with the plan
+    assert width("--level-shares", "sex=0.5,0.5") == pytest.approx(width())
+    assert width("--level-shares", "sex=0.95,0.05") != pytest.approx(width(), rel=1e-3)
+    res = runner.invoke(app, ["plan", str(spec), "--n", "a=5000", "--json", "--level-shares",
+                              "sex=0.95,0.05"])  # fmt: skip
+    assert any("stated shares" in a for a in json.loads(res.output)["assumptions"])
     for option, bad_value, rule in (
+        ("--level-shares", "age=0.5,0.5", "categorical or binned covariate"),
+        ("--level-shares", "sex=0.5", "give 2 positive shares"),
+        ("--level-shares", "sex=0.5,x", "numbers separated by commas"),
         ("--covariate-mean", "sex=0.5", "public bounds and no bins"),
         ("--covariate-mean", "age=120", "within the covariate's public bounds"),
         ("--covariate-sd", "age=0", "positive"),
@@ -762,6 +772,16 @@ def test_propensity_band_occupancy_is_predicted_and_adjustable():
         band_occupancy(inputs(300, numeric_covariates=skewed[:1]))
     with pytest.raises(ValueError, match="within the bounds"):
         Assumptions(numeric_covariates=((1.5, 0.2),))
+    # categorical level shares: equal ones stated change nothing; a rare level moves the
+    # prediction (its counts are noisier); one share per level of every categorical covariate
+    even = ((0.5, 0.5), (0.25,) * 4, (0.5, 0.5))
+    assert band_occupancy(inputs(300, level_shares=even)) == pytest.approx(small, rel=1e-9)
+    rare = ((0.9, 0.1), (0.7, 0.1, 0.1, 0.1), (0.5, 0.5))
+    assert band_occupancy(inputs(300, level_shares=rare)) != pytest.approx(small, rel=1e-3)
+    with pytest.raises(ValueError, match="one share per level"):
+        band_occupancy(inputs(300, level_shares=rare[:2]))
+    with pytest.raises(ValueError, match="summing to 1"):
+        Assumptions(level_shares=((0.6, 0.6),))
 
     def width(**assumed):
         return predict_site("propensity", SiteDesign.of("a", 300, 1, 0, None, 4), domain_size=16,
@@ -771,6 +791,8 @@ def test_propensity_band_occupancy_is_predicted_and_adjustable():
     assert width(band_occupancy=1) < width(band_occupancy=5)
     assert width(numeric_covariates=skewed) > 1.1 * width()
     assert width(numeric_covariates=default) == pytest.approx(width())
+    assert width(level_shares=even) == pytest.approx(width(), rel=1e-9)
+    assert width(level_shares=rare) != pytest.approx(width(), rel=1e-3)
     assert width(band_occupancy=1) < width() < width(band_occupancy=5)
     with pytest.raises(ValueError, match="band occupancy"):
         width(band_occupancy=0.5)

@@ -55,6 +55,7 @@ __all__ = [
     "budget_shares",
     "check_occupancy",
     "fitted_models",
+    "level_shares",
     "numeric_moments",
     "occupancy_fractions",
     "simulated",
@@ -149,20 +150,46 @@ def numeric_moments(
     return tuple((float(m), float(sd) ** 2) for m, sd in stated)
 
 
+def level_shares(
+    levels: Sequence[int], stated: Sequence[Sequence[float]] = ()
+) -> tuple[tuple[float, ...], ...]:
+    """Each categorical covariate's assumed share of the records per level: the stated ones
+    (``Assumptions.level_shares``, one tuple per covariate of ``levels``), else equally common
+    levels."""
+    if not stated:
+        return tuple((1.0 / lv,) * int(lv) for lv in levels)
+    if len(stated) != len(levels) or any(
+        len(s) != lv for s, lv in zip(stated, levels, strict=True)
+    ):
+        raise ValueError(
+            f"level shares: {[len(s) for s in stated]} shares stated for categorical covariates "
+            f"with {list(levels)} levels; give one share per level of every such covariate, or "
+            f"none"
+        )
+    return tuple(tuple(float(x) for x in s) for s in stated)
+
+
 def _expected_statistics(
-    n: int, share: float, columns: tuple[Column, ...], moments: Sequence[tuple[float, float]]
+    n: int,
+    share: float,
+    columns: tuple[Column, ...],
+    moments: Sequence[tuple[float, float]],
+    shares: Sequence[Sequence[float]] = (),
 ) -> np.ndarray:
     """The model vector (in counts and sums of ``u``) of ``n`` records as the occupancy
-    prediction assumes them: a treated share ``share``; each categorical covariate's levels
-    equally common in both arms; each numeric one's ``u`` with its ``(mean, variance)`` from
-    ``moments`` in both arms (no covariate associated with the treatment)."""
+    prediction assumes them: a treated share ``share``; each categorical covariate's levels at
+    their shares (``shares``, default equally common) in both arms; each numeric one's ``u``
+    with its ``(mean, variance)`` from ``moments`` in both arms (no covariate associated with
+    the treatment)."""
     n1 = share * n
     n0 = n - n1
     out = [np.array([n0, n1])]
     numeric = iter(moments)
+    cats = iter(shares or level_shares([c.levels for c in columns if isinstance(c, Categorical)]))
     for col in columns:
         if isinstance(col, Categorical):
-            out.append(np.tile([n0 / col.levels, n1 / col.levels], col.levels))
+            pi = np.asarray(next(cats), dtype=np.float64)
+            out.append(np.column_stack([n0 * pi, n1 * pi]).ravel())
         else:
             centre, spread = next(numeric)
             out.append(np.array([n0 * centre, n1 * centre, n * (spread + centre * centre)]))
@@ -180,6 +207,7 @@ def simulated_releases(
     index_variance: float = ASSUMED_INDEX_VARIANCE,
     draws: int = OCCUPANCY_DRAWS,
     moments: tuple[tuple[float, float], ...] = (),
+    shares: tuple[tuple[float, ...], ...] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
     ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
@@ -188,15 +216,17 @@ def simulated_releases(
     the spread the model's noise gives its index. The models are :func:`fitted_models`; the
     records' index is normal with the assumed covariates' mean and variance of the fitted
     terms (``moments``: each numeric covariate's ``(mean, variance)`` of ``u``, default
-    :func:`numeric_moments`'). Seeded: the same plan every time."""
+    :func:`numeric_moments`'; ``shares``: each categorical covariate's level shares, default
+    :func:`level_shares`'). Seeded: the same plan every time."""
     columns = assumed_column_specs(levels, p_num)
     moments = moments or numeric_moments(p_num)
+    shares = shares or level_shares(levels)
     scale = float(count_sensitivity(columns, n)) / eps_m
-    stats = _expected_statistics(n, share, columns, moments)
+    stats = _expected_statistics(n, share, columns, moments, shares)
     rng = np.random.default_rng(_OCCUPANCY_SEED)
     exact = released_part(stats, columns)
     noisy = with_arm_counts(exact + rng.laplace(0.0, scale, (draws, exact.size)), columns)
-    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, moments)
+    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, moments, shares)
     across = fit.index_noise - fit.even_along
     noise_share = np.clip(across / (index_variance + fit.model_spread), 0.0, 1.0)
     sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
@@ -217,8 +247,9 @@ class FittedModels(NamedTuple):
     along: np.ndarray
     #: ``(R,)``: the part along a true index whose variance is spread evenly over the
     #: covariates' degrees of freedom (``L - 1`` per categorical covariate, 1 per numeric one):
-    #: ``sum_j c_j n_j / dof``, ``n_j`` covariate ``j``'s index noise, ``c_j`` ``(L - 1) / L``
-    #: (``L`` equally common levels) or 1 (numeric). The plan's records carry no association
+    #: ``sum_j c_j n_j / dof``, ``n_j`` covariate ``j``'s index noise, ``c_j`` ``1 - sum_l
+    #: pi_l^2`` over its level shares (``(L - 1) / L`` for ``L`` equally common levels) or 1
+    #: (numeric). The plan's records carry no association
     #: (module docstring), so the release's own estimate would find none; this is the plan's
     #: assumption in its place
     even_along: np.ndarray
@@ -236,11 +267,13 @@ def fitted_models(
     smoothing: float,
     bands: int,
     moments: Sequence[tuple[float, float]] = (),
+    shares: Sequence[Sequence[float]] = (),
 ) -> FittedModels:
     """:func:`~._fit.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
     model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
-    records whose categorical levels are equally common and whose numeric ``u`` has, per
-    numeric column, the ``(mean, variance)`` of ``moments`` (default :func:`numeric_moments`')
+    records whose categorical levels have the shares ``shares`` (default equally common) and
+    whose numeric ``u`` has, per numeric column, the ``(mean, variance)`` of ``moments``
+    (default :func:`numeric_moments`')
     (``fit_model(row).noise_share`` is ``min(1, max(index_noise - along, 0) /
     model_spread)``)."""
     v = np.asarray(noisy, dtype=np.float64)
@@ -255,6 +288,7 @@ def fitted_models(
     index_noise, along, signal, even = (np.zeros(draws) for _ in range(4))
     dof = sum(c.levels - 1 if isinstance(c, Categorical) else 1 for c in columns)
     numeric = iter(moments or numeric_moments(sum(not isinstance(c, Categorical) for c in columns)))
+    cats = iter(shares or level_shares([c.levels for c in columns if isinstance(c, Categorical)]))
     at = 2
     for col in columns:
         block = v[:, at : at + col.width]
@@ -271,12 +305,14 @@ def fitted_models(
             t2 = np.maximum(centred**2 - v_level, 0.0)
             along += np.sum(mix * mix * v_level * t2, axis=1)
             signal += np.sum(mix * t2, axis=1)
-            even += noise * (col.levels - 1) / col.levels
+            pi = np.asarray(next(cats), dtype=np.float64)
+            even += noise * (1.0 - float(np.sum(pi * pi)))
             m = np.einsum("rla,rl->ra", freq, term)
             means += m
             variances += np.einsum("rla,rla->ra", freq, (term[:, :, None] - m[:, None, :]) ** 2)
-            rec_mean += term.mean(axis=1)
-            rec_var += term.var(axis=1)
+            r_mean = term @ pi
+            rec_mean += r_mean
+            rec_var += ((term - r_mean[:, None]) ** 2) @ pi
         else:
             centre, spread = next(numeric)
             m_arm = np.clip(block[:, :2] / arm, -1.0, 1.0)
@@ -376,9 +412,11 @@ def simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     bands = bands_of(inp.options)
     moments = numeric_moments(p_num, inp.assumptions.numeric_covariates)
+    shares = level_shares(levels, inp.assumptions.level_shares)
     return simulated_releases(
-        inp.design.n, a, levels, p_num, eps_m, bands, assumed_index_variance(inp), moments=moments
-    )
+        inp.design.n, a, levels, p_num, eps_m, bands, assumed_index_variance(inp), moments=moments,
+        shares=shares,
+    )  # fmt: skip
 
 
 def band_occupancy(inp: PredictionInputs) -> float:

@@ -43,6 +43,7 @@ from ._occupancy import (
     bands_of,
     budget_shares,
     check_occupancy,
+    level_shares,
     numeric_moments,
     simulated,
     stated_fractions,
@@ -73,11 +74,13 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     in closed form at evenly spread cells (module docstring, step 2: the bands' sorting of the
     treated; the noise share a release reports is the simulated releases'). The model query's
     Laplace scale is ``Delta_m / eps_m`` in counts (:func:`~._model.count_sensitivity`); a
-    categorical covariate with ``L`` levels adds ``v (1 / c_1^2 + 1 / c_0^2)``, ``c_a = n_a / L +
-    scale`` its smoothed cell counts; a numeric one ``v (1 / n_1^2 + 1 / n_0^2) / s^2`` (``v = 2
-    scale^2``; ``s^2`` its assumed variance, :func:`~._occupancy.numeric_moments`, at least
-    ``fit_model``'s floor 0.01). The part along the true index, which does not reorder the
-    records, is taken off as :attr:`~._occupancy.FittedModels.even_along` takes it."""
+    categorical covariate adds ``sum_l pi_l v (1 / c_1l^2 + 1 / c_0l^2)``, ``c_al = n_a pi_l +
+    scale`` its smoothed cell counts at the level shares ``pi_l``
+    (:func:`~._occupancy.level_shares`, ``1 / L`` each by default); a numeric one ``v (1 /
+    n_1^2 + 1 / n_0^2) / s^2`` (``v = 2 scale^2``; ``s^2`` its assumed variance,
+    :func:`~._occupancy.numeric_moments`, at least ``fit_model``'s floor 0.01). The part along
+    the true index, which does not reorder the records, is taken off as
+    :attr:`~._occupancy.FittedModels.even_along` takes it."""
     d = inp.design
     levels, p_num = assumed_columns(inp)
     eps_m = float(d.epsilon * budget_shares(inp)[0])
@@ -86,13 +89,19 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
     a = min(max(inp.assumptions.arm_share, 0.01), 0.99)
     n1, n0 = max(d.n * a, 1.0), max(d.n * (1 - a), 1.0)
     lv = np.asarray(levels, dtype=np.float64)
-    cat = v * (1.0 / (n1 / lv + scale) ** 2 + 1.0 / (n0 / lv + scale) ** 2)
+    pis = [np.asarray(s) for s in level_shares(levels, inp.assumptions.level_shares)]
+    # per covariate: the level terms' noise averaged over the levels' shares
+    cat = np.array(
+        [float(np.sum(pi * v * (1.0 / (n1 * pi + scale) ** 2 + 1.0 / (n0 * pi + scale) ** 2)))
+         for pi in pis]
+    )  # fmt: skip
+    simpson = np.array([1.0 - float(np.sum(pi * pi)) for pi in pis])  # (L - 1) / L when even
     spreads = np.array([s2 for _, s2 in numeric_moments(p_num, inp.assumptions.numeric_covariates)])
     s2 = np.maximum(spreads, 1e-2)  # fit_model's floor on the pooled variance
     num = float(np.sum(v * (1.0 / (n1 + scale) ** 2 + 1.0 / (n0 + scale) ** 2) / s2))
     noise = float(np.sum(cat)) + num
     dof = float(np.sum(lv - 1.0)) + p_num
-    across = noise - (float(np.sum(cat * (lv - 1.0) / lv)) + num) / max(dof, 1.0)
+    across = noise - (float(np.sum(cat * simpson)) + num) / max(dof, 1.0)
     return min(across / (assumed_index_variance(inp) + noise), 1.0), across
 
 
