@@ -3,9 +3,10 @@
 
 The model's releases are simulated (:func:`simulated_releases`, seeded numpy noise): the model
 query's Laplace noise at the release's scale on the model vector of records as the plan assumes
-them (each categorical covariate's levels equally common, each numeric covariate's rescaled value
-around the middle of its bounds, :data:`ASSUMED_NUMERIC_CENTRE`, with variance
-:data:`ASSUMED_NUMERIC_SPREAD`, none associated with the treatment), fitted as
+them (each categorical covariate's levels equally common unless ``Assumptions.level_shares``
+states their shares, each numeric covariate's rescaled value around the middle of its bounds,
+:data:`ASSUMED_NUMERIC_CENTRE`, with variance :data:`ASSUMED_NUMERIC_SPREAD`, none associated
+with the treatment), fitted as
 :func:`~._fit.fit_model` fits it, many at once (:func:`fitted_models`); per release, each
 band's share of the records (the model's band edges against the records' index: a noisy model's
 edges miss where the records lie, and at a few hundred records most releases put nearly all of
@@ -382,7 +383,8 @@ def occupancy_fractions(inp: PredictionInputs) -> np.ndarray:
     averages (:func:`band_occupancy` is their mean effective number). Stated
     (``Assumptions.band_occupancy``): one row. Else simulated from public inputs: the model
     query's Laplace noise on the model vector of records whose categorical levels are equally
-    common, whose numeric covariates lie around the middle of their bounds
+    common (or at ``Assumptions.level_shares``), whose numeric covariates lie around the middle
+    of their bounds
     (:data:`ASSUMED_NUMERIC_CENTRE`) with variance :data:`ASSUMED_NUMERIC_SPREAD`, with no
     covariate associated with the treatment; the fitted model's band edges against the
     records' index. A noisy model's edges follow its own noisy picture of the covariates and
