@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "ESTIMANDS",
+    "PARTS",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
@@ -145,18 +146,17 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     return StudyChoice(replace(options or AdjustedOptions(), weighting=mode), mode, reason)
 
 
+#: the release's budget parts (a binary outcome: the first two, no squares)
+PARTS = ("cell counts", "cell sums", "cell sums of squares")
+
 #: the estimator a study names "adjusted"
 ADJUSTED = Estimator(
     name="adjusted",
     label="DP subclassification (adjusted)",
     estimand=_estimand(None),
     estimand_for=_estimand,
-    parts=("cell counts", "cell sums", "cell sums of squares"),
-    parts_for=lambda options, binary: (
-        ("cell counts", "cell sums")
-        if binary
-        else ("cell counts", "cell sums", "cell sums of squares")
-    ),
+    parts=PARTS,
+    parts_for=lambda options, binary: PARTS[:2] if binary else PARTS,
     binary_outcome=True,
     pure=True,
     designs=("randomized", "observational"),
