@@ -46,7 +46,9 @@ def _recommend(
     unbinned: bool = False,
 ) -> Recommendation | None:
     """The estimator and split with the narrowest predicted combined interval; ``predict``: the
-    site predictions of an estimator (:func:`plan_study`'s, so both predict alike); ``binary``:
+    site predictions of an estimator (:func:`plan_study`'s, so both predict alike);
+    ``options_for``: the options an estimator releases with in this study (its study-wide
+    choice, so the default split tried is the one the study would use); ``binary``:
     the spec declares a binary outcome, which only estimators with a binary-outcome mode accept,
     so only they are tried, with that mode's splits; ``unbinned``: the spec has numeric
     covariates with bounds and no bins, which only estimators that take them accept (the others

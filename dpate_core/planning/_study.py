@@ -177,8 +177,16 @@ def plan_study(
         eps_needed = _epsilon_for_target(width_of, designs, target_width, half, warnings)
     recommendation = None
     if recommend:
+
+        def chosen_for(name: str) -> Any:
+            """The options a study of these designs releases ``name`` with: its one study-wide
+            choice (the propensity release's ``"auto"`` model share at the study's ``n x
+            epsilon``), whose default split the recommendation tries first."""
+            sites = _study_sites(designs)
+            return estimator_of(name).study_choice(options_for(name), domain_size, sites).options
+
         recommendation = _recommend(
-            design, designs, aggregator, predict, options_for, level, bound, binary,
+            design, designs, aggregator, predict, chosen_for, level, bound, binary,
             bounded_covariates > 0,
         )  # fmt: skip
     return StudyPlan(

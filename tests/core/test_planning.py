@@ -938,3 +938,23 @@ def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
         for flag in (True, False)
     ]  # fmt: skip
     assert m[0] == m[1]
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_the_recommendation_keeps_the_propensity_rules_model_share(binary: bool) -> None:
+    """The recommended propensity split is the one the study's ``"auto"`` rule chooses at its
+    ``n x epsilon`` (a third to the model below 1,500, a half from it), never another model
+    share: a quarter or a third under-covers from a few thousand records per site, and the
+    recommendation used to try them there (the rule's first row, and the even split) because
+    they predict narrower."""
+    sd = Assumptions(outcome_sd=0.48 if binary else 0.14)
+    for n, share in ((1000, Fraction(1, 3)), (5000, Fraction(1, 2)), (20_000, Fraction(1, 2))):
+        designs = [SiteDesign.of(s, n, 1, 0, None, 3 if binary else 4) for s in ("a", "b")]
+        study = plan_study(
+            "propensity", "inverse_variance", designs, domain_size=16, bound=1.0, assumptions=sd,
+            covariate_sizes=(4, 2, 2), bounded_covariates=2, binary=binary,
+        )  # fmt: skip
+        rec = study.recommendation
+        assert rec is not None and rec.estimator == "propensity"
+        assert rec.split[0] == share, (n, rec.split)
+        assert len(rec.split) == (3 if binary else 4)

@@ -365,7 +365,10 @@ PROPENSITY = Estimator(
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED,),
     unbinned_covariates=True,
-    candidate_splits={4: ((Fraction(1, 4),) * 4,), 3: ((Fraction(1, 3),) * 3,)},
+    # no candidate splits: the model's share is the study's measured rule (``"auto"``) or the
+    # spec's, and the cells share the rest as searched; ``dpate plan`` recommends no other
+    # model share, which predicts narrower where it was measured to under-cover
+    # (docs/explanation/inference.md, "dpate plan: know the width before you spend")
     # its strata are propensity bands, not the covariates' cells: the balance table's within
     # column is not 0 by construction; it is released within the bands of the committed model
     covariate_strata=False,
