@@ -63,6 +63,7 @@ from dpate_core.mechanisms.adjusted import (
     plan_adjusted_from_statistics,
 )
 from dpate_core.mechanisms.propensity import (
+    BANDS,
     Categorical,
     Column,
     Covariates,
@@ -1002,7 +1003,7 @@ def _band_priors(plan: MechanismPlan, v: dict[str, Array], share_t: Array, prior
     total times the noisy treated share (``"band"``), or the model's own predicted count of
     the band and arm (``"model"``: ``N`` times the arm share times the arm's normal mass
     between the band's edges)."""
-    c, fit = plan.assemble.assembly.args  # type: ignore[attr-defined]
+    c, fit = plan.assemble.assembly.args[:2]  # type: ignore[attr-defined]
     cnt = np.clip(v["counts"], 0.0, c.n)
     out = np.empty_like(cnt)
     if prior == "band":
@@ -1031,7 +1032,9 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
       (K - 1)`` (``Var(gap)``: the same delta method for ``tau_crude - tau`` plus its
       within-cell sampling);
     - ``+ gap^2``: ``joint`` plus ``max(gap^2 - Var(gap), 0) (usable - 1) / (K - 1)``;
-    - ``x usable``: ``joint`` times ``1 + 0.9 (usable - 1) / (K - 1)``."""
+    - ``x usable``: ``joint`` times ``1 + 0.9 (usable - 1) / (K - 1)``;
+    - ``where |gap| <= z sd, else shipped``: ``joint (band)`` where ``gap^2 <= z^2 Var(gap)``
+      (the released gap no larger than its noise), else ``shipped``."""
     c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
     out = plan.assemble(v)
     sub = assemble_subclassification(c, v)
@@ -1098,6 +1101,11 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
         if prior == "band":
             res["joint (band) + gap^2"] = joint + gap2
             res["joint (band) x usable"] = joint * (1.0 + 0.9 * u)
+            for z in (1.0, 2.0):
+                quiet = gap**2 <= z * z * var_gap  # the gap no larger than its noise
+                res[f"joint (band) where |gap| <= {z:g} sd, else shipped"] = np.where(
+                    quiet, joint, res["shipped"]
+                )
     return np.asarray(out.tau), res
 
 
@@ -1200,20 +1208,32 @@ def bootstrapped_model_draw(
     return out
 
 
-def coverage(groups: int, reps: int, bootstrap: bool = False) -> None:
+def coverage(
+    groups: int, reps: int, bootstrap: bool = False, synth_sizes: Sequence[int] = (2000,),
+    strong: bool = False, rule: bool = False, real: bool = True,
+) -> None:  # fmt: skip
     """Each variance variant's coverage of the 95% interval per site and per combiner, and the
     reported variance over the realised mean squared error per site: Synth (``10 groups``
-    fresh data sets of 2,000 per site, ``reps // 10`` draws each), IHDP and Lalonde (``groups``
-    random splits, ``reps`` draws each), eps 1 per site."""
+    fresh data sets of each of ``synth_sizes`` per site, ``reps // 10`` draws each; ``strong``:
+    :func:`synth5_strong`), IHDP and Lalonde (``groups`` random splits, ``reps`` draws each;
+    not with ``real`` False), eps 1 per site. ``rule``: each study at the ``"auto"`` rule's
+    ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model)."""
+    est = estimator_of("propensity")
 
     def rows(name: str, make: Any, truth: float, n_groups: int, draws: int, seed: int) -> None:
         rng = np.random.default_rng(seed)
         taus, sizes, var = [], [], {}  # type: ignore[var-annotated]
         for _ in range(n_groups):
             sites = make(rng)
+            bands, split = BANDS, None
+            if rule:
+                smallest = min(d.w.size for d in sites)
+                opts = est.study_choice(None, 1, [StudySite(smallest, EPS, ())] * len(sites))
+                bands, split = int(opts.options.bands), model_split(str(opts.options.model_share))
             per = []
             for d in sites:
-                plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
+                plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
+                                       split=split, bands=bands)  # fmt: skip
                 v = draw_many(plan, rng, draws)
                 tau, res = variance_variants(plan, v)
                 if bootstrap:
@@ -1250,10 +1270,13 @@ def coverage(groups: int, reps: int, bootstrap: bool = False) -> None:
         "MVAgg, random effects, all, largest) | range | reported / MSE per site |"
     )
     print("|---|---|---|---|---|---|")
-    for k in (2, 3):
-        rows(f"Synth {k} x 2,000", lambda rng, k=k: [synth5(rng, 2000) for _ in range(k)],
-             0.3, 10 * groups, max(reps // 10, 1), 100 + k)  # fmt: skip
-    for name, data, truth in real_data():
+    make = synth5_strong if strong else synth5
+    for n in synth_sizes:
+        for k in (2, 3):
+            rows(f"Synth{' strong' if strong else ''} {k} x {n:,}",
+                 lambda rng, k=k, n=n: [make(rng, n) for _ in range(k)],
+                 0.3, 10 * groups, max(reps // 10, 1), 100 + k)  # fmt: skip
+    for name, data, truth in real_data() if real else ():
         for k in (2, 3):
 
             def split(rng: np.random.Generator, k: int = k, data: Data = data) -> list[Data]:
@@ -1374,6 +1397,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="--auto: these rows at the --others sizes, in place of the rule's")  # fmt: skip
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
+    ap.add_argument("--rule", action="store_true", help="--coverage: the 'auto' rule's K, share")
+    ap.add_argument("--synth-only", action="store_true", help="--coverage: no IHDP, Lalonde")
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
     ap.add_argument("--captured", action="store_true", help="the model draw's error / confounding")
     args = ap.parse_args(argv)
@@ -1397,7 +1422,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         captured_share()
         return
     if args.coverage:
-        coverage(10 if args.quick else 30, 20, args.bootstrap)
+        coverage(10 if args.quick else 30, 20, args.bootstrap, args.sizes or (2000,),
+                 args.strong, args.rule, not args.synth_only)  # fmt: skip
         return
     if args.timing:
         timing()
