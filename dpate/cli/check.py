@@ -305,7 +305,7 @@ def _check_budget(
     )
     if study.balance is not None:  # a release of its own, charged on top
         out.print(
-            f"  the covariate-balance table ([balance]) would spend: epsilon "
+            f"  the covariate-balance table ({escape('[balance]')}) would spend: epsilon "
             f"{study.balance.epsilon}, delta 0 (a release of its own in the ledger)"
         )
         cost = cost + study.balance_cost()

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dpate.cli.errors import TYPER_OPTIONS
@@ -68,12 +69,12 @@ def fetch(
 
     target = dest if dest is not None else data_dir()
     if mirror is not None and not mirror.is_dir():
-        console.print(f"[red]--from {mirror} is not a folder[/red]")
+        console.print(f"[red]--from {escape(str(mirror))} is not a folder[/red]")
         raise typer.Exit(2)
     try:
         done = fetch_datasets(names, target, mirror=mirror)
     except (FetchError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
     table = Table(title=f"data directory: {target}")
     for col in ("data set", "file", "sha256", "status"):
@@ -94,14 +95,14 @@ def extracts(
 
     if name.lower() not in EXTRACTS:
         console.print(
-            f"[red]no example site extracts for {name!r}: the data sets with them are "
+            f"[red]no example site extracts for {escape(repr(name))}: the data sets with them are "
             f"{', '.join(EXTRACTS)}[/red]"
         )
         raise typer.Exit(2)
     try:
         paths = write_star_extracts(out_dir)
     except DataUnavailableError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(int(exc.exit_code)) from None
     table = Table(title=f"{name.lower()} site extracts (public research data)")
     for col in ("site", "file"):
@@ -146,7 +147,7 @@ def describe(
     try:
         ds = load_dataset(key, **options)
     except DataUnavailableError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
     except ValueError as exc:
         console.print(f"[red]{exc}[/red] (data sets: {', '.join(DATASETS)})")
@@ -156,7 +157,7 @@ def describe(
     try:
         parts, labels = _split(ds, mode, sites, seed)
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
 
     console.print(

@@ -244,3 +244,12 @@ def test_check_names_a_site_without_a_key_and_keygen_fixes_it(tmp_path, home):
     r = runner.invoke(app, ["check", str(spec), "--site", "a"])
     assert "signing key" not in r.output and "unsigned (signing" in r.output, r.output
     assert "teaching data" in r.output
+
+
+def test_check_names_the_balance_table_by_its_spec_table(tmp_path, home):
+    """The spend line of a ``[balance]`` study names the table literally: Rich read
+    ``[balance]`` as a style tag and printed ``()``."""
+    spec = write_study(tmp_path, {"a": {"n": 80}})
+    spec.write_text(spec.read_text() + '\n[balance]\nepsilon = "1/10"\n', encoding="utf-8")
+    r = runner.invoke(app, ["check", str(spec), "--site", "a"])
+    assert "the covariate-balance table ([balance]) would spend: epsilon 1/10" in r.output, r.output
