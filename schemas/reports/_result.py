@@ -219,9 +219,15 @@ class ReleasedSite(_WithInterval):
 
     def spend_text(self) -> str:
         """The lifetime spend of cap after this release (:func:`spend_text`), or "" when the
-        site's report did not carry it (version-1 reports)."""
+        site's report did not carry it (version-1 reports). With a balance table, which is its
+        own release reserved after the estimate's and so not in that total, it says so and
+        names the table's epsilon."""
         s = self.lifetime_spend
-        return "" if s is None else spend_text(s.spent, s.cap)
+        if s is None:
+            return ""
+        text = spend_text(s.spent, s.cap)
+        eps = (self.balance or {}).get("epsilon")
+        return text if eps is None else f"{text}, before this round's balance table (epsilon {eps})"
 
     def tau_text(self, digits: int = 4, fixed: bool = True) -> str:
         """The site's estimate (``.4f``, or ``.4g`` when not ``fixed``), or "unresolved"."""

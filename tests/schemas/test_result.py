@@ -137,3 +137,16 @@ def test_unknown_fields_are_ignored_when_reading():
     result = StudyResult.of(dict(V2, uri="s3://b/x.json", future_field=1))
     assert result.to_document() == V2
     assert Fraction(result.released[0].epsilon) == 1
+
+
+def test_the_spend_of_a_site_with_a_balance_table_says_the_table_is_not_in_it():
+    """A report's lifetime spend is the ledger's total at the estimate's reservation; a balance
+    table is its own release reserved after it, so every view says so and names its epsilon."""
+    alpha = V2["sites"][0]
+    assert alpha.get("lifetime_spend") is not None
+    plain = StudyResult.of(dict(V2, sites=[alpha])).released[0]
+    table = {"epsilon": "1/10", "rows": []}
+    with_table = StudyResult.of(dict(V2, sites=[dict(alpha, balance=table)])).released[0]
+    assert with_table.spend_text() == (
+        f"{plain.spend_text()}, before this round's balance table (epsilon 1/10)"
+    )
