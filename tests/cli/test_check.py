@@ -253,3 +253,27 @@ def test_check_names_the_balance_table_by_its_spec_table(tmp_path, home):
     spec.write_text(spec.read_text() + '\n[balance]\nepsilon = "1/10"\n', encoding="utf-8")
     r = runner.invoke(app, ["check", str(spec), "--site", "a"])
     assert "the covariate-balance table ([balance]) would spend: epsilon 1/10" in r.output, r.output
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.toml")))
+def test_dpate_plan_runs_on_every_shipped_example(name, home):
+    """Each example a reader copies plans; the propensity one as study-spec.md's "Propensity
+    example" walks through it: K 5 and a third to the model (its smallest n x epsilon is
+    1,400), a binary outcome's three parts, and its target reached at the plan's defaults."""
+    import json
+
+    from dpate.schemas.spec import load_spec
+
+    sizes = [f"--n={s.id}=1000" for s in load_spec(EXAMPLES / name).sites if s.n is None]
+    args = ["plan", str(EXAMPLES / name), *sizes, "--outcome-sd", "0.45", "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert plan["combined"]["width"] > 0
+    if name == "observational-propensity-mortality.toml":
+        assert plan["variant"] == "K = 5 bands, model share 1/3"
+        assert plan["recommendation"]["split"] == ["1/3", "7/27", "11/27"]
+        assert plan["combined"]["width"] < plan["target_width"] == 0.12
