@@ -277,3 +277,49 @@ def test_dpate_plan_runs_on_every_shipped_example(name, home):
         assert plan["variant"] == "K = 5 bands, model share 1/3"
         assert plan["recommendation"]["split"] == ["1/3", "7/27", "11/27"]
         assert plan["combined"]["width"] < plan["target_width"] == 0.12
+
+
+def _propensity_spec(root: Path, n: int, binary_covariates: int) -> Path:
+    """A propensity study spec of two sites declaring ``n`` records each, with
+    ``binary_covariates`` two-level covariates and two numeric ones with bounds."""
+    covs = "".join(
+        f'\n[[covariates]]\nkind = "categorical"\ncolumn = "c{j}"\nlevels = [0, 1]\n'
+        for j in range(binary_covariates)
+    )
+    covs += "".join(
+        f'\n[[covariates]]\nkind = "numeric"\ncolumn = "v{j}"\nlower = 0\nupper = 1\n'
+        for j in range(2)
+    )
+    sites = "".join(
+        f'\n[[sites]]\nid = "{s}"\ndata = "{s}.csv"\nn = {n}\nepsilon = "1"\n'
+        f'lifetime_cap = {{ epsilon = "2" }}\n'
+        for s in ("a", "b")
+    )
+    spec = root / "study.toml"
+    spec.write_text(
+        'spec_version = 1\nstudy_id = "plan-study"\nreports = "published"\n'
+        'design = "observational"\nestimator = "propensity"\nsigning = "none"\n'
+        'unsigned_reason = "test"\n\n[treatment]\ncolumn = "w"\n\n[outcome]\ncolumn = "y"\n'
+        "bound = 1.0\n" + covs + sites,
+        encoding="utf-8",
+    )
+    return spec
+
+
+def test_plan_says_when_the_propensity_model_is_mostly_noise(tmp_path, home):
+    """Few filled bands (IHDP's sites: 25 covariates, a few hundred records) make a note that
+    says what it means and what gives the model bands; a site the model resolves gets none."""
+    import json
+
+    small = json.loads(
+        runner.invoke(app, ["plan", str(_propensity_spec(tmp_path, 300, 23)), "--json"]).output
+    )
+    (note,) = [x for x in small["notes"] if x.startswith("propensity model mostly noise")]
+    assert "at a, b:" in note and "shorter adjustment set" in note
+    (tmp_path / "big").mkdir()
+    big = json.loads(
+        runner.invoke(
+            app, ["plan", str(_propensity_spec(tmp_path / "big", 5000, 3)), "--json"]
+        ).output
+    )
+    assert not [x for x in big["notes"] if x.startswith("propensity model mostly noise")]
