@@ -150,7 +150,7 @@ def describe(
         console.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2) from None
     except ValueError as exc:
-        console.print(f"[red]{exc}[/red] (data sets: {', '.join(DATASETS)})")
+        console.print(f"[red]{escape(str(exc))}[/red] (data sets: {', '.join(DATASETS)})")
         raise typer.Exit(2) from None
 
     mode = split or ("equal" if sites else ("natural" if ds.sites is not None else "none"))
