@@ -181,9 +181,12 @@ def plan_study(
         def chosen_for(name: str) -> Any:
             """The options a study of these designs releases ``name`` with: its one study-wide
             choice (the propensity release's ``"auto"`` model share at the study's ``n x
-            epsilon``), whose default split the recommendation tries first."""
-            sites = _study_sites(designs)
-            return estimator_of(name).study_choice(options_for(name), domain_size, sites).options
+            epsilon``), whose default split the recommendation tries first. The choice reads
+            each site at ``name``'s own default split (the spec's is another estimator's)."""
+            e, opts = estimator_of(name), options_for(name)
+            split = e.default_split(opts, binary and e.binary_outcome).shares
+            sites = [StudySite(d.n, d.epsilon, split) for d in designs]
+            return e.study_choice(opts, domain_size, sites).options
 
         recommendation = _recommend(
             design, designs, aggregator, predict, chosen_for, level, bound, binary,
