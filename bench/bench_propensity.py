@@ -1069,6 +1069,9 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
                mc / tot_c[:, None])  # fmt: skip
     u = (k_used - 1) / (c.n_strata - 1)
     res = {"shipped": np.asarray(out.variance)}
+    res["shipped without rho^2 gap^2"] = np.asarray(out.variance) - np.nan_to_num(
+        np.asarray(d["model_variance"])
+    )
     for prior in ("band", "model"):
         p = _band_priors(plan, v, big_t / (big_t + big_c), prior)
         lam = np.maximum(cnt, 0.0) ** 2 / (np.maximum(cnt, 0.0) ** 2 + c.v_n)
