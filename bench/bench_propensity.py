@@ -1102,6 +1102,9 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
         res[f"joint ({prior})"] = joint
         res[f"joint ({prior}) + model draw"] = joint + f * rho**2 * gap2
         if prior == "band":
+            res["shipped, gap denoised"] = res["shipped without rho^2 gap^2"] + rho**2 * np.maximum(
+                gap**2 - var_gap, 0.0
+            )
             res["joint (band) + gap^2"] = joint + gap2
             res["joint (band) x usable"] = joint * (1.0 + 0.9 * u)
             for z in (1.0, 2.0):
@@ -1213,19 +1216,20 @@ def bootstrapped_model_draw(
 
 def coverage(
     groups: int, reps: int, bootstrap: bool = False, synth_sizes: Sequence[int] = (2000,),
-    strong: bool = False, rule: bool = False, real: bool = True,
+    strong: bool = False, rule: bool = False, real: bool = True, binary: bool = False,
 ) -> None:  # fmt: skip
     """Each variance variant's coverage of the 95% interval per site and per combiner, and the
     reported variance over the realised mean squared error per site: Synth (``10 groups``
     fresh data sets of each of ``synth_sizes`` per site, ``reps // 10`` draws each; ``strong``:
     :func:`synth5_strong`), IHDP and Lalonde (``groups`` random splits, ``reps`` draws each;
     not with ``real`` False), eps 1 per site. ``rule``: each study at the ``"auto"`` rule's
-    ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model)."""
+    ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model).
+    ``binary``: Synth's outcome binary (released in the general mode, with squares)."""
     est = estimator_of("propensity")
 
     def rows(name: str, make: Any, truth: float, n_groups: int, draws: int, seed: int) -> None:
         rng = np.random.default_rng(seed)
-        taus, sizes, var = [], [], {}  # type: ignore[var-annotated]
+        taus, sizes, shares, var = [], [], [], {}  # type: ignore[var-annotated]
         for _ in range(n_groups):
             sites = make(rng)
             bands, split = BANDS, None
@@ -1243,12 +1247,13 @@ def coverage(
                     boot = bootstrapped_model_draw(plan, v, d.columns, rng)
                     res = {key: res[key] for key in ("shipped", "joint (band)")}
                     res["joint (band) + bootstrapped model draw"] = res["joint (band)"] + boot
-                per.append((tau, res))
-            taus.append(np.column_stack([t for t, _ in per]))
+                per.append((tau, res, _shared(plan.assemble(v).diagnostics)))
+            taus.append(np.column_stack([t for t, _, _ in per]))
+            shares.append(np.column_stack([b for _, _, b in per]))
             sizes.append(np.tile([float(d.w.size) for d in sites], (draws, 1)))
             for key in per[0][1]:
-                var.setdefault(key, []).append(np.column_stack([r[key] for _, r in per]))
-        tau, n = np.vstack(taus), np.vstack(sizes)
+                var.setdefault(key, []).append(np.column_stack([r[key] for _, r, _ in per]))
+        tau, n, shared = np.vstack(taus), np.vstack(sizes), np.vstack(shares)
         err = tau - truth
         for key, parts in var.items():
             v = np.vstack(parts)
@@ -1259,7 +1264,7 @@ def coverage(
                      for j in range(tau.shape[1])]  # fmt: skip
             comb = []
             for method in COMBINERS:
-                r = aggregate_many(method, tau, n, v)
+                r = aggregate_many(method, tau, n, v, shared)  # as the server combines them
                 e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
                 good = np.isfinite(e) & np.isfinite(cv)
                 comb.append(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good])))
@@ -1276,8 +1281,8 @@ def coverage(
     make = synth5_strong if strong else synth5
     for n in synth_sizes:
         for k in (2, 3):
-            rows(f"Synth{' strong' if strong else ''} {k} x {n:,}",
-                 lambda rng, k=k, n=n: [make(rng, n) for _ in range(k)],
+            rows(f"Synth{' strong' if strong else ''}{' binary' if binary else ''} {k} x {n:,}",
+                 lambda rng, k=k, n=n: [make(rng, n, binary=binary) for _ in range(k)],
                  0.3, 10 * groups, max(reps // 10, 1), 100 + k)  # fmt: skip
     for name, data, truth in real_data() if real else ():
         for k in (2, 3):
@@ -1426,7 +1431,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.coverage:
         coverage(10 if args.quick else 30, 20, args.bootstrap, args.sizes or (2000,),
-                 args.strong, args.rule, not args.synth_only)  # fmt: skip
+                 args.strong, args.rule, not args.synth_only, args.binary)  # fmt: skip
         return
     if args.timing:
         timing()
