@@ -102,6 +102,7 @@ _OUTCOME = {
     "mild": (0.15, (0.05, 0.04, 0.05, 0.15, 0.1)),  # c2 and u2 against the propensity: cancelling
     "aligned": (0.35, (0.05, -0.04, 0.05, 0.15, -0.1)),  # every effect of the propensity's sign
     "strong": (0.3, (0.05, -0.04, 0.05, 0.15, -0.1)),  # aligned, the propensity twice as steep
+    "extreme": (0.3, (0.05, -0.04, 0.05, 0.15, -0.1)),  # aligned, three times as steep
 }
 
 
@@ -109,17 +110,17 @@ def synth5(
     rng: np.random.Generator, n: int, effect: float = 0.3, confounding: str = "mild",
     binary: bool = False,
 ) -> Data:  # fmt: skip
-    """Synth with 5 covariates (module docstring). ``confounding``: ``"mild"`` (the crude
-    difference exceeds the effect by about 0.025, the covariates' contributions partly
-    cancelling), ``"aligned"`` (the same magnitudes, every outcome effect of its propensity
-    effect's sign: the contributions add up) or ``"strong"`` (aligned with the propensity's
-    coefficients doubled: about 0.09). The outcome is ``base + effect w`` plus normal noise of
-    sd 0.1, clipped to ``[0, 1]`` (its sd within an arm about 0.14 of its range), or with
-    ``binary`` 1 with that probability (every probability lies in ``[0, 1]`` unclipped: a risk
-    difference of ``effect``; sd within an arm about 0.45 of the range)."""
+    """Synth with 5 covariates (module docstring). ``confounding``: ``"mild"`` (the crude difference exceeds
+    the effect by about 0.025, the covariates' contributions partly cancelling), ``"aligned"`` (the
+    same magnitudes, every outcome effect of its propensity effect's sign: the contributions add up),
+    ``"strong"`` (aligned with the propensity's coefficients doubled: about 0.09) or ``"extreme"``
+    (tripled: about 0.11). The outcome is ``base + effect w`` plus normal noise of sd 0.1, clipped to
+    ``[0, 1]`` (its sd within an arm about 0.14 of its range), or with ``binary`` 1 with that
+    probability (every probability lies in ``[0, 1]`` unclipped: a risk difference of ``effect``; sd
+    within an arm about 0.45 of the range)."""
     c1, c2, c3 = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
     u1, u2 = rng.uniform(0, 1, n), rng.beta(2, 2, n)
-    scale = 2.0 if confounding == "strong" else 1.0
+    scale = {"strong": 2.0, "extreme": 3.0}.get(confounding, 1.0)
     lin = scale * (-0.8 + 0.4 * c1 - 0.5 * c2 + 0.6 * c3 + 1.2 * u1 - 0.8 * u2)
     w = (rng.uniform(size=n) < 1 / (1 + np.exp(-lin))).astype(np.int8)
     b0, (g1, g2, g3, g4, g5) = _OUTCOME[confounding]
@@ -146,6 +147,13 @@ def synth5_strong(
 ) -> Data:
     """:func:`synth5` with ``confounding="strong"``."""
     return synth5(rng, n, effect, "strong", binary)
+
+
+def synth5_extreme(
+    rng: np.random.Generator, n: int, effect: float = 0.3, binary: bool = False
+) -> Data:
+    """:func:`synth5` with ``confounding="extreme"``."""
+    return synth5(rng, n, effect, "extreme", binary)
 
 
 def ihdp() -> tuple[Data, float]:
@@ -1216,15 +1224,15 @@ def bootstrapped_model_draw(
 
 def coverage(
     groups: int, reps: int, bootstrap: bool = False, synth_sizes: Sequence[int] = (2000,),
-    strong: bool = False, rule: bool = False, real: bool = True, binary: bool = False,
+    strong: bool | str = False, rule: bool = False, real: bool = True, binary: bool = False,
 ) -> None:  # fmt: skip
-    """Each variance variant's coverage of the 95% interval per site and per combiner, and the
-    reported variance over the realised mean squared error per site: Synth (``10 groups``
-    fresh data sets of each of ``synth_sizes`` per site, ``reps // 10`` draws each; ``strong``:
-    :func:`synth5_strong`), IHDP and Lalonde (``groups`` random splits, ``reps`` draws each;
-    not with ``real`` False), eps 1 per site. ``rule``: each study at the ``"auto"`` rule's
-    ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model).
-    ``binary``: Synth's outcome binary (released in the general mode, with squares)."""
+    """Each variance variant's coverage of the 95% interval per site and per combiner, and the reported
+    variance over the realised mean squared error per site: Synth (``10 groups`` fresh data sets of
+    each of ``synth_sizes`` per site, ``reps // 10`` draws each; ``strong``: :func:`synth5_strong`,
+    ``"extreme"``: :func:`synth5_extreme`), IHDP and Lalonde (``groups`` random splits, ``reps`` draws
+    each; not with ``real`` False), eps 1 per site. ``rule``: each study at the ``"auto"`` rule's
+    ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model). ``binary``:
+    Synth's outcome binary (released in the general mode, with squares)."""
     est = estimator_of("propensity")
 
     def rows(name: str, make: Any, truth: float, n_groups: int, draws: int, seed: int) -> None:
@@ -1278,10 +1286,11 @@ def coverage(
         "MVAgg, random effects, all, largest) | range | reported / MSE per site |"
     )
     print("|---|---|---|---|---|---|")
-    make = synth5_strong if strong else synth5
+    make = {True: synth5_strong, "extreme": synth5_extreme}.get(strong, synth5)
     for n in synth_sizes:
         for k in (2, 3):
-            rows(f"Synth{' strong' if strong else ''}{' binary' if binary else ''} {k} x {n:,}",
+            label = {True: " strong", "extreme": " extreme"}.get(strong, "")
+            rows(f"Synth{label}{' binary' if binary else ''} {k} x {n:,}",
                  lambda rng, k=k, n=n: [make(rng, n, binary=binary) for _ in range(k)],
                  0.3, 10 * groups, max(reps // 10, 1), 100 + k)  # fmt: skip
     for name, data, truth in real_data() if real else ():
@@ -1406,6 +1415,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
     ap.add_argument("--bootstrap", action="store_true", help="--coverage: the bootstrap variant")
     ap.add_argument("--rule", action="store_true", help="--coverage: the 'auto' rule's K, share")
+    ap.add_argument("--extreme", action="store_true", help="--coverage: Synth, 3x confounding")
     ap.add_argument("--synth-only", action="store_true", help="--coverage: no IHDP, Lalonde")
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
     ap.add_argument("--captured", action="store_true", help="the model draw's error / confounding")
@@ -1431,7 +1441,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if args.coverage:
         coverage(10 if args.quick else 30, 20, args.bootstrap, args.sizes or (2000,),
-                 args.strong, args.rule, not args.synth_only, args.binary)  # fmt: skip
+                 "extreme" if args.extreme else args.strong, args.rule, not args.synth_only,
+                 args.binary)  # fmt: skip
         return
     if args.timing:
         timing()
