@@ -377,6 +377,7 @@ def plan(
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     doc["notes"] += _choice_notes(study, designs)
+    doc["notes"] += _target_choice_notes(study, designs, result.epsilon_needed)
     doc["notes"] += _occupancy_notes(study, designs, assumptions)
     if as_json:
         out.print_json(json.dumps(doc))
@@ -400,6 +401,33 @@ def _choice_notes(study: Any, designs: list[Any]) -> list[str]:
         f"with the record counts given here (--n) the study's public rule would choose "
         f"{given.variant}, but the releases choose from the n each site declares in the spec "
         f"({study.variant}): declare n = ... in every [[sites]] block to choose with these counts"
+    ]
+
+
+def _target_choice_notes(
+    study: Any, designs: list[Any], needed: dict[str, Fraction] | None
+) -> list[str]:
+    """A note when the epsilon per site a target width needs would make the study's public
+    choice (``"auto"``, read from ``n x epsilon``) differently: the plan predicts that epsilon
+    with the spec's choice, and a spec changed to it releases with the other."""
+    from dpate_core.mechanisms import StudySite
+
+    if not needed or study.variant is None:
+        return []
+    at = study.estimator_info.study_choice(
+        study.options,
+        study.domain_size,
+        [
+            StudySite(s.n, needed.get(s.id, s.epsilon), study.budget_split(s.id).shares)
+            for s in study.sites
+        ],
+    )
+    if at.variant == study.variant:
+        return []
+    return [
+        f"at the epsilon per site the target needs, the study's public rule would choose "
+        f"{at.variant} (the spec's epsilon gives {study.variant}, which the prediction of that "
+        f"epsilon keeps): plan again after changing epsilon in the spec"
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -323,3 +324,23 @@ def test_plan_says_when_the_propensity_model_is_mostly_noise(tmp_path, home):
         ).output
     )
     assert not [x for x in big["notes"] if x.startswith("propensity model mostly noise")]
+
+
+def test_plan_says_when_the_epsilon_a_target_needs_would_change_the_studys_choice(tmp_path, home):
+    """The epsilon search keeps the spec's "auto" choice (K, model share), read from n x
+    epsilon at the spec's epsilon; at the epsilon it finds the rule may choose otherwise, and
+    the plan says so. A target the spec's epsilon nearly reaches makes no such note."""
+    import json
+
+    spec = str(_propensity_spec(tmp_path, 1000, 3))
+
+    def plan(target: str) -> dict:
+        args = ["plan", spec, "--target-width", target, "--outcome-sd", "0.3", "--json"]
+        return json.loads(runner.invoke(app, args).output)
+
+    far = plan("0.08")
+    assert all(Fraction(e) * 1000 >= 1500 for e in far["epsilon_needed"].values())
+    (note,) = [x for x in far["notes"] if x.startswith("at the epsilon per site the target")]
+    assert "would choose K = 5 bands, model share 1/2" in note and "model share 1/3" in note
+    near = plan("0.15")
+    assert not [x for x in near["notes"] if x.startswith("at the epsilon per site the target")]
