@@ -397,7 +397,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "estimator", "value": published["estimator"]},
         *numbers,
         {"field": "N", "value": str(published["n"])},
-        *_balance_rows(published.get("balance")),
+        *_balance_rows(published.get("balance"), int(published["n"])),
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},
     ]
@@ -429,8 +429,14 @@ def show_site_spend(ctx: SiteContext) -> None:
     )
 
 
-def _balance_rows(table: dict[str, Any] | None) -> list[dict[str, str]]:
-    """The artifact's line for the site's DP covariate-balance table (public: a DP release)."""
+def _balance_rows(table: dict[str, Any] | None, n: int) -> list[dict[str, str]]:
+    """The artifact's line for the site's DP covariate-balance table (public: a DP release),
+    with the least noise sd its levels' SMDs carry at the site's ``n``
+    (:func:`~dpate.schemas.reports.smd_noise_floor`)."""
+    from collections import Counter
+
+    from dpate.schemas.reports import smd_noise_floor
+
     if not table:
         return []
     smds = [abs(r["smd_before"]) for r in table["rows"] if r["smd_before"] is not None]
@@ -438,6 +444,15 @@ def _balance_rows(table: dict[str, Any] | None) -> list[dict[str, str]]:
     inside = [abs(r["smd_within"]) for r in table["rows"] if r["smd_within"] is not None]
     if table.get("within") == "released" and inside:
         worst += f", within the {table.get('bands')} propensity bands: {max(inside):.3g}"
+    levels = Counter(str(r["covariate"]) for r in table["rows"])
+    floors = [
+        f
+        for r in table["rows"]
+        if (f := smd_noise_floor(r, levels[str(r["covariate"])], table["noise_scale"], n))
+        is not None
+    ]
+    if floors:
+        worst += f"; a level's SMD carries noise of sd at least {min(floors):.2g}"
     return [
         {
             "field": "covariate balance (DP)",

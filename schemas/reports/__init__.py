@@ -52,6 +52,7 @@ from dpate.schemas.reports._result import (
     StudyResult,
     interval_ends,
     interval_text,
+    smd_noise_floor,
     spend_text,
 )
 
@@ -92,6 +93,7 @@ __all__ = [
     "loads_bounded",
     "read_report",
     "required_diagnostics",
+    "smd_noise_floor",
     "software_version",
     "spend_problems",
     "spend_text",

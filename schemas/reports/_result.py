@@ -28,6 +28,8 @@ beside the forest plot (:meth:`StudyResult.balance_rows`).
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -175,16 +177,46 @@ class ResultSpend(_Document):
     cap: ResultBudget
 
 
-def _smd_text(row: Mapping[str, Any], released: bool = False) -> str:
+def smd_noise_floor(row: Mapping[str, Any], levels: int, scale: float, n: int) -> float | None:
+    """The smallest noise sd a published balance row's SMD before can have (post-processing of
+    public values: the table's discrete Laplace ``scale``, the site's ``N``, the row's noisy
+    arm shares): for a level's indicator among ``levels`` of its covariate, each noisy arm
+    share ``p_a = c_a / n_a`` moves by ``(1 - p_a) e_l - p_a sum_{l' != l} e_l'`` over ``n_a``
+    (delta method; ``e`` the counts' noise, variance ``v`` each), so ``Var SMD = (A / n_t^2 + C
+    / n_c^2) / s^2`` with ``A = v ((1 - p_t)^2 + (L - 1) p_t^2)``, ``C`` likewise and ``s^2``
+    the pooled ``(p_t (1 - p_t) + p_c (1 - p_c)) / 2``; its least over the unknown arm split
+    ``n_t + n_c = N`` is ``(A^(1/3) + C^(1/3))^3 / N^2``. The within-bands SMD compares
+    smaller cells and is noisier. None for a numeric covariate's row (its level values are not
+    in the report) or when undefined.
+
+    >>> row = {"level": "a", "mean_treated": 0.5, "mean_control": 0.5}
+    >>> round(smd_noise_floor(row, 2, 10.0, 1000), 3)
+    0.057
+    """
+    p_t, p_c = row.get("mean_treated"), row.get("mean_control")
+    if row.get("level") is None or p_t is None or p_c is None or n <= 0 or scale <= 0:
+        return None
+    pooled = (p_t * (1.0 - p_t) + p_c * (1.0 - p_c)) / 2.0
+    if pooled <= 0.0:
+        return None
+    q = math.exp(-1.0 / scale)
+    v = 2.0 * q / (1.0 - q) ** 2  # the discrete Laplace variance at this scale
+    a, c = (v * ((1.0 - p) ** 2 + (levels - 1) * p * p) for p in (p_t, p_c))
+    return math.sqrt((a ** (1 / 3) + c ** (1 / 3)) ** 3 / (n * n) / pooled)
+
+
+def _smd_text(row: Mapping[str, Any], released: bool = False, floor: float | None = None) -> str:
     """A balance row's "before / within" standardized mean differences (2 decimals); a table
-    whose within column is released shows "n/a" where a row's is undefined."""
+    whose within column is released shows "n/a" where a row's is undefined; ``floor``: the
+    least noise sd of the SMD before (:func:`smd_noise_floor`), shown after them."""
 
     def one(v: Any) -> str:
         return "n/a" if v is None else f"{float(v):+.2f}"
 
     within = row.get("smd_within")
     shown = within is not None or released
-    return one(row.get("smd_before")) + (f" / {one(within)}" if shown else "")
+    noise = "" if floor is None else f" (noise sd >= {floor:.2f})"
+    return one(row.get("smd_before")) + (f" / {one(within)}" if shown else "") + noise
 
 
 def spend_text(spent: Any, cap: Any) -> str:
@@ -307,10 +339,15 @@ class StudyResult(_WithInterval):
         sites = [s for s in self.released if s.balance]
         keys: dict[tuple[str, str], dict[str, str]] = {}
         for s in sites:
-            released = (s.balance or {}).get("within") == "released"
-            for r in (s.balance or {}).get("rows", []):
+            table = s.balance or {}
+            released = table.get("within") == "released"
+            rows = table.get("rows", [])
+            levels = Counter(str(r["covariate"]) for r in rows)
+            scale = float(table.get("noise_scale") or 0.0)
+            for r in rows:
                 key = (str(r["covariate"]), "" if r.get("level") is None else str(r["level"]))
-                keys.setdefault(key, {})[s.site_id] = _smd_text(r, released)
+                floor = smd_noise_floor(r, levels[key[0]], scale, s.n)
+                keys.setdefault(key, {})[s.site_id] = _smd_text(r, released, floor)
         rows = [
             (c, lev, [cells.get(s.site_id, "") for s in sites]) for (c, lev), cells in keys.items()
         ]

@@ -16,6 +16,7 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 from rich.console import Console
@@ -150,3 +151,51 @@ def test_the_spend_of_a_site_with_a_balance_table_says_the_table_is_not_in_it():
     assert with_table.spend_text() == (
         f"{plain.spend_text()}, before this round's balance table (epsilon 1/10)"
     )
+
+
+def test_the_smd_noise_floor_is_the_least_noise_sd_of_a_released_table():
+    """:func:`smd_noise_floor` from the published row, the table's scale and N: at balanced arms
+    it is the realised spread of the SMD over the table's draws (delta method, within 10%), and
+    at unbalanced arms below it; the HTML cell shows it."""
+    from dpate.schemas.reports import StudyResult, smd_noise_floor
+    from dpate_core.balance import BalanceLayout, plan_balance
+
+    layout = BalanceLayout(("x",), (("a", "b", "c"),), (None,))
+    rng = np.random.default_rng(3)
+    for treated in (1000, 400):
+        control = 2000 - treated
+        counts = np.array([[0.5 * control, 0.5 * treated], [0.3 * control, 0.3 * treated],
+                           [0.2 * control, 0.2 * treated]]).astype(np.int64)  # fmt: skip
+        plan = plan_balance(counts.ravel(), layout, "1/2")  # scale 2 p / eps = 4
+        smds = [plan.draw(rng).rows[0].smd_before for _ in range(3000)]
+        row = {"level": "a", "mean_treated": 0.5, "mean_control": 0.5}
+        floor = smd_noise_floor(row, 3, plan.scale, 2000)
+        assert floor is not None
+        if treated == 1000:
+            assert floor == pytest.approx(float(np.std(smds)), rel=0.1)
+        else:
+            assert floor < 0.95 * float(np.std(smds))
+    site = dict(V2["sites"][0], n=2000)
+    site["balance"] = {"noise_scale": plan.scale, "within": "none",
+                       "rows": [dict(covariate="x", level=lev, mean_treated=0.5, mean_control=0.5,
+                                     smd_before=0.01, smd_within=None) for lev in "abc"]}  # fmt: skip
+    _, rows = StudyResult.of(dict(V2, sites=[site])).balance_rows()
+    assert rows[0][2] == [f"+0.01 (noise sd >= {smd_noise_floor(row, 3, plan.scale, 2000):.2f})"]
+
+
+def test_the_site_artifact_names_the_least_noise_of_its_balance_table():
+    """The site's Prefect artifact line for its balance table gives its largest |SMD| and the
+    least noise sd a level's SMD carries there (public values only)."""
+    from dpate.schemas.reports import smd_noise_floor
+    from dpate.tasks.site import _balance_rows
+
+    rows = [dict(covariate="x", level=lev, mean_treated=m, mean_control=m, smd_before=0.3,
+                 smd_within=None) for lev, m in (("a", 0.5), ("b", 0.3), ("c", 0.2))]  # fmt: skip
+    table = {"epsilon": "1/10", "noise_scale": 100.0, "within": "none", "rows": rows}
+    (line,) = _balance_rows(table, 2400)
+    least = min(smd_noise_floor(r, 3, 100.0, 2400) for r in rows)  # type: ignore[type-var]
+    assert line["value"] == (
+        f"3 row(s), epsilon 1/10; largest |SMD| before: 0.3; a level's SMD carries noise of sd "
+        f"at least {least:.2g}"
+    )
+    assert least > 0.25  # at epsilon 1/10 and 2,400 records an |SMD| of 0.3 is one noise sd
