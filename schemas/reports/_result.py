@@ -178,16 +178,16 @@ class ResultSpend(_Document):
 
 
 def smd_noise_floor(row: Mapping[str, Any], levels: int, scale: float, n: int) -> float | None:
-    """The smallest noise sd a published balance row's SMD before can have (post-processing of
-    public values: the table's discrete Laplace ``scale``, the site's ``N``, the row's noisy
-    arm shares): for a level's indicator among ``levels`` of its covariate, each noisy arm
-    share ``p_a = c_a / n_a`` moves by ``(1 - p_a) e_l - p_a sum_{l' != l} e_l'`` over ``n_a``
-    (delta method; ``e`` the counts' noise, variance ``v`` each), so ``Var SMD = (A / n_t^2 + C
-    / n_c^2) / s^2`` with ``A = v ((1 - p_t)^2 + (L - 1) p_t^2)``, ``C`` likewise and ``s^2``
-    the pooled ``(p_t (1 - p_t) + p_c (1 - p_c)) / 2``; its least over the unknown arm split
-    ``n_t + n_c = N`` is ``(A^(1/3) + C^(1/3))^3 / N^2``. The within-bands SMD compares
-    smaller cells and is noisier. None for a numeric covariate's row (its level values are not
-    in the report) or when undefined.
+    """The least noise sd, by the delta method, of a published balance row's SMD before
+    (post-processing of public values: the table's discrete Laplace ``scale``, the site's
+    ``N``, the row's noisy arm shares as the plug-in). For a level's indicator among
+    ``levels`` of its covariate, each noisy arm share ``p_a = c_a / n_a`` moves by
+    ``((1 - p_a) e_l - p_a sum_other e) / n_a`` (``e`` the counts' noise, variance ``v``
+    each), so ``Var SMD = (A / n_t^2 + C / n_c^2) / s^2`` with ``A = v ((1 - p_t)^2 + (L - 1)
+    p_t^2)``, ``C`` likewise and ``s^2`` the pooled ``(p_t (1 - p_t) + p_c (1 - p_c)) / 2``;
+    its least over the unknown arm split ``n_t + n_c = N`` is ``(A^(1/3) + C^(1/3))^3 /
+    N^2``. The within-bands SMD compares smaller cells and is noisier. None for a numeric
+    covariate's row (its level values are not in the report) or when undefined.
 
     >>> row = {"level": "a", "mean_treated": 0.5, "mean_control": 0.5}
     >>> round(smd_noise_floor(row, 2, 10.0, 1000), 3)
