@@ -379,6 +379,7 @@ def plan(
     doc["notes"] += _choice_notes(study, designs)
     doc["notes"] += _target_choice_notes(study, designs, result.epsilon_needed)
     doc["notes"] += _occupancy_notes(study, designs, assumptions)
+    doc["notes"] += _balance_notes(study, designs)
     if as_json:
         out.print_json(json.dumps(doc))
         return
@@ -428,6 +429,35 @@ def _target_choice_notes(
         f"at the epsilon per site the target needs, the study's public rule would choose "
         f"{at.variant} (the spec's epsilon gives {study.variant}, which the prediction of that "
         f"epsilon keeps): plan again after changing epsilon in the spec"
+    ]
+
+
+#: the noise sd ``dpate plan`` asks of a balance table's SMD (half the usual 0.1 mark)
+BALANCE_NOISE_SD = 0.05
+
+
+def _balance_notes(study: Any, designs: list[Any]) -> list[str]:
+    """With ``[balance]``: the least noise sd the table's own noise gives the SMD of a two-level
+    covariate held by half the patients at each site (:func:`smd_noise_floor`, at the site's
+    ``N``), and the balance epsilon that brings it to :data:`BALANCE_NOISE_SD` at every site
+    (the sd falls as ``1 / epsilon``)."""
+    from dpate.schemas.reports import smd_noise_floor
+    from dpate_core.balance import balance_scale
+
+    if study.balance is None:
+        return []
+    eps = study.balance.epsilon
+    scale = balance_scale(study.balance_layout, eps)
+    half = {"level": "yes", "mean_treated": 0.5, "mean_control": 0.5}
+    sds = {d.site_id: smd_noise_floor(half, 2, scale, d.n) or math.inf for d in designs}
+    worst = max(sds.values())
+    per_site = ", ".join(f"{site} {sd:.2g}" for site, sd in sds.items())
+    needed = Fraction(eps) * Fraction(worst / BALANCE_NOISE_SD).limit_denominator(1000)
+    return [
+        f"balance table at epsilon {eps}: the SMD of a two-level covariate held by half the "
+        f"patients carries noise of sd at least {per_site} (an |SMD| within twice it cannot be "
+        f"told from noise); about epsilon {float(needed):.3g} for the table would bring it to "
+        f"{BALANCE_NOISE_SD} at every site"
     ]
 
 
