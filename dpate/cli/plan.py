@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -377,7 +377,7 @@ def plan(
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     doc["notes"] += _choice_notes(study, designs)
-    doc["notes"] += _target_choice_notes(study, designs, result.epsilon_needed)
+    doc["notes"] += _target_choice_notes(study, result.epsilon_needed)
     doc["notes"] += _occupancy_notes(study, designs, assumptions)
     doc["notes"] += _balance_notes(study, designs)
     if as_json:
@@ -386,48 +386,45 @@ def plan(
     _print(doc)
 
 
+def _variant_at(study: Any, sites: list[tuple[int | None, Fraction, Any]]) -> str | None:
+    """The variant the study's public rule chooses for sites of these ``(n, epsilon, split)``
+    (the spec's options, e.g. ``"auto"``, chosen again)."""
+    from dpate_core.mechanisms import StudySite
+
+    chosen = study.estimator_info.study_choice(
+        study.options, study.domain_size, [StudySite(n, e, tuple(sp)) for n, e, sp in sites]
+    )
+    return cast("str | None", chosen.variant)
+
+
 def _choice_notes(study: Any, designs: list[Any]) -> list[str]:
     """A note when the record counts given here (``--n``) would make the study's public choice
     differently from the spec's declared ``n``, which is what the releases read."""
-    from dpate_core.mechanisms import StudySite
-
-    given = study.estimator_info.study_choice(
-        study.options,
-        study.domain_size,
-        [StudySite(d.n, d.epsilon, tuple(d.split)) for d in designs],
-    )
-    if given.variant == study.variant:
+    given = _variant_at(study, [(d.n, d.epsilon, d.split) for d in designs])
+    if given == study.variant:
         return []
     return [
         f"with the record counts given here (--n) the study's public rule would choose "
-        f"{given.variant}, but the releases choose from the n each site declares in the spec "
+        f"{given}, but the releases choose from the n each site declares in the spec "
         f"({study.variant}): declare n = ... in every [[sites]] block to choose with these counts"
     ]
 
 
-def _target_choice_notes(
-    study: Any, designs: list[Any], needed: dict[str, Fraction] | None
-) -> list[str]:
+def _target_choice_notes(study: Any, needed: dict[str, Fraction] | None) -> list[str]:
     """A note when the epsilon per site a target width needs would make the study's public
     choice (``"auto"``, read from ``n x epsilon``) differently: the plan predicts that epsilon
     with the spec's choice, and a spec changed to it releases with the other."""
-    from dpate_core.mechanisms import StudySite
-
     if not needed or study.variant is None:
         return []
-    at = study.estimator_info.study_choice(
-        study.options,
-        study.domain_size,
-        [
-            StudySite(s.n, needed.get(s.id, s.epsilon), study.budget_split(s.id).shares)
-            for s in study.sites
-        ],
+    at = _variant_at(
+        study,
+        [(s.n, needed.get(s.id, s.epsilon), study.budget_split(s.id).shares) for s in study.sites],
     )
-    if at.variant == study.variant:
+    if at == study.variant:
         return []
     return [
         f"at the epsilon per site the target needs, the study's public rule would choose "
-        f"{at.variant} (the spec's epsilon gives {study.variant}, which the prediction of that "
+        f"{at} (the spec's epsilon gives {study.variant}, which the prediction of that "
         f"epsilon keeps): plan again after changing epsilon in the spec"
     ]
 
