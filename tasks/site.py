@@ -432,10 +432,8 @@ def show_site_spend(ctx: SiteContext) -> None:
 def _balance_rows(table: dict[str, Any] | None, n: int) -> list[dict[str, str]]:
     """The artifact's line for the site's DP covariate-balance table (public: a DP release),
     with the least noise sd its levels' SMDs carry at the site's ``n``
-    (:func:`~dpate.schemas.reports.smd_noise_floor`)."""
-    from collections import Counter
-
-    from dpate.schemas.reports import smd_noise_floor
+    (:func:`~dpate.schemas.reports.table_noise_floors`)."""
+    from dpate.schemas.reports import table_noise_floors
 
     if not table:
         return []
@@ -444,13 +442,7 @@ def _balance_rows(table: dict[str, Any] | None, n: int) -> list[dict[str, str]]:
     inside = [abs(r["smd_within"]) for r in table["rows"] if r["smd_within"] is not None]
     if table.get("within") == "released" and inside:
         worst += f", within the {table.get('bands')} propensity bands: {max(inside):.3g}"
-    levels = Counter(str(r["covariate"]) for r in table["rows"])
-    floors = [
-        f
-        for r in table["rows"]
-        if (f := smd_noise_floor(r, levels[str(r["covariate"])], table["noise_scale"], n))
-        is not None
-    ]
+    floors = [f for f in table_noise_floors(table, n) if f is not None]
     if floors:
         worst += f"; a level's SMD carries noise of sd at least {min(floors):.2g}"
     return [

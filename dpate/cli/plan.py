@@ -447,13 +447,12 @@ def _balance_notes(study: Any, designs: list[Any]) -> list[str]:
     scale = balance_scale(study.balance_layout, eps)
     half = {"level": "yes", "mean_treated": 0.5, "mean_control": 0.5}
     sds = {d.site_id: smd_noise_floor(half, 2, scale, d.n) or math.inf for d in designs}
-    worst = max(sds.values())
     per_site = ", ".join(f"{site} {sd:.2g}" for site, sd in sds.items())
-    needed = Fraction(eps) * Fraction(worst / BALANCE_NOISE_SD).limit_denominator(1000)
+    needed = float(eps) * max(sds.values()) / BALANCE_NOISE_SD  # advice, not a parameter
     return [
         f"balance table at epsilon {eps}: the SMD of a two-level covariate held by half the "
         f"patients carries noise of sd at least {per_site} (an |SMD| within twice it cannot be "
-        f"told from noise); about epsilon {float(needed):.3g} for the table would bring it to "
+        f"told from noise); about epsilon {needed:.3g} for the table would bring it to "
         f"{BALANCE_NOISE_SD} at every site"
     ]
 

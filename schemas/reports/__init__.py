@@ -54,6 +54,7 @@ from dpate.schemas.reports._result import (
     interval_text,
     smd_noise_floor,
     spend_text,
+    table_noise_floors,
 )
 
 __all__ = [
@@ -97,4 +98,5 @@ __all__ = [
     "software_version",
     "spend_problems",
     "spend_text",
+    "table_noise_floors",
 ]

@@ -205,6 +205,15 @@ def smd_noise_floor(row: Mapping[str, Any], levels: int, scale: float, n: int) -
     return math.sqrt((a ** (1 / 3) + c ** (1 / 3)) ** 3 / (n * n) / pooled)
 
 
+def table_noise_floors(table: Mapping[str, Any], n: int) -> list[float | None]:
+    """:func:`smd_noise_floor` of every row of a published balance table at the site's ``n``
+    (each level row among its covariate's rows), in the table's order."""
+    rows = table.get("rows", [])
+    levels = Counter(str(r["covariate"]) for r in rows)
+    scale = float(table.get("noise_scale") or 0.0)
+    return [smd_noise_floor(r, levels[str(r["covariate"])], scale, n) for r in rows]
+
+
 def _smd_text(row: Mapping[str, Any], released: bool = False, floor: float | None = None) -> str:
     """A balance row's "before / within" standardized mean differences (2 decimals); a table
     whose within column is released shows "n/a" where a row's is undefined; ``floor``: the
@@ -342,11 +351,8 @@ class StudyResult(_WithInterval):
             table = s.balance or {}
             released = table.get("within") == "released"
             rows = table.get("rows", [])
-            levels = Counter(str(r["covariate"]) for r in rows)
-            scale = float(table.get("noise_scale") or 0.0)
-            for r in rows:
+            for r, floor in zip(rows, table_noise_floors(table, s.n), strict=True):
                 key = (str(r["covariate"]), "" if r.get("level") is None else str(r["level"]))
-                floor = smd_noise_floor(r, levels[key[0]], scale, s.n)
                 keys.setdefault(key, {})[s.site_id] = _smd_text(r, released, floor)
         rows = [
             (c, lev, [cells.get(s.site_id, "") for s in sites]) for (c, lev), cells in keys.items()
