@@ -1222,9 +1222,48 @@ def bootstrapped_model_draw(
     return out
 
 
+def split_many(
+    method: str, tau: Array, n: Array, v_int: Array, v_wt: Array, shared: Array | None
+) -> tuple[Array, Array]:
+    """A combination whose choice and weights read ``v_wt`` and whose reported variance is
+    ``sum w_j^2 v_int_j`` (plus what the combiner adds to each site's variance, random effects'
+    ``tau^2``, and the shared sds' cross terms): the estimate and the variance per row."""
+    from dpate_core.aggregation import Rows, aggregator_of
+    from dpate_core.aggregation._parts import shared_sds, shared_term, weighted_many
+
+    ok = np.isfinite(tau) & np.isfinite(v_wt) & (v_wt > 0) & np.isfinite(v_int) & (v_int > 0)
+    comb = aggregator_of(method).combine(Rows(tau, np.broadcast_to(n, tau.shape), v_wt, ok))
+    res = weighted_many(method, tau, v_int + (comb.var - v_wt), comb.weights, comb.chosen & ok)
+    b = shared_sds(shared, tau.shape)
+    var = res.variance if b is None else res.variance + shared_term(res.weights, b)
+    return np.asarray(res.estimate), np.asarray(var)
+
+
+def split_rows(
+    name: str, tau: Array, n: Array, v_int: Array, v_wt: Array, shared: Array, truth: float
+) -> None:
+    """Each combiner's coverage, RMSE and mean width with the weights of ``v_wt`` (shipped) and
+    the interval of ``v_int`` (without the model-noise term), against both alone."""
+    for method in COMBINERS:
+        cells = []
+        for label, (vi, vw, b) in {"shipped": (v_wt, v_wt, shared),
+                                   "without": (v_int, v_int, shared),
+                                   "split": (v_int, v_wt, shared),
+                                   "split, no cross": (v_int, v_wt, None)}.items():  # fmt: skip
+            e, cv = split_many(method, tau, n, vi, vw, b)
+            e = e - truth
+            good = np.isfinite(e) & np.isfinite(cv)
+            cover = np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good]))
+            rmse = math.sqrt(np.mean(e[good] ** 2))
+            width = 2 * Z95 * np.mean(np.sqrt(cv[good]))
+            cells.append(f"{label} {cover:.3f} rmse {rmse:.4f} w {width:.3f}")
+        print(f"|| {name} | {method} | " + " | ".join(cells) + " |")
+
+
 def coverage(
     groups: int, reps: int, bootstrap: bool = False, synth_sizes: Sequence[int] = (2000,),
     strong: bool | str = False, rule: bool = False, real: bool = True, binary: bool = False,
+    weights: bool = False,
 ) -> None:  # fmt: skip
     """Each variance variant's coverage of the 95% interval per site and per combiner, and the reported
     variance over the realised mean squared error per site: Synth (``10 groups`` fresh data sets of
@@ -1232,7 +1271,9 @@ def coverage(
     ``"extreme"``: :func:`synth5_extreme`), IHDP and Lalonde (``groups`` random splits, ``reps`` draws
     each; not with ``real`` False), eps 1 per site. ``rule``: each study at the ``"auto"`` rule's
     ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model). ``binary``:
-    Synth's outcome binary (released in the general mode, with squares)."""
+    Synth's outcome binary (released in the general mode, with squares). ``weights``: also the
+    model-noise term scaled by 1/4 and 1/2, and each combiner with the shipped variance as its
+    weights and the variance without the term as its interval's (:func:`split_rows`)."""
     est = estimator_of("propensity")
 
     def rows(name: str, make: Any, truth: float, n_groups: int, draws: int, seed: int) -> None:
@@ -1262,6 +1303,10 @@ def coverage(
             for key in per[0][1]:
                 var.setdefault(key, []).append(np.column_stack([r[key] for _, r, _ in per]))
         tau, n, shared = np.vstack(taus), np.vstack(sizes), np.vstack(shares)
+        if weights:  # the model-noise term scaled: without it + c (shipped - without it)
+            full, bare = np.vstack(var["shipped"]), np.vstack(var["shipped without rho^2 gap^2"])
+            for c in ("1/4", "1/2"):
+                var[f"shipped, rho^2 gap^2 x {c}"] = [bare + float(Fraction(c)) * (full - bare)]
         err = tau - truth
         for key, parts in var.items():
             v = np.vstack(parts)
@@ -1277,6 +1322,8 @@ def coverage(
                 good = np.isfinite(e) & np.isfinite(cv)
                 comb.append(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good])))
             every = site + comb
+            if weights and key == "shipped without rho^2 gap^2" and "shipped" in var:
+                split_rows(name, tau, n, v, np.vstack(var["shipped"]), shared, truth)
             print(f"| {name} | {key} | {' '.join(f'{x:.3f}' for x in site)} | "
                   f"{' '.join(f'{x:.3f}' for x in comb)} | {min(every):.3f}-{max(every):.3f} | "
                   f"{min(ratio):.2f}-{max(ratio):.2f} |")  # fmt: skip
@@ -1417,6 +1464,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rule", action="store_true", help="--coverage: the 'auto' rule's K, share")
     ap.add_argument("--extreme", action="store_true", help="--coverage: Synth, 3x confounding")
     ap.add_argument("--synth-only", action="store_true", help="--coverage: no IHDP, Lalonde")
+    ap.add_argument("--weights", action="store_true",
+                    help="--coverage: the scaled model-noise term, split weights")  # fmt: skip
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
     ap.add_argument("--captured", action="store_true", help="the model draw's error / confounding")
     args = ap.parse_args(argv)
@@ -1442,7 +1491,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.coverage:
         coverage(10 if args.quick else 30, 20, args.bootstrap, args.sizes or (2000,),
                  "extreme" if args.extreme else args.strong, args.rule, not args.synth_only,
-                 args.binary)  # fmt: skip
+                 args.binary, args.weights)  # fmt: skip
         return
     if args.timing:
         timing()
