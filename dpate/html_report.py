@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
@@ -129,13 +129,19 @@ def _template() -> jinja2.Template:
 
 
 def render_html(
-    result: StudyResult, result_uri: str, spends: Mapping[str, SiteSpend | None]
+    result: StudyResult,
+    result_uri: str,
+    spends: Mapping[str, SiteSpend | None],
+    balance_values: Mapping[str, Sequence[float]] | None = None,
 ) -> str:
     """The self-contained page of ``result``; ``spends`` holds each site's lifetime spend where
     its ledger is reachable from here (None, or no entry, where it is not), shown only for a
-    site whose report published none."""
+    site whose report published none; ``balance_values``: each numeric covariate's public level
+    values (the spec's :attr:`~dpate.schemas.spec.StudySpec.balance_values`), which give its
+    balance row's noise (:meth:`~dpate.schemas.reports.StudyResult.balance_rows`)."""
     return _template().render(
         result=result,
+        balance_values=balance_values or {},
         png=base64.b64encode(forest_plot_png(result)).decode(),
         columns=_SITE_COLUMNS,
         rows=[[str(c) for c in _site_cells(s, spends.get(s.site_id))] for s in result.sites],

@@ -27,6 +27,7 @@ redacted error naming columns and rules only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -397,7 +398,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "estimator", "value": published["estimator"]},
         *numbers,
         {"field": "N", "value": str(published["n"])},
-        *_balance_rows(published.get("balance"), int(published["n"])),
+        *_balance_rows(published.get("balance"), int(published["n"]), ctx.spec.balance_values),
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},
     ]
@@ -429,10 +430,13 @@ def show_site_spend(ctx: SiteContext) -> None:
     )
 
 
-def _balance_rows(table: dict[str, Any] | None, n: int) -> list[dict[str, str]]:
+def _balance_rows(
+    table: dict[str, Any] | None, n: int, values: Mapping[str, Sequence[float]] | None = None
+) -> list[dict[str, str]]:
     """The artifact's line for the site's DP covariate-balance table (public: a DP release),
-    with the least noise sd its levels' SMDs carry at the site's ``n``
-    (:func:`~dpate.schemas.reports.table_noise_floors`)."""
+    with the least noise sd its rows' SMDs carry at the site's ``n``
+    (:func:`~dpate.schemas.reports.table_noise_floors`; a numeric covariate's row given its
+    public level ``values``, the spec's)."""
     from dpate.schemas.reports import table_noise_floors
 
     if not table:
@@ -442,9 +446,9 @@ def _balance_rows(table: dict[str, Any] | None, n: int) -> list[dict[str, str]]:
     inside = [abs(r["smd_within"]) for r in table["rows"] if r["smd_within"] is not None]
     if table.get("within") == "released" and inside:
         worst += f", within the {table.get('bands')} propensity bands: {max(inside):.3g}"
-    floors = [f for f in table_noise_floors(table, n) if f is not None]
+    floors = [f for f in table_noise_floors(table, n, values) if f is not None]
     if floors:
-        worst += f"; a level's SMD carries noise of sd at least {min(floors):.2g}"
+        worst += f"; an SMD carries noise of sd at least {min(floors):.2g}"
     return [
         {
             "field": "covariate balance (DP)",

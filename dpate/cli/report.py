@@ -42,7 +42,9 @@ def write_report(spec: str, round: str | None, storage: str | None, out: Path) -
     from dpate.schemas.reports import StudyResult
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(StudyResult.of(result), uri, spends), encoding="utf-8")
+    out.write_text(
+        render_html(StudyResult.of(result), uri, spends, ctx.spec.balance_values), encoding="utf-8"
+    )
     return out
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -177,41 +177,68 @@ class ResultSpend(_Document):
     cap: ResultBudget
 
 
-def smd_noise_floor(row: Mapping[str, Any], levels: int, scale: float, n: int) -> float | None:
+def smd_noise_floor(
+    row: Mapping[str, Any],
+    levels: int,
+    scale: float,
+    n: int,
+    values: Sequence[float] | None = None,
+) -> float | None:
     """The least noise sd, by the delta method, of a published balance row's SMD before
     (post-processing of public values: the table's discrete Laplace ``scale``, the site's
-    ``N``, the row's noisy arm shares as the plug-in). For a level's indicator among
-    ``levels`` of its covariate, each noisy arm share ``p_a = c_a / n_a`` moves by
-    ``((1 - p_a) e_l - p_a sum_other e) / n_a`` (``e`` the counts' noise, variance ``v``
-    each), so ``Var SMD = (A / n_t^2 + C / n_c^2) / s^2`` with ``A = v ((1 - p_t)^2 + (L - 1)
-    p_t^2)``, ``C`` likewise and ``s^2`` the pooled ``(p_t (1 - p_t) + p_c (1 - p_c)) / 2``;
-    its least over the unknown arm split ``n_t + n_c = N`` is ``(A^(1/3) + C^(1/3))^3 /
-    N^2``. The within-bands SMD compares smaller cells and is noisier. None for a numeric
-    covariate's row (its level values are not in the report) or when undefined.
+    ``N``, the row's noisy arm means as the plug-in). A row's arm mean is ``m_a = sum_l c_al
+    x_l / n_a`` over its covariate's level values ``x_l`` (a level's indicator among ``levels``:
+    1 at the level, 0 at the others; a numeric covariate's one row: ``values``, its bins'
+    midpoints, public in the spec, :attr:`~dpate.schemas.spec.StudySpec.balance_values`), so
+    it moves by ``sum_l (x_l - m_a) e_l / n_a`` (``e`` the counts' noise, variance ``v`` each)
+    and ``Var SMD = (A / n_t^2 + C / n_c^2) / s^2`` with ``A = v sum_l (x_l - m_t)^2``, ``C``
+    likewise and ``s`` the pooled sd the SMD divides by (a level's: ``(p_t (1 - p_t) + p_c (1 -
+    p_c)) / 2``, from its shares; a numeric row's: ``(m_t - m_c) / SMD``, the published
+    numbers' own); its least over the unknown arm split ``n_t + n_c = N`` is ``(A^(1/3) +
+    C^(1/3))^3 / N^2``. The within-bands SMD compares smaller cells and is noisier. None for a
+    numeric row without ``values``, or when undefined (a numeric row's SMD null or 0).
 
     >>> row = {"level": "a", "mean_treated": 0.5, "mean_control": 0.5}
     >>> round(smd_noise_floor(row, 2, 10.0, 1000), 3)
     0.057
+    >>> age = {"level": None, "mean_treated": 52.0, "mean_control": 50.0, "smd_before": 0.1}
+    >>> round(smd_noise_floor(age, 4, 10.0, 1000, (25.0, 45.0, 65.0, 85.0)), 3)
+    0.091
     """
-    p_t, p_c = row.get("mean_treated"), row.get("mean_control")
-    if row.get("level") is None or p_t is None or p_c is None or n <= 0 or scale <= 0:
+    m_t, m_c = row.get("mean_treated"), row.get("mean_control")
+    if m_t is None or m_c is None or n <= 0 or scale <= 0:
         return None
-    pooled = (p_t * (1.0 - p_t) + p_c * (1.0 - p_c)) / 2.0
-    if pooled <= 0.0:
+    if row.get("level") is not None:  # a level's indicator: x_l is 1 at it, 0 at the others
+        dev = [(1.0 - p) ** 2 + (levels - 1) * p * p for p in (m_t, m_c)]
+        pooled = (m_t * (1.0 - m_t) + m_c * (1.0 - m_c)) / 2.0
+    else:
+        smd = row.get("smd_before")
+        if not values or not smd:
+            return None
+        dev = [math.fsum((x - m) ** 2 for x in values) for m in (m_t, m_c)]
+        pooled = ((m_t - m_c) / smd) ** 2
+    if not pooled > 0.0:
         return None
     q = math.exp(-1.0 / scale)
     v = 2.0 * q / (1.0 - q) ** 2  # the discrete Laplace variance at this scale
-    a, c = (v * ((1.0 - p) ** 2 + (levels - 1) * p * p) for p in (p_t, p_c))
+    a, c = v * dev[0], v * dev[1]
     return math.sqrt((a ** (1 / 3) + c ** (1 / 3)) ** 3 / (n * n) / pooled)
 
 
-def table_noise_floors(table: Mapping[str, Any], n: int) -> list[float | None]:
+def table_noise_floors(
+    table: Mapping[str, Any], n: int, values: Mapping[str, Sequence[float]] | None = None
+) -> list[float | None]:
     """:func:`smd_noise_floor` of every row of a published balance table at the site's ``n``
-    (each level row among its covariate's rows), in the table's order."""
+    (each level row among its covariate's rows; a numeric covariate's row with its level
+    ``values``, by covariate, where given), in the table's order."""
     rows = table.get("rows", [])
     levels = Counter(str(r["covariate"]) for r in rows)
     scale = float(table.get("noise_scale") or 0.0)
-    return [smd_noise_floor(r, levels[str(r["covariate"])], scale, n) for r in rows]
+    given = values or {}
+    return [
+        smd_noise_floor(r, levels[str(r["covariate"])], scale, n, given.get(str(r["covariate"])))
+        for r in rows
+    ]
 
 
 def _smd_text(row: Mapping[str, Any], released: bool = False, floor: float | None = None) -> str:
@@ -341,17 +368,22 @@ class StudyResult(_WithInterval):
         """Why there is no answer: the ``reason`` after its leading "no answer at this budget"."""
         return (self.reason or "").removeprefix(NO_ANSWER).removeprefix(": ")
 
-    def balance_rows(self) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
+    def balance_rows(
+        self, values: Mapping[str, Sequence[float]] | None = None
+    ) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
         """The sites' balance tables side by side: the ids of the sites that published one,
         and per covariate (and level) row ``(covariate, level, cells)``, one cell per such site,
-        "SMD before / within" ("" where a site's table has no such row); empty without tables."""
+        "SMD before / within" with the SMD's least noise sd (:func:`table_noise_floors`; a
+        numeric covariate's given its level ``values``, the spec's
+        :attr:`~dpate.schemas.spec.StudySpec.balance_values`), "" where a site's table has no
+        such row; empty without tables."""
         sites = [s for s in self.released if s.balance]
         keys: dict[tuple[str, str], dict[str, str]] = {}
         for s in sites:
             table = s.balance or {}
             released = table.get("within") == "released"
             rows = table.get("rows", [])
-            for r, floor in zip(rows, table_noise_floors(table, s.n), strict=True):
+            for r, floor in zip(rows, table_noise_floors(table, s.n, values), strict=True):
                 key = (str(r["covariate"]), "" if r.get("level") is None else str(r["level"]))
                 keys.setdefault(key, {})[s.site_id] = _smd_text(r, released, floor)
         rows = [

@@ -273,6 +273,14 @@ class StudySpec(_Model):
         return balance_layout(self.covariates)
 
     @property
+    def balance_values(self) -> dict[str, tuple[float, ...]]:
+        """Each numeric covariate's public level values in the balance table (its bins'
+        midpoints, :attr:`balance_layout`), by column: what a reader of a published table
+        needs to give its numeric rows' noise (:func:`~dpate.schemas.reports.smd_noise_floor`)."""
+        layout = self.balance_layout
+        return {n: v for n, v in zip(layout.names, layout.values, strict=True) if v is not None}
+
+    @property
     def balance_within(self) -> str:
         """How the balance table's within-strata column is obtained without bands: "by
         construction" (0) for an estimator that compares arms within the covariates' strata,

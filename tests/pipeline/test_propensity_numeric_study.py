@@ -176,3 +176,6 @@ def test_dpate_run_releases_the_balance_table_within_the_propensity_bands(tmp_pa
     assert drawn.exit_code == 0, drawn.output
     page = out.read_text()
     assert "Covariate balance (DP)" in page and "within propensity bands" in page
+    # the numeric rows' noise, from the spec's bin midpoints (`dpate report` reads the spec)
+    age = page.split("<td>age</td>", 1)[1].split("</tr>", 1)[0]
+    assert age.count("noise sd &gt;=") == 2  # at both sites

@@ -134,6 +134,9 @@ def test_balance_table_reads_covariates_without_bins_in_public_bins() -> None:
         assert len(layout.labels[j]) == NUMERIC_BALANCE_BINS == len(edges) - 1
         mids = tuple((a + b) / 2 for a, b in itertools.pairwise(edges))
         assert layout.values[j] == mids
+        assert spec.balance_values[c.column] == mids  # what a report's reader is given
+    categorical = [c.column for c in spec.covariates if c.kind == "categorical"]
+    assert categorical and not set(categorical) & set(spec.balance_values)
 
 
 #: canonical hashes of specs that existed before the bounded form (base() of test_spec, the same

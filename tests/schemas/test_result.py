@@ -183,6 +183,44 @@ def test_the_smd_noise_floor_is_the_least_noise_sd_of_a_released_table():
     assert rows[0][2] == [f"+0.01 (noise sd >= {smd_noise_floor(row, 3, plan.scale, 2000):.2f})"]
 
 
+def test_a_numeric_rows_noise_floor_reads_its_public_bin_midpoints():
+    """A numeric covariate's one row (its bins' midpoints, the spec's): at balanced arms the
+    floor is the realised spread of the SMD over the table's draws (within 10%), below it at
+    unbalanced arms, None without the midpoints; the HTML cell shows it when the report is
+    given the spec's values, and the artifact line counts it."""
+    from dpate.schemas.reports import StudyResult, smd_noise_floor, table_noise_floors
+    from dpate.tasks.site import _balance_rows
+    from dpate_core.balance import BalanceLayout, plan_balance
+
+    mids = (25.0, 45.0, 65.0, 85.0)
+    layout = BalanceLayout(("age",), (("a", "b", "c", "d"),), (mids,))
+    rng = np.random.default_rng(5)
+    for treated in (1000, 400):
+        shares = np.array([0.2, 0.3, 0.3, 0.2])
+        counts = np.stack([shares * (2000 - treated), shares * treated], axis=1).astype(np.int64)
+        plan = plan_balance(counts.ravel(), layout, "1/2")
+        drawn = [plan.draw(rng).rows[0] for _ in range(3000)]
+        spread = float(np.std([r.smd_before for r in drawn]))
+        row = vars(drawn[0])
+        floor = smd_noise_floor(row, 4, plan.scale, 2000, mids)
+        assert floor is not None and smd_noise_floor(row, 4, plan.scale, 2000) is None
+        if treated == 1000:
+            assert floor == pytest.approx(spread, rel=0.1)
+        else:
+            assert floor < 0.95 * spread
+    table = {"epsilon": "1/2", "noise_scale": plan.scale, "within": "none", "rows": [row]}
+    assert table_noise_floors(table, 2000) == [None]
+    assert table_noise_floors(table, 2000, {"age": mids}) == [floor]
+    site = dict(V2["sites"][0], n=2000, balance=table)
+    result = StudyResult.of(dict(V2, sites=[site]))
+    assert "noise sd" not in result.balance_rows()[1][0][2][0]
+    assert result.balance_rows({"age": mids})[1][0][2] == [
+        f"{row['smd_before']:+.2f} (noise sd >= {floor:.2f})"
+    ]
+    (line,) = _balance_rows(table, 2000, {"age": mids})
+    assert line["value"].endswith(f"an SMD carries noise of sd at least {floor:.2g}")
+
+
 def test_the_site_artifact_names_the_least_noise_of_its_balance_table():
     """The site's Prefect artifact line for its balance table gives its largest |SMD| and the
     least noise sd a level's SMD carries there (public values only)."""
@@ -195,7 +233,7 @@ def test_the_site_artifact_names_the_least_noise_of_its_balance_table():
     (line,) = _balance_rows(table, 2400)
     least = min(smd_noise_floor(r, 3, 100.0, 2400) for r in rows)  # type: ignore[type-var]
     assert line["value"] == (
-        f"3 row(s), epsilon 1/10; largest |SMD| before: 0.3; a level's SMD carries noise of sd "
-        f"at least {least:.2g}"
+        f"3 row(s), epsilon 1/10; largest |SMD| before: 0.3; an SMD carries noise of sd at least "
+        f"{least:.2g}"
     )
     assert least > 0.25  # at epsilon 1/10 and 2,400 records an |SMD| of 0.3 is one noise sd
