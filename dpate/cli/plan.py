@@ -379,7 +379,7 @@ def plan(
     doc["notes"] += _choice_notes(study, designs)
     doc["notes"] += _target_choice_notes(study, result.epsilon_needed)
     doc["notes"] += _occupancy_notes(study, designs, assumptions)
-    doc["notes"] += _balance_notes(study, designs)
+    doc["notes"] += _balance_notes(study, designs, assumptions)
     if as_json:
         out.print_json(json.dumps(doc))
         return
@@ -433,28 +433,68 @@ def _target_choice_notes(study: Any, needed: dict[str, Fraction] | None) -> list
 BALANCE_NOISE_SD = 0.05
 
 
-def _balance_notes(study: Any, designs: list[Any]) -> list[str]:
-    """With ``[balance]``: the least noise sd the table's own noise gives the SMD of a two-level
-    covariate held by half the patients at each site (:func:`smd_noise_floor`, at the site's
-    ``N``), and the balance epsilon that brings it to :data:`BALANCE_NOISE_SD` at every site
-    (the sd falls as ``1 / epsilon``)."""
-    from dpate.schemas.reports import smd_noise_floor
-    from dpate_core.balance import balance_scale
+def _balance_notes(study: Any, designs: list[Any], assumptions: Any) -> list[str]:
+    """With ``[balance]``: the least noise sd the table's own noise gives an SMD at each site
+    (:func:`~dpate_core.balance.smd_noise_sd`, at the site's ``N``): a two-level covariate
+    held by half the patients, and each numeric covariate over its bins' midpoints at its
+    assumed mean and sd (:func:`_assumed_numeric`), and the balance epsilon that brings every
+    such row to :data:`BALANCE_NOISE_SD` at every site (the sd falls as ``1 / epsilon``)."""
+    from dpate_core.balance import balance_scale, smd_noise_sd
 
     if study.balance is None:
         return []
     eps = study.balance.epsilon
     scale = balance_scale(study.balance_layout, eps)
-    half = {"level": "yes", "mean_treated": 0.5, "mean_control": 0.5}
-    sds = {d.site_id: smd_noise_floor(half, 2, scale, d.n) or math.inf for d in designs}
-    per_site = ", ".join(f"{site} {sd:.2g}" for site, sd in sds.items())
-    needed = float(eps) * max(sds.values()) / BALANCE_NOISE_SD  # advice, not a parameter
+    rows = {"": ((1.0, 0.0), 0.5, 0.25), **_assumed_numeric(study, assumptions)}
+    sds = {
+        label: {d.site_id: smd_noise_sd(x, m, m, var, scale, d.n) or math.inf for d in designs}
+        for label, (x, m, var) in rows.items()
+    }
+    needed = float(eps) * max(max(v.values()) for v in sds.values()) / BALANCE_NOISE_SD
+
+    def per_site(label: str) -> str:
+        return ", ".join(f"{site} {sd:.2g}" for site, sd in sds[label].items())
+
+    numeric = "; ".join(f"{label} {per_site(label)}" for label in sds if label)
+    numeric = (
+        f", and a numeric covariate's (over its bins' midpoints, around the middle of its "
+        f"bounds with sd a third of their half-width unless --covariate-mean and --covariate-sd "
+        f"state it) at least {numeric}; a numeric covariate's noise comes mostly from its "
+        f"bins far from its mean, so one whose values fill a small part of its public bounds "
+        f"is the noisiest (bounds closer to its values, with policy = 'clip', narrow it)"
+        if numeric
+        else ""
+    )
     return [
         f"balance table at epsilon {eps}: the SMD of a two-level covariate held by half the "
-        f"patients carries noise of sd at least {per_site} (an |SMD| within twice it cannot be "
-        f"told from noise); about epsilon {needed:.3g} for the table would bring it to "
-        f"{BALANCE_NOISE_SD} at every site"
+        f"patients carries noise of sd at least {per_site('')}{numeric} (an |SMD| within twice "
+        f"it cannot be told from noise); about epsilon {needed:.3g} for the table would bring "
+        f"every such row to {BALANCE_NOISE_SD} at every site"
     ]
+
+
+def _assumed_numeric(study: Any, assumptions: Any) -> dict[str, tuple[Any, float, float]]:
+    """Each numeric covariate of the balance table (``StudySpec.balance_values``) as
+    ``(its bins' midpoints, assumed mean, assumed variance)`` in its units: the plan's
+    ``Assumptions.numeric_covariates`` for one with public bounds and no bins (stated with
+    --covariate-mean, --covariate-sd), else the middle of its bounds (a binned one's: its
+    first and last edge) with sd a third of their half-width."""
+    stated = dict(
+        zip(
+            [c.column for c in study.unbinned_covariates],
+            assumptions.numeric_covariates,
+            strict=False,
+        )
+    )
+    out: dict[str, tuple[Any, float, float]] = {}
+    by_column = {c.column: c for c in study.covariates}
+    for column, values in study.balance_values.items():
+        c = by_column[column]
+        lo, hi = c.bounds if c.edges is None else (c.edges[0], c.edges[-1])
+        u, sd = stated.get(column, (0.0, 1.0 / 3.0))
+        mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+        out[column] = (values, mid + u * half, (sd * half) ** 2)
+    return out
 
 
 #: below this predicted effective number of filled propensity bands, ``dpate plan`` says the

@@ -31,6 +31,7 @@ from ._table import (
     dp_balance,
     level_counts,
     plan_balance,
+    smd_noise_sd,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "plan_balance",
     "plan_balance_records",
     "record_counts",
+    "smd_noise_sd",
 ]

@@ -49,6 +49,7 @@ __all__ = [
     "dp_balance",
     "level_counts",
     "plan_balance",
+    "smd_noise_sd",
 ]
 
 BALANCE_SCHEMA: Literal["dpate.balance"] = "dpate.balance"
@@ -249,6 +250,37 @@ class BalanceTable:
                 for r in self.rows
             ],
         }
+
+
+def smd_noise_sd(
+    values: npt.ArrayLike,
+    mean_treated: float,
+    mean_control: float,
+    pooled_var: float,
+    scale: float,
+    n: int,
+) -> float | None:
+    """The least noise sd, by the delta method, of a table row's SMD before at a site of ``n``
+    records, from public values (post-processing): the row's level ``values`` ``x_l`` (a level's
+    indicator: 1 at the level, 0 at the others; a numeric covariate's bins' midpoints), its arm
+    means ``m_a``, the pooled variance ``s^2`` its SMD divides by, and the table's discrete
+    Laplace ``scale``. An arm mean is ``m_a = sum_l c_al x_l / n_a``, so the counts' noise ``e``
+    (variance ``v`` each) moves it by ``sum_l (x_l - m_a) e_l / n_a``, and ``Var SMD = (A /
+    n_t^2 + C / n_c^2) / s^2`` with ``A = v sum_l (x_l - m_t)^2`` and ``C`` likewise; its least
+    over the unknown arm split ``n_t + n_c = n`` (Lagrange: ``n_a`` proportional to ``A^(1/3)``)
+    is ``(A^(1/3) + C^(1/3))^3 / n^2``. The pooled variance's own noise is left out. None when
+    ``n``, ``scale`` or ``pooled_var`` is not positive.
+
+    >>> round(smd_noise_sd([1.0, 0.0], 0.5, 0.5, 0.25, 10.0, 1000), 3)  # a level held by half
+    0.057
+    """
+    if not (n > 0 and scale > 0 and pooled_var > 0):
+        return None
+    x = np.asarray(values, dtype=np.float64)
+    q = math.exp(-1.0 / scale)
+    v = 2.0 * q / (1.0 - q) ** 2  # the discrete Laplace variance at this scale
+    a, c = (v * math.fsum((x - m) ** 2) for m in (mean_treated, mean_control))
+    return math.sqrt((a ** (1 / 3) + c ** (1 / 3)) ** 3 / (n * n) / pooled_var)
 
 
 def _num(v: float) -> float | None:

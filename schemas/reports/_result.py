@@ -28,12 +28,13 @@ beside the forest plot (:meth:`StudyResult.balance_rows`).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from dpate_core.balance import smd_noise_sd
 
 __all__ = [
     "MAX_RESULT_BYTES",
@@ -184,19 +185,16 @@ def smd_noise_floor(
     n: int,
     values: Sequence[float] | None = None,
 ) -> float | None:
-    """The least noise sd, by the delta method, of a published balance row's SMD before
-    (post-processing of public values: the table's discrete Laplace ``scale``, the site's
-    ``N``, the row's noisy arm means as the plug-in). A row's arm mean is ``m_a = sum_l c_al
-    x_l / n_a`` over its covariate's level values ``x_l`` (a level's indicator among ``levels``:
-    1 at the level, 0 at the others; a numeric covariate's one row: ``values``, its bins'
-    midpoints, public in the spec, :attr:`~dpate.schemas.spec.StudySpec.balance_values`), so
-    it moves by ``sum_l (x_l - m_a) e_l / n_a`` (``e`` the counts' noise, variance ``v`` each)
-    and ``Var SMD = (A / n_t^2 + C / n_c^2) / s^2`` with ``A = v sum_l (x_l - m_t)^2``, ``C``
-    likewise and ``s`` the pooled sd the SMD divides by (a level's: ``(p_t (1 - p_t) + p_c (1 -
-    p_c)) / 2``, from its shares; a numeric row's: ``(m_t - m_c) / SMD``, the published
-    numbers' own); its least over the unknown arm split ``n_t + n_c = N`` is ``(A^(1/3) +
-    C^(1/3))^3 / N^2``. The within-bands SMD compares smaller cells and is noisier. None for a
-    numeric row without ``values``, or when undefined (a numeric row's SMD null or 0).
+    """The least noise sd of a published balance row's SMD before
+    (:func:`dpate_core.balance.smd_noise_sd`: the delta method at the row's noisy arm means,
+    minimised over the unknown arm split; post-processing of public values: the table's
+    discrete Laplace ``scale``, the site's ``N``, the row). A level's row is its indicator
+    among ``levels`` with the pooled variance of its shares, ``(p_t (1 - p_t) + p_c (1 -
+    p_c)) / 2``; a numeric covariate's one row reads its level ``values`` (its bins' midpoints,
+    public in the spec, :attr:`~dpate.schemas.spec.StudySpec.balance_values`) and the pooled
+    sd its SMD divides by, ``(m_t - m_c) / SMD`` (the published numbers' own). The within-bands
+    SMD compares smaller cells and is noisier. None for a numeric row without ``values``, or
+    when undefined (a numeric row's SMD null or 0).
 
     >>> row = {"level": "a", "mean_treated": 0.5, "mean_control": 0.5}
     >>> round(smd_noise_floor(row, 2, 10.0, 1000), 3)
@@ -206,23 +204,17 @@ def smd_noise_floor(
     0.091
     """
     m_t, m_c = row.get("mean_treated"), row.get("mean_control")
-    if m_t is None or m_c is None or n <= 0 or scale <= 0:
+    if m_t is None or m_c is None:
         return None
-    if row.get("level") is not None:  # a level's indicator: x_l is 1 at it, 0 at the others
-        dev = [(1.0 - p) ** 2 + (levels - 1) * p * p for p in (m_t, m_c)]
+    if row.get("level") is not None:  # a level's indicator: 1 at it, 0 at the others
+        x: Sequence[float] = (1.0,) + (0.0,) * (levels - 1)
         pooled = (m_t * (1.0 - m_t) + m_c * (1.0 - m_c)) / 2.0
     else:
         smd = row.get("smd_before")
         if not values or not smd:
             return None
-        dev = [math.fsum((x - m) ** 2 for x in values) for m in (m_t, m_c)]
-        pooled = ((m_t - m_c) / smd) ** 2
-    if not pooled > 0.0:
-        return None
-    q = math.exp(-1.0 / scale)
-    v = 2.0 * q / (1.0 - q) ** 2  # the discrete Laplace variance at this scale
-    a, c = v * dev[0], v * dev[1]
-    return math.sqrt((a ** (1 / 3) + c ** (1 / 3)) ** 3 / (n * n) / pooled)
+        x, pooled = values, ((m_t - m_c) / smd) ** 2
+    return smd_noise_sd(x, m_t, m_c, pooled, scale, n)
 
 
 def table_noise_floors(

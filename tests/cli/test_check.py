@@ -279,9 +279,18 @@ def test_dpate_plan_runs_on_every_shipped_example(name, home):
         assert plan["recommendation"]["split"] == ["1/3", "7/27", "11/27"]
         assert plan["combined"]["width"] < plan["target_width"] == 0.12
         # its balance table at epsilon 1/10 (5 covariates: scale 100): a two-level covariate's
-        # SMD carries noise of sd at least 4 sqrt(2) 100 / N, 0.24 at the site of 2,400
+        # SMD carries noise of sd at least 4 sqrt(2) 100 / N, 0.24 at the site of 2,400; a
+        # numeric one's over ten bins' midpoints, at sd a third of the half-width, sqrt(3.3 x
+        # 9 / 2) = 3.85 times that (the extreme bins' noise); 0.05 at every site needs the
+        # south's 1.6 brought down 32-fold
         (note,) = [x for x in plan["notes"] if x.startswith("balance table at epsilon 1/10")]
-        assert "north 0.24, central 0.3, south 0.4" in note and "about epsilon 0.8" in note
+        assert "the patients carries noise of sd at least north 0.24, central 0.3, south 0.4," in note
+        assert "age north 0.91, central 1.1, south 1.6; aps north 0.91" in note
+        assert "about epsilon 3.11 for the table" in note
+        # stated: age spread over its whole bounds (sd 41 = the half-width) is 3 times less noisy
+        stated = runner.invoke(app, [*args, "--covariate-sd", "age=41"])
+        (note,) = [x for x in json.loads(stated.output)["notes"] if x.startswith("balance")]
+        assert "age north 0.3, central 0.38, south 0.52; aps north 0.91" in note
 
 
 def _propensity_spec(root: Path, n: int, binary_covariates: int) -> Path:
