@@ -284,7 +284,9 @@ def test_dpate_plan_runs_on_every_shipped_example(name, home):
         # 9 / 2) = 3.85 times that (the extreme bins' noise); 0.05 at every site needs the
         # south's 1.6 brought down 32-fold
         (note,) = [x for x in plan["notes"] if x.startswith("balance table at epsilon 1/10")]
-        assert "the patients carries noise of sd at least north 0.24, central 0.3, south 0.4," in note
+        assert (
+            "the patients carries noise of sd at least north 0.24, central 0.3, south 0.4," in note
+        )
         assert "age north 0.91, central 1.1, south 1.6; aps north 0.91" in note
         assert "about epsilon 3.11 for the table" in note
         # stated: age spread over its whole bounds (sd 41 = the half-width) is 3 times less noisy
