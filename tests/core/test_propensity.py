@@ -191,6 +191,33 @@ def test_residual_confounding_share_and_the_published_shared_sd() -> None:
                    for p in PROPENSITY.plausible(wrong, PROPENSITY.make_options(), 12)), bad  # fmt: skip
 
 
+def test_the_correction_reads_only_the_bands_the_subclassification_uses() -> None:
+    """The crude difference the attenuation correction extrapolates from is over the bands the
+    subclassification uses (both noisy arm counts at the threshold), the population of its
+    estimand: a band left out moves neither the estimate, nor its variance, nor its shared sd,
+    whatever its cells' noisy sums (before, its noise entered the gap whole). Where every band
+    is used the release is the same."""
+    rng = np.random.default_rng(4)
+    w, y, z = _data(rng, 300)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
+    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    v = draw_many(plan, rng, 200)
+    counts = np.clip(np.asarray(v["counts"]), 0.0, c.n)
+    used = (counts[:, 1::2] >= c.min_count) & (counts[:, 0::2] >= c.min_count)
+    rows = np.flatnonzero(~used.all(axis=1) & used.any(axis=1))
+    assert rows.size > 10  # releases with a band left out, and one used at least
+    moved = {k: np.array(x, dtype=np.float64, copy=True) for k, x in v.items()}
+    for r in rows:
+        for b in np.flatnonzero(~used[r]):
+            moved["sums"][r, 2 * b : 2 * b + 2] += [-40.0, 40.0]  # noise of a band left out
+    before, after = plan.assemble(v), plan.assemble(moved)
+    np.testing.assert_array_equal(after.tau[rows], before.tau[rows])
+    np.testing.assert_array_equal(after.variance[rows], before.variance[rows])
+    shared = (before.diagnostics["shared_sd"], after.diagnostics["shared_sd"])
+    np.testing.assert_array_equal(shared[1][rows], shared[0][rows])
+    assert np.any(before.diagnostics["model_variance"][rows] > 0)  # a gap the rows correct for
+
+
 def test_an_unresolved_release_publishes_only_what_the_server_accepts() -> None:
     """Too few records for the budget: some releases resolve nothing, and their public
     diagnostics are exactly the unresolved ones the server's plausibility rule accepts (no model

@@ -17,7 +17,7 @@ The prediction follows the release's steps:
    :func:`~._release.attenuation_correction`): times the correction's factor ``(1 + k)^2``, plus
    the model-noise variance ``rho^2 gap^2``, ``gap^2`` the assumed confounding squared
    (:attr:`~dpate_core.planning.Assumptions.confounding`) plus the gap's noise
-   (:func:`gap_noise`: the crude difference pools the unused bands' noisy cells too);
+   (:func:`gap_noise`: the used bands' cells, as the crude difference and the subclassification pool them);
 4. the expected half-width over the releases (an unresolved one counts as the whole range).
 """
 
@@ -164,12 +164,12 @@ def _factor(rho: Any) -> Any:
 
 def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) -> float:
     """The noise variance of ``gap = crude - tau`` (:func:`~._release.attenuation_correction`)
-    at these band counts: the crude difference pools every band's noisy cells, used or not,
-    the subclassification only the used bands'. Per arm ``a`` and band ``b`` the cells' noise
-    ``x = s - m_a c`` (sum and count noise, ``m_a`` the centred arm mean; variance ``v_s + m_a^2
-    v_n``) enters the gap with weight ``1/n_a - [b used] w_b / n_ab`` (``w_b`` the band's share of
-    the used records): a band is used when both noisy counts reach the threshold. Filled bands
-    equally sorted cancel; the empty bands' noise stays whole."""
+    at these band counts: both pool the used bands' noisy cells (a band is used when both noisy
+    counts reach the threshold, with the probability of it). Per arm ``a`` and used band ``b``
+    the cells' noise ``x = s - m_a c`` (sum and count noise, ``m_a`` the centred arm mean;
+    variance ``v_s + m_a^2 v_n``) enters the gap with weight ``1/n_a - w_b / n_ab`` (``n_a`` the
+    arm's records in the used bands, ``w_b`` the band's share of the used records). Filled
+    bands equally sorted cancel."""
     p_n, p_s = base.parts()[:2]  # a binary outcome has no squares part
     b = base.bound
     scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
@@ -187,10 +187,10 @@ def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) 
     centre = a.mean(b) - b / 2.0
     total = 0.0
     for counts, mean in ((treated, centre + a.effect / 2.0), (control, centre - a.effect / 2.0)):
-        n_a = max(float(counts.sum()), 1.0)
+        n_a = max(float(np.sum(used * counts)), 1.0)
         u = v_s + mean * mean * v_n
         inside = (1.0 / n_a - w / np.maximum(counts, 1e-12)) ** 2
-        total += u * float(np.sum(used * inside + (1.0 - used) / n_a**2))
+        total += u * float(np.sum(used * inside))
     return total
 
 

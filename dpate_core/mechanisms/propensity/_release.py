@@ -353,8 +353,9 @@ def attenuation_correction(
     the index's variance being the model's noise across the true index
     (:attr:`PropensityModel.noise_share`; noise along it does not reorder the records), the
     index's reliability is ``1 - rho``, and the bias the bands remove, ``tau_crude - tau``
-    (``tau_crude`` the difference in the arms' noisy means over all bands), is about
-    ``(1 - rho)`` of what bands of the exact index remove. The correction extrapolates:
+    (``tau_crude`` the difference in the arms' noisy means over the bands the subclassification
+    uses, the population its estimand is about: a band left out adds only its cells' noise to
+    the gap), is about ``(1 - rho)`` of what bands of the exact index remove. The correction extrapolates:
     ``tau - k (tau_crude - tau)``, ``k = min(rho / (1 - rho), ATTENUATION_CAP)``; the estimate's
     variance is multiplied by ``(1 + k)^2`` (it is ``(1 + k) tau - k tau_crude``), and the model
     noise's own variance, ``(rho (tau_crude - tau))^2`` (the share of the confounding the noisy
@@ -366,12 +367,17 @@ def attenuation_correction(
     site of a study, which combining does not average out: the release adds its square to the
     variance and publishes it (``diagnostics["shared_sd"]``) for the combiners
     (``dpate_core.aggregation.shared_term``). Measured in docs/research/propensity.md."""
-    counts = np.asarray(v["counts"], dtype=np.float64)
+    # the crude difference over the bands the subclassification uses (both noisy arm counts at
+    # min_count, read clipped to [0, N] as it reads them): the population of its estimand
+    counts = np.clip(np.asarray(v["counts"], dtype=np.float64), 0.0, c.n)
     sums = np.asarray(v["sums"], dtype=np.float64)
-    n_c = np.maximum(np.sum(counts[..., 0::2], axis=-1), 1.0)
-    n_t = np.maximum(np.sum(counts[..., 1::2], axis=-1), 1.0)
-    crude = np.sum(sums[..., 1::2], axis=-1) / n_t - np.sum(sums[..., 0::2], axis=-1) / n_c
-    crude = np.clip(crude, -c.bound, c.bound)
+    used = (counts[..., 1::2] >= c.min_count) & (counts[..., 0::2] >= c.min_count)
+    c_arm, t_arm = (np.where(used, x, 0.0) for x in (counts[..., 0::2], counts[..., 1::2]))
+    n_c = np.maximum(np.sum(c_arm, axis=-1), 1.0)
+    n_t = np.maximum(np.sum(t_arm, axis=-1), 1.0)
+    s_t = np.sum(np.where(used, sums[..., 1::2], 0.0), axis=-1)
+    s_c = np.sum(np.where(used, sums[..., 0::2], 0.0), axis=-1)
+    crude = np.clip(s_t / n_t - s_c / n_c, -c.bound, c.bound)
     gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
     rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
     k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
