@@ -1222,6 +1222,62 @@ def bootstrapped_model_draw(
     return out
 
 
+def every_band_crude(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, Array, Array]:
+    """The release as it was until stop 34, its crude difference over every band (the unused
+    ones' noisy cells too) in place of the bands the subclassification uses: ``(estimate,
+    variance, shared sd)`` per draw, the shipped formulas otherwise."""
+    from dpate_core.mechanisms.propensity._release import (
+        ATTENUATION_CAP,
+        residual_confounding_share,
+    )
+
+    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    d = plan.assemble(v).diagnostics
+    sub = assemble_subclassification(c, v)
+    cnt = np.asarray(v["counts"], dtype=np.float64)
+    sums = np.asarray(v["sums"], dtype=np.float64)
+    n_t = np.maximum(cnt[:, 1::2].sum(-1), 1.0)
+    n_c = np.maximum(cnt[:, 0::2].sum(-1), 1.0)
+    crude = sums[:, 1::2].sum(-1) / n_t - sums[:, 0::2].sum(-1) / n_c
+    tau = np.asarray(sub.tau, dtype=np.float64)
+    gap = np.where(np.isfinite(tau), np.clip(crude, -c.bound, c.bound) - np.nan_to_num(tau), 0.0)
+    rho = np.clip(np.asarray(d["model_noise_share"], dtype=np.float64), 0.0, 1.0)
+    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
+    shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
+    var = np.asarray(sub.variance) * (1.0 + k) ** 2 + (rho * gap) ** 2 + shared**2
+    est = np.clip(tau - k * gap, -c.bound, c.bound)
+    return est, var, np.where(np.isfinite(var), shared, 0.0)
+
+
+def every_band_rows(
+    name: str, shipped: tuple[Array, Array, Array], every: tuple[Array, Array, Array],
+    n: Array, truth: float,
+) -> None:  # fmt: skip
+    """Coverage per site and per combiner, RMSE of inverse variance and its mean width: the
+    shipped release (the crude difference over the bands used) against
+    :func:`every_band_crude`."""
+    for label, (tau, var, shared) in (("shipped", shipped), ("every band's crude", every)):
+        err = tau - truth
+        ok = np.isfinite(err) & np.isfinite(var)
+        site = [np.mean(np.abs(err[ok[:, j], j]) <= Z95 * np.sqrt(var[ok[:, j], j]))
+                for j in range(tau.shape[1])]  # fmt: skip
+        ratio = [np.mean(var[ok[:, j], j]) / np.mean(err[ok[:, j], j] ** 2)
+                 for j in range(tau.shape[1])]  # fmt: skip
+        comb, rmse, width = [], 0.0, 0.0
+        for method in COMBINERS:
+            r = aggregate_many(method, tau, n, var, shared)
+            e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
+            good = np.isfinite(e) & np.isfinite(cv)
+            comb.append(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good])))
+            if method == "inverse_variance":
+                rmse = math.sqrt(np.mean(e[good] ** 2))
+                width = 2 * Z95 * float(np.mean(np.sqrt(cv[good])))
+        every = site + comb
+        print(f"| {name} | {label} | {' '.join(f'{x:.3f}' for x in site)} | "
+              f"{' '.join(f'{x:.3f}' for x in comb)} | {min(every):.3f}-{max(every):.3f} | "
+              f"{min(ratio):.2f}-{max(ratio):.2f} | {rmse:.4f} | {width:.4f} |")  # fmt: skip
+
+
 def split_many(
     method: str, tau: Array, n: Array, v_int: Array, v_wt: Array, shared: Array | None
 ) -> tuple[Array, Array]:
@@ -1263,7 +1319,7 @@ def split_rows(
 def coverage(
     groups: int, reps: int, bootstrap: bool = False, synth_sizes: Sequence[int] = (2000,),
     strong: bool | str = False, rule: bool = False, real: bool = True, binary: bool = False,
-    weights: bool = False,
+    weights: bool = False, crude_every: bool = False,
 ) -> None:  # fmt: skip
     """Each variance variant's coverage of the 95% interval per site and per combiner, and the reported
     variance over the realised mean squared error per site: Synth (``10 groups`` fresh data sets of
@@ -1273,12 +1329,16 @@ def coverage(
     ``K`` and model share for its smallest site (else ``K`` 5 and a quarter to the model). ``binary``:
     Synth's outcome binary (released in the general mode, with squares). ``weights``: also the
     model-noise term scaled by 1/4 and 1/2, and each combiner with the shipped variance as its
-    weights and the variance without the term as its interval's (:func:`split_rows`)."""
+    weights and the variance without the term as its interval's (:func:`split_rows`).
+    ``crude_every``: only the shipped release against the one whose correction read the crude
+    difference over every band, as until stop 34 (:func:`every_band_rows`). The variants'
+    own gap (``variance_variants``) is over every band, as they were measured."""
     est = estimator_of("propensity")
 
     def rows(name: str, make: Any, truth: float, n_groups: int, draws: int, seed: int) -> None:
         rng = np.random.default_rng(seed)
         taus, sizes, shares, var = [], [], [], {}  # type: ignore[var-annotated]
+        every_parts: list[list[Array]] = [[], [], []]
         for _ in range(n_groups):
             sites = make(rng)
             bands, split = BANDS, None
@@ -1286,7 +1346,7 @@ def coverage(
                 smallest = min(d.w.size for d in sites)
                 opts = est.study_choice(None, 1, [StudySite(smallest, EPS, ())] * len(sites))
                 bands, split = int(opts.options.bands), model_split(str(opts.options.model_share))
-            per = []
+            per, alt = [], []  # type: ignore[var-annotated]
             for d in sites:
                 plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
                                        split=split, bands=bands)  # fmt: skip
@@ -1297,12 +1357,21 @@ def coverage(
                     res = {key: res[key] for key in ("shipped", "joint (band)")}
                     res["joint (band) + bootstrapped model draw"] = res["joint (band)"] + boot
                 per.append((tau, res, _shared(plan.assemble(v).diagnostics)))
+                if crude_every:
+                    alt.append(every_band_crude(plan, v))
+            if crude_every:
+                for i, part in enumerate(zip(*alt, strict=True)):
+                    every_parts[i].append(np.column_stack(part))
             taus.append(np.column_stack([t for t, _, _ in per]))
             shares.append(np.column_stack([b for _, _, b in per]))
             sizes.append(np.tile([float(d.w.size) for d in sites], (draws, 1)))
             for key in per[0][1]:
                 var.setdefault(key, []).append(np.column_stack([r[key] for _, r, _ in per]))
         tau, n, shared = np.vstack(taus), np.vstack(sizes), np.vstack(shares)
+        if crude_every:
+            every_band_rows(name, (tau, np.vstack(var["shipped"]), shared),
+                            tuple(np.vstack(p) for p in every_parts), n, truth)  # type: ignore[arg-type]  # fmt: skip
+            return
         if weights:  # the model-noise term scaled: without it + c (shipped - without it)
             full, bare = np.vstack(var["shipped"]), np.vstack(var["shipped without rho^2 gap^2"])
             for c in ("1/4", "1/2"):
@@ -1464,6 +1533,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rule", action="store_true", help="--coverage: the 'auto' rule's K, share")
     ap.add_argument("--extreme", action="store_true", help="--coverage: Synth, 3x confounding")
     ap.add_argument("--synth-only", action="store_true", help="--coverage: no IHDP, Lalonde")
+    ap.add_argument("--every-band-crude", action="store_true",
+                    help="--coverage: against the crude difference over every band")  # fmt: skip
     ap.add_argument("--weights", action="store_true",
                     help="--coverage: the scaled model-noise term, split weights")  # fmt: skip
     ap.add_argument("--gap", action="store_true", help="the error against the released gap")
@@ -1491,7 +1562,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.coverage:
         coverage(10 if args.quick else 30, 20, args.bootstrap, args.sizes or (2000,),
                  "extreme" if args.extreme else args.strong, args.rule, not args.synth_only,
-                 args.binary, args.weights)  # fmt: skip
+                 args.binary, args.weights, args.every_band_crude)  # fmt: skip
         return
     if args.timing:
         timing()
