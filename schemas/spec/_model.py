@@ -276,7 +276,10 @@ class StudySpec(_Model):
     def balance_values(self) -> dict[str, tuple[float, ...]]:
         """Each numeric covariate's public level values in the balance table (its bins'
         midpoints, :attr:`balance_layout`), by column: what a reader of a published table
-        needs to give its numeric rows' noise (:func:`~dpate.schemas.reports.smd_noise_floor`)."""
+        needs to give its numeric rows' noise (:func:`~dpate.schemas.reports.smd_noise_floor`);
+        empty for a study without covariates (it has no table)."""
+        if not self.covariates:
+            return {}
         layout = self.balance_layout
         return {n: v for n, v in zip(layout.names, layout.values, strict=True) if v is not None}
 

@@ -137,6 +137,12 @@ def test_balance_table_reads_covariates_without_bins_in_public_bins() -> None:
         assert spec.balance_values[c.column] == mids  # what a report's reader is given
     categorical = [c.column for c in spec.covariates if c.kind == "categorical"]
     assert categorical and not set(categorical) & set(spec.balance_values)
+    # a study without covariates (a randomized trial's difference in means) has no table: every
+    # site's artifact reads its values all the same
+    trial = StudySpec.from_dict(
+        spec_dict(design="randomized", estimator="dim", covariates=[], arm_sizes_public=True)
+    )
+    assert trial.balance_values == {}
 
 
 #: canonical hashes of specs that existed before the bounded form (base() of test_spec, the same
