@@ -17,7 +17,8 @@ The prediction follows the release's steps:
    :func:`~._release.attenuation_correction`): times the correction's factor ``(1 + k)^2``, plus
    the model-noise variance ``rho^2 gap^2``, ``gap^2`` the assumed confounding squared
    (:attr:`~dpate_core.planning.Assumptions.confounding`) plus the gap's noise
-   (:func:`gap_noise`: the used bands' cells, as the crude difference and the subclassification pool them);
+   (:func:`gap_noise`: the used bands' cells, which the crude difference and the
+   subclassification both pool);
 4. the expected half-width over the releases (an unresolved one counts as the whole range).
 """
 

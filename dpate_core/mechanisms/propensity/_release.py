@@ -355,9 +355,10 @@ def attenuation_correction(
     index's reliability is ``1 - rho``, and the bias the bands remove, ``tau_crude - tau``
     (``tau_crude`` the difference in the arms' noisy means over the bands the subclassification
     uses, the population its estimand is about: a band left out adds only its cells' noise to
-    the gap), is about ``(1 - rho)`` of what bands of the exact index remove. The correction extrapolates:
-    ``tau - k (tau_crude - tau)``, ``k = min(rho / (1 - rho), ATTENUATION_CAP)``; the estimate's
-    variance is multiplied by ``(1 + k)^2`` (it is ``(1 + k) tau - k tau_crude``), and the model
+    the gap), is about ``(1 - rho)`` of what bands of the exact index remove. The correction
+    extrapolates: ``tau - k (tau_crude - tau)``, ``k = min(rho / (1 - rho), ATTENUATION_CAP)``;
+    the estimate's variance is multiplied by ``(1 + k)^2`` (it is ``(1 + k) tau - k
+    tau_crude``), and the model
     noise's own variance, ``(rho (tau_crude - tau))^2`` (the share of the confounding the noisy
     index captures moves by about ``rho``), is added. A noise-free model changes nothing.
 
