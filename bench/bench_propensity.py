@@ -1249,33 +1249,48 @@ def every_band_crude(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, A
     return est, var, np.where(np.isfinite(var), shared, 0.0)
 
 
+def coverage_cells(
+    tau: Array, var: Array, n: Array, shared: Array, truth: float
+) -> tuple[list[float], list[float], list[float], float, float]:
+    """Of ``(reps, J)`` site releases: each site's coverage of the 95% interval, each of
+    :data:`COMBINERS`' (as the server combines them, the shared sds included), each site's
+    reported variance over its mean squared error, and the inverse-variance combination's RMSE
+    and mean width."""
+    err = tau - truth
+    ok = np.isfinite(err) & np.isfinite(var)
+    site = [float(np.mean(np.abs(err[ok[:, j], j]) <= Z95 * np.sqrt(var[ok[:, j], j])))
+            for j in range(tau.shape[1])]  # fmt: skip
+    ratio = [float(np.mean(var[ok[:, j], j]) / np.mean(err[ok[:, j], j] ** 2))
+             for j in range(tau.shape[1])]  # fmt: skip
+    comb, rmse, width = [], 0.0, 0.0
+    for method in COMBINERS:
+        r = aggregate_many(method, tau, n, var, shared)
+        e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
+        good = np.isfinite(e) & np.isfinite(cv)
+        comb.append(float(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good]))))
+        if method == "inverse_variance":
+            rmse = math.sqrt(np.mean(e[good] ** 2))
+            width = 2 * Z95 * float(np.mean(np.sqrt(cv[good])))
+    return site, comb, ratio, rmse, width
+
+
+def _cover_line(name: str, label: str, site: list[float], comb: list[float],
+                ratio: list[float]) -> str:  # fmt: skip
+    every = site + comb
+    return (f"| {name} | {label} | {' '.join(f'{x:.3f}' for x in site)} | "
+            f"{' '.join(f'{x:.3f}' for x in comb)} | {min(every):.3f}-{max(every):.3f} | "
+            f"{min(ratio):.2f}-{max(ratio):.2f} |")  # fmt: skip
+
+
 def every_band_rows(
     name: str, shipped: tuple[Array, Array, Array], every: tuple[Array, Array, Array],
     n: Array, truth: float,
 ) -> None:  # fmt: skip
-    """Coverage per site and per combiner, RMSE of inverse variance and its mean width: the
-    shipped release (the crude difference over the bands used) against
-    :func:`every_band_crude`."""
+    """:func:`coverage_cells` of the shipped release (the crude difference over the bands
+    used) and of :func:`every_band_crude`, with the inverse-variance RMSE and mean width."""
     for label, (tau, var, shared) in (("shipped", shipped), ("every band's crude", every)):
-        err = tau - truth
-        ok = np.isfinite(err) & np.isfinite(var)
-        site = [np.mean(np.abs(err[ok[:, j], j]) <= Z95 * np.sqrt(var[ok[:, j], j]))
-                for j in range(tau.shape[1])]  # fmt: skip
-        ratio = [np.mean(var[ok[:, j], j]) / np.mean(err[ok[:, j], j] ** 2)
-                 for j in range(tau.shape[1])]  # fmt: skip
-        comb, rmse, width = [], 0.0, 0.0
-        for method in COMBINERS:
-            r = aggregate_many(method, tau, n, var, shared)
-            e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
-            good = np.isfinite(e) & np.isfinite(cv)
-            comb.append(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good])))
-            if method == "inverse_variance":
-                rmse = math.sqrt(np.mean(e[good] ** 2))
-                width = 2 * Z95 * float(np.mean(np.sqrt(cv[good])))
-        every = site + comb
-        print(f"| {name} | {label} | {' '.join(f'{x:.3f}' for x in site)} | "
-              f"{' '.join(f'{x:.3f}' for x in comb)} | {min(every):.3f}-{max(every):.3f} | "
-              f"{min(ratio):.2f}-{max(ratio):.2f} | {rmse:.4f} | {width:.4f} |")  # fmt: skip
+        site, comb, ratio, rmse, width = coverage_cells(tau, var, n, shared, truth)
+        print(f"{_cover_line(name, label, site, comb, ratio)} {rmse:.4f} | {width:.4f} |")
 
 
 def split_many(
@@ -1376,26 +1391,12 @@ def coverage(
             full, bare = np.vstack(var["shipped"]), np.vstack(var["shipped without rho^2 gap^2"])
             for c in ("1/4", "1/2"):
                 var[f"shipped, rho^2 gap^2 x {c}"] = [bare + float(Fraction(c)) * (full - bare)]
-        err = tau - truth
         for key, parts in var.items():
             v = np.vstack(parts)
-            ok = np.isfinite(err) & np.isfinite(v)
-            site = [np.mean(np.abs(err[ok[:, j], j]) <= Z95 * np.sqrt(v[ok[:, j], j]))
-                    for j in range(tau.shape[1])]  # fmt: skip
-            ratio = [np.mean(v[ok[:, j], j]) / np.mean(err[ok[:, j], j] ** 2)
-                     for j in range(tau.shape[1])]  # fmt: skip
-            comb = []
-            for method in COMBINERS:
-                r = aggregate_many(method, tau, n, v, shared)  # as the server combines them
-                e, cv = np.asarray(r.estimate) - truth, np.asarray(r.variance)
-                good = np.isfinite(e) & np.isfinite(cv)
-                comb.append(np.mean(np.abs(e[good]) <= Z95 * np.sqrt(cv[good])))
-            every = site + comb
+            site, comb, ratio, _, _ = coverage_cells(tau, v, n, shared, truth)
             if weights and key == "shipped without rho^2 gap^2" and "shipped" in var:
                 split_rows(name, tau, n, v, np.vstack(var["shipped"]), shared, truth)
-            print(f"| {name} | {key} | {' '.join(f'{x:.3f}' for x in site)} | "
-                  f"{' '.join(f'{x:.3f}' for x in comb)} | {min(every):.3f}-{max(every):.3f} | "
-                  f"{min(ratio):.2f}-{max(ratio):.2f} |")  # fmt: skip
+            print(_cover_line(name, key, site, comb, ratio))
 
     print(
         "\n| data (eps 1 per site) | variance | site coverage | combiners (inverse variance, "

@@ -27,7 +27,6 @@ redacted error naming columns and rules only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -39,6 +38,7 @@ from dpate.schemas.reports import (
     software_version,
 )
 from dpate.schemas.site_data import SiteData, SiteDataError, SiteStatistics
+from dpate.schemas.spec import StudySpec
 from dpate.settings import SiteContext, SiteRun, is_deployed_process, resolve_site
 from dpate.signing import site_signing_key
 from dpate.site import plans
@@ -398,7 +398,7 @@ def show_site_report(ctx: SiteContext, published: dict[str, Any]) -> None:
         {"field": "estimator", "value": published["estimator"]},
         *numbers,
         {"field": "N", "value": str(published["n"])},
-        *_balance_rows(published.get("balance"), int(published["n"]), ctx.spec.balance_values),
+        *_balance_rows(published.get("balance"), int(published["n"]), ctx.spec),
         {"field": "epsilon, delta", "value": f"{published['epsilon']}, {published['delta']}"},
         {"field": "report", "value": published["report"]},
     ]
@@ -431,16 +431,17 @@ def show_site_spend(ctx: SiteContext) -> None:
 
 
 def _balance_rows(
-    table: dict[str, Any] | None, n: int, values: Mapping[str, Sequence[float]] | None = None
+    table: dict[str, Any] | None, n: int, spec: StudySpec | None = None
 ) -> list[dict[str, str]]:
     """The artifact's line for the site's DP covariate-balance table (public: a DP release),
     with the least noise sd its rows' SMDs carry at the site's ``n``
     (:func:`~dpate.schemas.reports.table_noise_floors`; a numeric covariate's row given its
-    public level ``values``, the spec's)."""
+    public level values, the ``spec``'s :attr:`~dpate.schemas.spec.StudySpec.balance_values`)."""
     from dpate.schemas.reports import table_noise_floors
 
     if not table:
         return []
+    values = None if spec is None else spec.balance_values
     smds = [abs(r["smd_before"]) for r in table["rows"] if r["smd_before"] is not None]
     worst = f"; largest |SMD| before: {max(smds):.3g}" if smds else ""
     inside = [abs(r["smd_within"]) for r in table["rows"] if r["smd_within"] is not None]

@@ -188,6 +188,8 @@ def test_a_numeric_rows_noise_floor_reads_its_public_bin_midpoints():
     floor is the realised spread of the SMD over the table's draws (within 10%), below it at
     unbalanced arms, None without the midpoints; the HTML cell shows it when the report is
     given the spec's values, and the artifact line counts it."""
+    from types import SimpleNamespace
+
     from dpate.schemas.reports import StudyResult, smd_noise_floor, table_noise_floors
     from dpate.tasks.site import _balance_rows
     from dpate_core.balance import BalanceLayout, plan_balance
@@ -217,7 +219,7 @@ def test_a_numeric_rows_noise_floor_reads_its_public_bin_midpoints():
     assert result.balance_rows({"age": mids})[1][0][2] == [
         f"{row['smd_before']:+.2f} (noise sd >= {floor:.2f})"
     ]
-    (line,) = _balance_rows(table, 2000, {"age": mids})
+    (line,) = _balance_rows(table, 2000, SimpleNamespace(balance_values={"age": mids}))
     assert line["value"].endswith(f"an SMD carries noise of sd at least {floor:.2g}")
 
 
