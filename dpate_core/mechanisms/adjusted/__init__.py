@@ -56,6 +56,7 @@ from ._weightings import (
     assemble_binary,
     assemble_fixed_effects,
     assemble_subclassification,
+    used_strata,
     with_binary_squares,
 )
 
@@ -85,6 +86,7 @@ __all__ = [
     "ratio_bias_remainder",
     "resolve_weighting",
     "study_weighting",
+    "used_strata",
     "with_binary_squares",
 ]
 

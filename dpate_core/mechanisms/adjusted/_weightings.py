@@ -29,6 +29,7 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "used_strata",
     "with_binary_squares",
 ]
 
@@ -217,6 +218,14 @@ def _total_arm_variance(nn: Any, ss: Any, qq: Any) -> Any:
     return (np.sum(qq, axis=-1) - np.sum(ss, axis=-1) ** 2 / tot) / tot
 
 
+def used_strata(c: PublicConstants, counts: Any) -> Any:
+    """The strata subclassification uses: both arms' noisy counts (``counts``, clipped to ``[0,
+    N]``, arms interleaved control then treated) at ``min_count``. One rule for the estimate and
+    for every quantity that must cover the same patients (the propensity release's crude
+    difference)."""
+    return (counts[..., 1::2] >= c.min_count) & (counts[..., 0::2] >= c.min_count)
+
+
 def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     """The average effect over the patients of the strata where both treatments occur, from the
     three noisy vectors (clipped, :func:`_clipped_vectors`): the strata whose noisy arm counts
@@ -230,7 +239,7 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     n = c.n
     cnt, s, q = _clipped_vectors(c, v, (0.0, n))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
-    usable = (n_t >= c.min_count) & (n_c >= c.min_count)
+    usable = used_strata(c, cnt)
     nt = np.where(usable, n_t, 1.0)
     nc = np.where(usable, n_c, 1.0)
     s_t, s_c = s[..., 1::2], s[..., 0::2]

@@ -42,6 +42,7 @@ from dpate_core.mechanisms.adjusted import (
     THRESHOLD_FACTOR,
     PublicConstants,
     assemble_subclassification,
+    used_strata,
     with_binary_squares,
 )
 from dpate_core.noise import Rng
@@ -372,7 +373,7 @@ def attenuation_correction(
     # min_count, read clipped to [0, N] as it reads them): the population of its estimand
     counts = np.clip(np.asarray(v["counts"], dtype=np.float64), 0.0, c.n)
     sums = np.asarray(v["sums"], dtype=np.float64)
-    used = (counts[..., 1::2] >= c.min_count) & (counts[..., 0::2] >= c.min_count)
+    used = used_strata(c, counts)
     c_arm, t_arm = (np.where(used, x, 0.0) for x in (counts[..., 0::2], counts[..., 1::2]))
     n_c = np.maximum(np.sum(c_arm, axis=-1), 1.0)
     n_t = np.maximum(np.sum(t_arm, axis=-1), 1.0)
