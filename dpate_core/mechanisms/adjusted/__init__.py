@@ -52,6 +52,7 @@ from ._release import (
 )
 from ._weightings import (
     ESTIMANDS,
+    FIELLER_Z,
     PublicConstants,
     assemble_binary,
     assemble_fixed_effects,
@@ -67,6 +68,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "ESTIMANDS",
+    "FIELLER_Z",
     "PARTS",
     "RATIO_DAMPING",
     "RESOLVE_Z",

@@ -24,6 +24,7 @@ from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY
 
 from ._release import AUTO_RATIO, DEFAULT_SPLIT, RESOLVE_Z, THRESHOLD_FACTOR, resolve_weighting
+from ._weightings import FIELLER_Z, fieller_factor
 
 if TYPE_CHECKING:
     from dpate_core.inference import NoiseDraws
@@ -266,6 +267,10 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     return sampling, noise, 1.0 - float(np.prod(1.0 - p)), sampling + noise
 
 
+#: the points of the quadrature over the resolved releases' noisy denominators (the plan)
+_QUADRATURE = 64
+
+
 def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float, float]:
     """``tau = A / D`` with ``A = sum (S_t n_c - S_c n_t)``, ``D = sum n_t n_c`` over every stratum
     (docs/explanation/adjusted.md). With count noise variance ``v_n = 2 (2/eps_n)^2``, sum noise variance
@@ -280,7 +285,10 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     range ``[-B, B]``, a 95% half-width of ``B``) when its noisy ``D`` is at most ``RESOLVE_Z``
     sds: with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance
     is the one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B /
-    z)^2`` (``z = 1.96``), ``v`` at the resolved releases' mean ``D_hat``."""
+    z)^2`` (``z = 1.96``), ``sqrt(v)`` the resolved releases' mean half-width over ``z``: each
+    the delta method's at its ``D_hat`` stretched to Fieller's length as the release does
+    (``fieller_factor``, with ``Var(A_hat - x D_hat)`` at the assumed counts) and clipped at
+    ``B``, averaged over the normal tail of ``D_hat`` above ``RESOLVE_Z`` sds."""
     p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
     v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
@@ -294,20 +302,38 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     tau = inp.assumptions.effect
     centre = inp.assumptions.mean(b) - b / 2.0
     m_t, m_c = centre + tau / 2.0, centre - tau / 2.0
-    noise = float(
-        (
-            v_n * (t * t * m_c * m_c + c * c * m_t * m_t)
-            + v_s * (t * t + c * c)
-            + 2.0 * v_s * v_n
-            + tau * tau * v_n * v_n
-        ).sum()
-    )
     sd2 = inp.assumptions.sd(b) ** 2
-    sampling_num = float((t * c * (t + c)).sum()) * sd2
+    pairs = t * c * (t + c)
+
+    def numerator(x: float) -> float:
+        """``Var(A_hat - x D_hat)`` at the assumed counts: the noise (true squares, no
+        correction) and the sampling sandwich, whose pairs differ by ``tau - x`` on top of the
+        outcome's spread."""
+        return float(
+            (
+                v_n * (t * t * (m_t - x) ** 2 + c * c * (m_c + x) ** 2)
+                + v_s * (t * t + c * c)
+                + 2.0 * v_s * v_n
+                + x * x * v_n * v_n
+                + pairs * (sd2 + (x - tau) ** 2)
+            ).sum()
+        )
+
+    noise = numerator(tau) - float(pairs.sum()) * sd2
+    sampling_num = float(pairs.sum()) * sd2
     sd_d = math.sqrt(var_d)
     alpha = RESOLVE_Z - big_d / sd_d
     p = 1.0 - NormalDist().cdf(alpha)
-    # a released variance divides by the noisy D, which is >= RESOLVE_Z sd(D) when resolved:
-    # its mean given that (a normal tail), so a budget near the edge is not overstated
-    d_kept = big_d + sd_d * NormalDist().pdf(alpha) / max(p, 1e-300)
-    return sampling_num / big_d**2, noise / big_d**2, p, (noise + sampling_num) / d_kept**2
+    if p <= 0.0:
+        return sampling_num / big_d**2, noise / big_d**2, 0.0, math.inf
+    # a released interval divides by the noisy D, which is above RESOLVE_Z sd(D) when resolved,
+    # and is stretched to Fieller's length there: its mean half-width (clipped at B, where a
+    # published interval ends) over those D_hat, by quadrature on the normal tail
+    u = np.array(
+        [NormalDist().inv_cdf(1.0 - p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)]
+    )
+    d_hat = big_d + sd_d * u
+    v_r = numerator(tau)
+    stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
+    half = np.minimum(FIELLER_Z * np.sqrt(v_r * stretch) / d_hat, b)
+    return sampling_num / big_d**2, noise / big_d**2, p, float(np.mean(half) / FIELLER_Z) ** 2

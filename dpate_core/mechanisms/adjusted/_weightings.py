@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from dpate_core.release import Outputs
 
 __all__ = [
     "ESTIMANDS",
+    "FIELLER_Z",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "UNRESOLVED_FIXED_EFFECTS",
@@ -29,6 +31,7 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "fieller_factor",
     "used_strata",
     "with_binary_squares",
 ]
@@ -36,6 +39,9 @@ __all__ = [
 #: fixed effects: the estimate is resolved when its noisy denominator exceeds this many of its
 #: own (estimated) noise sds; below, the release publishes no estimate (``resolved`` False)
 RESOLVE_Z = 2.0
+#: fixed effects: the normal quantile of Fieller's interval whose length the published variance
+#: gives (:func:`_fieller_factor`): the 95% level every published interval uses
+FIELLER_Z = NormalDist().inv_cdf(0.975)
 #: the public reasons of an unresolved release (``SiteEstimate.unresolved_reason``), one per
 #: weighting: what a reader of the report sees in place of an estimate
 UNRESOLVED_FIXED_EFFECTS = (
@@ -113,7 +119,9 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     stratum, ``A = sum (s_t n_c - s_c n_t)``, ``D = sum n_t n_c``; with independent zero-mean
     noise both noisy sums are unbiased for their true values (no threshold, no per-stratum
     ratio). Counts are clipped to ``[-N, N]`` only (clipping at 0 would bias the products
-    upwards)."""
+    upwards). Its variance is the delta method's (:func:`_fixed_effects_noise_variance`,
+    :func:`_fixed_effects_sampling`) stretched to the length of Fieller's interval for the
+    ratio (:func:`_fieller_factor`), which carries the noise of the denominator it divides by."""
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -123,11 +131,17 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     # and never below its pure-noise part
     floor_d = c.n_strata * c.v_n**2
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
-    resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
+    d_safe = np.where(big_d > 0, big_d, 1.0)
+    tau0 = np.clip(big_a / d_safe, -c.bound, c.bound)
+    factor = _fieller_factor(c, (cnt, s, q), tau0, d_safe)
+    resolved = (big_d > RESOLVE_Z * np.sqrt(var_d)) & np.isfinite(factor)
     d_safe = np.where(resolved, big_d, 1.0)
-    tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
-    noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
-    sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
+    tau = np.where(resolved, tau0, 0.0)
+    factor = np.where(resolved, factor, 1.0)
+    noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
+    sampling_raw, sampling = (
+        factor * part for part in _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
+    )
     # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
@@ -143,16 +157,56 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     )
 
 
-def _fixed_effects_noise_variance(
-    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
+def _fieller_factor(
+    c: PublicConstants, vectors: tuple[Any, Any, Any], tau: Any, d_safe: Any
 ) -> Any:
-    """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
-    tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
-    h_c e_t - tau e_t e_c]`` (``e`` count, ``h`` sum noise), exact for these bilinear terms;
-    squares of noisy values are corrected by their noise variance. Divided by the noisy
-    ``D_hat^2`` the release reads: the variance of the error given ``D_hat``, which is what an
-    interval around this release needs (the spread of ``1/D_hat`` over other draws of ``D_hat``
-    is not this release's error)."""
+    """How much longer Fieller's 95% interval for the ratio ``A / D`` is than the delta
+    method's, squared: the factor the fixed-effects variance is multiplied by
+    (docs/explanation/adjusted.md, "The denominator's noise: Fieller's length"); ``inf`` where
+    Fieller's set is unbounded (the data do not bound the ratio).
+
+    With ``V(t) = Var(A_hat - t D_hat)`` (noise and sampling: the numerators of
+    :func:`_fixed_effects_noise_variance` and :func:`_fixed_effects_sampling`, both quadratic in
+    ``t``), ``V(t) = V_D (t - t*)^2 + V_min``, Fieller's set ``{t : (A_hat - t D_hat)^2 <= z^2
+    V(t)}`` is an interval when ``g = z^2 V_D / D_hat^2 < 1``, of half-length ``(z sqrt(V(r)) /
+    D_hat) sqrt(1 - g rho) / (1 - g)`` at ``r = A_hat / D_hat``, ``rho = V_min / V(r)``: the
+    delta method's half-length times the root of ``(1 - g rho) / (1 - g)^2``. Far from the
+    threshold (``g`` near 0) the factor is 1; near it, where the noisy ``D_hat`` may be several
+    times the true ``D``, the interval widens with it. ``V_D``, ``t*`` and ``V_min`` are read off
+    ``V`` at ``r`` and ``r +- B`` (exact for a quadratic). Post-processing of the noisy vectors."""
+    cnt, s, q = vectors
+
+    def numerator(t: Any) -> Any:
+        t = np.broadcast_to(np.asarray(t, dtype=np.float64), np.shape(tau))
+        sampling_raw = _fixed_effects_sampling(c, cnt, s, q, t, d_safe)[0]
+        return _noise_numerator(c, cnt, s, t) + sampling_raw * d_safe**2
+
+    b = c.bound
+    return fieller_factor(numerator(tau), numerator(tau + b), numerator(tau - b), b, d_safe)
+
+
+def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any:
+    """Fieller's stretch ``(1 - g rho) / (1 - g)^2`` (:func:`_fieller_factor`) from the quadratic
+    ``V(t) = Var(A_hat - t D_hat)`` read at ``r``, ``r + step`` and ``r - step`` (``v_r``,
+    ``v_up``, ``v_down``) and the denominator ``d``; ``inf`` where ``g >= 1``. The release reads
+    it at its noisy values, the plan (``dpate_core.mechanisms.adjusted``'s prediction) at the
+    assumed ones."""
+    v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
+    slope = (v_up - v_down) / (2.0 * step)
+    v_safe = np.where(v_d > 0.0, v_d, 1.0)
+    v_min = np.where(v_d > 0.0, v_r - slope * slope / (4.0 * v_safe), v_r)
+    rho = np.clip(v_min / np.where(v_r > 0.0, v_r, 1.0), 0.0, 1.0)
+    g = FIELLER_Z**2 * np.maximum(v_d, 0.0) / (d * d)
+    bounded = g < 1.0
+    one_less = np.where(bounded, 1.0 - g, 1.0)
+    return np.where(bounded, (1.0 - g * rho) / one_less**2, np.inf)
+
+
+def _noise_numerator(c: PublicConstants, cnt: Any, s: Any, tau: Any) -> Any:
+    """``Var`` of the noise in ``A_hat - tau D_hat`` (``e`` count, ``h`` sum noise): ``sum [e_c
+    (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t
+    e_c]``, exact for these bilinear terms; squares of noisy values are corrected by their noise
+    variance. Quadratic in ``tau``; no floor (:func:`_fixed_effects_noise_variance` adds it)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -163,8 +217,19 @@ def _fixed_effects_noise_variance(
         + 2.0 * v_s * v_n
         + t * t * v_n**2
     )
+    return np.sum(per_stratum, axis=-1)
+
+
+def _fixed_effects_noise_variance(
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
+) -> Any:
+    """The noise variance of the fixed-effects ratio given its noisy denominator,
+    ``tau_hat - tau = (A_hat - tau D_hat) / D_hat``: :func:`_noise_numerator`, never below its
+    pure-noise part, divided by the noisy ``D_hat^2`` the release reads (the delta method;
+    :func:`_fieller_factor` adds what the spread of ``1/D_hat`` over other draws adds)."""
+    v_n, v_s = c.v_n, c.v_s
     floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
-    return np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
+    return np.maximum(_noise_numerator(c, cnt, s, tau), floor_v) / d_safe**2
 
 
 def _fixed_effects_sampling(
