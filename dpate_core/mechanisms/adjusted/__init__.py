@@ -47,6 +47,7 @@ from ._release import (
     dp_adjusted,
     plan_adjusted,
     plan_adjusted_from_statistics,
+    public_constants,
     ratio_bias_remainder,
     resolve_weighting,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "dp_adjusted",
     "plan_adjusted",
     "plan_adjusted_from_statistics",
+    "public_constants",
     "ratio_bias_remainder",
     "resolve_weighting",
     "study_weighting",

@@ -187,7 +187,9 @@ def plan_adjusted_from_statistics(
     shares = BudgetSplit.of(default if split is None else split, len(default))
     parts = shares.apply(total)
     noise = cell_noise(stats, cell_scales(stats, parts))
-    public = _public_constants(stats, noise, min_count)
+    public = public_constants(
+        n, stats.bound, stats.counts.size // 2, noise, min_count, binary=binary
+    )
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, float(parts[1].epsilon))
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     if binary:
@@ -205,24 +207,31 @@ def plan_adjusted_from_statistics(
     )
 
 
-def _public_constants(
-    stats: CellStatistics, noise: Sequence[NoiseSpec], min_count: float | None
+def public_constants(
+    n: int,
+    bound: float,
+    n_strata: int,
+    noise: Sequence[NoiseSpec],
+    min_count: float | None = None,
+    *,
+    binary: bool = False,
 ) -> PublicConstants:
-    """What the post-processing reads besides the noisy vectors: the noise scales of the three
-    vectors in outcome units (from their noise sites ``noise``) and ``min_count`` (default
-    ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked)."""
+    """What the post-processing reads besides the noisy vectors: the public ``N``, ``B`` and
+    ``|X|``, the noise scales of the cell vectors in outcome units (from their noise sites
+    ``noise``: counts, sums and, unless the outcome is ``binary``, squares) and ``min_count``
+    (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked). The adjusted release's and the
+    propensity release's (on its bands)."""
     counts, sums = noise[:2]
-    bound, scale_n = stats.bound, counts.scale
-    b_s = sums.value_scale
+    scale_n, b_s = counts.scale, sums.value_scale
     if min_count is None:
         min_count = max(2.0, THRESHOLD_FACTOR * scale_n)
     min_count = float(min_count)
     if not (min_count >= 1.0 and math.isfinite(min_count)):
         raise ValueError(f"min_count ({min_count}) must be a finite count of at least 1")
     return PublicConstants(
-        n=stats.n,
+        n=n,
         bound=bound,
-        n_strata=stats.counts.size // 2,
+        n_strata=n_strata,
         scale_n=scale_n,
         b_s=b_s,
         min_count=min_count,
@@ -230,6 +239,8 @@ def _public_constants(
         max_var=bound * bound / 4.0,
         v_n=2.0 * scale_n**2,
         v_s=2.0 * b_s**2,
+        v_q=2.0 * noise[2].value_scale ** 2 if len(noise) > 2 else 0.0,
+        q_per_count=bound * bound / 4.0 if binary else 0.0,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dpate_core.intervals import normal_cdf
 from dpate_core.release import Outputs
 
 __all__ = [
@@ -80,6 +81,11 @@ class PublicConstants:
     max_var: float  # B^2 / 4
     v_n: float  # variance of one noisy count
     v_s: float  # variance of one noisy sum (outcome units)
+    #: variance of one noisy sum of squares (outcome units); 0 where the squares are taken from
+    #: the counts (a binary outcome, :func:`with_binary_squares`)
+    v_q: float = 0.0
+    #: a binary outcome: each noisy count's share of its cell's squares, ``B^2/4``; else 0
+    q_per_count: float = 0.0
 
 
 def with_binary_squares(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
@@ -420,7 +426,51 @@ def _subclassification_variance(
     u = left_total / np.maximum(left_total + np.sum(size, axis=-1), 1.0)
     conc = np.sum(left * left, axis=-1) / np.maximum(left_total, 1.0) ** 2
     sigma_b2 = np.maximum(spread, 0.0) * den
-    return sampling, sampling_raw, noise_var, u * u * sigma_b2 * conc
+    unestimated = u * u * sigma_b2 * conc
+    # the within-cell variances are estimated from noisy squares: the published variance carries
+    # their own noise (_noisy_variance_stretch), each part stretched alike
+    a_t = np.sum(np.where(usable, w2 / nt, 0.0), axis=-1)
+    a_c = np.sum(np.where(usable, w2 / nc, 0.0), axis=-1)
+    var_within = a_t**2 * _pooled_variance_variance(c, usable, nt, in_t, raw_t) + a_c**2 * (
+        _pooled_variance_variance(c, usable, nc, in_c, raw_c)
+    )
+    stretch = _noisy_variance_stretch(sampling + noise_var + unestimated, var_within)
+    return sampling * stretch, sampling_raw * stretch, noise_var * stretch, unestimated * stretch
+
+
+def _pooled_variance_variance(c: PublicConstants, usable: Any, nn: Any, m: Any, raw: Any) -> Any:
+    """The variance of one arm's pooled within-cell variance as the release uses it (clamped at
+    0; ``raw`` unclamped, :func:`_pooled_variance`), from public noise scales at the noisy
+    point: each used cell's ``q - s^2/n`` moves by its squares' noise (variance ``v_q``), its
+    sum's (``-2 m h``) and its count's (``(q_per_count + m^2) e``, ``m`` the centred cell mean),
+    over the degrees of freedom squared, plus the sampling variance of a variance estimate
+    ``2 s2^2 / df`` (normal within-cell values): ``sigma^2``. The clamp at 0 narrows it: the
+    variance of a normal of mean ``raw`` and sd ``sigma`` clamped at 0, ``sigma^2 [(a^2 + 1)
+    Phi(a) + a phi(a) - (a Phi(a) + phi(a))^2]`` at ``a = raw / sigma``."""
+    m2 = np.where(usable, m * m, 0.0)
+    per_cell = c.v_q + 4.0 * m2 * c.v_s + c.v_n * (c.q_per_count + m2) ** 2
+    noise = np.sum(np.where(usable, per_cell, 0.0), axis=-1)
+    df = _pooled_df(usable, nn)
+    value = raw[..., 0]
+    sigma2 = noise / df**2 + 2.0 * np.clip(value, 0.0, c.max_var) ** 2 / df
+    a = value / np.sqrt(np.where(sigma2 > 0.0, sigma2, 1.0))
+    cdf = normal_cdf(a)
+    pdf = np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi)
+    mean = a * cdf + pdf
+    return np.where(sigma2 > 0.0, sigma2 * ((a * a + 1.0) * cdf + a * pdf - mean * mean), 0.0)
+
+
+def _noisy_variance_stretch(total: Any, var_total: Any) -> Any:
+    """The factor a variance estimate ``total`` whose own noise has variance ``var_total`` is
+    multiplied by so that its normal 95% interval keeps its coverage: ``1 + (z^2 + 1) r^2 / 4``,
+    ``r^2 = var_total / total^2`` (docs/explanation/adjusted.md, "A noisy variance's interval").
+    An interval ``+- z sqrt(V (1 + d))`` covers ``2 Phi(z sqrt(1 + d)) - 1``; to second order in
+    a zero-mean ``d`` of variance ``r^2`` that is ``0.95 - phi(z) z (z^2 + 1) r^2 / 4``, and a
+    factor ``1 + k`` adds ``phi(z) z k``. (Student ``t`` at Satterthwaite's ``2 / r^2`` degrees
+    of freedom agrees to first order in ``r^2``; it assumes a chi-square spread, where this
+    noise is symmetric, and over-covered: measured.)"""
+    r2 = var_total / np.where(total > 0.0, total * total, 1.0)
+    return 1.0 + (FIELLER_Z**2 + 1.0) * np.where(total > 0.0, r2, 0.0) / 4.0
 
 
 def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c: Any) -> Any:
@@ -447,11 +497,18 @@ def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c
 
 def _pooled_variance(usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
     """The within-cell variance of one arm, pooled over the usable strata (sum of within-cell
-    squared deviations over their records; centring does not change a variance): the noise of
-    the squares averages out over the strata instead of being clamped cell by cell."""
+    squared deviations over their degrees of freedom, :func:`_pooled_df`; centring does not
+    change a variance): the noise of the squares averages out over the strata instead of being
+    clamped cell by cell."""
     dev = np.sum(np.where(usable, qq - ss * ss / nn, 0.0), axis=-1)
-    total = np.maximum(np.sum(np.where(usable, nn, 0.0), axis=-1), 1.0)
-    return (dev / total)[..., None]
+    return (dev / _pooled_df(usable, nn))[..., None]
+
+
+def _pooled_df(usable: Any, nn: Any) -> Any:
+    """The degrees of freedom of a pooled within-cell variance: the records of the usable cells
+    less one per cell (each cell's mean is estimated), at least 1."""
+    records = np.sum(np.where(usable, nn, 0.0), axis=-1)
+    return np.maximum(records - np.sum(usable, axis=-1), 1.0)
 
 
 def _outputs(

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpate_core.intervals import normal_cdf
+
 from ._model import Categorical, Column
 
 __all__ = ["PropensityModel", "fit_model"]
@@ -72,18 +74,10 @@ class PropensityModel:
         share = min(max(self.arm_share, 1e-6), 1 - 1e-6)
         sds = np.sqrt(np.maximum(self.variances, 1e-12))
         grid = np.linspace(np.min(self.means - 8 * sds), np.max(self.means + 8 * sds), 1025)
-        cdf = (1 - share) * _normal_cdf((grid - self.means[0]) / sds[0])
-        cdf = cdf + share * _normal_cdf((grid - self.means[1]) / sds[1])
+        cdf = (1 - share) * normal_cdf((grid - self.means[0]) / sds[0])
+        cdf = cdf + share * normal_cdf((grid - self.means[1]) / sds[1])
         levels = np.arange(1, bands) / bands
         return np.asarray(np.interp(levels, cdf, grid), dtype=np.float64)
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-
-def _normal_cdf(t: np.ndarray) -> np.ndarray:
-    erf = np.asarray(_ERF(t / math.sqrt(2.0)), dtype=np.float64)
-    return np.asarray(0.5 * (1.0 + erf), dtype=np.float64)
 
 
 def fit_model(

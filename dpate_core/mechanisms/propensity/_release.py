@@ -39,9 +39,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dpate_core.mechanisms.adjusted import (
-    THRESHOLD_FACTOR,
     PublicConstants,
     assemble_subclassification,
+    public_constants,
     used_strata,
     with_binary_squares,
 )
@@ -263,19 +263,7 @@ def _plan(
                     out[name].append(v.astype(np.float64))
         return {k: (np.stack(v) if rows.ndim == 2 else v[0]) for k, v in out.items()}
 
-    counts, sums = band_sites[:2]
-    public = PublicConstants(
-        n=n,
-        bound=bound,
-        n_strata=bands,
-        scale_n=counts.scale,
-        b_s=sums.value_scale,
-        min_count=max(2.0, THRESHOLD_FACTOR * counts.scale),
-        half_b=bound / 2.0,
-        max_var=bound * bound / 4.0,
-        v_n=2.0 * counts.scale**2,
-        v_s=2.0 * sums.value_scale**2,
-    )
+    public = public_constants(n, bound, bands, band_sites, binary=binary)
     return MechanismPlan(
         estimator="propensity",
         n=n,
