@@ -329,9 +329,9 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     # a released interval divides by the noisy D, which is above RESOLVE_Z sd(D) when resolved,
     # and is stretched to Fieller's length there: its mean half-width (clipped at B, where a
     # published interval ends) over those D_hat, by quadrature on the normal tail
-    u = np.array(
-        [NormalDist().inv_cdf(1.0 - p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)]
-    )
+    # the tail's quantiles, read from below (1 - p x would round to 1 for a tiny p)
+    normal = NormalDist()
+    u = -np.array([normal.inv_cdf(p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)])
     d_hat = big_d + sd_d * u
     v_r = numerator(tau)
     stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
