@@ -23,8 +23,20 @@ from dpate_core.mechanisms._rules import (
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY
 
-from ._release import AUTO_RATIO, DEFAULT_SPLIT, RESOLVE_Z, THRESHOLD_FACTOR, resolve_weighting
-from ._weightings import FIELLER_Z, fieller_factor
+from ._release import (
+    AUTO_RATIO,
+    DEFAULT_SPLIT,
+    RESOLVE_Z,
+    THRESHOLD_FACTOR,
+    public_constants,
+    resolve_weighting,
+)
+from ._weightings import (
+    FIELLER_Z,
+    _noisy_variance_stretch,
+    _pooled_variance_variance,
+    fieller_factor,
+)
 
 if TYPE_CHECKING:
     from dpate_core.inference import NoiseDraws
@@ -264,7 +276,38 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     noise = float((p * per_noise).sum()) + left_cells * v_n * ((1.0 - alpha) * tau / n_used) ** 2
     sd2 = inp.assumptions.sd(b) ** 2
     sampling = float((p * w**2 * sd2 * (1 / t + 1 / c)).sum())
+    stretch = _noisy_stretch(inp, (p, t, c, w), (m_t, m_c), sd2, sampling + noise)
+    sampling, noise = sampling * stretch, noise * stretch
     return sampling, noise, 1.0 - float(np.prod(1.0 - p)), sampling + noise
+
+
+def _noisy_stretch(
+    inp: PredictionInputs,
+    strata: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    means: tuple[float, float],
+    sd2: float,
+    total: float,
+) -> float:
+    """Subclassification's stretch for the noise of its within-cell variance estimate
+    (``_noisy_variance_stretch``, as the release computes it) at the assumed counts, centred
+    arm means and within-cell variance, each stratum weighted by the probability ``p`` that it
+    is used: 1 wherever the squares are well estimated, more where the outcome's spread within
+    a stratum is small next to the squares' noise (Synth at eps 40 per site: 1.3)."""
+    p, t, c, w = strata
+    b = inp.bound
+    parts = inp.parts()
+    binary = len(parts) < 3  # a binary outcome's squares are its counts times B^2/4
+    scales = [COUNT_SENSITIVITY / parts[0].epsilon_float, b / parts[1].epsilon_float]
+    if not binary:
+        scales.append(b * b / (2.0 * parts[2].epsilon_float))
+    public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
+    within = np.array([sd2])
+    var_within = sum(
+        float(np.sum(p * w * w / n)) ** 2
+        * float(_pooled_variance_variance(public, p, n, np.full(n.shape, m), within))
+        for n, m in ((t, means[0]), (c, means[1]))
+    )
+    return float(_noisy_variance_stretch(np.array(total), np.array(var_within)))
 
 
 #: the points of the quadrature over the resolved releases' noisy denominators (the plan)

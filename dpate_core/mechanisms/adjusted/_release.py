@@ -48,7 +48,6 @@ from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
-    NoiseSpec,
     SiteEstimate,
     check_binary_outcomes,
     draw_once,
@@ -187,8 +186,9 @@ def plan_adjusted_from_statistics(
     shares = BudgetSplit.of(default if split is None else split, len(default))
     parts = shares.apply(total)
     noise = cell_noise(stats, cell_scales(stats, parts))
+    scales = [site.value_scale for site in noise]
     public = public_constants(
-        n, stats.bound, stats.counts.size // 2, noise, min_count, binary=binary
+        n, stats.bound, stats.counts.size // 2, scales, min_count, binary=binary
     )
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, float(parts[1].epsilon))
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
@@ -211,18 +211,18 @@ def public_constants(
     n: int,
     bound: float,
     n_strata: int,
-    noise: Sequence[NoiseSpec],
+    scales: Sequence[float],
     min_count: float | None = None,
     *,
     binary: bool = False,
 ) -> PublicConstants:
     """What the post-processing reads besides the noisy vectors: the public ``N``, ``B`` and
-    ``|X|``, the noise scales of the cell vectors in outcome units (from their noise sites
-    ``noise``: counts, sums and, unless the outcome is ``binary``, squares) and ``min_count``
-    (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked). The adjusted release's and the
-    propensity release's (on its bands)."""
-    counts, sums = noise[:2]
-    scale_n, b_s = counts.scale, sums.value_scale
+    ``|X|``, the Laplace scales of the cell vectors in outcome units (``scales``: counts, sums
+    and, unless the outcome is ``binary``, squares; a noise site's ``value_scale``) and
+    ``min_count`` (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked). The adjusted
+    release's, the propensity release's (on its bands) and the plan's (at the scales it
+    predicts)."""
+    scale_n, b_s = scales[0], scales[1]
     if min_count is None:
         min_count = max(2.0, THRESHOLD_FACTOR * scale_n)
     min_count = float(min_count)
@@ -239,7 +239,7 @@ def public_constants(
         max_var=bound * bound / 4.0,
         v_n=2.0 * scale_n**2,
         v_s=2.0 * b_s**2,
-        v_q=2.0 * noise[2].value_scale ** 2 if len(noise) > 2 else 0.0,
+        v_q=2.0 * scales[2] ** 2 if len(scales) > 2 else 0.0,
         q_per_count=bound * bound / 4.0 if binary else 0.0,
     )
 

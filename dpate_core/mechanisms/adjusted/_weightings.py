@@ -41,7 +41,7 @@ __all__ = [
 #: own (estimated) noise sds; below, the release publishes no estimate (``resolved`` False)
 RESOLVE_Z = 2.0
 #: fixed effects: the normal quantile of Fieller's interval whose length the published variance
-#: gives (:func:`_fieller_factor`): the 95% level every published interval uses
+#: gives (:func:`fieller_factor`): the 95% level every published interval uses
 FIELLER_Z = NormalDist().inv_cdf(0.975)
 #: the public reasons of an unresolved release (``SiteEstimate.unresolved_reason``), one per
 #: weighting: what a reader of the report sees in place of an estimate
@@ -125,9 +125,9 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     stratum, ``A = sum (s_t n_c - s_c n_t)``, ``D = sum n_t n_c``; with independent zero-mean
     noise both noisy sums are unbiased for their true values (no threshold, no per-stratum
     ratio). Counts are clipped to ``[-N, N]`` only (clipping at 0 would bias the products
-    upwards). Its variance is the delta method's (:func:`_fixed_effects_noise_variance`,
-    :func:`_fixed_effects_sampling`) stretched to the length of Fieller's interval for the
-    ratio (:func:`_fieller_factor`), which carries the noise of the denominator it divides by."""
+    upwards). Its variance is the delta method's (:func:`_noise_polynomial`,
+    :func:`_influence_polynomial`) stretched to the length of Fieller's interval for the ratio
+    (:func:`fieller_factor`), which carries the noise of the denominator it divides by."""
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -138,23 +138,33 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     floor_d = c.n_strata * c.v_n**2
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
     d_safe = np.where(big_d > 0, big_d, 1.0)
-    tau0 = np.clip(big_a / d_safe, -c.bound, c.bound)
-    factor = _fieller_factor(c, (cnt, s, q), tau0, d_safe)
+    tau = np.clip(big_a / d_safe, -c.bound, c.bound)
+    noise_poly = _noise_polynomial(c, cnt, s)
+    influence_poly = _influence_polynomial(c, cnt, s, q)
+    # the sandwich's plug-in term, removed with each arm's pooled within-cell variance
+    var_t = np.clip(_arm_variance(c, n_t, s_t, q[..., 1::2])[..., 0], 0.0, c.max_var)
+    var_c = np.clip(_arm_variance(c, n_c, s_c, q[..., 0::2])[..., 0], 0.0, c.max_var)
+    plug_in = (var_t + var_c) * d_safe
+    # V(t) = Var(A_hat - t D_hat), noise and sampling, before the division by D_hat^2
+    total = tuple(a + b for a, b in zip(noise_poly, influence_poly, strict=True))
+    total = (total[0] - plug_in, total[1], total[2])
+    b = c.bound
+    factor = fieller_factor(_at(total, tau), _at(total, tau + b), _at(total, tau - b), b, d_safe)
     resolved = (big_d > RESOLVE_Z * np.sqrt(var_d)) & np.isfinite(factor)
     d_safe = np.where(resolved, big_d, 1.0)
-    tau = np.where(resolved, tau0, 0.0)
+    tau = np.where(resolved, tau, 0.0)
     factor = np.where(resolved, factor, 1.0)
-    noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
-    sampling_raw, sampling = (
-        factor * part for part in _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
-    )
+    # the noise part never below its pure-noise value
+    floor_v = c.n_strata * (2.0 * c.v_s * c.v_n + tau * tau * c.v_n**2)
+    noise_var = factor * np.maximum(_at(noise_poly, tau), floor_v) / d_safe**2
+    sampling_raw = factor * (_at(influence_poly, tau) / d_safe**2 - (var_t + var_c) / d_safe)
     # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
         resolved,
         UNRESOLVED_FIXED_EFFECTS,
         tau,
-        sampling,
+        np.maximum(sampling_raw, 0.0),
         sampling_raw,
         noise_var,
         np.zeros_like(tau),
@@ -163,40 +173,25 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     )
 
 
-def _fieller_factor(
-    c: PublicConstants, vectors: tuple[Any, Any, Any], tau: Any, d_safe: Any
-) -> Any:
-    """How much longer Fieller's 95% interval for the ratio ``A / D`` is than the delta
-    method's, squared: the factor the fixed-effects variance is multiplied by
-    (docs/explanation/adjusted.md, "The denominator's noise: Fieller's length"); ``inf`` where
-    Fieller's set is unbounded (the data do not bound the ratio).
-
-    With ``V(t) = Var(A_hat - t D_hat)`` (noise and sampling: the numerators of
-    :func:`_fixed_effects_noise_variance` and :func:`_fixed_effects_sampling`, both quadratic in
-    ``t``), ``V(t) = V_D (t - t*)^2 + V_min``, Fieller's set ``{t : (A_hat - t D_hat)^2 <= z^2
-    V(t)}`` is an interval when ``g = z^2 V_D / D_hat^2 < 1``, of half-length ``(z sqrt(V(r)) /
-    D_hat) sqrt(1 - g rho) / (1 - g)`` at ``r = A_hat / D_hat``, ``rho = V_min / V(r)``: the
-    delta method's half-length times the root of ``(1 - g rho) / (1 - g)^2``. Far from the
-    threshold (``g`` near 0) the factor is 1; near it, where the noisy ``D_hat`` may be several
-    times the true ``D``, the interval widens with it. ``V_D``, ``t*`` and ``V_min`` are read off
-    ``V`` at ``r`` and ``r +- B`` (exact for a quadratic). Post-processing of the noisy vectors."""
-    cnt, s, q = vectors
-
-    def numerator(t: Any) -> Any:
-        t = np.broadcast_to(np.asarray(t, dtype=np.float64), np.shape(tau))
-        sampling_raw = _fixed_effects_sampling(c, cnt, s, q, t, d_safe)[0]
-        return _noise_numerator(c, cnt, s, t) + sampling_raw * d_safe**2
-
-    b = c.bound
-    return fieller_factor(numerator(tau), numerator(tau + b), numerator(tau - b), b, d_safe)
+def _at(poly: tuple[Any, Any, Any], t: Any) -> Any:
+    """A quadratic ``p0 + p1 t + p2 t^2`` (coefficients per release) at ``t``."""
+    return poly[0] + t * (poly[1] + t * poly[2])
 
 
 def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any:
-    """Fieller's stretch ``(1 - g rho) / (1 - g)^2`` (:func:`_fieller_factor`) from the quadratic
-    ``V(t) = Var(A_hat - t D_hat)`` read at ``r``, ``r + step`` and ``r - step`` (``v_r``,
-    ``v_up``, ``v_down``) and the denominator ``d``; ``inf`` where ``g >= 1``. The release reads
-    it at its noisy values, the plan (``dpate_core.mechanisms.adjusted``'s prediction) at the
-    assumed ones."""
+    """How much longer Fieller's 95% interval for a ratio ``A / D`` is than the delta method's,
+    squared: ``(1 - g rho) / (1 - g)^2``, ``inf`` where Fieller's set is unbounded (``g >= 1``:
+    the data do not bound the ratio) (docs/explanation/adjusted.md, "The denominator's noise:
+    Fieller's length"). The quadratic ``V(t) = Var(A_hat - t D_hat) = V_D (t - t*)^2 + V_min``
+    is read at ``r``, ``r + step`` and ``r - step`` (``v_r``, ``v_up``, ``v_down``; exact for a
+    quadratic), ``d`` the denominator.
+
+    Fieller's set ``{t : (A_hat - t D_hat)^2 <= z^2 V(t)}`` is an interval when ``g = z^2 V_D /
+    D_hat^2 < 1``, of half-length ``(z sqrt(V(r)) / D_hat) sqrt(1 - g rho) / (1 - g)`` at ``r =
+    A_hat / D_hat``, ``rho = V_min / V(r)``: the delta method's half-length times the root of
+    the factor. Far from the threshold (``g`` near 0) the factor is 1; near it, where the noisy
+    ``D_hat`` may be several times the true ``D``, the interval widens with it. The release reads
+    it at its noisy values (:func:`assemble_fixed_effects`), the plan at the assumed ones."""
     v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
     slope = (v_up - v_down) / (2.0 * step)
     v_safe = np.where(v_d > 0.0, v_d, 1.0)
@@ -208,66 +203,56 @@ def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any
     return np.where(bounded, (1.0 - g * rho) / one_less**2, np.inf)
 
 
-def _noise_numerator(c: PublicConstants, cnt: Any, s: Any, tau: Any) -> Any:
-    """``Var`` of the noise in ``A_hat - tau D_hat`` (``e`` count, ``h`` sum noise): ``sum [e_c
-    (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t
-    e_c]``, exact for these bilinear terms; squares of noisy values are corrected by their noise
-    variance. Quadratic in ``tau``; no floor (:func:`_fixed_effects_noise_variance` adds it)."""
+def _noise_polynomial(c: PublicConstants, cnt: Any, s: Any) -> tuple[Any, Any, Any]:
+    """The coefficients in ``t`` of the noise variance of ``A_hat - t D_hat`` (``e`` count,
+    ``h`` sum noise): ``sum [e_c (s_t - t n_t) - e_t (s_c + t n_c) + n_c h_t - n_t h_c + h_t e_c
+    - h_c e_t - t e_t e_c]``, exact for these bilinear terms, whose variance per stratum is
+    ``v_n ((s_t - t n_t)^2 + (s_c + t n_c)^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n + t^2 v_n^2``;
+    each square of noisy values corrected by its noise variance (``E n_hat^2 = n^2 + v_n``,
+    ``E s_hat^2 = s^2 + v_s``). At ``t = tau`` over ``D_hat^2``: the noise variance of the
+    ratio given its noisy denominator (the delta method; the spread of ``1/D_hat`` over other
+    draws of ``D_hat`` is :func:`fieller_factor`'s)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
-    t = tau[..., None]
-    per_stratum = (
-        v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
-        + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
-        + 2.0 * v_s * v_n
-        + t * t * v_n**2
-    )
-    return np.sum(per_stratum, axis=-1)
+    n2 = n_t * n_t + n_c * n_c
+    p0 = v_n * (s_t * s_t + s_c * s_c - 2.0 * v_s) + v_s * (n2 - 2.0 * v_n) + 2.0 * v_s * v_n
+    p1 = 2.0 * v_n * (s_c * n_c - s_t * n_t)
+    p2 = v_n * (n2 - v_n)
+    return np.sum(p0, axis=-1), np.sum(p1, axis=-1), np.sum(p2, axis=-1)
 
 
-def _fixed_effects_noise_variance(
-    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
-) -> Any:
-    """The noise variance of the fixed-effects ratio given its noisy denominator,
-    ``tau_hat - tau = (A_hat - tau D_hat) / D_hat``: :func:`_noise_numerator`, never below its
-    pure-noise part, divided by the noisy ``D_hat^2`` the release reads (the delta method;
-    :func:`_fieller_factor` adds what the spread of ``1/D_hat`` over other draws adds)."""
-    v_n, v_s = c.v_n, c.v_s
-    floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
-    return np.maximum(_noise_numerator(c, cnt, s, tau), floor_v) / d_safe**2
-
-
-def _fixed_effects_sampling(
-    c: PublicConstants, cnt: Any, s: Any, q: Any, tau: Any, d_safe: Any
-) -> tuple[Any, Any]:
-    """``(raw, clamped at 0)`` sampling variance of the fixed-effects ratio ``A / D``, by its
-    linearisation (a sandwich): ``A - tau D`` is a sum over the pairs (treated ``i``, control
-    ``j``) of a stratum of ``y_i - y_j - tau``, so each record's influence is ``n_c (y_i - ybar_c -
-    tau)`` (treated) or ``n_t (ybar_t - y_j - tau)`` (control), and ``Var(A / D) = sum_i h_i^2 /
-    D^2``. Per stratum that sum is a polynomial in the cell statistics, with no ratio:
-    ``n_c^2 q_t - 2 n_c s_t (s_c + tau n_c) + n_t (s_c + tau n_c)^2`` plus the same with the arms
-    swapped (``s_t - tau n_t``); each product of noisy values is corrected by its noise's mean
-    (``E n_hat^2 = n^2 + v_n``, ``E s_hat^2 = s^2 + v_s``). It holds both the within-cell
-    variance and the spread of the stratum effects around ``tau`` (what changes when the strata's
-    arm sizes are drawn again, as in a new sample of patients). Its plug-in of the arm means
-    adds ``n_t n_c (sigma_t^2 + sigma_c^2)`` per stratum, ``D (sigma_t^2 + sigma_c^2)`` in all,
-    which is removed with each arm's within-cell variance pooled over the strata
-    (:func:`_arm_variance`, clamped to ``[0, B^2/4]``)."""
+def _influence_polynomial(c: PublicConstants, cnt: Any, s: Any, q: Any) -> tuple[Any, Any, Any]:
+    """The coefficients in ``t`` of the fixed-effects sandwich's sum of squared influences
+    (before the division by ``D^2``). ``A - t D`` is a sum over the pairs (treated ``i``,
+    control ``j``) of a stratum of ``y_i - y_j - t``, so each record's influence is ``n_c (y_i -
+    ybar_c - t)`` (treated) or ``n_t (ybar_t - y_j - t)`` (control), and ``Var(A / D) = sum_i
+    h_i^2 / D^2``. Per stratum that sum is a polynomial in the cell statistics, with no ratio:
+    ``n_c^2 q_t - 2 n_c s_t (s_c + t n_c) + n_t (s_c + t n_c)^2`` plus the same with the arms
+    swapped (``s_t - t n_t``), less the noise's mean in each product of noisy values
+    (``v_n (q_t + q_c) - 2 t v_n (s_t - s_c) + (v_s + t^2 v_n) (n_t + n_c)``). It holds both
+    the within-cell variance and the spread of the stratum effects around ``tau`` (what changes
+    when the strata's arm sizes are drawn again, as in a new sample of patients). Its plug-in
+    of the arm means adds ``n_t n_c (sigma_t^2 + sigma_c^2)`` per stratum, ``D (sigma_t^2 +
+    sigma_c^2)`` in all, which the caller removes with each arm's within-cell variance pooled
+    over the strata (:func:`_arm_variance`, clamped to ``[0, B^2/4]``)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     q_c, q_t = q[..., 0::2], q[..., 1::2]
-    t = tau[..., None]
-    shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
-    treated = n_c**2 * q_t - 2.0 * n_c * s_t * shift_c + n_t * shift_c**2
-    control = n_t**2 * q_c - 2.0 * n_t * s_c * shift_t + n_c * shift_t**2
-    noise_mean = v_n * (q_t + q_c) - 2.0 * t * v_n * (s_t - s_c) + (v_s + t * t * v_n) * (n_t + n_c)
-    influence = np.sum(treated + control - noise_mean, axis=-1)
-    var_t = np.clip(_arm_variance(c, n_t, s_t, q_t)[..., 0], 0.0, c.max_var)
-    var_c = np.clip(_arm_variance(c, n_c, s_c, q_c)[..., 0], 0.0, c.max_var)
-    raw = influence / d_safe**2 - (var_t + var_c) / d_safe
-    return raw, np.maximum(raw, 0.0)
+    size = n_t + n_c
+    p0 = (
+        n_c * n_c * q_t
+        + n_t * n_t * q_c
+        - 2.0 * size * s_t * s_c
+        + n_t * s_c * s_c
+        + n_c * s_t * s_t
+        - v_n * (q_t + q_c)
+        - v_s * size
+    )
+    p1 = 2.0 * size * (s_c * n_t - s_t * n_c) + 2.0 * v_n * (s_t - s_c)
+    p2 = size * (n_t * n_c - v_n)
+    return np.sum(p0, axis=-1), np.sum(p1, axis=-1), np.sum(p2, axis=-1)
 
 
 def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
@@ -440,16 +425,17 @@ def _subclassification_variance(
 
 def _pooled_variance_variance(c: PublicConstants, usable: Any, nn: Any, m: Any, raw: Any) -> Any:
     """The variance of one arm's pooled within-cell variance as the release uses it (clamped at
-    0; ``raw`` unclamped, :func:`_pooled_variance`), from public noise scales at the noisy
-    point: each used cell's ``q - s^2/n`` moves by its squares' noise (variance ``v_q``), its
-    sum's (``-2 m h``) and its count's (``(q_per_count + m^2) e``, ``m`` the centred cell mean),
-    over the degrees of freedom squared, plus the sampling variance of a variance estimate
-    ``2 s2^2 / df`` (normal within-cell values): ``sigma^2``. The clamp at 0 narrows it: the
-    variance of a normal of mean ``raw`` and sd ``sigma`` clamped at 0, ``sigma^2 [(a^2 + 1)
-    Phi(a) + a phi(a) - (a Phi(a) + phi(a))^2]`` at ``a = raw / sigma``."""
-    m2 = np.where(usable, m * m, 0.0)
+    0; ``raw`` unclamped, :func:`_pooled_variance`; ``usable`` a mask, or the plan's
+    probabilities that each cell is used), from public noise scales at the noisy point (the
+    plan: at the assumed values): each used cell's ``q - s^2/n`` moves by its squares' noise
+    (variance ``v_q``), its sum's (``-2 m h``) and its count's (``(q_per_count + m^2) e``, ``m``
+    the centred cell mean), over the degrees of freedom squared, plus the sampling variance of
+    a variance estimate ``2 s2^2 / df`` (normal within-cell values): ``sigma^2``. The clamp at 0
+    narrows it: the variance of a normal of mean ``raw`` and sd ``sigma`` clamped at 0,
+    ``sigma^2 [(a^2 + 1) Phi(a) + a phi(a) - (a Phi(a) + phi(a))^2]`` at ``a = raw / sigma``."""
+    m2 = m * m
     per_cell = c.v_q + 4.0 * m2 * c.v_s + c.v_n * (c.q_per_count + m2) ** 2
-    noise = np.sum(np.where(usable, per_cell, 0.0), axis=-1)
+    noise = np.sum(usable * per_cell, axis=-1)
     df = _pooled_df(usable, nn)
     value = raw[..., 0]
     sigma2 = noise / df**2 + 2.0 * np.clip(value, 0.0, c.max_var) ** 2 / df
@@ -506,9 +492,9 @@ def _pooled_variance(usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
 
 def _pooled_df(usable: Any, nn: Any) -> Any:
     """The degrees of freedom of a pooled within-cell variance: the records of the usable cells
-    less one per cell (each cell's mean is estimated), at least 1."""
-    records = np.sum(np.where(usable, nn, 0.0), axis=-1)
-    return np.maximum(records - np.sum(usable, axis=-1), 1.0)
+    less one per cell (each cell's mean is estimated), at least 1. ``usable``: a mask, or the
+    probability that each cell is used (the plan's expectation)."""
+    return np.maximum(np.sum(usable * (nn - 1.0), axis=-1), 1.0)
 
 
 def _outputs(

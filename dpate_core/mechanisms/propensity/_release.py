@@ -263,7 +263,8 @@ def _plan(
                     out[name].append(v.astype(np.float64))
         return {k: (np.stack(v) if rows.ndim == 2 else v[0]) for k, v in out.items()}
 
-    public = public_constants(n, bound, bands, band_sites, binary=binary)
+    scales = [site.value_scale for site in band_sites]
+    public = public_constants(n, bound, bands, scales, binary=binary)
     return MechanismPlan(
         estimator="propensity",
         n=n,
