@@ -198,10 +198,18 @@ def occupancy(w: np.ndarray, y: np.ndarray, x: np.ndarray, size: int) -> dict[st
     }
 
 
+def _published_width(v: np.ndarray, bound: float) -> np.ndarray:
+    """Each release's normal interval width as published: clipped to ``[-B, B]`` (at most
+    ``2B``), an unresolved release or no answer counted as ``2B``."""
+    half = Z95 * np.sqrt(np.where(np.isfinite(v), v, np.inf))
+    return 2.0 * np.minimum(half, bound)
+
+
 def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int = 3):
     """Predicted (``dpate plan``'s predictors, the assumptions from :func:`occupancy` pooled over
     the sites) against realised mean widths of the sites' and combiners' normal intervals (fixed
-    data, ``reps`` releases; an unresolved release, or no answer, counted as ``2B``)."""
+    data, ``reps`` releases; each interval clipped to ``[-B, B]`` as published, an unresolved
+    release, or no answer, counted as ``2B``)."""
     from fractions import Fraction
 
     from dpate_core.planning import Assumptions, SiteDesign, plan_study
@@ -233,11 +241,10 @@ def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int
         plan = plan_study("adjusted", agg, designs, domain_size=d.domain_size, bound=d.bound,
                           assumptions=Assumptions(**occ), recommend=False)  # fmt: skip
         res = aggregate_many(agg, tau, sizes, var)
-        comb = np.where(np.isfinite(res.variance), 2 * Z95 * np.sqrt(res.variance), 2 * d.bound)
+        comb = _published_width(res.variance, d.bound)
         if agg == "mvagg":
             for j, p in enumerate(plan.sites):
-                v = var[:, j]
-                real = np.mean(np.where(np.isfinite(v), 2 * Z95 * np.sqrt(v), 2 * d.bound))
+                real = np.mean(_published_width(var[:, j], d.bound))
                 print(f"  {p.site_id:10s} {p.weighting:18s} predicted {p.width:.4f} realised "
                       f"{real:.4f} ratio {p.width / real:.2f}")  # fmt: skip
         print(f"  {agg:29s} predicted {plan.combined_width:.4f} realised {np.mean(comb):.4f} "
