@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpate_core.mechanisms.adjusted import FIELLER_Z, plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import INTERVAL_Z, plan_adjusted_from_statistics
 from dpate_core.release import draw_many
 from dpate_core.statistics import cell_statistics
 
@@ -90,20 +90,8 @@ def test_fixed_effects_sampling_part_is_the_sum_of_squared_influences():
         for a in (1, 0)
     ]
     expected = float(np.sum(h * h)) / d**2 - sum(within) / d
-    # stretched to Fieller's length: h(t) = a - t b, each record's influence on D its b (n_c
-    # treated, n_t control), V(t) = sum (a - t b)^2 - D sum(within), V_D = sum b^2, minimised
-    # at t* = sum a b / sum b^2
-    b = np.where(w == 1, n_c[x], n_t[x])
-    a = h + tau * b
-    v_d, t_star = float(np.sum(b * b)), float(np.sum(a * b) / np.sum(b * b))
-    floor = d * sum(within)
-    v_r = float(np.sum(h * h)) - floor
-    v_min = float(np.sum((a - t_star * b) ** 2)) - floor
-    g = FIELLER_Z**2 * v_d / d**2
-    stretch = (1.0 - g * v_min / v_r) / (1.0 - g) ** 2
-    assert 1.01 < stretch < 1.2  # 300 records: the sampling spread of D itself
     assert out.tau == pytest.approx(tau, rel=1e-6)
-    assert out.diagnostics["sampling_variance_dp"] == pytest.approx(expected * stretch, rel=1e-5)
+    assert out.diagnostics["sampling_variance_dp"] == pytest.approx(expected, rel=1e-5)
 
 
 def _exact(w, y, x, k):
@@ -117,29 +105,30 @@ def _exact(w, y, x, k):
 
 def test_fixed_effects_noise_part_is_given_the_noisy_denominator():
     # 400 records in 16 strata at eps 1: the noisy denominator is a few of its sds; the variance
-    # of the error given it is V_N / D_hat^2 (multiplying that by the spread of 1 / D_hat^2 over
-    # other draws, 1 + 3 Var(D) / D^2, counted that spread twice), stretched to Fieller's length:
-    # the typical release reports about its spread, one near the threshold much more, and the
-    # noise part's interval around the noise-free estimate covers
+    # of the error given it is V_N / D_hat^2, and multiplying that by the spread of 1 / D_hat^2
+    # over other draws (1 + 3 Var(D) / D^2, as it did) counted that spread twice: 1.45 times the
+    # releases' actual spread
     w, y, x = _design(400, 16)
     plan = _plan(w, y, x, 16, 1, "fixed_effects")
     out = plan.assemble(draw_many(plan, np.random.default_rng(3), 20_000))
     ok = np.isfinite(out.tau)
     assert ok.mean() > 0.9
-    noise = out.diagnostics["noise_variance"][ok]
-    ratio = float(np.median(noise) / np.var(out.tau[ok]))
-    assert 0.9 < ratio < 1.6, ratio
-    exact = _plan(w, y, x, 16, NIL, "fixed_effects").assemble(_exact(w, y, x, 16)).tau
-    covered = float(np.mean(np.abs(out.tau[ok] - exact) <= FIELLER_Z * np.sqrt(noise)))
-    assert covered >= 0.95, covered
+    ratio = float(np.mean(out.diagnostics["noise_variance"][ok]) / np.var(out.tau[ok]))
+    assert 0.9 < ratio < 1.2, ratio
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (docs/explanation/adjusted.md, 'The denominator's noise'): the releases that "
+    "resolve where D is about one noise sd are selected for denominator noise; Fieller's "
+    "length covers here but widened IHDP's and Lalonde's small sites by half, not landed",
+)
 def test_fixed_effects_barely_resolved_releases_cover():
     # Synth, 1,000 records in 100 strata at eps 1/4 (effect 0.5): the denominator D = sum n_t
     # n_c is below one of its noise sds, so the 3% of releases whose noisy D passes 2 sds are
     # those whose noise pushed it up, and A / D_hat is pulled towards 0 (mean 0.06). The delta
-    # method divided by that D_hat^2 and its intervals (clipped to [-B, B]) covered 0.36;
-    # stretched to Fieller's length they cover 0.84
+    # method divides by that D_hat^2 and its intervals (clipped to [-B, B]) cover 0.36;
+    # stretched to Fieller's length they covered 0.84
     from dpate_core.synth import synth
 
     d = synth(1000, 100, a=0.0, b=0.2, seed=7)
@@ -149,7 +138,7 @@ def test_fixed_effects_barely_resolved_releases_cover():
     ok = np.isfinite(out.tau)
     assert 0.01 < ok.mean() < 0.1
     exact = _plan(w, y, x, 100, NIL, "fixed_effects").assemble(_exact(w, y, x, 100)).tau
-    half = np.minimum(FIELLER_Z * np.sqrt(out.variance[ok]), B)
+    half = np.minimum(INTERVAL_Z * np.sqrt(out.variance[ok]), B)
     covered = float(np.mean(np.abs(out.tau[ok] - exact) <= half))
     assert covered >= 0.8, covered
 
@@ -171,8 +160,7 @@ def test_subclassification_noisy_variance_is_stretched_to_cover():
     # Synth sites of 3,333 records over 100 strata at eps 40 (subclassification): the within-cell
     # sd is 0.029, so the pooled within-cell variance read from the noisy squares is mostly
     # noise and the reported variance moved by half its mean from release to release: its
-    # intervals covered 0.91-0.93 of the true 0.5. Stretched by 1 + (z^2 + 1) r^2 / 4 they cover;
-    # with the squares' noise negligible (eps 10^6) the stretch is 1
+    # intervals covered 0.91-0.93 of the true 0.5. Stretched by 1 + (z^2 + 1) r^2 / 4 they cover
     from dpate_core.release import draw_many
     from dpate_core.synth import synth
 
@@ -183,7 +171,7 @@ def test_subclassification_noisy_variance_is_stretched_to_cover():
         plan = plan_adjusted_from_statistics(stats, epsilon=40)
         assert plan.assembly.func.__name__ == "assemble_subclassification"
         out = plan.assemble(draw_many(plan, np.random.default_rng(i), 4))
-        covered.append(np.abs(out.tau - 0.5) <= FIELLER_Z * np.sqrt(out.variance))
+        covered.append(np.abs(out.tau - 0.5) <= INTERVAL_Z * np.sqrt(out.variance))
     coverage = float(np.mean(covered))
     assert 0.94 <= coverage <= 0.985, coverage
 
@@ -193,7 +181,7 @@ def test_noisy_variance_stretch_is_the_second_order_coverage_correction():
 
     from dpate_core.mechanisms.adjusted._weightings import _noisy_variance_stretch
 
-    z = FIELLER_Z
+    z = INTERVAL_Z
     assert _noisy_variance_stretch(np.array(2.0), np.array(0.0)) == 1.0
     # r = 1/2: 1 + (z^2 + 1) / 16; the coverage it restores, averaged over a symmetric +-r
     stretch = float(_noisy_variance_stretch(np.array(1.0), np.array(0.25)))

@@ -53,7 +53,7 @@ from ._release import (
 )
 from ._weightings import (
     ESTIMANDS,
-    FIELLER_Z,
+    INTERVAL_Z,
     PublicConstants,
     assemble_binary,
     assemble_fixed_effects,
@@ -69,7 +69,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "ESTIMANDS",
-    "FIELLER_Z",
+    "INTERVAL_Z",
     "PARTS",
     "RATIO_DAMPING",
     "RESOLVE_Z",

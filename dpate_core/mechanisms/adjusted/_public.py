@@ -32,10 +32,9 @@ from ._release import (
     resolve_weighting,
 )
 from ._weightings import (
-    FIELLER_Z,
+    INTERVAL_Z,
     _noisy_variance_stretch,
     _pooled_variance_variance,
-    fieller_factor,
 )
 
 if TYPE_CHECKING:
@@ -329,9 +328,9 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     sds: with probability ``1 - p``, ``p = Phi(D / sd(D) - RESOLVE_Z)``; the reported variance
     is the one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B /
     z)^2`` (``z = 1.96``), ``sqrt(v)`` the resolved releases' mean half-width over ``z``: each
-    the delta method's at its ``D_hat`` stretched to Fieller's length as the release does
-    (``fieller_factor``, with ``Var(A_hat - x D_hat)`` at the assumed counts) and clipped at
-    ``B``, averaged over the normal tail of ``D_hat`` above ``RESOLVE_Z`` sds."""
+    the delta method's at its ``D_hat`` (``Var(A_hat - tau D_hat)`` at the assumed counts over
+    ``D_hat^2``) clipped at ``B``, averaged over the normal tail of ``D_hat`` above
+    ``RESOLVE_Z`` sds."""
     p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
     v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
@@ -346,37 +345,25 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     centre = inp.assumptions.mean(b) - b / 2.0
     m_t, m_c = centre + tau / 2.0, centre - tau / 2.0
     sd2 = inp.assumptions.sd(b) ** 2
-    pairs = t * c * (t + c)
-
-    def numerator(x: float) -> float:
-        """``Var(A_hat - x D_hat)`` at the assumed counts: the noise (true squares, no
-        correction) and the sampling sandwich, whose pairs differ by ``tau - x`` on top of the
-        outcome's spread."""
-        return float(
-            (
-                v_n * (t * t * (m_t - x) ** 2 + c * c * (m_c + x) ** 2)
-                + v_s * (t * t + c * c)
-                + 2.0 * v_s * v_n
-                + x * x * v_n * v_n
-                + pairs * (sd2 + (x - tau) ** 2)
-            ).sum()
-        )
-
-    noise = numerator(tau) - float(pairs.sum()) * sd2
-    sampling_num = float(pairs.sum()) * sd2
+    noise = float(
+        (
+            v_n * (t * t * m_c * m_c + c * c * m_t * m_t)
+            + v_s * (t * t + c * c)
+            + 2.0 * v_s * v_n
+            + tau * tau * v_n * v_n
+        ).sum()
+    )
+    sampling_num = float((t * c * (t + c)).sum()) * sd2
     sd_d = math.sqrt(var_d)
     alpha = RESOLVE_Z - big_d / sd_d
     p = 1.0 - NormalDist().cdf(alpha)
     if p <= 0.0:
         return sampling_num / big_d**2, noise / big_d**2, 0.0, math.inf
-    # a released interval divides by the noisy D, which is above RESOLVE_Z sd(D) when resolved,
-    # and is stretched to Fieller's length there: its mean half-width (clipped at B, where a
-    # published interval ends) over those D_hat, by quadrature on the normal tail
-    # the tail's quantiles, read from below (1 - p x would round to 1 for a tiny p)
+    # a released interval divides by the noisy D, which is above RESOLVE_Z sd(D) when resolved:
+    # its mean half-width (clipped at B, where a published interval ends) over those D_hat, by
+    # quadrature on the normal tail (read from below: 1 - p x would round to 1 for a tiny p)
     normal = NormalDist()
     u = -np.array([normal.inv_cdf(p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)])
     d_hat = big_d + sd_d * u
-    v_r = numerator(tau)
-    stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
-    half = np.minimum(FIELLER_Z * np.sqrt(v_r * stretch) / d_hat, b)
-    return sampling_num / big_d**2, noise / big_d**2, p, float(np.mean(half) / FIELLER_Z) ** 2
+    half = np.minimum(INTERVAL_Z * math.sqrt(noise + sampling_num) / d_hat, b)
+    return sampling_num / big_d**2, noise / big_d**2, p, float(np.mean(half) / INTERVAL_Z) ** 2

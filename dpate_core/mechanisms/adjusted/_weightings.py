@@ -23,7 +23,7 @@ from dpate_core.release import Outputs
 
 __all__ = [
     "ESTIMANDS",
-    "FIELLER_Z",
+    "INTERVAL_Z",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "UNRESOLVED_FIXED_EFFECTS",
@@ -32,7 +32,6 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
-    "fieller_factor",
     "used_strata",
     "with_binary_squares",
 ]
@@ -40,9 +39,9 @@ __all__ = [
 #: fixed effects: the estimate is resolved when its noisy denominator exceeds this many of its
 #: own (estimated) noise sds; below, the release publishes no estimate (``resolved`` False)
 RESOLVE_Z = 2.0
-#: fixed effects: the normal quantile of Fieller's interval whose length the published variance
-#: gives (:func:`fieller_factor`): the 95% level every published interval uses
-FIELLER_Z = NormalDist().inv_cdf(0.975)
+#: the normal quantile of the 95% interval every published variance is read with
+#: (:func:`_noisy_variance_stretch` keeps that interval's coverage)
+INTERVAL_Z = NormalDist().inv_cdf(0.975)
 #: the public reasons of an unresolved release (``SiteEstimate.unresolved_reason``), one per
 #: weighting: what a reader of the report sees in place of an estimate
 UNRESOLVED_FIXED_EFFECTS = (
@@ -126,8 +125,10 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     noise both noisy sums are unbiased for their true values (no threshold, no per-stratum
     ratio). Counts are clipped to ``[-N, N]`` only (clipping at 0 would bias the products
     upwards). Its variance is the delta method's (:func:`_noise_polynomial`,
-    :func:`_influence_polynomial`) stretched to the length of Fieller's interval for the ratio
-    (:func:`fieller_factor`), which carries the noise of the denominator it divides by."""
+    :func:`_influence_polynomial`, each a quadratic in ``t`` read at ``tau``). Where the true
+    ``D`` is about one of its noise sds the few releases that resolve are biased towards 0 and
+    their variance too small (docs/explanation/adjusted.md, "The denominator's noise": open;
+    Fieller's length was measured and not landed)."""
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -137,27 +138,18 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     # and never below its pure-noise part
     floor_d = c.n_strata * c.v_n**2
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
-    d_safe = np.where(big_d > 0, big_d, 1.0)
-    tau = np.clip(big_a / d_safe, -c.bound, c.bound)
+    resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
+    d_safe = np.where(resolved, big_d, 1.0)
+    tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
     noise_poly = _noise_polynomial(c, cnt, s)
     influence_poly = _influence_polynomial(c, cnt, s, q)
     # the sandwich's plug-in term, removed with each arm's pooled within-cell variance
     var_t = np.clip(_arm_variance(c, n_t, s_t, q[..., 1::2])[..., 0], 0.0, c.max_var)
     var_c = np.clip(_arm_variance(c, n_c, s_c, q[..., 0::2])[..., 0], 0.0, c.max_var)
-    plug_in = (var_t + var_c) * d_safe
-    # V(t) = Var(A_hat - t D_hat), noise and sampling, before the division by D_hat^2
-    total = tuple(a + b for a, b in zip(noise_poly, influence_poly, strict=True))
-    total = (total[0] - plug_in, total[1], total[2])
-    b = c.bound
-    factor = fieller_factor(_at(total, tau), _at(total, tau + b), _at(total, tau - b), b, d_safe)
-    resolved = (big_d > RESOLVE_Z * np.sqrt(var_d)) & np.isfinite(factor)
-    d_safe = np.where(resolved, big_d, 1.0)
-    tau = np.where(resolved, tau, 0.0)
-    factor = np.where(resolved, factor, 1.0)
     # the noise part never below its pure-noise value
     floor_v = c.n_strata * (2.0 * c.v_s * c.v_n + tau * tau * c.v_n**2)
-    noise_var = factor * np.maximum(_at(noise_poly, tau), floor_v) / d_safe**2
-    sampling_raw = factor * (_at(influence_poly, tau) / d_safe**2 - (var_t + var_c) / d_safe)
+    noise_var = np.maximum(_at(noise_poly, tau), floor_v) / d_safe**2
+    sampling_raw = _at(influence_poly, tau) / d_safe**2 - (var_t + var_c) / d_safe
     # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
@@ -178,31 +170,6 @@ def _at(poly: tuple[Any, Any, Any], t: Any) -> Any:
     return poly[0] + t * (poly[1] + t * poly[2])
 
 
-def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any:
-    """How much longer Fieller's 95% interval for a ratio ``A / D`` is than the delta method's,
-    squared: ``(1 - g rho) / (1 - g)^2``, ``inf`` where Fieller's set is unbounded (``g >= 1``:
-    the data do not bound the ratio) (docs/explanation/adjusted.md, "The denominator's noise:
-    Fieller's length"). The quadratic ``V(t) = Var(A_hat - t D_hat) = V_D (t - t*)^2 + V_min``
-    is read at ``r``, ``r + step`` and ``r - step`` (``v_r``, ``v_up``, ``v_down``; exact for a
-    quadratic), ``d`` the denominator.
-
-    Fieller's set ``{t : (A_hat - t D_hat)^2 <= z^2 V(t)}`` is an interval when ``g = z^2 V_D /
-    D_hat^2 < 1``, of half-length ``(z sqrt(V(r)) / D_hat) sqrt(1 - g rho) / (1 - g)`` at ``r =
-    A_hat / D_hat``, ``rho = V_min / V(r)``: the delta method's half-length times the root of
-    the factor. Far from the threshold (``g`` near 0) the factor is 1; near it, where the noisy
-    ``D_hat`` may be several times the true ``D``, the interval widens with it. The release reads
-    it at its noisy values (:func:`assemble_fixed_effects`), the plan at the assumed ones."""
-    v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
-    slope = (v_up - v_down) / (2.0 * step)
-    v_safe = np.where(v_d > 0.0, v_d, 1.0)
-    v_min = np.where(v_d > 0.0, v_r - slope * slope / (4.0 * v_safe), v_r)
-    rho = np.clip(v_min / np.where(v_r > 0.0, v_r, 1.0), 0.0, 1.0)
-    g = FIELLER_Z**2 * np.maximum(v_d, 0.0) / (d * d)
-    bounded = g < 1.0
-    one_less = np.where(bounded, 1.0 - g, 1.0)
-    return np.where(bounded, (1.0 - g * rho) / one_less**2, np.inf)
-
-
 def _noise_polynomial(c: PublicConstants, cnt: Any, s: Any) -> tuple[Any, Any, Any]:
     """The coefficients in ``t`` of the noise variance of ``A_hat - t D_hat`` (``e`` count,
     ``h`` sum noise): ``sum [e_c (s_t - t n_t) - e_t (s_c + t n_c) + n_c h_t - n_t h_c + h_t e_c
@@ -210,8 +177,7 @@ def _noise_polynomial(c: PublicConstants, cnt: Any, s: Any) -> tuple[Any, Any, A
     ``v_n ((s_t - t n_t)^2 + (s_c + t n_c)^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n + t^2 v_n^2``;
     each square of noisy values corrected by its noise variance (``E n_hat^2 = n^2 + v_n``,
     ``E s_hat^2 = s^2 + v_s``). At ``t = tau`` over ``D_hat^2``: the noise variance of the
-    ratio given its noisy denominator (the delta method; the spread of ``1/D_hat`` over other
-    draws of ``D_hat`` is :func:`fieller_factor`'s)."""
+    ratio given its noisy denominator (the delta method)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -456,7 +422,7 @@ def _noisy_variance_stretch(total: Any, var_total: Any) -> Any:
     of freedom agrees to first order in ``r^2``; it assumes a chi-square spread, where this
     noise is symmetric, and over-covered: measured.)"""
     r2 = var_total / np.where(total > 0.0, total * total, 1.0)
-    return 1.0 + (FIELLER_Z**2 + 1.0) * np.where(total > 0.0, r2, 0.0) / 4.0
+    return 1.0 + (INTERVAL_Z**2 + 1.0) * np.where(total > 0.0, r2, 0.0) / 4.0
 
 
 def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c: Any) -> Any:
