@@ -124,11 +124,9 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     stratum, ``A = sum (s_t n_c - s_c n_t)``, ``D = sum n_t n_c``; with independent zero-mean
     noise both noisy sums are unbiased for their true values (no threshold, no per-stratum
     ratio). Counts are clipped to ``[-N, N]`` only (clipping at 0 would bias the products
-    upwards). Its variance is the delta method's (:func:`_noise_polynomial`,
-    :func:`_influence_polynomial`, each a quadratic in ``t`` read at ``tau``). Where the true
-    ``D`` is about one of its noise sds the few releases that resolve are biased towards 0 and
-    their variance too small (docs/explanation/adjusted.md, "The denominator's noise": open;
-    Fieller's length was measured and not landed)."""
+    upwards). Where the true ``D`` is about one of its noise sds the few releases that resolve
+    are biased towards 0 and their variance too small (docs/explanation/adjusted.md, "The
+    denominator's noise": open; Fieller's length was measured and not landed)."""
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -141,22 +139,15 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
     d_safe = np.where(resolved, big_d, 1.0)
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
-    noise_poly = _noise_polynomial(c, cnt, s)
-    influence_poly = _influence_polynomial(c, cnt, s, q)
-    # the sandwich's plug-in term, removed with each arm's pooled within-cell variance
-    var_t = np.clip(_arm_variance(c, n_t, s_t, q[..., 1::2])[..., 0], 0.0, c.max_var)
-    var_c = np.clip(_arm_variance(c, n_c, s_c, q[..., 0::2])[..., 0], 0.0, c.max_var)
-    # the noise part never below its pure-noise value
-    floor_v = c.n_strata * (2.0 * c.v_s * c.v_n + tau * tau * c.v_n**2)
-    noise_var = np.maximum(_at(noise_poly, tau), floor_v) / d_safe**2
-    sampling_raw = _at(influence_poly, tau) / d_safe**2 - (var_t + var_c) / d_safe
+    noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
+    sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
     # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
         resolved,
         UNRESOLVED_FIXED_EFFECTS,
         tau,
-        np.maximum(sampling_raw, 0.0),
+        sampling,
         sampling_raw,
         noise_var,
         np.zeros_like(tau),
@@ -165,60 +156,60 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     )
 
 
-def _at(poly: tuple[Any, Any, Any], t: Any) -> Any:
-    """A quadratic ``p0 + p1 t + p2 t^2`` (coefficients per release) at ``t``."""
-    return poly[0] + t * (poly[1] + t * poly[2])
-
-
-def _noise_polynomial(c: PublicConstants, cnt: Any, s: Any) -> tuple[Any, Any, Any]:
-    """The coefficients in ``t`` of the noise variance of ``A_hat - t D_hat`` (``e`` count,
-    ``h`` sum noise): ``sum [e_c (s_t - t n_t) - e_t (s_c + t n_c) + n_c h_t - n_t h_c + h_t e_c
-    - h_c e_t - t e_t e_c]``, exact for these bilinear terms, whose variance per stratum is
-    ``v_n ((s_t - t n_t)^2 + (s_c + t n_c)^2) + v_s (n_t^2 + n_c^2) + 2 v_s v_n + t^2 v_n^2``;
-    each square of noisy values corrected by its noise variance (``E n_hat^2 = n^2 + v_n``,
-    ``E s_hat^2 = s^2 + v_s``). At ``t = tau`` over ``D_hat^2``: the noise variance of the
-    ratio given its noisy denominator (the delta method)."""
+def _fixed_effects_noise_variance(
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
+) -> Any:
+    """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
+    tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
+    h_c e_t - tau e_t e_c]`` (``e`` count, ``h`` sum noise), exact for these bilinear terms;
+    squares of noisy values are corrected by their noise variance. Divided by the noisy
+    ``D_hat^2`` the release reads: the variance of the error given ``D_hat``, which is what an
+    interval around this release needs (the spread of ``1/D_hat`` over other draws of ``D_hat``
+    is not this release's error)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
-    n2 = n_t * n_t + n_c * n_c
-    p0 = v_n * (s_t * s_t + s_c * s_c - 2.0 * v_s) + v_s * (n2 - 2.0 * v_n) + 2.0 * v_s * v_n
-    p1 = 2.0 * v_n * (s_c * n_c - s_t * n_t)
-    p2 = v_n * (n2 - v_n)
-    return np.sum(p0, axis=-1), np.sum(p1, axis=-1), np.sum(p2, axis=-1)
+    t = tau[..., None]
+    per_stratum = (
+        v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
+        + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
+        + 2.0 * v_s * v_n
+        + t * t * v_n**2
+    )
+    floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
+    return np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
 
 
-def _influence_polynomial(c: PublicConstants, cnt: Any, s: Any, q: Any) -> tuple[Any, Any, Any]:
-    """The coefficients in ``t`` of the fixed-effects sandwich's sum of squared influences
-    (before the division by ``D^2``). ``A - t D`` is a sum over the pairs (treated ``i``,
-    control ``j``) of a stratum of ``y_i - y_j - t``, so each record's influence is ``n_c (y_i -
-    ybar_c - t)`` (treated) or ``n_t (ybar_t - y_j - t)`` (control), and ``Var(A / D) = sum_i
-    h_i^2 / D^2``. Per stratum that sum is a polynomial in the cell statistics, with no ratio:
-    ``n_c^2 q_t - 2 n_c s_t (s_c + t n_c) + n_t (s_c + t n_c)^2`` plus the same with the arms
-    swapped (``s_t - t n_t``), less the noise's mean in each product of noisy values
-    (``v_n (q_t + q_c) - 2 t v_n (s_t - s_c) + (v_s + t^2 v_n) (n_t + n_c)``). It holds both
-    the within-cell variance and the spread of the stratum effects around ``tau`` (what changes
-    when the strata's arm sizes are drawn again, as in a new sample of patients). Its plug-in
-    of the arm means adds ``n_t n_c (sigma_t^2 + sigma_c^2)`` per stratum, ``D (sigma_t^2 +
-    sigma_c^2)`` in all, which the caller removes with each arm's within-cell variance pooled
-    over the strata (:func:`_arm_variance`, clamped to ``[0, B^2/4]``)."""
+def _fixed_effects_sampling(
+    c: PublicConstants, cnt: Any, s: Any, q: Any, tau: Any, d_safe: Any
+) -> tuple[Any, Any]:
+    """``(raw, clamped at 0)`` sampling variance of the fixed-effects ratio ``A / D``, by its
+    linearisation (a sandwich): ``A - tau D`` is a sum over the pairs (treated ``i``, control
+    ``j``) of a stratum of ``y_i - y_j - tau``, so each record's influence is ``n_c (y_i - ybar_c -
+    tau)`` (treated) or ``n_t (ybar_t - y_j - tau)`` (control), and ``Var(A / D) = sum_i h_i^2 /
+    D^2``. Per stratum that sum is a polynomial in the cell statistics, with no ratio:
+    ``n_c^2 q_t - 2 n_c s_t (s_c + tau n_c) + n_t (s_c + tau n_c)^2`` plus the same with the arms
+    swapped (``s_t - tau n_t``); each product of noisy values is corrected by its noise's mean
+    (``E n_hat^2 = n^2 + v_n``, ``E s_hat^2 = s^2 + v_s``). It holds both the within-cell
+    variance and the spread of the stratum effects around ``tau`` (what changes when the strata's
+    arm sizes are drawn again, as in a new sample of patients). Its plug-in of the arm means
+    adds ``n_t n_c (sigma_t^2 + sigma_c^2)`` per stratum, ``D (sigma_t^2 + sigma_c^2)`` in all,
+    which is removed with each arm's within-cell variance pooled over the strata
+    (:func:`_arm_variance`, clamped to ``[0, B^2/4]``)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     q_c, q_t = q[..., 0::2], q[..., 1::2]
-    size = n_t + n_c
-    p0 = (
-        n_c * n_c * q_t
-        + n_t * n_t * q_c
-        - 2.0 * size * s_t * s_c
-        + n_t * s_c * s_c
-        + n_c * s_t * s_t
-        - v_n * (q_t + q_c)
-        - v_s * size
-    )
-    p1 = 2.0 * size * (s_c * n_t - s_t * n_c) + 2.0 * v_n * (s_t - s_c)
-    p2 = size * (n_t * n_c - v_n)
-    return np.sum(p0, axis=-1), np.sum(p1, axis=-1), np.sum(p2, axis=-1)
+    t = tau[..., None]
+    shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
+    treated = n_c**2 * q_t - 2.0 * n_c * s_t * shift_c + n_t * shift_c**2
+    control = n_t**2 * q_c - 2.0 * n_t * s_c * shift_t + n_c * shift_t**2
+    noise_mean = v_n * (q_t + q_c) - 2.0 * t * v_n * (s_t - s_c) + (v_s + t * t * v_n) * (n_t + n_c)
+    influence = np.sum(treated + control - noise_mean, axis=-1)
+    var_t = np.clip(_arm_variance(c, n_t, s_t, q_t)[..., 0], 0.0, c.max_var)
+    var_c = np.clip(_arm_variance(c, n_c, s_c, q_c)[..., 0], 0.0, c.max_var)
+    raw = influence / d_safe**2 - (var_t + var_c) / d_safe
+    return raw, np.maximum(raw, 0.0)
 
 
 def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
