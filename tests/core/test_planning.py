@@ -968,3 +968,29 @@ def test_the_recommendation_keeps_the_propensity_rules_model_share(binary: bool)
         assert rec is not None and rec.estimator == "propensity"
         assert rec.split[0] == share, (n, rec.split)
         assert len(rec.split) == (3 if binary else 4)
+
+
+def test_subclassification_plan_predicts_the_noisy_variance_stretch():
+    # Synth sites of 3,333 records over 100 strata at eps 40: the within-cell sd (0.029) is small
+    # next to the squares' noise, so the release stretches its variance for its own noise; the
+    # plan predicts that stretch at the stated outcome sd (without it: 0.80 of the realised width)
+    from dpate_core.mechanisms.adjusted import plan_adjusted
+
+    widths = []
+    for seed in range(10):
+        d = synth(3333, 100, a=0.0, b=0.2, seed=seed)
+        plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=40, domain_size=100)
+        out = plan.assemble(draw_many(plan, np.random.default_rng(seed), 200))
+        widths.append(_realised_width(out.variance, clipped=True))
+    design = SiteDesign(
+        "s", 3333, Fraction(40), Fraction(0), tuple(Fraction(x) for x in plan.shares.shares)
+    )
+    pred = predict_site(
+        "adjusted",
+        design,
+        domain_size=100,
+        bound=1.0,
+        assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5),
+    )
+    assert pred.weighting == "subclassification"
+    assert pred.width == pytest.approx(float(np.mean(widths)), rel=0.1)

@@ -348,9 +348,9 @@ def attenuation_correction(
     the gap), is about ``(1 - rho)`` of what bands of the exact index remove. The correction
     extrapolates: ``tau - k (tau_crude - tau)``, ``k = min(rho / (1 - rho), ATTENUATION_CAP)``;
     the estimate's variance is multiplied by ``(1 + k)^2`` (it is ``(1 + k) tau - k
-    tau_crude``), and the model
-    noise's own variance, ``(rho (tau_crude - tau))^2`` (the share of the confounding the noisy
-    index captures moves by about ``rho``), is added. A noise-free model changes nothing.
+    tau_crude``), and the model noise's own variance, ``(rho (tau_crude - tau))^2`` (the share
+    of the confounding the noisy index captures moves by about ``rho``), is added. A noise-free
+    model changes nothing.
 
     The shared sd: bands of even the exact index leave a share ``c_K`` of the confounding
     (:func:`residual_confounding_share`, 0.10 for five), about ``c_K (1 + k) |gap|`` (``(1 + k)
