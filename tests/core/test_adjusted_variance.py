@@ -121,7 +121,8 @@ def test_fixed_effects_noise_part_is_given_the_noisy_denominator():
     strict=True,
     reason="open (docs/explanation/adjusted.md, 'The denominator's noise'): the releases that "
     "resolve where D is about one noise sd are selected for denominator noise; Fieller's "
-    "length covers here but widened IHDP's and Lalonde's small sites by half, not landed",
+    "length and the set conditioned on resolving cover here, but cost the realistic small "
+    "sites half their width or all of it: not landed",
 )
 def test_fixed_effects_barely_resolved_releases_cover():
     # Synth, 1,000 records in 100 strata at eps 1/4 (effect 0.5): the denominator D = sum n_t
