@@ -183,6 +183,41 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
         adjusted_weighting("regression", 100, 5, 1)
 
 
+def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
+    # 1,000 records in 100 strata at eps 1/4 (the design of
+    # test_fixed_effects_barely_resolved_releases_cover): the release resolves in about 3% of
+    # draws, and those are selected on their denominator's noise. The plan predicts that share
+    # from the public design and says so, naming the sites; 3,000 records in 384 strata at eps 1
+    # resolve in most releases and get no note
+    from dpate_core.mechanisms.adjusted import (
+        DEFAULT_SPLIT,
+        SELECTED_RESOLUTION,
+        plan_adjusted_from_statistics,
+    )
+    from dpate_core.statistics import cell_statistics
+
+    d = synth(1000, 100, a=0.0, b=0.2, seed=7)
+    stats = cell_statistics(d.w, d.y, d.x, domain_size=100, bound=1.0)
+    release = plan_adjusted_from_statistics(stats, epsilon="1/4", weighting="fixed_effects")
+    realised = float(
+        np.isfinite(release.assemble(draw_many(release, np.random.default_rng(4), 4000)).tau).mean()
+    )
+    designs = [SiteDesign.of(s, 1000, "1/4", 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    plan = plan_study("adjusted", "inverse_variance", designs, domain_size=100, bound=1.0,
+                      recommend=False)  # fmt: skip
+    share = plan.sites[0].resolved_probability
+    assert share < SELECTED_RESOLUTION and abs(share - realised) < 0.03, (share, realised)
+    (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+    assert note.startswith(f"sites a, b: fixed effects is predicted to resolve its estimate in "
+                           f"{round(100 * share)}% of releases")  # fmt: skip
+    assert "under-cover" in note and 'estimator = "propensity"' in note
+    big = [SiteDesign.of(s, 3000, 1, 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    plan = plan_study("adjusted", "inverse_variance", big, domain_size=384, bound=1.0,
+                      recommend=False)  # fmt: skip
+    assert plan.sites[0].weighting == "fixed_effects"
+    assert not [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+
+
 def test_study_plan_names_the_one_weighting_every_site_uses():
     from dpate_core.mechanisms.adjusted import ESTIMANDS, adjusted_weighting
 

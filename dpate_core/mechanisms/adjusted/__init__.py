@@ -25,8 +25,11 @@ from dpate_core.mechanisms._estimator import (
 from dpate_core.release import MechanismPlan
 
 from ._public import (
+    RARELY_RESOLVES,
+    SELECTED_RESOLUTION,
     adjusted_resolution,
     adjusted_weighting,
+    describe,
     noise_model,
     plausible,
     predict,
@@ -71,8 +74,10 @@ __all__ = [
     "ESTIMANDS",
     "INTERVAL_Z",
     "PARTS",
+    "RARELY_RESOLVES",
     "RATIO_DAMPING",
     "RESOLVE_Z",
+    "SELECTED_RESOLUTION",
     "THRESHOLD_FACTOR",
     "UNRESOLVED_FIXED_EFFECTS",
     "UNRESOLVED_SUBCLASSIFICATION",
@@ -178,6 +183,7 @@ ADJUSTED = Estimator(
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
     choose=_choose,
+    describe=describe,
     candidate_splits={
         3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10))),
         2: ((Fraction(1, 2),) * 2, (Fraction(1, 4), Fraction(3, 4))),

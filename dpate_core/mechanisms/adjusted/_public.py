@@ -40,18 +40,58 @@ from ._weightings import (
 if TYPE_CHECKING:
     from dpate_core.inference import NoiseDraws
     from dpate_core.mechanisms._estimator import StudySite
-    from dpate_core.planning import PredictionInputs
+    from dpate_core.planning import PredictionInputs, SitePrediction
     from dpate_core.release import SiteEstimate
 
 __all__ = [
+    "RARELY_RESOLVES",
+    "SELECTED_RESOLUTION",
     "adjusted_resolution",
     "adjusted_weighting",
+    "describe",
     "noise_model",
     "plausible",
     "predict",
     "required_diagnostics",
     "study_weighting",
 ]
+
+
+#: ``dpate plan`` notes a fixed-effects site predicted to resolve in fewer than this share of
+#: releases (the others publish no estimate: its budget mostly buys "no answer")
+RARELY_RESOLVES = 0.5
+#: below this predicted share the releases that do resolve are selected on their denominator's
+#: noise, and their intervals under-cover (docs/explanation/adjusted.md, "The denominator's
+#: noise": 0.54-0.93 where 7-19% resolve; 0.97-1.00 where 23-51% do)
+SELECTED_RESOLUTION = 0.2
+
+
+def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
+    """``dpate plan``'s notes on the adjusted estimator: the fixed-effects sites predicted to
+    resolve in fewer than :data:`RARELY_RESOLVES` of their releases (one note per predicted
+    share, naming its sites), and whether the few that resolve are predicted to be selected on
+    their denominator's noise (:data:`SELECTED_RESOLUTION`)."""
+    groups: dict[int, list[str]] = {}
+    for p in preds:
+        if p.weighting == "fixed_effects" and p.resolved_probability < RARELY_RESOLVES:
+            groups.setdefault(round(100 * p.resolved_probability), []).append(p.site_id)
+    notes = []
+    for percent, sites in groups.items():
+        note = (
+            f"{'site' if len(sites) == 1 else 'sites'} {', '.join(sites)}: fixed effects is "
+            f"predicted to resolve its estimate in {percent}% of releases at this budget (under "
+            f"the assumptions above); the others publish no estimate"
+        )
+        if percent < 100 * SELECTED_RESOLUTION:
+            note += (
+                ", and those that resolve are the ones whose noise inflated the denominator: "
+                "their intervals under-cover (docs/explanation/adjusted.md, \"The denominator's "
+                'noise")'
+            )
+        notes.append(
+            note + '; raise epsilon, add records, use fewer strata, or estimator = "propensity"'
+        )
+    return notes
 
 
 def _weighting(options: Any) -> str:
