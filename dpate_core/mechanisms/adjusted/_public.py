@@ -71,18 +71,20 @@ def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
     resolve in fewer than :data:`RARELY_RESOLVES` of their releases (one note per predicted
     share, naming its sites), and whether the few that resolve are predicted to be selected on
     their denominator's noise (:data:`SELECTED_RESOLUTION`)."""
-    groups: dict[int, list[str]] = {}
+    groups: dict[tuple[int, bool], list[str]] = {}
     for p in preds:
-        if p.weighting == "fixed_effects" and p.resolved_probability < RARELY_RESOLVES:
-            groups.setdefault(round(100 * p.resolved_probability), []).append(p.site_id)
+        share = p.resolved_probability
+        if p.weighting == "fixed_effects" and share < RARELY_RESOLVES:
+            key = (round(100 * share), share < SELECTED_RESOLUTION)
+            groups.setdefault(key, []).append(p.site_id)
     notes = []
-    for percent, sites in groups.items():
+    for (percent, selected), sites in groups.items():
         note = (
             f"{'site' if len(sites) == 1 else 'sites'} {', '.join(sites)}: fixed effects is "
             f"predicted to resolve its estimate in {percent}% of releases at this budget (under "
             f"the assumptions above); the others publish no estimate"
         )
-        if percent < 100 * SELECTED_RESOLUTION:
+        if selected:
             note += (
                 ", and those that resolve are the ones whose noise inflated the denominator: "
                 "their intervals under-cover (docs/explanation/adjusted.md, \"The denominator's "
