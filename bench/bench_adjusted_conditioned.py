@@ -22,7 +22,7 @@ with their coverage; (2) the realistic designs of ``bench_adjusted_realistic.py`
 Synth with 384 strata) with the conditioned sets in place of the release's variance.
 
 Run: ``python bench/bench_adjusted_conditioned.py [RELEASES] [Z]`` (4,000 releases per epsilon
-and 300 repetitions of each realistic design: about four minutes; ``Z`` the resolution threshold
+and 307 repetitions of each realistic design: a few seconds; ``Z`` the resolution threshold
 in sds, ``RESOLVE_Z`` by default). Simulation noise (numpy); scipy for the normal tails.
 """
 
