@@ -168,7 +168,7 @@ def _estimate(item: pytest.Item) -> float:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files in decreasing order of their cost (DURATIONS, else estimated from their tests'
-    marks), the tests of a file kept together and in order. Under ``-n 4 --dist loadfile``
+    marks), the tests of a file kept together and in order. Under ``-n 3 --dist loadfile``
     (.ci/run) each worker takes the next file when it runs out, so the slow server-backed files
     start at once, one per worker, and the quick ones fill in after (longest first): none is
     left to run alone at the end."""
