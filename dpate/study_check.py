@@ -43,6 +43,7 @@ __all__ = [
     "StudyNotReadyError",
     "check_site",
     "check_study",
+    "design_notes",
     "ledger_init_line",
     "not_ready_error",
     "respend_text",
@@ -98,6 +99,9 @@ class StudyCheck:
     require_all_sites: bool
     sites: list[SiteCheck]
     problems: list[DpateError] = field(default_factory=list)
+    #: what ``dpate plan`` says of the study's design before anything is spent
+    #: (:func:`design_notes`): public words, for the run's log and ``dpate check``
+    notes: list[str] = field(default_factory=list)
 
     @property
     def can_run(self) -> bool:
@@ -148,7 +152,43 @@ def check_study(
             continue
         study.sites.append(check_site(site_ctx, public=public))
     study.problems += _round_history(ctx, study, deployed)
+    study.notes = design_notes(ctx.spec)
     return study
+
+
+def design_notes(spec: StudySpec) -> list[str]:
+    """The estimator's own notes on the study's design (``Estimator.describe``: the adjusted
+    estimator's fixed-effects sites predicted to rarely resolve), as ``dpate plan`` gives them
+    at the ``n`` every site declares and the plan's default assumptions (every stratum filled
+    evenly, treated share 0.5). Public values only; spends and reads nothing. Empty for an
+    estimator without notes of its own, or when a site declares no ``n``."""
+    describe = spec.estimator_info.describe
+    if describe is None or any(s.n is None for s in spec.sites):
+        return []
+    from dpate_core.planning import SiteDesign, plan_study
+
+    designs = [
+        SiteDesign(s.id, int(s.n or 0), s.epsilon, s.delta, spec.budget_split(s.id).shares)
+        for s in spec.sites
+    ]
+    plan = plan_study(
+        spec.estimator,
+        spec.aggregator,
+        designs,
+        domain_size=spec.domain_size,
+        bound=spec.outcome.bound,
+        design=spec.design,
+        choice=spec.study_choice,
+        recommend=False,
+        covariate_sizes=tuple(c.size for c in spec.binned_covariates),
+        bounded_covariates=len(spec.unbinned_covariates),
+        binary=spec.outcome.binary,
+    )
+    return [
+        f"{note} (at the declared n and `dpate plan`'s default assumptions; `dpate plan "
+        f"--occupied-strata` states where the records lie)"
+        for note in describe(spec.study_choice.options, plan.sites)
+    ]
 
 
 def check_site(ctx: SiteContext, *, public: bool = False) -> SiteCheck:

@@ -23,7 +23,10 @@ def check_study_sites(spec: str, round: str | None) -> StudyCheck:
     reserves nothing. Returns the public outcome (the flow refuses a study that cannot run)."""
     checked = check_study(spec, round, public=True, deployed=is_deployed_process())
     ready = sum(s.ok for s in checked.sites)
-    get_run_logger().info(
+    log = get_run_logger()
+    for note in checked.notes:  # the design's own warnings, public (dpate.study_check)
+        log.warning("study %s: %s", checked.study_id, note)
+    log.info(
         "study %s round %s: %d of %d site(s) ready before any reservation%s",
         checked.study_id,
         checked.round,

@@ -118,6 +118,8 @@ def _finish(
 
 
 def _print_study(study: Any) -> None:
+    from dpate.study_check import design_notes
+
     out.print(f"[bold]study {study.study_id}[/bold] (spec hash {study.spec_hash[:12]}), public:")
     out.print(
         f"  design {study.design}, estimator {study.estimator}, aggregator {study.aggregator}; "
@@ -148,6 +150,8 @@ def _print_study(study: Any) -> None:
     out.print(f"  estimand (every site): {escape(study.estimand)}")
     if choice.variant is not None:
         out.print(f"  every site's release would use: {choice.variant} ({escape(choice.reason)})")
+    for note in design_notes(study):
+        out.print(f"  [yellow]note[/yellow]: {escape(note)}")
 
 
 def _reachable(location: str) -> bool:

@@ -82,7 +82,7 @@ def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
         note = (
             f"{'site' if len(sites) == 1 else 'sites'} {', '.join(sites)}: fixed effects is "
             f"predicted to resolve its estimate in {percent}% of releases at this budget (under "
-            f"the assumptions above); the others publish no estimate"
+            f"the plan's assumptions); the others publish no estimate"
         )
         if selected:
             note += (
