@@ -171,19 +171,22 @@ def design_notes(spec: StudySpec) -> list[str]:
         SiteDesign(s.id, int(s.n or 0), s.epsilon, s.delta, spec.budget_split(s.id).shares)
         for s in spec.sites
     ]
-    plan = plan_study(
-        spec.estimator,
-        spec.aggregator,
-        designs,
-        domain_size=spec.domain_size,
-        bound=spec.outcome.bound,
-        design=spec.design,
-        choice=spec.study_choice,
-        recommend=False,
-        covariate_sizes=tuple(c.size for c in spec.binned_covariates),
-        bounded_covariates=len(spec.unbinned_covariates),
-        binary=spec.outcome.binary,
-    )
+    try:
+        plan = plan_study(
+            spec.estimator,
+            spec.aggregator,
+            designs,
+            domain_size=spec.domain_size,
+            bound=spec.outcome.bound,
+            design=spec.design,
+            choice=spec.study_choice,
+            recommend=False,
+            covariate_sizes=tuple(c.size for c in spec.binned_covariates),
+            bounded_covariates=len(spec.unbinned_covariates),
+            binary=spec.outcome.binary,
+        )
+    except ValueError:  # a design the plan cannot predict: no note (`dpate plan` says why)
+        return []
     return [
         f"{note} (at the declared n and `dpate plan`'s default assumptions; `dpate plan "
         f"--occupied-strata` states where the records lie)"
