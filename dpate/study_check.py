@@ -165,26 +165,11 @@ def design_notes(spec: StudySpec) -> list[str]:
     describe = spec.estimator_info.describe
     if describe is None or any(s.n is None for s in spec.sites):
         return []
-    from dpate_core.planning import SiteDesign, plan_study
+    from dpate.study_plan import plan_spec, spec_designs
 
-    designs = [
-        SiteDesign(s.id, int(s.n or 0), s.epsilon, s.delta, spec.budget_split(s.id).shares)
-        for s in spec.sites
-    ]
     try:
-        plan = plan_study(
-            spec.estimator,
-            spec.aggregator,
-            designs,
-            domain_size=spec.domain_size,
-            bound=spec.outcome.bound,
-            design=spec.design,
-            choice=spec.study_choice,
-            recommend=False,
-            covariate_sizes=tuple(c.size for c in spec.binned_covariates),
-            bounded_covariates=len(spec.unbinned_covariates),
-            binary=spec.outcome.binary,
-        )
+        sizes = {s.id: int(s.n or 0) for s in spec.sites}
+        plan = plan_spec(spec, spec_designs(spec, sizes), recommend=False)
     except ValueError:  # a design the plan cannot predict: no note (`dpate plan` says why)
         return []
     return [

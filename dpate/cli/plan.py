@@ -313,7 +313,8 @@ def plan(
     nothing), the epsilon per site a target width needs, a recommended estimator and split, and
     warn when the study cannot answer its question at its budget."""
     from dpate.settings import load_study_spec
-    from dpate_core.planning import Assumptions, SiteDesign, plan_study
+    from dpate.study_plan import plan_spec, spec_designs
+    from dpate_core.planning import Assumptions
 
     study = load_study_spec(spec)  # SpecError: one message, exit 3 (dpate.cli.errors)
     sizes = _sizes(n or [], {s.id: s.n for s in study.sites})
@@ -344,10 +345,7 @@ def plan(
     shares = _level_shares(
         level_shares or [], {c.column: c.size for c in study.binned_covariates if c.size > 1}
     )
-    designs = [
-        SiteDesign(s.id, sizes[s.id], s.epsilon, s.delta, study.budget_split(s.id).shares)
-        for s in study.sites
-    ]
+    designs = spec_designs(study, sizes)
     assumptions = Assumptions(
         arm_share=common_share,
         site_arm_shares=site_shares,
@@ -361,19 +359,11 @@ def plan(
         numeric_covariates=numeric,
         level_shares=shares,
     )
-    result = plan_study(
-        study.estimator,
-        study.aggregator,
+    result = plan_spec(
+        study,
         designs,
-        domain_size=study.domain_size,
-        bound=study.outcome.bound,
-        design=study.design,
-        choice=study.study_choice,  # the spec's one choice for the whole study, and its reason
         assumptions=assumptions,
         target_width=study.target_width if target_width is None else target_width,
-        covariate_sizes=tuple(c.size for c in study.binned_covariates),
-        bounded_covariates=len(study.unbinned_covariates),
-        binary=study.outcome.binary,
     )
     doc = {"study_id": study.study_id, "spec_hash": study.spec_hash, **result.as_dict()}
     doc["notes"] += _choice_notes(study, designs)

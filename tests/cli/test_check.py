@@ -295,6 +295,25 @@ def test_dpate_plan_runs_on_every_shipped_example(name, home):
         assert "age north 0.3, central 0.38, south 0.52; aps north 0.91" in note
 
 
+def _two_site_spec(root: Path, estimator: str, n: int, covariates: str) -> Path:
+    """A study spec of ``estimator`` with two sites declaring ``n`` records each and the
+    ``[[covariates]]`` blocks ``covariates``."""
+    sites = "".join(
+        f'\n[[sites]]\nid = "{s}"\ndata = "{s}.csv"\nn = {n}\nepsilon = "1"\n'
+        f'lifetime_cap = {{ epsilon = "2" }}\n'
+        for s in ("a", "b")
+    )
+    spec = root / "study.toml"
+    spec.write_text(
+        'spec_version = 1\nstudy_id = "plan-study"\nreports = "published"\n'
+        f'design = "observational"\nestimator = "{estimator}"\nsigning = "none"\n'
+        'unsigned_reason = "test"\n\n[treatment]\ncolumn = "w"\n\n[outcome]\ncolumn = "y"\n'
+        "bound = 1.0\n" + covariates + sites,
+        encoding="utf-8",
+    )
+    return spec
+
+
 def _propensity_spec(root: Path, n: int, binary_covariates: int) -> Path:
     """A propensity study spec of two sites declaring ``n`` records each, with
     ``binary_covariates`` two-level covariates and two numeric ones with bounds."""
@@ -306,20 +325,7 @@ def _propensity_spec(root: Path, n: int, binary_covariates: int) -> Path:
         f'\n[[covariates]]\nkind = "numeric"\ncolumn = "v{j}"\nlower = 0\nupper = 1\n'
         for j in range(2)
     )
-    sites = "".join(
-        f'\n[[sites]]\nid = "{s}"\ndata = "{s}.csv"\nn = {n}\nepsilon = "1"\n'
-        f'lifetime_cap = {{ epsilon = "2" }}\n'
-        for s in ("a", "b")
-    )
-    spec = root / "study.toml"
-    spec.write_text(
-        'spec_version = 1\nstudy_id = "plan-study"\nreports = "published"\n'
-        'design = "observational"\nestimator = "propensity"\nsigning = "none"\n'
-        'unsigned_reason = "test"\n\n[treatment]\ncolumn = "w"\n\n[outcome]\ncolumn = "y"\n'
-        "bound = 1.0\n" + covs + sites,
-        encoding="utf-8",
-    )
-    return spec
+    return _two_site_spec(root, "propensity", n, covs)
 
 
 def test_plan_says_when_the_propensity_model_is_mostly_noise(tmp_path, home):
@@ -363,22 +369,11 @@ def test_plan_says_when_the_epsilon_a_target_needs_would_change_the_studys_choic
 
 def _sparse_adjusted_spec(root: Path, n: int) -> Path:
     """An adjusted study of two sites declaring ``n`` records each, over 8 x 16 = 128 strata."""
-    sites = "".join(
-        f'\n[[sites]]\nid = "{s}"\ndata = "{s}.csv"\nn = {n}\nepsilon = "1"\n'
-        f'lifetime_cap = {{ epsilon = "2" }}\n'
-        for s in ("north", "south")
+    covs = "".join(
+        f'\n[[covariates]]\nkind = "categorical"\ncolumn = "{name}"\nlevels = {list(range(k))}\n'
+        for name, k in (("x1", 8), ("x2", 16))
     )
-    spec = root / "study.toml"
-    spec.write_text(
-        'spec_version = 1\nstudy_id = "sparse-study"\nreports = "published"\n'
-        'design = "observational"\nestimator = "adjusted"\nsigning = "none"\n'
-        'unsigned_reason = "test"\n\n[treatment]\ncolumn = "w"\n\n[outcome]\ncolumn = "y"\n'
-        'bound = 1.0\n\n[[covariates]]\nkind = "categorical"\ncolumn = "a"\n'
-        'levels = [0, 1, 2, 3, 4, 5, 6, 7]\n\n[[covariates]]\nkind = "categorical"\n'
-        'column = "b"\nlevels = [' + ", ".join(str(j) for j in range(16)) + "]\n" + sites,
-        encoding="utf-8",
-    )
-    return spec
+    return _two_site_spec(root, "adjusted", n, covs)
 
 
 def test_check_and_the_run_say_when_fixed_effects_will_rarely_resolve(tmp_path, home):
@@ -391,7 +386,7 @@ def test_check_and_the_run_say_when_fixed_effects_will_rarely_resolve(tmp_path, 
 
     spec = _sparse_adjusted_spec(tmp_path, 373)
     r = runner.invoke(app, ["check", str(spec)])
-    assert "note: sites north, south: fixed effects is predicted to resolve its estimate in 5%" in (
+    assert "note: sites a, b: fixed effects is predicted to resolve its estimate in 5%" in (
         " ".join(r.output.split())
     )
     notes = design_notes(load_study_spec(str(spec)))
