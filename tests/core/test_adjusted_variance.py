@@ -122,7 +122,8 @@ def test_fixed_effects_noise_part_is_given_the_noisy_denominator():
     reason="open (docs/explanation/adjusted.md, 'The denominator's noise'): the releases that "
     "resolve where D is about one noise sd are selected for denominator noise; Fieller's "
     "length and the set conditioned on resolving cover here, but cost the realistic small "
-    "sites half their width or all of it: not landed",
+    "sites half their width or all of it, and a refusal from the public design cannot tell "
+    "this design from Lalonde's, which covers: not landed",
 )
 def test_fixed_effects_barely_resolved_releases_cover():
     # Synth, 1,000 records in 100 strata at eps 1/4 (effect 0.5): the denominator D = sum n_t
