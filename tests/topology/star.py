@@ -27,6 +27,7 @@ from typing import Any
 from tests.topology.guide import Machine, env_file
 from tests.topology.services import (
     QUIET_PREFECT_ENV,
+    WORKER_POLLING,
     PrefectServer,
     SeaweedS3,
     Service,
@@ -45,9 +46,6 @@ STAR_SITES = ("rural", "suburban", "inner-city", "urban")
 STUDY_ID = "star-small-classes"
 SPEC_KEY = "specs/star.toml"  # deployments/prefect.yaml: spec = s3://dpate/specs/star.toml
 COORDINATOR_POOL = "dpate-server"
-#: What the tests' workers add to a worker's environment: poll every second (Prefect's default
-#: is 10 s), so a study is not paced by the polling.
-WORKER_POLLING = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
 SITE_EPSILON = {"rural": "1", "suburban": "1", "inner-city": "1/2", "urban": "1/2"}
 
 

@@ -1,9 +1,10 @@
 """The README's two quick-start commands in ONE virtual environment, as a new user runs them
-(``pip install . && dpate demo``, then ``pip install -e ".[test]"``), and in the reverse order:
-afterwards ``dpate --help`` works from outside the checkout, no stale ``dpate``/``dpate_core``
-folder is left in ``site-packages`` (numba's compiled kernels are cached in the user's cache
-folder, ``dpate_core.compile_cache``, never inside the installed package), and the tests run from
-outside the checkout.
+(``pip install . && dpate demo``, then ``pip install -e ".[test]"``), and in the reverse order
+before them: afterwards ``dpate --help`` works from outside the checkout, no stale
+``dpate``/``dpate_core`` folder is left in ``site-packages`` (numba's compiled kernels are cached
+in the user's cache folder, ``dpate_core.compile_cache``, never inside the installed package),
+and the tests run from outside the checkout. One venv walks both orders (editable, then regular,
+then editable again): a venv, a copy of the checkout and an install fewer than a test per order.
 
 The venv and the copy of the checkout: tests/checkouts.py; the project is installed with
 ``--no-deps`` (the venv already sees the dependencies). The editable install is the README's,
@@ -34,6 +35,12 @@ _COMPILE = (
 )
 
 
+def _cached_kernels(tmp: Path) -> set[Path]:
+    """The index files of the kernels numba cached in the user's cache folder (one folder per
+    installed source file: an editable and a regular install cache apart)."""
+    return set((tmp / "cache" / "dpate" / "numba").rglob("*.nbi"))
+
+
 def _check_installed(
     site: Path, checkout: Path, elsewhere: Path, env: dict[str, str], *, editable: bool
 ) -> None:
@@ -53,31 +60,25 @@ def _check_installed(
     )
 
 
-def test_readme_commands_in_one_venv(tmp_path):
+def test_readme_commands_in_both_orders_in_one_venv(tmp_path):
     checkout = copy_checkout(tmp_path / "dpate")
     site, env = venv(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    # the first command, then the demo from a working folder of the user's
+    # the reverse order first: the second command, kernels compiled from the editable install
+    run(INSTALL_EDITABLE, checkout, env)
+    run(f"python -c {_COMPILE!r}", elsewhere, env)
+    from_editable = _cached_kernels(tmp_path)
+    assert from_editable, "numba cached no kernel in the user's cache folder"
+    # then the first command over it, and the demo from a working folder of the user's (its
+    # kernels read from, or compiled into, the user's cache folder)
     run(INSTALL, checkout, env)
     demo = run("dpate demo", elsewhere, env, timeout=900)
     assert "MVAgg" in demo or "mvagg" in demo.lower()
-    assert any((tmp_path / "cache" / "dpate" / "numba").rglob("*.nbi")), (
-        "numba cached no kernel in the user's cache folder"
+    assert _cached_kernels(tmp_path) - from_editable, (
+        "numba cached no kernel of the regular install in the user's cache folder"
     )
-    # the second command in the same venv
+    _check_installed(site, checkout, elsewhere, env, editable=False)
+    # and the second command again, over the regular install
     run(INSTALL_EDITABLE, checkout, env)
     _check_installed(site, checkout, elsewhere, env, editable=True)
-
-
-def test_readme_commands_in_reverse_order(tmp_path):
-    checkout = copy_checkout(tmp_path / "dpate")
-    site, env = venv(tmp_path)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    run(INSTALL_EDITABLE, checkout, env)
-    # kernels compiled from the editable install, then the regular install over it
-    run(f"python -c {_COMPILE!r}", elsewhere, env)
-    run(INSTALL, checkout, env)
-    run(f"python -c {_COMPILE!r}", elsewhere, env)
-    _check_installed(site, checkout, elsewhere, env, editable=False)
