@@ -355,6 +355,22 @@ def prefect_cli(
     )
 
 
+def create_process_pools(server: PrefectServer, *pools: str) -> None:
+    """``prefect work-pool create POOL --type process`` for each pool, through this process's
+    client: what the command does (the process worker's default job template), without a
+    Prefect process start per pool (2-3 s of CPU each)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.workers.process import ProcessWorker
+
+    template = ProcessWorker.get_default_base_job_template()
+    with server.settings(), get_client(sync_client=True) as client:
+        for pool in pools:
+            client.create_work_pool(
+                WorkPoolCreate(name=pool, type="process", base_job_template=template)
+            )
+
+
 #: What the tests add to a worker's environment: poll every 2 s (Prefect's default is 10 s), so a
 #: study is not paced by the polling. Not every second: each poll costs the Prefect server about
 #: 40 ms of CPU (measured on a SQLite-backed server: 2.8% of a core idle, 7% with one worker

@@ -31,6 +31,7 @@ from tests.topology.services import (
     PrefectServer,
     SeaweedS3,
     Service,
+    create_process_pools,
     free_port,
     prefect_cli,
     run_command,
@@ -263,10 +264,10 @@ class StarTopology:
         # a pool for every site deployments/prefect.yaml deploys to (a file may use fewer sites:
         # tests/topology/test_star_failures.py), a worker only for the sites of this topology
         declared = STAR_SITES if self.prefect_yaml == PREFECT_YAML else ()
-        for pool in dict.fromkeys(
-            (COORDINATOR_POOL, *(f"site-{s}" for s in (*self.sites, *declared)))
-        ):
-            prefect_cli(self.server, "work-pool", "create", pool, "--type", "process")
+        create_process_pools(
+            self.server,
+            *dict.fromkeys((COORDINATOR_POOL, *(f"site-{s}" for s in (*self.sites, *declared)))),
+        )
         prefect_cli(
             self.server, "deploy", "--all", "--prefect-file", str(self.prefect_yaml), cwd=REPO
         )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.topology.services import prefect_cli, start_worker, wait_for
+from tests.topology.services import create_process_pools, prefect_cli, start_worker, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -85,7 +85,7 @@ def test_the_units_stop_sequence_stops_an_idle_worker(prefect_server, tmp_path):
     """Prefect 3.8.8's idle worker, once in its polling loop, was seen ignoring one SIGINT for
     more than 30 s (docs/how-to/deploying.md); the unit's ExecStop (SIGINT, 2 s, SIGINT) stops it."""
     pool = "stop-test"
-    prefect_cli(prefect_server, "work-pool", "create", pool, "--type", "process")
+    create_process_pools(prefect_server, pool)
     worker = _idle_worker(prefect_server, pool, tmp_path)
     proc = worker.proc
     time.sleep(5)  # well into its idle polling loop
@@ -139,7 +139,7 @@ def test_a_run_whose_machine_dies_is_set_crashed(prefect_server, tmp_path):
     from dpate.deployments.automations import ensure_zombie_automation
 
     pool = "zombie-test"
-    prefect_cli(prefect_server, "work-pool", "create", pool, "--type", "process")
+    create_process_pools(prefect_server, pool)
     spec = tmp_path / "prefect.yaml"
     spec.write_text(
         json.dumps(

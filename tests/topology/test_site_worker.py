@@ -24,7 +24,12 @@ from pathlib import Path
 import pytest
 
 from dpate.schemas.spec import load_spec
-from tests.topology.services import prefect_cli, start_site_worker, wait_for
+from tests.topology.services import (
+    create_process_pools,
+    prefect_cli,
+    start_site_worker,
+    wait_for,
+)
 from tests.topology.star import (
     STUDY_ID,
     site_key,
@@ -217,7 +222,7 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
     marker_cmd, marker_pull = root / "command-ran", root / "pull-step-ran"
     tag = uuid.uuid4().hex[:8]
     pool, name = f"site-{SITE}-{tag}", f"{SITE}-{tag}"
-    prefect_cli(prefect_server, "work-pool", "create", pool, "--type", "process")
+    create_process_pools(prefect_server, pool)
     deployment = {
         "name": "site-worker-test",
         "pull": [
