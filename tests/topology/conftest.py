@@ -3,7 +3,8 @@ PostgreSQL, a SeaweedFS S3 gateway and the deployed STAR study, each started on 
 test file that uses it and always stopped when that file ends (even when a test fails or the run
 is interrupted). Module scope, not session scope: a server and its polling workers left running
 for the rest of the session cost CPU that the other tests need (a Prefect server answering five
-workers polling every second spends about a fifth of a core)."""
+workers polling every second spends about a fifth of a core; they poll every 2 s now,
+tests/topology/services.py ``WORKER_POLLING``)."""
 
 from __future__ import annotations
 
