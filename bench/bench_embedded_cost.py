@@ -37,6 +37,8 @@ from pathlib import Path
 
 from bench_cli_startup import _children_cpu, write_study
 
+from dpate.cli.environment import EMBEDDED_SERVICES_OFF
+
 BARE_FLOW = """
 from prefect import flow, task
 
@@ -133,11 +135,9 @@ def main() -> None:
             DO_NOT_TRACK="1",
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
-            PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED="false",
-            PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED="false",
-            PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED="false",
             PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL="WARNING",
             PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL="WARNING",
+            **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "false" for s in EMBEDDED_SERVICES_OFF},
         )
         bare = root / "bare_flow.py"
         bare.write_text(BARE_FLOW, "utf-8")

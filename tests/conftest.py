@@ -75,28 +75,26 @@ def prefect_test_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pr
     start one finds this server instead. The settings of this process are left unchanged: a
     test that needs them uses ``prefect_harness``.
 
-    Its services are the CLI's embedded server's (:func:`dpate.cli.environment.prefect_env`): no
-    event persister, automations or vacuum, fewer writers to its SQLite database (under load a
-    ``dpate run`` on it took 4x its time in the client's retries of "database is locked")."""
+    Its services are the CLI's embedded server's (:func:`dpate.cli.environment.prefect_env`,
+    ``EMBEDDED_SERVICES_OFF``): no event persister, automations or vacuum, fewer writers to its
+    SQLite database (under load a ``dpate run`` on it took 4x its time in the client's retries of
+    "database is locked"), and no scheduler, late runs, foreman or pause expiry, whose loops cost
+    the CPU the tests need for the whole session."""
+    import prefect.settings
     from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import (
-        PREFECT_SERVER_DATABASE_CONNECTION_URL,
-        PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED,
-        PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED,
-        PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED,
-        temporary_settings,
-    )
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
+
+    from dpate.cli.environment import EMBEDDED_SERVICES_OFF
 
     db = tmp_path_factory.mktemp("prefect-test-server") / "prefect.db"
     server = SubprocessASGIServer()
     # the server process takes its database URL and services from the settings it is started with
+    off = {
+        getattr(prefect.settings, f"PREFECT_SERVER_SERVICES_{name}_ENABLED"): False
+        for name in EMBEDDED_SERVICES_OFF
+    }
     with temporary_settings(
-        updates={
-            PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{db}",
-            PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED: False,
-            PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED: False,
-            PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED: False,
-        }
+        updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{db}", **off}
     ):
         server.start(timeout=int(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
     try:

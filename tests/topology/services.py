@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dpate.cli.environment import EMBEDDED_SERVICES_OFF
 from dpate.deployments.automations import HEARTBEAT_S
 
 VENV_BIN = Path(sys.executable).parent
@@ -44,10 +45,6 @@ QUIET_PREFECT_ENV = {
     "PREFECT_LOGGING_LEVEL": "INFO",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
-
-
-#: Server services the CLI's embedded server turns off; the servers here run them, as in production.
-_SERVER_SERVICES = ("EVENT_PERSISTER", "TRIGGERS", "DB_VACUUM")
 
 
 def weed_binary() -> str | None:
@@ -279,8 +276,9 @@ class PrefectServer:
             **QUIET_PREFECT_ENV,
             "PREFECT_HOME": str(self.home),
             "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
-            # a production server runs these (the zombie automation needs the triggers)
-            **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "true" for s in _SERVER_SERVICES},
+            # the services the CLI's embedded server turns off run here, as in production (the
+            # zombie automation needs the triggers, the workers' status the foreman)
+            **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "true" for s in EMBEDDED_SERVICES_OFF},
         }
         env.pop("PREFECT_API_URL", None)
         env.pop("PREFECT_API_AUTH_STRING", None)
