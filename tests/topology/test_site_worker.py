@@ -281,8 +281,8 @@ def test_the_coordinator_cannot_steer_a_site_worker(prefect_server, pg_database,
         assert "runs only releases for site rural, not 'urban'" in (other.state.message or "")
         # the coordinator points the spec parameter at the site's own records: refused before
         # anything is read, naming no path (the other kinds of probe, a log's path and a URL,
-        # each cost a runner process here; the same rule refuses them in-process:
-        # tests/cli/test_site_worker.py, tests/pipeline/test_settings.py)
+        # would each be a flow run through the server and the worker here; the same rule
+        # refuses them in-process: tests/cli/test_site_worker.py, tests/pipeline/test_settings.py)
         with prefect_server.settings():
             probed = run_deployment(
                 f"site-release/{name}",
