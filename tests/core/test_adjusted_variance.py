@@ -117,20 +117,14 @@ def test_fixed_effects_noise_part_is_given_the_noisy_denominator():
     assert 0.9 < ratio < 1.2, ratio
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (docs/explanation/adjusted.md, 'The denominator's noise'): the releases that "
-    "resolve where D is about one noise sd are selected for denominator noise; Fieller's "
-    "length and the set conditioned on resolving cover here, but cost the realistic small "
-    "sites half their width or all of it, and a refusal from the public design cannot tell "
-    "this design from Lalonde's, which covers: not landed",
-)
 def test_fixed_effects_barely_resolved_releases_cover():
     # Synth, 1,000 records in 100 strata at eps 1/4 (effect 0.5): the denominator D = sum n_t
     # n_c is below one of its noise sds, so the 3% of releases whose noisy D passes 2 sds are
     # those whose noise pushed it up, and A / D_hat is pulled towards 0 (mean 0.06). The delta
-    # method divides by that D_hat^2 and its intervals (clipped to [-B, B]) cover 0.36;
-    # stretched to Fieller's length they covered 0.84
+    # method divides by that D_hat^2 and its intervals (clipped to [-B, B]) covered 0.36; the
+    # public design predicts 4% resolved (below FIELLER_BELOW), so the release stretches them
+    # to Fieller's length: 0.84
+    from dpate_core.mechanisms.adjusted import FIELLER_BELOW, design_resolution
     from dpate_core.synth import synth
 
     d = synth(1000, 100, a=0.0, b=0.2, seed=7)
@@ -143,6 +137,56 @@ def test_fixed_effects_barely_resolved_releases_cover():
     half = np.minimum(INTERVAL_Z * np.sqrt(out.variance[ok]), B)
     covered = float(np.mean(np.abs(out.tau[ok] - exact) <= half))
     assert covered >= 0.8, covered
+    public = plan.assemble.assembly.args[0]
+    assert design_resolution(public.n, public.n_strata, public.v_n) < FIELLER_BELOW
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "eps"),
+    [(1000, 100, "1/4"), (1000, 100, "9/10"), (3333, 100, "11/50"), (361, 192, 1),
+     (240, 39, 1), (249, 128, 1), (7, 3, 1), (10_001, 384, "1/2")],
+)  # fmt: skip
+def test_design_resolution_is_the_plans_default_share(n, size, eps):
+    # the release's switch (Fieller's length below FIELLER_BELOW) reads the share dpate plan
+    # predicts under its default assumptions (half treated, every stratum filled evenly),
+    # computed in closed form from N, |X| and the count noise alone
+    from fractions import Fraction
+
+    from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT, AdjustedOptions, design_resolution
+    from dpate_core.planning import SiteDesign, predict_site
+    from dpate_core.privacy import BudgetSplit
+    from dpate_core.statistics import COUNT_SENSITIVITY
+
+    shares = BudgetSplit.of(DEFAULT_SPLIT, 3).shares
+    design = SiteDesign("s", n, Fraction(eps), Fraction(0), shares)
+    predicted = predict_site(
+        "adjusted", design, domain_size=size, bound=1.0,
+        options=AdjustedOptions(weighting="fixed_effects"),
+    ).resolved_probability  # fmt: skip
+    v_n = 2.0 * (COUNT_SENSITIVITY / float(Fraction(eps) * shares[0])) ** 2
+    assert design_resolution(n, size, v_n) == pytest.approx(predicted, rel=1e-9, abs=1e-12)
+
+
+def test_fixed_effects_keeps_the_delta_method_where_the_design_resolves():
+    # a design predicted to resolve in most releases publishes the delta method's variance
+    # unchanged (the switch is off): the same release with the switch forced on is wider
+    from dpate_core.mechanisms.adjusted import _weightings
+
+    w, y, x = _design(400, 16)
+    plan = _plan(w, y, x, 16, 1, "fixed_effects")
+    noisy = draw_many(plan, np.random.default_rng(5), 2_000)
+    shipped = plan.assemble(noisy)
+    saved = _weightings.FIELLER_BELOW
+    try:
+        _weightings.FIELLER_BELOW = 2.0
+        stretched = plan.assemble(noisy)
+    finally:
+        _weightings.FIELLER_BELOW = saved
+    ok = np.isfinite(shipped.tau) & np.isfinite(stretched.tau)
+    assert ok.mean() > 0.9
+    np.testing.assert_array_equal(shipped.tau[ok], stretched.tau[ok])
+    assert np.all(stretched.variance[ok] >= shipped.variance[ok])
+    assert np.mean(stretched.variance[ok] > shipped.variance[ok]) > 0.9
 
 
 def test_subclassification_averages_over_the_strata_with_both_treatments():

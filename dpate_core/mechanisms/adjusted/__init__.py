@@ -56,11 +56,14 @@ from ._release import (
 )
 from ._weightings import (
     ESTIMANDS,
+    FIELLER_BELOW,
     INTERVAL_Z,
     PublicConstants,
     assemble_binary,
     assemble_fixed_effects,
     assemble_subclassification,
+    design_resolution,
+    fieller_factor,
     used_strata,
     with_binary_squares,
 )
@@ -72,6 +75,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "ESTIMANDS",
+    "FIELLER_BELOW",
     "INTERVAL_Z",
     "PARTS",
     "RARELY_RESOLVES",
@@ -88,7 +92,9 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "design_resolution",
     "dp_adjusted",
+    "fieller_factor",
     "plan_adjusted",
     "plan_adjusted_from_statistics",
     "public_constants",

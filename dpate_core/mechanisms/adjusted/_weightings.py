@@ -11,6 +11,7 @@ they are noised in grid units and multiplied by their grid unit after the draw
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -23,6 +24,7 @@ from dpate_core.release import Outputs
 
 __all__ = [
     "ESTIMANDS",
+    "FIELLER_BELOW",
     "INTERVAL_Z",
     "RATIO_DAMPING",
     "RESOLVE_Z",
@@ -32,6 +34,9 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "design_resolution",
+    "fieller_factor",
+    "resolution_probability",
     "used_strata",
     "with_binary_squares",
 ]
@@ -39,6 +44,12 @@ __all__ = [
 #: fixed effects: the estimate is resolved when its noisy denominator exceeds this many of its
 #: own (estimated) noise sds; below, the release publishes no estimate (``resolved`` False)
 RESOLVE_Z = 2.0
+#: fixed effects: a design whose release is predicted, from its public values alone, to resolve in
+#: fewer than this share of releases (:func:`design_resolution`) publishes Fieller's length for
+#: its interval (:func:`fieller_factor`): the releases that resolve there are selected on their
+#: denominator's noise, and the delta method's interval under-covers them
+#: (docs/explanation/adjusted.md, "The denominator's noise")
+FIELLER_BELOW = 0.5
 #: the normal quantile of the 95% interval every published variance is read with
 #: (:func:`_noisy_variance_stretch` keeps that interval's coverage)
 INTERVAL_Z = NormalDist().inv_cdf(0.975)
@@ -46,7 +57,8 @@ INTERVAL_Z = NormalDist().inv_cdf(0.975)
 #: weighting: what a reader of the report sees in place of an estimate
 UNRESOLVED_FIXED_EFFECTS = (
     "fixed effects: too few patients in strata holding both treatments at this budget (the "
-    f"noisy sum of n_t n_c over the strata is not above {RESOLVE_Z:g} of its noise sds)"
+    f"noisy sum of n_t n_c over the strata is not above {RESOLVE_Z:g} of its noise sds, or too "
+    "close to 0 to bound the ratio)"
 )
 UNRESOLVED_SUBCLASSIFICATION = (
     "subclassification: no stratum has enough patients in both treatments at this budget "
@@ -124,9 +136,12 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     stratum, ``A = sum (s_t n_c - s_c n_t)``, ``D = sum n_t n_c``; with independent zero-mean
     noise both noisy sums are unbiased for their true values (no threshold, no per-stratum
     ratio). Counts are clipped to ``[-N, N]`` only (clipping at 0 would bias the products
-    upwards). Where the true ``D`` is about one of its noise sds the few releases that resolve
-    are biased towards 0 and their variance too small (docs/explanation/adjusted.md, "The
-    denominator's noise": open; Fieller's length was measured and not landed)."""
+    upwards). Its variance is the delta method's (:func:`_fixed_effects_noise_variance`,
+    :func:`_fixed_effects_sampling`); where the public design predicts that few releases resolve
+    (:func:`design_resolution` below :data:`FIELLER_BELOW`) it is stretched to the length of
+    Fieller's interval for the ratio (:func:`fieller_factor`), which carries the noise of the
+    denominator it divides by: there the releases that resolve are those whose noise inflated
+    ``D_hat`` (docs/explanation/adjusted.md, "The denominator's noise")."""
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -137,10 +152,19 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     floor_d = c.n_strata * c.v_n**2
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
     resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
+    factor = np.ones_like(big_d)
+    if design_resolution(c.n, c.n_strata, c.v_n) < FIELLER_BELOW:
+        d_safe = np.where(resolved, big_d, 1.0)
+        ratio = np.clip(big_a / d_safe, -c.bound, c.bound)
+        factor = _fieller_stretch(c, (cnt, s, q), ratio, d_safe)
+        resolved &= np.isfinite(factor)
+        factor = np.where(resolved, factor, 1.0)
     d_safe = np.where(resolved, big_d, 1.0)
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
-    noise_var = _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
-    sampling_raw, sampling = _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
+    noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
+    sampling_raw, sampling = (
+        factor * part for part in _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
+    )
     # unresolved: nothing is estimated, and nothing is published as if it were (NaN, _outputs)
     used = resolved.astype(np.float64)
     return _outputs(
@@ -156,28 +180,110 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     )
 
 
-def _fixed_effects_noise_variance(
-    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
+def resolution_probability(big_d: float, var_d: float) -> float:
+    """The probability that a fixed-effects release resolves, ``Phi(D / sd(D) - RESOLVE_Z)``,
+    for a true denominator ``D = sum n_t n_c`` whose noisy value has variance ``var_d`` (normal
+    approximation). The plan's (``dpate_core.mechanisms.adjusted``'s prediction) at its assumed
+    counts, and the release's own switch at the design's default ones
+    (:func:`design_resolution`)."""
+    if big_d <= 0.0:
+        return 0.0
+    return 1.0 - NormalDist().cdf(RESOLVE_Z - big_d / math.sqrt(var_d))
+
+
+def design_resolution(n: int, n_strata: int, v_n: float) -> float:
+    """The share of fixed-effects releases predicted to resolve from the public design alone
+    (``N``, ``|X|`` and the count noise variance ``v_n``): :func:`resolution_probability` at the
+    counts
+    ``dpate plan`` assumes by default, half the records treated (``round(N/2)``), each arm
+    spread as evenly as possible over every stratum (``planning.balanced_counts``: ``q`` or
+    ``q + 1`` records per stratum, the first strata taking the extra ones), so ``D`` and
+    ``sum (n_t^2 + n_c^2)`` in closed form. Public: it reads no record, so the switch it drives
+    (:data:`FIELLER_BELOW`) selects nothing."""
+    k = n_strata
+    m_t = min(max(round(0.5 * n), 1), n - 1)
+    m_c = n - m_t
+    (q_t, r_t), (q_c, r_c) = divmod(m_t, k), divmod(m_c, k)
+    big_d = k * q_t * q_c + q_t * r_c + q_c * r_t + min(r_t, r_c)
+    squares = k * (q_t * q_t + q_c * q_c) + (2 * q_t + 1) * r_t + (2 * q_c + 1) * r_c
+    return resolution_probability(float(big_d), v_n * squares + k * v_n * v_n)
+
+
+def _fieller_stretch(
+    c: PublicConstants, vectors: tuple[Any, Any, Any], ratio: Any, d_safe: Any
 ) -> Any:
-    """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
-    tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
-    h_c e_t - tau e_t e_c]`` (``e`` count, ``h`` sum noise), exact for these bilinear terms;
-    squares of noisy values are corrected by their noise variance. Divided by the noisy
-    ``D_hat^2`` the release reads: the variance of the error given ``D_hat``, which is what an
-    interval around this release needs (the spread of ``1/D_hat`` over other draws of ``D_hat``
-    is not this release's error)."""
+    """:func:`fieller_factor` of this release: ``V(t) = Var(A_hat - t D_hat)``, noise and
+    sampling (the numerators of :func:`_fixed_effects_noise_variance` and
+    :func:`_fixed_effects_sampling` before their division by ``D_hat^2``, both quadratic in
+    ``t``), read at ``r`` and ``r +- B``."""
+    cnt, s, q = vectors
+
+    def numerator(t: Any) -> Any:
+        sampling_raw = _fixed_effects_sampling(c, cnt, s, q, t, d_safe)[0]
+        return _noise_numerator(c, cnt, s, t) + sampling_raw * d_safe**2
+
+    b = c.bound
+    return fieller_factor(numerator(ratio), numerator(ratio + b), numerator(ratio - b), b, d_safe)
+
+
+def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any:
+    """How much longer Fieller's 95% interval for a ratio ``A / D`` is than the delta method's,
+    squared: ``(1 - g rho) / (1 - g)^2``, ``inf`` where Fieller's set is unbounded (``g >= 1``:
+    the data do not bound the ratio) (docs/explanation/adjusted.md, "The denominator's noise").
+    The quadratic ``V(t) = Var(A_hat - t D_hat) = V_D (t - t*)^2 + V_min`` is read at ``r``,
+    ``r + step`` and ``r - step`` (``v_r``, ``v_up``, ``v_down``; exact for a quadratic), ``d``
+    the denominator.
+
+    Fieller's set ``{t : (A_hat - t D_hat)^2 <= z^2 V(t)}`` is an interval when ``g = z^2 V_D /
+    D_hat^2 < 1``, of half-length ``(z sqrt(V(r)) / D_hat) sqrt(1 - g rho) / (1 - g)`` at ``r =
+    A_hat / D_hat``, ``rho = V_min / V(r)``: the delta method's half-length times the root of
+    the factor (solve ``(D_hat^2 - z^2 V_D) t^2 - 2 (A_hat D_hat - z^2 C) t + A_hat^2 - z^2 V_A =
+    0``; its discriminant is ``z^2 D_hat^2 V(r) (1 - g rho)`` since ``V_A V_D - C^2 = V_D
+    V_min``). Far from the threshold (``g`` near 0) the factor is 1; near it, where the noisy
+    ``D_hat`` may be several times the true ``D``, the interval widens with it. The release reads
+    it at its noisy values (:func:`assemble_fixed_effects`), the plan at the assumed ones."""
+    v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
+    slope = (v_up - v_down) / (2.0 * step)
+    v_safe = np.where(v_d > 0.0, v_d, 1.0)
+    v_min = np.where(v_d > 0.0, v_r - slope * slope / (4.0 * v_safe), v_r)
+    rho = np.clip(v_min / np.where(v_r > 0.0, v_r, 1.0), 0.0, 1.0)
+    g = INTERVAL_Z**2 * np.maximum(v_d, 0.0) / (d * d)
+    bounded = g < 1.0
+    one_less = np.where(bounded, 1.0 - g, 1.0)
+    return np.where(bounded, (1.0 - g * rho) / one_less**2, np.inf)
+
+
+def _noise_numerator(c: PublicConstants, cnt: Any, s: Any, tau: Any) -> Any:
+    """``Var`` of the noise in ``A_hat - tau D_hat`` (``e`` count, ``h`` sum noise): ``sum [e_c
+    (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t
+    e_c]``, exact for these bilinear terms; squares of noisy values are corrected by their noise
+    variance. Quadratic in ``tau``; no floor (:func:`_fixed_effects_noise_variance` adds it)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
-    t = tau[..., None]
+    t = np.asarray(tau)[..., None]
     per_stratum = (
         v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
         + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
         + 2.0 * v_s * v_n
         + t * t * v_n**2
     )
+    return np.sum(per_stratum, axis=-1)
+
+
+def _fixed_effects_noise_variance(
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
+) -> Any:
+    """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
+    tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
+    h_c e_t - tau e_t e_c]`` (``e`` count, ``h`` sum noise; :func:`_noise_numerator`), never
+    below its pure-noise part. Divided by the noisy
+    ``D_hat^2`` the release reads: the variance of the error given ``D_hat``, which is what an
+    interval around this release needs (the spread of ``1/D_hat`` over other draws of ``D_hat``
+    is :func:`fieller_factor`'s, where the design makes it matter)."""
+    v_n, v_s = c.v_n, c.v_s
     floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
-    return np.maximum(np.sum(per_stratum, axis=-1), floor_v) / d_safe**2
+    return np.maximum(_noise_numerator(c, cnt, s, tau), floor_v) / d_safe**2
 
 
 def _fixed_effects_sampling(

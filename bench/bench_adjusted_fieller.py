@@ -1,0 +1,128 @@
+"""Fixed effects' interval where its public design predicts that few releases resolve: Fieller's
+length against the delta method's (docs/explanation/adjusted.md, "The denominator's noise").
+Prints figures; asserts nothing.
+
+The designs of ``bench_adjusted_refusal.py`` (Synth's 1,000 and 3,333 records over 100 evenly
+filled strata across budgets; IHDP and Lalonde split 2 and 3 ways on their coarse and rich
+strata and Synth with 384 strata at eps 1), fixed effects, fixed data and seeded releases (numpy
+noise, simulations only). Per site: the share predicted from the public design alone
+(``design_resolution``: the release's switch, Fieller's length below ``FIELLER_BELOW``), the
+realised share of releases that resolve, and for the resolved releases the coverage and mean
+width of the 95% interval (clipped to ``[-B, B]``) of the site's own fixed-effects estimand,
+with the release as shipped (``switch``) and with the delta method everywhere (``delta``). Then
+per study the inverse-variance combination of the resolved sites (coverage of the studies' own
+pooled estimand: the sites' estimands averaged by their true denominators; mean width; share
+of repetitions with an answer).
+
+Run: ``python bench/bench_adjusted_fieller.py [RELEASES]`` (2,000 by default: about a minute;
+the realistic rows need ``DPATE_DATA_DIR``).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from bench_adjusted_realistic import designs, estimand
+
+from dpate.experiments.settings import Z95
+from dpate_core.mechanisms.adjusted import _weightings, plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted._weightings import design_resolution
+from dpate_core.statistics import cell_statistics
+from dpate_core.synth import synth
+
+
+@contextmanager
+def delta_method() -> Any:
+    """The release with its switch off: the delta method's variance at every design."""
+    saved = _weightings.FIELLER_BELOW
+    _weightings.FIELLER_BELOW = 0.0
+    try:
+        yield
+    finally:
+        _weightings.FIELLER_BELOW = saved
+
+
+def site_draws(w, y, x, size: int, bound: float, eps: str, reps: int, seed: int) -> dict:
+    """The site's releases with and without the switch (the same noise), its estimand and its
+    true denominator ``D``."""
+    stats = cell_statistics(w, y, x, domain_size=size, bound=bound)
+    plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting="fixed_effects")
+    rng = np.random.default_rng(seed)
+    noisy = {
+        s.name: s.value + s.value_scale * rng.laplace(0.0, 1.0, (reps, np.size(s.value)))
+        for s in plan.noise
+    }
+    shipped = plan.assemble(noisy)
+    with delta_method():
+        delta = plan.assemble(noisy)
+    c = plan.assemble.assembly.args[0]  # the public constants (functools.partial)
+    share = design_resolution(c.n, c.n_strata, c.v_n)
+    cnt = np.bincount(2 * x.astype(np.int64) + w.astype(np.int64), minlength=2 * size)
+    big_d = float(np.sum(cnt[0::2].astype(float) * cnt[1::2]))
+    return {
+        "shipped": shipped,
+        "delta": delta,
+        "target": estimand(w, y, x, size, "fixed_effects"),
+        "d": big_d,
+        "share": share,
+        "bound": bound,
+    }
+
+
+def _cover(out, target: float, bound: float) -> tuple[float, float]:
+    ok = np.isfinite(out.tau)
+    if not ok.any():
+        return float("nan"), float("nan")
+    half = np.minimum(Z95 * np.sqrt(out.variance[ok]), bound)
+    return float(np.mean(np.abs(out.tau[ok] - target) <= half)), float(np.mean(2 * half))
+
+
+def site_line(name: str, r: dict) -> None:
+    ok = np.isfinite(r["shipped"].tau)
+    cs, ws = _cover(r["shipped"], r["target"], r["bound"])
+    cd, wd = _cover(r["delta"], r["target"], r["bound"])
+    print(f"{name:28s} {r['share']:6.2f} {ok.mean():8.3f}   {cs:6.3f} {ws:6.3f}   "
+          f"{cd:6.3f} {wd:6.3f}", flush=True)  # fmt: skip
+
+
+def pooled_line(name: str, sites: list[dict]) -> None:
+    target = sum(r["d"] * r["target"] for r in sites) / sum(r["d"] for r in sites)
+    cells = []
+    for key in ("shipped", "delta"):
+        tau = np.stack([r[key].tau for r in sites])
+        var = np.stack([r[key].variance for r in sites])
+        ok = np.isfinite(tau)
+        wts = np.where(ok, 1.0 / np.where(ok, var, 1.0), 0.0)
+        any_ok = ok.any(axis=0)
+        tot = np.where(any_ok, wts.sum(axis=0), 1.0)
+        est = np.where(ok, tau, 0.0).__mul__(wts).sum(axis=0) / tot
+        half = np.minimum(Z95 / np.sqrt(tot), sites[0]["bound"])
+        cover = float(np.mean(np.abs(est - target)[any_ok] <= half[any_ok]))
+        cells.append(f"{cover:6.3f} {float(np.mean(2 * half[any_ok])):6.3f} {any_ok.mean():5.2f}")
+    print(f"{name + ' (inverse variance)':36s}          {cells[0]}   {cells[1]}", flush=True)
+
+
+def main(reps: int = 2000) -> None:
+    print(
+        "design                       design  resolved   switch: cover width   delta: cover width"
+    )
+    for n, eps_grid in ((1000, ("1/4", "9/20", "7/10", "9/10")),
+                        (3333, ("9/50", "11/50", "13/50", "3/10", "7/20", "1/2"))):  # fmt: skip
+        d = synth(n, 100, a=0.0, b=0.2, seed=7)
+        for eps in eps_grid:
+            r = site_draws(d.w.astype(np.int64), d.y, d.x, 100, 1.0, eps, reps, 4)
+            site_line(f"Synth {n} / 100, eps {eps}", r)
+    for d in designs():
+        sites = []
+        for j, (w, y, x) in enumerate(d.sites):
+            r = site_draws(w, y, x, d.domain_size, d.bound, "1", reps, 3 + j)
+            site_line(f"{d.name}: {j + 1}", r)
+            sites.append(r)
+        pooled_line(d.name, sites)
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:2]))
