@@ -98,7 +98,7 @@ def pooled_line(name: str, sites: list[dict]) -> None:
         wts = np.where(ok, 1.0 / np.where(ok, var, 1.0), 0.0)
         any_ok = ok.any(axis=0)
         tot = np.where(any_ok, wts.sum(axis=0), 1.0)
-        est = np.where(ok, tau, 0.0).__mul__(wts).sum(axis=0) / tot
+        est = (np.where(ok, tau, 0.0) * wts).sum(axis=0) / tot
         half = np.minimum(Z95 / np.sqrt(tot), sites[0]["bound"])
         cover = float(np.mean(np.abs(est - target)[any_ok] <= half[any_ok]))
         cells.append(f"{cover:6.3f} {float(np.mean(2 * half[any_ok])):6.3f} {any_ok.mean():5.2f}")
