@@ -381,8 +381,11 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     is the one whose normal half-width is the expected half-width, ``(p sqrt(v) + (1 - p) B /
     z)^2`` (``z = 1.96``), ``sqrt(v)`` the resolved releases' mean half-width over ``z``: each
     the delta method's at its ``D_hat`` (``Var(A_hat - tau D_hat)`` at the assumed counts over
-    ``D_hat^2``) clipped at ``B``, averaged over the normal tail of ``D_hat`` above
-    ``RESOLVE_Z`` sds."""
+    ``D_hat^2``), stretched to Fieller's length where the release's switch is on
+    (:func:`design_resolution` below :data:`FIELLER_BELOW`: the switch reads the design, not
+    these assumptions) and clipped at ``B``, averaged over the normal tail of ``D_hat`` above
+    ``RESOLVE_Z`` sds (a release whose Fieller set is unbounded is unresolved; counted here as
+    resolved at half-width ``B``, the same expected half-width)."""
     p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
     v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2

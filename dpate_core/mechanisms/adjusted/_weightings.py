@@ -194,11 +194,10 @@ def resolution_probability(big_d: float, var_d: float) -> float:
 def design_resolution(n: int, n_strata: int, v_n: float) -> float:
     """The share of fixed-effects releases predicted to resolve from the public design alone
     (``N``, ``|X|`` and the count noise variance ``v_n``): :func:`resolution_probability` at the
-    counts
-    ``dpate plan`` assumes by default, half the records treated (``round(N/2)``), each arm
-    spread as evenly as possible over every stratum (``planning.balanced_counts``: ``q`` or
-    ``q + 1`` records per stratum, the first strata taking the extra ones), so ``D`` and
-    ``sum (n_t^2 + n_c^2)`` in closed form. Public: it reads no record, so the switch it drives
+    counts ``dpate plan`` assumes by default, half the records treated (``round(N/2)``), each
+    arm spread as evenly as possible over every stratum (``planning.balanced_counts``: ``q`` or
+    ``q + 1`` records per stratum, the first strata taking the extra ones), so ``D`` and ``sum
+    (n_t^2 + n_c^2)`` in closed form. Public: it reads no record, so the switch it drives
     (:data:`FIELLER_BELOW`) selects nothing."""
     k = n_strata
     m_t = min(max(round(0.5 * n), 1), n - 1)
@@ -277,10 +276,10 @@ def _fixed_effects_noise_variance(
     """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
     tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
     h_c e_t - tau e_t e_c]`` (``e`` count, ``h`` sum noise; :func:`_noise_numerator`), never
-    below its pure-noise part. Divided by the noisy
-    ``D_hat^2`` the release reads: the variance of the error given ``D_hat``, which is what an
-    interval around this release needs (the spread of ``1/D_hat`` over other draws of ``D_hat``
-    is :func:`fieller_factor`'s, where the design makes it matter)."""
+    below its pure-noise part. Divided by the noisy ``D_hat^2`` the release reads: the variance
+    of the error given ``D_hat``, which is what an interval around this release needs (the
+    spread of ``1/D_hat`` over other draws of ``D_hat`` is :func:`fieller_factor`'s, where the
+    design makes it matter)."""
     v_n, v_s = c.v_n, c.v_s
     floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
     return np.maximum(_noise_numerator(c, cnt, s, tau), floor_v) / d_safe**2
