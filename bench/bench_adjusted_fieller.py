@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 from bench_adjusted_realistic import designs, estimand
+from bench_adjusted_refusal import fixed_effects_draws
 
 from dpate.experiments.settings import Z95
-from dpate_core.mechanisms.adjusted import _weightings, plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import _weightings
 from dpate_core.mechanisms.adjusted._weightings import design_resolution
-from dpate_core.statistics import cell_statistics
 from dpate_core.synth import synth
 
 
@@ -48,13 +48,7 @@ def delta_method() -> Any:
 def site_draws(w, y, x, size: int, bound: float, eps: str, reps: int, seed: int) -> dict:
     """The site's releases with and without the switch (the same noise), its estimand and its
     true denominator ``D``."""
-    stats = cell_statistics(w, y, x, domain_size=size, bound=bound)
-    plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting="fixed_effects")
-    rng = np.random.default_rng(seed)
-    noisy = {
-        s.name: s.value + s.value_scale * rng.laplace(0.0, 1.0, (reps, np.size(s.value)))
-        for s in plan.noise
-    }
+    plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
     shipped = plan.assemble(noisy)
     with delta_method():
         delta = plan.assemble(noisy)

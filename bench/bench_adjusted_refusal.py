@@ -38,7 +38,9 @@ from dpate_core.synth import synth
 FIXED_EFFECTS = AdjustedOptions(weighting="fixed_effects")
 
 
-def site_row(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, seed: int) -> None:
+def fixed_effects_draws(w, y, x, size: int, bound: float, eps: str, reps: int, seed: int):
+    """The site's fixed-effects release plan and ``reps`` seeded draws of its noisy vectors
+    (numpy noise: simulation only)."""
     stats = cell_statistics(w, y, x, domain_size=size, bound=bound)
     plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting="fixed_effects")
     rng = np.random.default_rng(seed)
@@ -46,6 +48,11 @@ def site_row(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, s
         s.name: s.value + s.value_scale * rng.laplace(0.0, 1.0, (reps, np.size(s.value)))
         for s in plan.noise
     }
+    return plan, noisy
+
+
+def site_row(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, seed: int) -> None:
+    plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
     out = plan.assemble(noisy)
     target = estimand(w, y, x, size, "fixed_effects")
     ok = np.isfinite(out.tau)
