@@ -610,8 +610,8 @@ def test_adjusted_widths_on_sparse_real_strata_within_25_percent(name):
     # IHDP (16 strata, 2 sites of 374), Lalonde (39 ages, 3 sites of 241: most strata hold a
     # few records, two thirds of the releases do not resolve, and the design's even-fill share,
     # 0.12, puts the release's intervals at Fieller's length, which the plan predicts too) and
-    # Synth with five covariates (384
-    # strata, 3 sites of 3,000) at eps 1: "auto" is fixed effects at every site; the prediction
+    # Synth with five covariates (384 strata, 3 sites of 3,000) at eps 1: "auto" is fixed
+    # effects at every site; the prediction
     # reads the occupancy a planner would state (the effective number of strata), the baseline
     # outcome and its spread, and runs over which sites resolve
     from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT, plan_adjusted
