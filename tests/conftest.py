@@ -100,6 +100,14 @@ def prefect_test_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pr
     try:
         yield PrefectTestServer(server.api_url)
     finally:
+        # send the logs and events still queued while the server answers (as Prefect's own
+        # test harness does): after it stops, the process's exit would retry them against a
+        # closed port for over a minute ("Error logging to API")
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=10)
+        EventsWorker.drain_all(timeout=10)
         server.stop()
 
 
