@@ -384,8 +384,8 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     ``D_hat^2``), stretched to Fieller's length where the release's switch is on
     (:func:`design_resolution` below :data:`FIELLER_BELOW`: the switch reads the design, not
     these assumptions) and clipped at ``B``, averaged over the normal tail of ``D_hat`` above
-    ``RESOLVE_Z`` sds (a release whose Fieller set is unbounded is unresolved; counted here as
-    resolved at half-width ``B``, the same expected half-width)."""
+    ``RESOLVE_Z`` sds; a ``D_hat`` whose Fieller set is unbounded leaves the release unresolved
+    there too, so ``p`` is the share of that tail where the set is bounded."""
     p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
     v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
@@ -433,5 +433,10 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     stretch = np.ones_like(d_hat)
     if design_resolution(inp.design.n, inp.domain_size, v_n) < FIELLER_BELOW:
         stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
-    half = np.minimum(INTERVAL_Z * np.sqrt(v_r * stretch) / d_hat, b)
+    # a D_hat whose Fieller set is unbounded leaves the release unresolved, as the release does
+    bounded = np.isfinite(stretch)
+    p *= float(np.mean(bounded))
+    if p <= 0.0:
+        return sampling_num / big_d**2, noise / big_d**2, 0.0, math.inf
+    half = np.minimum(INTERVAL_Z * np.sqrt(v_r * stretch[bounded]) / d_hat[bounded], b)
     return sampling_num / big_d**2, noise / big_d**2, p, float(np.mean(half) / INTERVAL_Z) ** 2
