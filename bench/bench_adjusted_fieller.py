@@ -15,7 +15,10 @@ pooled estimand: the sites' estimands averaged by their true denominators; mean 
 of repetitions with an answer).
 
 Run: ``python bench/bench_adjusted_fieller.py [RELEASES]`` (2,000 by default: about a minute;
-the realistic rows need ``DPATE_DATA_DIR``).
+the realistic rows need ``DPATE_DATA_DIR``). ``python bench/bench_adjusted_fieller.py RELEASES
+--variants``: where the design's share is at least ``FIELLER_BELOW`` (the delta method's band),
+the same draws with milder stretches than Fieller's (:data:`VARIANTS`; adjusted.md, "Milder
+stretches between a half and 0.9"), coverage and width of each.
 """
 
 from __future__ import annotations
@@ -32,6 +35,39 @@ from dpate.experiments.settings import Z95
 from dpate_core.mechanisms.adjusted import _weightings
 from dpate_core.mechanisms.adjusted._weightings import design_resolution
 from dpate_core.synth import synth
+
+#: stretches tried between the delta method and Fieller's where the design's share is at least
+#: FIELLER_BELOW, as functions of Fieller's ``g``, ``rho`` and factor
+VARIANTS = {
+    "delta": lambda g, rho, full: np.ones_like(full),
+    "(1-g rho)/(1-g)": lambda g, rho, full: (1.0 - g * rho) / (1.0 - g),
+    "root of Fieller's": lambda g, rho, full: np.sqrt(full),
+    "Fieller's": lambda g, rho, full: full,
+}
+
+
+@contextmanager
+def stretch_everywhere(variant: str) -> Any:
+    """The release with its switch on at every design and, where the design's share is at least
+    ``FIELLER_BELOW`` (``share``), Fieller's factor replaced by ``VARIANTS[variant]``."""
+    saved_below, saved_factor = _weightings.FIELLER_BELOW, _weightings.fieller_factor
+
+    def factor(v_r, v_up, v_down, step, d):
+        full = saved_factor(v_r, v_up, v_down, step, d)
+        v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
+        slope = (v_up - v_down) / (2.0 * step)
+        v_min = np.where(v_d > 0.0, v_r - slope * slope / (4.0 * np.where(v_d > 0, v_d, 1.0)), v_r)
+        rho = np.clip(v_min / np.where(v_r > 0.0, v_r, 1.0), 0.0, 1.0)
+        g = np.minimum(_weightings.INTERVAL_Z**2 * np.maximum(v_d, 0.0) / (d * d), 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = VARIANTS[variant](g, rho, full)
+        return np.where(np.isfinite(full), out, np.inf)
+
+    _weightings.FIELLER_BELOW, _weightings.fieller_factor = 2.0, factor
+    try:
+        yield
+    finally:
+        _weightings.FIELLER_BELOW, _weightings.fieller_factor = saved_below, saved_factor
 
 
 @contextmanager
@@ -82,21 +118,69 @@ def site_line(name: str, r: dict) -> None:
           f"{cd:6.3f} {wd:6.3f}", flush=True)  # fmt: skip
 
 
-def pooled_line(name: str, sites: list[dict]) -> None:
+def _pooled(sites: list[dict]) -> tuple[float, float, float]:
+    """The inverse-variance combination of the sites' resolved releases (``out``): coverage of
+    the pooled estimand (the sites' estimands averaged by their true denominators), mean width,
+    share of repetitions with an answer."""
     target = sum(r["d"] * r["target"] for r in sites) / sum(r["d"] for r in sites)
+    tau = np.stack([r["out"].tau for r in sites])
+    var = np.stack([r["out"].variance for r in sites])
+    ok = np.isfinite(tau)
+    wts = np.where(ok, 1.0 / np.where(ok, var, 1.0), 0.0)
+    any_ok = ok.any(axis=0)
+    tot = np.where(any_ok, wts.sum(axis=0), 1.0)
+    est = (np.where(ok, tau, 0.0) * wts).sum(axis=0) / tot
+    half = np.minimum(Z95 / np.sqrt(tot), sites[0]["bound"])
+    cover = float(np.mean(np.abs(est - target)[any_ok] <= half[any_ok]))
+    return cover, float(np.mean(2 * half[any_ok])), float(any_ok.mean())
+
+
+def pooled_line(name: str, sites: list[dict]) -> None:
     cells = []
     for key in ("shipped", "delta"):
-        tau = np.stack([r[key].tau for r in sites])
-        var = np.stack([r[key].variance for r in sites])
-        ok = np.isfinite(tau)
-        wts = np.where(ok, 1.0 / np.where(ok, var, 1.0), 0.0)
-        any_ok = ok.any(axis=0)
-        tot = np.where(any_ok, wts.sum(axis=0), 1.0)
-        est = (np.where(ok, tau, 0.0) * wts).sum(axis=0) / tot
-        half = np.minimum(Z95 / np.sqrt(tot), sites[0]["bound"])
-        cover = float(np.mean(np.abs(est - target)[any_ok] <= half[any_ok]))
-        cells.append(f"{cover:6.3f} {float(np.mean(2 * half[any_ok])):6.3f} {any_ok.mean():5.2f}")
+        cover, width, answered = _pooled([{**r, "out": r[key]} for r in sites])
+        cells.append(f"{cover:6.3f} {width:6.3f} {answered:5.2f}")
     print(f"{name + ' (inverse variance)':36s}          {cells[0]}   {cells[1]}", flush=True)
+
+
+def variants_line(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, seed: int):
+    """One site in the delta method's band under every stretch of :data:`VARIANTS`; returns the
+    releases by variant (with the target and ``D``) for a pooled line, None outside the band."""
+    plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
+    c = plan.assemble.assembly.args[0]
+    share = design_resolution(c.n, c.n_strata, c.v_n)
+    if share < _weightings.FIELLER_BELOW:
+        return None
+    outs = {}
+    for variant in VARIANTS:
+        with stretch_everywhere(variant):
+            outs[variant] = plan.assemble(noisy)
+    target = estimand(w, y, x, size, "fixed_effects")
+    cells = ["{:6.3f} {:6.3f}".format(*_cover(outs[v], target, bound)) for v in VARIANTS]
+    print(f"{name:28s} {share:5.2f} {np.isfinite(outs['delta'].tau).mean():5.2f}   "
+          + "   ".join(cells), flush=True)  # fmt: skip
+    cnt = np.bincount(2 * x.astype(np.int64) + w.astype(np.int64), minlength=2 * size)
+    big_d = float(np.sum(cnt[0::2].astype(float) * cnt[1::2]))
+    return {"outs": outs, "target": target, "d": big_d, "bound": bound}
+
+
+def main_variants(reps: int) -> None:
+    print("design                       share resolved   " + "   ".join(VARIANTS)
+          + " (cover width each)")  # fmt: skip
+    for n, eps_grid in ((1000, ("9/10",)), (3333, ("13/50", "3/10"))):
+        d = synth(n, 100, a=0.0, b=0.2, seed=7)
+        for eps in eps_grid:
+            variants_line(f"Synth {n} / 100, eps {eps}", d.w.astype(np.int64), d.y, d.x, 100,
+                          1.0, eps, reps, 4)  # fmt: skip
+    for d in designs():
+        sites = [variants_line(f"{d.name}: {j + 1}", w, y, x, d.domain_size, d.bound, "1", reps, 3 + j)
+                 for j, (w, y, x) in enumerate(d.sites)]  # fmt: skip
+        if all(r is not None for r in sites):
+            cells = []
+            for v in VARIANTS:
+                cover, width, _ = _pooled([{**r, "out": r["outs"][v]} for r in sites])
+                cells.append(f"{cover:6.3f} {width:6.3f}")
+            print(f"{d.name + ' (inverse variance)':48s} " + "   ".join(cells), flush=True)
 
 
 def main(reps: int = 2000) -> None:
@@ -119,4 +203,7 @@ def main(reps: int = 2000) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    if "--variants" in sys.argv:
+        main_variants(*(int(a) for a in sys.argv[1:2] if a.isdigit()) or (1000,))
+    else:
+        main(*(int(a) for a in sys.argv[1:2]))
