@@ -20,9 +20,18 @@ truth.
 
 Run: ``python bench/bench_adjusted_sampling.py`` (about five minutes; the real rows need
 ``DPATE_DATA_DIR``).
+
+``python bench/bench_adjusted_sampling.py --noise``: the other part, at a site's fixed records
+(eps 1, 4,000 seeded releases, the delta method's variance everywhere): for the resolved releases,
+the released noise variance times ``D_hat^2`` (the estimated numerator ``Var(A_hat - tau
+D_hat)``) over its value at the true cell statistics, the realised ``((tau_hat - tau) D_hat)^2``
+over the same, and the sd and coverage of the standardised error ``(tau_hat - tau) /
+sqrt(variance)`` (its variance holds the sampling part, which fixed records do not show).
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from bench_adjusted_realistic import estimand
@@ -122,7 +131,49 @@ def real_rows(samples: int = 2000) -> None:
                   f"bootstrap {np.mean(boots) / truth:.2f}", flush=True)  # fmt: skip
 
 
+def noise_rows(reps: int = 4000) -> None:
+    from bench_adjusted_realistic import designs
+
+    from dpate_core.mechanisms.adjusted import _weightings
+
+    print("The noise part of resolved releases at fixed records (eps 1, delta method)")
+    saved, _weightings.FIELLER_BELOW = _weightings.FIELLER_BELOW, 0.0
+    try:
+        for d in designs():
+            if not d.name.startswith(("IHDP,", "Lalonde,", "Synth strata, 3")):
+                continue
+            for j, (w, y, x) in enumerate(d.sites[:2]):
+                plan, noisy = fixed_effects_draws(w, y, x, d.domain_size, d.bound, "1", reps, 7 + j)
+                out = plan.assemble(noisy)
+                c = plan.assemble.assembly.args[0]
+                counts, sums = (np.asarray(s.value, float) for s in plan.noise[:2])
+                n_c, n_t, s_c, s_t = counts[0::2], counts[1::2], sums[0::2], sums[1::2]
+                big_d = np.sum(n_t * n_c)
+                tau = np.sum(s_t * n_c - s_c * n_t) / big_d
+                v_n, v_s = c.v_n, c.v_s
+                true_num = np.sum(
+                    v_n * ((s_t - tau * n_t) ** 2 + (s_c + tau * n_c) ** 2)
+                    + v_s * (n_t**2 + n_c**2) + 2 * v_s * v_n + tau**2 * v_n**2
+                )  # fmt: skip
+                ok = np.isfinite(out.tau)
+                noisy_n = np.clip(noisy[plan.noise[0].name], -c.n, c.n)
+                d_hat = np.sum(noisy_n[:, 1::2] * noisy_n[:, 0::2], axis=1)[ok]
+                estimated = out.diagnostics["noise_variance"][ok] * d_hat**2
+                realised = ((out.tau[ok] - tau) * d_hat) ** 2
+                z = (out.tau[ok] - tau) / np.sqrt(out.variance[ok])
+                print(f"  {d.name:24s} site {j + 1}: resolved {ok.mean():.2f}   numerator "
+                      f"{np.mean(estimated) / true_num:.3f} (median "
+                      f"{np.median(estimated) / true_num:.3f})   realised "
+                      f"{np.mean(realised) / true_num:.3f}   z sd {z.std():.3f}, cover "
+                      f"{np.mean(np.abs(z) <= 1.96):.3f}", flush=True)  # fmt: skip
+    finally:
+        _weightings.FIELLER_BELOW = saved
+
+
 def main() -> None:
+    if "--noise" in sys.argv:
+        noise_rows()
+        return
     synth_rows()
     try:
         real_rows()
