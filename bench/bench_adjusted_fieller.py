@@ -17,8 +17,9 @@ of repetitions with an answer).
 Run: ``python bench/bench_adjusted_fieller.py [RELEASES]`` (2,000 by default: about a minute;
 the realistic rows need ``DPATE_DATA_DIR``). ``python bench/bench_adjusted_fieller.py RELEASES
 --variants``: where the design's share is at least ``FIELLER_BELOW`` (the delta method's band),
-the same draws with milder stretches than Fieller's (:data:`VARIANTS`; adjusted.md, "Milder
-stretches between a half and 0.9"), coverage and width of each.
+the same draws with the delta method's variance corrected for its plug-in excess and with
+milder stretches than Fieller's (:data:`VARIANTS`; adjusted.md, "Milder stretches between a half
+and 0.9, and a narrower delta method"), coverage and width of each.
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ from dpate_core.mechanisms.adjusted import _weightings
 from dpate_core.mechanisms.adjusted._weightings import design_resolution
 from dpate_core.synth import synth
 
-#: stretches tried between the delta method and Fieller's where the design's share is at least
-#: FIELLER_BELOW, as functions of Fieller's ``g``, ``rho`` and factor
+#: factors tried on the delta method's variance where the design's share is at least FIELLER_BELOW
+#: (its plug-in excess divided out, and stretches towards Fieller's), as functions of Fieller's
+#: ``g``, ``rho`` and factor
 VARIANTS = {
     "delta": lambda g, rho, full: np.ones_like(full),
+    # V(t) read at tau_hat exceeds V(tau) by V_D Var(tau_hat) = V(tau) V_D / D_hat^2 on average
+    "delta, plug-in corrected": lambda g, rho, full: 1.0 / (1.0 + g / _weightings.INTERVAL_Z**2),
     "(1-g rho)/(1-g)": lambda g, rho, full: (1.0 - g * rho) / (1.0 - g),
     "root of Fieller's": lambda g, rho, full: np.sqrt(full),
     "Fieller's": lambda g, rho, full: full,
