@@ -68,15 +68,15 @@ def test_sampling_part_is_the_spread_over_new_samples(weighting):
     assert 0.9 < ratio < 1.1, ratio
 
 
-def _stacked(samples):
-    """The exact cell statistics of several samples ``(w, y, x)`` of one size, stacked (as
-    :func:`_bootstrap`'s) for one call of a plan's post-processing."""
-    k = SPARSE_STRATA
+#: Synth's five covariates (dpate_core.synth.synth_strata): 384 strata
+SPARSE_STRATA = 384
+
+
+def _stacked(samples, k):
+    """The exact cell statistics of several samples ``(w, y, x)`` of one size over ``k``
+    strata, stacked (as :func:`_bootstrap`'s) for one call of a plan's post-processing."""
     z = [_exact(w, y, x, k) for w, y, x in samples]
     return {key: np.stack([s[key] for s in z]) for key in z[0]}
-
-
-SPARSE_STRATA = 384
 
 
 def test_fixed_effects_sampling_part_matches_fresh_samples_on_sparse_strata():
@@ -91,7 +91,7 @@ def test_fixed_effects_sampling_part_matches_fresh_samples_on_sparse_strata():
     fresh = [synth_strata(600, seed=900 + i) for i in range(2000)]
     first = fresh[0]
     plan = _plan(first.w, first.y, first.x, SPARSE_STRATA, NIL, "fixed_effects")
-    out = plan.assemble(_stacked([(s.w, s.y, s.x) for s in fresh]))
+    out = plan.assemble(_stacked([(s.w, s.y, s.x) for s in fresh], SPARSE_STRATA))
     truth = float(np.var(out.tau))
     ratio = float(np.mean(_sampling(out))) / truth
     assert 0.8 < ratio < 1.1, ratio
