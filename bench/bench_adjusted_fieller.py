@@ -52,17 +52,14 @@ VARIANTS = {
 
 @contextmanager
 def stretch_everywhere(variant: str) -> Any:
-    """The release with its switch on at every design and, where the design's share is at least
-    ``FIELLER_BELOW`` (``share``), Fieller's factor replaced by ``VARIANTS[variant]``."""
+    """The release with its switch on at every design and Fieller's factor replaced by
+    ``VARIANTS[variant]`` (unbounded Fieller sets stay unresolved); the bench applies it only
+    where the design's share is at least ``FIELLER_BELOW`` (:func:`variants_line`)."""
     saved_below, saved_factor = _weightings.FIELLER_BELOW, _weightings.fieller_factor
 
     def factor(v_r, v_up, v_down, step, d):
         full = saved_factor(v_r, v_up, v_down, step, d)
-        v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
-        slope = (v_up - v_down) / (2.0 * step)
-        v_min = np.where(v_d > 0.0, v_r - slope * slope / (4.0 * np.where(v_d > 0, v_d, 1.0)), v_r)
-        rho = np.clip(v_min / np.where(v_r > 0.0, v_r, 1.0), 0.0, 1.0)
-        g = np.minimum(_weightings.INTERVAL_Z**2 * np.maximum(v_d, 0.0) / (d * d), 1.0)
+        g, rho = _weightings.fieller_terms(v_r, v_up, v_down, step, d)
         with np.errstate(divide="ignore", invalid="ignore"):
             out = VARIANTS[variant](g, rho, full)
         return np.where(np.isfinite(full), out, np.inf)
@@ -168,7 +165,7 @@ def variants_line(name: str, w, y, x, size: int, bound: float, eps: str, reps: i
     return {"outs": outs, "target": target, "d": big_d, "bound": bound}
 
 
-def main_variants(reps: int) -> None:
+def main_variants(reps: int = 1000) -> None:
     print("design                       share resolved   " + "   ".join(VARIANTS)
           + " (cover width each)")  # fmt: skip
     for n, eps_grid in ((1000, ("9/10",)), (3333, ("13/50", "3/10"))):
@@ -208,6 +205,6 @@ def main(reps: int = 2000) -> None:
 
 if __name__ == "__main__":
     if "--variants" in sys.argv:
-        main_variants(*(int(a) for a in sys.argv[1:2] if a.isdigit()) or (1000,))
+        main_variants(*(int(a) for a in sys.argv[1:2] if a.isdigit()))
     else:
         main(*(int(a) for a in sys.argv[1:2]))

@@ -36,6 +36,7 @@ __all__ = [
     "assemble_subclassification",
     "design_resolution",
     "fieller_factor",
+    "fieller_terms",
     "resolution_probability",
     "used_strata",
     "with_binary_squares",
@@ -241,15 +242,21 @@ def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any
     V_min``). Far from the threshold (``g`` near 0) the factor is 1; near it, where the noisy
     ``D_hat`` may be several times the true ``D``, the interval widens with it. The release reads
     it at its noisy values (:func:`assemble_fixed_effects`), the plan at the assumed ones."""
+    g, rho = fieller_terms(v_r, v_up, v_down, step, d)
+    bounded = g < 1.0
+    one_less = np.where(bounded, 1.0 - g, 1.0)
+    return np.where(bounded, (1.0 - g * rho) / one_less**2, np.inf)
+
+
+def fieller_terms(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> tuple[Any, Any]:
+    """``(g, rho)`` of :func:`fieller_factor`: ``g = z^2 V_D / d^2`` and ``rho = V_min / V(r)``,
+    from the quadratic ``V(t)`` read at ``r`` and ``r +- step``."""
     v_d = (v_up + v_down - 2.0 * v_r) / (2.0 * step * step)
     slope = (v_up - v_down) / (2.0 * step)
     v_safe = np.where(v_d > 0.0, v_d, 1.0)
     v_min = np.where(v_d > 0.0, v_r - slope * slope / (4.0 * v_safe), v_r)
     rho = np.clip(v_min / np.where(v_r > 0.0, v_r, 1.0), 0.0, 1.0)
-    g = INTERVAL_Z**2 * np.maximum(v_d, 0.0) / (d * d)
-    bounded = g < 1.0
-    one_less = np.where(bounded, 1.0 - g, 1.0)
-    return np.where(bounded, (1.0 - g * rho) / one_less**2, np.inf)
+    return INTERVAL_Z**2 * np.maximum(v_d, 0.0) / (d * d), rho
 
 
 def _noise_numerator(c: PublicConstants, cnt: Any, s: Any, tau: Any) -> Any:
