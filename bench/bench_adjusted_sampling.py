@@ -51,7 +51,9 @@ def released_sampling(w, y, x, size: int, bound: float = 1.0) -> float:
 
 
 def jackknife(w, y, x, size: int) -> float:
-    """The delete-one jackknife variance of ``A / D`` from the cell statistics."""
+    """The delete-one jackknife variance of ``A / D`` from the cell statistics, its deviations
+    taken from the whole sample's estimate (leaving out record ``i`` moves it by exactly ``-h_i /
+    (D - n_other)``, ``h_i`` the record's influence in the release's sandwich)."""
     g = 2 * x.astype(np.int64) + w.astype(np.int64)
     n = np.bincount(g, minlength=2 * size).astype(float)
     s = np.bincount(g, weights=y, minlength=2 * size)
