@@ -191,6 +191,7 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
     # resolve in most releases and get no note
     from dpate_core.mechanisms.adjusted import (
         DEFAULT_SPLIT,
+        MOSTLY_RESOLVES,
         SELECTED_RESOLUTION,
         plan_adjusted_from_statistics,
     )
@@ -221,6 +222,16 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
     assert SELECTED_RESOLUTION < plan.sites[0].resolved_probability < 0.5
     (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
     assert "Fieller's length" in note and "under-cover" not in note
+    # at eps 9/10 about two thirds resolve: the delta method's interval is kept, and there the
+    # resolved releases of this Synth, whose effect is half the range, covered 0.88-0.91; the
+    # note says they are pulled towards 0 with the effect and can under-cover
+    band = [SiteDesign.of(s, 1000, "9/10", 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    plan = plan_study("adjusted", "inverse_variance", band, domain_size=100, bound=1.0,
+                      recommend=False)  # fmt: skip
+    assert 0.5 < plan.sites[0].resolved_probability < MOSTLY_RESOLVES
+    (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+    assert "towards 0 in proportion to the effect" in note and "under-cover" in note
+    assert "Fieller's length" not in note
     big = [SiteDesign.of(s, 3000, 1, 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
     plan = plan_study("adjusted", "inverse_variance", big, domain_size=384, bound=1.0,
                       recommend=False)  # fmt: skip

@@ -25,6 +25,7 @@ from dpate_core.mechanisms._estimator import (
 from dpate_core.release import MechanismPlan
 
 from ._public import (
+    MOSTLY_RESOLVES,
     RARELY_RESOLVES,
     SELECTED_RESOLUTION,
     adjusted_resolution,
@@ -77,6 +78,7 @@ __all__ = [
     "ESTIMANDS",
     "FIELLER_BELOW",
     "INTERVAL_Z",
+    "MOSTLY_RESOLVES",
     "PARTS",
     "RARELY_RESOLVES",
     "RATIO_DAMPING",

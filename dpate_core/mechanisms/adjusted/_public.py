@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from dpate_core.release import SiteEstimate
 
 __all__ = [
+    "MOSTLY_RESOLVES",
     "RARELY_RESOLVES",
     "SELECTED_RESOLUTION",
     "adjusted_resolution",
@@ -71,37 +72,58 @@ RARELY_RESOLVES = FIELLER_BELOW
 #: always to 95% (docs/explanation/adjusted.md, "The denominator's noise"). Between it and
 #: :data:`RARELY_RESOLVES` Fieller's length covers (Synth at 20-42%: 0.90-0.94, was 0.69-0.83)
 SELECTED_RESOLUTION = 0.2
+#: from :data:`RARELY_RESOLVES` to this predicted share the release keeps the delta method's
+#: interval, and the releases that resolve are still selected on their denominator's noise,
+#: which pulls them towards 0 in proportion to the effect: where the effect is large next to the
+#: interval they under-cover (Synth, effect half the range, 61-83% resolved: 0.88-0.91; the
+#: realistic sites there, whose effects are small, cover 0.96-0.98); docs/explanation/adjusted.md,
+#: "Milder stretches between a half and 0.9, and a narrower delta method"
+MOSTLY_RESOLVES = 0.9
 
 
 def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
     """``dpate plan``'s notes on the adjusted estimator: the fixed-effects sites predicted to
-    resolve in fewer than :data:`RARELY_RESOLVES` of their releases (one note per predicted
+    resolve in fewer than :data:`MOSTLY_RESOLVES` of their releases (one note per predicted
     share, naming its sites): the releases that resolve are selected on their denominator's
-    noise, so the release widens their intervals to Fieller's length where its public design
-    predicts this (:data:`FIELLER_BELOW`), and below :data:`SELECTED_RESOLUTION` they can
-    under-cover even so."""
-    groups: dict[tuple[int, bool], list[str]] = {}
+    noise. Below :data:`RARELY_RESOLVES` the release widens their intervals to Fieller's length
+    where its public design predicts this (:data:`FIELLER_BELOW`), and below
+    :data:`SELECTED_RESOLUTION` they can under-cover even so; above it they are pulled towards
+    0 in proportion to the effect and can under-cover where the effect is large."""
+    groups: dict[tuple[int, float], list[str]] = {}
     for p in preds:
         share = p.resolved_probability
-        if p.weighting == "fixed_effects" and share < RARELY_RESOLVES:
-            key = (round(100 * share), share < SELECTED_RESOLUTION)
-            groups.setdefault(key, []).append(p.site_id)
+        if p.weighting == "fixed_effects" and share < MOSTLY_RESOLVES:
+            band = next(
+                b for b in (SELECTED_RESOLUTION, RARELY_RESOLVES, MOSTLY_RESOLVES) if share < b
+            )
+            groups.setdefault((round(100 * share), band), []).append(p.site_id)
     notes = []
-    for (percent, selected), sites in groups.items():
+    for (percent, band), sites in groups.items():
         note = (
             f"{'site' if len(sites) == 1 else 'sites'} {', '.join(sites)}: fixed effects is "
             f"predicted to resolve its estimate in {percent}% of releases at this budget (under "
-            f"the plan's assumptions); the others publish no estimate, and those that resolve "
-            f"are the ones whose noise inflated the denominator: the release widens their "
-            f"intervals to Fieller's length where its public design (N, |X|, epsilon, every "
-            f"stratum filled evenly) predicts fewer than {RARELY_RESOLVES:.0%} resolve, so they "
-            f"are wide"
+            f"the plan's assumptions); the others publish no estimate"
         )
-        if selected:
-            note += " and can still under-cover"
+        if band == MOSTLY_RESOLVES:
+            note += (
+                ", and the releases that resolve are selected on their denominator's noise (more "
+                "of them had it inflated), which pulls them towards 0 in proportion to the "
+                "effect: where the effect is large next to their interval (half the outcome's "
+                "range) they can under-cover "
+                '(docs/explanation/adjusted.md, "Milder stretches between a half and 0.9, and '
+                'a narrower delta method")'
+            )
+        else:
+            note += (
+                ", and those that resolve are the ones whose noise inflated the denominator: "
+                f"the release widens their intervals to Fieller's length where its public "
+                f"design (N, |X|, epsilon, every stratum filled evenly) predicts fewer than "
+                f"{RARELY_RESOLVES:.0%} resolve, so they are wide"
+                + (" and can still under-cover" if band == SELECTED_RESOLUTION else "")
+                + ' (docs/explanation/adjusted.md, "The denominator\'s noise")'
+            )
         notes.append(
-            note + ' (docs/explanation/adjusted.md, "The denominator\'s noise"); raise '
-            'epsilon, add records, use fewer strata, or estimator = "propensity"'
+            note + '; raise epsilon, add records, use fewer strata, or estimator = "propensity"'
         )
     return notes
 
