@@ -19,7 +19,10 @@ the realistic rows need ``DPATE_DATA_DIR``). ``python bench/bench_adjusted_fiell
 --variants``: where the design's share is at least ``FIELLER_BELOW`` (the delta method's band),
 the same draws with the delta method's variance corrected for its plug-in excess and with
 milder stretches than Fieller's (:data:`VARIANTS`; adjusted.md, "Milder stretches between a half
-and 0.9, and a narrower delta method"), coverage and width of each.
+and 0.9, and a narrower delta method"), coverage and width of each. ``python
+bench/bench_adjusted_fieller.py RELEASES --plug-in``: where the share is at least
+``PLUG_IN_CORRECTED_FROM``, the release as shipped against the same release without its plug-in
+correction (adjusted.md, "The plug-in excess").
 """
 
 from __future__ import annotations
@@ -184,6 +187,56 @@ def main_variants(reps: int = 1000) -> None:
             print(f"{d.name + ' (inverse variance)':48s} " + "   ".join(cells), flush=True)
 
 
+@contextmanager
+def plug_in_kept() -> Any:
+    """The release without its plug-in correction (the noise part as read at ``tau_hat``)."""
+    saved = _weightings.PLUG_IN_CORRECTED_FROM
+    _weightings.PLUG_IN_CORRECTED_FROM = 2.0
+    try:
+        yield
+    finally:
+        _weightings.PLUG_IN_CORRECTED_FROM = saved
+
+
+def plug_in_line(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, seed: int):
+    """One site whose design share is at least ``PLUG_IN_CORRECTED_FROM``: the release as
+    shipped and without its plug-in correction, on the same draws; None below that share."""
+    plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
+    c = plan.assemble.assembly.args[0]
+    share = design_resolution(c.n, c.n_strata, c.v_n)
+    if share < _weightings.PLUG_IN_CORRECTED_FROM:
+        return None
+    outs = {"shipped": plan.assemble(noisy)}
+    with plug_in_kept():
+        outs["kept"] = plan.assemble(noisy)
+    target = estimand(w, y, x, size, "fixed_effects")
+    cells = ["{:6.3f} {:6.3f}".format(*_cover(outs[k], target, bound)) for k in outs]
+    print(f"{name:28s} {share:5.2f} {np.isfinite(outs['shipped'].tau).mean():5.2f}   "
+          + "   ".join(cells), flush=True)  # fmt: skip
+    cnt = np.bincount(2 * x.astype(np.int64) + w.astype(np.int64), minlength=2 * size)
+    big_d = float(np.sum(cnt[0::2].astype(float) * cnt[1::2]))
+    return {"outs": outs, "target": target, "d": big_d, "bound": bound}
+
+
+def main_plug_in(reps: int = 2000) -> None:
+    print("design                       share resolved   shipped: cover width   without the "
+          "plug-in correction: cover width")  # fmt: skip
+    for n, eps_grid in ((1000, ("6/5", "3/2", "2")), (3333, ("7/20", "2/5", "1/2", "1"))):
+        d = synth(n, 100, a=0.0, b=0.2, seed=7)
+        for eps in eps_grid:
+            plug_in_line(f"Synth {n} / 100, eps {eps}", d.w.astype(np.int64), d.y, d.x, 100,
+                         1.0, eps, reps, 4)  # fmt: skip
+    for d in designs():
+        sites = [plug_in_line(f"{d.name}: {j + 1}", w, y, x, d.domain_size, d.bound, "1", reps, 3 + j)
+                 for j, (w, y, x) in enumerate(d.sites)]  # fmt: skip
+        if all(r is not None for r in sites):
+            cells = []
+            for k in ("shipped", "kept"):
+                cover, width, _ = _pooled([{**r, "out": r["outs"][k]} for r in sites])
+                cells.append(f"{cover:6.3f} {width:6.3f}")
+            print(f"{d.name + ' (inverse variance)':48s} " + "   ".join(cells), flush=True)
+
+
 def main(reps: int = 2000) -> None:
     print(
         "design                       design  resolved   switch: cover width   delta: cover width"
@@ -206,5 +259,7 @@ def main(reps: int = 2000) -> None:
 if __name__ == "__main__":
     if "--variants" in sys.argv:
         main_variants(*(int(a) for a in sys.argv[1:2] if a.isdigit()))
+    elif "--plug-in" in sys.argv:
+        main_plug_in(*(int(a) for a in sys.argv[1:2] if a.isdigit()))
     else:
         main(*(int(a) for a in sys.argv[1:2]))

@@ -33,6 +33,7 @@ from ._release import (
 from ._weightings import (
     FIELLER_BELOW,
     INTERVAL_Z,
+    PLUG_IN_CORRECTED_FROM,
     _noisy_variance_stretch,
     _pooled_variance_variance,
     design_resolution,
@@ -73,12 +74,13 @@ RARELY_RESOLVES = FIELLER_BELOW
 #: :data:`RARELY_RESOLVES` Fieller's length covers (Synth at 20-42%: 0.90-0.94, was 0.69-0.83)
 SELECTED_RESOLUTION = 0.2
 #: from :data:`RARELY_RESOLVES` to this predicted share the release keeps the delta method's
-#: interval, and the releases that resolve are still selected on their denominator's noise,
-#: which pulls them towards 0 in proportion to the effect: where the effect is large next to the
-#: interval they under-cover (Synth, effect half the range, 61-83% resolved: 0.88-0.91; the
-#: realistic sites there, whose effects are small, cover 0.96-0.98); docs/explanation/adjusted.md,
-#: "Milder stretches between a half and 0.9, and a narrower delta method"
-MOSTLY_RESOLVES = 0.9
+#: interval as it reads it (the release's :data:`PLUG_IN_CORRECTED_FROM`), and the releases that
+#: resolve are still selected on their denominator's noise, which pulls them towards 0 in
+#: proportion to the effect: where the effect is large next to the interval they under-cover
+#: (Synth, effect half the range, 61-83% resolved: 0.88-0.91; the realistic sites there, whose
+#: effects are small, cover 0.96-0.98); docs/explanation/adjusted.md, "Milder stretches between
+#: a half and 0.9, and a narrower delta method"
+MOSTLY_RESOLVES = PLUG_IN_CORRECTED_FROM
 
 
 def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:

@@ -26,6 +26,7 @@ __all__ = [
     "ESTIMANDS",
     "FIELLER_BELOW",
     "INTERVAL_Z",
+    "PLUG_IN_CORRECTED_FROM",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "UNRESOLVED_FIXED_EFFECTS",
@@ -51,6 +52,14 @@ RESOLVE_Z = 2.0
 #: denominator's noise, and the delta method's interval under-covers them
 #: (docs/explanation/adjusted.md, "The denominator's noise")
 FIELLER_BELOW = 0.5
+#: fixed effects: from this predicted share on (:func:`design_resolution`) nearly every release
+#: resolves, so the resolution selects (almost) nothing and the delta method's variance, read at
+#: the noisy estimate, has its noise part divided by ``1 + Var(D_hat) / D_hat^2``
+#: (:func:`_plug_in_factor`): the noise part's ``V(t)`` read at ``tau_hat`` exceeds ``V(tau)`` by
+#: ``Var(D_hat) Var(tau_hat)`` on average. Between
+#: :data:`FIELLER_BELOW` and this share the excess is kept: there it stands in for the shrinkage
+#: of the selected releases (docs/explanation/adjusted.md, "The plug-in excess")
+PLUG_IN_CORRECTED_FROM = 0.9
 #: the normal quantile of the 95% interval every published variance is read with
 #: (:func:`_noisy_variance_stretch` keeps that interval's coverage)
 INTERVAL_Z = NormalDist().inv_cdf(0.975)
@@ -142,7 +151,9 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     (:func:`design_resolution` below :data:`FIELLER_BELOW`) it is stretched to the length of
     Fieller's interval for the ratio (:func:`fieller_factor`), which carries the noise of the
     denominator it divides by: there the releases that resolve are those whose noise inflated
-    ``D_hat`` (docs/explanation/adjusted.md, "The denominator's noise")."""
+    ``D_hat`` (docs/explanation/adjusted.md, "The denominator's noise"); where it predicts that
+    nearly every release resolves (from :data:`PLUG_IN_CORRECTED_FROM`) its noise part is divided
+    by its plug-in excess (:func:`_plug_in_factor`)."""
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -154,7 +165,9 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
     resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
     factor = np.ones_like(big_d)
-    if design_resolution(c.n, c.n_strata, c.v_n) < FIELLER_BELOW:
+    share = design_resolution(c.n, c.n_strata, c.v_n)
+    fieller = share < FIELLER_BELOW
+    if fieller:
         d_safe = np.where(resolved, big_d, 1.0)
         ratio = np.clip(big_a / d_safe, -c.bound, c.bound)
         factor = _fieller_stretch(c, (cnt, s, q), ratio, d_safe)
@@ -163,6 +176,8 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     d_safe = np.where(resolved, big_d, 1.0)
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
     noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
+    if not fieller and share >= PLUG_IN_CORRECTED_FROM:
+        noise_var = noise_var * _plug_in_factor(var_d, d_safe)
     sampling_raw, sampling = (
         factor * part for part in _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
     )
@@ -224,6 +239,18 @@ def _fieller_stretch(
 
     b = c.bound
     return fieller_factor(numerator(ratio), numerator(ratio + b), numerator(ratio - b), b, d_safe)
+
+
+def _plug_in_factor(var_d: Any, d_safe: Any) -> Any:
+    """``1 / (1 + Var(D_hat) / D_hat^2)`` for the noise part: its numerator ``V(t)``
+    (:func:`_noise_numerator`) is a quadratic in ``t`` whose ``t^2`` coefficient is the estimate
+    of ``Var(D_hat)`` (``var_d``), read at the noisy estimate, and ``E V(tau_hat) = V(tau) +
+    Var(D_hat) E (tau_hat - tau)^2`` given ``D_hat``, with ``E (tau_hat - tau)^2`` about ``V(tau)
+    / D_hat^2`` where the noise is most of the variance (the delta method's own; the sampling
+    part's share of it is left in, where ``Var(D_hat) / D_hat^2`` is small). About ``(sd(D) /
+    D)^2``: a few percent where nearly every release resolves. Post-processing of the noisy
+    vectors."""
+    return 1.0 / (1.0 + var_d / d_safe**2)
 
 
 def fieller_factor(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> Any:
