@@ -28,7 +28,8 @@ correction (adjusted.md, "The plug-in excess").
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -75,14 +76,20 @@ def stretch_everywhere(variant: str) -> Any:
 
 
 @contextmanager
-def delta_method() -> Any:
-    """The release with its switch off: the delta method's variance at every design."""
-    saved = _weightings.FIELLER_BELOW
-    _weightings.FIELLER_BELOW = 0.0
+def patched(name: str, value: float) -> Any:
+    """The release with the switch constant ``name`` of ``_weightings`` set to ``value``."""
+    saved = getattr(_weightings, name)
+    setattr(_weightings, name, value)
     try:
         yield
     finally:
-        _weightings.FIELLER_BELOW = saved
+        setattr(_weightings, name, saved)
+
+
+#: the release with its switch off: the delta method's variance at every design
+delta_method = partial(patched, "FIELLER_BELOW", 0.0)
+#: the release without its plug-in correction (the noise part as read at ``tau_hat``)
+plug_in_kept = partial(patched, "PLUG_IN_CORRECTED_FROM", 2.0)
 
 
 def site_draws(w, y, x, size: int, bound: float, eps: str, reps: int, seed: int) -> dict:
@@ -147,94 +154,79 @@ def pooled_line(name: str, sites: list[dict]) -> None:
     print(f"{name + ' (inverse variance)':36s}          {cells[0]}   {cells[1]}", flush=True)
 
 
-def variants_line(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, seed: int):
-    """One site in the delta method's band under every stretch of :data:`VARIANTS`; returns the
-    releases by variant (with the target and ``D``) for a pooled line, None outside the band."""
+def compared_line(
+    name: str,
+    w,
+    y,
+    x,
+    size: int,
+    bound: float,
+    eps: str,
+    reps: int,
+    seed: int,
+    lowest_share: float,
+    contexts: dict[str, Any],
+) -> dict | None:
+    """One site whose design share is at least ``lowest_share``: its releases under each of
+    ``contexts`` (a name and a context manager to release under), on the same draws, their
+    coverage and width printed; the releases (with the target and ``D``) for a pooled line, None
+    below that share."""  # fmt: skip
     plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
     c = plan.assemble.assembly.args[0]
     share = design_resolution(c.n, c.n_strata, c.v_n)
-    if share < _weightings.FIELLER_BELOW:
+    if share < lowest_share:
         return None
     outs = {}
-    for variant in VARIANTS:
-        with stretch_everywhere(variant):
-            outs[variant] = plan.assemble(noisy)
+    for key, context in contexts.items():
+        with context():
+            outs[key] = plan.assemble(noisy)
     target = estimand(w, y, x, size, "fixed_effects")
-    cells = ["{:6.3f} {:6.3f}".format(*_cover(outs[v], target, bound)) for v in VARIANTS]
-    print(f"{name:28s} {share:5.2f} {np.isfinite(outs['delta'].tau).mean():5.2f}   "
+    cells = ["{:6.3f} {:6.3f}".format(*_cover(outs[k], target, bound)) for k in outs]
+    first = next(iter(outs.values()))
+    print(f"{name:28s} {share:5.2f} {np.isfinite(first.tau).mean():5.2f}   "
           + "   ".join(cells), flush=True)  # fmt: skip
     cnt = np.bincount(2 * x.astype(np.int64) + w.astype(np.int64), minlength=2 * size)
     big_d = float(np.sum(cnt[0::2].astype(float) * cnt[1::2]))
     return {"outs": outs, "target": target, "d": big_d, "bound": bound}
+
+
+def compare(reps: int, synth_grid, lowest_share: float, contexts: dict[str, Any]) -> None:
+    """:func:`compared_line` on Synth's 1,000 and 3,333 records over 100 strata at the budgets of
+    ``synth_grid`` and on the realistic designs at eps 1, with the inverse-variance combination
+    of each realistic study whose every site is at least ``lowest_share``."""
+    print("design                       share resolved   " + "   ".join(contexts)
+          + " (cover width each)")  # fmt: skip
+    for n, eps_grid in synth_grid:
+        d = synth(n, 100, a=0.0, b=0.2, seed=7)
+        for eps in eps_grid:
+            compared_line(f"Synth {n} / 100, eps {eps}", d.w.astype(np.int64), d.y, d.x, 100,
+                          1.0, eps, reps, 4, lowest_share, contexts)  # fmt: skip
+    for d in designs():
+        sites = [compared_line(f"{d.name}: {j + 1}", w, y, x, d.domain_size, d.bound, "1", reps,
+                               3 + j, lowest_share, contexts)
+                 for j, (w, y, x) in enumerate(d.sites)]  # fmt: skip
+        if all(r is not None for r in sites):
+            cells = []
+            for key in contexts:
+                cover, width, _ = _pooled([{**r, "out": r["outs"][key]} for r in sites])
+                cells.append(f"{cover:6.3f} {width:6.3f}")
+            print(f"{d.name + ' (inverse variance)':48s} " + "   ".join(cells), flush=True)
 
 
 def main_variants(reps: int = 1000) -> None:
-    print("design                       share resolved   " + "   ".join(VARIANTS)
-          + " (cover width each)")  # fmt: skip
-    for n, eps_grid in ((1000, ("9/10",)), (3333, ("13/50", "3/10"))):
-        d = synth(n, 100, a=0.0, b=0.2, seed=7)
-        for eps in eps_grid:
-            variants_line(f"Synth {n} / 100, eps {eps}", d.w.astype(np.int64), d.y, d.x, 100,
-                          1.0, eps, reps, 4)  # fmt: skip
-    for d in designs():
-        sites = [variants_line(f"{d.name}: {j + 1}", w, y, x, d.domain_size, d.bound, "1", reps, 3 + j)
-                 for j, (w, y, x) in enumerate(d.sites)]  # fmt: skip
-        if all(r is not None for r in sites):
-            cells = []
-            for v in VARIANTS:
-                cover, width, _ = _pooled([{**r, "out": r["outs"][v]} for r in sites])
-                cells.append(f"{cover:6.3f} {width:6.3f}")
-            print(f"{d.name + ' (inverse variance)':48s} " + "   ".join(cells), flush=True)
-
-
-@contextmanager
-def plug_in_kept() -> Any:
-    """The release without its plug-in correction (the noise part as read at ``tau_hat``)."""
-    saved = _weightings.PLUG_IN_CORRECTED_FROM
-    _weightings.PLUG_IN_CORRECTED_FROM = 2.0
-    try:
-        yield
-    finally:
-        _weightings.PLUG_IN_CORRECTED_FROM = saved
-
-
-def plug_in_line(name: str, w, y, x, size: int, bound: float, eps: str, reps: int, seed: int):
-    """One site whose design share is at least ``PLUG_IN_CORRECTED_FROM``: the release as
-    shipped and without its plug-in correction, on the same draws; None below that share."""
-    plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
-    c = plan.assemble.assembly.args[0]
-    share = design_resolution(c.n, c.n_strata, c.v_n)
-    if share < _weightings.PLUG_IN_CORRECTED_FROM:
-        return None
-    outs = {"shipped": plan.assemble(noisy)}
-    with plug_in_kept():
-        outs["kept"] = plan.assemble(noisy)
-    target = estimand(w, y, x, size, "fixed_effects")
-    cells = ["{:6.3f} {:6.3f}".format(*_cover(outs[k], target, bound)) for k in outs]
-    print(f"{name:28s} {share:5.2f} {np.isfinite(outs['shipped'].tau).mean():5.2f}   "
-          + "   ".join(cells), flush=True)  # fmt: skip
-    cnt = np.bincount(2 * x.astype(np.int64) + w.astype(np.int64), minlength=2 * size)
-    big_d = float(np.sum(cnt[0::2].astype(float) * cnt[1::2]))
-    return {"outs": outs, "target": target, "d": big_d, "bound": bound}
+    """Every stretch of :data:`VARIANTS` where the delta method is kept (share at least
+    ``FIELLER_BELOW``)."""
+    contexts = {v: partial(stretch_everywhere, v) for v in VARIANTS}
+    grid = ((1000, ("9/10",)), (3333, ("13/50", "3/10")))
+    compare(reps, grid, _weightings.FIELLER_BELOW, contexts)
 
 
 def main_plug_in(reps: int = 2000) -> None:
-    print("design                       share resolved   shipped: cover width   without the "
-          "plug-in correction: cover width")  # fmt: skip
-    for n, eps_grid in ((1000, ("6/5", "3/2", "2")), (3333, ("7/20", "2/5", "1/2", "1"))):
-        d = synth(n, 100, a=0.0, b=0.2, seed=7)
-        for eps in eps_grid:
-            plug_in_line(f"Synth {n} / 100, eps {eps}", d.w.astype(np.int64), d.y, d.x, 100,
-                         1.0, eps, reps, 4)  # fmt: skip
-    for d in designs():
-        sites = [plug_in_line(f"{d.name}: {j + 1}", w, y, x, d.domain_size, d.bound, "1", reps, 3 + j)
-                 for j, (w, y, x) in enumerate(d.sites)]  # fmt: skip
-        if all(r is not None for r in sites):
-            cells = []
-            for k in ("shipped", "kept"):
-                cover, width, _ = _pooled([{**r, "out": r["outs"][k]} for r in sites])
-                cells.append(f"{cover:6.3f} {width:6.3f}")
-            print(f"{d.name + ' (inverse variance)':48s} " + "   ".join(cells), flush=True)
+    """The release as shipped and without its plug-in correction, where the share is at least
+    ``PLUG_IN_CORRECTED_FROM``."""
+    grid = ((1000, ("6/5", "3/2", "2")), (3333, ("7/20", "2/5", "1/2", "1")))
+    compare(reps, grid, _weightings.PLUG_IN_CORRECTED_FROM,
+            {"shipped": nullcontext, "without the division": plug_in_kept})  # fmt: skip
 
 
 def main(reps: int = 2000) -> None:

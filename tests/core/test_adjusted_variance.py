@@ -218,12 +218,9 @@ def test_fixed_effects_divides_out_the_plug_in_excess_where_nearly_every_release
     )
     noisy = draw_many(plan, np.random.default_rng(5), 4_000)
     shipped = plan.assemble(noisy)
-    saved = _weightings.PLUG_IN_CORRECTED_FROM
-    try:
-        _weightings.PLUG_IN_CORRECTED_FROM = 2.0
+    with pytest.MonkeyPatch.context() as mp:  # the same release without the division
+        mp.setattr(_weightings, "PLUG_IN_CORRECTED_FROM", 2.0)
         excess = plan.assemble(noisy)
-    finally:
-        _weightings.PLUG_IN_CORRECTED_FROM = saved
     counts, sums = (np.asarray(s.value, dtype=np.float64) for s in plan.noise[:2])
     n_c, n_t, s_c, s_t = counts[0::2], counts[1::2], sums[0::2], sums[1::2]
     tau = np.sum(s_t * n_c - s_c * n_t) / np.sum(n_t * n_c)
@@ -256,12 +253,9 @@ def test_fixed_effects_keeps_the_delta_method_where_the_design_resolves():
     plan = _plan(w, y, x, 16, 1, "fixed_effects")
     noisy = draw_many(plan, np.random.default_rng(5), 2_000)
     shipped = plan.assemble(noisy)
-    saved = _weightings.FIELLER_BELOW
-    try:
-        _weightings.FIELLER_BELOW = 2.0
+    with pytest.MonkeyPatch.context() as mp:  # the switch forced on
+        mp.setattr(_weightings, "FIELLER_BELOW", 2.0)
         stretched = plan.assemble(noisy)
-    finally:
-        _weightings.FIELLER_BELOW = saved
     ok = np.isfinite(shipped.tau) & np.isfinite(stretched.tau)
     assert ok.mean() > 0.9
     np.testing.assert_array_equal(shipped.tau[ok], stretched.tau[ok])

@@ -55,10 +55,10 @@ FIELLER_BELOW = 0.5
 #: fixed effects: from this predicted share on (:func:`design_resolution`) nearly every release
 #: resolves, so the resolution selects (almost) nothing and the delta method's variance, read at
 #: the noisy estimate, has its noise part divided by ``1 + Var(D_hat) / D_hat^2``
-#: (:func:`_plug_in_factor`): the noise part's ``V(t)`` read at ``tau_hat`` exceeds ``V(tau)`` by
-#: ``Var(D_hat) Var(tau_hat)`` on average. Between
-#: :data:`FIELLER_BELOW` and this share the excess is kept: there it stands in for the shrinkage
-#: of the selected releases (docs/explanation/adjusted.md, "The plug-in excess")
+#: (:func:`_plug_in_factor`): the noise part's ``V(t)`` read at ``tau_hat`` exceeds ``V(tau)``
+#: by ``Var(D_hat) Var(tau_hat)`` on average. Between :data:`FIELLER_BELOW` and this share the
+#: excess is kept: there it stands in for the shrinkage of the selected releases
+#: (docs/explanation/adjusted.md, "The plug-in excess")
 PLUG_IN_CORRECTED_FROM = 0.9
 #: the normal quantile of the 95% interval every published variance is read with
 #: (:func:`_noisy_variance_stretch` keeps that interval's coverage)
