@@ -170,7 +170,7 @@ def compared_line(
     """One site whose design share is at least ``lowest_share``: its releases under each of
     ``contexts`` (a name and a context manager to release under), on the same draws, their
     coverage and width printed; the releases (with the target and ``D``) for a pooled line, None
-    below that share."""  # fmt: skip
+    below that share."""
     plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
     c = plan.assemble.assembly.args[0]
     share = design_resolution(c.n, c.n_strata, c.v_n)
