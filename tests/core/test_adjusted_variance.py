@@ -205,9 +205,10 @@ def test_design_resolution_is_the_plans_default_share(n, size, eps):
 def test_fixed_effects_divides_out_the_plug_in_excess_where_nearly_every_release_resolves():
     # Synth, 1,000 records in 100 strata at eps 6/5: the design predicts 96% of releases resolve
     # (95% do). The delta method reads V(t) = Var(A_hat - t D_hat) at the noisy estimate, which
-    # adds V_D (tau_hat - tau)^2; divided by 1 + V_D / D_hat^2 the released numerator (noise
-    # variance times D_hat^2) is its value at the true cell statistics on average (1.08 times
-    # it without the division; docs/explanation/adjusted.md, "The plug-in excess")
+    # adds V_D (tau_hat - tau)^2, V_D the noise part's Var(D_hat); divided by 1 + Var(D_hat) /
+    # D_hat^2 the released numerator (noise variance times D_hat^2) is its value at the true
+    # cell statistics on average (1.08 times it without the division;
+    # docs/explanation/adjusted.md, "The plug-in excess")
     from dpate_core.mechanisms.adjusted import _weightings
 
     d = synth(1000, 100, a=0.0, b=0.2, seed=7)

@@ -441,7 +441,8 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
         )
 
     sampling_num = float(pairs.sum()) * sd2
-    noise = numerator(tau) - sampling_num
+    v_r = numerator(tau)
+    noise = v_r - sampling_num
     sd_d = math.sqrt(var_d)
     p = resolution_probability(big_d, var_d)
     if p <= 0.0:
@@ -453,7 +454,6 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     normal = NormalDist()
     u = -np.array([normal.inv_cdf(p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)])
     d_hat = big_d + sd_d * u
-    v_r = numerator(tau)
     stretch = np.ones_like(d_hat)
     if design_resolution(inp.design.n, inp.domain_size, v_n) < FIELLER_BELOW:
         stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
