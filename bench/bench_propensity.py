@@ -1030,7 +1030,11 @@ def _band_priors(plan: MechanismPlan, v: dict[str, Array], share_t: Array, prior
 def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
     """The published estimate and, per variant, the variance it would report, ``(reps,)``:
 
-    - ``shipped``: the release's ``F (S + N) + rho^2 gap^2``;
+    - ``shipped``: the release's: ``F (S + N) + rho^2 gap^2`` below ``N x epsilon_model``
+      750, the corrected estimate's own delta method over the band cells from it (stop 41,
+      ``correction_factors``), each plus the shared sd's square;
+    - ``linearised at every size`` and ``factor form (until stop 41)``: the release with its
+      public switch forced one way;
     - ``joint``: ``F S`` plus the delta method of the corrected estimate ``(1 + k) tau - k
       tau_crude`` over every band cell's count and sum noise together (the two estimates'
       gradients per cell), evaluated at band-arm counts smoothed towards a prior (weight on
@@ -1080,6 +1084,13 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
     res["shipped without rho^2 gap^2"] = np.asarray(out.variance) - np.nan_to_num(
         np.asarray(d["model_variance"])
     )
+    forced = {True: "linearised at every size", False: "factor form (until stop 41)"}
+    for linearised, label in forced.items():
+        if plan.assemble.assembly.args[3] != linearised:  # type: ignore[attr-defined]
+            a = plan.assemble.assembly  # type: ignore[attr-defined]
+            res[label] = np.asarray(a.func(*a.args[:3], linearised, v).variance)
+        else:
+            res[label] = res["shipped"]
     for prior in ("band", "model"):
         p = _band_priors(plan, v, big_t / (big_t + big_c), prior)
         lam = np.maximum(cnt, 0.0) ** 2 / (np.maximum(cnt, 0.0) ** 2 + c.v_n)

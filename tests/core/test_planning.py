@@ -867,26 +867,27 @@ def test_propensity_band_occupancy_is_predicted_and_adjustable():
 
 
 def test_propensity_prediction_includes_the_model_noise():
-    """The model's noise enters the prediction three ways, each public: the correction's factor
-    (a smaller site, a noisier model), the model-noise variance (grows with the stated
-    confounding) and the bands' sorting (a weaker propensity spreads the treated evenly)."""
+    """The model's noise enters the prediction three ways, each public: the correction's
+    variance (its factor below the linearised release's threshold, its own delta method above),
+    the model-noise variance (grows with the stated confounding and the model's noise) and the
+    bands' sorting (a weaker propensity spreads the treated evenly)."""
     from dpate_core.mechanisms.propensity import band_counts
 
     design = SiteDesign.of("a", 3000, 1, 0, None, 4)
 
-    def predict(**assumed):
+    def predict(bounded: int = 2, **assumed):
         return predict_site("propensity", design, domain_size=16, bound=1.0,
                             assumptions=Assumptions(outcome_sd=0.3, **assumed),
-                            covariate_sizes=(2, 4, 2), bounded_covariates=2)  # fmt: skip
+                            covariate_sizes=(2, 4, 2), bounded_covariates=bounded)  # fmt: skip
 
     plain = predict()
     assert predict(confounding=0.1).noise_variance > plain.noise_variance
     assert predict(confounding=0.1).sampling_variance == plain.sampling_variance
-    # more covariates, a noisier model (every column adds to the model query's sensitivity)
-    more = predict_site("propensity", design, domain_size=16, bound=1.0,
-                        assumptions=Assumptions(outcome_sd=0.3), covariate_sizes=(2, 4, 2),
-                        bounded_covariates=10)  # fmt: skip
-    assert more.noise_variance > plain.noise_variance
+    # more covariates, a noisier model (every column adds to the model query's sensitivity):
+    # where the records are confounded its bands remove less, and the model-noise variance
+    # and shared sd say so
+    more = predict(bounded=10, confounding=0.1)
+    assert more.noise_variance > 2 * predict(confounding=0.1).noise_variance
     treated, control = band_counts(3000, 0.3, 0.0, 5)
     assert treated.sum() + control.sum() == pytest.approx(3000)
     assert np.all(np.diff(treated) > 0)  # the treated gather in the upper bands

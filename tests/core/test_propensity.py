@@ -218,6 +218,73 @@ def test_the_correction_reads_only_the_bands_the_subclassification_uses() -> Non
     assert np.any(before.diagnostics["model_variance"][rows] > 0)  # a gap the rows correct for
 
 
+#: ten covariates (eight categorical of six levels, two numeric): at 3,000 records and a quarter
+#: of eps 1 to the model (``N x epsilon_model`` 750, the linearised release's threshold) the
+#: model is mostly noise and the correction's multiple ``k`` reaches its cap
+MANY = (Categorical(6),) * 8 + (Numeric(0.0, 1.0),) * 2
+QUARTER = ("1/4", "21/80", "33/80", "3/40")
+
+
+def _many(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    z = np.column_stack([rng.integers(0, 6, n) for _ in range(8)]
+                        + [rng.uniform(0, 1, n) for _ in range(2)])  # fmt: skip
+    p = 1 / (1 + np.exp(-(-1.5 + 0.4 * z[:, 0] - 0.3 * z[:, 1] + 1.5 * z[:, 8])))
+    w = (rng.uniform(size=n) < p).astype(np.int8)
+    y = np.clip(0.3 + 0.05 * z[:, 0] + 0.2 * z[:, 8] + 0.1 * w + rng.normal(0, 0.1, n), 0, 1)
+    return w, y, z
+
+
+def _cells(plan: Any, row: np.ndarray, noise: np.random.Generator | None, reps: int = 1) -> dict:
+    """The band cells of the model draw ``row`` in assembly units, with ``reps`` fresh draws of
+    the cells' Laplace noise at their public scales (none without ``noise``)."""
+    locs = plan.stages[0].locs({"model": row})
+    v: dict[str, Any] = {"model": np.repeat(row[None, :], reps, axis=0) if noise else row}
+    for site in plan.stages[0].sites:
+        value = site.unit * np.asarray(locs[site.name], dtype=np.float64)
+        shape = (reps, value.size)
+        v[site.name] = value + noise.laplace(0.0, site.value_scale, shape) if noise else value
+    return v
+
+
+def _factor_form(plan: Any, v: dict) -> Any:
+    """The same release with the variance as the band estimate's times ``(1 + k)^2``."""
+    a = plan.assemble.assembly
+    return a.func(*a.args[:3], False, v)
+
+
+def test_the_linearised_variance_is_the_corrected_estimates_own_given_the_bands() -> None:
+    """From ``N x epsilon_model`` 750 the corrected estimate ``(1 + k) tau - k tau_crude`` is
+    linearised over the band cells both read. Given one model draw (its bands fixed), its
+    reported cells' noise variance matches the spread over fresh draws of the cells' noise, and
+    its reported sampling part the spread over fresh data sets; the band estimate's times ``(1 +
+    k)^2`` overstates both (it treats the crude difference as carrying no noise or sampling)."""
+    from dpate_core.mechanisms.propensity import attenuation_multiple
+
+    rng = np.random.default_rng(7)
+    plan = plan_propensity(*_many(rng, 3000), MANY, bound=1.0, epsilon=1, split=QUARTER)
+    assert plan.assemble.assembly.args[3]  # type: ignore[attr-defined]  # linearised
+    row = draw_many(plan, rng, 1)["model"][0]
+    v = _cells(plan, row, rng, 2000)
+    out, old = plan.assemble(v), _factor_form(plan, v)
+    assert np.mean(attenuation_multiple(out.diagnostics["model_noise_share"])) > 0.5
+    spread = float(np.var(out.tau))
+    assert spread / np.mean(out.diagnostics["noise_variance"]) == pytest.approx(1.0, abs=0.12)
+    assert spread / np.mean(old.diagnostics["noise_variance"]) < 0.6
+
+    taus, reported, factor_form = [], [], []
+    for _ in range(200):  # fresh data sets, the same bands, no noise
+        fresh = plan_propensity(*_many(rng, 3000), MANY, bound=1.0, epsilon=1, split=QUARTER)
+        v = _cells(fresh, row, None)
+        out, old = fresh.assemble(v), _factor_form(fresh, v)
+        d = out.diagnostics
+        extra = d["model_variance"] + d["shared_sd"] ** 2
+        taus.append(float(out.tau))
+        reported.append(float(out.variance - d["noise_variance"] - extra))
+        factor_form.append(float(old.variance - old.diagnostics["noise_variance"] - extra))
+    assert np.var(taus) / np.mean(reported) == pytest.approx(1.0, abs=0.2)
+    assert np.var(taus) / np.mean(factor_form) < 0.5
+
+
 def test_an_unresolved_release_publishes_only_what_the_server_accepts() -> None:
     """Too few records for the budget: some releases resolve nothing, and their public
     diagnostics are exactly the unresolved ones the server's plausibility rule accepts (no model

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,7 @@ __all__ = [
     "RESOLVE_Z",
     "UNRESOLVED_FIXED_EFFECTS",
     "UNRESOLVED_SUBCLASSIFICATION",
+    "Linearisation",
     "PublicConstants",
     "assemble_binary",
     "assemble_fixed_effects",
@@ -39,6 +40,7 @@ __all__ = [
     "fieller_factor",
     "fieller_terms",
     "resolution_probability",
+    "subclassification_linearisation",
     "used_strata",
     "with_binary_squares",
 ]
@@ -378,18 +380,30 @@ def used_strata(c: PublicConstants, counts: Any) -> Any:
     return (counts[..., 1::2] >= c.min_count) & (counts[..., 0::2] >= c.min_count)
 
 
-def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
-    """The average effect over the patients of the strata where both treatments occur, from the
-    three noisy vectors (clipped, :func:`_clipped_vectors`): the strata whose noisy arm counts
-    both reach ``min_count`` are used, each weighted by its noisy size over the size of the
-    strata used (:func:`_used_size`: the public ``N`` where every stratum is used), less the
-    ratio bias of the noisy arm means (:func:`_ratio_bias`),
-    clipped to ``[-B, B]``. The noisy arm means are clipped to ``[-B/2, 3B/2]``, not to the
-    outcome's range ``[0, B]``, which biased them inwards wherever a true mean is near 0 or
-    ``B``; the delta-method variance reads them clipped to ``[0, B]``, the range of the true
-    means whose derivatives it estimates. Variance: :func:`_subclassification_variance`."""
-    n = c.n
-    cnt, s, q = _clipped_vectors(c, v, (0.0, n))
+class UsedCells(NamedTuple):
+    """The noisy cells as subclassification reads them (:func:`_used_cells`)."""
+
+    usable: Any  # both noisy arm counts at min_count (:func:`used_strata`)
+    n_t: Any  # the noisy counts clipped to [0, N]
+    n_c: Any
+    nt: Any  # the same where usable, 1 elsewhere (a divisor)
+    nc: Any
+    s_t: Any  # the noisy sums and squares, clipped (:func:`_clipped_vectors`)
+    s_c: Any
+    q_t: Any
+    q_c: Any
+    m_t: Any  # the arm means minus B/2, clipped to [-B, B]
+    m_c: Any
+    size: Any  # a used stratum's noisy size, 0 elsewhere
+    den: Any  # N_used (:func:`_used_size`)
+    share_used: Any  # the weight of the used strata's own sizes in N_used
+
+
+def _used_cells(c: PublicConstants, v: Mapping[str, Any]) -> UsedCells:
+    """The clipped noisy vectors split by arm, the strata used, their arm means and ``N_used``:
+    what the estimate, its variance and the propensity release's linearisation
+    (:func:`subclassification_linearisation`) all read."""
+    cnt, s, q = _clipped_vectors(c, v, (0.0, c.n))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     usable = used_strata(c, cnt)
     nt = np.where(usable, n_t, 1.0)
@@ -402,7 +416,87 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     m_c = np.clip(s_c / nc, -c.bound, c.bound)
     size = np.where(usable, n_t + n_c, 0.0)
     den, share_used = _used_size(c, v, usable, size)
-    weight = size / den[..., None]
+    return UsedCells(usable, n_t, n_c, nt, nc, s_t, s_c, q[..., 1::2], q[..., 0::2], m_t, m_c,
+                     size, den, share_used)  # fmt: skip
+
+
+def _count_gradients(
+    nt: Any, nc: Any, means: tuple[Any, Any], weight: Any, alpha: Any, tau: Any, den: Any
+) -> tuple[Any, Any]:
+    """``d tau / d n_t`` and ``d tau / d n_c`` per used stratum (``means``: the arm means in the
+    true means' range ``[-B/2, B/2]``): a used cell's count moves its stratum's weight and
+    ``N_used`` by ``alpha``, its arm mean by ``-m / n``. A left-out cell's count moves
+    ``N_used`` by ``-(1 - alpha)``: ``(1 - alpha) tau / N_used``, not returned here."""
+    in_t, in_c = means
+    diff = (in_t - in_c - alpha[..., None] * tau[..., None]) / den[..., None]
+    return diff - weight * in_t / nt, diff + weight * in_c / nc
+
+
+class Linearisation(NamedTuple):
+    """Subclassification's estimate as a linear function of its noisy cells, at the noisy
+    point (:func:`subclassification_linearisation`)."""
+
+    usable: Any
+    nt: Any  # the used strata's noisy arm counts (1 elsewhere)
+    nc: Any
+    weight: Any  # each used stratum's weight (0 elsewhere)
+    mean_t: Any  # the arms' overall means over the used strata, in [-B/2, B/2]
+    mean_c: Any
+    d_nt: Any  # d tau / d count per cell, the left-out cells' included
+    d_nc: Any
+    var_t: Any  # each arm's pooled within-cell variance, clamped to [0, B^2/4]
+    var_c: Any
+
+
+def subclassification_linearisation(
+    c: PublicConstants, v: Mapping[str, Any], tau: Any
+) -> Linearisation:
+    """The derivatives of the subclassification estimate ``tau`` (its delta method's,
+    :func:`_subclassification_variance`) with respect to each noisy count, its weights on the
+    arm means (``d tau / d s = w / n``), the arms' pooled within-cell variances, and the arms'
+    overall means over the used strata (the crude difference a propensity release compares
+    ``tau`` with). Post-processing of the noisy cells."""
+    u = _used_cells(c, v)
+    usable, nt, nc, den = u.usable, u.nt, u.nc, u.den
+    weight = u.size / den[..., None]
+    in_t = np.clip(u.m_t, -c.half_b, c.half_b)
+    in_c = np.clip(u.m_c, -c.half_b, c.half_b)
+    t = np.nan_to_num(np.asarray(tau, dtype=np.float64))
+    d_nt, d_nc = _count_gradients(nt, nc, (in_t, in_c), weight, u.share_used, t, den)
+    left = ((1.0 - u.share_used) * t / den)[..., None]
+    tot_t = np.maximum(np.sum(np.where(usable, u.n_t, 0.0), axis=-1), 1.0)
+    tot_c = np.maximum(np.sum(np.where(usable, u.n_c, 0.0), axis=-1), 1.0)
+    mean_t = np.clip(np.sum(np.where(usable, u.s_t, 0.0), axis=-1) / tot_t, -c.half_b, c.half_b)
+    mean_c = np.clip(np.sum(np.where(usable, u.s_c, 0.0), axis=-1) / tot_c, -c.half_b, c.half_b)
+    raw_t = _pooled_variance(usable, nt, u.s_t, u.q_t)
+    raw_c = _pooled_variance(usable, nc, u.s_c, u.q_c)
+    return Linearisation(
+        usable,
+        nt,
+        nc,
+        np.where(usable, weight, 0.0),
+        mean_t,
+        mean_c,
+        np.where(usable, d_nt, left),
+        np.where(usable, d_nc, left),
+        np.clip(raw_t, 0.0, c.max_var),
+        np.clip(raw_c, 0.0, c.max_var),
+    )
+
+
+def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
+    """The average effect over the patients of the strata where both treatments occur, from the
+    three noisy vectors (clipped, :func:`_clipped_vectors`): the strata whose noisy arm counts
+    both reach ``min_count`` are used, each weighted by its noisy size over the size of the
+    strata used (:func:`_used_size`: the public ``N`` where every stratum is used), less the
+    ratio bias of the noisy arm means (:func:`_ratio_bias`),
+    clipped to ``[-B, B]``. The noisy arm means are clipped to ``[-B/2, 3B/2]``, not to the
+    outcome's range ``[0, B]``, which biased them inwards wherever a true mean is near 0 or
+    ``B``; the delta-method variance reads them clipped to ``[0, B]``, the range of the true
+    means whose derivatives it estimates. Variance: :func:`_subclassification_variance`."""
+    u = _used_cells(c, v)
+    usable, nt, nc, m_t, m_c, den = u.usable, u.nt, u.nc, u.m_t, u.m_c, u.den
+    weight = u.size / den[..., None]
     tau = np.clip(
         np.sum(weight * (m_t - m_c), axis=-1) - _ratio_bias(c, usable, nt, nc, m_t, m_c) / den,
         -c.bound,
@@ -411,13 +505,13 @@ def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outp
     sampling, sampling_raw, noise_var, unestimated_var = _subclassification_variance(
         c,
         usable,
-        (nt, nc, n_t, n_c),
-        (s_t, s_c, q[..., 1::2], q[..., 0::2]),
+        (nt, nc, u.n_t, u.n_c),
+        (u.s_t, u.s_c, u.q_t, u.q_c),
         (m_t, m_c),
         tau,
-        (den, share_used),
+        (den, u.share_used),
     )
-    usable_weight = np.sum(size, axis=-1) / n
+    usable_weight = np.sum(u.size, axis=-1) / c.n
     usable_strata = np.sum(usable, axis=-1).astype(np.float64)
     return _outputs(
         usable_strata > 0.0,
@@ -483,10 +577,7 @@ def _subclassification_variance(
     # the delta method's derivatives at means in the true means' range [0, B]
     in_t = np.clip(m_t, -c.half_b, c.half_b)
     in_c = np.clip(m_c, -c.half_b, c.half_b)
-    # a used cell's count moves N_used by alpha, a left-out cell's by -(1 - alpha)
-    diff = (in_t - in_c - alpha[..., None] * t) / den2
-    d_nt = diff - weight * in_t / nt
-    d_nc = diff + weight * in_c / nc
+    d_nt, d_nc = _count_gradients(nt, nc, (in_t, in_c), weight, alpha, tau, den)
     per_stratum = c.v_s * w2 * (1.0 / nt**2 + 1.0 / nc**2) + c.v_n * (d_nt**2 + d_nc**2)
     left_cells = 2.0 * np.sum(~usable, axis=-1)
     noise_var = np.sum(np.where(usable, per_stratum, 0.0), axis=-1)

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpate_core.mechanisms.adjusted import ADJUSTED, THRESHOLD_FACTOR, AdjustedOptions
+from dpate_core.mechanisms.adjusted import (
+    ADJUSTED,
+    THRESHOLD_FACTOR,
+    AdjustedOptions,
+    public_constants,
+    subclassification_linearisation,
+)
 from dpate_core.statistics import COUNT_SENSITIVITY
 
 from ._model import count_sensitivity
@@ -49,7 +55,14 @@ from ._occupancy import (
     simulated,
     stated_fractions,
 )
-from ._release import ATTENUATION_CAP, residual_confounding_share
+from ._release import (
+    Quadratic,
+    attenuation_multiple,
+    correction_coefficients,
+    correction_factors,
+    is_linearised,
+    residual_confounding_share,
+)
 
 if TYPE_CHECKING:
     from dpate_core.planning import PredictionInputs
@@ -159,8 +172,34 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
 
 
 def _factor(rho: Any) -> Any:
-    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
-    return (1.0 + k) ** 2
+    return (1.0 + attenuation_multiple(rho)) ** 2
+
+
+def _band_scales(base: PredictionInputs) -> tuple[float, float, float, float]:
+    """``(count scale, sum scale, v_n, v_s)`` of the band cells' noise at the plan's split."""
+    p_n, p_s = base.parts()[:2]  # a binary outcome has no squares part
+    scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
+    scale_s = base.bound / p_s.epsilon_float
+    return scale_n, scale_s, 2.0 * scale_n**2, 2.0 * scale_s**2
+
+
+def expected_coefficients(
+    base: PredictionInputs, treated: np.ndarray, control: np.ndarray
+) -> tuple[Quadratic, Quadratic]:
+    """The release's :func:`~._release.correction_coefficients` at the plan's band cells (these
+    counts, each arm's assumed mean and within-cell sd in every band, the assumed effect as
+    ``tau``), read by the same linearisation the release reads its noisy cells with."""
+    b = base.bound
+    a = base.assumptions
+    scale_n, scale_s, _, _ = _band_scales(base)
+    c = public_constants(base.design.n, b, treated.size, (scale_n, scale_s))
+    centre = a.mean(b) - b / 2.0
+    m_t, m_c = centre + a.effect / 2.0, centre - a.effect / 2.0
+    counts = np.column_stack([control, treated]).ravel()
+    means = np.column_stack([np.full_like(control, m_c), np.full_like(treated, m_t)]).ravel()
+    v = {"counts": counts, "sums": counts * means, "squares": counts * (a.sd(b) ** 2 + means**2)}
+    lin = subclassification_linearisation(c, v, np.float64(a.effect))
+    return correction_coefficients(c, lin)
 
 
 def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) -> float:
@@ -171,10 +210,8 @@ def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) 
     variance ``v_s + m_a^2 v_n``) enters the gap with weight ``1/n_a - w_b / n_ab`` (``n_a`` the
     arm's records in the used bands, ``w_b`` the band's share of the used records). Filled
     bands equally sorted cancel."""
-    p_n, p_s = base.parts()[:2]  # a binary outcome has no squares part
     b = base.bound
-    scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
-    v_n, v_s = 2.0 * scale_n**2, 2.0 * (b / p_s.epsilon_float) ** 2
+    scale_n, _, v_n, v_s = _band_scales(base)
     m = max(2.0, THRESHOLD_FACTOR * scale_n)
 
     def kept(c: np.ndarray) -> np.ndarray:  # P(c + Lap(scale_n) >= m)
@@ -212,34 +249,45 @@ def _shared_sd(inp: PredictionInputs, rho: Any, sampling: float, gap: float) -> 
 
 
 def released_variance(
-    inp: PredictionInputs, rho: Any, sampling: float, noise: float, gap: float
+    inp: PredictionInputs,
+    rho: Any,
+    sampling: float,
+    noise: float,
+    gap: float,
+    coefficients: tuple[Quadratic, Quadratic] | None = None,
 ) -> tuple[Any, Any, Any]:
     """``(sampling, noise, shared sd)`` of the released estimate from the band subclassification's:
     the one place the prediction mirrors the release's variance
     (:func:`~._release.attenuation_correction`): both times the correction's factor ``(1 +
-    k)^2``, the noise plus the model-noise variance ``rho^2 gap^2`` (:func:`_model_variance`;
-    ``gap`` the gap's noise variance) and the shared part's square (:func:`_shared_sd`, also
-    returned). ``rho``: a noise share or an array of them."""
-    f = _factor(rho)
+    k)^2``, or, where the release linearises (:func:`~._release.is_linearised`, public) and
+    ``coefficients`` are given (:func:`expected_coefficients`), times its own factors
+    (:func:`~._release.correction_factors`); the noise plus the model-noise variance ``rho^2
+    gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance) and the shared part's
+    square (:func:`_shared_sd`, also returned). ``rho``: a noise share or an array of them."""
+    f_s = f_n = _factor(rho)
+    d = inp.design
+    if coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
+        f_s, f_n = correction_factors(coefficients, attenuation_multiple(np.asarray(rho)))
     shared = _shared_sd(inp, rho, sampling, gap)
-    noisy = noise * f + _model_variance(inp, rho, sampling, gap) + shared * shared
-    return sampling * f, noisy, shared
+    noisy = noise * f_n + _model_variance(inp, rho, sampling, gap) + shared * shared
+    return sampling * f_s, noisy, shared
 
 
 def _band_parts(
     base: PredictionInputs, fractions: np.ndarray, treated_share: np.ndarray
-) -> tuple[float, float, float, float, float]:
-    """``(p, v, sampling, noise, gap)`` of the band subclassification whose bands hold these
-    shares of the records, each band with its treated share (``gap``: :func:`gap_noise`)."""
+) -> tuple[float, float, float, float, float, tuple[Quadratic, Quadratic] | None]:
+    """``(p, v, sampling, noise, gap, coefficients)`` of the band subclassification whose bands
+    hold these shares of the records, each band with its treated share (``gap``:
+    :func:`gap_noise`; ``coefficients``: :func:`expected_coefficients`)."""
     n = float(base.design.n)
     counts = (n * fractions * treated_share, n * fractions * (1.0 - treated_share))
     band = dataclasses.replace(base, strata_counts=counts)
     assert ADJUSTED.resolution is not None
     p, v = ADJUSTED.resolution(band)
     if p <= 0.0 or not math.isfinite(v):
-        return 0.0, math.inf, math.inf, math.inf, math.inf
+        return 0.0, math.inf, math.inf, math.inf, math.inf, None
     sampling, noise, _ = ADJUSTED.predict(band)
-    return p, v, sampling, noise, gap_noise(base, *counts)
+    return p, v, sampling, noise, gap_noise(base, *counts), expected_coefficients(base, *counts)
 
 
 #: how many equally likely releases :func:`resolutions` summarises the simulated ones into (the
@@ -276,10 +324,10 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
     out = np.zeros((shares.size, 5))  # p, p sd, sampling, noise, shared sd
     for group in groups:
         row = fractions[0] if stated is not None else fractions[group[group.size // 2]]
-        p, _, sampling, noise, gap = _band_parts(base, row, treated_share)
+        p, _, sampling, noise, gap, coefficients = _band_parts(base, row, treated_share)
         if p <= 0.0:
             continue
-        s, e, b = released_variance(inp, shares[group], sampling, noise, gap)
+        s, e, b = released_variance(inp, shares[group], sampling, noise, gap, coefficients)
         out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e, b])
     p_mean = float(out[:, 0].mean())
     kept = out[:, 0] > 0

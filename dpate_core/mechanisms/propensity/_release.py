@@ -39,9 +39,11 @@ import numpy as np
 import numpy.typing as npt
 
 from dpate_core.mechanisms.adjusted import (
+    Linearisation,
     PublicConstants,
     assemble_subclassification,
     public_constants,
+    subclassification_linearisation,
     used_strata,
     with_binary_squares,
 )
@@ -87,9 +89,14 @@ __all__ = [
     "BANDS",
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
+    "LINEARISED_FROM",
     "UNRESOLVED",
     "attenuation_correction",
+    "attenuation_multiple",
+    "correction_coefficients",
+    "correction_factors",
     "dp_propensity",
+    "is_linearised",
     "plan_propensity",
     "plan_propensity_from_strata",
     "residual_confounding_share",
@@ -276,7 +283,9 @@ def _plan(
         noise=(model_site,),
         stages=(Stage(band_sites, locs),),
         kept=("model",),  # the band definition a later balance table reads (model_fit)
-        assemble=functools.partial(_assemble, public, lambda row: fitted(row)[0], binary),
+        assemble=functools.partial(
+            _assemble, public, lambda row: fitted(row)[0], binary, is_linearised(n, p_m.epsilon)
+        ),
     )
 
 
@@ -284,31 +293,43 @@ def _assemble(
     c: PublicConstants,
     fit: Callable[[np.ndarray], PropensityModel],
     binary: bool,
+    linearised: bool,
     v: Mapping[str, Any],
 ) -> Outputs:
     """Subclassification on the noisy band cells (the adjusted release's), corrected for the
     model noise's attenuation, with the variance the model's noise adds
-    (:func:`attenuation_correction`). A binary outcome's squares are its noisy counts times
-    ``(B/2)^2`` (every centred value is ``+-B/2``)."""
+    (:func:`attenuation_correction`). ``linearised`` (public: :func:`is_linearised`): the
+    corrected estimate's sampling and cells' noise variances are its own delta method over the
+    band cells (:func:`correction_factors`) instead of the band estimate's times ``(1 + k)^2``.
+    A binary outcome's squares are its noisy counts times ``(B/2)^2`` (every centred value is
+    ``+-B/2``)."""
     if binary:
         v = with_binary_squares(c, v)
     out = assemble_subclassification(c, v)
     rows = np.asarray(v["model"], dtype=np.float64)
     share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
-    tau, factor, extra, shared = attenuation_correction(
-        c, v, share if rows.ndim == 2 else share[0], out.tau
-    )
+    share = share if rows.ndim == 2 else share[0]
+    tau, factor, extra, shared = attenuation_correction(c, v, share, out.tau)
     d = dict(out.diagnostics)
     unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
     d["model_variance"] = extra + unresolved
     # every part of the variance is NaN where nothing resolved: an unresolved report publishes
     # no diagnostics beyond the usable strata and weight (schemas.reports' rule)
-    d["model_noise_share"] = np.asarray(share if rows.ndim == 2 else share[0]) + unresolved
-    d["noise_variance"] = d["noise_variance"] * factor
+    d["model_noise_share"] = np.asarray(share) + unresolved
     d["shared_sd"] = shared + unresolved
     extra = extra + shared * shared
-    variance = out.variance * factor + extra
-    raw = out.raw_variance * factor + extra
+    if linearised:
+        k = attenuation_multiple(np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0))
+        lin = subclassification_linearisation(c, v, out.tau)
+        f_s, f_n = correction_factors(correction_coefficients(c, lin), k)
+        noise, rest = d["noise_variance"], d["unestimated_variance"]
+        d["noise_variance"] = noise * f_n
+        variance = (out.variance - noise - rest) * f_s + noise * f_n + rest * factor + extra
+        raw = (out.raw_variance - noise - rest) * f_s + noise * f_n + rest * factor + extra
+    else:
+        d["noise_variance"] = d["noise_variance"] * factor
+        variance = out.variance * factor + extra
+        raw = out.raw_variance * factor + extra
     return Outputs(np.clip(tau, -c.bound, c.bound), variance, raw, d, UNRESOLVED)
 
 
@@ -371,9 +392,80 @@ def attenuation_correction(
     crude = np.clip(s_t / n_t - s_c / n_c, -c.bound, c.bound)
     gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
     rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
-    k = np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
+    k = attenuation_multiple(rho)
     shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
     return tau - k * gap, (1.0 + k) ** 2, (rho * gap) ** 2, shared
+
+
+def attenuation_multiple(rho: Any) -> Any:
+    """The correction's multiple of the adjustment, ``k = min(rho / (1 - rho),
+    ATTENUATION_CAP)`` at a noise share ``rho`` (the release's and the plan's)."""
+    return np.minimum(rho / np.maximum(1.0 - rho, 1e-12), ATTENUATION_CAP)
+
+
+#: the model's effective size ``N x epsilon_model`` from which the corrected estimate's variance
+#: is its own delta method over the band cells (:func:`correction_factors`): below it the
+#: ``(1 + k)^2`` factor's excess is kept as an allowance for the small-sample under-correction
+#: the release cannot see (docs/research/propensity.md, "The corrected estimate's own delta
+#: method"). 750 is ``"auto"``'s half of the budget at ``n x epsilon`` 1,500.
+LINEARISED_FROM = 750
+
+
+def is_linearised(n: int, epsilon_model: Number) -> bool:
+    """Whether the release's variance is :func:`correction_factors`' (public: ``N`` and the
+    model's epsilon, exact)."""
+    return Fraction(n) * Fraction(epsilon_model) >= LINEARISED_FROM
+
+
+#: ``(xx, xy, yy)``: a variance part's quadratic in the correction's multiple ``k``
+Quadratic = tuple[Any, Any, Any]
+
+
+def correction_coefficients(c: PublicConstants, lin: Linearisation) -> tuple[Quadratic, Quadratic]:
+    """The corrected estimate ``T = (1 + k) tau - k tau_crude`` over the band cells: both read
+    the same used cells, ``tau`` with derivative ``x`` per cell and the crude difference
+    ``tau_crude`` (each arm's mean over the used bands) with ``y``, so a part of ``Var T`` with
+    per-cell variance ``u`` is ``sum u ((1 + k) x - k y)^2``, a quadratic in ``k`` with
+    coefficients ``(sum u x^2, sum u x y, sum u y^2)``. Returned for the within-cell sampling
+    (arm means: ``x = w_b``, ``y = n_ab / n_a``, ``u = s2_a / n_ab``) and the cells' noise
+    (sums: ``x = w_b / n_ab``, ``y = 1 / n_a``, ``u = v_s``; counts: ``tau``'s derivatives
+    and ``y = -m_a / n_a`` for the treated, ``m_c / n_c`` for the controls, ``u = v_n``); ``n_a``
+    the arm's records in the used bands, ``m_a`` its mean there. Post-processing of the noisy
+    cells (:func:`~dpate_core.mechanisms.adjusted.subclassification_linearisation`)."""
+    used, w = lin.usable, lin.weight
+    tot_t = np.maximum(np.sum(np.where(used, lin.nt, 0.0), axis=-1), 1.0)[..., None]
+    tot_c = np.maximum(np.sum(np.where(used, lin.nc, 0.0), axis=-1), 1.0)[..., None]
+    share_t, share_c = np.where(used, lin.nt / tot_t, 0.0), np.where(used, lin.nc / tot_c, 0.0)
+    sampling = [(lin.var_t / lin.nt, w, share_t), (lin.var_c / lin.nc, w, share_c)]
+    noise = [
+        (c.v_s, w / lin.nt, np.where(used, 1.0 / tot_t, 0.0)),
+        (c.v_s, w / lin.nc, np.where(used, 1.0 / tot_c, 0.0)),
+        (c.v_n, lin.d_nt, np.where(used, -lin.mean_t[..., None] / tot_t, 0.0)),
+        (c.v_n, lin.d_nc, np.where(used, lin.mean_c[..., None] / tot_c, 0.0)),
+    ]
+
+    def quadratic(parts: list[tuple[Any, Any, Any]]) -> Quadratic:
+        xx = sum(np.sum(u * x * x, axis=-1) for u, x, _ in parts)
+        xy = sum(np.sum(u * x * y, axis=-1) for u, x, y in parts)
+        yy = sum(np.sum(u * y * y, axis=-1) for u, _, y in parts)
+        return xx, xy, yy
+
+    return quadratic(sampling), quadratic(noise)
+
+
+def correction_factors(coefficients: tuple[Quadratic, Quadratic], k: Any) -> tuple[Any, Any]:
+    """``(F_S, F_N)``: the corrected estimate's sampling and cells' noise variances over the
+    band estimate's, ``((1 + k)^2 xx - 2 k (1 + k) xy + k^2 yy) / xx``
+    (:func:`correction_coefficients`). 1 where one band is used (then ``tau_crude`` is
+    ``tau``) and near 1 where the arms fill the bands alike; ``(1 + k)^2`` only where the crude
+    difference carried no noise and no sampling. Where a part is 0 its factor is ``(1 +
+    k)^2``."""
+    k = np.asarray(k, dtype=np.float64)
+    out = []
+    for xx, xy, yy in coefficients:
+        num = (1.0 + k) ** 2 * xx - 2.0 * k * (1.0 + k) * xy + k * k * yy
+        out.append(np.where(xx > 0.0, num / np.where(xx > 0.0, xx, 1.0), (1.0 + k) ** 2))
+    return out[0], out[1]
 
 
 def dp_propensity(
