@@ -14,8 +14,10 @@ The prediction follows the release's steps:
 3. per release, the adjusted release's subclassification prediction on those band counts with
    the band cells' share of the budget, and the release's own variance on it
    (:func:`released_variance`, the one place the prediction mirrors
-   :func:`~._release.attenuation_correction`): times the correction's factor ``(1 + k)^2``, plus
-   the model-noise variance ``rho^2 gap^2``, ``gap^2`` the assumed confounding squared
+   :func:`~._release.attenuation_correction`): times the correction's factor ``(1 + k)^2``, or
+   from ``N x epsilon_model`` 750, at the releases whose noise share is at most 0.2, the
+   corrected estimate's own factors at the plan's band cells (:func:`expected_coefficients`),
+   plus the model-noise variance ``rho^2 gap^2``, ``gap^2`` the assumed confounding squared
    (:attr:`~dpate_core.planning.Assumptions.confounding`) plus the gap's noise
    (:func:`gap_noise`: the used bands' cells, which the crude difference and the
    subclassification both pool);
@@ -59,8 +61,8 @@ from ._release import (
     Quadratic,
     attenuation_multiple,
     correction_coefficients,
-    correction_factors,
     is_linearised,
+    linearised_factors,
     residual_confounding_share,
 )
 
@@ -260,14 +262,15 @@ def released_variance(
     the one place the prediction mirrors the release's variance
     (:func:`~._release.attenuation_correction`): both times the correction's factor ``(1 +
     k)^2``, or, where the release linearises (:func:`~._release.is_linearised`, public) and
-    ``coefficients`` are given (:func:`expected_coefficients`), times its own factors
-    (:func:`~._release.correction_factors`); the noise plus the model-noise variance ``rho^2
-    gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise variance) and the shared part's
-    square (:func:`_shared_sd`, also returned). ``rho``: a noise share or an array of them."""
+    ``coefficients`` are given (:func:`expected_coefficients`), times its own factors at the
+    releases whose noise share allows it (:func:`~._release.linearised_factors`); the noise plus
+    the model-noise variance ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise
+    variance) and the shared part's square (:func:`_shared_sd`, also returned). ``rho``: a noise
+    share or an array of them."""
     f_s = f_n = _factor(rho)
     d = inp.design
     if coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
-        f_s, f_n = correction_factors(coefficients, attenuation_multiple(np.asarray(rho)))
+        f_s, f_n = linearised_factors(coefficients, np.asarray(rho))
     shared = _shared_sd(inp, rho, sampling, gap)
     noisy = noise * f_n + _model_variance(inp, rho, sampling, gap) + shared * shared
     return sampling * f_s, noisy, shared

@@ -90,6 +90,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "LINEARISED_FROM",
+    "LINEARISED_SHARE",
     "UNRESOLVED",
     "attenuation_correction",
     "attenuation_multiple",
@@ -97,6 +98,7 @@ __all__ = [
     "correction_factors",
     "dp_propensity",
     "is_linearised",
+    "linearised_factors",
     "plan_propensity",
     "plan_propensity_from_strata",
     "residual_confounding_share",
@@ -298,9 +300,10 @@ def _assemble(
 ) -> Outputs:
     """Subclassification on the noisy band cells (the adjusted release's), corrected for the
     model noise's attenuation, with the variance the model's noise adds
-    (:func:`attenuation_correction`). ``linearised`` (public: :func:`is_linearised`): the
-    corrected estimate's sampling and cells' noise variances are its own delta method over the
-    band cells (:func:`correction_factors`) instead of the band estimate's times ``(1 + k)^2``.
+    (:func:`attenuation_correction`). ``linearised`` (public: :func:`is_linearised`): where the
+    release's noise share is at most :data:`LINEARISED_SHARE`, the corrected estimate's sampling
+    and cells' noise variances are its own delta method over the band cells
+    (:func:`linearised_factors`) instead of the band estimate's times ``(1 + k)^2``.
     A binary outcome's squares are its noisy counts times ``(B/2)^2`` (every centred value is
     ``+-B/2``)."""
     if binary:
@@ -319,9 +322,9 @@ def _assemble(
     d["shared_sd"] = shared + unresolved
     extra = extra + shared * shared
     if linearised:
-        k = attenuation_multiple(np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0))
+        rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
         lin = subclassification_linearisation(c, v, out.tau)
-        f_s, f_n = correction_factors(correction_coefficients(c, lin), k)
+        f_s, f_n = linearised_factors(correction_coefficients(c, lin), rho)
         noise, rest = d["noise_variance"], d["unestimated_variance"]
         d["noise_variance"] = noise * f_n
         variance = (out.variance - noise - rest) * f_s + noise * f_n + rest * factor + extra
@@ -409,6 +412,11 @@ def attenuation_multiple(rho: Any) -> Any:
 #: the release cannot see (docs/research/propensity.md, "The corrected estimate's own delta
 #: method"). 750 is ``"auto"``'s half of the budget at ``n x epsilon`` 1,500.
 LINEARISED_FROM = 750
+#: and only where the release's own noise share is at most this (the correction's multiple at
+#: most 1/4): a model that is mostly noise at a size the public values call large (a covariate
+#: of a hundred levels, a weak propensity) keeps the factor, whose excess stands in for the
+#: model draw's part of the error there
+LINEARISED_SHARE = 0.2
 
 
 def is_linearised(n: int, epsilon_model: Number) -> bool:
@@ -451,6 +459,15 @@ def correction_coefficients(c: PublicConstants, lin: Linearisation) -> tuple[Qua
         return xx, xy, yy
 
     return quadratic(sampling), quadratic(noise)
+
+
+def linearised_factors(coefficients: tuple[Quadratic, Quadratic], rho: Any) -> tuple[Any, Any]:
+    """``(F_S, F_N)`` of a release that linearises: :func:`correction_factors` where its noise
+    share ``rho`` is at most :data:`LINEARISED_SHARE`, ``(1 + k)^2`` elsewhere."""
+    k = attenuation_multiple(rho)
+    f_s, f_n = correction_factors(coefficients, k)
+    small = np.asarray(rho) <= LINEARISED_SHARE
+    return np.where(small, f_s, (1.0 + k) ** 2), np.where(small, f_n, (1.0 + k) ** 2)
 
 
 def correction_factors(coefficients: tuple[Quadratic, Quadratic], k: Any) -> tuple[Any, Any]:
