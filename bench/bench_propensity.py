@@ -1030,9 +1030,10 @@ def _band_priors(plan: MechanismPlan, v: dict[str, Array], share_t: Array, prior
 def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
     """The published estimate and, per variant, the variance it would report, ``(reps,)``:
 
-    - ``shipped``: the release's: ``F (S + N) + rho^2 gap^2`` below ``N x epsilon_model``
-      750, the corrected estimate's own delta method over the band cells from it (stop 41,
-      ``correction_factors``), each plus the shared sd's square;
+    - ``shipped``: the release's: ``F (S + N) + rho^2 gap^2``, or from ``N x epsilon_model``
+      750 at the releases whose noise share is at most 0.2 the corrected estimate's own delta
+      method over the band cells (stop 41, ``linearised_factors``), each plus the shared sd's
+      square;
     - ``linearised at every size`` and ``factor form (until stop 41)``: the release with its
       public switch forced one way;
     - ``joint``: ``F S`` plus the delta method of the corrected estimate ``(1 + k) tau - k

@@ -251,7 +251,7 @@ PARTS = ("noise_variance", "unestimated_variance")
 
 
 def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
-    """``(T, sampling, cells' noise, left-out part)``: each of the first two as the corrected
+    """``(the release, sampling, cells' noise, left-out part)``: each of the two parts as the corrected
     estimate's own delta method (:func:`correction_factors`) at the release's ``k`` and, beside
     it, the band estimate's part times ``(1 + k)^2`` (the factor form); the left-out strata's
     part is the factor form's in both."""
@@ -275,7 +275,7 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
     sampling = np.asarray(sub.variance) - noise - rest
     factor = (1 + k) ** 2
     return (
-        out.tau,
+        out,
         (f_s * sampling, factor * sampling),
         (f_n * noise, factor * noise),
         rest * factor,
@@ -293,17 +293,17 @@ def test_the_corrected_estimates_own_delta_method_given_the_bands() -> None:
     plan = plan_propensity(*_many(rng, 3000), MANY, bound=1.0, epsilon=1, split=QUARTER)
     row = draw_many(plan, rng, 1)["model"][0]
     v = _cells(plan, row, rng, 2000)
-    tau, _, (noise, factor_form), _ = _linearised(plan, v)
-    assert np.mean(plan.assemble(v).diagnostics["model_noise_share"]) > 0.5  # k at its cap
-    spread = float(np.var(tau))
+    out, _, (noise, factor_form), _ = _linearised(plan, v)
+    assert np.mean(out.diagnostics["model_noise_share"]) > 0.5  # k at its cap
+    spread = float(np.var(out.tau))
     assert spread / np.mean(noise) == pytest.approx(1.0, abs=0.12)
     assert spread / np.mean(factor_form) < 0.6
 
     taus, reported, old = [], [], []
     for _ in range(200):  # fresh data sets, the same bands, no noise
         fresh = plan_propensity(*_many(rng, 3000), MANY, bound=1.0, epsilon=1, split=QUARTER)
-        t, (sampling, factor_form), _, _ = _linearised(fresh, _cells(fresh, row, None))
-        taus.append(float(t))
+        out, (sampling, factor_form), _, _ = _linearised(fresh, _cells(fresh, row, None))
+        taus.append(float(out.tau))
         reported.append(float(sampling))
         old.append(float(factor_form))
     assert np.var(taus) / np.mean(reported) == pytest.approx(1.0, abs=0.2)
@@ -328,9 +328,7 @@ def test_the_release_linearises_where_its_size_and_its_noise_share_allow() -> No
     ):
         plan = plan_propensity(*data(rng, n), columns, bound=1.0, epsilon=1, split=split)
         assert plan.assemble.assembly.args[3] == public  # type: ignore[attr-defined]
-        v = draw_many(plan, rng, 50)
-        out = plan.assemble(v)
-        _, (lin_s, fac_s), (lin_n, fac_n), rest = _linearised(plan, v)
+        out, (lin_s, fac_s), (lin_n, fac_n), rest = _linearised(plan, draw_many(plan, rng, 50))
         rho = np.asarray(out.diagnostics["model_noise_share"])
         own = public & (rho <= LINEARISED_SHARE)
         extra = out.diagnostics["model_variance"] + out.diagnostics["shared_sd"] ** 2
