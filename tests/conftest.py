@@ -32,6 +32,13 @@ os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="dpate-prefect-hom
 # tested where they run in production, on their own workers (tests/topology), and the setting
 # itself in tests/pipeline/test_study_preflight.py.
 os.environ.setdefault("DPATE_PARALLEL_SITES", "1")
+# Flows run by the tests send no logs to their Prefect server unless a test reads them there
+# (``api_logs``): on the session's SQLite-backed server the logs' bulk inserts contend with the
+# runs' state updates, and Prefect's `PRAGMA busy_timeout = 60000` turned a lock into a minute
+# of idle waiting in one or two tests of every CI run (py-spy, docs/reference/benchmarks.md;
+# seven runs of one CLI test file with API logs: two took 104 s against 39-42 s; eight without:
+# 36-40 s each). The operator's own site log is written either way.
+os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
 
 # Hypothesis: "ci" (.ci/run sets HYPOTHESIS_PROFILE=ci) derandomised, so that a CI run is
 # reproducible and a failure is the code's, not the draw's; "dev" (the default) draws new examples
@@ -116,6 +123,17 @@ def prefect_harness(prefect_test_server: PrefectTestServer) -> Iterator[None]:
     """Flows run in this process talk to the session's Prefect server, for one test module (its
     module-scoped fixtures included): ``pytestmark = pytest.mark.usefixtures("prefect_harness")``."""
     with prefect_test_server.settings():
+        yield
+
+
+@pytest.fixture(scope="module")
+def api_logs() -> Iterator[None]:
+    """Flows run in this process send their logs to the Prefect server, for one test module (the
+    suite's default is off, above): for the tests that read what a site's run leaves in Prefect's
+    logs. Request it before any module-scoped fixture that runs flows."""
+    from prefect.settings import PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
+
+    with temporary_settings(updates={PREFECT_LOGGING_TO_API_ENABLED: True}):
         yield
 
 

@@ -22,7 +22,7 @@ from dpate.ledger import BudgetExceededError, PrivacyLedger
 from dpate_core import release as core_release
 from tests.pipeline.studies import Site, leaked, write_study
 
-pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness")]
+pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_harness", "api_logs")]
 
 #: where the invalid site's marker values are (a distinctive count and distinctive positions)
 BAD_ROWS = (101, 223, 347, 419, 523, 617, 733, 761, 787, 797, 599, 661, 683)
@@ -197,7 +197,9 @@ def test_nothing_outside_the_sites_holds_a_raw_value(full_study):
     texts = [b.decode() for b in st.snapshot().values()]
     APILogWorker.drain_all(timeout=10)
     with get_client(sync_client=True) as client:
-        texts += [log.message for log in _paged(client.read_logs)]
+        logs = [log.message for log in _paged(client.read_logs)]
+        assert any("data validated against spec" in m for m in logs)  # the runs' logs were read
+        texts += logs
         arts = _paged(client.read_artifacts)
         texts += [json.dumps(a.data) + str(a.description) for a in arts]
         for fr in _paged(client.read_flow_runs):

@@ -16,7 +16,7 @@ from tests.pipeline.studies import Site, write_study
 pytestmark = [
     pytest.mark.prefect,
     pytest.mark.postgres,
-    pytest.mark.usefixtures("prefect_harness"),
+    pytest.mark.usefixtures("prefect_harness", "api_logs"),
 ]
 
 PG = "host=127.0.0.1 port=5432 user=postgres dbname=test"
