@@ -498,6 +498,7 @@ def plan_accuracy(reps: int = 400) -> None:
     and the model share, as the plan does."""
     from dpate_core.mechanisms.propensity import PROPENSITY, band_occupancy
     from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign, plan_study
+    from dpate_core.statistics import histogram_cells
     from dpate_core.synth import split_equal
 
     def releases(plans: Sequence[MechanismPlan], rng: np.random.Generator) -> tuple[Array, ...]:
@@ -509,7 +510,9 @@ def plan_accuracy(reps: int = 400) -> None:
             tau.append(np.asarray(out.tau, dtype=np.float64))
             var.append(np.asarray(out.variance, dtype=np.float64))
             shared.append(_shared(out.diagnostics))
-            counts = plan.stages[0].locs({"model": draws["model"]})["counts"]
+            locs = plan.stages[0].locs({"model": draws["model"]})
+            counts = (locs["counts"] if "counts" in locs  # a binary outcome: its histogram's
+                      else histogram_cells(locs["histogram"], plan.bound)["counts"])  # fmt: skip
             band = counts[:, 0::2] + counts[:, 1::2]
             occupancy.append(np.mean(band.sum(axis=1) ** 2 / np.sum(band**2, axis=1)))
         n = np.array([p.n for p in plans], dtype=np.float64)

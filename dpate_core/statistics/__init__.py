@@ -3,7 +3,8 @@ compiled pass each:
 
 - per-cell sufficient statistics as exact integer sums on a public grid (:func:`cell_statistics`,
   :class:`CellStatistics`, :func:`grid_bits`, :func:`cell_noise`): the adjusted estimator, the DP
-  difference in means and the stratified variance;
+  difference in means and the stratified variance; a binary outcome's cells as one
+  ``(cell, outcome)`` histogram (:func:`outcome_histogram`, :func:`histogram_noise`);
 - Algorithm 1's exact matching estimate, its variance (the appendix) and the per-stratum counts
   its sensitivities read (:func:`matching_statistics`, :func:`exact_matching`,
   :func:`matching_variance`), and the difference in means (:func:`difference_in_means`).
@@ -29,6 +30,10 @@ from ._grid_sums import (
     cell_scales,
     cell_statistics,
     grid_bits,
+    histogram_cells,
+    histogram_noise,
+    histogram_scales,
+    outcome_histogram,
     sensitivities,
 )
 
@@ -44,9 +49,13 @@ __all__ = [
     "difference_in_means",
     "exact_matching",
     "grid_bits",
+    "histogram_cells",
+    "histogram_noise",
+    "histogram_scales",
     "matching_statistics",
     "matching_statistics_of_strata",
     "matching_variance",
+    "outcome_histogram",
     "sensitivities",
     "stratum_counts",
     "variance_bits",

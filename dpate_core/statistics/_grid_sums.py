@@ -44,6 +44,10 @@ __all__ = [
     "cell_scales",
     "cell_statistics",
     "grid_bits",
+    "histogram_cells",
+    "histogram_noise",
+    "histogram_scales",
+    "outcome_histogram",
     "sensitivities",
 ]
 
@@ -177,12 +181,12 @@ def cell_statistics(
 def cell_scales(cells: CellStatistics, parts: Sequence[PrivacyParams]) -> tuple[float, ...]:
     """The Laplace scales of the three vectors for the budget parts ``(eps_n, eps_s, eps_q)``, in
     the units they are noised in (the sums and squares in grid units): each vector's
-    :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent). Two parts
-    ``(eps_n, eps_s)``: a binary outcome's counts and sums only (its centred squares are its
-    counts times ``B^2 / 4``: not queried)."""
-    if len(parts) not in (2, 3):
+    :func:`sensitivities` over its part's epsilon, rounded up (deltas are not spent). A binary
+    outcome's cells are one query instead (:func:`histogram_noise`)."""
+    if len(parts) != 3:
         raise ValueError(
-            f"cell statistics take 3 budget parts, or 2 for a binary outcome: got {len(parts)}"
+            f"cell statistics take 3 budget parts (a binary outcome's histogram takes one: "
+            f"histogram_noise): got {len(parts)}"
         )
     sens = sensitivities(cells.bound, cells.k, cells.m)
     names = ("counts", "sums", "squares")
@@ -193,8 +197,7 @@ def cell_noise(
     cells: CellStatistics, scales: Sequence[float], prefix: str = ""
 ) -> tuple[NoiseSpec, ...]:
     """The per-cell vectors as noise sites ``counts``, ``sums``, ``squares`` (names after
-    ``prefix``; the first two only for two ``scales``, a binary outcome), each one vector query
-    of exact discrete Laplace noise on its integers.
+    ``prefix``), each one vector query of exact discrete Laplace noise on its integers.
 
     ``scales``: their Laplace scales in the units they are noised in (counts; sums in grid units
     ``B 2^-k``, squares in ``B^2 2^-m``), from :func:`cell_scales` and the caller's budget
@@ -205,13 +208,69 @@ def cell_noise(
     counts, sums, squares = (
         v.astype(np.float64) for v in (cells.counts, cells.sums, cells.squares)
     )
-    sites = (
+    return (
         NoiseSpec(prefix + "counts", counts, scales[0], "integer_laplace"),
         NoiseSpec(prefix + "sums", sums, scales[1], "integer_laplace", unit=cells.sum_unit),
+        NoiseSpec(
+            prefix + "squares", squares, scales[2], "integer_laplace", unit=cells.square_unit
+        ),
     )
-    if len(scales) == 2:
-        return sites
-    squares_site = NoiseSpec(
-        prefix + "squares", squares, scales[2], "integer_laplace", unit=cells.square_unit
-    )
-    return (*sites, squares_site)
+
+
+# A binary outcome (every value 0 or B): the cells are one histogram (docs/explanation/adjusted.md,
+# "A binary outcome: one histogram"). Each record lies in exactly one (cell, outcome) bin, so the
+# bins' counts are one vector query of L1 sensitivity 2 (one record leaves a bin, one enters
+# another) at the whole of the cells' budget; the counts ``E + F`` and centred sums
+# ``(B/2)(E - F)`` are post-processing. Against a counts query and a sums query sharing that
+# budget (sequential composition), both are noised at the whole of it.
+
+
+def outcome_histogram(cells: CellStatistics) -> np.ndarray:
+    """A binary outcome's ``(cell, outcome)`` histogram as one int64 vector: every cell's number
+    of records with ``Y = B`` (its events), then every cell's number with ``Y = 0``. Exact, from
+    the centred cell statistics: each centred value is ``+-2^(k-1)`` grid units, so ``events -
+    non-events = sums / 2^(k-1)``. Raises ``ValueError`` (naming the rule, no value) when the
+    sums are not those of an outcome that is 0 or ``B`` in every record."""
+    if not cells.centred:
+        raise ValueError("a binary outcome's histogram reads centred cell statistics")
+    half = np.int64(1) << np.int64(cells.k - 1)
+    diff, rem = np.divmod(cells.sums, half)
+    twice = cells.counts + diff
+    if rem.any() or (twice % 2).any() or (twice < 0).any() or (twice > 2 * cells.counts).any():
+        raise ValueError(
+            "a binary outcome's histogram needs every outcome to be 0 or B: the cell sums are "
+            "not those of such an outcome (check outcome.binary and the outcome's bound)"
+        )
+    events = twice // 2
+    return np.concatenate([events, cells.counts - events]).astype(np.int64)
+
+
+def histogram_noise(cells: CellStatistics, part: PrivacyParams, prefix: str = "") -> NoiseSpec:
+    """The binary outcome's :func:`outcome_histogram` as one noise site ``histogram`` (name after
+    ``prefix``): exact discrete Laplace noise of scale ``2 / eps`` (L1 sensitivity
+    :data:`COUNT_SENSITIVITY`, rounded up) on each bin, ``eps`` the part's epsilon."""
+    scale = part.laplace_scale(Fraction(COUNT_SENSITIVITY))
+    loc = outcome_histogram(cells).astype(np.float64)
+    return NoiseSpec(prefix + "histogram", loc, scale, "integer_laplace")
+
+
+def histogram_cells(noisy: Any, bound: float) -> dict[str, np.ndarray]:
+    """The cells' counts ``E + F`` and centred sums ``(B/2)(E - F)`` (outcome units) from a noisy
+    :func:`outcome_histogram` (``(cells * 2,)`` or ``(reps, cells * 2)``; post-processing). With
+    the two bins' noise independent and of equal variance ``v``, the counts' noise has variance
+    ``2 v``, the sums' ``(B/2)^2 2 v``, and the two are uncorrelated (:func:`histogram_scales`)."""
+    h = np.asarray(noisy, dtype=np.float64)
+    half = h.shape[-1] // 2
+    events, others = h[..., :half], h[..., half:]
+    return {"counts": events + others, "sums": (float(bound) / 2.0) * (events - others)}
+
+
+def histogram_scales(scale: float, bound: float) -> tuple[float, float]:
+    """``(scale_n, b_s)``: the Laplace scales of the same variance as the counts' and the centred
+    sums' noise of :func:`histogram_cells`, for bins noised at Laplace scale ``scale`` (variance
+    ``v = 2 scale^2``): ``2 scale_n^2 = 2 v`` and ``2 b_s^2 = (B/2)^2 2 v``, so ``scale_n =
+    sqrt(2) scale`` and ``b_s = sqrt(2) scale B / 2``. What the post-processing's variance
+    formulas read (second moments only: the two are uncorrelated, as independent counts and
+    sums noise are)."""
+    root2 = math.sqrt(2.0)
+    return root2 * float(scale), root2 * float(scale) * float(bound) / 2.0

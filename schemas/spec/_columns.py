@@ -94,10 +94,11 @@ class OutcomeSpec(_Model):
         exclude_if=lambda v: not v,
         json_schema_extra={"accepted_by": "binary_outcome"},
         description="Every value is `offset` or `offset + bound` (checked on the data by the "
-        "release): the variance follows from the sums, so no sums of squares are released and "
-        "their budget part is dropped (one part fewer: the difference in means' arm sums of "
-        "squares, the adjusted release's cell sums of squares, the propensity release's band "
-        "sums of squares).",
+        "release): the variance follows from the sums, so no sums of squares are released. The "
+        "difference in means drops their budget part (one part fewer); the adjusted and "
+        "propensity releases query their cells as one (cell, outcome) histogram at the whole of "
+        "the cells' budget, whose counts and sums are both less noisy than two queries sharing "
+        "it (one part for adjusted, two for propensity: the model and the histogram).",
     )
 
     @field_validator("labels", mode="before")

@@ -276,7 +276,7 @@ def test_dpate_plan_runs_on_every_shipped_example(name, home):
     assert plan["combined"]["width"] > 0
     if name == "observational-propensity-mortality.toml":
         assert plan["variant"] == "K = 5 bands, model share 1/3"
-        assert plan["recommendation"]["split"] == ["1/3", "7/27", "11/27"]
+        assert plan["recommendation"]["split"] == ["1/3", "2/3"]
         assert plan["combined"]["width"] < plan["target_width"] == 0.12
         # its balance table at epsilon 1/10 (5 covariates: scale 100): a two-level covariate's
         # SMD carries noise of sd at least 4 sqrt(2) 100 / N, 0.24 at the site of 2,400; a

@@ -963,7 +963,8 @@ def test_a_plan_where_no_site_resolves_says_there_is_no_answer():
 
 def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
     """``outcome.binary``: dim, adjusted and propensity are predicted with their binary-outcome
-    parts (no sums of squares) instead of refusing the spec's split, and dim's prediction of a
+    parts (adjusted and propensity: one histogram for the cells) instead of refusing the spec's
+    split, and dim's prediction of a
     binary release is its own: the noise of the sums alone, reported as sampling plus noise.
     An estimator without such a mode (global matching) is predicted as for any outcome."""
     rng = np.random.default_rng(4)
@@ -980,20 +981,20 @@ def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
     assert pred.reported_variance == pytest.approx(pred.sampling_variance + pred.noise_variance)
     with pytest.raises(ValueError, match="splits its budget into 2 parts"):
         predict_site("dim", SiteDesign.of("a", 2000, 1, 0, None, 1), domain_size=1, bound=1.0)
-    designs = [SiteDesign.of(s, 2000, 1, 0, ("1/2", "7/36", "11/36"), 3) for s in ("a", "b")]
+    designs = [SiteDesign.of(s, 2000, 1, 0, ("1/2", "1/2"), 2) for s in ("a", "b")]
     study = plan_study(
         "propensity", "inverse_variance", designs, domain_size=8, bound=1.0, assumptions=sd,
         covariate_sizes=(4, 2), bounded_covariates=1, binary=True,
     )  # fmt: skip
     assert np.isfinite(study.combined_half_width) and study.recommendation is not None
-    assert all(len(s.split) == 3 for s in study.sites)
+    assert all(len(s.split) == 2 for s in study.sites)
     # only estimators the spec accepts are recommended: with outcome.binary and a numeric
     # covariate without bins, the propensity release alone (adjusted would drop the covariate)
     assert study.recommendation.estimator == "propensity"
     assert "binary-outcome mode" in study.recommendation.reason
     assert "['propensity']" in study.recommendation.reason
-    # adjusted: its binary split (7/18, 11/18) gives the sums more than the general one's 11/20
-    binary = [SiteDesign.of(s, 2000, 1, 0, ("7/18", "11/18"), 2) for s in ("a", "b")]
+    # adjusted: its binary histogram noises the counts and the sums at the whole budget
+    binary = [SiteDesign.of(s, 2000, 1, 0, ("1",), 1) for s in ("a", "b")]
     general = [SiteDesign.of(s, 2000, 1, 0, None, 3) for s in ("a", "b")]
     a = plan_study("adjusted", "inverse_variance", binary, domain_size=8, bound=1.0,
                    assumptions=sd, binary=True, recommend=False)  # fmt: skip
@@ -1018,7 +1019,7 @@ def test_the_recommendation_keeps_the_propensity_rules_model_share(binary: bool)
     they predict narrower."""
     sd = Assumptions(outcome_sd=0.48 if binary else 0.14)
     for n, share in ((1000, Fraction(1, 3)), (5000, Fraction(1, 2)), (20_000, Fraction(1, 2))):
-        designs = [SiteDesign.of(s, n, 1, 0, None, 3 if binary else 4) for s in ("a", "b")]
+        designs = [SiteDesign.of(s, n, 1, 0, None, 2 if binary else 4) for s in ("a", "b")]
         study = plan_study(
             "propensity", "inverse_variance", designs, domain_size=16, bound=1.0, assumptions=sd,
             covariate_sizes=(4, 2, 2), bounded_covariates=2, binary=binary,
@@ -1026,7 +1027,7 @@ def test_the_recommendation_keeps_the_propensity_rules_model_share(binary: bool)
         rec = study.recommendation
         assert rec is not None and rec.estimator == "propensity"
         assert rec.split[0] == share, (n, rec.split)
-        assert len(rec.split) == (3 if binary else 4)
+        assert len(rec.split) == (2 if binary else 4)
 
 
 def test_subclassification_plan_predicts_the_noisy_variance_stretch():

@@ -192,25 +192,31 @@ def test_spec_matching_options():
 
 
 @pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
-def test_binary_adjusted_releases_counts_and_sums_and_equals_the_general_one_without_noise(
+def test_binary_adjusted_releases_one_histogram_and_equals_the_general_one_without_noise(
     weighting,
 ):
-    """adjusted with ``binary``: two parts (counts and sums, 7 : 11), no squares drawn; the
-    squares taken from the counts are the records' own, so without noise the estimate and its
-    variance are the general release's; any other outcome value is refused."""
+    """adjusted with ``binary``: one part, the (cell, outcome) histogram at the whole budget,
+    Laplace ``2 / eps`` on each of its ``4 |X|`` bins; the counts, sums and squares read from it
+    are the records' own, so without noise the estimate and its variance are the general
+    release's; any other outcome value is refused."""
     from dpate_core.mechanisms.adjusted import ADJUSTED, DEFAULT_SPLIT_BINARY, plan_adjusted
 
     assert ADJUSTED.binary_outcome
-    assert ADJUSTED.part_names(None, binary=True) == ("cell counts", "cell sums")
-    assert ADJUSTED.split(None, None, binary=True).shares == (Fraction(7, 18), Fraction(11, 18))
-    assert DEFAULT_SPLIT_BINARY == ("7/18", "11/18")
+    assert ADJUSTED.part_names(None, binary=True) == ("cell outcome histogram",)
+    assert ADJUSTED.split(None, None, binary=True).shares == (Fraction(1),)
+    assert DEFAULT_SPLIT_BINARY == ("1",)
     rng = np.random.default_rng(7)
     x = rng.integers(0, 6, 3000)
     w = (rng.random(3000) < 0.3 + 0.06 * x).astype(np.int8)
     y = (rng.random(3000) < 0.2 + 0.05 * x + 0.1 * w).astype(np.float64)
     kw = dict(bound=1.0, domain_size=6, weighting=weighting)
     plan = plan_adjusted(w, y, x, epsilon=1, binary=True, **kw)
-    assert [s.name for s in plan.noise] == ["counts", "sums"]
+    assert [s.name for s in plan.noise] == ["histogram"]
+    (site,) = plan.noise
+    assert site.scale == 2 and site.kind == "integer_laplace" and np.size(site.loc) == 4 * 6
+    events = np.bincount(2 * x + w, weights=y, minlength=12)
+    others = np.bincount(2 * x + w, weights=1 - y, minlength=12)
+    np.testing.assert_array_equal(site.loc, np.concatenate([events, others]))
     assert sum(p.epsilon for p in plan.shares.apply(plan.total)) == 1
     est = plan.estimate({k: v[0] for k, v in draw_many(plan, rng, 1).items()})
     assert est.resolved and ADJUSTED.plausible(est, None, 6) == []
@@ -223,3 +229,63 @@ def test_binary_adjusted_releases_counts_and_sums_and_equals_the_general_one_wit
     np.testing.assert_allclose(b.variance, a.variance, rtol=1e-6)
     with pytest.raises(ValueError, match="exactly 0 or B"):
         plan_adjusted(w, y * 0.5, x, epsilon=1, binary=True, **kw)
+
+
+def test_a_binary_outcomes_histogram_has_sensitivity_two_and_exact_bins() -> None:
+    """Replace one record (its treatment, outcome and stratum all free): the (cell, outcome)
+    histogram moves by at most 2 in L1, the sensitivity its noise is scaled to; its bins are the
+    records' own counts of events and non-events per cell, read exactly from the grid sums."""
+    from dpate_core.statistics import cell_statistics, outcome_histogram
+
+    rng = np.random.default_rng(11)
+    n, size = 300, 5
+    w, x = rng.integers(0, 2, n), rng.integers(0, size, n)
+    y = rng.integers(0, 2, n) * 4.0  # B = 4
+    base = outcome_histogram(cell_statistics(w, y, x, domain_size=size, bound=4.0))
+    events = np.bincount(2 * x + w, weights=y / 4.0, minlength=2 * size)
+    np.testing.assert_array_equal(
+        base, np.concatenate([events, np.bincount(2 * x + w, minlength=2 * size) - events])
+    )
+    moved = []
+    for i in range(n):  # every record, replaced by a fresh draw of all three values
+        w2, y2, x2 = w.copy(), y.copy(), x.copy()
+        w2[i], y2[i], x2[i] = rng.integers(0, 2), rng.integers(0, 2) * 4.0, rng.integers(0, size)
+        h = outcome_histogram(cell_statistics(w2, y2, x2, domain_size=size, bound=4.0))
+        moved.append(int(np.abs(h - base).sum()))
+    assert max(moved) == 2 and set(moved) <= {0, 2}
+    with pytest.raises(ValueError, match="0 or B"):
+        outcome_histogram(cell_statistics(w, y * 0.5 + 1.0, x, domain_size=size, bound=4.0))
+
+
+def test_a_binary_outcomes_cells_carry_the_noise_the_variance_reads() -> None:
+    """From the histogram's noisy bins, the counts ``E + F`` and centred sums ``(B/2)(E - F)``
+    carry noise of the variances the release's formulas read (``v_n = 2 scale_n^2``, ``v_s = 2
+    b_s^2``, :func:`histogram_scales`) and uncorrelated, as independent count and sum noise
+    would be; the count's tail (a sum of two Laplaces) is :func:`count_kept`'s."""
+    from dpate_core.mechanisms.adjusted import count_kept, plan_adjusted
+    from dpate_core.statistics import cell_statistics, histogram_cells, histogram_scales
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 4, 800)
+    w = (rng.random(800) < 0.4).astype(np.int8)
+    y = (rng.random(800) < 0.3).astype(np.float64) * 2.0  # B = 2
+    plan = plan_adjusted(w, y, x, bound=2.0, epsilon=Fraction(1, 2), domain_size=4, binary=True)
+    (site,) = plan.noise
+    cells = cell_statistics(w, y, x, domain_size=4, bound=2.0)
+    noisy = histogram_cells(draw_many(plan, rng, 40_000)["histogram"], 2.0)
+    e_n = noisy["counts"] - cells.counts
+    e_s = noisy["sums"] - cells.sums * cells.sum_unit
+    scale_n, b_s = histogram_scales(site.value_scale, 2.0)
+    assert np.abs(e_n.mean(axis=0)).max() < 0.1 and np.abs(e_s.mean(axis=0)).max() < 0.1
+    np.testing.assert_allclose(e_n.var(axis=0), 2 * scale_n**2, rtol=0.04)
+    np.testing.assert_allclose(e_s.var(axis=0), 2 * b_s**2, rtol=0.04)
+    corr = [np.corrcoef(e_n[:, j], e_s[:, j])[0, 1] for j in range(8)]
+    assert max(abs(c) for c in corr) < 0.03
+    # the threshold's tail: P(n + e >= m) for the two-Laplace count noise, against the draws,
+    # at thresholds below, at and above the true count (the Laplace tail of the same variance
+    # is off by up to 0.03 here)
+    for j, count in enumerate(cells.counts[:4]):
+        for d in (-12.0, -5.0, -1.0, 0.0, 2.0, 6.0, 15.0):
+            seen = float(np.mean(e_n[:, j] >= d))
+            kept = count_kept(np.array([float(count)]), count + d, scale_n, True)[0]
+            assert kept == pytest.approx(seen, abs=0.008), (count, d)

@@ -737,7 +737,7 @@ def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules
     from dpate_core.mechanisms import PlanInputs
 
     spec = _spec()  # n = 20,000 declared: K = 10, model share 1/2
-    if binary:  # outcome.binary: three parts, no squares
+    if binary:  # outcome.binary: two parts, the model and the histogram
         doc = spec.canonical_dict()
         doc["outcome"]["binary"] = True
         spec = StudySpec.from_dict(doc)
@@ -763,7 +763,7 @@ def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules
         )
     )
     assert plan.shares.shares[0] == Fraction(1, 2)
-    assert len(plan.shares.shares) == (3 if binary else 4)
+    assert len(plan.shares.shares) == (2 if binary else 4)
     estimate = plan.estimate(draw_once(plan, rng))  # simulation noise: a test, not a release
     assert estimate.diagnostics["usable_strata"] > 5  # more bands than five
     report = SiteReport.from_estimate(
@@ -830,32 +830,32 @@ def test_binary_parts_splits_and_spec() -> None:
     assert PROPENSITY.binary_outcome
     assert PROPENSITY.part_names(None, binary=True) == (
         "propensity model",
-        "band counts",
-        "band sums",
+        "band outcome histogram",
     )
-    # the cells keep the counts : sums proportions 21 : 33 of the rest, exactly
-    assert model_share_split("1/4", binary=True) == DEFAULT_SPLIT_BINARY == ("1/4", "7/24", "11/24")
+    # the band cells are one query, the (band, arm, outcome) histogram, at the rest exactly
+    assert model_share_split("1/4", binary=True) == DEFAULT_SPLIT_BINARY == ("1/4", "3/4")
     half = PROPENSITY.default_split(PROPENSITY.make_options({"model_share": "1/2"}), binary=True)
-    assert half.shares == (Fraction(1, 2), Fraction(7, 36), Fraction(11, 36))
+    assert half.shares == (Fraction(1, 2), Fraction(1, 2))
     doc = _spec().canonical_dict()
     doc["outcome"]["binary"] = True
     spec = StudySpec.from_dict(doc)
-    assert spec.release_parts == 3
-    assert spec.budget_split("a").shares == (Fraction(1, 2), Fraction(7, 36), Fraction(11, 36))
+    assert spec.release_parts == 2
+    assert spec.budget_split("a").shares == (Fraction(1, 2), Fraction(1, 2))
 
 
-def test_binary_release_draws_no_squares_and_equals_the_general_one_without_noise() -> None:
+def test_binary_release_draws_one_histogram_and_equals_the_general_one_without_noise() -> None:
+    """A binary outcome's band cells are one query, the (band, arm, outcome) histogram, Laplace
+    ``2 / eps_c`` on each bin; without noise its counts, sums and squares are the records'."""
     rng = np.random.default_rng(23)
     w, y, z, _ = _binary_data(rng, 3000)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=Fraction(1, 2), binary=True)
-    assert [s.name for s in plan.stages[0].sites] == ["counts", "sums"]
+    assert [s.name for s in plan.stages[0].sites] == ["histogram"]
     parts = plan.shares.apply(plan.total)
-    assert len(parts) == 3 and sum(p.epsilon for p in parts) == Fraction(1, 2)
-    counts, sums = plan.stages[0].sites
-    assert counts.scale == parts[1].laplace_scale(2)
-    assert sums.value_scale >= 1.0 / float(parts[2].epsilon)
+    assert len(parts) == 2 and sum(p.epsilon for p in parts) == Fraction(1, 2)
+    (site,) = plan.stages[0].sites
+    assert site.scale == parts[1].laplace_scale(2) and site.unit == 1.0
     noisy = draw_once(plan)
-    assert set(noisy) == {"model", "counts", "sums"}
+    assert set(noisy) == {"model", "histogram"} and np.size(noisy["histogram"]) == 4 * 5
     e = plan.estimate(noisy)
     assert e.resolved and e.budget_split == plan.shares.shares
     assert PROPENSITY.plausible(e, PROPENSITY.make_options(), 12) == []

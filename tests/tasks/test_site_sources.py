@@ -328,11 +328,11 @@ def test_binary_outcome_is_checked_and_released_as_from_the_records(
         assert not stats.cells.centred
         assert [sp.name for sp in plan.noise] == ["sum_treated", "sum_control"]
     elif estimator == "adjusted":  # the cells' counts and sums: no squares
-        assert [sp.name for sp in plan.noise] == ["counts", "sums"]
+        assert [sp.name for sp in plan.noise] == ["histogram"]
     else:  # the model, then the band cells' counts and sums: no squares
         assert [sp.name for sp in plan.noise] == ["model"]
-        assert [sp.name for sp in plan.stages[0].sites] == ["counts", "sums"]
-        assert len(plan.shares.shares) == 3
+        assert [sp.name for sp in plan.stages[0].sites] == ["histogram"]
+        assert len(plan.shares.shares) == 2
     for seed in (0, 1):
         assert report_bytes(ctx, stats, seed) == report_bytes(ctx, records, seed)
     assert plan_from_records is not None and site_statistics is not None

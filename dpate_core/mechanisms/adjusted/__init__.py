@@ -30,6 +30,8 @@ from ._public import (
     SELECTED_RESOLUTION,
     adjusted_resolution,
     adjusted_weighting,
+    cell_noise_scales,
+    count_kept,
     describe,
     noise_model,
     plausible,
@@ -65,11 +67,11 @@ from ._weightings import (
     assemble_binary,
     assemble_fixed_effects,
     assemble_subclassification,
+    binary_cells,
     design_resolution,
     fieller_factor,
     subclassification_linearisation,
     used_strata,
-    with_binary_squares,
 )
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "INTERVAL_Z",
     "MOSTLY_RESOLVES",
     "PARTS",
+    "PARTS_BINARY",
     "PLUG_IN_CORRECTED_FROM",
     "RARELY_RESOLVES",
     "RATIO_DAMPING",
@@ -99,6 +102,9 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "binary_cells",
+    "cell_noise_scales",
+    "count_kept",
     "design_resolution",
     "dp_adjusted",
     "fieller_factor",
@@ -110,7 +116,6 @@ __all__ = [
     "study_weighting",
     "subclassification_linearisation",
     "used_strata",
-    "with_binary_squares",
 ]
 
 
@@ -171,8 +176,11 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     return StudyChoice(replace(options or AdjustedOptions(), weighting=mode), mode, reason)
 
 
-#: the release's budget parts (a binary outcome: the first two, no squares)
+#: the release's budget parts
 PARTS = ("cell counts", "cell sums", "cell sums of squares")
+#: a binary outcome's one part: the cells' (cell, outcome) histogram, whose counts, sums and
+#: squares are post-processing (docs/explanation/adjusted.md, "A binary outcome: one histogram")
+PARTS_BINARY = ("cell outcome histogram",)
 
 #: the estimator a study names "adjusted"
 ADJUSTED = Estimator(
@@ -181,7 +189,7 @@ ADJUSTED = Estimator(
     estimand=_estimand(None),
     estimand_for=_estimand,
     parts=PARTS,
-    parts_for=lambda options, binary: PARTS[:2] if binary else PARTS,
+    parts_for=lambda options, binary: PARTS_BINARY if binary else PARTS,
     binary_outcome=True,
     pure=True,
     designs=("randomized", "observational"),
@@ -200,7 +208,6 @@ ADJUSTED = Estimator(
     describe=describe,
     candidate_splits={
         3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10))),
-        2: ((Fraction(1, 2),) * 2, (Fraction(1, 4), Fraction(3, 4))),
     },
     releases_on_any_records=True,
 )

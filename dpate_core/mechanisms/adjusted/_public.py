@@ -21,14 +21,16 @@ from dpate_core.mechanisms._rules import (
     no_arm_sizes_problems,
 )
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
-from dpate_core.statistics import COUNT_SENSITIVITY
+from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
 from ._release import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
     THRESHOLD_FACTOR,
+    count_scale,
     public_constants,
     resolve_weighting,
+    sum_epsilon,
 )
 from ._weightings import (
     FIELLER_BELOW,
@@ -53,6 +55,8 @@ __all__ = [
     "SELECTED_RESOLUTION",
     "adjusted_resolution",
     "adjusted_weighting",
+    "cell_noise_scales",
+    "count_kept",
     "describe",
     "noise_model",
     "plausible",
@@ -156,13 +160,9 @@ def adjusted_weighting(
         return resolve_weighting(weighting, int(n), max(int(domain_size), 1), math.nan, math.nan)
     total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
     shares = DEFAULT_SPLIT if split is None else split
-    p_n, p_s = BudgetSplit.of(shares, len(shares)).apply(total)[:2]  # 2 parts: a binary outcome
+    parts = BudgetSplit.of(shares, len(shares)).apply(total)  # 1 part: a binary outcome
     return resolve_weighting(
-        weighting,
-        int(n),
-        max(int(domain_size), 1),
-        p_n.laplace_scale(COUNT_SENSITIVITY),
-        float(p_s.epsilon),
+        weighting, int(n), max(int(domain_size), 1), count_scale(parts), sum_epsilon(parts)
     )
 
 
@@ -300,15 +300,32 @@ def _counts(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     return balanced_counts(inp.design.n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
 
 
-def _laplace_kept(n: np.ndarray, m: float, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """For true counts ``n`` released as ``n + Lap(b)``: the probability that the noisy count
-    reaches ``m``, and the noise's mean given that it does (``E[L | L >= m - n]``)."""
-    c = m - n
-    below = c <= 0
-    tail = 0.5 * np.exp(-np.abs(c) / b)  # P(L >= c) for c > 0; P(L < c) for c <= 0
-    p = np.where(below, 1.0 - tail, tail)
-    mean = np.where(below, tail * (b - c) / np.maximum(p, 1e-300), c + b)
-    return p, mean
+def cell_noise_scales(parts: Sequence[PrivacyParams], bound: float) -> tuple[float, float, bool]:
+    """The plan's ``(count scale, sums scale, histogram)`` for the cells' budget parts: Laplace
+    ``2 / eps_n`` on every count and ``B / eps_s`` on every centred sum (outcome units) for three
+    parts; for one part, a binary outcome's ``(cell, outcome)`` histogram at ``eps``, the scales
+    of equal variance (:func:`dpate_core.statistics.histogram_scales`) and ``histogram`` True:
+    each count's noise is then the sum of two independent Laplace ``2 / eps`` (its tail:
+    :func:`count_kept`)."""
+    if len(parts) == 1:
+        scale_n, b_s = histogram_scales(COUNT_SENSITIVITY / parts[0].epsilon_float, bound)
+        return scale_n, b_s, True
+    return COUNT_SENSITIVITY / parts[0].epsilon_float, bound / parts[1].epsilon_float, False
+
+
+def count_kept(n: np.ndarray, m: float, scale_n: float, histogram: bool = False) -> np.ndarray:
+    """For true counts ``n`` released with Laplace noise of scale ``scale_n``, the probability
+    that the noisy count reaches ``m``. ``histogram``: the noise is the sum of two independent
+    Laplace of scale ``b = scale_n / sqrt(2)`` (the same variance; a binary outcome's count
+    ``E + F``), whose tail is ``P(S >= c) = e^(-c/b) (2 + c/b) / 4`` for ``c >= 0`` (the density
+    ``(1 + |x|/b) e^(-|x|/b) / (4 b)``)."""
+    c = m - np.asarray(n, dtype=np.float64)
+    if histogram:
+        u = np.abs(c) / (scale_n / math.sqrt(2.0))
+        tail = 0.25 * np.exp(-u) * (2.0 + u)
+    else:
+        tail = 0.5 * np.exp(-np.abs(c) / scale_n)  # P(L >= c) for c > 0; P(L < c) for c <= 0
+    return np.asarray(np.where(c <= 0, 1.0 - tail, tail), dtype=np.float64)
 
 
 def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, float, float]:
@@ -323,19 +340,16 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     used (probability ``prod (1 - p_x)``) the release is unresolved and counts as the whole range
     (half-width ``B``), as for fixed effects. No stratum with both arms in the assumed counts:
     infinite (the release would never resolve)."""
-    p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
-    scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
-    v_n, v_s = 2.0 * scale_n**2, 2.0 * (b / p_s.epsilon_float) ** 2
+    scale_n, b_s, histogram = cell_noise_scales(inp.parts(), b)  # the squares do not enter
+    v_n, v_s = 2.0 * scale_n**2, 2.0 * b_s**2
     tc, cc = _counts(inp)
     both = (tc > 0) & (cc > 0)
     if not both.any():
         return math.inf, math.inf, 0.0, math.inf
     t, c = tc[both].astype(float), cc[both].astype(float)
     m = max(2.0, THRESHOLD_FACTOR * scale_n)
-    p_t, _ = _laplace_kept(t, m, scale_n)
-    p_c, _ = _laplace_kept(c, m, scale_n)
-    p = p_t * p_c
+    p = count_kept(t, m, scale_n, histogram) * count_kept(c, m, scale_n, histogram)
     # an empty arm's noisy count reaches m with P(Lap >= m): such strata are used too, rarely
     expected_used = float(p.sum())
     alpha = 1.0 - expected_used / inp.domain_size
@@ -371,8 +385,8 @@ def _noisy_stretch(
     p, t, c, w = strata
     b = inp.bound
     parts = inp.parts()
-    binary = len(parts) < 3  # a binary outcome's squares are its counts times B^2/4
-    scales = [COUNT_SENSITIVITY / parts[0].epsilon_float, b / parts[1].epsilon_float]
+    scale_n, b_s, binary = cell_noise_scales(parts, b)  # binary: squares are counts x B^2/4
+    scales = [scale_n, b_s]
     if not binary:
         scales.append(b * b / (2.0 * parts[2].epsilon_float))
     public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
@@ -410,10 +424,9 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     these assumptions) and clipped at ``B``, averaged over the normal tail of ``D_hat`` above
     ``RESOLVE_Z`` sds; a ``D_hat`` whose Fieller set is unbounded leaves the release unresolved
     there too, so ``p`` is the share of that tail where the set is bounded."""
-    p_n, p_s = inp.parts()[:2]  # the squares' part, if any, does not enter the noise
     b = inp.bound
-    v_n = 2.0 * (COUNT_SENSITIVITY / p_n.epsilon_float) ** 2
-    v_s = 2.0 * (b / p_s.epsilon_float) ** 2
+    scale_n, b_s, _ = cell_noise_scales(inp.parts(), b)  # the squares do not enter the noise
+    v_n, v_s = 2.0 * scale_n**2, 2.0 * b_s**2
     tc, cc = _counts(inp)
     t, c = tc.astype(float), cc.astype(float)
     big_d = float((t * c).sum())

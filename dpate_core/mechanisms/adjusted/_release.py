@@ -48,15 +48,19 @@ from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
+    NoiseSpec,
     SiteEstimate,
     check_binary_outcomes,
     draw_once,
 )
 from dpate_core.statistics import (
+    COUNT_SENSITIVITY,
     CellStatistics,
     cell_noise,
     cell_scales,
     cell_statistics,
+    histogram_noise,
+    histogram_scales,
 )
 
 __all__ = [
@@ -82,8 +86,9 @@ DEFAULT_SPLIT = (
     "11/20",
     "1/10",
 )  # counts, centred sums, squares (docs/explanation/adjusted.md)
-#: a binary outcome's split: no squares, the counts and sums keep their 7 : 11
-DEFAULT_SPLIT_BINARY = ("7/18", "11/18")
+#: a binary outcome's split: its cells are one query, the (cell, outcome) histogram, at the whole
+#: budget (docs/explanation/adjusted.md, "A binary outcome: one histogram")
+DEFAULT_SPLIT_BINARY = ("1",)
 THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
 #: the post-processings of the same three noisy vectors (docs/explanation/adjusted.md, "Two weightings")
 WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
@@ -168,8 +173,8 @@ def plan_adjusted_from_statistics(
 ) -> MechanismPlan:
     """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them).
     ``binary``: the outcome is 0 or ``B`` in every record (the caller has checked it: the site
-    data's rules do); the counts and sums only, two budget parts, the squares taken from the
-    noisy counts (:func:`~._weightings.with_binary_squares`)."""
+    data's rules do); one budget part, the cells' ``(cell, outcome)`` histogram, whose counts,
+    sums and squares are post-processing (:func:`~._weightings.binary_cells`)."""
     if not stats.centred:
         raise ValueError(
             "the adjusted estimator needs centred cell statistics: compute them with "
@@ -185,12 +190,16 @@ def plan_adjusted_from_statistics(
     default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
     shares = BudgetSplit.of(default if split is None else split, len(default))
     parts = shares.apply(total)
-    noise = cell_noise(stats, cell_scales(stats, parts))
-    scales = [site.value_scale for site in noise]
+    if binary:
+        noise: tuple[NoiseSpec, ...] = (histogram_noise(stats, parts[0]),)
+        scales = list(histogram_scales(noise[0].value_scale, stats.bound))
+    else:
+        noise = cell_noise(stats, cell_scales(stats, parts))
+        scales = [site.value_scale for site in noise]
     public = public_constants(
         n, stats.bound, stats.counts.size // 2, scales, min_count, binary=binary
     )
-    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, float(parts[1].epsilon))
+    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, sum_epsilon(parts))
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     if binary:
         assemble = functools.partial(assemble_binary, assemble)
@@ -207,6 +216,24 @@ def plan_adjusted_from_statistics(
     )
 
 
+def sum_epsilon(parts: Sequence[PrivacyParams]) -> float:
+    """The epsilon of a Laplace sums query whose noise has the variance of the cells' sums: the
+    sums' own part (the second of three), or for a binary outcome's histogram at ``eps`` (one
+    part) ``eps / sqrt(2)`` (:func:`dpate_core.statistics.histogram_scales`: ``b_s = sqrt(2) B /
+    eps``). What the ``"auto"`` weighting's rule reads."""
+    if len(parts) == 1:
+        return float(parts[0].epsilon) / math.sqrt(2.0)
+    return float(parts[1].epsilon)
+
+
+def count_scale(parts: Sequence[PrivacyParams]) -> float:
+    """The Laplace scale of the same variance as one noisy cell count's, as the release rounds
+    it: ``2 / eps_n`` (the first of three parts), or for a binary outcome's histogram at ``eps``
+    (one part) ``sqrt(2) 2 / eps`` (:func:`dpate_core.statistics.histogram_scales`)."""
+    scale = parts[0].laplace_scale(COUNT_SENSITIVITY)
+    return math.sqrt(2.0) * scale if len(parts) == 1 else scale
+
+
 def public_constants(
     n: int,
     bound: float,
@@ -218,7 +245,9 @@ def public_constants(
 ) -> PublicConstants:
     """What the post-processing reads besides the noisy vectors: the public ``N``, ``B`` and
     ``|X|``, the Laplace scales of the cell vectors in outcome units (``scales``: counts, sums
-    and, unless the outcome is ``binary``, squares; a noise site's ``value_scale``) and
+    and, unless the outcome is ``binary``, squares; a noise site's ``value_scale``; a binary
+    outcome's counts and sums from its histogram: the scales of equal variance,
+    :func:`dpate_core.statistics.histogram_scales`) and
     ``min_count`` (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked). The adjusted
     release's, the propensity release's (on its bands) and the plan's (at the scales it
     predicts)."""
@@ -269,9 +298,10 @@ def dp_adjusted(
     cells: counts ``Lap(2 / eps_n)``, centred sums ``Lap(B / eps_s)``, centred squares
     ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up; the sums in grid units). Public: ``N``,
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
-    not released. ``binary`` (every outcome 0 or ``B``, checked): no squares vector, two parts
-    ``(eps_n, eps_s)`` (default :data:`DEFAULT_SPLIT_BINARY`); the squares are the noisy counts
-    times ``B^2 / 4`` (every centred value is ``+-B/2``: post-processing).
+    not released. ``binary`` (every outcome 0 or ``B``, checked): one Laplace vector query, the
+    ``(cell, outcome)`` histogram ``Lap(2 / eps)`` over the ``4 |X|`` bins at the whole budget
+    (one part, :data:`DEFAULT_SPLIT_BINARY`); the counts, centred sums and squares are
+    post-processing of it (every centred value is ``+-B/2``).
 
     Post-processing (``weighting``, see :func:`resolve_weighting` and docs/explanation/adjusted.md): with
     ``"fixed_effects"`` the ratio of sums ``sum (s_t n_c - s_c n_t) / sum n_t n_c`` over every

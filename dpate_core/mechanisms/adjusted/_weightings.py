@@ -21,6 +21,7 @@ import numpy as np
 
 from dpate_core.intervals import normal_cdf
 from dpate_core.release import Outputs
+from dpate_core.statistics import histogram_cells
 
 __all__ = [
     "ESTIMANDS",
@@ -36,13 +37,13 @@ __all__ = [
     "assemble_binary",
     "assemble_fixed_effects",
     "assemble_subclassification",
+    "binary_cells",
     "design_resolution",
     "fieller_factor",
     "fieller_terms",
     "resolution_probability",
     "subclassification_linearisation",
     "used_strata",
-    "with_binary_squares",
 ]
 
 #: fixed effects: the estimate is resolved when its noisy denominator exceeds this many of its
@@ -105,18 +106,21 @@ class PublicConstants:
     v_n: float  # variance of one noisy count
     v_s: float  # variance of one noisy sum (outcome units)
     #: variance of one noisy sum of squares (outcome units); 0 where the squares are taken from
-    #: the counts (a binary outcome, :func:`with_binary_squares`)
+    #: the counts (a binary outcome, :func:`binary_cells`)
     v_q: float = 0.0
     #: a binary outcome: each noisy count's share of its cell's squares, ``B^2/4``; else 0
     q_per_count: float = 0.0
 
 
-def with_binary_squares(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
-    """A binary outcome's noisy vectors with its squares: every value is 0 or ``B``, so every
-    centred value is ``+-B/2`` and a cell's centred squares are its count times ``B^2 / 4``
-    (:attr:`PublicConstants.max_var`), taken from the noisy counts (post-processing: the release
-    queries no squares). Without noise, the records' own squares exactly."""
-    return {**v, "squares": np.asarray(v["counts"], dtype=np.float64) * c.max_var}
+def binary_cells(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
+    """A binary outcome's three cell vectors from its noisy ``(cell, outcome)`` histogram
+    (``v["histogram"]``, :func:`dpate_core.statistics.outcome_histogram`): the counts ``E + F``
+    and centred sums ``(B/2)(E - F)`` (:func:`dpate_core.statistics.histogram_cells`), and the
+    squares: every value is 0 or ``B``, so every centred value is ``+-B/2`` and a cell's centred
+    squares are its count times ``B^2 / 4`` (:attr:`PublicConstants.max_var`). Post-processing;
+    without noise, the records' own three vectors exactly."""
+    cells = histogram_cells(v["histogram"], c.bound)
+    return {**v, **cells, "squares": cells["counts"] * c.max_var}
 
 
 def assemble_binary(
@@ -124,9 +128,8 @@ def assemble_binary(
     c: PublicConstants,
     v: Mapping[str, Any],
 ) -> Outputs:
-    """``assemble`` (a weighting) of a binary outcome's counts and sums
-    (:func:`with_binary_squares`)."""
-    return assemble(c, with_binary_squares(c, v))
+    """``assemble`` (a weighting) of a binary outcome's noisy histogram (:func:`binary_cells`)."""
+    return assemble(c, binary_cells(c, v))
 
 
 def _clipped_vectors(

@@ -110,6 +110,7 @@ __all__ = [
     "LINEARISED_SHARE",
     "OCCUPANCY_DRAWS",
     "PARTS",
+    "PARTS_BINARY",
     "PROPENSITY",
     "UNRESOLVED",
     "Categorical",
@@ -341,8 +342,11 @@ def noise_model(site: SiteEstimate, rng: Any, reps: int) -> NoiseDraws:
     return ADJUSTED.noise_model(site, rng, reps)
 
 
-#: the release's budget parts (a binary outcome: the first three, no squares)
+#: the release's budget parts
 PARTS = ("propensity model", "band counts", "band sums", "band sums of squares")
+#: a binary outcome's: the model, then the band cells' (band, arm, outcome) histogram, whose
+#: counts, sums and squares are post-processing (docs/explanation/privacy.md)
+PARTS_BINARY = ("propensity model", "band outcome histogram")
 
 #: the estimator a study names "propensity"
 PROPENSITY = Estimator(
@@ -353,7 +357,7 @@ PROPENSITY = Estimator(
         "occur (every patient, when each band holds both)"
     ),
     parts=PARTS,
-    parts_for=lambda options, binary: PARTS[:3] if binary else PARTS,
+    parts_for=lambda options, binary: PARTS_BINARY if binary else PARTS,
     binary_outcome=True,
     pure=True,
     designs=("randomized", "observational"),

@@ -50,22 +50,23 @@ AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (10_000, 10, Fraction(1, 2)),
 )
 #: the band cells' counts, centred sums and squares share the rest of the budget as 21 : 33 : 6
-#: (a binary outcome releases no squares: its counts and sums share it as 21 : 33)
+#: (a binary outcome's band cells are one query, its histogram, at the whole of the rest)
 _CELL_PARTS = (21, 33, 6)
 
 
 def model_share_split(share: Fraction | str, binary: bool = False) -> tuple[str, ...]:
     """The four-part budget split with ``share`` to the model and the rest to the band cells as
     :data:`~._release.DEFAULT_SPLIT` divides it (21 : 33 : 6); ``model_share_split("1/4")`` is
-    :data:`~._release.DEFAULT_SPLIT` exactly. ``binary``: the three-part split of a binary
-    outcome (no squares; the counts and sums share the rest 21 : 33). Raises ``ValueError``
+    :data:`~._release.DEFAULT_SPLIT` exactly. ``binary``: the two-part split of a binary
+    outcome (the model, then the band cells' histogram at the rest). Raises ``ValueError``
     unless ``0 < share < 1``."""
     m = Fraction(share)
     if not 0 < m < 1:
         raise ValueError(f"model_share ({share}) must lie strictly between 0 and 1 (e.g. '1/2')")
-    cells = _CELL_PARTS[:2] if binary else _CELL_PARTS
-    total = sum(cells)
-    return (str(m), *(str((1 - m) * Fraction(c, total)) for c in cells))
+    if binary:
+        return (str(m), str(1 - m))
+    total = sum(_CELL_PARTS)
+    return (str(m), *(str((1 - m) * Fraction(c, total)) for c in _CELL_PARTS))
 
 
 def _number(x: Fraction) -> str:

@@ -89,12 +89,12 @@ def bands_of(options: Any) -> int:
 
 
 def budget_shares(inp: PredictionInputs) -> tuple[Fraction, ...]:
-    """The release's budget shares: the design's split (four parts, or three for a binary
-    outcome), else the default split."""
+    """The release's budget shares: the design's split (four parts, or two for a binary
+    outcome: the model and the band cells' histogram), else the default split."""
     d = inp.design
     return (
         BudgetSplit(d.split).shares
-        if len(d.split) in (3, 4)
+        if len(d.split) in (2, 4)
         else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
     )
 

@@ -39,10 +39,11 @@ from dpate_core.mechanisms.adjusted import (
     ADJUSTED,
     THRESHOLD_FACTOR,
     AdjustedOptions,
+    cell_noise_scales,
+    count_kept,
     public_constants,
     subclassification_linearisation,
 )
-from dpate_core.statistics import COUNT_SENSITIVITY
 
 from ._model import count_sensitivity
 from ._occupancy import (
@@ -177,12 +178,12 @@ def _factor(rho: Any) -> Any:
     return (1.0 + attenuation_multiple(rho)) ** 2
 
 
-def _band_scales(base: PredictionInputs) -> tuple[float, float, float, float]:
-    """``(count scale, sum scale, v_n, v_s)`` of the band cells' noise at the plan's split."""
-    p_n, p_s = base.parts()[:2]  # a binary outcome has no squares part
-    scale_n = COUNT_SENSITIVITY / p_n.epsilon_float
-    scale_s = base.bound / p_s.epsilon_float
-    return scale_n, scale_s, 2.0 * scale_n**2, 2.0 * scale_s**2
+def _band_scales(base: PredictionInputs) -> tuple[float, float, float, float, bool]:
+    """``(count scale, sum scale, v_n, v_s, histogram)`` of the band cells' noise at the plan's
+    split (:func:`~dpate_core.mechanisms.adjusted.cell_noise_scales`: one part, a binary
+    outcome's histogram)."""
+    scale_n, scale_s, histogram = cell_noise_scales(base.parts(), base.bound)
+    return scale_n, scale_s, 2.0 * scale_n**2, 2.0 * scale_s**2, histogram
 
 
 def expected_coefficients(
@@ -193,7 +194,7 @@ def expected_coefficients(
     ``tau``), read by the same linearisation the release reads its noisy cells with."""
     b = base.bound
     a = base.assumptions
-    scale_n, scale_s, _, _ = _band_scales(base)
+    scale_n, scale_s, _, _, _ = _band_scales(base)
     c = public_constants(base.design.n, b, treated.size, (scale_n, scale_s))
     centre = a.mean(b) - b / 2.0
     m_t, m_c = centre + a.effect / 2.0, centre - a.effect / 2.0
@@ -213,14 +214,9 @@ def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) 
     arm's records in the used bands, ``w_b`` the band's share of the used records). Filled
     bands equally sorted cancel."""
     b = base.bound
-    scale_n, _, v_n, v_s = _band_scales(base)
+    scale_n, _, v_n, v_s, histogram = _band_scales(base)
     m = max(2.0, THRESHOLD_FACTOR * scale_n)
-
-    def kept(c: np.ndarray) -> np.ndarray:  # P(c + Lap(scale_n) >= m)
-        d = (m - c) / scale_n
-        return np.where(d > 0, 0.5 * np.exp(-np.abs(d)), 1.0 - 0.5 * np.exp(-np.abs(d)))
-
-    used = kept(treated) * kept(control)
+    used = count_kept(treated, m, scale_n, histogram) * count_kept(control, m, scale_n, histogram)
     n_used = max(float(np.sum(used * (treated + control))), 1.0)
     w = (treated + control) / n_used
     a = base.assumptions

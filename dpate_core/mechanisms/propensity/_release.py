@@ -13,10 +13,11 @@ Two stages, four budget parts ``(eps_m, eps_n, eps_s, eps_q)`` summing exactly t
    partition fixed before this stage's noise, so one record is in one cell and the adjusted
    release's sensitivities hold: ``(eps_n + eps_s + eps_q, 0)``-DP for every fixed model).
 
-A binary outcome (every value 0 or ``B``, ``binary=True``) releases no squares: each record's
-centred square is ``(B/2)^2``, so a cell's squares are its count times ``B^2/4``, and the
-assembly takes them from the noisy count (post-processing). Three parts ``(eps_m, eps_n,
-eps_s)`` then, the same proof without the third vector.
+A binary outcome (every value 0 or ``B``, ``binary=True``) releases the band cells as one
+vector query instead, the ``(band, arm, outcome)`` histogram ``Lap(2 / eps_c)`` over ``4 K``
+bins (one record is in one bin: L1 sensitivity 2); the counts, centred sums and squares
+(every centred value is ``+-B/2``) are post-processing of it. Two parts ``(eps_m, eps_c)``
+then (docs/explanation/privacy.md, "A binary outcome: one histogram").
 
 Adaptive sequential composition: stage 2 is chosen from stage 1's output only, so the release is
 ``(eps_m + eps_n + eps_s + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
@@ -42,10 +43,10 @@ from dpate_core.mechanisms.adjusted import (
     Linearisation,
     PublicConstants,
     assemble_subclassification,
+    binary_cells,
     public_constants,
     subclassification_linearisation,
     used_strata,
-    with_binary_squares,
 )
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
@@ -64,6 +65,9 @@ from dpate_core.statistics import (
     cell_noise,
     cell_scales,
     grid_bits,
+    histogram_noise,
+    histogram_scales,
+    outcome_histogram,
 )
 
 from ._bands import model_fit, strata_bands
@@ -108,9 +112,9 @@ __all__ = [
 BANDS = 5
 #: the model, then the band cells' counts, centred sums and squares (docs/research/propensity.md)
 DEFAULT_SPLIT = ("1/4", "21/80", "33/80", "3/40")
-#: :data:`DEFAULT_SPLIT` for a binary outcome (no squares: the counts and sums share the cells'
-#: three quarters 21 : 33)
-DEFAULT_SPLIT_BINARY = ("1/4", "7/24", "11/24")
+#: :data:`DEFAULT_SPLIT` for a binary outcome: the model, then the band cells' (band, arm,
+#: outcome) histogram, one query at the cells' three quarters
+DEFAULT_SPLIT_BINARY = ("1/4", "3/4")
 UNRESOLVED = (
     "propensity bands: no band has enough patients in both treatments at this budget (both "
     "noisy arm counts at least min_count)"
@@ -259,20 +263,27 @@ def _plan(
     unit = math.ldexp(1.0, -g)
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
-    band_sites = cell_noise(shape, cell_scales(shape, cell_parts))  # no squares: a binary outcome
+    if binary:  # one query, the (band, arm, outcome) histogram
+        band_sites: tuple[NoiseSpec, ...] = (histogram_noise(shape, cell_parts[0]),)
+        scales = list(histogram_scales(band_sites[0].value_scale, bound))
+    else:
+        band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
+        scales = [site.value_scale for site in band_sites]
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
+
+    def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
+        if binary:
+            return {"histogram": outcome_histogram(c)}
+        return {"counts": c.counts, "sums": c.sums, "squares": c.squares}
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
         rows = np.asarray(noisy["model"], dtype=np.float64)
         out: dict[str, list[np.ndarray]] = {site.name: [] for site in band_sites}
         for row in np.atleast_2d(rows):
-            c = band_cells(*fitted(row))
-            for name, v in (("counts", c.counts), ("sums", c.sums), ("squares", c.squares)):
-                if name in out:
-                    out[name].append(v.astype(np.float64))
+            for name, v in vectors(band_cells(*fitted(row))).items():
+                out[name].append(v.astype(np.float64))
         return {k: (np.stack(v) if rows.ndim == 2 else v[0]) for k, v in out.items()}
 
-    scales = [site.value_scale for site in band_sites]
     public = public_constants(n, bound, bands, scales, binary=binary)
     return MechanismPlan(
         estimator="propensity",
@@ -304,10 +315,10 @@ def _assemble(
     release's noise share is at most :data:`LINEARISED_SHARE`, the corrected estimate's sampling
     and cells' noise variances are its own delta method over the band cells
     (:func:`linearised_factors`) instead of the band estimate's times ``(1 + k)^2``.
-    A binary outcome's squares are its noisy counts times ``(B/2)^2`` (every centred value is
-    ``+-B/2``)."""
+    A binary outcome's cells are its noisy histogram's
+    (:func:`~dpate_core.mechanisms.adjusted.binary_cells`)."""
     if binary:
-        v = with_binary_squares(c, v)
+        v = binary_cells(c, v)
     out = assemble_subclassification(c, v)
     rows = np.asarray(v["model"], dtype=np.float64)
     share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
