@@ -9,7 +9,8 @@ Designs (each site's records are its population; eps 1 per site, the default spl
 - Lalonde with the loader's strata (age, 39) and with age bands, schooling bands, ``black``,
   ``marr``, ``nodeg`` (192 strata), split into 2 and 3 sites;
 - Synth with five covariates (:func:`dpate_core.synth.synth_strata`: 384 strata, mostly sparse),
-  3 sites of 3,000 records and 2 sites of 6,000.
+  3 sites of 3,000 records and 2 sites of 6,000; its outcome is a 30-day event (0 or 1), so it
+  is also released in the binary-outcome mode (``outcome.binary``: the cells one histogram).
 
 Each repetition resamples every site's records with replacement (its own size) and releases
 once, through the plan's own ``assemble`` (the released post-processing, numpy noise: simulation
@@ -83,18 +84,29 @@ def resampled_cells(
     flat = (g[idx] + cells * np.arange(reps)[:, None]).ravel()
     zi = z[idx].ravel()
     length = reps * cells
+    counts = np.bincount(flat, minlength=length).reshape(reps, cells).astype(float)
+    sums = np.bincount(flat, weights=zi, minlength=length).reshape(reps, cells)
+    events = np.rint((counts + sums / (bound / 2.0)) / 2.0)  # a binary outcome's (Y = B)
     return {
-        "counts": np.bincount(flat, minlength=length).reshape(reps, cells).astype(float),
-        "sums": np.bincount(flat, weights=zi, minlength=length).reshape(reps, cells),
+        "counts": counts,
+        "sums": sums,
         "squares": np.bincount(flat, weights=zi * zi, minlength=length).reshape(reps, cells),
+        "histogram": np.concatenate([events, counts - events], axis=1),  # binary outcomes only
     }
 
 
+def is_binary(d: Design) -> bool:
+    """Every outcome of the design is 0 or ``B``: a user would declare it (``outcome.binary``)."""
+    return all(bool(np.all((y == 0.0) | (y == d.bound))) for _, y, _ in d.sites)
+
+
 def run_design(
-    d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7, post=None
-) -> None:
+    d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7, post=None,
+    binary: bool = False,
+) -> None:  # fmt: skip
     """One design's table; ``post(plan, noisy) -> (tau, variance)``: another post-processing of
-    the same noisy vectors in place of the release's (``bench_adjusted_conditioned.py``)."""
+    the same noisy vectors in place of the release's (``bench_adjusted_conditioned.py``).
+    ``binary``: the release in its binary-outcome mode (the design's outcomes 0 or ``B``)."""
     rng = np.random.default_rng(seed)
     j_sites = len(d.sites)
     taus = np.full((reps, j_sites), np.nan)
@@ -102,7 +114,8 @@ def run_design(
     targets, sizes, modes = [], [], []
     for j, (w, y, x) in enumerate(d.sites):
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
-        plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting)
+        plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting,
+                                             binary=binary)  # fmt: skip
         modes.append(plan.assembly.func.__name__.removeprefix("assemble_"))
         target_kind = "fixed_effects" if modes[-1] == "fixed_effects" else weighting
         targets.append(estimand(w, y, x, d.domain_size, target_kind))
@@ -129,7 +142,8 @@ def run_design(
         res = aggregate_many(agg, taus, sizes_a, var)
         ok = np.isfinite(res.estimate)
         rows.append((agg, res.estimate[ok], res.variance[ok], pooled_target, ok.mean()))
-    print(f"\n{d.name}, |X| = {d.domain_size}, weighting {weighting} ({', '.join(modes)}), "
+    mode = " (outcome.binary)" if binary else ""
+    print(f"\n{d.name}{mode}, |X| = {d.domain_size}, weighting {weighting} ({', '.join(modes)}), "
           f"{reps} repetitions")  # fmt: skip
     print(f"  {'unit':22s} {'target':>8s} {'resolved':>8s} {'bias':>8s} {'actual sd':>9s} "
           f"{'rep/act':>7s} {'cover':>6s} {'width':>7s}")  # fmt: skip
@@ -181,9 +195,13 @@ def designs() -> list[Design]:
 
 
 def main(reps: int = 1000, weightings: Sequence[str] = ("fixed_effects", "subclassification")):
+    """Every design under each weighting; a design whose outcomes are 0 or ``B`` (the Synth's
+    30-day event) also in the binary-outcome mode, as a user declaring it would release."""
     for d in designs():
         for weighting in weightings:
             run_design(d, weighting, reps)
+            if is_binary(d):
+                run_design(d, weighting, reps, binary=True)
 
 
 def occupancy(w: np.ndarray, y: np.ndarray, x: np.ndarray, size: int) -> dict[str, float]:
@@ -212,11 +230,13 @@ def _published_width(v: np.ndarray, bound: float) -> np.ndarray:
     return 2.0 * np.minimum(half, bound)
 
 
-def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int = 3):
+def plan_against_releases(
+    d: Design, eps: str = "1", reps: int = 2000, seed: int = 3, binary: bool = False
+) -> None:
     """Predicted (``dpate plan``'s predictors, the assumptions from :func:`occupancy` pooled over
     the sites) against realised mean widths of the sites' and combiners' normal intervals (fixed
     data, ``reps`` releases; each interval clipped to ``[-B, B]`` as published, an unresolved
-    release, or no answer, counted as ``2B``)."""
+    release, or no answer, counted as ``2B``). ``binary``: the binary-outcome mode."""
     from fractions import Fraction
 
     from dpate_core.planning import Assumptions, SiteDesign, plan_study
@@ -229,7 +249,7 @@ def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int
     taus, variances, designs = [], [], []
     for j, (w, y, x) in enumerate(d.sites):
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
-        plan = plan_adjusted_from_statistics(stats, epsilon=eps)
+        plan = plan_adjusted_from_statistics(stats, epsilon=eps, binary=binary)
         true = {s.name: s.value for s in plan.noise}
         noisy = {
             s.name: true[s.name] + s.value_scale * rng.laplace(0, 1, (reps, np.size(s.value)))
@@ -242,11 +262,13 @@ def plan_against_releases(d: Design, eps: str = "1", reps: int = 2000, seed: int
                                   plan.shares.shares))  # fmt: skip
     tau, var = np.stack(taus, 1), np.stack(variances, 1)
     sizes = np.array([dd.n for dd in designs], float)
-    print(f"\n{d.name}, |X| = {d.domain_size}, eps {eps}: assumed " + ", ".join(
+    mode = " (outcome.binary)" if binary else ""
+    print(f"\n{d.name}{mode}, |X| = {d.domain_size}, eps {eps}: assumed " + ", ".join(
         f"{k} {v:.3g}" for k, v in occ.items()))  # fmt: skip
     for agg in ("mvagg", "inverse_variance"):
         plan = plan_study("adjusted", agg, designs, domain_size=d.domain_size, bound=d.bound,
-                          assumptions=Assumptions(**occ), recommend=False)  # fmt: skip
+                          assumptions=Assumptions(**occ), recommend=False,
+                          binary=binary)  # fmt: skip
         res = aggregate_many(agg, tau, sizes, var)
         comb = _published_width(res.variance, d.bound)
         if agg == "mvagg":
@@ -263,5 +285,7 @@ if __name__ == "__main__":
     if args[:1] == ["plan"]:
         for design in designs():
             plan_against_releases(design)
+            if is_binary(design):
+                plan_against_releases(design, binary=True)
     else:
         main(int(args[0]) if args else 1000, args[1:] or ("fixed_effects", "subclassification"))
