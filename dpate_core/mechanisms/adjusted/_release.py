@@ -115,7 +115,8 @@ def plan_adjusted(
     binary: bool = False,
 ) -> MechanismPlan:
     """The plan of :func:`dp_adjusted` (see there for the privacy statement). ``binary``: every
-    outcome is 0 or ``B`` (checked: an error names the rule); no squares are released."""
+    outcome is 0 or ``B`` (checked: an error names the rule); the cells are one query, their
+    ``(cell, outcome)`` histogram."""
     if binary:
         check_binary_outcomes(np.asarray(y, dtype=np.float64), float(bound))
     stats = cell_statistics(w, y, x, domain_size=domain_size, bound=bound)

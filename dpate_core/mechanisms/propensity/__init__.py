@@ -178,7 +178,8 @@ class PropensityOptions:
         default="auto",
         metadata={
             "doc": "the propensity model's share of a budget split left to the estimator's "
-            "default (the band cells share the rest 21 : 33 : 6), e.g. '1/2', or 'auto': "
+            "default (the band cells share the rest 21 : 33 : 6; a binary outcome's band-cell "
+            "histogram takes it whole), e.g. '1/2', or 'auto': "
             f"chosen with bands (below n x epsilon = {AUTO_RULE[1][0]}, or some n not declared: "
             f"{AUTO_RULE[0][2]}); a site's own budget_split is used as given"
         },

@@ -137,8 +137,8 @@ def plan_propensity(
     """The plan of :func:`dp_propensity` from records: ``z`` is ``(N, p)``, one column per entry
     of ``columns`` (level codes, or values within public bounds), or the same as
     :class:`Covariates` (the compiled passes' own layout: a matrix is split into it first).
-    ``binary``: every outcome is 0 or ``B`` (checked: an error names the rule); no squares are
-    released (module docstring)."""
+    ``binary``: every outcome is 0 or ``B`` (checked: an error names the rule); the band cells
+    are one query, their ``(band, arm, outcome)`` histogram (module docstring)."""
     bound = check_bound(bound)
     w_arr = np.asarray(w).astype(np.int8)
     y_arr = np.asarray(y, dtype=np.float64)
