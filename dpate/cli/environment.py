@@ -38,6 +38,13 @@ def prefect_env(verbose: bool = False) -> None:
         # the embedded server: only the services its in-process flows use
         for service in EMBEDDED_SERVICES_OFF:
             os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{service}_ENABLED", "false")
+        # and none of the flows' logs (unless the environment says otherwise): it lives for one
+        # command and nobody watches it, the logs stay in Prefect's log file and the site's own
+        # log, and on its SQLite database their bulk inserts beside the runs' state updates
+        # made a command wait about a minute for the database lock (Prefect's busy_timeout of
+        # 60 s): `dpate demo` took 77-85 s in 3 of 30 runs with them, 19-28 s in all 22
+        # without (docs/reference/benchmarks.md, stop 42)
+        os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
     if not (verbose or DEBUG["on"]):
         for handler in ("CONSOLE", "CONSOLE_FLOW_RUNS"):
             os.environ.setdefault(f"PREFECT_LOGGING_HANDLERS_{handler}_LEVEL", "WARNING")
