@@ -228,14 +228,17 @@ def cell_noise(
 def outcome_histogram(cells: CellStatistics) -> np.ndarray:
     """A binary outcome's ``(cell, outcome)`` histogram as one int64 vector: every cell's number
     of records with ``Y = B`` (its events), then every cell's number with ``Y = 0``. Exact, from
-    the centred cell statistics: each centred value is ``+-2^(k-1)`` grid units, so ``events -
-    non-events = sums / 2^(k-1)``. Raises ``ValueError`` (naming the rule, no value) when the
+    the cell statistics: each centred value is ``+-2^(k-1)`` grid units, so ``events -
+    non-events = sums / 2^(k-1)`` (not centred, the difference in means': each ``Y`` is 0 or
+    ``2^k`` units, ``events = sums / 2^k``). Raises ``ValueError`` (naming the rule, no value) when the
     sums are not those of an outcome that is 0 or ``B`` in every record."""
-    if not cells.centred:
-        raise ValueError("a binary outcome's histogram reads centred cell statistics")
-    half = np.int64(1) << np.int64(cells.k - 1)
-    diff, rem = np.divmod(cells.sums, half)
-    twice = cells.counts + diff
+    if cells.centred:
+        half = np.int64(1) << np.int64(cells.k - 1)
+        diff, rem = np.divmod(cells.sums, half)
+        twice = cells.counts + diff
+    else:  # sums of Y: each value 0 or 2^k grid units
+        twice, rem = np.divmod(cells.sums, np.int64(1) << np.int64(cells.k))
+        twice = 2 * twice
     if rem.any() or (twice % 2).any() or (twice < 0).any() or (twice > 2 * cells.counts).any():
         raise ValueError(
             "a binary outcome's histogram needs every outcome to be 0 or B: the cell sums are "

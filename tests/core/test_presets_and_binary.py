@@ -45,7 +45,7 @@ def test_no_split_keeps_the_papers_even_split_and_presets_resolve():
 def test_binary_parts_in_the_registry():
     dim = ESTIMATORS["dim"]
     assert dim.part_names(PUBLIC, binary=True) == ("arm sums",)
-    assert dim.part_names(PRIVATE, binary=True) == ("arm sums", "treated count")
+    assert dim.part_names(PRIVATE, binary=True) == ("arm outcome histogram",)
     assert dim.n_parts(PUBLIC) == 2 and dim.n_parts(PRIVATE) == 3
     assert dim.split(None, PUBLIC, binary=True).shares == (Fraction(1),)
 
@@ -64,13 +64,53 @@ def test_binary_difference_in_means_releases_only_the_sums():
     # the whole budget on the sums: Lap(B / eps), exact and rounded up (B is 2^k grid units)
     assert plan.noise[0].value_scale == to_float(Fraction(1), round_up=True)
     assert plan.noise[0].scale == plan.noise[0].value_scale / plan.noise[0].unit
+
+
+def test_binary_difference_in_means_with_private_arms_releases_one_histogram():
+    """Private arm sizes, a binary outcome: one query, the (arm, outcome) histogram at
+    ``Lap(2 / eps)`` (one record in one bin), whose arm means ``E / (E + F)`` carry less noise
+    than the arm sums at ``Lap(2B / eps_1)`` beside a treated count; its reported noise
+    variance is the realised one, and without noise it is the exact estimate and variance."""
+    w, y = _binary(bound=2.0)
     private = plan_difference_in_means(
-        w, y, bound=1.0, epsilon=1, binary=True, arm_sizes_public=False
+        w, y, bound=2.0, epsilon=1, binary=True, arm_sizes_public=False
     )
-    assert [s.name for s in private.noise] == ["n_treated", "sum_treated", "sum_control"]
-    assert private.shares == BudgetSplit.even(2)
-    assert private.noise[1].value_scale == 4.0  # the pair of sums: 2B / eps_1, eps_1 = 1/2
-    assert private.noise[0].scale == 2.0  # the count: 1 / eps_2 with eps_2 = 1/2
+    assert [s.name for s in private.noise] == ["histogram"] and private.shares == BudgetSplit.even(
+        1
+    )
+    (site,) = private.noise
+    t, c = w == 1, w == 0
+    np.testing.assert_array_equal(
+        site.loc, [np.sum(y[c] == 2.0), np.sum(y[t] == 2.0), np.sum(y[c] == 0), np.sum(y[t] == 0)]
+    )
+    assert site.scale == 2.0 and site.kind == "integer_laplace"
+    out = private.assemble(draw_many(private, np.random.default_rng(3), 20_000))
+    exact = difference_in_means(w, y)
+    realised = float(np.mean((np.asarray(out.tau) - exact.tau) ** 2))
+    reported = float(np.mean(out.diagnostics["noise_variance"]))
+    assert reported == pytest.approx(realised, rel=0.05)
+    # the arm sums at Lap(2B / eps_1) and the count at Lap(1 / eps_2), the even split: the
+    # sums' noise alone is 2 (2B / (eps / 2))^2 (1/N_t^2 + 1/N_c^2), over four times this one's
+    nt, nc = t.sum(), c.sum()
+    two_queries = 2 * (2 * 2.0 / 0.5) ** 2 * (1 / nt**2 + 1 / nc**2)
+    assert realised < two_queries / 4
+    exact_plan = plan_difference_in_means(
+        w, y, bound=2.0, epsilon=10**9, binary=True, arm_sizes_public=False
+    )
+    est = exact_plan.estimate({"histogram": exact_plan.noise[0].value})
+    assert est.tau == pytest.approx(exact.tau, abs=1e-12)
+    assert est.diagnostics["sampling_variance_dp"] == pytest.approx(exact.variance, rel=1e-12)
+    assert est.diagnostics["n_treated_dp"] == pytest.approx(nt)
+    assert site_bootstrap_interval(est, draws=2000).lo < est.tau
+    # dpate plan predicts it at the data's own arm share, outcome mean and effect
+    from dpate_core.planning import Assumptions, SiteDesign, predict_site
+
+    a = Assumptions(arm_share=float(t.mean()), outcome_mean=float(y.mean()), effect=exact.tau)
+    pred = predict_site(
+        "dim", SiteDesign.of("a", w.size, 1, 0, None, 1), domain_size=1, bound=2.0,
+        options=PRIVATE, assumptions=a, binary=True,
+    )  # fmt: skip
+    assert pred.noise_variance == pytest.approx(reported, rel=0.05)
 
 
 def test_binary_variance_is_p_one_minus_p_and_matches_the_general_estimate():

@@ -54,6 +54,8 @@ class DifferenceInMeansOptions:
 
 def _parts(options: Any, binary: bool) -> tuple[str, ...]:
     private = options is not None and not options.arm_sizes_public
+    if binary and private:  # one query: the (arm, outcome) histogram
+        return ("arm outcome histogram",)
     parts: tuple[str, ...] = ("arm sums",) if binary else ("arm sums", "arm sums of squares")
     return (*parts, "treated count") if private else parts
 

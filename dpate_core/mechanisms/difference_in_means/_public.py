@@ -86,7 +86,7 @@ def noise_model(site: SiteEstimate, rng: np.random.Generator, reps: int) -> Nois
     parts = site.shares()
     held = np.full(reps, site.variance)
     if site.diagnostics.get("binary_outcome"):  # binary outcome: no sums of squares released
-        if not public_arms:
+        if not public_arms and len(parts) == 2:  # a release before the histogram (stop 42)
             slope = 0.5 * site.bound * (1.0 / nt + 1.0 / nc)
             noise = noise - slope * rng.laplace(0.0, 1.0, reps) / parts[1].epsilon_float
         return NoiseDraws(noise, held)
@@ -109,7 +109,9 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     (``2B/eps_1`` with private arm sizes); each arm's ``s^2`` is clamped after ``Lap(q)/N_arm``
     noise, ``q = B^2/eps_2`` (``2B^2``). The treated count's own noise (private arm sizes) is left
     out. A binary outcome (``inp.binary``) releases no squares: each arm's ``s^2`` is ``B^2 p (1 -
-    p)`` from its noisy sum, reported as sampling plus noise."""
+    p)`` from its noisy sum, reported as sampling plus noise; with private arm sizes its
+    ``(arm, outcome)`` histogram, noise ``B^2 v ((1 - p)^2 + p^2) / N_arm^2`` per arm (``v =
+    2 (2/eps)^2``, ``p`` the assumed mean plus or minus half the effect, over ``B``)."""
     from dpate_core.planning import clamped_mean
 
     b, sd = inp.bound, inp.assumptions.sd(inp.bound)
@@ -117,9 +119,16 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
     nt = min(max(round(inp.assumptions.arm_share * n), 1), n - 1)
     nc = n - nt
     parts = inp.parts()
+    sampling = sd * sd * (1.0 / nt + 1.0 / nc)
+    if inp.binary and not _public(inp.options):  # the (arm, outcome) histogram, one part
+        v_bin = 2.0 * (2.0 / parts[0].epsilon_float) ** 2
+        mean, half = inp.assumptions.mean(b) / b, 0.5 * inp.assumptions.effect / b
+        shares = [min(max(mean + d, 0.0), 1.0) for d in (half, -half)]
+        spread = [(1.0 - q) ** 2 + q * q for q in shares]
+        noise = b * b * v_bin * (spread[0] / nt**2 + spread[1] / nc**2)
+        return sampling, noise, sampling + noise
     mult = 1.0 if _public(inp.options) else 2.0
     s = mult * b / parts[0].epsilon_float
-    sampling = sd * sd * (1.0 / nt + 1.0 / nc)
     noise = 2.0 * s * s * (1.0 / nt**2 + 1.0 / nc**2)
     if inp.binary:
         return sampling, noise, sampling + noise

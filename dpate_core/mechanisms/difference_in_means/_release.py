@@ -46,7 +46,12 @@ from dpate_core.release import (
     check_outcomes,
     release_once,
 )
-from dpate_core.statistics import CellStatistics, cell_statistics
+from dpate_core.statistics import (
+    COUNT_SENSITIVITY,
+    CellStatistics,
+    cell_statistics,
+    outcome_histogram,
+)
 
 __all__ = [
     "arm_statistics",
@@ -245,22 +250,19 @@ def _plan_binary_dim(
     split: Sequence[Number] | None,
     arm_sizes_public: bool,
 ) -> MechanismPlan:
-    """Difference in means of a binary outcome (0 or ``B``): same sums and noise as the general
-    plan, the variance from ``p (1 - p)`` (post-processing of the noisy sums)."""
+    """Difference in means of a binary outcome (0 or ``B``). Public arm sizes: the general
+    plan's arm sums and noise, the variance from ``p (1 - p)`` (post-processing of the noisy
+    sums). Private arm sizes: one query, the ``(arm, outcome)`` histogram (:func:`_arm_histogram`),
+    whose arm means ``E / (E + F)`` and sizes are post-processing."""
     n_t, n_c, s_t, s_c = sums
     bound, (sum_units, _) = stats.bound, _grid_sensitivities(stats)
-    noise: list[NoiseSpec] = []
-    if arm_sizes_public:
-        _require_both_arms(n_t, n_c)
-        shares = BudgetSplit.of(split, 1)
-        (p_sum,) = shares.apply(total)
-        sum_scale = p_sum.laplace_scale(sum_units)
-    else:
-        shares = BudgetSplit.of(split, 2)
-        p_sum, p_cnt = shares.apply(total)
-        sum_scale = p_sum.laplace_scale(2 * sum_units)
-        noise.append(NoiseSpec("n_treated", float(n_t), p_cnt.laplace_scale(1), "integer_laplace"))
-    noise += [
+    if not arm_sizes_public:
+        return _plan_binary_histogram_dim(n_t, n_c, stats, total, split)
+    _require_both_arms(n_t, n_c)
+    shares = BudgetSplit.of(split, 1)
+    (p_sum,) = shares.apply(total)
+    sum_scale = p_sum.laplace_scale(sum_units)
+    noise = [
         NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", stats.sum_unit),
         NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", stats.sum_unit),
     ]
@@ -268,7 +270,7 @@ def _plan_binary_dim(
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         diagnostics: dict[str, Any] = {"binary_outcome": 1.0}
-        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
+        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, True, diagnostics)
         st, sc = v["sum_treated"], v["sum_control"]
         tau = st / nt_hat - sc / nc_hat
         p_t = np.clip(st / (nt_hat * bound), 0.0, 1.0)
@@ -278,7 +280,65 @@ def _plan_binary_dim(
         diagnostics.update(sampling_variance_dp=sampling, noise_variance=noise_var)
         return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
 
-    return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
+    return _dim_plan(n_t, n_c, True, total, bound, shares, noise, assemble)
+
+
+def _arm_histogram(stats: CellStatistics) -> np.ndarray:
+    """A binary outcome's ``(arm, outcome)`` histogram ``(E_c, E_t, F_c, F_t)``: each arm's
+    numbers of records with ``Y = B`` and with ``Y = 0``, summed over the strata of
+    :func:`~dpate_core.statistics.outcome_histogram` (exact integers). One record is in one
+    bin: L1 sensitivity 2 under replace-one neighbours whose treatment may change."""
+    h = outcome_histogram(stats)
+    cells = h.size // 2
+    events, others = h[:cells], h[cells:]
+    return np.array(
+        [events[0::2].sum(), events[1::2].sum(), others[0::2].sum(), others[1::2].sum()],
+        dtype=np.int64,
+    )
+
+
+def _plan_binary_histogram_dim(
+    n_t: int, n_c: int, stats: CellStatistics, total: PrivacyParams, split: Sequence[Number] | None
+) -> MechanismPlan:
+    """Private arm sizes, a binary outcome: ``Lap(2 / eps)`` on each bin of the ``(arm,
+    outcome)`` histogram, the whole budget one query (one part). Each arm's mean is ``B E / (E +
+    F)`` (its count and sum noise cancel in part: the error is ``B ((1 - p) e_E - p e_F) / N``,
+    variance ``B^2 ((1 - p)^2 + p^2) v / N^2``, ``v`` a bin's noise variance); ``N_t`` the mean
+    of the two arms' noisy sizes, ``E_t + F_t`` and ``N - E_c - F_c`` (``N`` public), clipped to
+    ``[1, N - 1]``. Against the arm sums at ``Lap(2B / eps_1)`` and a treated count sharing the
+    budget, the means' noise variance is 1.2-8 times smaller (docs/explanation/privacy.md)."""
+    shares = BudgetSplit.of(split, 1)
+    (part,) = shares.apply(total)
+    site = NoiseSpec(
+        "histogram", _arm_histogram(stats).astype(np.float64),
+        part.laplace_scale(COUNT_SENSITIVITY), "integer_laplace",
+    )  # fmt: skip
+    v_bin = 2.0 * site.value_scale**2
+    n = float(n_t + n_c)
+    bound = stats.bound
+
+    def assemble(v: Mapping[str, Any]) -> Outputs:
+        h = np.asarray(v["histogram"], dtype=np.float64)
+        e_c, e_t, f_c, f_t = (h[..., i] for i in range(4))
+        nt_hat = np.clip(0.5 * (e_t + f_t + n - e_c - f_c), 1.0, n - 1.0)
+        nc_hat = n - nt_hat
+        p_t = np.clip(e_t / np.maximum(e_t + f_t, 1.0), 0.0, 1.0)
+        p_c = np.clip(e_c / np.maximum(e_c + f_c, 1.0), 0.0, 1.0)
+        tau = bound * (p_t - p_c)
+        sampling = bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
+        noise_var = (
+            bound * bound * v_bin
+            * (((1.0 - p_t) ** 2 + p_t**2) / nt_hat**2 + ((1.0 - p_c) ** 2 + p_c**2) / nc_hat**2)
+        )  # fmt: skip
+        diagnostics: dict[str, Any] = {
+            "binary_outcome": 1.0,
+            "n_treated_dp": nt_hat,
+            "sampling_variance_dp": sampling,
+            "noise_variance": noise_var,
+        }
+        return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
+
+    return _dim_plan(n_t, n_c, False, total, bound, shares, [site], assemble)
 
 
 def dp_difference_in_means(
