@@ -144,7 +144,8 @@ class StudySpec(_Model):
         description="Whether the arm sizes `N_t` and `N_c` are public design facts (the paper's "
         "randomized-trial assumption, correction 5): `true` publishes them exactly in every "
         "report; `false` keeps them private and spends a third budget part on a DP treated "
-        "count. No default: a `dim` study must say which.",
+        "count (with `outcome.binary`, one part: the (arm, outcome) histogram). No default: a "
+        "`dim` study must say which.",
     )
     variance: Literal["appendix", "stratified"] | None = Field(
         default=None,
