@@ -230,8 +230,8 @@ def outcome_histogram(cells: CellStatistics) -> np.ndarray:
     of records with ``Y = B`` (its events), then every cell's number with ``Y = 0``. Exact, from
     the cell statistics: each centred value is ``+-2^(k-1)`` grid units, so ``events -
     non-events = sums / 2^(k-1)`` (not centred, the difference in means': each ``Y`` is 0 or
-    ``2^k`` units, ``events = sums / 2^k``). Raises ``ValueError`` (naming the rule, no value) when the
-    sums are not those of an outcome that is 0 or ``B`` in every record."""
+    ``2^k`` units, ``events = sums / 2^k``). Raises ``ValueError`` (naming the rule, no value)
+    when the sums are not those of an outcome that is 0 or ``B`` in every record."""
     if cells.centred:
         half = np.int64(1) << np.int64(cells.k - 1)
         diff, rem = np.divmod(cells.sums, half)

@@ -3,7 +3,8 @@
 :func:`dp_difference_in_means` states the privacy cost; :func:`plan_difference_in_means` builds
 its :class:`~dpate_core.release.MechanismPlan` (one plan serves the release and the simulations,
 see :mod:`dpate_core.release`). A binary outcome (every value 0 or ``B``) releases the arm sums
-only and derives the variance from ``p (1 - p)``.
+only (with private arm sizes, its ``(arm, outcome)`` histogram as one query) and derives the
+variance from ``p (1 - p)``.
 
 Exact sums. The arm counts, sums of ``Y`` and sums of ``Y^2`` are the adjusted estimator's cell
 statistics with one stratum and no centring (:func:`arm_statistics`, the one compiled kernel of
@@ -78,8 +79,9 @@ def plan_difference_in_means(
 
     ``binary=True``: every outcome is 0 or ``B`` (checked: an error names the rule). Then
     ``Y^2 = B Y``, so the arm sums give the variance too (``s^2 = B^2 p (1 - p)`` with
-    ``p = mean / B``): no sums of squares are released and their budget part is dropped (parts:
-    the arm sums, plus the treated count when arm sizes are private)."""
+    ``p = mean / B``): no sums of squares are released and their budget part is dropped (one
+    part: the arm sums; with private arm sizes the ``(arm, outcome)`` histogram, which carries
+    the arm sizes as well)."""
     bound = check_bound(bound)
     y_arr = np.asarray(y, dtype=np.float64)
     check_outcomes(y_arr, bound)
