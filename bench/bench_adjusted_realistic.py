@@ -84,15 +84,19 @@ def resampled_cells(
     flat = (g[idx] + cells * np.arange(reps)[:, None]).ravel()
     zi = z[idx].ravel()
     length = reps * cells
-    counts = np.bincount(flat, minlength=length).reshape(reps, cells).astype(float)
-    sums = np.bincount(flat, weights=zi, minlength=length).reshape(reps, cells)
-    events = np.rint((counts + sums / (bound / 2.0)) / 2.0)  # a binary outcome's (Y = B)
     return {
-        "counts": counts,
-        "sums": sums,
+        "counts": np.bincount(flat, minlength=length).reshape(reps, cells).astype(float),
+        "sums": np.bincount(flat, weights=zi, minlength=length).reshape(reps, cells),
         "squares": np.bincount(flat, weights=zi * zi, minlength=length).reshape(reps, cells),
-        "histogram": np.concatenate([events, counts - events], axis=1),  # binary outcomes only
     }
+
+
+def with_histogram(true: dict[str, np.ndarray], bound: float) -> dict[str, np.ndarray]:
+    """A binary outcome's resampled cells with their ``(cell, outcome)`` histogram (events, then
+    non-events), what its release queries: each centred value is ``+-B/2``."""
+    counts = true["counts"]
+    events = np.rint((counts + true["sums"] / (bound / 2.0)) / 2.0)
+    return {**true, "histogram": np.concatenate([events, counts - events], axis=1)}
 
 
 def is_binary(d: Design) -> bool:
@@ -121,6 +125,8 @@ def run_design(
         targets.append(estimand(w, y, x, d.domain_size, target_kind))
         sizes.append(w.size)
         true = resampled_cells(w, y, x, d.domain_size, d.bound, reps, rng)
+        if binary:
+            true = with_histogram(true, d.bound)
         noisy = {
             spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
             for spec in plan.noise

@@ -42,6 +42,7 @@ __all__ = [
     "CellStatistics",
     "cell_noise",
     "cell_scales",
+    "cell_sites",
     "cell_statistics",
     "grid_bits",
     "histogram_cells",
@@ -215,6 +216,21 @@ def cell_noise(
             prefix + "squares", squares, scales[2], "integer_laplace", unit=cells.square_unit
         ),
     )
+
+
+def cell_sites(
+    cells: CellStatistics, parts: Sequence[PrivacyParams], binary: bool = False
+) -> tuple[tuple[NoiseSpec, ...], list[float]]:
+    """The cells' noise sites and the Laplace scales the post-processing reads (counts, sums and
+    squares, outcome units): the three vector queries of :func:`cell_noise` for three parts, or
+    for a ``binary`` outcome (one part) its :func:`histogram_noise`, with the scales of equal
+    variance (:func:`histogram_scales`; no squares). The adjusted release's and the propensity
+    release's band cells."""
+    if binary:
+        (site,) = (histogram_noise(cells, parts[0]),)
+        return (site,), list(histogram_scales(site.value_scale, cells.bound))
+    sites = cell_noise(cells, cell_scales(cells, parts))
+    return sites, [site.value_scale for site in sites]
 
 
 # A binary outcome (every value 0 or B): the cells are one histogram (docs/explanation/adjusted.md,

@@ -48,7 +48,6 @@ from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
-    NoiseSpec,
     SiteEstimate,
     check_binary_outcomes,
     draw_once,
@@ -56,11 +55,8 @@ from dpate_core.release import (
 from dpate_core.statistics import (
     COUNT_SENSITIVITY,
     CellStatistics,
-    cell_noise,
-    cell_scales,
+    cell_sites,
     cell_statistics,
-    histogram_noise,
-    histogram_scales,
 )
 
 __all__ = [
@@ -191,12 +187,7 @@ def plan_adjusted_from_statistics(
     default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
     shares = BudgetSplit.of(default if split is None else split, len(default))
     parts = shares.apply(total)
-    if binary:
-        noise: tuple[NoiseSpec, ...] = (histogram_noise(stats, parts[0]),)
-        scales = list(histogram_scales(noise[0].value_scale, stats.bound))
-    else:
-        noise = cell_noise(stats, cell_scales(stats, parts))
-        scales = [site.value_scale for site in noise]
+    noise, scales = cell_sites(stats, parts, binary)
     public = public_constants(
         n, stats.bound, stats.counts.size // 2, scales, min_count, binary=binary
     )

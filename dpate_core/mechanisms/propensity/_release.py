@@ -62,11 +62,8 @@ from dpate_core.release import (
 )
 from dpate_core.statistics import (
     CellStatistics,
-    cell_noise,
-    cell_scales,
+    cell_sites,
     grid_bits,
-    histogram_noise,
-    histogram_scales,
     outcome_histogram,
 )
 
@@ -263,12 +260,7 @@ def _plan(
     unit = math.ldexp(1.0, -g)
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
-    if binary:  # one query, the (band, arm, outcome) histogram
-        band_sites: tuple[NoiseSpec, ...] = (histogram_noise(shape, cell_parts[0]),)
-        scales = list(histogram_scales(band_sites[0].value_scale, bound))
-    else:
-        band_sites = cell_noise(shape, cell_scales(shape, cell_parts))
-        scales = [site.value_scale for site in band_sites]
+    band_sites, scales = cell_sites(shape, cell_parts, binary)  # binary: one histogram query
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
 
     def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
