@@ -3,8 +3,10 @@ compiled pass each:
 
 - per-cell sufficient statistics as exact integer sums on a public grid (:func:`cell_statistics`,
   :class:`CellStatistics`, :func:`grid_bits`, :func:`cell_noise`): the adjusted estimator, the DP
-  difference in means and the stratified variance; a binary outcome's cells as one
-  ``(cell, outcome)`` histogram (:func:`outcome_histogram`, :func:`histogram_noise`);
+  difference in means and the stratified variance; the counts and sums as one query, the cells'
+  two-end histogram (:func:`end_histogram`, :func:`end_histogram_noise`), and a binary
+  outcome's cells as one ``(cell, outcome)`` histogram (:func:`outcome_histogram`,
+  :func:`histogram_noise`);
 - Algorithm 1's exact matching estimate, its variance (the appendix) and the per-stratum counts
   its sensitivities read (:func:`matching_statistics`, :func:`exact_matching`,
   :func:`matching_variance`), and the difference in means (:func:`difference_in_means`).
@@ -30,6 +32,8 @@ from ._grid_sums import (
     cell_scales,
     cell_sites,
     cell_statistics,
+    end_histogram,
+    end_histogram_noise,
     grid_bits,
     histogram_cells,
     histogram_noise,
@@ -49,6 +53,8 @@ __all__ = [
     "cell_sites",
     "cell_statistics",
     "difference_in_means",
+    "end_histogram",
+    "end_histogram_noise",
     "exact_matching",
     "grid_bits",
     "histogram_cells",

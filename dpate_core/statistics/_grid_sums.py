@@ -44,6 +44,8 @@ __all__ = [
     "cell_scales",
     "cell_sites",
     "cell_statistics",
+    "end_histogram",
+    "end_histogram_noise",
     "grid_bits",
     "histogram_cells",
     "histogram_noise",
@@ -63,14 +65,15 @@ def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
     ``centred`` (the adjusted estimator): a centred outcome ``Y - B/2`` is an integer in
     ``[-2^(k-1), 2^(k-1)]``, its square one in ``[0, 2^(m-2)]``. Not centred (the difference in
     means, :func:`dpate_core.mechanisms.difference_in_means.arm_statistics`): ``Y`` is an integer in
-    ``[0, 2^k]`` and ``Y^2`` one in ``[0, 2^m]``, so both grids are one or two bits coarser. With
+    ``[0, 2^k]`` and ``Y^2`` one in ``[0, 2^m]``, so the squares' grid is one bit coarser. With
     ``N <= 2^ceil(log2 N)`` records every sum's absolute value is at most ``2^53``, so the sums are
-    exact in int64 and exactly representable as floats.
+    exact in int64 and exactly representable as floats; so is each bin of the cells' two-end
+    histogram (:func:`end_histogram`: up to ``N 2^k`` grid units).
     """
     if n < 1:
         raise ValueError(f"n ({n}) must be at least 1")
     log_n = max(1, math.ceil(math.log2(n)))
-    top = 54 if centred else 53
+    top = 53
     k = min(_MAX_BITS, top - log_n)
     m = min(_MAX_BITS, top + (1 if centred else 0) - log_n)
     if k < 8:
@@ -81,13 +84,15 @@ def grid_bits(n: int, *, centred: bool = True) -> tuple[int, int]:
 
 
 def sensitivities(bound: float, k: int, m: int) -> dict[str, Fraction]:
-    """L1 sensitivities of the three released vectors, in the units they are noised in (grid
-    units for the sums): counts 2, centred sums ``2^k`` (= ``B``), squares ``2^(m-1)`` (= ``B^2/2``).
-    Proofs in docs/explanation/adjusted.md; checked exhaustively in tests/core/test_adjusted.py."""
+    """L1 sensitivities of the released vectors, in the units they are noised in (grid units for
+    the sums): counts 2, centred sums ``2^k`` (= ``B``), squares ``2^(m-1)`` (= ``B^2/2``), the
+    two-end histogram ``2^(k+1)`` (= 2 records' mass, :func:`end_histogram`). Proofs in
+    docs/explanation/adjusted.md and privacy.md; checked exhaustively in tests/core."""
     return {
         "counts": Fraction(COUNT_SENSITIVITY),
         "sums": Fraction(2) ** k,
         "squares": Fraction(2) ** (m - 1),
+        "histogram": Fraction(2) ** (k + 1),
     }
 
 
@@ -206,31 +211,50 @@ def cell_noise(
     :attr:`CellStatistics.square_unit`) as ``NoiseSpec.unit``: the draw multiplies the noisy
     integers by it (post-processing), so the assembly receives all three in outcome units and
     their scales in those units are ``NoiseSpec.value_scale``."""
-    counts, sums, squares = (
-        v.astype(np.float64) for v in (cells.counts, cells.sums, cells.squares)
+    names = ("counts", "sums", "squares")
+    return tuple(
+        _vector_site(cells, name, scale, prefix) for name, scale in zip(names, scales, strict=True)
     )
-    return (
-        NoiseSpec(prefix + "counts", counts, scales[0], "integer_laplace"),
-        NoiseSpec(prefix + "sums", sums, scales[1], "integer_laplace", unit=cells.sum_unit),
-        NoiseSpec(
-            prefix + "squares", squares, scales[2], "integer_laplace", unit=cells.square_unit
-        ),
-    )
+
+
+def _vector_site(cells: CellStatistics, name: str, scale: float, prefix: str = "") -> NoiseSpec:
+    """One of the per-cell vectors (``counts``, ``sums``, ``squares``) as a noise site of exact
+    discrete Laplace noise at ``scale`` in its own units, with its grid unit."""
+    unit = {"counts": 1.0, "sums": cells.sum_unit, "squares": cells.square_unit}[name]
+    loc = getattr(cells, name).astype(np.float64)
+    return NoiseSpec(prefix + name, loc, scale, "integer_laplace", unit=unit)
 
 
 def cell_sites(
     cells: CellStatistics, parts: Sequence[PrivacyParams], binary: bool = False
 ) -> tuple[tuple[NoiseSpec, ...], list[float]]:
-    """The cells' noise sites and the Laplace scales the post-processing reads (counts, sums and
-    squares, outcome units): the three vector queries of :func:`cell_noise` for three parts, or
-    for a ``binary`` outcome (one part) its :func:`histogram_noise`, with the scales of equal
-    variance (:func:`histogram_scales`; no squares). The adjusted release's and the propensity
-    release's band cells."""
+    """The cells' noise sites and the Laplace scales the post-processing reads (counts, sums and,
+    unless the outcome is binary, squares; outcome units), by the number of budget parts:
+
+    - three (the adjusted release): counts, centred sums and squares as three vector queries
+      (:func:`cell_noise`);
+    - two (the propensity release's band cells, since stop 43): the counts and centred sums as
+      one query, the cells' two-end histogram (:func:`end_histogram_noise`), and the squares;
+    - one, for a ``binary`` outcome: its ``(cell, outcome)`` histogram (:func:`histogram_noise`;
+      no squares: they follow from the counts).
+
+    A histogram's counts and sums read the scales of equal variance (:func:`histogram_scales`)."""
+    if len(parts) not in ((1,) if binary else (2, 3)):
+        raise ValueError(
+            f"the cells take {'1 budget part' if binary else '2 or 3 budget parts'}: got "
+            f"{len(parts)}"
+        )
+    if len(parts) == 3:
+        sites = cell_noise(cells, cell_scales(cells, parts))
+        return sites, [site.value_scale for site in sites]
     if binary:
         (site,) = (histogram_noise(cells, parts[0]),)
         return (site,), list(histogram_scales(site.value_scale, cells.bound))
-    sites = cell_noise(cells, cell_scales(cells, parts))
-    return sites, [site.value_scale for site in sites]
+    hist = end_histogram_noise(cells, parts[0])
+    sens = sensitivities(cells.bound, cells.k, cells.m)["squares"]
+    squares = _vector_site(cells, "squares", parts[1].laplace_scale(sens))
+    scale_n, b_s = histogram_scales(hist.value_scale, cells.bound)
+    return (hist, squares), [scale_n, b_s, squares.value_scale]
 
 
 # A binary outcome (every value 0 or B): the cells are one histogram (docs/explanation/adjusted.md,
@@ -293,3 +317,40 @@ def histogram_scales(scale: float, bound: float) -> tuple[float, float]:
     sums noise are)."""
     root2 = math.sqrt(2.0)
     return root2 * float(scale), root2 * float(scale) * float(bound) / 2.0
+
+
+# Any outcome in [0, B]: the counts and centred sums as one query, the cells' two-end histogram
+# (docs/explanation/privacy.md, "The cells' two-end histogram"). Each record puts its unit mass on
+# its cell's two ends, ``1 - Y/B`` on the lower (0) and ``Y/B`` on the upper (B): a vector of
+# non-negative entries summing to 1, so replacing one record moves the histogram by at most 2 in
+# L1, whatever the records' cells and outcomes. The counts (the two ends' sum) and the centred
+# sums (``B/2`` times their difference) are post-processing (:func:`histogram_cells`), as for a
+# binary outcome, whose histogram this is (each record's mass then all on one end). Against a
+# counts query and a sums query sharing the budget, both are noised at the whole of it.
+
+
+def end_histogram(cells: CellStatistics) -> np.ndarray:
+    """The cells' two-end histogram as one int64 vector in grid units ``2^-k`` of a record:
+    every cell's upper-end mass ``U = sum Y/B``, then every cell's lower-end mass ``L = sum (1 -
+    Y/B)``, from the exact grid sums: a record's quantised ``Y/B`` is ``(s + 2^(k-1)) 2^-k`` for
+    its centred grid value ``s``, so ``U = sums + counts 2^(k-1)`` and ``L = counts 2^(k-1) -
+    sums``, each in ``[0, N 2^k]`` (below ``2^53``: :func:`grid_bits`). Centred statistics
+    only."""
+    if not cells.centred:
+        raise ValueError("the two-end histogram needs centred cell statistics")
+    half = cells.counts * (np.int64(1) << np.int64(cells.k - 1))
+    return np.concatenate([half + cells.sums, half - cells.sums]).astype(np.int64)
+
+
+def end_histogram_noise(cells: CellStatistics, part: PrivacyParams, prefix: str = "") -> NoiseSpec:
+    """:func:`end_histogram` as one noise site ``histogram`` (name after ``prefix``): exact
+    discrete Laplace noise on its integers at scale ``2^(k+1) / eps`` grid units (L1 sensitivity
+    2 records of mass 1 each, :func:`sensitivities`, rounded up), ``eps`` the part's epsilon; the
+    draw multiplies by the unit ``2^-k`` (post-processing), so the assembly reads record masses
+    and the scale in them is about ``2 / eps``, as a binary outcome's bins'
+    (:func:`histogram_cells` reads both)."""
+    scale = part.laplace_scale(sensitivities(cells.bound, cells.k, cells.m)["histogram"])
+    loc = end_histogram(cells).astype(np.float64)
+    return NoiseSpec(
+        prefix + "histogram", loc, scale, "integer_laplace", unit=math.ldexp(1.0, -cells.k)
+    )

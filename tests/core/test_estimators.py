@@ -430,6 +430,6 @@ def test_dim_grid_keeps_the_largest_arm_sums_exact():
 
     n = 1 << 14
     k, m = grid_bits(n, centred=False)
-    assert (k, m) == (39, 39) and grid_bits(n) == (40, 40)
+    assert (k, m) == (39, 39) and grid_bits(n) == (39, 40)  # centred: the end histogram's 2^53
     st = arm_statistics(np.ones(n, np.int8), np.full(n, 2.5), bound=2.5)
     assert int(st.sums[1]) == int(st.squares[1]) == 2**53 and st.counts.tolist() == [0, n]

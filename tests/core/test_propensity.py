@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dpate_core.mechanisms import ESTIMATORS
+from dpate_core.mechanisms.adjusted import histogram_vectors
 from dpate_core.mechanisms.propensity import (
     PROPENSITY,
     Categorical,
@@ -30,7 +31,7 @@ from dpate_core.mechanisms.propensity import (
     with_arm_counts,
 )
 from dpate_core.release import draw_many, draw_once
-from dpate_core.statistics import cell_statistics, grid_bits
+from dpate_core.statistics import CellStatistics, cell_statistics, end_histogram, grid_bits
 
 COLUMNS = (Categorical(4), Categorical(3), Numeric(0.0, 10.0))
 
@@ -50,7 +51,7 @@ def _data(rng: np.random.Generator, n: int, effect: float = 0.1) -> tuple[np.nda
 
 def test_registered() -> None:
     assert ESTIMATORS["propensity"] is PROPENSITY
-    assert PROPENSITY.n_parts() == 4 and PROPENSITY.pure
+    assert PROPENSITY.n_parts() == 3 and PROPENSITY.pure
 
 
 def test_model_sensitivity_holds_on_neighbours() -> None:
@@ -141,10 +142,12 @@ def test_budget_is_exact_and_scales_follow_sensitivities() -> None:
     assert sum(p.epsilon for p in parts) == Fraction(1, 3)
     (model,) = plan.noise
     assert model.scale == parts[0].laplace_scale(model_sensitivity(COLUMNS, model_bits(500)))
-    counts, sums, squares = plan.stages[0].sites
-    assert counts.scale == parts[1].laplace_scale(2)
-    assert sums.value_scale >= 1.0 / float(parts[2].epsilon)
-    assert squares.value_scale >= 0.5 / float(parts[3].epsilon)
+    histogram, squares = plan.stages[0].sites
+    k, m = grid_bits(500)
+    assert histogram.scale == parts[1].laplace_scale(2 ** (k + 1))  # 2 records' mass, grid units
+    assert histogram.value_scale >= 2.0 / float(parts[1].epsilon)
+    assert squares.scale == parts[2].laplace_scale(2 ** (m - 1))
+    assert squares.value_scale >= 0.5 / float(parts[2].epsilon)
 
 
 def test_secure_draw_has_both_stages() -> None:
@@ -152,8 +155,8 @@ def test_secure_draw_has_both_stages() -> None:
     w, y, z = _data(rng, 400)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
     noisy = draw_once(plan)
-    assert set(noisy) == {"model", "counts", "sums", "squares"}
-    assert noisy["counts"].shape == (10,)
+    assert set(noisy) == {"model", "histogram", "squares"}
+    assert noisy["histogram"].shape == (20,)
     e = plan.estimate(noisy)
     assert e.resolved and -1 <= e.tau <= 1 and e.variance >= e.diagnostics["noise_variance"]
     assert e.diagnostics["model_variance"] >= 0
@@ -201,7 +204,8 @@ def test_the_correction_reads_only_the_bands_the_subclassification_uses() -> Non
     w, y, z = _data(rng, 300)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
     c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
-    v = draw_many(plan, rng, 200)
+    v = histogram_vectors(c, draw_many(plan, rng, 200))
+    del v["histogram"]  # the cells' counts and sums as the assembly reads them, moved below
     counts = np.clip(np.asarray(v["counts"]), 0.0, c.n)
     used = (counts[:, 1::2] >= c.min_count) & (counts[:, 0::2] >= c.min_count)
     rows = np.flatnonzero(~used.all(axis=1) & used.any(axis=1))
@@ -222,7 +226,7 @@ def test_the_correction_reads_only_the_bands_the_subclassification_uses() -> Non
 #: of eps 1 to the model (``N x epsilon_model`` 750, the linearised release's threshold) the
 #: model is mostly noise and the correction's multiple ``k`` reaches its cap
 MANY = (Categorical(6),) * 8 + (Numeric(0.0, 1.0),) * 2
-QUARTER = ("1/4", "21/80", "33/80", "3/40")
+QUARTER = ("1/4", "27/40", "3/40")
 
 
 def _many(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
@@ -257,6 +261,7 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
     part is the factor form's in both."""
     from dpate_core.mechanisms.adjusted import (
         assemble_subclassification,
+        histogram_vectors,
         subclassification_linearisation,
     )
     from dpate_core.mechanisms.propensity import (
@@ -266,7 +271,8 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
     )
 
     c = plan.assemble.assembly.args[0]
-    out, sub = plan.assemble(v), assemble_subclassification(c, v)
+    out, sub = plan.assemble(v), assemble_subclassification(c, histogram_vectors(c, v))
+    v = histogram_vectors(c, v)
     k = attenuation_multiple(np.asarray(out.diagnostics["model_noise_share"]))
     f_s, f_n = correction_factors(
         correction_coefficients(c, subclassification_linearisation(c, v, sub.tau)), k
@@ -320,7 +326,7 @@ def test_the_release_linearises_where_its_size_and_its_noise_share_allow() -> No
     from dpate_core.mechanisms.propensity import LINEARISED_SHARE
 
     rng = np.random.default_rng(8)
-    half = ("1/2", "7/40", "11/40", "1/20")
+    half = ("1/2", "9/20", "1/20")
     for data, columns, split, n, public, own_somewhere in (
         (_many, MANY, QUARTER, 3000, True, False),  # N x eps_m 750, the model mostly noise
         (_data, COLUMNS, QUARTER, 2999, False, False),  # 749.75: below the size
@@ -447,7 +453,7 @@ def _pinned_data() -> tuple[np.ndarray, ...]:
 #: exact integers (any change in them is a change in what the release publishes); numeric values
 #: outside the bounds are clipped
 PINNED = Path(__file__).with_name("pinned_propensity.json")
-CELLS = ("counts", "sums", "squares")
+CELLS = ("histogram", "squares")
 
 
 def test_seeded_release_is_pinned(golden) -> None:
@@ -538,8 +544,11 @@ def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
         smoothing = max(1.0, plan.noise[0].scale * 2.0**-g)
         model = fit_model(with_arm_counts(noisy["model"][0], columns), columns, g, n, smoothing)
         _, cells = _reference(w, y, ref_z, columns, model, bound)
-        for name, want in zip(CELLS, cells, strict=True):
-            np.testing.assert_array_equal(got[name][0], want)
+        k, m = grid_bits(n)
+        counts, sums, squares = cells
+        want = end_histogram(CellStatistics(counts, sums, squares, bound, k, m))
+        for name, value in zip(CELLS, (want, squares), strict=True):
+            np.testing.assert_array_equal(got[name][0], value)
 
 
 @pytest.mark.parametrize(
@@ -605,11 +614,11 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
     choice = PROPENSITY.study_choice(None, 1, _sites(*ns))
     assert (choice.options.bands, choice.options.model_share) == (bands, share)
     assert choice.variant == f"K = {bands} bands, model share {share}"
-    # the default split gives the model its share and the band cells the rest as 21 : 33 : 6
+    # the default split gives the model its share and the band cells the rest as 9 : 1
     split = PROPENSITY.default_split(choice.options).shares
     assert split == tuple(Fraction(s) for s in model_share_split(share))
     assert split[0] == Fraction(share) and sum(split) == 1
-    assert split[1:] == tuple((1 - Fraction(share)) * Fraction(c, 60) for c in (21, 33, 6))
+    assert split[1:] == tuple((1 - Fraction(share)) * Fraction(c, 10) for c in (9, 1))
     if None in ns or not ns:
         assert "not every site declares its record count n" in choice.reason
         assert "declare n for every site" in choice.reason
@@ -662,7 +671,7 @@ def test_below_the_threshold_a_third_to_the_model():
     choice = PROPENSITY.study_choice(None, 1, _sites(1000, 3000))
     third = tuple(map(Fraction, model_share_split("1/3")))
     assert PROPENSITY.default_split(choice.options).shares == third
-    assert third == (Fraction(1, 3), Fraction(7, 30), Fraction(11, 30), Fraction(1, 15))
+    assert third == (Fraction(1, 3), Fraction(3, 5), Fraction(1, 15))
     assert choice.options == PropensityOptions(BANDS, "1/3")
     # an unresolved "auto" (a plan made outside a study) plans as the rule's first row
     assert PROPENSITY.default_split(PropensityOptions()).shares == third
@@ -718,8 +727,8 @@ def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_give
     assert declared.variant == "K = 5 bands, model share 1/4"
     assert declared.study_choice.reason.startswith("declared in the spec")
     assert declared.budget_split("a").shares == tuple(Fraction(s) for s in
-                                                     ("1/4", "21/80", "33/80", "3/40"))  # fmt: skip
-    given = ["1/3", "1/3", "1/6", "1/6"]
+                                                     ("1/4", "27/40", "3/40"))  # fmt: skip
+    given = ["1/3", "1/2", "1/6"]
     explicit = spec(bands=7, budget_split=given)
     assert explicit.study_options.bands == 7  # declared K kept; the share is "auto"'s ...
     assert explicit.budget_split("b").shares == tuple(map(Fraction, given))  # ... split as given
@@ -763,7 +772,7 @@ def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules
         )
     )
     assert plan.shares.shares[0] == Fraction(1, 2)
-    assert len(plan.shares.shares) == (2 if binary else 4)
+    assert len(plan.shares.shares) == (2 if binary else 3)
     estimate = plan.estimate(draw_once(plan, rng))  # simulation noise: a test, not a release
     assert estimate.diagnostics["usable_strata"] > 5  # more bands than five
     report = SiteReport.from_estimate(

@@ -303,11 +303,12 @@ def _counts(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
 def cell_noise_scales(parts: Sequence[PrivacyParams], bound: float) -> tuple[float, float, bool]:
     """The plan's ``(count scale, sums scale, histogram)`` for the cells' budget parts: Laplace
     ``2 / eps_n`` on every count and ``B / eps_s`` on every centred sum (outcome units) for three
-    parts; for one part, a binary outcome's ``(cell, outcome)`` histogram at ``eps``, the scales
-    of equal variance (:func:`dpate_core.statistics.histogram_scales`) and ``histogram`` True:
-    each count's noise is then the sum of two independent Laplace ``2 / eps`` (its tail:
-    :func:`count_kept`)."""
-    if len(parts) == 1:
+    parts; for two, the cells' two-end histogram at the first part's ``eps`` (the propensity
+    release's band cells; the squares the second part), or one, a binary outcome's ``(cell,
+    outcome)`` histogram at ``eps``: the scales of equal variance
+    (:func:`dpate_core.statistics.histogram_scales`) and ``histogram`` True: each count's noise
+    is then the sum of two independent Laplace ``2 / eps`` (its tail: :func:`count_kept`)."""
+    if len(parts) <= 2:
         scale_n, b_s = histogram_scales(COUNT_SENSITIVITY / parts[0].epsilon_float, bound)
         return scale_n, b_s, True
     return COUNT_SENSITIVITY / parts[0].epsilon_float, bound / parts[1].epsilon_float, False
@@ -385,10 +386,11 @@ def _noisy_stretch(
     p, t, c, w = strata
     b = inp.bound
     parts = inp.parts()
-    scale_n, b_s, binary = cell_noise_scales(parts, b)  # binary: squares are counts x B^2/4
+    scale_n, b_s, _ = cell_noise_scales(parts, b)
+    binary = len(parts) == 1  # binary: squares are counts x B^2/4
     scales = [scale_n, b_s]
-    if not binary:
-        scales.append(b * b / (2.0 * parts[2].epsilon_float))
+    if not binary:  # the squares' part is the last
+        scales.append(b * b / (2.0 * parts[-1].epsilon_float))
     public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
     within = np.array([sd2])
     var_within = sum(

@@ -40,8 +40,8 @@ from dpate_core.mechanisms.adjusted._weightings import (
     UNRESOLVED_FIXED_EFFECTS,
     UNRESOLVED_SUBCLASSIFICATION,
     PublicConstants,
-    assemble_binary,
     assemble_fixed_effects,
+    assemble_histogram,
     assemble_subclassification,
 )
 from dpate_core.noise import Rng
@@ -171,7 +171,7 @@ def plan_adjusted_from_statistics(
     """:func:`plan_adjusted` from precomputed :func:`cell_statistics` (experiments reuse them).
     ``binary``: the outcome is 0 or ``B`` in every record (the caller has checked it: the site
     data's rules do); one budget part, the cells' ``(cell, outcome)`` histogram, whose counts,
-    sums and squares are post-processing (:func:`~._weightings.binary_cells`)."""
+    sums and squares are post-processing (:func:`~._weightings.histogram_vectors`)."""
     if not stats.centred:
         raise ValueError(
             "the adjusted estimator needs centred cell statistics: compute them with "
@@ -193,8 +193,6 @@ def plan_adjusted_from_statistics(
     )
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, sum_epsilon(parts))
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
-    if binary:
-        assemble = functools.partial(assemble_binary, assemble)
     return MechanismPlan(
         estimator="adjusted",
         n=n,
@@ -204,26 +202,30 @@ def plan_adjusted_from_statistics(
         bound=stats.bound,
         shares=shares,
         noise=noise,
-        assemble=functools.partial(assemble, public),
+        # a binary outcome's histogram: its counts, sums and squares are post-processing; the
+        # public constants first (what simulations read)
+        assemble=functools.partial(assemble_histogram, public, assemble),
     )
 
 
 def sum_epsilon(parts: Sequence[PrivacyParams]) -> float:
     """The epsilon of a Laplace sums query whose noise has the variance of the cells' sums: the
-    sums' own part (the second of three), or for a binary outcome's histogram at ``eps`` (one
-    part) ``eps / sqrt(2)`` (:func:`dpate_core.statistics.histogram_scales`: ``b_s = sqrt(2) B /
-    eps``). What the ``"auto"`` weighting's rule reads."""
-    if len(parts) == 1:
+    sums' own part (the second of three), or for the cells' histogram at ``eps`` (the first of
+    two parts: the propensity release's band cells; or a binary outcome's one part) ``eps /
+    sqrt(2)`` (:func:`dpate_core.statistics.histogram_scales`: ``b_s = sqrt(2) B / eps``). What
+    the ``"auto"`` weighting's rule reads."""
+    if len(parts) <= 2:
         return float(parts[0].epsilon) / math.sqrt(2.0)
     return float(parts[1].epsilon)
 
 
 def count_scale(parts: Sequence[PrivacyParams]) -> float:
     """The Laplace scale of the same variance as one noisy cell count's, as the release rounds
-    it: ``2 / eps_n`` (the first of three parts), or for a binary outcome's histogram at ``eps``
-    (one part) ``sqrt(2) 2 / eps`` (:func:`dpate_core.statistics.histogram_scales`)."""
+    it: ``2 / eps_n`` (the first of three parts), or for the cells' histogram at ``eps`` (the
+    first of two parts, or a binary outcome's one part) ``sqrt(2) 2 / eps``
+    (:func:`dpate_core.statistics.histogram_scales`)."""
     scale = parts[0].laplace_scale(COUNT_SENSITIVITY)
-    return math.sqrt(2.0) * scale if len(parts) == 1 else scale
+    return math.sqrt(2.0) * scale if len(parts) <= 2 else scale
 
 
 def public_constants(

@@ -34,13 +34,13 @@ __all__ = [
     "UNRESOLVED_SUBCLASSIFICATION",
     "Linearisation",
     "PublicConstants",
-    "assemble_binary",
     "assemble_fixed_effects",
+    "assemble_histogram",
     "assemble_subclassification",
-    "binary_cells",
     "design_resolution",
     "fieller_factor",
     "fieller_terms",
+    "histogram_vectors",
     "resolution_probability",
     "subclassification_linearisation",
     "used_strata",
@@ -106,30 +106,36 @@ class PublicConstants:
     v_n: float  # variance of one noisy count
     v_s: float  # variance of one noisy sum (outcome units)
     #: variance of one noisy sum of squares (outcome units); 0 where the squares are taken from
-    #: the counts (a binary outcome, :func:`binary_cells`)
+    #: the counts (a binary outcome, :func:`histogram_vectors`)
     v_q: float = 0.0
     #: a binary outcome: each noisy count's share of its cell's squares, ``B^2/4``; else 0
     q_per_count: float = 0.0
 
 
-def binary_cells(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
-    """A binary outcome's three cell vectors from its noisy ``(cell, outcome)`` histogram
-    (``v["histogram"]``, :func:`dpate_core.statistics.outcome_histogram`): the counts ``E + F``
-    and centred sums ``(B/2)(E - F)`` (:func:`dpate_core.statistics.histogram_cells`), and the
-    squares: every value is 0 or ``B``, so every centred value is ``+-B/2`` and a cell's centred
-    squares are its count times ``B^2 / 4`` (:attr:`PublicConstants.max_var`). Post-processing;
-    without noise, the records' own three vectors exactly."""
+def histogram_vectors(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
+    """The three cell vectors from a noisy histogram (``v["histogram"]``), or ``v`` itself
+    where the cells were three queries: the counts (the two bins' sum) and centred sums (``B/2``
+    times their difference, :func:`dpate_core.statistics.histogram_cells`) of the cells' two-end
+    histogram (:func:`dpate_core.statistics.end_histogram`), the squares then their own noisy
+    vector; or of a binary outcome's ``(cell, outcome)`` histogram
+    (:func:`dpate_core.statistics.outcome_histogram`), whose every centred value is ``+-B/2``, so a
+    cell's centred squares are its count times ``B^2 / 4`` (:attr:`PublicConstants.max_var`).
+    Post-processing; without noise, the records' own three vectors exactly."""
+    if "histogram" not in v:
+        return dict(v)
     cells = histogram_cells(v["histogram"], c.bound)
-    return {**v, **cells, "squares": cells["counts"] * c.max_var}
+    if c.q_per_count:  # a binary outcome: no squares released
+        return {**v, **cells, "squares": cells["counts"] * c.max_var}
+    return {**v, **cells}
 
 
-def assemble_binary(
-    assemble: Callable[[PublicConstants, Mapping[str, Any]], Outputs],
+def assemble_histogram(
     c: PublicConstants,
+    assemble: Callable[[PublicConstants, Mapping[str, Any]], Outputs],
     v: Mapping[str, Any],
 ) -> Outputs:
-    """``assemble`` (a weighting) of a binary outcome's noisy histogram (:func:`binary_cells`)."""
-    return assemble(c, binary_cells(c, v))
+    """``assemble`` (a weighting) of the cells' noisy histogram (:func:`histogram_vectors`)."""
+    return assemble(c, histogram_vectors(c, v))
 
 
 def _clipped_vectors(

@@ -178,8 +178,8 @@ class PropensityOptions:
         default="auto",
         metadata={
             "doc": "the propensity model's share of a budget split left to the estimator's "
-            "default (the band cells share the rest 21 : 33 : 6; a binary outcome's band-cell "
-            "histogram takes it whole), e.g. '1/2', or 'auto': "
+            "default (the band cells' histogram and squares share the rest 9 : 1; a binary "
+            "outcome's band-cell histogram takes it whole), e.g. '1/2', or 'auto': "
             f"chosen with bands (below n x epsilon = {AUTO_RULE[1][0]}, or some n not declared: "
             f"{AUTO_RULE[0][2]}); a site's own budget_split is used as given"
         },
@@ -343,8 +343,10 @@ def noise_model(site: SiteEstimate, rng: Any, reps: int) -> NoiseDraws:
     return ADJUSTED.noise_model(site, rng, reps)
 
 
-#: the release's budget parts
-PARTS = ("propensity model", "band counts", "band sums", "band sums of squares")
+#: the release's budget parts: the model, then the band cells' two-end histogram (their counts
+#: and centred sums as one query) and their sums of squares (four parts, counts, sums and squares
+#: apart, until stop 43)
+PARTS = ("propensity model", "band outcome histogram", "band sums of squares")
 #: a binary outcome's: the model, then the band cells' (band, arm, outcome) histogram, whose
 #: counts, sums and squares are post-processing (docs/explanation/privacy.md)
 PARTS_BINARY = ("propensity model", "band outcome histogram")

@@ -49,14 +49,15 @@ AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (1500, 5, Fraction(1, 2)),
     (10_000, 10, Fraction(1, 2)),
 )
-#: the band cells' counts, centred sums and squares share the rest of the budget as 21 : 33 : 6
-#: (a binary outcome's band cells are one query, its histogram, at the whole of the rest)
-_CELL_PARTS = (21, 33, 6)
+#: the band cells' two-end histogram (counts and centred sums as one query) and squares share the
+#: rest of the budget as 9 : 1 (21 + 33 : 6 of the three queries until stop 43; a binary
+#: outcome's band cells are one query, its histogram, at the whole of the rest)
+_CELL_PARTS = (9, 1)
 
 
 def model_share_split(share: Fraction | str, binary: bool = False) -> tuple[str, ...]:
-    """The four-part budget split with ``share`` to the model and the rest to the band cells as
-    :data:`~._release.DEFAULT_SPLIT` divides it (21 : 33 : 6); ``model_share_split("1/4")`` is
+    """The three-part budget split with ``share`` to the model and the rest to the band cells as
+    :data:`~._release.DEFAULT_SPLIT` divides it (9 : 1); ``model_share_split("1/4")`` is
     :data:`~._release.DEFAULT_SPLIT` exactly. ``binary``: the two-part split of a binary
     outcome (the model, then the band cells' histogram at the rest). Raises ``ValueError``
     unless ``0 < share < 1``."""

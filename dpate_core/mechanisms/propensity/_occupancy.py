@@ -89,13 +89,14 @@ def bands_of(options: Any) -> int:
 
 
 def budget_shares(inp: PredictionInputs) -> tuple[Fraction, ...]:
-    """The release's budget shares: the design's split (four parts, or two for a binary
-    outcome: the model and the band cells' histogram), else the default split."""
+    """The release's budget shares: the design's split (three parts: the model, the band
+    cells' histogram and squares; two for a binary outcome: the model and the band cells'
+    histogram), else the default split."""
     d = inp.design
     return (
         BudgetSplit(d.split).shares
-        if len(d.split) in (2, 4)
-        else BudgetSplit.of(DEFAULT_SPLIT, 4).shares
+        if len(d.split) in (2, 3)
+        else BudgetSplit.of(DEFAULT_SPLIT, 3).shares
     )
 
 

@@ -1,17 +1,19 @@
 """The propensity release (``"propensity"``): a DP propensity model, then subclassification on
 ``K`` bands of its index, pure epsilon-DP (``docs/research/propensity.md``, ``docs/explanation/privacy.md``).
 
-Two stages, four budget parts ``(eps_m, eps_n, eps_s, eps_q)`` summing exactly to ``eps``:
+Two stages, three budget parts ``(eps_m, eps_h, eps_q)`` summing exactly to ``eps``:
 
 1. the model vector (:mod:`~dpate_core.mechanisms.propensity._model`; without the arm counts
    when a categorical covariate carries them), one Laplace vector query at scale
    ``Delta_m / eps_m``: ``(eps_m, 0)``-DP;
 2. given the noisy model (post-processing: the model, its index and the band edges, the
    ``k / K`` quantiles of the index's model distribution), each record's band, and the adjusted
-   release's three per-cell vectors over the ``2 K`` (band, arm) cells: counts ``Lap(2 / eps_n)``,
-   centred grid sums ``Lap(B / eps_s)``, squares ``Lap(B^2 / (2 eps_q))`` (the bands are a
+   release's cell queries over the ``2 K`` (band, arm) cells: their two-end histogram
+   ``Lap(2 / eps_h)`` over ``4 K`` bins (each record's unit mass split between its cell's two
+   ends, ``1 - Y/B`` and ``Y/B``: L1 sensitivity 2; the counts and centred sums are
+   post-processing of it) and their centred squares ``Lap(B^2 / (2 eps_q))`` (the bands are a
    partition fixed before this stage's noise, so one record is in one cell and the adjusted
-   release's sensitivities hold: ``(eps_n + eps_s + eps_q, 0)``-DP for every fixed model).
+   release's sensitivities hold: ``(eps_h + eps_q, 0)``-DP for every fixed model).
 
 A binary outcome (every value 0 or ``B``, ``binary=True``) releases the band cells as one
 vector query instead, the ``(band, arm, outcome)`` histogram ``Lap(2 / eps_c)`` over ``4 K``
@@ -20,7 +22,7 @@ bins (one record is in one bin: L1 sensitivity 2); the counts, centred sums and 
 then (docs/explanation/privacy.md, "A binary outcome: one histogram").
 
 Adaptive sequential composition: stage 2 is chosen from stage 1's output only, so the release is
-``(eps_m + eps_n + eps_s + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
+``(eps_m + eps_h + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
 :class:`dpate_core.release.Stage` draws stage 2 after stage 1). The estimate and its variance are
 the adjusted release's subclassification of the noisy band cells
 (:func:`dpate_core.mechanisms.adjusted.assemble_subclassification`), plus the variance the
@@ -43,7 +45,7 @@ from dpate_core.mechanisms.adjusted import (
     Linearisation,
     PublicConstants,
     assemble_subclassification,
-    binary_cells,
+    histogram_vectors,
     public_constants,
     subclassification_linearisation,
     used_strata,
@@ -63,6 +65,7 @@ from dpate_core.release import (
 from dpate_core.statistics import (
     CellStatistics,
     cell_sites,
+    end_histogram,
     grid_bits,
     outcome_histogram,
 )
@@ -107,8 +110,9 @@ __all__ = [
 
 #: Cochran's five subclasses (about 90% of one confounder's bias removed)
 BANDS = 5
-#: the model, then the band cells' counts, centred sums and squares (docs/research/propensity.md)
-DEFAULT_SPLIT = ("1/4", "21/80", "33/80", "3/40")
+#: the model, then the band cells' two-end histogram (counts and centred sums as one query) and
+#: squares (docs/research/propensity.md; until stop 43 four parts, ``1/4, 21/80, 33/80, 3/40``)
+DEFAULT_SPLIT = ("1/4", "27/40", "3/40")
 #: :data:`DEFAULT_SPLIT` for a binary outcome: the model, then the band cells' (band, arm,
 #: outcome) histogram, one query at the cells' three quarters
 DEFAULT_SPLIT_BINARY = ("1/4", "3/4")
@@ -266,7 +270,7 @@ def _plan(
     def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
         if binary:
             return {"histogram": outcome_histogram(c)}
-        return {"counts": c.counts, "sums": c.sums, "squares": c.squares}
+        return {"histogram": end_histogram(c), "squares": c.squares}
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
         rows = np.asarray(noisy["model"], dtype=np.float64)
@@ -307,10 +311,9 @@ def _assemble(
     release's noise share is at most :data:`LINEARISED_SHARE`, the corrected estimate's sampling
     and cells' noise variances are its own delta method over the band cells
     (:func:`linearised_factors`) instead of the band estimate's times ``(1 + k)^2``.
-    A binary outcome's cells are its noisy histogram's
-    (:func:`~dpate_core.mechanisms.adjusted.binary_cells`)."""
-    if binary:
-        v = binary_cells(c, v)
+    The cells' counts and sums are their noisy histogram's, and a binary outcome's squares too
+    (:func:`~dpate_core.mechanisms.adjusted.histogram_vectors`)."""
+    v = histogram_vectors(c, v)
     out = assemble_subclassification(c, v)
     rows = np.asarray(v["model"], dtype=np.float64)
     share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
