@@ -60,6 +60,7 @@ from dpate.data.datasets import DataUnavailableError, data_dir, load_ihdp, load_
 from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.mechanisms.adjusted import (
     assemble_subclassification,
+    histogram_vectors,
     plan_adjusted_from_statistics,
 )
 from dpate_core.mechanisms.propensity import (
@@ -1380,7 +1381,7 @@ def coverage(
             for d in sites:
                 plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS,
                                        split=split, bands=bands)  # fmt: skip
-                v = draw_many(plan, rng, draws)
+                v = _vectors(plan, draw_many(plan, rng, draws))
                 tau, res = variance_variants(plan, v)
                 if bootstrap:
                     boot = bootstrapped_model_draw(plan, v, d.columns, rng)
@@ -1444,7 +1445,7 @@ def gap_thirds(data_sets: int = 150, draws: int = 4) -> None:
     for _ in range(data_sets):
         d = synth5(rng, 2000)
         plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
-        v = draw_many(plan, rng, draws)
+        v = _vectors(plan, draw_many(plan, rng, draws))
         tau, res = variance_variants(plan, v)
         sub = np.asarray(assemble_subclassification(plan.assemble.assembly.args[0], v).tau)  # type: ignore[attr-defined]
         cnt, sums = v["counts"], v["sums"]
@@ -1481,7 +1482,13 @@ def _noiseless_cells(plan: MechanismPlan, v: dict[str, Array]) -> dict[str, Arra
     out = dict(v)
     for site in stage.sites:
         out[site.name] = np.asarray(locs[site.name], np.float64) * site.unit
-    return out
+    return _vectors(plan, out)
+
+
+def _vectors(plan: MechanismPlan, v: dict[str, Array]) -> dict[str, Array]:
+    """The drawn values with the band cells' counts and sums read from their histogram (as the
+    release's assembly reads them; the histogram kept, so assembling them again is the same)."""
+    return histogram_vectors(plan.assemble.assembly.args[0], v)  # type: ignore[attr-defined]
 
 
 def _crude(v: dict[str, Array]) -> Array:

@@ -262,7 +262,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.toml")))
 def test_dpate_plan_runs_on_every_shipped_example(name, home):
     """Each example a reader copies plans; the propensity one as study-spec.md's "Propensity
-    example" walks through it: K 5 and a third to the model (its smallest n x epsilon is
+    example" walks through it: K 5 and two fifths to the model (its smallest n x epsilon is
     1,400), a binary outcome's three parts, and its target reached at the plan's defaults."""
     import json
 
@@ -275,8 +275,8 @@ def test_dpate_plan_runs_on_every_shipped_example(name, home):
     plan = json.loads(r.output)
     assert plan["combined"]["width"] > 0
     if name == "observational-propensity-mortality.toml":
-        assert plan["variant"] == "K = 5 bands, model share 1/3"
-        assert plan["recommendation"]["split"] == ["1/3", "2/3"]
+        assert plan["variant"] == "K = 5 bands, model share 2/5"
+        assert plan["recommendation"]["split"] == ["2/5", "3/5"]
         assert plan["combined"]["width"] < plan["target_width"] == 0.12
         # its balance table at epsilon 1/10 (5 covariates: scale 100): a two-level covariate's
         # SMD carries noise of sd at least 4 sqrt(2) 100 / N, 0.24 at the site of 2,400; a
@@ -362,7 +362,7 @@ def test_plan_says_when_the_epsilon_a_target_needs_would_change_the_studys_choic
     far = plan("0.08")
     assert all(Fraction(e) * 1000 >= 1500 for e in far["epsilon_needed"].values())
     (note,) = [x for x in far["notes"] if x.startswith("at the epsilon per site the target")]
-    assert "would choose K = 5 bands, model share 1/2" in note and "model share 1/3" in note
+    assert "would choose K = 5 bands, model share 1/2" in note and "model share 2/5" in note
     near = plan("0.15")
     assert not [x for x in near["notes"] if x.startswith("at the epsilon per site the target")]
 

@@ -599,13 +599,13 @@ def _sites(*ns: int | None) -> list[Any]:
 @pytest.mark.parametrize(
     ("ns", "bands", "share"),
     [
-        ((1000, 1499), 5, "1/3"),  # below the rule's first threshold: a third to the model
+        ((1000, 1499), 5, "2/5"),  # below the rule's first threshold: two fifths to the model
         ((1500, 20_000), 5, "1/2"),  # the smallest n decides
         ((3000, 20_000), 5, "1/2"),
         ((9999, 50_000), 5, "1/2"),
         ((10_000, 10_000, 12_000), 10, "1/2"),
-        ((None, 20_000), 5, "1/3"),  # some n undeclared: the rule's first row
-        ((), 5, "1/3"),
+        ((None, 20_000), 5, "2/5"),  # some n undeclared: the rule's first row
+        ((), 5, "2/5"),
     ],
 )
 def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, bands, share):
@@ -624,11 +624,11 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
         assert "declare n for every site" in choice.reason
     else:
         assert f"smallest site n x epsilon is {min(ns)}" in choice.reason
-        assert f"below {AUTO_RULE[1][0]}: K = 5 bands, model share 1/3" in choice.reason
-        # below the first threshold the reason says why a third, and when a quarter is enough
+        assert f"below {AUTO_RULE[1][0]}: K = 5 bands, model share 2/5" in choice.reason
+        # below the first threshold the reason says why two fifths, and when a quarter is enough
         strong = "under-covers the combination when the confounding is strong" in choice.reason
         assert strong == (min(ns) < AUTO_RULE[1][0])
-        assert strong == ("model_share = '1/4' is 11-29% narrower" in choice.reason)
+        assert strong == ("model_share = '1/4' is 14-29% narrower" in choice.reason)
     # idempotent: the chosen options choose themselves, at any n
     assert PROPENSITY.study_choice(choice.options, 1, _sites(100)).options == choice.options
 
@@ -637,23 +637,23 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
     ("sites", "bands", "share", "size"),
     [
         # eps 1 per site: n x epsilon is n, the choices of the n rule
-        (((1499, 1), (40_000, 1)), 5, "1/3", "1499"),
+        (((1499, 1), (40_000, 1)), 5, "2/5", "1499"),
         (((2999, 1), (40_000, 1)), 5, "1/2", "2999"),
         # eps 2 doubles the effective size: 2,000 records choose as 4,000 at eps 1
         (((2000, 2), (2000, 2)), 5, "1/2", "4000"),
-        (((749, 2), (9000, 2)), 5, "1/3", "1498"),
+        (((749, 2), (9000, 2)), 5, "2/5", "1498"),
         (((750, 2), (9000, 2)), 5, "1/2", "1500"),
         (((5000, 2), (6000, 2)), 10, "1/2", "10000"),
         # eps 1/2 halves it: 4,000 records choose as 2,000 at eps 1, 10,000 as 5,000
-        (((2999, "1/2"), (4000, "1/2")), 5, "1/3", "1499.50"),
+        (((2999, "1/2"), (4000, "1/2")), 5, "2/5", "1499.50"),
         (((4000, "1/2"), (4000, "1/2")), 5, "1/2", "2000"),
         (((10_000, "1/2"),) * 3, 5, "1/2", "5000"),
         (((20_000, "1/2"), (20_000, "1/2")), 10, "1/2", "10000"),
         # sites at different epsilons: the smallest product decides, not the smallest n
         (((3000, 1), (2000, 2)), 5, "1/2", "3000"),
         (((12_000, "1/5"), (2000, 2)), 5, "1/2", "2400"),
-        (((7000, "1/5"), (2000, 2)), 5, "1/3", "1400"),
-        (((3001, "1/3"), (20_000, 1)), 5, "1/3", "1000.33"),
+        (((7000, "1/5"), (2000, 2)), 5, "2/5", "1400"),
+        (((3001, "1/3"), (20_000, 1)), 5, "2/5", "1000.33"),
     ],
 )
 def test_auto_chooses_from_the_smallest_n_times_epsilon(sites, bands, share, size):
@@ -665,16 +665,16 @@ def test_auto_chooses_from_the_smallest_n_times_epsilon(sites, bands, share, siz
     assert f"smallest site n x epsilon is {size} " in choice.reason
 
 
-def test_below_the_threshold_a_third_to_the_model():
+def test_below_the_threshold_two_fifths_to_the_model():
     from dpate_core.mechanisms.propensity import BANDS, PropensityOptions, model_share_split
 
     choice = PROPENSITY.study_choice(None, 1, _sites(1000, 3000))
-    third = tuple(map(Fraction, model_share_split("1/3")))
-    assert PROPENSITY.default_split(choice.options).shares == third
-    assert third == (Fraction(1, 3), Fraction(3, 5), Fraction(1, 15))
-    assert choice.options == PropensityOptions(BANDS, "1/3")
+    fifths = tuple(map(Fraction, model_share_split("2/5")))
+    assert PROPENSITY.default_split(choice.options).shares == fifths
+    assert fifths == (Fraction(2, 5), Fraction(27, 50), Fraction(3, 50))
+    assert choice.options == PropensityOptions(BANDS, "2/5")
     # an unresolved "auto" (a plan made outside a study) plans as the rule's first row
-    assert PROPENSITY.default_split(PropensityOptions()).shares == third
+    assert PROPENSITY.default_split(PropensityOptions()).shares == fifths
 
 
 def _spec(**options: Any) -> Any:

@@ -124,8 +124,8 @@ def test_dpate_run_releases_a_propensity_study_with_bounded_numeric_covariates(
         est = report["estimate"]
         assert "resolved" not in est and np.isfinite(est["variance"])  # a resolved release
         assert est["estimator"] == "propensity" and est["n"] in (3000, 2500)
-        # "auto" without a declared n: the rule's first row, a third to the model
-        assert est["budget_split"] == ["1/3", "3/5", "1/15"]
+        # "auto" without a declared n: the rule's first row, two fifths to the model
+        assert est["budget_split"] == ["2/5", "27/50", "3/50"]
         assert "model_variance" in est["diagnostics"]
         assert abs(est["tau"]) <= 1.0
         with PrivacyLedger(ledgers.format(site=site)) as ledger:

@@ -253,8 +253,8 @@ def test_release_on_a_synth_frame_with_mixed_covariates() -> None:
     data = prepare_site_data(frame, spec)
     plan = plan_from_records(spec, "a", data)
     assert plan.estimator == "propensity" and plan.total.epsilon == Fraction(1)
-    # "auto" without a declared n: the rule's first row, a third to the model
-    assert plan.shares.shares == tuple(Fraction(s) for s in ("1/3", "3/5", "1/15"))
+    # "auto" without a declared n: the rule's first row, two fifths to the model
+    assert plan.shares.shares == tuple(Fraction(s) for s in ("2/5", "27/50", "3/50"))
 
     sex = (frame["sex"] == "m").to_numpy().astype(int)
     sev = np.digitize(frame["sev"].to_numpy(), [2])

@@ -13,11 +13,13 @@ is one of ``n x epsilon`` (measured at epsilon 1/2, 1 and 2: 2,000 records at ep
 under-cover with the defaults as 4,000 do at epsilon 1). Half the budget to the model (and,
 from an effective size of 10,000, ``K = 10`` bands) covers there (measured: ``python
 bench/bench_propensity.py --auto --eps E``, with ``--strong`` for the strong confounding). Below
-1,500 a third to the model: with a quarter the combination under-covers when the confounding is
-strong (0.78-0.92 from 400 to 1,000 records per site; the noise share's own error moves the
-correction and the weights together), with a third it covers (0.93-0.99), 11-29% wider where
-the confounding is mild (docs/research/propensity.md, "Below 1,500: a third to the model"). At
-epsilon 1 the effective size is ``n``.
+1,500 two fifths to the model (stop 43): with less of it the combination under-covers when the
+confounding is strong (the noise share's own error moves the correction and the weights
+together; a quarter 0.78-0.92 from 400 to 1,000 records per site with the three-query band
+cells, stop 31; a third 0.877-0.927 at 3 x 500 and 3 x 1,000 with their two-end histogram, stop
+43), with two fifths it covers (0.943-0.987), and is still 11% narrower where the confounding is
+mild than a third was with the three-query cells (docs/research/propensity.md, "Below 1,500:
+two fifths to the model"). At epsilon 1 the effective size is ``n``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ DEFAULT_MODEL_SHARE = Fraction(DEFAULT_SPLIT[0])
 #: ascending; the first row also where some site declares no ``n`` (docs/research/propensity.md,
 #: "Bands and model share by study size", where each row's coverage is measured)
 AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
-    (0, BANDS, Fraction(1, 3)),
+    (0, BANDS, Fraction(2, 5)),
     (1500, 5, Fraction(1, 2)),
     (10_000, 10, Fraction(1, 2)),
 )
@@ -126,10 +128,11 @@ def study_bands(
         )
     size, site = smallest
     caveat = (
-        f"; below {AUTO_RULE[1][0]} a third to the model because a quarter under-covers the "
-        f"combination when the confounding is strong (measured 0.78-0.92 at a crude difference "
-        f"0.09 above the effect); where it is known to be mild, model_share = '1/4' is 11-29% "
-        f"narrower (docs/research/propensity.md, 'Below 1,500: a third to the model')"
+        f"; below {AUTO_RULE[1][0]} two fifths to the model because a third under-covers the "
+        f"combination when the confounding is strong (measured 0.877-0.927 at a crude "
+        f"difference 0.09 above the effect); where it is known to be mild, model_share = '1/4' "
+        f"is 14-29% narrower (docs/research/propensity.md, 'Below 1,500: two fifths to the "
+        f"model')"
         if model_share == "auto" and size < AUTO_RULE[1][0]
         else ""
     )
