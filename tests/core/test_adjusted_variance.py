@@ -290,7 +290,7 @@ def test_subclassification_noisy_variance_is_stretched_to_cover():
         d = synth(3333, 100, seed=1000 + i)
         stats = cell_statistics(d.w, d.y, d.x, domain_size=100, bound=B)
         plan = plan_adjusted_from_statistics(stats, epsilon=40)
-        assert plan.assembly.args[1].__name__ == "assemble_subclassification"
+        assert plan.assembly.func.__name__ == "assemble_subclassification"
         out = plan.assemble(draw_many(plan, np.random.default_rng(i), 4))
         covered.append(np.abs(out.tau - 0.5) <= INTERVAL_Z * np.sqrt(out.variance))
     coverage = float(np.mean(covered))

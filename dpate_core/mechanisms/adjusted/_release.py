@@ -202,9 +202,13 @@ def plan_adjusted_from_statistics(
         bound=stats.bound,
         shares=shares,
         noise=noise,
-        # a binary outcome's histogram: its counts, sums and squares are post-processing; the
-        # public constants first (what simulations read)
-        assemble=functools.partial(assemble_histogram, public, assemble),
+        # a histogram's counts and sums (a binary outcome's squares too) are post-processing;
+        # the public constants first either way (what simulations read)
+        assemble=(
+            functools.partial(assemble, public)
+            if len(parts) == 3
+            else functools.partial(assemble_histogram, public, assemble)
+        ),
     )
 
 
