@@ -35,7 +35,11 @@ import numpy as np
 from bench_adjusted_realistic import designs, run_design
 from scipy.special import log_ndtr
 
-from dpate_core.mechanisms.adjusted import RESOLVE_Z, plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import (
+    RESOLVE_Z,
+    histogram_vectors,
+    plan_adjusted_from_statistics,
+)
 from dpate_core.mechanisms.adjusted._weightings import (
     _arm_variance,
     _clipped_vectors,
@@ -53,6 +57,7 @@ def ratio_quadratics(c, v) -> dict:
     """``A_hat``, ``D_hat``, ``Var(D_hat)`` and the coefficients ``(a0, a1, a2)`` of the noise
     and sampling numerators of ``Var(A_hat - t D_hat)`` (the release's delta method before its
     division by ``D_hat^2``; the noise unfloored, its floor ``f0 + f2 t^2`` kept apart)."""
+    v = histogram_vectors(c, v)  # the cells' counts and sums from their histogram
     cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]

@@ -99,6 +99,15 @@ def with_histogram(true: dict[str, np.ndarray], bound: float) -> dict[str, np.nd
     return {**true, "histogram": np.concatenate([events, counts - events], axis=1)}
 
 
+def with_end_histogram(true: dict[str, np.ndarray], bound: float) -> dict[str, np.ndarray]:
+    """The resampled cells with their two-end histogram (upper ends ``sum Y/B``, then lower ends
+    ``sum (1 - Y/B)``, in records' mass), what the release queries for an outcome in ``[0, B]``
+    (``dpate_core.statistics.end_histogram``)."""
+    counts = true["counts"]
+    upper = (counts + true["sums"] / (bound / 2.0)) / 2.0
+    return {**true, "histogram": np.concatenate([upper, counts - upper], axis=1)}
+
+
 def is_binary(d: Design) -> bool:
     """Every outcome of the design is 0 or ``B``: a user would declare it (``outcome.binary``)."""
     return all(bool(np.all((y == 0.0) | (y == d.bound))) for _, y, _ in d.sites)
@@ -120,13 +129,12 @@ def run_design(
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
         plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting,
                                              binary=binary)  # fmt: skip
-        modes.append(plan.assembly.func.__name__.removeprefix("assemble_"))
+        modes.append(plan.assembly.args[1].__name__.removeprefix("assemble_"))  # the weighting
         target_kind = "fixed_effects" if modes[-1] == "fixed_effects" else weighting
         targets.append(estimand(w, y, x, d.domain_size, target_kind))
         sizes.append(w.size)
         true = resampled_cells(w, y, x, d.domain_size, d.bound, reps, rng)
-        if binary:
-            true = with_histogram(true, d.bound)
+        true = with_histogram(true, d.bound) if binary else with_end_histogram(true, d.bound)
         noisy = {
             spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
             for spec in plan.noise

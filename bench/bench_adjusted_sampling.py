@@ -38,6 +38,8 @@ from bench_adjusted_realistic import estimand
 from bench_adjusted_refusal import fixed_effects_draws
 
 from dpate.data.datasets import DataUnavailableError
+from dpate_core.mechanisms.adjusted import histogram_vectors
+from dpate_core.statistics import histogram_cells
 from dpate_core.synth import synth_strata
 
 #: a budget at which the release's noise, and its corrections for noise, are nil
@@ -148,7 +150,8 @@ def noise_rows(reps: int = 4000) -> None:
                 plan, noisy = fixed_effects_draws(w, y, x, d.domain_size, d.bound, "1", reps, 7 + j)
                 out = plan.assemble(noisy)
                 c = plan.assemble.assembly.args[0]
-                counts, sums = (np.asarray(s.value, float) for s in plan.noise[:2])
+                true = histogram_cells(np.asarray(plan.noise[0].value, float), c.bound)
+                counts, sums = true["counts"], true["sums"]
                 n_c, n_t, s_c, s_t = counts[0::2], counts[1::2], sums[0::2], sums[1::2]
                 big_d = np.sum(n_t * n_c)
                 tau = np.sum(s_t * n_c - s_c * n_t) / big_d
@@ -158,7 +161,7 @@ def noise_rows(reps: int = 4000) -> None:
                     + v_s * (n_t**2 + n_c**2) + 2 * v_s * v_n + tau**2 * v_n**2
                 )  # fmt: skip
                 ok = np.isfinite(out.tau)
-                noisy_n = np.clip(noisy[plan.noise[0].name], -c.n, c.n)
+                noisy_n = np.clip(histogram_vectors(c, noisy)["counts"], -c.n, c.n)
                 d_hat = np.sum(noisy_n[:, 1::2] * noisy_n[:, 0::2], axis=1)[ok]
                 estimated = out.diagnostics["noise_variance"][ok] * d_hat**2
                 realised = ((out.tau[ok] - tau) * d_hat) ** 2

@@ -46,7 +46,7 @@ def main(n_data: int = 12, per: int = 1000, weighting: str = "auto") -> None:
                 p["var"].append(out.variance)
                 p["noise"].append(out.diagnostics["noise_variance"])
                 p["unest"].append(out.diagnostics["unestimated_variance"])
-                p["mode"] = plan.assembly.func.__name__.removeprefix("assemble_")
+                p["mode"] = plan.assembly.args[1].__name__.removeprefix("assemble_")
     print(f"{n_data} data draws x 3 sites x {per} releases per site epsilon")
     print("eps_j  weighting  unresolved  bias  actual_var  reported/actual (median)  "
           "noise/own_spread  sampling/actual  unestimated/actual  coverage")  # fmt: skip

@@ -229,24 +229,18 @@ def cell_sites(
     cells: CellStatistics, parts: Sequence[PrivacyParams], binary: bool = False
 ) -> tuple[tuple[NoiseSpec, ...], list[float]]:
     """The cells' noise sites and the Laplace scales the post-processing reads (counts, sums and,
-    unless the outcome is binary, squares; outcome units), by the number of budget parts:
-
-    - three (the adjusted release): counts, centred sums and squares as three vector queries
-      (:func:`cell_noise`);
-    - two (the propensity release's band cells, since stop 43): the counts and centred sums as
-      one query, the cells' two-end histogram (:func:`end_histogram_noise`), and the squares;
-    - one, for a ``binary`` outcome: its ``(cell, outcome)`` histogram (:func:`histogram_noise`;
-      no squares: they follow from the counts).
-
-    A histogram's counts and sums read the scales of equal variance (:func:`histogram_scales`)."""
-    if len(parts) not in ((1,) if binary else (2, 3)):
+    unless the outcome is binary, squares; outcome units): two budget parts, the counts and
+    centred sums as one query, the cells' two-end histogram (:func:`end_histogram_noise`; three
+    queries of counts, sums and squares until stop 43), and the squares; or one part for a
+    ``binary`` outcome, its ``(cell, outcome)`` histogram (:func:`histogram_noise`; no squares:
+    they follow from the counts). The counts' and sums' scales are those of equal variance
+    (:func:`histogram_scales`). The adjusted release's and the propensity release's band
+    cells."""
+    if len(parts) != (1 if binary else 2):
         raise ValueError(
-            f"the cells take {'1 budget part' if binary else '2 or 3 budget parts'}: got "
-            f"{len(parts)}"
+            f"the cells take {1 if binary else 2} budget part(s) (the histogram"
+            f"{'' if binary else ' and the squares'}): got {len(parts)}"
         )
-    if len(parts) == 3:
-        sites = cell_noise(cells, cell_scales(cells, parts))
-        return sites, [site.value_scale for site in sites]
     if binary:
         (site,) = (histogram_noise(cells, parts[0]),)
         return (site,), list(histogram_scales(site.value_scale, cells.bound))

@@ -19,10 +19,11 @@ def _site_part(out: str, site: str, nxt: str | None) -> str:
 
 def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):
     # |X| = 3, eps 1, default split: one site alone would choose subclassification iff
-    # N / 6 >= 10 * 2 / (7/20), N >= 343: the small site would choose fixed effects
+    # N / 6 >= 10 * sqrt(2) 2 / (9/10) (a count's noise the histogram's two bins), N >= 189:
+    # the small site would choose fixed effects
     spec = write_study(
         tmp_path,
-        {"small": {"n": 300, "declared": 300}, "big": {"n": 400, "declared": 400}},
+        {"small": {"n": 150, "declared": 150}, "big": {"n": 400, "declared": 400}},
         estimator='"adjusted"',
     )
     out = runner.invoke(app, ["check", str(spec)]).output

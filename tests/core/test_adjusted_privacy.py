@@ -1,10 +1,11 @@
 """Empirical privacy of the adjusted release on worst-case neighbours, with the checker of
 ``test_release_privacy.py`` (histogram ratio test with Clopper-Pearson bounds; see there).
 
-Each released output is a post-processing of the three noisy vectors, so its probability ratio is
-bounded by ``e^eps`` of the budget parts it reads: ``tau`` and ``noise_variance`` read the counts and
-the sums, the variances all three, ``usable_*`` the counts only. A deliberately broken variant (the
-sums' Laplace at half its scale) must be rejected.
+Each released output is a post-processing of the two noisy vectors (the cells' two-end histogram,
+whose counts and centred sums are post-processing, and the squares), so its probability ratio is
+bounded by ``e^eps`` of the budget parts it reads: ``tau``, ``noise_variance`` and ``usable_*``
+read the histogram, the variances both. A deliberately broken variant (the histogram's Laplace at
+half its scale) must be rejected.
 """
 
 from __future__ import annotations
@@ -30,18 +31,18 @@ EPS = "1"
 TOTAL = PrivacyParams.of(EPS)
 
 ADJUSTED_OUTPUTS = {
-    "tau": (0, 1),
-    "variance": (0, 1, 2),
-    "raw_variance": (0, 1, 2),
-    "sampling_variance_dp": (0, 1, 2),
-    "noise_variance": (0, 1),
+    "tau": (0,),
+    "variance": (0, 1),
+    "raw_variance": (0, 1),
+    "sampling_variance_dp": (0, 1),
+    "noise_variance": (0,),
     "usable_weight": (0,),
 }
 # a few values only: judged on its own histogram (the unestimated variance is 0 whenever every
-# stratum is used, as on these pairs; resolved reads the counts only)
+# stratum is used, as on these pairs; resolved reads the counts, the histogram's)
 DISCRETE_OUTPUTS = {"usable_strata": (0,), "unestimated_variance": (0,), "resolved": (0,)}
 # fixed effects: tau and the variances read the same parts; whether the estimate is resolved (the
-# usable_* and unestimated_variance outputs) reads the counts only and takes two values
+# usable_* and unestimated_variance outputs) reads the counts (the histogram) and takes two values
 FE_OUTPUTS = {
     k: v for k, v in ADJUSTED_OUTPUTS.items() if k not in ("unestimated_variance", "usable_weight")
 }
@@ -72,12 +73,14 @@ def _balanced(n_per_arm: int, strata: int):
 
 
 PAIRS = {
-    # a record keeps its cell, its outcome goes 0 -> B: the sums move by B, counts and squares not
+    # a record keeps its cell, its outcome goes 0 -> B: its mass moves from the cell's lower end
+    # to its upper (the histogram by its full sensitivity, 2), the squares not
     "outcome_in_cell": _pair(_balanced(200, 1), 200, (1, B, 0)),
-    # a treated Y = B record of stratum 0 becomes a control Y = 0 of stratum 1: all three vectors
+    # a treated Y = B record of stratum 0 becomes a control Y = 0 of stratum 1: both vectors
     # move by their full sensitivity
     "cell_move_extreme": _pair(_balanced(30, 2), 31, (0, 0.0, 1)),
-    # a Y = B/2 record changes arm: only the counts move (by 2)
+    # a Y = B/2 record changes arm: half its mass leaves each end of one cell for the other's
+    # (the histogram by 2), its centred square is 0
     "cell_move_counts": _pair([*_balanced(30, 2), (1, B / 2, 0)], 120, (0, B / 2, 0)),
 }
 
@@ -97,14 +100,14 @@ def test_pairs_move_the_statistics_they_claim():
     moved = {}
     for name in PAIRS:
         plan_d, plan_dp = _plans(name)
-        moved[name] = [
-            float(np.abs(a.loc - b.loc).sum()) / (2 if a.name == "counts" else 1)
+        assert [s.name for s in plan_d.noise] == ["histogram", "squares"]
+        moved[name] = [  # in the units the assembly reads: records' mass, outcome units squared
+            float(np.abs(a.loc - b.loc).sum()) * a.unit
             for a, b in zip(plan_d.noise, plan_dp.noise, strict=True)
         ]
-    assert moved["outcome_in_cell"][0] == 0 and moved["outcome_in_cell"][2] == 0
-    assert moved["outcome_in_cell"][1] > 0
-    assert all(v > 0 for v in moved["cell_move_extreme"])
-    assert moved["cell_move_counts"][0] == 1 and moved["cell_move_counts"][1:] == [0, 0]
+    assert moved["outcome_in_cell"] == [2.0, 0.0]
+    assert moved["cell_move_extreme"] == [2.0, B * B / 2]
+    assert moved["cell_move_counts"] == [2.0, 0.0]
 
 
 @pytest.mark.slow
@@ -138,12 +141,16 @@ def test_every_released_output_is_checked(weighting):
     )
 
 
-def test_checker_rejects_the_sums_at_half_the_scale():
-    # on the outcome_in_cell pair the counts do not move, so tau's privacy loss is at most eps_s;
-    # at half the sums' scale it reaches 2 eps_s, which the checker must see
+def test_checker_rejects_the_histogram_at_half_the_scale():
+    # on the outcome_in_cell pair the squares do not move, so tau's privacy loss is at most
+    # eps_h; at half the histogram's scale it reaches 2 eps_h, which the checker must see
     plan_d, plan_dp = _plans("outcome_in_cell")
-    part = _parts(TOTAL, plan_d.shares.shares, 1)
-    _assert_private(plan_d, plan_dp, "tau", part, "adjusted tau (sums part only)")
+    part = _parts(TOTAL, plan_d.shares.shares, 0)
+    _assert_private(plan_d, plan_dp, "tau", part, "adjusted tau (histogram part only)")
     _expect_violation(
-        _half_scale(plan_d, {"sums"}), _half_scale(plan_dp, {"sums"}), "tau", part, "half sums"
+        _half_scale(plan_d, {"histogram"}),
+        _half_scale(plan_dp, {"histogram"}),
+        "tau",
+        part,
+        "half histogram",
     )

@@ -8,6 +8,7 @@ sd and treated share of the data as the user would (``--outcome-sd``, ``--arm-sh
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -22,6 +23,7 @@ from dpate.data.datasets import (
 )
 from dpate_core.mechanisms import StudySite
 from dpate_core.mechanisms.adjusted import AdjustedOptions
+from dpate_core.mechanisms.adjusted._release import sum_epsilon
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.planning import (
@@ -127,7 +129,7 @@ def test_synth_adjusted_site_width_within_25_percent(n, k, eps):
     [
         (3333, 100, 1, "auto", "fixed_effects"),
         (3333, 100, "1/4", "auto", "fixed_effects"),
-        (20_000, 100, "1/2", "auto", "fixed_effects"),
+        (20_000, 100, "3/10", "auto", "fixed_effects"),
         (10_000, 20, "1/4", "auto", "subclassification"),
         (10_000, 50, 2, "fixed_effects", "fixed_effects"),
         (3333, 100, 1, "subclassification", "subclassification"),
@@ -140,8 +142,9 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
     d = synth(n, k, a=a, b=0.2, seed=6)
     plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k, weighting=weighting)
     # the release's own rule on its own count scale picks what the prediction assumes
-    eps_s = float(plan.shares.apply(plan.total)[1].epsilon)
-    assert resolve_weighting(weighting, n, k, plan.noise[0].scale, eps_s) == expected
+    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    eps_s = sum_epsilon(plan.shares.apply(plan.total))
+    assert resolve_weighting(weighting, n, k, c.scale_n, eps_s) == expected
     realised = _realised_width(
         plan.assemble(draw_many(plan, np.random.default_rng(0), 4000)).variance, clipped=True
     )
@@ -168,14 +171,16 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
         resolve_weighting,
     )
 
-    # |X| = 10, eps 1, default split (eps_n = 7/20): subclassification iff N >= 20 * 10 * 40/7
-    edge = 20 * AUTO_RATIO * 40 / 7
+    # |X| = 10, eps 1, default split (the histogram at 9/10: counts' scale sqrt(2) 20/9):
+    # subclassification iff N >= 20 * 10 * sqrt(2) 20/9
+    edge = 20 * AUTO_RATIO * math.sqrt(2) * 20 / 9
     rng = np.random.default_rng(2)
     for n in (int(edge), int(edge) + 1):
         w, y, x = rng.integers(0, 2, n), rng.random(n), rng.integers(0, 10, n)
         plan = plan_adjusted(w, y, x, bound=1.0, epsilon=1, domain_size=10)
-        eps_s = float(plan.shares.apply(plan.total)[1].epsilon)
-        release = resolve_weighting("auto", n, 10, plan.noise[0].scale, eps_s)
+        c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+        eps_s = sum_epsilon(plan.shares.apply(plan.total))
+        release = resolve_weighting("auto", n, 10, c.scale_n, eps_s)
         assert adjusted_weighting("auto", n, 10, 1) == release
         assert release == ("subclassification" if n > edge else "fixed_effects")
     assert adjusted_weighting("subclassification", 100, 50, "1/10") == "subclassification"
@@ -199,11 +204,13 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
 
     d = synth(1000, 100, a=0.0, b=0.2, seed=7)
     stats = cell_statistics(d.w, d.y, d.x, domain_size=100, bound=1.0)
-    release = plan_adjusted_from_statistics(stats, epsilon="1/4", weighting="fixed_effects")
+    release = plan_adjusted_from_statistics(stats, epsilon="1/7", weighting="fixed_effects")
     realised = float(
         np.isfinite(release.assemble(draw_many(release, np.random.default_rng(4), 4000)).tau).mean()
     )
-    designs = [SiteDesign.of(s, 1000, "1/4", 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    designs = [
+        SiteDesign.of(s, 1000, "1/7", 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT)) for s in ("a", "b")
+    ]
     plan = plan_study("adjusted", "inverse_variance", designs, domain_size=100, bound=1.0,
                       recommend=False)  # fmt: skip
     share = plan.sites[0].resolved_probability
@@ -213,26 +220,27 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
                            f"{round(100 * share)}% of releases")  # fmt: skip
     assert "under-cover" in note and 'estimator = "propensity"' in note
     assert "inflated the denominator" in note and "Fieller's length" in note
-    # at eps 7/10 about a third resolve (with the delta method their intervals covered 0.81 on
-    # this Synth, whose effect is half the range; with Fieller's length 0.94): the note says
-    # they are widened, not that they under-cover
-    mid = [SiteDesign.of(s, 1000, "7/10", 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    # at eps 2/5 about a third resolve (7/10 with the three-query cells, where with the delta
+    # method their intervals covered 0.81 on this Synth, whose effect is half the range; with
+    # Fieller's length 0.94): the note says they are widened, not that they under-cover
+    mid = [SiteDesign.of(s, 1000, "2/5", 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT)) for s in ("a", "b")]
     plan = plan_study("adjusted", "inverse_variance", mid, domain_size=100, bound=1.0,
                       recommend=False)  # fmt: skip
     assert SELECTED_RESOLUTION < plan.sites[0].resolved_probability < 0.5
     (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
     assert "Fieller's length" in note and "under-cover" not in note
-    # at eps 9/10 about two thirds resolve: the delta method's interval is kept, and there the
-    # resolved releases of this Synth, whose effect is half the range, covered 0.88-0.91; the
-    # note says they are pulled towards 0 with the effect and can under-cover
-    band = [SiteDesign.of(s, 1000, "9/10", 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    # at eps 1/2 about two thirds resolve (9/10 with the three-query cells): the delta
+    # method's interval is kept, and there the resolved releases of this Synth, whose effect is
+    # half the range, covered 0.88-0.91; the note says they are pulled towards 0 with the effect
+    # and can under-cover
+    band = [SiteDesign.of(s, 1000, "1/2", 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT)) for s in ("a", "b")]
     plan = plan_study("adjusted", "inverse_variance", band, domain_size=100, bound=1.0,
                       recommend=False)  # fmt: skip
     assert 0.5 < plan.sites[0].resolved_probability < MOSTLY_RESOLVES
     (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
     assert "towards 0 in proportion to the effect" in note and "under-cover" in note
     assert "Fieller's length" not in note
-    big = [SiteDesign.of(s, 3000, 1, 0, DEFAULT_SPLIT, 3) for s in ("a", "b")]
+    big = [SiteDesign.of(s, 3000, 1, 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT)) for s in ("a", "b")]
     plan = plan_study("adjusted", "inverse_variance", big, domain_size=384, bound=1.0,
                       recommend=False)  # fmt: skip
     assert plan.sites[0].weighting == "fixed_effects"
@@ -243,8 +251,8 @@ def test_study_plan_names_the_one_weighting_every_site_uses():
     from dpate_core.mechanisms.adjusted import ESTIMANDS, adjusted_weighting
 
     designs = [
-        SiteDesign.of("big", 100_000, 1, 0, None, 3),
-        SiteDesign.of("small", 2000, 1, 0, None, 3),
+        SiteDesign.of("big", 100_000, 1, 0, None, 2),
+        SiteDesign.of("small", 2000, 1, 0, None, 2),
     ]
     # alone, each site would choose differently; the study chooses once
     assert adjusted_weighting("auto", 100_000, 100, 1) == "subclassification"
@@ -633,7 +641,8 @@ def test_adjusted_widths_on_sparse_real_strata_within_25_percent(name):
     tau, sizes, var = simulate_sites(plans, rng, 1500)
     pooled = [np.concatenate(v) for v in zip(*sites, strict=True)]
     designs = [
-        SiteDesign.of(f"s{j}", w.size, 1, 0, DEFAULT_SPLIT, 3) for j, (w, _, _) in enumerate(sites)
+        SiteDesign.of(f"s{j}", w.size, 1, 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT))
+        for j, (w, _, _) in enumerate(sites)
     ]
     for agg in ("mvagg", "inverse_variance"):
         plan = plan_study("adjusted", agg, designs, domain_size=k, bound=1.0,
@@ -1004,7 +1013,7 @@ def test_a_binary_outcome_study_plans_in_the_binary_mode() -> None:
     assert "['propensity']" in study.recommendation.reason
     # adjusted: its binary histogram noises the counts and the sums at the whole budget
     binary = [SiteDesign.of(s, 2000, 1, 0, ("1",), 1) for s in ("a", "b")]
-    general = [SiteDesign.of(s, 2000, 1, 0, None, 3) for s in ("a", "b")]
+    general = [SiteDesign.of(s, 2000, 1, 0, None, 2) for s in ("a", "b")]
     a = plan_study("adjusted", "inverse_variance", binary, domain_size=8, bound=1.0,
                    assumptions=sd, binary=True, recommend=False)  # fmt: skip
     b = plan_study("adjusted", "inverse_variance", general, domain_size=8, bound=1.0,

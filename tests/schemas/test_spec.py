@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from fractions import Fraction
 from pathlib import Path
 
@@ -237,7 +238,7 @@ def test_outcome_labels_map_to_public_numbers_within_the_bound():
 def _adjusted_spec(**extra) -> dict:
     d = base()
     d.update(estimator="adjusted", **extra)
-    d["sites"][1]["budget_split"] = ["7/20", "11/20", "1/10"]
+    d["sites"][1]["budget_split"] = ["9/10", "1/10"]
     return d
 
 
@@ -273,14 +274,16 @@ def test_auto_weighting_follows_the_public_rule_once_for_the_whole_study():
                 site["n"] = n
         return StudySpec.from_dict(d).variant
 
-    # |X| = 6; default split: eps_n = 7/20 eps. Site a: eps 1, count scale 2 / (7/20) = 40/7;
-    # alone, subclassification iff N / 12 >= 10 * 40 / 7. Site b: eps 1/2 with a split of its
-    # own (the same eps_n share): twice the scale
-    edge = 12 * AUTO_RATIO * 40 / 7  # 685.7...
+    # |X| = 6; default split: the histogram at 9/10 eps. Site a: eps 1, a count's noise the two
+    # bins' (the scale of equal variance sqrt(2) 2 / (9/10) = sqrt(2) 20/9); alone,
+    # subclassification iff N / 12 >= 10 * sqrt(2) 20 / 9. Site b: eps 1/2 with a split of its
+    # own (the same histogram share): twice the scale
+    edge = 12 * AUTO_RATIO * math.sqrt(2) * 20 / 9  # 377.1...
     big_b = int(2 * edge) + 1
-    assert variant(686, big_b) == "subclassification"
-    assert variant(685, big_b) == "fixed_effects"  # one small site: fixed effects everywhere
-    assert variant(686, 686) == "fixed_effects"
+    small, large = math.floor(edge), math.ceil(edge)
+    assert variant(large, big_b) == "subclassification"
+    assert variant(small, big_b) == "fixed_effects"  # one small site: fixed effects everywhere
+    assert variant(large, large) == "fixed_effects"
     assert variant(None, big_b) == "fixed_effects"  # an undeclared n: fixed effects
     # a declared n is optional and leaves the hash of a spec without it unchanged
     assert "n" not in StudySpec.from_dict(_adjusted_spec()).canonical_dict()["sites"][0]

@@ -94,7 +94,7 @@ def test_the_study_choice_reads_the_spec_only():
     assert forced.variant == "subclassification"
     assert forced.estimand.startswith("the average effect over the patients in strata where both")
     # every site large enough: subclassification everywhere
-    sites = [StudySite(4000, 1, (Fraction(7, 20), Fraction(11, 20), Fraction(1, 10)))] * 2
+    sites = [StudySite(4000, 1, (Fraction(9, 10), Fraction(1, 10)))] * 2
     assert study_weighting("auto", K, sites)[0] == "subclassification"
     # a choice's own options choose themselves (idempotent)
     est = estimator_of("adjusted")
@@ -103,7 +103,7 @@ def test_the_study_choice_reads_the_spec_only():
 
 
 def test_plan_predicts_one_weighting_for_every_site_and_names_the_estimand():
-    designs = [SiteDesign.of(site, n, 1, split=None, parts=3) for site, n in SIZES.items()]
+    designs = [SiteDesign.of(site, n, 1, split=None, parts=2) for site, n in SIZES.items()]
     plan = plan_study("adjusted", "inverse_variance", designs, domain_size=K, bound=1.0)
     assert {p.weighting for p in plan.sites} == {"fixed_effects"}
     assert plan.variant == "fixed_effects"

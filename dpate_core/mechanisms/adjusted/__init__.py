@@ -176,8 +176,10 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     return StudyChoice(replace(options or AdjustedOptions(), weighting=mode), mode, reason)
 
 
-#: the release's budget parts
-PARTS = ("cell counts", "cell sums", "cell sums of squares")
+#: the release's budget parts: the cells' two-end histogram (their counts and centred sums as one
+#: query), then their centred sums of squares (docs/explanation/adjusted.md, "Counts and sums as
+#: one histogram"; three parts, counts, sums and squares, until stop 43)
+PARTS = ("cell outcome histogram", "cell sums of squares")
 #: a binary outcome's one part: the cells' (cell, outcome) histogram, whose counts, sums and
 #: squares are post-processing (docs/explanation/adjusted.md, "A binary outcome: one histogram")
 PARTS_BINARY = ("cell outcome histogram",)
@@ -207,7 +209,7 @@ ADJUSTED = Estimator(
     choose=_choose,
     describe=describe,
     candidate_splits={
-        3: ((Fraction(1, 3),) * 3, (Fraction(1, 4), Fraction(13, 20), Fraction(1, 10))),
+        2: ((Fraction(4, 5), Fraction(1, 5)), (Fraction(19, 20), Fraction(1, 20))),
     },
     releases_on_any_records=True,
 )

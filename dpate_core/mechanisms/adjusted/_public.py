@@ -300,32 +300,23 @@ def _counts(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     return balanced_counts(inp.design.n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
 
 
-def cell_noise_scales(parts: Sequence[PrivacyParams], bound: float) -> tuple[float, float, bool]:
-    """The plan's ``(count scale, sums scale, histogram)`` for the cells' budget parts: Laplace
-    ``2 / eps_n`` on every count and ``B / eps_s`` on every centred sum (outcome units) for three
-    parts; for two, the cells' two-end histogram at the first part's ``eps`` (the propensity
-    release's band cells; the squares the second part), or one, a binary outcome's ``(cell,
-    outcome)`` histogram at ``eps``: the scales of equal variance
-    (:func:`dpate_core.statistics.histogram_scales`) and ``histogram`` True: each count's noise
-    is then the sum of two independent Laplace ``2 / eps`` (its tail: :func:`count_kept`)."""
-    if len(parts) <= 2:
-        scale_n, b_s = histogram_scales(COUNT_SENSITIVITY / parts[0].epsilon_float, bound)
-        return scale_n, b_s, True
-    return COUNT_SENSITIVITY / parts[0].epsilon_float, bound / parts[1].epsilon_float, False
+def cell_noise_scales(parts: Sequence[PrivacyParams], bound: float) -> tuple[float, float]:
+    """The plan's ``(count scale, sums scale)`` for the cells' budget parts: the cells'
+    histogram at the first part's ``eps`` (two parts, the squares the second; one, a binary
+    outcome's ``(cell, outcome)`` histogram), the scales of equal variance
+    (:func:`dpate_core.statistics.histogram_scales`); each count's noise is the sum of two
+    independent Laplace ``2 / eps`` (its tail: :func:`count_kept`)."""
+    return histogram_scales(COUNT_SENSITIVITY / parts[0].epsilon_float, bound)
 
 
-def count_kept(n: np.ndarray, m: float, scale_n: float, histogram: bool = False) -> np.ndarray:
-    """For true counts ``n`` released with Laplace noise of scale ``scale_n``, the probability
-    that the noisy count reaches ``m``. ``histogram``: the noise is the sum of two independent
-    Laplace of scale ``b = scale_n / sqrt(2)`` (the same variance; a binary outcome's count
-    ``E + F``), whose tail is ``P(S >= c) = e^(-c/b) (2 + c/b) / 4`` for ``c >= 0`` (the density
-    ``(1 + |x|/b) e^(-|x|/b) / (4 b)``)."""
+def count_kept(n: np.ndarray, m: float, scale_n: float) -> np.ndarray:
+    """For true counts ``n`` whose noise is a histogram's (the sum of two independent Laplace
+    of scale ``b = scale_n / sqrt(2)``, a cell's two bins: the variance of one Laplace of scale
+    ``scale_n``), the probability that the noisy count reaches ``m``: the tail ``P(S >= c) =
+    e^(-c/b) (2 + c/b) / 4`` for ``c >= 0`` (the density ``(1 + |x|/b) e^(-|x|/b) / (4 b)``)."""
     c = m - np.asarray(n, dtype=np.float64)
-    if histogram:
-        u = np.abs(c) / (scale_n / math.sqrt(2.0))
-        tail = 0.25 * np.exp(-u) * (2.0 + u)
-    else:
-        tail = 0.5 * np.exp(-np.abs(c) / scale_n)  # P(L >= c) for c > 0; P(L < c) for c <= 0
+    u = np.abs(c) / (scale_n / math.sqrt(2.0))
+    tail = 0.25 * np.exp(-u) * (2.0 + u)
     return np.asarray(np.where(c <= 0, 1.0 - tail, tail), dtype=np.float64)
 
 
@@ -342,7 +333,7 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     (half-width ``B``), as for fixed effects. No stratum with both arms in the assumed counts:
     infinite (the release would never resolve)."""
     b = inp.bound
-    scale_n, b_s, histogram = cell_noise_scales(inp.parts(), b)  # the squares do not enter
+    scale_n, b_s = cell_noise_scales(inp.parts(), b)  # the squares do not enter
     v_n, v_s = 2.0 * scale_n**2, 2.0 * b_s**2
     tc, cc = _counts(inp)
     both = (tc > 0) & (cc > 0)
@@ -350,7 +341,7 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
         return math.inf, math.inf, 0.0, math.inf
     t, c = tc[both].astype(float), cc[both].astype(float)
     m = max(2.0, THRESHOLD_FACTOR * scale_n)
-    p = count_kept(t, m, scale_n, histogram) * count_kept(c, m, scale_n, histogram)
+    p = count_kept(t, m, scale_n) * count_kept(c, m, scale_n)
     # an empty arm's noisy count reaches m with P(Lap >= m): such strata are used too, rarely
     expected_used = float(p.sum())
     alpha = 1.0 - expected_used / inp.domain_size
@@ -386,7 +377,7 @@ def _noisy_stretch(
     p, t, c, w = strata
     b = inp.bound
     parts = inp.parts()
-    scale_n, b_s, _ = cell_noise_scales(parts, b)
+    scale_n, b_s = cell_noise_scales(parts, b)
     binary = len(parts) == 1  # binary: squares are counts x B^2/4
     scales = [scale_n, b_s]
     if not binary:  # the squares' part is the last
@@ -427,7 +418,7 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     ``RESOLVE_Z`` sds; a ``D_hat`` whose Fieller set is unbounded leaves the release unresolved
     there too, so ``p`` is the share of that tail where the set is bounded."""
     b = inp.bound
-    scale_n, b_s, _ = cell_noise_scales(inp.parts(), b)  # the squares do not enter the noise
+    scale_n, b_s = cell_noise_scales(inp.parts(), b)  # the squares do not enter the noise
     v_n, v_s = 2.0 * scale_n**2, 2.0 * b_s**2
     tc, cc = _counts(inp)
     t, c = tc.astype(float), cc.astype(float)

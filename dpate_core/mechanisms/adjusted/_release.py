@@ -77,11 +77,10 @@ __all__ = [
     "resolve_weighting",
 ]
 
-DEFAULT_SPLIT = (
-    "7/20",
-    "11/20",
-    "1/10",
-)  # counts, centred sums, squares (docs/explanation/adjusted.md)
+#: the cells' two-end histogram (their counts and centred sums as one query), then their squares
+#: (docs/explanation/adjusted.md, "Counts and sums as one histogram"; counts, sums and squares as
+#: three queries, 7/20, 11/20, 1/10, until stop 43)
+DEFAULT_SPLIT = ("9/10", "1/10")
 #: a binary outcome's split: its cells are one query, the (cell, outcome) histogram, at the whole
 #: budget (docs/explanation/adjusted.md, "A binary outcome: one histogram")
 DEFAULT_SPLIT_BINARY = ("1",)
@@ -204,32 +203,23 @@ def plan_adjusted_from_statistics(
         noise=noise,
         # a histogram's counts and sums (a binary outcome's squares too) are post-processing;
         # the public constants first either way (what simulations read)
-        assemble=(
-            functools.partial(assemble, public)
-            if len(parts) == 3
-            else functools.partial(assemble_histogram, public, assemble)
-        ),
+        assemble=functools.partial(assemble_histogram, public, assemble),
     )
 
 
 def sum_epsilon(parts: Sequence[PrivacyParams]) -> float:
-    """The epsilon of a Laplace sums query whose noise has the variance of the cells' sums: the
-    sums' own part (the second of three), or for the cells' histogram at ``eps`` (the first of
-    two parts: the propensity release's band cells; or a binary outcome's one part) ``eps /
-    sqrt(2)`` (:func:`dpate_core.statistics.histogram_scales`: ``b_s = sqrt(2) B / eps``). What
-    the ``"auto"`` weighting's rule reads."""
-    if len(parts) <= 2:
-        return float(parts[0].epsilon) / math.sqrt(2.0)
-    return float(parts[1].epsilon)
+    """The epsilon of a Laplace sums query whose noise has the variance of the cells' sums: for
+    the cells' histogram at ``eps`` (the first of two parts, or a binary outcome's one part) ``eps
+    / sqrt(2)`` (:func:`dpate_core.statistics.histogram_scales`: ``b_s = sqrt(2) B / eps``).
+    What the ``"auto"`` weighting's rule reads."""
+    return float(parts[0].epsilon) / math.sqrt(2.0)
 
 
 def count_scale(parts: Sequence[PrivacyParams]) -> float:
     """The Laplace scale of the same variance as one noisy cell count's, as the release rounds
-    it: ``2 / eps_n`` (the first of three parts), or for the cells' histogram at ``eps`` (the
-    first of two parts, or a binary outcome's one part) ``sqrt(2) 2 / eps``
-    (:func:`dpate_core.statistics.histogram_scales`)."""
-    scale = parts[0].laplace_scale(COUNT_SENSITIVITY)
-    return math.sqrt(2.0) * scale if len(parts) <= 2 else scale
+    it: for the cells' histogram at ``eps`` (the first of two parts, or a binary outcome's one
+    part) ``sqrt(2) 2 / eps`` (:func:`dpate_core.statistics.histogram_scales`)."""
+    return math.sqrt(2.0) * parts[0].laplace_scale(COUNT_SENSITIVITY)
 
 
 def public_constants(

@@ -178,12 +178,11 @@ def _factor(rho: Any) -> Any:
     return (1.0 + attenuation_multiple(rho)) ** 2
 
 
-def _band_scales(base: PredictionInputs) -> tuple[float, float, float, float, bool]:
-    """``(count scale, sum scale, v_n, v_s, histogram)`` of the band cells' noise at the plan's
-    split (:func:`~dpate_core.mechanisms.adjusted.cell_noise_scales`: one part, a binary
-    outcome's histogram)."""
-    scale_n, scale_s, histogram = cell_noise_scales(base.parts(), base.bound)
-    return scale_n, scale_s, 2.0 * scale_n**2, 2.0 * scale_s**2, histogram
+def _band_scales(base: PredictionInputs) -> tuple[float, float, float, float]:
+    """``(count scale, sum scale, v_n, v_s)`` of the band cells' noise at the plan's split, a
+    histogram's (:func:`~dpate_core.mechanisms.adjusted.cell_noise_scales`)."""
+    scale_n, scale_s = cell_noise_scales(base.parts(), base.bound)
+    return scale_n, scale_s, 2.0 * scale_n**2, 2.0 * scale_s**2
 
 
 def expected_coefficients(
@@ -194,7 +193,7 @@ def expected_coefficients(
     ``tau``), read by the same linearisation the release reads its noisy cells with."""
     b = base.bound
     a = base.assumptions
-    scale_n, scale_s, _, _, _ = _band_scales(base)
+    scale_n, scale_s, _, _ = _band_scales(base)
     c = public_constants(base.design.n, b, treated.size, (scale_n, scale_s))
     centre = a.mean(b) - b / 2.0
     m_t, m_c = centre + a.effect / 2.0, centre - a.effect / 2.0
@@ -214,9 +213,9 @@ def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) 
     arm's records in the used bands, ``w_b`` the band's share of the used records). Filled
     bands equally sorted cancel."""
     b = base.bound
-    scale_n, _, v_n, v_s, histogram = _band_scales(base)
+    scale_n, _, v_n, v_s = _band_scales(base)
     m = max(2.0, THRESHOLD_FACTOR * scale_n)
-    used = count_kept(treated, m, scale_n, histogram) * count_kept(control, m, scale_n, histogram)
+    used = count_kept(treated, m, scale_n) * count_kept(control, m, scale_n)
     n_used = max(float(np.sum(used * (treated + control))), 1.0)
     w = (treated + control) / n_used
     a = base.assumptions
