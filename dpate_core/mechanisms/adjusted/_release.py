@@ -3,10 +3,13 @@ statistics, pure epsilon-DP.
 
 It needs, per cell ``g = (x, arm)``, only the count ``n_g``, the sum of centred outcomes
 ``s_g = sum (Y - B/2)`` and the sum of their squares ``q_g = sum (Y - B/2)^2``. One compiled pass
-computes the three vectors; each is released with Laplace noise as ONE vector query (parallel
-composition over cells), and the three share the budget by sequential composition.
+computes the three vectors. The counts and sums are released as ONE vector query, the cells'
+two-end histogram (each record's unit mass split between its cell's two ends, ``1 - Y/B`` and
+``Y/B``: :func:`dpate_core.statistics.end_histogram`, L1 sensitivity 2; since stop 43), and the
+squares as another, each with Laplace noise (parallel composition over cells); the two share the
+budget by sequential composition. The counts and sums are post-processing of the noisy histogram.
 
-Two post-processings of the same three noisy vectors (``weighting``; the privacy proof is the same):
+Two post-processings of the same noisy vectors (``weighting``; the privacy proof is the same):
 ``"subclassification"``, the average effect over the patients of the strata with both arms,
 ``sum_x n_x (mean_xt - mean_xc) / sum_x n_x`` over the strata it can read (Algorithm 1's estimate
 where every stratum has both arms), and
@@ -85,7 +88,7 @@ DEFAULT_SPLIT = ("9/10", "1/10")
 #: budget (docs/explanation/adjusted.md, "A binary outcome: one histogram")
 DEFAULT_SPLIT_BINARY = ("1",)
 THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
-#: the post-processings of the same three noisy vectors (docs/explanation/adjusted.md, "Two weightings")
+#: the post-processings of the same noisy vectors (docs/explanation/adjusted.md, "Two weightings")
 WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
 #: "auto" uses subclassification when the public design gives at least this many records per arm
 #: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
@@ -281,10 +284,11 @@ def dp_adjusted(
 
     Privacy: ``(epsilon, 0)``-DP under replace-one neighbours (a record's ``W``, ``Y`` and ``X`` may
     all change); ``delta`` is accepted for a uniform interface and not spent (the estimate records
-    ``delta = 0``). Sequential composition of three Laplace vector queries with shares
-    ``(eps_n, eps_s, eps_q)`` (default :data:`DEFAULT_SPLIT`), each parallel over the ``2 |X|``
-    cells: counts ``Lap(2 / eps_n)``, centred sums ``Lap(B / eps_s)``, centred squares
-    ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up; the sums in grid units). Public: ``N``,
+    ``delta = 0``). Sequential composition of two Laplace vector queries with shares ``(eps_h,
+    eps_q)`` (default :data:`DEFAULT_SPLIT`), each parallel over the cells: the two-end histogram
+    ``Lap(2 / eps_h)`` over ``4 |X|`` bins (the counts ``U + L`` and centred sums ``(B/2)(U - L)``
+    are post-processing), centred squares ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up,
+    in grid units). Public: ``N``,
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
     not released. ``binary`` (every outcome 0 or ``B``, checked): one Laplace vector query, the
     ``(cell, outcome)`` histogram ``Lap(2 / eps)`` over the ``4 |X|`` bins at the whole budget

@@ -1,4 +1,4 @@
-"""The two post-processings of the adjusted release's three noisy vectors
+"""The two post-processings of the adjusted release's noisy cell vectors
 (:mod:`dpate_core.mechanisms.adjusted`, ``docs/explanation/adjusted.md``, "Two weightings"):
 stratum fixed effects
 (:func:`assemble_fixed_effects`) and Algorithm 1's subclassification

@@ -17,10 +17,11 @@ stratum with an empty arm, which contributes 0 to ``tau_hat``). The stratified e
 within-cell sample variances ``s_g^2`` (divisor ``n_g - 1``), which are unbiased for
 ``sigma_g^2``: so is the estimate.
 
-Release. The cell counts, centred sums and centred sums of squares are released exactly as by the
-adjusted estimator (:func:`dpate_core.statistics.cell_statistics`; the same three Laplace vector
-queries and sensitivities 2, ``B``, ``B^2/2``), spending the variance part of a matching release
-split by :data:`SUBSPLIT`; everything after the noise is post-processing. The variance part is
+Release. The cell counts, centred sums and centred sums of squares are released as three
+Laplace vector queries (:func:`dpate_core.statistics.cell_statistics`,
+:func:`dpate_core.statistics.cell_noise`; sensitivities 2, ``B``, ``B^2/2``; the adjusted
+estimator's until stop 43), spending the variance part of a matching release split by
+:data:`SUBSPLIT`; everything after the noise is post-processing. The variance part is
 then ``(eps_2, 0)``-DP with no smooth sensitivity and no data-dependent scale.
 """
 
