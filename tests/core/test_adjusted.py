@@ -149,19 +149,22 @@ Y_VALUES = (0.0, B / 2, B)
 
 def _all_statistics(strata: int, n: int):
     domain = list(itertools.product((0, 1), Y_VALUES, range(strata)))  # record codes
-    stats = []
+    stats, hists = [], []
     for rows in itertools.product(range(len(domain)), repeat=n):
         w, y, x = (np.array(c) for c in zip(*(domain[r] for r in rows), strict=True))
         st = cell_statistics(w.astype(np.int64), y.astype(float), x.astype(np.int64),
                              domain_size=strata, bound=B)  # fmt: skip
         stats.append(np.stack([st.counts, st.sums, st.squares]))
-    return len(domain), np.array(stats), st.k, st.m  # (d^n, 3, cells)
+        hists.append(end_histogram(st))
+    # (d^n, 3, cells) and the two-end histogram (d^n, 2 cells)
+    return len(domain), np.array(stats), np.array(hists), st.k, st.m
 
 
 @pytest.mark.parametrize(("strata", "n"), SMALL)
 def test_exhaustive_l1_sensitivities_equal_the_claimed_ones(strata, n):
-    d, stats, k, m = _all_statistics(strata, n)
+    d, stats, hists, k, m = _all_statistics(strata, n)
     worst = np.zeros(3, dtype=object)
+    worst_h = 0
     index = np.arange(d**n)
     for i in range(n):  # replace record i by every value v of the domain
         place = d ** (n - 1 - i)
@@ -170,6 +173,7 @@ def test_exhaustive_l1_sensitivities_equal_the_claimed_ones(strata, n):
             other = index + (v - code_i) * place
             diff = np.abs(stats[other] - stats[index]).sum(axis=2)  # L1 per vector, exact int64
             worst = np.maximum(worst, diff.max(axis=0))
+            worst_h = max(worst_h, int(np.abs(hists[other] - hists[index]).sum(axis=1).max()))
     claimed = sensitivities(B, k, m)
     # equal, not merely below: a smaller claim is a privacy bug, a larger one wastes utility
     assert worst[0] == claimed["counts"] == 2
@@ -177,6 +181,8 @@ def test_exhaustive_l1_sensitivities_equal_the_claimed_ones(strata, n):
     assert worst[2] == claimed["squares"] == 2 ** (m - 1)  # = B^2 / 2
     assert math.ldexp(float(worst[1]), -k) == B
     assert math.ldexp(float(worst[2]), -m) == B * B / 2
+    # the release's query: the two-end histogram, 2 records' mass (each record's is 2^k units)
+    assert worst_h == claimed["histogram"] == 2 ** (k + 1)
 
 
 def test_a_record_that_stays_in_its_cell_moves_each_vector_by_at_most_the_sensitivity():

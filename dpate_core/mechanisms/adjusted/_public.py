@@ -151,7 +151,8 @@ def adjusted_weighting(
 ) -> str:
     """The weighting an adjusted release with these public values uses: ``weighting``, or for
     ``"auto"`` the rule of :func:`dpate_core.mechanisms.adjusted.resolve_weighting` (subclassification when
-    ``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n`` and the ratio bias's predicted remainder is small)
+    ``N / (2 |X|) >= AUTO_RATIO * s_n``, ``s_n`` the count noise's scale, and the ratio bias's
+    predicted remainder is small)
     with the count scale and the sums' epsilon computed exactly as the
     release computes it. Public values only: ``N`` is published in the site's report, the rest is
     in the spec."""
@@ -196,14 +197,16 @@ def study_weighting(
         return "subclassification", (
             "adjusted_weighting = 'auto': every site has at least "
             f"{AUTO_RATIO} count-noise scales of records per arm per stratum (N / (2 |X|) >= "
-            f"{AUTO_RATIO} * 2 / eps_n, with the n the spec declares) and a small predicted "
+            f"{AUTO_RATIO} * s_n, s_n = sqrt(2) 2 / eps_h the count noise's scale, with the n "
+            "the spec declares) and a small predicted "
             "ratio bias, so subclassification at every site"
         )
     small = [i for i, p in enumerate(picks) if p != "subclassification"]
     return "fixed_effects", (
         f"adjusted_weighting = 'auto': {len(small)} of {len(sites)} site(s) hold too few "
         f"records per arm per stratum for subclassification at their budget (N / (2 |X|) < "
-        f"{AUTO_RATIO} * 2 / eps_n, or a large predicted ratio bias), so fixed effects at every "
+        f"{AUTO_RATIO} * s_n, s_n = sqrt(2) 2 / eps_h the count noise's scale, or a large "
+        "predicted ratio bias), so fixed effects at every "
         "site"
     )
 

@@ -87,11 +87,13 @@ DEFAULT_SPLIT = ("9/10", "1/10")
 #: a binary outcome's split: its cells are one query, the (cell, outcome) histogram, at the whole
 #: budget (docs/explanation/adjusted.md, "A binary outcome: one histogram")
 DEFAULT_SPLIT_BINARY = ("1",)
-THRESHOLD_FACTOR = 1  # a stratum is used when both noisy arm counts >= max(2, 1 * (2 / eps_n))
+#: a stratum is used when both noisy arm counts reach ``max(2, 1 * s_n)``, ``s_n`` the count noise's
+#: Laplace scale of equal variance (``sqrt(2) 2 / eps_h``: a count is the histogram's two bins)
+THRESHOLD_FACTOR = 1
 #: the post-processings of the same noisy vectors (docs/explanation/adjusted.md, "Two weightings")
 WEIGHTINGS = ("auto", "subclassification", "fixed_effects")
 #: "auto" uses subclassification when the public design gives at least this many records per arm
-#: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``2 / eps_n``; else fixed effects
+#: per stratum, ``N / (2 |X|)``, per unit of the count noise scale ``s_n``; else fixed effects
 AUTO_RATIO = 10
 #: ... and when the ratio bias its correction leaves, predicted for a balanced design, is at most
 #: this many noise sds of the estimate (:func:`ratio_bias_remainder`)
@@ -128,7 +130,8 @@ def ratio_bias_remainder(n: int, domain_size: int, count_scale: float, sum_epsil
     """Subclassification's ratio bias left after its correction, over the estimate's noise sd,
     predicted from public values for a balanced design (``n = N / (2 |X|)`` records per arm per
     stratum, arm means ``B`` apart): the bias ``|X| v_n B / (N n)`` (``v_n = 2 s_n^2``,
-    ``s_n = 2 / eps_n``) over the sums' noise sd ``4 B sqrt(|X|) / (eps_s N)``, i.e.
+    ``s_n`` the count noise's scale, :func:`count_scale`) over the sums' noise sd ``4 B sqrt(|X|)
+    / (eps_s N)`` (``eps_s`` as :func:`sum_epsilon`), i.e.
     ``|X|^(3/2) s_n^2 eps_s / N``, times the correction's relative remainder
     ``RATIO_DAMPING (v_n / n^2)^2`` (its damping near the threshold):
     ``64 RATIO_DAMPING s_n^6 eps_s |X|^(11/2) / N^5`` (docs/explanation/adjusted.md, "The ratio bias and its
@@ -142,10 +145,10 @@ def resolve_weighting(
 ) -> str:
     """The weighting a plan uses: ``weighting`` itself, or for ``"auto"`` subclassification when
     the public design has at least :data:`AUTO_RATIO` count-noise scales of records per arm per
-    stratum (``N / (2 |X|) >= AUTO_RATIO * 2 / eps_n``) and the ratio bias left after the
+    stratum (``N / (2 |X|) >= AUTO_RATIO * s_n``) and the ratio bias left after the
     correction is predicted at most :data:`AUTO_BIAS` noise sds (:func:`ratio_bias_remainder`),
-    else fixed effects. Public values only: ``N``, ``|X|``, the count scale ``2 / eps_n`` and
-    the sums' epsilon ``eps_s``."""
+    else fixed effects. Public values only: ``N``, ``|X|``, the count scale ``s_n``
+    (:func:`count_scale`) and the sums' epsilon ``eps_s`` (:func:`sum_epsilon`)."""
     if weighting not in WEIGHTINGS:
         raise ValueError(
             f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)} (docs/explanation/adjusted.md)"
@@ -239,7 +242,7 @@ def public_constants(
     and, unless the outcome is ``binary``, squares; a noise site's ``value_scale``; a binary
     outcome's counts and sums from its histogram: the scales of equal variance,
     :func:`dpate_core.statistics.histogram_scales`) and
-    ``min_count`` (default ``max(2, THRESHOLD_FACTOR * 2 / eps_n)``, checked). The adjusted
+    ``min_count`` (default ``max(2, THRESHOLD_FACTOR * scales[0])``, checked). The adjusted
     release's, the propensity release's (on its bands) and the plan's (at the scales it
     predicts)."""
     scale_n, b_s = scales[0], scales[1]
@@ -301,10 +304,11 @@ def dp_adjusted(
     denominator is not above ``RESOLVE_Z`` of its noise sds). With ``"subclassification"``: each
     noisy vector clipped to the range the true one can take (counts to
     ``[0, N]``, sums to ``N B/2`` in absolute value, squares to ``N B^2/4``); a stratum is used
-    when both noisy arm counts are ``>= min_count`` (default ``max(2, 2 / eps_n)``, the count
-    noise scale), each weighted by its noisy size over the size of the strata used; arm means
-    clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the bias of dividing by noisy
-    counts, estimated at the noisy point and damped near the threshold) and clipped to
+    when both noisy arm counts are ``>= min_count`` (default ``max(2, s_n)``, ``s_n = sqrt(2) 2
+    / eps_h`` the count noise's scale), each weighted by its noisy size over the size of the
+    strata used; arm means clipped to ``[-B/2, 3B/2]``, the estimate less its ratio bias (the
+    bias of dividing by noisy counts, estimated at the noisy point and damped near the
+    threshold) and clipped to
     ``[-B, B]``; the variance a sandwich (each arm's within-cell variance pooled over the usable
     strata and clamped to ``[0, B^2/4]``, plus the spread of the stratum effects) with the
     noise's and the strata left out's (``raw_variance`` keeps the unclamped sampling part);

@@ -114,13 +114,15 @@ class PublicConstants:
 
 def histogram_vectors(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
     """The three cell vectors from a noisy histogram (``v["histogram"]``), or ``v`` itself
-    where the cells were three queries: the counts (the two bins' sum) and centred sums (``B/2``
-    times their difference, :func:`dpate_core.statistics.histogram_cells`) of the cells' two-end
-    histogram (:func:`dpate_core.statistics.end_histogram`), the squares then their own noisy
-    vector; or of a binary outcome's ``(cell, outcome)`` histogram
-    (:func:`dpate_core.statistics.outcome_histogram`), whose every centred value is ``+-B/2``, so a
-    cell's centred squares are its count times ``B^2 / 4`` (:attr:`PublicConstants.max_var`).
-    Post-processing; without noise, the records' own three vectors exactly."""
+    where it holds them already (a caller that built the cell vectors, as tests do): the counts
+    (the two bins' sum) and centred sums (``B/2`` times their difference,
+    :func:`dpate_core.statistics.histogram_cells`) of the cells' two-end histogram
+    (:func:`dpate_core.statistics.end_histogram`), the squares then their own noisy vector; or
+    of a binary outcome's ``(cell, outcome)`` histogram
+    (:func:`dpate_core.statistics.outcome_histogram`), whose every centred value is ``+-B/2``,
+    so a cell's centred squares are its count times ``B^2 / 4``
+    (:attr:`PublicConstants.max_var`). Post-processing; without noise, the records' own three
+    vectors exactly."""
     if "histogram" not in v:
         return dict(v)
     cells = histogram_cells(v["histogram"], c.bound)
