@@ -72,18 +72,19 @@ __all__ = [
 #: stretches its interval to Fieller's length (:data:`FIELLER_BELOW`)
 RARELY_RESOLVES = FIELLER_BELOW
 #: below this predicted share the releases that do resolve are selected on their denominator's
-#: noise: Fieller's length brings their coverage up (Synth, 3-10% resolved: 0.34-0.59 with the
-#: delta method, 0.75-0.87 with it; IHDP with 128 strata at 3-9%: 0.83-0.94, 0.97-1.00) but not
-#: always to 95% (docs/explanation/adjusted.md, "The denominator's noise"). Between it and
-#: :data:`RARELY_RESOLVES` Fieller's length covers (Synth at 20-42%: 0.90-0.94, was 0.69-0.83)
+#: noise: Fieller's length brings their coverage up but not always to 95% (Synth, 2-10%
+#: resolved, since stop 43's histogram: 0.88-0.95, 0.70-0.86 with the delta method; 0.75-0.87
+#: and 0.34-0.59 with the three-query cells; docs/explanation/adjusted.md, "The denominator's
+#: noise"). Between it and :data:`RARELY_RESOLVES` Fieller's length covers (Synth at 14-39%:
+#: 0.965-0.977 since stop 43, 0.90-0.94 before)
 SELECTED_RESOLUTION = 0.2
 #: from :data:`RARELY_RESOLVES` to this predicted share the release keeps the delta method's
 #: interval as it reads it (the release's :data:`PLUG_IN_CORRECTED_FROM`), and the releases that
 #: resolve are still selected on their denominator's noise, which pulls them towards 0 in
-#: proportion to the effect: where the effect is large next to the interval they under-cover
-#: (Synth, effect half the range, 61-83% resolved: 0.88-0.91; the realistic sites there, whose
-#: effects are small, cover 0.96-0.98); docs/explanation/adjusted.md, "Milder stretches between
-#: a half and 0.9, and a narrower delta method"
+#: proportion to the effect (Synth, effect half the range, 49-89% resolved: covering 0.939-0.959
+#: since stop 43's histogram, whose counts are quieter next to the sums; 0.88-0.91 with the
+#: three-query cells); docs/explanation/adjusted.md, "Milder stretches between a half and 0.9,
+#: and a narrower delta method" and "The denominator's noise with the histogram (stop 43)"
 MOSTLY_RESOLVES = PLUG_IN_CORRECTED_FROM
 
 
@@ -94,7 +95,8 @@ def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
     noise. Below :data:`RARELY_RESOLVES` the release widens their intervals to Fieller's length
     where its public design predicts this (:data:`FIELLER_BELOW`), and below
     :data:`SELECTED_RESOLUTION` they can under-cover even so; above it they are pulled towards
-    0 in proportion to the effect and can under-cover where the effect is large."""
+    0 in proportion to the effect (measured covering 0.94-0.96 with an effect of half the
+    outcome's range since stop 43)."""
     groups: dict[tuple[int, float], list[str]] = {}
     for p in preds:
         share = p.resolved_probability
@@ -114,10 +116,9 @@ def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
             note += (
                 ", and the releases that resolve are selected on their denominator's noise (more "
                 "of them had it inflated), which pulls them towards 0 in proportion to the "
-                "effect: where the effect is large next to their interval (half the outcome's "
-                "range) they can under-cover "
-                '(docs/explanation/adjusted.md, "Milder stretches between a half and 0.9, and '
-                'a narrower delta method")'
+                "effect (with an effect of half the outcome's range they covered 0.94-0.96 in "
+                "simulation: docs/explanation/adjusted.md, \"The denominator's noise with the "
+                'histogram (stop 43)")'
             )
         else:
             note += (
