@@ -271,8 +271,9 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
     )
 
     c = plan.assemble.assembly.args[0]
-    out, sub = plan.assemble(v), assemble_subclassification(c, histogram_vectors(c, v))
-    v = histogram_vectors(c, v)
+    out = plan.assemble(v)
+    v = histogram_vectors(c, v)  # the cells' counts and sums, as the assembly read them
+    sub = assemble_subclassification(c, v)
     k = attenuation_multiple(np.asarray(out.diagnostics["model_noise_share"]))
     f_s, f_n = correction_factors(
         correction_coefficients(c, subclassification_linearisation(c, v, sub.tau)), k
