@@ -141,7 +141,10 @@ def _print_study(study: Any) -> None:
     if study.publishes_exact_arm_sizes:
         exact += " and the arm sizes N_t, N_c (public design facts)"
     elif study.arm_sizes_public is False:
-        exact += "; the arm sizes are not published (arm_sizes_public = false: a DP treated count)"
+        exact += (
+            "; the arm sizes are not published (arm_sizes_public = false: the arms' sizes and "
+            "sums are one DP histogram)"
+        )
     out.print(
         f"  a site's report publishes exactly: {exact}; the estimate and its variance are "
         f"differentially private"

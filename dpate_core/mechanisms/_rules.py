@@ -21,6 +21,7 @@ __all__ = [
     "clipped_tau_problems",
     "no_arm_sizes_problems",
     "noise_variance_problems",
+    "noise_variance_range_problems",
     "released_variance_problems",
     "tau_range_problems",
 ]
@@ -84,6 +85,23 @@ def noise_variance_problems(expected: float, e: SiteEstimate, rule: str) -> list
         out.append(
             f"variance ({e.variance}) is below the mechanism's noise variance {rule} = {expected}"
         )
+    return out
+
+
+def noise_variance_range_problems(
+    least: float, greatest: float, e: SiteEstimate, rule: str
+) -> list[str]:
+    """The published noise variance lies where ``rule`` puts it over the values the public
+    fields leave open (``[least, greatest]``), and the variance is at least it."""
+    out = []
+    reported = e.diagnostics["noise_variance"]
+    if not (at_least(reported, least) and reported <= greatest * (1.0 + RTOL)):
+        out.append(
+            f"diagnostics.noise_variance ({reported}) is not a noise variance the mechanism can "
+            f"report: {rule} lies in [{least}, {greatest}] from the public values"
+        )
+    if not at_least(e.variance, reported):
+        out.append(f"variance ({e.variance}) is below its noise variance ({reported})")
     return out
 
 

@@ -328,10 +328,12 @@ def end_histogram(cells: CellStatistics) -> np.ndarray:
     every cell's upper-end mass ``U = sum Y/B``, then every cell's lower-end mass ``L = sum (1 -
     Y/B)``, from the exact grid sums: a record's quantised ``Y/B`` is ``(s + 2^(k-1)) 2^-k`` for
     its centred grid value ``s``, so ``U = sums + counts 2^(k-1)`` and ``L = counts 2^(k-1) -
-    sums``, each in ``[0, N 2^k]`` (below ``2^53``: :func:`grid_bits`). Centred statistics
-    only."""
+    sums``, each in ``[0, N 2^k]`` (below ``2^53``: :func:`grid_bits`). Not centred (the
+    difference in means' arms): a record's ``Y/B`` is its grid value ``s`` times ``2^-k``, so ``U
+    = sums`` and ``L = counts 2^k - sums``."""
     if not cells.centred:
-        raise ValueError("the two-end histogram needs centred cell statistics")
+        full = cells.counts * (np.int64(1) << np.int64(cells.k))
+        return np.concatenate([cells.sums, full - cells.sums]).astype(np.int64)
     half = cells.counts * (np.int64(1) << np.int64(cells.k - 1))
     return np.concatenate([half + cells.sums, half - cells.sums]).astype(np.int64)
 

@@ -143,9 +143,9 @@ class StudySpec(_Model):
         json_schema_extra={"doc_default": "required with `dim`"},
         description="Whether the arm sizes `N_t` and `N_c` are public design facts (the paper's "
         "randomized-trial assumption, correction 5): `true` publishes them exactly in every "
-        "report; `false` keeps them private and spends a third budget part on a DP treated "
-        "count (with `outcome.binary`, one part: the (arm, outcome) histogram). No default: a "
-        "`dim` study must say which.",
+        "report; `false` keeps them private: the arms' sizes and sums are released together "
+        'as one DP (arm, outcome) histogram, part "arm outcome histogram" (with '
+        "`outcome.binary` the only part). No default: a `dim` study must say which.",
     )
     variance: Literal["appendix", "stratified"] | None = Field(
         default=None,

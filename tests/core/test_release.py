@@ -188,16 +188,51 @@ def test_dim_variance_clamps_each_arm_and_keeps_the_raw_value():
     assert est.diagnostics["sampling_variance_dp"] == pytest.approx(var_t / 4 + var_c / 4)
 
 
-def test_dim_private_arms_uses_the_clamped_noisy_count():
+def test_dim_private_arms_reads_the_clamped_noisy_sizes_from_the_histogram():
+    """Private arm sizes: ``N_t`` is the mean of the treated arm's noisy mass and ``N`` less the
+    control arm's, clipped to ``[1, N - 1]``; each arm's mean is its upper end over its mass."""
     w = np.array([1, 1, 1, 0, 0, 0, 0, 0])
-    y = np.full(8, 0.5)
+    y = np.full(8, 0.5 * B)
     plan = plan_difference_in_means(w, y, bound=B, epsilon=1, arm_sizes_public=False)
-    base = {"sum_treated": 1.5, "sum_control": 2.5, "sumsq_treated": 1.0, "sumsq_control": 1.0}
-    for noisy_nt, used in [(-3.0, 1.0), (2.5, 2.5), (11.0, 7.0)]:
-        est = plan.estimate({**base, "n_treated": noisy_nt})
+    squares = {"sumsq_treated": 1.0, "sumsq_control": 1.0}
+    for noisy_nt, used, tau in [(-3.0, 1.0, -0.5 * B), (2.5, 2.5, 0.0), (11.0, 7.0, 0.5 * B)]:
+        half_t, half_c = noisy_nt / 2, (8 - noisy_nt) / 2  # each arm's mass on its two ends
+        est = plan.estimate({"histogram": np.array([half_c, half_t, half_c, half_t]), **squares})
         assert est.diagnostics["n_treated_dp"] == used
-        # tau clipped to [-B, B] (at N_t = 1: 1.5 - 2.5/7 > B)
-        assert est.tau == pytest.approx(min(max(1.5 / used - 2.5 / (8 - used), -B), B))
+        # a negative mass reads as an arm mean of 0 (clipped): the other arm's is B / 2
+        assert est.tau == pytest.approx(tau)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_dim_private_arm_queries_have_exactly_the_claimed_sensitivities(n):
+    """Every trial of ``n`` records with ``Y`` in ``{0, B/3, B}`` and every replace-one
+    neighbour (its arm and outcome free): the ``(arm, end)`` histogram moves by at most 2
+    records' mass in L1, ``2^(k+1)`` grid units, and the arm sums of squares' pair by ``2 B^2``,
+    ``2^(m+1)`` units; both bounds are reached. The histogram's bins are ``U = sum Y/B`` and ``L
+    = N_arm - U`` per arm, exactly."""
+    import itertools
+
+    domain = list(itertools.product((0, 1), (0.0, B / 3, B)))
+    locs, k, m = {}, 0, 0
+    for rows in itertools.product(range(len(domain)), repeat=n):
+        w, y = (np.array(c) for c in zip(*(domain[r] for r in rows), strict=True))
+        plan = plan_difference_in_means(w, y, bound=B, epsilon=1, arm_sizes_public=False)
+        spec = {s.name: s for s in plan.noise}
+        k, m = grid_bits(n, centred=False)
+        h = np.asarray(spec["histogram"].loc)
+        upper = [round(float(np.sum(y[w == a])) * 2**k) for a in (0, 1)]
+        # y's grid values: B/3 rounds to the nearest of B 2^-k; U and L are exact integers
+        assert abs(h[0] - upper[0]) <= n and abs(h[1] - upper[1]) <= n
+        assert h[2] == np.sum(w == 0) * 2**k - h[0] and h[3] == np.sum(w == 1) * 2**k - h[1]
+        q = np.array([spec["sumsq_treated"].loc, spec["sumsq_control"].loc])
+        locs[rows] = (h, q)
+    worst_h = worst_q = 0.0
+    for rows, (h, q) in locs.items():
+        for i, v in itertools.product(range(n), range(len(domain))):
+            other = locs[(*rows[:i], v, *rows[i + 1 :])]
+            worst_h = max(worst_h, float(np.abs(other[0] - h).sum()))
+            worst_q = max(worst_q, float(np.abs(other[1] - q).sum()))
+    assert worst_h == 2 ** (k + 1) and worst_q == 2 ** (m + 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +262,8 @@ def test_every_release_publishes_tau_clipped_to_the_feasible_range(kind):
     plan = _plans_of_every_estimator()[kind]
     noisy = draw_many(plan, np.random.default_rng(5), 4000)
     out, own = plan.assemble(noisy), plan.assembly(noisy)
-    assert np.nanmax(np.abs(own.tau)) > B or kind == "adjusted"  # the noise passes the bound
+    # the noise passes the bound (adjusted's and the private-arm histogram's means lie in it)
+    assert np.nanmax(np.abs(own.tau)) > B or kind in ("adjusted", "dim_private")
     # the publication step reads the assembly's outputs only: tau clipped, the rest as it is
     np.testing.assert_array_equal(out.tau, np.clip(own.tau, -B, B))
     np.testing.assert_array_equal(out.variance, own.variance)
@@ -278,7 +314,7 @@ def test_smooth_matching_splits_evenly_by_default():
 
 
 @pytest.mark.parametrize(
-    ("kind", "parts"), [("smooth", 3), ("global", 2), ("dim", 2), ("dim_private", 3)]
+    ("kind", "parts"), [("smooth", 3), ("global", 2), ("dim", 2), ("dim_private", 2)]
 )
 def test_default_and_wrong_splits(kind, parts):
     w, y, x = _trial()
@@ -328,16 +364,19 @@ def test_global_matching_noise_scale_is_2b_over_eps1():
 
 @pytest.mark.parametrize(
     ("public", "scales"),
-    [(True, {"sum_treated": 2.0, "sumsq_treated": 2.0}),
-     (False, {"sum_treated": 6.0, "sumsq_treated": 6.0, "n_treated": 3.0})],
+    [(True, {"sum_treated": 2.0, "sum_control": 2.0, "sumsq_treated": 2.0}),
+     (False, {"histogram": 4.0, "sumsq_treated": 4.0})],
 )  # fmt: skip
 def test_dim_noise_scales(public, scales):
+    """Public arms: the arm sums at ``B / eps_1``, squares at ``B^2 / eps_2``; private: the
+    ``(arm, end)`` histogram at ``2 / eps_1`` records' mass, the squares' pair at ``2 B^2 /
+    eps_2`` (a record may change arm)."""
     w, y, _x = _trial()
     plan = plan_difference_in_means(w, y, bound=B, epsilon=1, arm_sizes_public=public)
     got = {spec.name: spec.value_scale for spec in plan.noise}
+    assert set(got) == {*scales, "sumsq_control"}  # B = 1: outcome units are B's
     for name, scale in scales.items():
         assert got[name] == pytest.approx(scale, rel=1e-15)
-    assert got["sum_control"] == got["sum_treated"]
     assert got["sumsq_control"] == got["sumsq_treated"]
     assert all(spec.kind == "integer_laplace" for spec in plan.noise)
 
@@ -367,18 +406,17 @@ def test_dim_noise_scales_are_never_below_the_exact_ratio():
                     w, yb, bound=bound, epsilon=eps, arm_sizes_public=public
                 )
                 specs = {spec.name: spec for spec in plan.noise}
-                parts = half if public else exact(eps) / 3
                 times = 1 if public else 2
+                # public: the arm sums; private: the (arm, end) histogram, 2 records' mass
+                first, first_value = ("sum_treated", b) if public else ("histogram", 1)
                 exact_scales = {
-                    "sum_treated": times * Fraction(2) ** k / parts,
-                    "sumsq_treated": times * Fraction(2) ** m / parts,
+                    first: times * Fraction(2) ** k / half,
+                    "sumsq_treated": times * Fraction(2) ** m / half,
                 }
                 outcome_units = {
-                    "sum_treated": times * b / parts,
-                    "sumsq_treated": times * b * b / parts,
+                    first: times * first_value / half,
+                    "sumsq_treated": times * b * b / half,
                 }
-                if not public:
-                    exact_scales["n_treated"] = outcome_units["n_treated"] = 1 / parts
                 for name, want in exact_scales.items():
                     assert Fraction(specs[name].scale) >= want, (name, bound, eps, public)
                     assert float(want) == pytest.approx(specs[name].scale, rel=1e-15)
@@ -603,7 +641,7 @@ def test_vectorised_assemble_equals_scalar_estimates(kind):
     noisy = draw_many(plan, np.random.default_rng(5), 50)
     out = plan.assemble(noisy)
     for i in range(50):
-        est = plan.estimate({k: float(v[i]) for k, v in noisy.items()})
+        est = plan.estimate({k: v[i] if np.ndim(v) > 1 else float(v[i]) for k, v in noisy.items()})
         assert est.tau == out.tau[i]
         assert est.variance == out.variance[i]
         assert est.raw_variance == out.raw_variance[i]

@@ -264,12 +264,12 @@ DIM_PUBLIC_OUTPUTS = {
     "noise_variance": (),
 }
 DIM_PRIVATE_OUTPUTS = {
-    "tau": (0, 2),  # the arm sums and the noisy treated count
-    "variance": (0, 1, 2),
-    "raw_variance": (0, 1, 2),
-    "sampling_variance_dp": (0, 1, 2),
-    "n_treated_dp": (2,),
-    "noise_variance": (2,),
+    "tau": (0,),  # the (arm, end) histogram: the arms' sizes and sums
+    "variance": (0, 1),
+    "raw_variance": (0, 1),
+    "sampling_variance_dp": (0, 1),
+    "n_treated_dp": (0,),
+    "noise_variance": (0,),
 }
 
 

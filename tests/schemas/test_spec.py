@@ -190,8 +190,15 @@ def test_randomized_dim_parts_follow_arm_size_assumption():
         s.pop("budget_split", None)
     spec = StudySpec.from_dict(d)
     assert spec.release_parts == 2 and spec.domain_size == 1
-    d["arm_sizes_public"] = False
-    assert StudySpec.from_dict(d).release_parts == 3
+    d["arm_sizes_public"] = (
+        False  # the arms' histogram and the squares (a count part until stop 44)
+    )
+    private = StudySpec.from_dict(d)
+    assert private.release_parts == 2
+    assert private.estimator_info.part_names(private.options)[0] == "arm outcome histogram"
+    d["sites"][0]["budget_split"] = ["1/3", "1/3", "1/3"]
+    with pytest.raises(SpecError, match="2 parts, but budget_split has 3 shares"):
+        StudySpec.from_dict(d)
 
 
 def test_categorical_other_level_extends_the_domain():

@@ -1,5 +1,6 @@
 """The DP difference in means for randomized trials (section 3.1.1): noisy arm sums and sums of
-squares (and, with private arm sizes, a noisy treated count), pure epsilon-DP.
+squares (with private arm sizes, the arms' sizes and sums as one ``(arm, end)`` histogram), pure
+epsilon-DP.
 
 :data:`DIFFERENCE_IN_MEANS` is the estimator a study names ``"dim"``; :func:`dp_difference_in_means`
 releases it on records, :func:`plan_difference_in_means` (records) and
@@ -46,7 +47,7 @@ class DifferenceInMeansOptions:
             "spec_key": "arm_sizes_public",
             "doc": "estimator 'dim' publishes the arm sizes N_t and N_c exactly when they are "
             "public design facts: say so explicitly, arm_sizes_public = true (the paper's "
-            "randomized-trial setting) or false (a DP treated count, a third budget part)",
+            "randomized-trial setting) or false (the arms' sizes and sums as one DP histogram)",
             "assumed": True,
         }
     )
@@ -54,10 +55,8 @@ class DifferenceInMeansOptions:
 
 def _parts(options: Any, binary: bool) -> tuple[str, ...]:
     private = options is not None and not options.arm_sizes_public
-    if binary and private:  # one query: the (arm, outcome) histogram
-        return ("arm outcome histogram",)
-    parts: tuple[str, ...] = ("arm sums",) if binary else ("arm sums", "arm sums of squares")
-    return (*parts, "treated count") if private else parts
+    first = "arm outcome histogram" if private else "arm sums"  # private: one query, (arm, end)
+    return (first,) if binary else (first, "arm sums of squares")
 
 
 def _plan(p: PlanInputs) -> MechanismPlan:
@@ -106,13 +105,6 @@ DIFFERENCE_IN_MEANS = Estimator(
     required_diagnostics=required_diagnostics,
     plausible=plausible,
     publishes_arm_sizes=lambda options: bool(options.arm_sizes_public),
-    candidate_splits={
-        2: tuple((a, 1 - a) for a in _SUMS_SHARES),
-        3: (
-            (Fraction(1, 3),) * 3,
-            (Fraction(9, 10), Fraction(1, 20), Fraction(1, 20)),
-            (Fraction(7, 10), Fraction(3, 20), Fraction(3, 20)),
-        ),
-    },
+    candidate_splits={2: tuple((a, 1 - a) for a in _SUMS_SHARES)},
     releases_on_any_records=True,
 )

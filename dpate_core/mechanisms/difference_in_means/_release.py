@@ -2,9 +2,9 @@
 
 :func:`dp_difference_in_means` states the privacy cost; :func:`plan_difference_in_means` builds
 its :class:`~dpate_core.release.MechanismPlan` (one plan serves the release and the simulations,
-see :mod:`dpate_core.release`). A binary outcome (every value 0 or ``B``) releases the arm sums
-only (with private arm sizes, its ``(arm, outcome)`` histogram as one query) and derives the
-variance from ``p (1 - p)``.
+see :mod:`dpate_core.release`). With private arm sizes the arms' sizes and sums are one query,
+their ``(arm, end)`` histogram (:func:`_plan_histogram_dim`). A binary outcome (every value 0 or
+``B``) releases no sums of squares and derives the variance from ``p (1 - p)``.
 
 Exact sums. The arm counts, sums of ``Y`` and sums of ``Y^2`` are the adjusted estimator's cell
 statistics with one stratum and no centring (:func:`arm_statistics`, the one compiled kernel of
@@ -51,6 +51,7 @@ from dpate_core.statistics import (
     COUNT_SENSITIVITY,
     CellStatistics,
     cell_statistics,
+    end_histogram_noise,
     outcome_histogram,
 )
 
@@ -152,34 +153,25 @@ def plan_difference_in_means_from_statistics(
     n_t, n_c, s_t, s_c, q_t, q_c = _arm_sums(stats)
     if n_t + n_c < 2:
         raise ValueError(f"a release needs at least 2 records (got {n_t + n_c})")
+    if not arm_sizes_public:  # one query for the arms' sizes and sums: the (arm, end) histogram
+        return _plan_histogram_dim((n_t, n_c, s_t, s_c, q_t, q_c), stats, total, split, binary)
     if binary:
-        return _plan_binary_dim((n_t, n_c, s_t, s_c), stats, total, split, arm_sizes_public)
+        return _plan_binary_dim((n_t, n_c, s_t, s_c), stats, total, split)
     sum_units, sq_units = _grid_sensitivities(stats)
     unit_s, unit_q = stats.sum_unit, stats.square_unit
-
-    noise: list[NoiseSpec] = []
-    if arm_sizes_public:
-        _require_both_arms(n_t, n_c)
-        shares = BudgetSplit.of(split, 2)
-        p_sum, p_sq = shares.apply(total)
-        sum_scale, sq_scale = p_sum.laplace_scale(sum_units), p_sq.laplace_scale(sq_units)
-    else:
-        shares = BudgetSplit.of(split, 3)
-        p_sum, p_sq, p_cnt = shares.apply(total)
-        sum_scale = p_sum.laplace_scale(2 * sum_units)
-        sq_scale = p_sq.laplace_scale(2 * sq_units)
-        noise.append(NoiseSpec("n_treated", float(n_t), p_cnt.laplace_scale(1), "integer_laplace"))
-    noise += [
+    _require_both_arms(n_t, n_c)
+    shares = BudgetSplit.of(split, 2)
+    p_sum, p_sq = shares.apply(total)
+    sum_scale, sq_scale = p_sum.laplace_scale(sum_units), p_sq.laplace_scale(sq_units)
+    noise = [
         NoiseSpec("sum_treated", float(s_t), sum_scale, "integer_laplace", unit_s),
         NoiseSpec("sum_control", float(s_c), sum_scale, "integer_laplace", unit_s),
-        NoiseSpec("sumsq_treated", float(q_t), sq_scale, "integer_laplace", unit_q),
-        NoiseSpec("sumsq_control", float(q_c), sq_scale, "integer_laplace", unit_q),
+        *_squares_noise(q_t, q_c, sq_scale, unit_q),
     ]
     b_sum = sum_scale * unit_s  # the sums' Laplace scale in outcome units
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
-        diagnostics: dict[str, Any] = {}
-        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, arm_sizes_public, diagnostics)
+        nt_hat, nc_hat = float(n_t), float(n_c)
         st, sc = v["sum_treated"], v["sum_control"]
         tau = st / nt_hat - sc / nc_hat
         var_t_raw = v["sumsq_treated"] / nt_hat - (st / nt_hat) ** 2
@@ -187,10 +179,10 @@ def plan_difference_in_means_from_statistics(
         noise_var = 2.0 * b_sum**2 * (1.0 / nt_hat**2 + 1.0 / nc_hat**2)
         sampling_raw = var_t_raw / nt_hat + var_c_raw / nc_hat
         sampling = np.maximum(var_t_raw, 0.0) / nt_hat + np.maximum(var_c_raw, 0.0) / nc_hat
-        diagnostics.update(sampling_variance_dp=sampling_raw, noise_variance=noise_var)
+        diagnostics = {"sampling_variance_dp": sampling_raw, "noise_variance": noise_var}
         return Outputs(tau, sampling + noise_var, sampling_raw + noise_var, diagnostics)
 
-    return _dim_plan(n_t, n_c, arm_sizes_public, total, bound, shares, noise, assemble)
+    return _dim_plan(n_t, n_c, True, total, bound, shares, noise, assemble)
 
 
 def _spent(epsilon: Number, delta: Number) -> PrivacyParams:
@@ -208,18 +200,12 @@ def _require_both_arms(n_t: int, n_c: int) -> None:
         raise ValueError(f"both arms must be non-empty (treated {n_t}, control {n_c})")
 
 
-def _arm_sizes(
-    v: Mapping[str, Any], n_t: int, n_c: int, public: bool, diagnostics: dict[str, Any]
-) -> tuple[Any, Any]:
-    """``(N_t, N_c)`` as the assembly uses them: public counts, or the noisy treated count
-    clipped to ``[1, N - 1]`` (post-processing: both arms >= 1), recorded in ``diagnostics``."""
-    if public:
-        return float(n_t), float(n_c)
-    n = n_t + n_c
-    nt_hat = np.clip(v["n_treated"], 1.0, n - 1.0)
-    nc_hat = n - nt_hat
-    diagnostics["n_treated_dp"] = nt_hat
-    return nt_hat, nc_hat
+def _squares_noise(q_t: int, q_c: int, scale: float, unit: float) -> list[NoiseSpec]:
+    """The arm sums of squares' noise sites (grid units, ``unit`` the squares' grid unit)."""
+    return [
+        NoiseSpec("sumsq_treated", float(q_t), scale, "integer_laplace", unit),
+        NoiseSpec("sumsq_control", float(q_c), scale, "integer_laplace", unit),
+    ]
 
 
 def _dim_plan(
@@ -250,16 +236,12 @@ def _plan_binary_dim(
     stats: CellStatistics,
     total: PrivacyParams,
     split: Sequence[Number] | None,
-    arm_sizes_public: bool,
 ) -> MechanismPlan:
-    """Difference in means of a binary outcome (0 or ``B``). Public arm sizes: the general
+    """Difference in means of a binary outcome (0 or ``B``) with public arm sizes: the general
     plan's arm sums and noise, the variance from ``p (1 - p)`` (post-processing of the noisy
-    sums). Private arm sizes: one query, the ``(arm, outcome)`` histogram (:func:`_arm_histogram`),
-    whose arm means ``E / (E + F)`` and sizes are post-processing."""
+    sums). Private arm sizes: :func:`_plan_histogram_dim`."""
     n_t, n_c, s_t, s_c = sums
     bound, (sum_units, _) = stats.bound, _grid_sensitivities(stats)
-    if not arm_sizes_public:
-        return _plan_binary_histogram_dim(n_t, n_c, stats, total, split)
     _require_both_arms(n_t, n_c)
     shares = BudgetSplit.of(split, 1)
     (p_sum,) = shares.apply(total)
@@ -272,7 +254,7 @@ def _plan_binary_dim(
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         diagnostics: dict[str, Any] = {"binary_outcome": 1.0}
-        nt_hat, nc_hat = _arm_sizes(v, n_t, n_c, True, diagnostics)
+        nt_hat, nc_hat = float(n_t), float(n_c)
         st, sc = v["sum_treated"], v["sum_control"]
         tau = st / nt_hat - sc / nc_hat
         p_t = np.clip(st / (nt_hat * bound), 0.0, 1.0)
@@ -299,48 +281,76 @@ def _arm_histogram(stats: CellStatistics) -> np.ndarray:
     )
 
 
-def _plan_binary_histogram_dim(
-    n_t: int, n_c: int, stats: CellStatistics, total: PrivacyParams, split: Sequence[Number] | None
+def _plan_histogram_dim(
+    arms: ArmSums,
+    stats: CellStatistics,
+    total: PrivacyParams,
+    split: Sequence[Number] | None,
+    binary: bool,
 ) -> MechanismPlan:
-    """Private arm sizes, a binary outcome: ``Lap(2 / eps)`` on each bin of the ``(arm,
-    outcome)`` histogram, the whole budget one query (one part). Each arm's mean is ``B E / (E +
-    F)`` (its count and sum noise cancel in part: the error is ``B ((1 - p) e_E - p e_F) / N``,
-    variance ``B^2 ((1 - p)^2 + p^2) v / N^2``, ``v`` a bin's noise variance); ``N_t`` the mean
-    of the two arms' noisy sizes, ``E_t + F_t`` and ``N - E_c - F_c`` (``N`` public), clipped to
-    ``[1, N - 1]``. Against the arm sums at ``Lap(2B / eps_1)`` and a treated count sharing the
-    budget, the means' noise variance is 1.2-8 times smaller (docs/explanation/privacy.md)."""
-    shares = BudgetSplit.of(split, 1)
-    (part,) = shares.apply(total)
-    site = NoiseSpec(
-        "histogram", _arm_histogram(stats).astype(np.float64),
-        part.laplace_scale(COUNT_SENSITIVITY), "integer_laplace",
-    )  # fmt: skip
-    v_bin = 2.0 * site.value_scale**2
-    n = float(n_t + n_c)
-    bound = stats.bound
+    """Private arm sizes: the arms' sizes and sums as one query, their ``(arm, end)``
+    histogram ``(U_c, U_t, L_c, L_t)``, each record's unit mass split between its arm's ends,
+    ``Y/B`` on the upper and ``1 - Y/B`` on the lower (:func:`~dpate_core.statistics.end_histogram`;
+    a binary outcome's :func:`_arm_histogram`, each record's mass all on one end, as counts).
+    Replacing one record, whose arm and outcome may both change, moves it by at most 2 in L1:
+    ``Lap(2 / eps_1)`` on each bin (in records; grid units and their sensitivity ``2^(k+1)``
+    for a continuous outcome). Each arm's mean ``B U / (U + L)``, ``N_t`` (the mean of ``U_t +
+    L_t`` and ``N - U_c - L_c``, ``N`` public, clipped to ``[1, N - 1]``) and the variances are
+    post-processing; an arm mean's error is ``B ((1 - p) e_U - p e_L) / N_arm``, variance ``B^2
+    ((1 - p)^2 + p^2) v / N_arm^2``, ``v`` a bin's noise variance. A binary outcome: one part
+    (``Y^2 = B Y``); any other: the arm sums of squares besides, their pair at L1 sensitivity
+    ``2 B^2`` (a record may change arm), two parts. Against the arm sums at ``Lap(2B / eps_1)``
+    and a treated count sharing the budget, the means' noise variance is 2-8 times smaller
+    (docs/explanation/privacy.md, "DP difference in means")."""
+    n_t, n_c, s_t, s_c, q_t, q_c = arms
+    bound, n = stats.bound, float(n_t + n_c)
+    noise: list[NoiseSpec]
+    if binary:
+        shares = BudgetSplit.of(split, 1)
+        (part,) = shares.apply(total)
+        site = NoiseSpec(
+            "histogram", _arm_histogram(stats).astype(np.float64),
+            part.laplace_scale(COUNT_SENSITIVITY), "integer_laplace",
+        )  # fmt: skip
+        noise = [site]
+    else:
+        shares = BudgetSplit.of(split, 2)
+        part, p_sq = shares.apply(total)
+        cells = CellStatistics(
+            np.array([n_c, n_t], np.int64), np.array([s_c, s_t], np.int64),
+            np.array([q_c, q_t], np.int64), bound, stats.k, stats.m, centred=False,
+        )  # fmt: skip
+        site = end_histogram_noise(cells, part)
+        sq_scale = p_sq.laplace_scale(2 * _grid_sensitivities(stats)[1])
+        noise = [site, *_squares_noise(q_t, q_c, sq_scale, stats.square_unit)]
+    v_bin = 2.0 * site.value_scale**2  # a bin's noise variance, in records
 
     def assemble(v: Mapping[str, Any]) -> Outputs:
         h = np.asarray(v["histogram"], dtype=np.float64)
-        e_c, e_t, f_c, f_t = (h[..., i] for i in range(4))
-        nt_hat = np.clip(0.5 * (e_t + f_t + n - e_c - f_c), 1.0, n - 1.0)
+        u_c, u_t, l_c, l_t = (h[..., i] for i in range(4))
+        nt_hat = np.clip(0.5 * (u_t + l_t + n - u_c - l_c), 1.0, n - 1.0)
         nc_hat = n - nt_hat
-        p_t = np.clip(e_t / np.maximum(e_t + f_t, 1.0), 0.0, 1.0)
-        p_c = np.clip(e_c / np.maximum(e_c + f_c, 1.0), 0.0, 1.0)
+        p_t = np.clip(u_t / np.maximum(u_t + l_t, 1.0), 0.0, 1.0)
+        p_c = np.clip(u_c / np.maximum(u_c + l_c, 1.0), 0.0, 1.0)
         tau = bound * (p_t - p_c)
-        sampling = bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
         noise_var = (
             bound * bound * v_bin
             * (((1.0 - p_t) ** 2 + p_t**2) / nt_hat**2 + ((1.0 - p_c) ** 2 + p_c**2) / nc_hat**2)
         )  # fmt: skip
-        diagnostics: dict[str, Any] = {
-            "binary_outcome": 1.0,
-            "n_treated_dp": nt_hat,
-            "sampling_variance_dp": sampling,
-            "noise_variance": noise_var,
-        }
-        return Outputs(tau, sampling + noise_var, sampling + noise_var, diagnostics)
+        diagnostics: dict[str, Any] = {"binary_outcome": 1.0} if binary else {}
+        if binary:
+            raw = sampling = (
+                bound * bound * (p_t * (1.0 - p_t) / nt_hat + p_c * (1.0 - p_c) / nc_hat)
+            )
+        else:
+            var_t = v["sumsq_treated"] / nt_hat - (bound * p_t) ** 2
+            var_c = v["sumsq_control"] / nc_hat - (bound * p_c) ** 2
+            raw = var_t / nt_hat + var_c / nc_hat
+            sampling = np.maximum(var_t, 0.0) / nt_hat + np.maximum(var_c, 0.0) / nc_hat
+        diagnostics.update(n_treated_dp=nt_hat, sampling_variance_dp=raw, noise_variance=noise_var)
+        return Outputs(tau, sampling + noise_var, raw + noise_var, diagnostics)
 
-    return _dim_plan(n_t, n_c, False, total, bound, shares, [site], assemble)
+    return _dim_plan(n_t, n_c, False, total, bound, shares, noise, assemble)
 
 
 def dp_difference_in_means(
@@ -362,8 +372,10 @@ def dp_difference_in_means(
     parallel composition) and ``eps_2`` for the arm sums of squares (``Lap(B^2/eps_2)`` each).
 
     With ``arm_sizes_public=False`` a neighbour may also move a record between arms (correction
-    section 5); the budget splits in three: the pair of arm sums (L1 sensitivity ``2B``), the pair
-    of sums of squares (``2B^2``), and the treated count (sensitivity 1; ``N_c = N - N_t``).
+    section 5); the budget splits in two: the arms' ``(arm, end)`` histogram, which carries their
+    sizes and sums (L1 sensitivity 2 records' mass, :func:`_plan_histogram_dim`), and the pair of
+    sums of squares (``2B^2``). Until stop 44 it split in three: the pair of arm sums (``2B``), the
+    squares, and the treated count (sensitivity 1; ``N_c = N - N_t``).
 
     Each outcome is first rounded to a public grid (``B 2^-k``; its square to ``B^2 2^-m``; module
     docstring), a deterministic, data-independent map of each record into ``[0, B]`` and
