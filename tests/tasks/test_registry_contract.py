@@ -159,6 +159,15 @@ def test_every_registered_estimator_and_aggregator(estimator, aggregator):
     run_contract(estimator, aggregator)
 
 
+@pytest.mark.parametrize("aggregator", ["mvagg", "inverse_variance"])
+def test_dim_with_private_arm_sizes_passes_the_contract(aggregator):
+    """The option a plan does not assume: the arms' histogram release, published, read back,
+    accepted by the server's rules and combined."""
+    from dpate_core.mechanisms.difference_in_means import DifferenceInMeansOptions
+
+    run_contract("dim", aggregator, options=DifferenceInMeansOptions(arm_sizes_public=False))
+
+
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
 def test_every_registered_estimator_plans_a_study(estimator):
     """``dpate plan``'s core: every estimator predicts a site's variances from public inputs,
