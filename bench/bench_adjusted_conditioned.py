@@ -39,6 +39,7 @@ from dpate_core.mechanisms.adjusted import (
     RESOLVE_Z,
     histogram_vectors,
     plan_adjusted_from_statistics,
+    plan_constants,
 )
 from dpate_core.mechanisms.adjusted._weightings import (
     _arm_variance,
@@ -151,7 +152,7 @@ def conditioned(z_res: float):
     its half-length (NaN where unresolved)."""
 
     def post(plan, noisy):
-        c = plan.assembly.args[0]
+        c = plan_constants(plan)
         lo, hi = conditioned_set(ratio_quadratics(c, noisy), c.bound, z_res)
         return 0.5 * (lo + hi), (0.5 * (hi - lo) / Z95) ** 2
 
@@ -174,7 +175,7 @@ def synth_row(label, w, y, x, k, eps, reps, z_res, bound=1.0) -> None:
     truth = fe_estimand(w, y, x, k)
     noisy = draw_many(plan, np.random.default_rng(4), reps)
     out = plan.assemble(noisy)
-    r = ratio_quadratics(plan.assembly.args[0], noisy)
+    r = ratio_quadratics(plan_constants(plan), noisy)
     ok = r["d"] > z_res * np.sqrt(r["var_d"])
     lo, hi = conditioned_set(r, bound, z_res)
     lo, hi = lo[ok], hi[ok]

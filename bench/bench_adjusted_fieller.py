@@ -37,7 +37,7 @@ from bench_adjusted_realistic import designs, estimand
 from bench_adjusted_refusal import fixed_effects_draws
 
 from dpate.experiments.settings import Z95
-from dpate_core.mechanisms.adjusted import _weightings
+from dpate_core.mechanisms.adjusted import _weightings, plan_constants
 from dpate_core.mechanisms.adjusted._weightings import design_resolution
 from dpate_core.synth import synth
 
@@ -99,7 +99,7 @@ def site_draws(w, y, x, size: int, bound: float, eps: str, reps: int, seed: int)
     shipped = plan.assemble(noisy)
     with delta_method():
         delta = plan.assemble(noisy)
-    c = plan.assemble.assembly.args[0]  # the public constants (functools.partial)
+    c = plan_constants(plan)  # the public constants (functools.partial)
     share = design_resolution(c.n, c.n_strata, c.v_n)
     cnt = np.bincount(2 * x.astype(np.int64) + w.astype(np.int64), minlength=2 * size)
     big_d = float(np.sum(cnt[0::2].astype(float) * cnt[1::2]))
@@ -172,7 +172,7 @@ def compared_line(
     coverage and width printed; the releases (with the target and ``D``) for a pooled line, None
     below that share."""
     plan, noisy = fixed_effects_draws(w, y, x, size, bound, eps, reps, seed)
-    c = plan.assemble.assembly.args[0]
+    c = plan_constants(plan)
     share = design_resolution(c.n, c.n_strata, c.v_n)
     if share < lowest_share:
         return None

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpate.data.datasets import DataUnavailableError
-from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics, plan_weighting
 from dpate_core.simulation import aggregate_many
 from dpate_core.statistics import cell_statistics
 from dpate_core.synth import split_equal, synth_strata
@@ -129,7 +129,7 @@ def run_design(
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
         plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting,
                                              binary=binary)  # fmt: skip
-        modes.append(plan.assembly.args[1].__name__.removeprefix("assemble_"))  # the weighting
+        modes.append(plan_weighting(plan))  # the weighting
         target_kind = "fixed_effects" if modes[-1] == "fixed_effects" else weighting
         targets.append(estimand(w, y, x, d.domain_size, target_kind))
         sizes.append(w.size)

@@ -38,7 +38,7 @@ from bench_adjusted_realistic import estimand
 from bench_adjusted_refusal import fixed_effects_draws
 
 from dpate.data.datasets import DataUnavailableError
-from dpate_core.mechanisms.adjusted import histogram_vectors
+from dpate_core.mechanisms.adjusted import histogram_vectors, plan_constants
 from dpate_core.statistics import histogram_cells
 from dpate_core.synth import synth_strata
 
@@ -149,7 +149,7 @@ def noise_rows(reps: int = 4000) -> None:
             for j, (w, y, x) in enumerate(d.sites[:2]):
                 plan, noisy = fixed_effects_draws(w, y, x, d.domain_size, d.bound, "1", reps, 7 + j)
                 out = plan.assemble(noisy)
-                c = plan.assemble.assembly.args[0]
+                c = plan_constants(plan)
                 true = histogram_cells(np.asarray(plan.noise[0].value, float), c.bound)
                 counts, sums = true["counts"], true["sums"]
                 n_c, n_t, s_c, s_t = counts[0::2], counts[1::2], sums[0::2], sums[1::2]

@@ -24,7 +24,7 @@ from dpate.experiments.coverage import COVERAGE_ALPHAS, COVERAGE_EPSILONS, _cove
 from dpate.experiments.data import default_source
 from dpate.experiments.settings import Z95, ExperimentSettings, generator
 from dpate.experiments.sweep import prepare
-from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics, plan_weighting
 from dpate_core.release import draw_many
 from dpate_core.simulation import site_epsilons
 from dpate_core.synth import parse_proportions
@@ -46,7 +46,7 @@ def main(n_data: int = 12, per: int = 1000, weighting: str = "auto") -> None:
                 p["var"].append(out.variance)
                 p["noise"].append(out.diagnostics["noise_variance"])
                 p["unest"].append(out.diagnostics["unestimated_variance"])
-                p["mode"] = plan.assembly.args[1].__name__.removeprefix("assemble_")
+                p["mode"] = plan_weighting(plan)
     print(f"{n_data} data draws x 3 sites x {per} releases per site epsilon")
     print("eps_j  weighting  unresolved  bias  actual_var  reported/actual (median)  "
           "noise/own_spread  sampling/actual  unestimated/actual  coverage")  # fmt: skip

@@ -62,6 +62,7 @@ from dpate_core.mechanisms.adjusted import (
     assemble_subclassification,
     histogram_vectors,
     plan_adjusted_from_statistics,
+    plan_constants,
 )
 from dpate_core.mechanisms.propensity import (
     BANDS,
@@ -70,6 +71,7 @@ from dpate_core.mechanisms.propensity import (
     Covariates,
     Numeric,
     model_share_split,
+    plan_parts,
     plan_propensity,
 )
 from dpate_core.release import MechanismPlan, draw_many
@@ -1015,7 +1017,7 @@ def _band_priors(plan: MechanismPlan, v: dict[str, Array], share_t: Array, prior
     total times the noisy treated share (``"band"``), or the model's own predicted count of
     the band and arm (``"model"``: ``N`` times the arm share times the arm's normal mass
     between the band's edges)."""
-    c, fit = plan.assemble.assembly.args[:2]  # type: ignore[attr-defined]
+    c, fit = plan_parts(plan)[:2]
     cnt = np.clip(v["counts"], 0.0, c.n)
     out = np.empty_like(cnt)
     if prior == "band":
@@ -1052,7 +1054,7 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
     - ``x usable``: ``joint`` times ``1 + 0.9 (usable - 1) / (K - 1)``;
     - ``where |gap| <= z sd, else shipped``: ``joint (band)`` where ``gap^2 <= z^2 Var(gap)``
       (the released gap no larger than its noise), else ``shipped``."""
-    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    c = plan_constants(plan)
     out = plan.assemble(v)
     sub = assemble_subclassification(c, v)
     d = out.diagnostics
@@ -1091,9 +1093,9 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
     )
     forced = {True: "linearised at every size", False: "factor form (until stop 41)"}
     for linearised, label in forced.items():
-        if plan.assemble.assembly.args[3] != linearised:  # type: ignore[attr-defined]
-            a = plan.assemble.assembly  # type: ignore[attr-defined]
-            res[label] = np.asarray(a.func(*a.args[:3], linearised, v).variance)
+        parts = plan_parts(plan)
+        if parts.linearised != linearised:
+            res[label] = np.asarray(parts._replace(linearised=linearised).assemble(v).variance)
         else:
             res[label] = res["shipped"]
     for prior in ("band", "model"):
@@ -1131,6 +1133,10 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
             )
             res["joint (band) + gap^2"] = joint + gap2
             res["joint (band) x usable"] = joint * (1.0 + 0.9 * u)
+            for most in (1, 2):  # a switch on a public feature of the release: its used bands
+                res[f"joint (band) where at most {most} band(s) used, else shipped"] = np.where(
+                    k_used <= most, joint, res["shipped"]
+                )
             for z in (1.0, 2.0):
                 quiet = gap**2 <= z * z * var_gap  # the gap no larger than its noise
                 res[f"joint (band) where |gap| <= {z:g} sd, else shipped"] = np.where(
@@ -1154,7 +1160,7 @@ def _synthetic_records(
     noisy mean (a cell under ``min_count``: its arm's mean over the bands), with the bands'
     outcome spread scaled by ``1 + k`` (the confounding the correction attributes to the
     index), plus normal noise of sd 0.15, clipped to ``[0, B]``."""
-    c, fit = plan.assemble.assembly.args  # type: ignore[attr-defined]
+    c, fit = plan_parts(plan)[:2]
     spec = plan.noise[0]
     smoothing = max(1.0, spec.scale * spec.unit)
     row = v["model"][i]
@@ -1221,7 +1227,7 @@ def bootstrapped_model_draw(
     noise (at the public scale) on records simulated from the released values
     (:func:`_synthetic_records`), the band cells left without noise: the model draw's part of
     the variance in a world where the released model's index carries the confounding."""
-    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    c = plan_constants(plan)
     resolved = np.isfinite(np.asarray(plan.assemble(v).tau))
     out = np.full(resolved.size, np.nan)
     for i in np.flatnonzero(resolved):
@@ -1247,7 +1253,7 @@ def every_band_crude(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, A
         residual_confounding_share,
     )
 
-    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    c = plan_constants(plan)
     d = plan.assemble(v).diagnostics
     sub = assemble_subclassification(c, v)
     cnt = np.asarray(v["counts"], dtype=np.float64)
@@ -1447,7 +1453,7 @@ def gap_thirds(data_sets: int = 150, draws: int = 4) -> None:
         plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=EPS)
         v = _vectors(plan, draw_many(plan, rng, draws))
         tau, res = variance_variants(plan, v)
-        sub = np.asarray(assemble_subclassification(plan.assemble.assembly.args[0], v).tau)  # type: ignore[attr-defined]
+        sub = np.asarray(assemble_subclassification(plan_constants(plan), v).tau)
         cnt, sums = v["counts"], v["sums"]
         crude = sums[:, 1::2].sum(1) / cnt[:, 1::2].sum(1) - sums[:, 0::2].sum(1) / cnt[
             :, 0::2
@@ -1488,7 +1494,7 @@ def _noiseless_cells(plan: MechanismPlan, v: dict[str, Array]) -> dict[str, Arra
 def _vectors(plan: MechanismPlan, v: dict[str, Array]) -> dict[str, Array]:
     """The drawn values with the band cells' counts and sums read from their histogram (as the
     release's assembly reads them; the histogram kept, so assembling them again is the same)."""
-    return histogram_vectors(plan.assemble.assembly.args[0], v)  # type: ignore[attr-defined]
+    return histogram_vectors(plan_constants(plan), v)
 
 
 def _crude(v: dict[str, Array]) -> Array:

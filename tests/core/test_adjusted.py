@@ -24,6 +24,7 @@ from dpate_core.mechanisms.adjusted import (
     dp_adjusted,
     plan_adjusted,
     plan_adjusted_from_statistics,
+    plan_constants,
     ratio_bias_remainder,
     resolve_weighting,
 )
@@ -351,7 +352,7 @@ def test_post_processing_of_extreme_noisy_values():
 def test_default_threshold_is_the_count_noise_scale():
     w, y, x = _data(400, 5)
     plan = plan_adjusted(w, y, x, bound=B, epsilon=1, domain_size=5, weighting="subclassification")
-    scale_n = plan.assemble.assembly.args[0].scale_n  # the counts' (the histogram's) scale
+    scale_n = plan_constants(plan).scale_n  # the counts' (the histogram's) scale
     assert THRESHOLD_FACTOR * scale_n > 2  # so the default min_count is max(2, scale_n)
     counts = np.full(10, 0.0)
     counts[2:4] = THRESHOLD_FACTOR * scale_n  # stratum 1 exactly at the threshold: used
@@ -434,7 +435,7 @@ def test_auto_weighting_is_a_public_rule_and_names_are_checked():
     # one stratum (a randomized trial) at any usual size: subclassification, as before
     w, y, x = _data(2000, 1)
     plan = plan_adjusted(w, y, x, bound=B, epsilon="1/8", domain_size=1)
-    scale_n = plan.assemble.assembly.args[0].scale_n
+    scale_n = plan_constants(plan).scale_n
     assert resolve_weighting("auto", 2000, 1, scale_n, 1 / 16) == "subclassification"
 
 
@@ -553,7 +554,7 @@ def test_subclassification_corrects_its_ratio_bias():
         sums[1::2] / cells[1::2],
     )
     target = float(np.sum((n_t + n_c) * (m_t - m_c)) / d.w.size)  # every stratum has both arms
-    v_n = plan.assemble.assembly.args[0].v_n
+    v_n = plan_constants(plan).v_n
     leading = v_n * float(np.sum(n_c * m_t / n_t**2 - n_t * m_c / n_c**2)) / d.w.size
     sd = float(np.std(out.tau))
     assert leading > 2.5 * sd  # what the correction removes: uncorrected, coverage ~0.1

@@ -13,6 +13,8 @@ from dpate_core.mechanisms.adjusted import (
     INTERVAL_Z,
     histogram_vectors,
     plan_adjusted_from_statistics,
+    plan_constants,
+    plan_weighting,
 )
 from dpate_core.release import draw_many
 from dpate_core.statistics import cell_statistics, histogram_cells
@@ -176,7 +178,7 @@ def test_fixed_effects_barely_resolved_releases_cover():
     half = np.minimum(INTERVAL_Z * np.sqrt(out.variance[ok]), B)
     covered = float(np.mean(np.abs(out.tau[ok] - exact) <= half))
     assert covered >= 0.8, covered
-    public = plan.assemble.assembly.args[0]
+    public = plan_constants(plan)
     assert design_resolution(public.n, public.n_strata, public.v_n) < FIELLER_BELOW
 
 
@@ -218,7 +220,7 @@ def test_fixed_effects_divides_out_the_plug_in_excess_where_nearly_every_release
 
     d = synth(1000, 100, a=0.0, b=0.2, seed=7)
     plan = _plan(d.w.astype(np.int64), d.y, d.x, 100, "13/20", "fixed_effects")
-    c = plan.assemble.assembly.args[0]
+    c = plan_constants(plan)
     assert _weightings.design_resolution(c.n, c.n_strata, c.v_n) >= (
         _weightings.PLUG_IN_CORRECTED_FROM
     )
@@ -296,7 +298,7 @@ def test_subclassification_noisy_variance_is_stretched_to_cover():
         d = synth(3333, 100, seed=1000 + i)
         stats = cell_statistics(d.w, d.y, d.x, domain_size=100, bound=B)
         plan = plan_adjusted_from_statistics(stats, epsilon=40)
-        assert plan.assembly.args[1].__name__ == "assemble_subclassification"
+        assert plan_weighting(plan) == "subclassification"
         out = plan.assemble(draw_many(plan, np.random.default_rng(i), 4))
         covered.append(np.abs(out.tau - 0.5) <= INTERVAL_Z * np.sqrt(out.variance))
     coverage = float(np.mean(covered))

@@ -22,7 +22,7 @@ from dpate.data.datasets import (
     load_star,
 )
 from dpate_core.mechanisms import StudySite
-from dpate_core.mechanisms.adjusted import AdjustedOptions
+from dpate_core.mechanisms.adjusted import AdjustedOptions, plan_constants
 from dpate_core.mechanisms.adjusted._release import sum_epsilon
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import plan_matching
@@ -142,7 +142,7 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
     d = synth(n, k, a=a, b=0.2, seed=6)
     plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k, weighting=weighting)
     # the release's own rule on its own count scale picks what the prediction assumes
-    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    c = plan_constants(plan)
     eps_s = sum_epsilon(plan.shares.apply(plan.total))
     assert resolve_weighting(weighting, n, k, c.scale_n, eps_s) == expected
     realised = _realised_width(
@@ -178,7 +178,7 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
     for n in (int(edge), int(edge) + 1):
         w, y, x = rng.integers(0, 2, n), rng.random(n), rng.integers(0, 10, n)
         plan = plan_adjusted(w, y, x, bound=1.0, epsilon=1, domain_size=10)
-        c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+        c = plan_constants(plan)
         eps_s = sum_epsilon(plan.shares.apply(plan.total))
         release = resolve_weighting("auto", n, 10, c.scale_n, eps_s)
         assert adjusted_weighting("auto", n, 10, 1) == release

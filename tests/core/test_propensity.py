@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dpate_core.mechanisms import ESTIMATORS
-from dpate_core.mechanisms.adjusted import histogram_vectors
+from dpate_core.mechanisms.adjusted import histogram_vectors, plan_constants
 from dpate_core.mechanisms.propensity import (
     PROPENSITY,
     Categorical,
@@ -24,6 +24,7 @@ from dpate_core.mechanisms.propensity import (
     model_bits,
     model_sensitivity,
     model_statistics,
+    plan_parts,
     plan_propensity,
     plan_propensity_from_strata,
     released_part,
@@ -150,6 +151,36 @@ def test_budget_is_exact_and_scales_follow_sensitivities() -> None:
     assert squares.value_scale >= 0.5 / float(parts[2].epsilon)
 
 
+def test_plan_accessors_read_what_the_assembly_holds() -> None:
+    """``plan_parts`` and ``plan_constants`` (what simulations and benchmarks read) return the
+    assembly's own parts: reassembling with them gives the release's outputs, a part replaced
+    gives the alternative, and a plan of another estimator is refused."""
+    from dpate_core.mechanisms.adjusted import plan_adjusted, plan_weighting
+    from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
+
+    rng = np.random.default_rng(3)
+    w, y, z = _data(rng, 3000)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=4)  # quiet: linearised applies
+    parts = plan_parts(plan)
+    assert parts.constants is plan_constants(plan) and parts.constants.n == 3000
+    assert parts.constants.n_strata == 5 and not parts.binary and parts.linearised
+    noisy = draw_many(plan, rng, 8)
+    np.testing.assert_array_equal(parts.assemble(noisy).tau, plan.assembly(noisy).tau)
+    other = parts._replace(linearised=not parts.linearised).assemble(noisy)
+    assert not np.array_equal(other.variance, plan.assembly(noisy).variance)
+    x = z[:, 0].astype(np.int64)
+    adjusted = plan_adjusted(
+        w, y, x, bound=1.0, epsilon=1, domain_size=4, weighting="fixed_effects"
+    )
+    assert plan_constants(adjusted).n_strata == 4 and plan_weighting(adjusted) == "fixed_effects"
+    dim = plan_difference_in_means(w, y, bound=1.0, epsilon=1)
+    for read in (plan_parts, plan_constants, plan_weighting):
+        with pytest.raises(TypeError, match="dim"):
+            read(dim)
+    with pytest.raises(TypeError, match="propensity"):
+        plan_weighting(plan)
+
+
 def test_secure_draw_has_both_stages() -> None:
     rng = np.random.default_rng(2)
     w, y, z = _data(rng, 400)
@@ -203,7 +234,7 @@ def test_the_correction_reads_only_the_bands_the_subclassification_uses() -> Non
     rng = np.random.default_rng(4)
     w, y, z = _data(rng, 300)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
-    c = plan.assemble.assembly.args[0]  # type: ignore[attr-defined]
+    c = plan_constants(plan)
     v = histogram_vectors(c, draw_many(plan, rng, 200))
     del v["histogram"]  # the cells' counts and sums as the assembly reads them, moved below
     counts = np.clip(np.asarray(v["counts"]), 0.0, c.n)
@@ -270,7 +301,7 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
         correction_factors,
     )
 
-    c = plan.assemble.assembly.args[0]
+    c = plan_constants(plan)
     out = plan.assemble(v)
     v = histogram_vectors(c, v)  # the cells' counts and sums, as the assembly read them
     sub = assemble_subclassification(c, v)
@@ -334,7 +365,7 @@ def test_the_release_linearises_where_its_size_and_its_noise_share_allow() -> No
         (_data, COLUMNS, half, 2000, True, True),
     ):
         plan = plan_propensity(*data(rng, n), columns, bound=1.0, epsilon=1, split=split)
-        assert plan.assemble.assembly.args[3] == public  # type: ignore[attr-defined]
+        assert plan_parts(plan).linearised == public
         out, (lin_s, fac_s), (lin_n, fac_n), rest = _linearised(plan, draw_many(plan, rng, 50))
         rho = np.asarray(out.diagnostics["model_noise_share"])
         own = public & (rho <= LINEARISED_SHARE)

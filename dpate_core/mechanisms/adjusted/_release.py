@@ -76,6 +76,8 @@ __all__ = [
     "dp_adjusted",
     "plan_adjusted",
     "plan_adjusted_from_statistics",
+    "plan_constants",
+    "plan_weighting",
     "ratio_bias_remainder",
     "resolve_weighting",
 ]
@@ -211,6 +213,27 @@ def plan_adjusted_from_statistics(
         # the public constants first either way (what simulations read)
         assemble=functools.partial(assemble_histogram, public, assemble),
     )
+
+
+def plan_constants(plan: MechanismPlan) -> PublicConstants:
+    """The public constants an adjusted plan's assembly reads (:func:`public_constants`), or a
+    propensity plan's (its band cells are an adjusted release's): what simulations, benchmarks
+    and tests read, from the one place that knows how the assembly holds them (the first
+    argument of its ``functools.partial``)."""
+    assembly = plan.assembly
+    c = assembly.args[0] if isinstance(assembly, functools.partial) and assembly.args else None
+    if not isinstance(c, PublicConstants):
+        raise TypeError(f"the {plan.estimator} plan's assembly holds no adjusted public constants")
+    return c
+
+
+def plan_weighting(plan: MechanismPlan) -> str:
+    """The weighting an adjusted plan's assembly applies, ``"fixed_effects"`` or
+    ``"subclassification"`` (the ``"auto"`` choice resolved, :func:`resolve_weighting`)."""
+    assembly = plan.assembly
+    if plan.estimator != "adjusted" or not isinstance(assembly, functools.partial):
+        raise TypeError(f"a {plan.estimator} plan has no adjusted weighting")
+    return "fixed_effects" if assembly.args[1] is assemble_fixed_effects else "subclassification"
 
 
 def sum_epsilon(parts: Sequence[PrivacyParams]) -> float:

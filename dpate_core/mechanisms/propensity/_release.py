@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from statistics import NormalDist
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -96,6 +96,7 @@ __all__ = [
     "LINEARISED_FROM",
     "LINEARISED_SHARE",
     "UNRESOLVED",
+    "PlanParts",
     "attenuation_correction",
     "attenuation_multiple",
     "correction_coefficients",
@@ -103,6 +104,7 @@ __all__ = [
     "dp_propensity",
     "is_linearised",
     "linearised_factors",
+    "plan_parts",
     "plan_propensity",
     "plan_propensity_from_strata",
     "residual_confounding_share",
@@ -340,6 +342,31 @@ def _assemble(
         variance = out.variance * factor + extra
         raw = out.raw_variance * factor + extra
     return Outputs(np.clip(tau, -c.bound, c.bound), variance, raw, d, UNRESOLVED)
+
+
+class PlanParts(NamedTuple):
+    """What a propensity plan's assembly holds (:func:`plan_parts`): the band cells' public
+    constants, the model's fit of a noisy model vector, the binary-outcome mode, and whether the
+    corrected estimate's variance is its own delta method (:func:`is_linearised`)."""
+
+    constants: PublicConstants
+    fit: Callable[[np.ndarray], PropensityModel]
+    binary: bool
+    linearised: bool
+
+    def assemble(self, v: Mapping[str, Any]) -> Outputs:
+        """The release's assembly with these parts (a simulation may replace one, e.g.
+        ``linearised``, to measure the alternative on the same draws)."""
+        return _assemble(*self, v)
+
+
+def plan_parts(plan: MechanismPlan) -> PlanParts:
+    """A propensity plan's :class:`PlanParts`, read from the one place that knows how its
+    assembly holds them (a ``functools.partial`` of :func:`_assemble`)."""
+    assembly = plan.assembly
+    if not (isinstance(assembly, functools.partial) and assembly.func is _assemble):
+        raise TypeError(f"a {plan.estimator} plan is not a propensity release's")
+    return PlanParts(*assembly.args)
 
 
 @functools.lru_cache(maxsize=64)
