@@ -74,6 +74,7 @@ from dpate_core.mechanisms.propensity import (
     plan_parts,
     plan_propensity,
 )
+from dpate_core.mechanisms.propensity import _release as propensity_release
 from dpate_core.release import MechanismPlan, draw_many
 from dpate_core.simulation import aggregate_many
 from dpate_core.statistics import cell_statistics
@@ -1098,6 +1099,18 @@ def variance_variants(plan: MechanismPlan, v: dict[str, Array]) -> tuple[Array, 
             res[label] = np.asarray(parts._replace(linearised=linearised).assemble(v).variance)
         else:
             res[label] = res["shipped"]
+    # the corrected estimate's own delta method at any noise share (the release gates it at
+    # LINEARISED_SHARE): a what-if, the module constant lifted for this one assembly
+    saved = propensity_release.LINEARISED_SHARE
+    propensity_release.LINEARISED_SHARE = 1.0
+    try:
+        own = np.asarray(plan_parts(plan)._replace(linearised=True).assemble(v).variance)
+    finally:
+        propensity_release.LINEARISED_SHARE = saved
+    for most in (1, 2):
+        res[f"own delta method where at most {most} band(s) used, else shipped"] = np.where(
+            k_used <= most, own, res["shipped"]
+        )
     for prior in ("band", "model"):
         p = _band_priors(plan, v, big_t / (big_t + big_c), prior)
         lam = np.maximum(cnt, 0.0) ** 2 / (np.maximum(cnt, 0.0) ** 2 + c.v_n)
