@@ -52,6 +52,18 @@ def test_binary_parts_in_the_registry():
     assert dim.split(None, PUBLIC, binary=True).shares == (Fraction(1),)
 
 
+def test_dpate_plan_tries_no_dim_split_that_starves_the_squares():
+    """A continuous outcome's variance comes from the noisy sums of squares: with a tenth or a
+    fifth of the budget on them the interval under-covers at a few thousand records
+    (``bench/bench_dim_split.py``: 0.898-0.921), so the splits ``dpate plan`` may recommend keep
+    at least 3/10 for them, with public or private arm sizes."""
+    dim = ESTIMATORS["dim"]
+    for options in (PUBLIC, PRIVATE):
+        tried = dim.splits_to_try(options)
+        assert tried == ((Fraction(1, 2),) * 2, (Fraction(7, 10), Fraction(3, 10)))
+        assert min(split[1] for split in tried) == Fraction(3, 10)
+
+
 def _binary(n=4000, seed=0, bound=1.0):
     rng = np.random.default_rng(seed)
     w = rng.integers(0, 2, n)

@@ -83,7 +83,11 @@ def _plan_from_statistics(s: StatisticsInputs) -> MechanismPlan:
     )
 
 
-_SUMS_SHARES = (Fraction(1, 2), Fraction(7, 10), Fraction(4, 5), Fraction(9, 10))
+#: the first part's shares ``dpate plan`` tries (the rest to the squares): a larger share narrows
+#: the interval but its noisy variance estimate under-covers at a few thousand records and sd
+#: well below ``B`` (4/5 and 9/10: 0.898-0.921 where even halves cover 0.932-0.941;
+#: ``bench/bench_dim_split.py``, docs/explanation/results.md, "Budget split presets")
+_SUMS_SHARES = (Fraction(1, 2), Fraction(7, 10))
 
 #: the estimator a study names "dim"
 DIFFERENCE_IN_MEANS = Estimator(
