@@ -18,6 +18,8 @@ from dpate_core.mechanisms._rules import (
 from dpate_core.privacy import PrivacyParams
 from dpate_core.statistics import COUNT_SENSITIVITY
 
+from ._release import spread
+
 if TYPE_CHECKING:
     from dpate_core.inference import NoiseDraws
     from dpate_core.planning import PredictionInputs
@@ -49,11 +51,6 @@ def histogram_mode(public_arms: bool, binary: bool, parts: int) -> bool:
     return not public_arms and parts == (1 if binary else 2)
 
 
-def _spread(p: float) -> float:
-    """``(1 - p)^2 + p^2``: an arm mean's noise from its histogram over ``v B^2 / N^2``."""
-    return (1.0 - p) ** 2 + p * p
-
-
 def histogram_noise_range(
     bound: float, v_bin: float, tau: float, nt: float, nc: float
 ) -> tuple[float, float]:
@@ -67,7 +64,7 @@ def histogram_noise_range(
     lo, hi = max(0.0, -d), min(1.0, 1.0 - d)
 
     def g(p: float) -> float:
-        return a * _spread(p + d) + b * _spread(p)
+        return float(a * spread(p + d) + b * spread(p))
 
     star = min(max(0.5 - d * a / (a + b), lo), hi)
     scale = bound * bound * v_bin
@@ -173,7 +170,7 @@ def predict(inp: PredictionInputs) -> tuple[float, float, float]:
         v_bin = 2.0 * (2.0 / parts[0].epsilon_float) ** 2
         mean, half = inp.assumptions.mean(b) / b, 0.5 * inp.assumptions.effect / b
         p_t, p_c = (min(max(mean + d, 0.0), 1.0) for d in (half, -half))
-        noise = b * b * v_bin * (_spread(p_t) / nt**2 + _spread(p_c) / nc**2)
+        noise = b * b * v_bin * (spread(p_t) / nt**2 + spread(p_c) / nc**2)
     if inp.binary:
         return sampling, noise, sampling + noise
     q = (1.0 if _public(inp.options) else 2.0) * b * b / parts[1].epsilon_float

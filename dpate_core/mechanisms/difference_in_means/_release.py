@@ -281,6 +281,13 @@ def _arm_histogram(stats: CellStatistics) -> np.ndarray:
     )
 
 
+def spread(p: Any) -> Any:
+    """``(1 - p)^2 + p^2``: an arm mean's noise variance from its ``(arm, end)`` histogram over
+    ``B^2 v / N_arm^2`` (``p`` the arm mean over ``B``, ``v`` a bin's noise variance): its error
+    is ``B ((1 - p) e_U - p e_L) / N_arm``. Between 1/2 (``p = 1/2``) and 1."""
+    return (1.0 - p) ** 2 + p * p
+
+
 def _plan_histogram_dim(
     arms: ArmSums,
     stats: CellStatistics,
@@ -333,10 +340,7 @@ def _plan_histogram_dim(
         p_t = np.clip(u_t / np.maximum(u_t + l_t, 1.0), 0.0, 1.0)
         p_c = np.clip(u_c / np.maximum(u_c + l_c, 1.0), 0.0, 1.0)
         tau = bound * (p_t - p_c)
-        noise_var = (
-            bound * bound * v_bin
-            * (((1.0 - p_t) ** 2 + p_t**2) / nt_hat**2 + ((1.0 - p_c) ** 2 + p_c**2) / nc_hat**2)
-        )  # fmt: skip
+        noise_var = bound * bound * v_bin * (spread(p_t) / nt_hat**2 + spread(p_c) / nc_hat**2)
         diagnostics: dict[str, Any] = {"binary_outcome": 1.0} if binary else {}
         if binary:
             raw = sampling = (
