@@ -125,6 +125,7 @@ def run_design(
     taus = np.full((reps, j_sites), np.nan)
     var = np.full((reps, j_sites), np.nan)
     targets, sizes, modes = [], [], []
+    read: list[str] = []
     for j, (w, y, x) in enumerate(d.sites):
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
         plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting,
@@ -139,6 +140,8 @@ def run_design(
             spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
             for spec in plan.noise
         }
+        if modes[-1] == "subclassification":
+            read.append(read_shares(plan, stats, noisy, (w.size, d.domain_size), eps, binary))
         if post is None:
             out = plan.assemble(noisy)
             taus[:, j], var[:, j] = out.tau, out.variance
@@ -172,6 +175,43 @@ def run_design(
         print(f"  {unit:22s} {target:8.4f} {share:8.2f} {np.mean(t) - target:+8.4f} "
               f"{np.sqrt(mse):9.4f} {np.mean(v) / mse:7.2f} {cover:6.3f} "
               f"{np.median(hi - lo):7.4f}")  # fmt: skip
+    if read:
+        print("  share of the estimand's records in the strata read (realised; predicted at the "
+              "records' counts, at even fill): " + "; ".join(read))  # fmt: skip
+
+
+def read_shares(plan, stats, noisy, shape: tuple[int, int], eps: str, binary: bool) -> str:
+    """Subclassification's realised share of the estimand's records (strata holding both arms)
+    in the strata it read (its own rule on each draw's noisy counts), against ``dpate plan``'s
+    :func:`~dpate_core.mechanisms.adjusted.read_share` at the records' own counts and at the
+    plan's default even fill."""
+    from dpate_core.mechanisms.adjusted import (
+        AdjustedOptions,
+        histogram_vectors,
+        plan_constants,
+        read_share,
+        used_strata,
+    )
+    from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign
+
+    n, size = shape
+    c = plan_constants(plan)
+    counts = np.asarray(stats.counts, dtype=float)
+    cc, tc = counts[0::2], counts[1::2]
+    mass = np.where((tc > 0) & (cc > 0), tc + cc, 0.0)
+    used = used_strata(c, np.clip(histogram_vectors(c, noisy)["counts"], 0.0, c.n))
+    realised = float(np.mean(used @ mass) / mass.sum())
+    design = SiteDesign.of("site", n, eps, 0, plan.shares.shares, len(plan.shares.shares))
+    options = AdjustedOptions(weighting="subclassification")
+    at = [
+        read_share(
+            PredictionInputs(
+                design, size, c.bound, Assumptions(), options, strata_counts=sc, binary=binary
+            )
+        )
+        for sc in ((tc, cc), None)
+    ]
+    return f"{realised:.2f} ({at[0]:.2f}, {at[1]:.2f})"
 
 
 def _split(name: str, w, y, x, size: int, j_sites: int, seed: int) -> Design:

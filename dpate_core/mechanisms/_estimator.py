@@ -244,6 +244,9 @@ class Estimator:
     #: ``inputs -> (probability, variance)``: the predicted probability that a release resolves an
     #: estimate and the variance it reports when it does (None: every release resolves)
     resolution: Callable[[PredictionInputs], tuple[float, float]] | None = None
+    #: ``inputs -> share``: the expected share of the estimand's records in the strata the
+    #: release reads, where it reads only some and stands for the rest (None: it reads all)
+    read_share: Callable[[PredictionInputs], float] | None = None
     #: ``inputs -> (probabilities, variances, shared sds)``: the predicted releases as equally
     #: likely ones, each one's probability of resolving, its variance when it does and the sd of
     #: the part of its error common to every site (0: none), where the reported variance varies

@@ -226,6 +226,9 @@ class SitePrediction:
     #: sd)``, where an estimator predicts how its reported variance varies between releases
     #: (``Estimator.resolutions``); empty: every release is the one above. Not printed
     releases: tuple[tuple[float, float, float], ...] = field(default=(), repr=False)
+    #: the expected share of the records of the strata in the estimand (those holding both arms)
+    #: that lie in the strata the release reads (``Estimator.read_share``; 1: it reads every one)
+    read_share: float = 1.0
 
     @property
     def rmse(self) -> float:

@@ -88,6 +88,7 @@ def predict_site(
         sampling, noise, reported = est.predict(inp)
         p_resolved, v_resolved = (1.0, reported) if est.resolution is None else est.resolution(inp)
         releases = () if est.resolutions is None else tuple(zip(*est.resolutions(inp), strict=True))
+        read_share = 1.0 if est.read_share is None else est.read_share(inp)
     return SitePrediction(
         site_id=design.site_id,
         n=design.n,
@@ -103,6 +104,7 @@ def predict_site(
         resolved_probability=p_resolved,
         resolved_variance=v_resolved,
         releases=tuple((float(p), float(v), float(b)) for p, v, b in releases),
+        read_share=read_share,
     )
 
 

@@ -54,6 +54,19 @@ def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):
     out = runner.invoke(app, ["check", str(forced)]).output
     assert "the release would use: subclassification" in out
     assert "declared in the spec (adjusted_weighting = 'subclassification')" in out
+    # 30 records in 3 strata, subclassification declared: about 5 records per arm per stratum
+    # against a threshold of 3.1, so the release reads only part of its strata; check repeats
+    # the plan's note at the declared n
+    sparse = write_study(
+        tmp_path / "s",
+        {"small": {"n": 30, "declared": 30}},
+        estimator='"adjusted"',
+        adjusted_weighting='"subclassification"',
+    )
+    out = runner.invoke(app, ["check", str(sparse)]).output
+    assert "site small: subclassification is predicted to read the strata of" in out
+    assert "at the declared n and `dpate plan`'s default assumptions" in out
+    assert "predicted to read the strata" not in runner.invoke(app, ["check", str(forced)]).output
     other = write_study(tmp_path / "o", {"a": {}})
     out = runner.invoke(app, ["check", str(other)]).output
     assert "the release would use" not in out

@@ -247,6 +247,58 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
     assert not [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
 
 
+def test_plan_notes_subclassification_sites_that_read_few_strata():
+    # 3,000 records in 384 strata (about 4 per arm per stratum) at eps 1 with subclassification
+    # declared: a stratum is read when both noisy arm counts reach the count noise's scale (3.1),
+    # and the rest of the estimand's records are stood for by the strata read. The predicted
+    # share of those records in the strata read, at the records' own counts, against the
+    # release's own rule on 2,000 noisy histograms of them
+    from dpate_core.mechanisms.adjusted import (
+        DEFAULT_SPLIT,
+        MOSTLY_READ,
+        histogram_vectors,
+        plan_adjusted_from_statistics,
+        read_share,
+        used_strata,
+    )
+    from dpate_core.planning import Assumptions, PredictionInputs
+    from dpate_core.statistics import cell_statistics
+
+    d = synth(3000, 384, a=0.0, b=0.2, seed=7)
+    stats = cell_statistics(d.w, d.y, d.x, domain_size=384, bound=1.0)
+    release = plan_adjusted_from_statistics(stats, epsilon="1", weighting="subclassification")
+    c = plan_constants(release)
+    noisy = histogram_vectors(c, draw_many(release, np.random.default_rng(4), 2000))["counts"]
+    read = used_strata(c, np.clip(noisy, 0.0, c.n))
+    counts = np.asarray(stats.counts, dtype=float)
+    cc, tc = counts[0::2], counts[1::2]
+    both = (tc > 0) & (cc > 0)
+    realised = float(np.mean(np.sum(read * both * (tc + cc), axis=1)) / np.sum(both * (tc + cc)))
+    design = SiteDesign.of("a", 3000, 1, 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT))
+    options = AdjustedOptions(weighting="subclassification")
+    at_counts = PredictionInputs(design, 384, 1.0, Assumptions(), options, strata_counts=(tc, cc))
+    assert abs(read_share(at_counts) - realised) < 0.01, (read_share(at_counts), realised)
+    assert 0.3 < realised < 0.8
+    # the plan (every stratum filled evenly) says so, naming the sites; "auto" picks fixed
+    # effects there, which reads every stratum; 16 strata are read whole: no note
+    designs = [SiteDesign.of(s, 3000, 1, 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT)) for s in "ab"]
+    plan = plan_study("adjusted", "inverse_variance", designs, domain_size=384, bound=1.0,
+                      options=options, recommend=False)  # fmt: skip
+    share = plan.sites[0].read_share
+    assert plan.sites[0].weighting == "subclassification" and share < MOSTLY_READ
+    (note,) = [n for n in plan.notes if "predicted to read the strata" in n]
+    assert note.startswith(f"sites a, b: subclassification is predicted to read the strata of "
+                           f"{round(100 * share)}% of the records")  # fmt: skip
+    assert "biased beyond its interval" in note and '"fixed_effects"' in note
+    for size, opts in ((384, AdjustedOptions()), (16, options)):
+        plan = plan_study("adjusted", "inverse_variance", designs, domain_size=size, bound=1.0,
+                          options=opts, recommend=False)  # fmt: skip
+        assert plan.sites[0].read_share > MOSTLY_READ or plan.sites[0].weighting != (
+            "subclassification"
+        )
+        assert not [n for n in plan.notes if "predicted to read the strata" in n]
+
+
 def test_study_plan_names_the_one_weighting_every_site_uses():
     from dpate_core.mechanisms.adjusted import ESTIMANDS, adjusted_weighting
 

@@ -25,6 +25,7 @@ from dpate_core.mechanisms._estimator import (
 from dpate_core.release import MechanismPlan
 
 from ._public import (
+    MOSTLY_READ,
     MOSTLY_RESOLVES,
     RARELY_RESOLVES,
     SELECTED_RESOLUTION,
@@ -36,6 +37,7 @@ from ._public import (
     noise_model,
     plausible,
     predict,
+    read_share,
     required_diagnostics,
     study_weighting,
 )
@@ -85,6 +87,7 @@ __all__ = [
     "ESTIMANDS",
     "FIELLER_BELOW",
     "INTERVAL_Z",
+    "MOSTLY_READ",
     "MOSTLY_RESOLVES",
     "PARTS",
     "PARTS_BINARY",
@@ -116,6 +119,7 @@ __all__ = [
     "plan_weighting",
     "public_constants",
     "ratio_bias_remainder",
+    "read_share",
     "resolve_weighting",
     "study_weighting",
     "subclassification_linearisation",
@@ -207,6 +211,7 @@ ADJUSTED = Estimator(
     noise_model=noise_model,
     predict=predict,
     resolution=adjusted_resolution,
+    read_share=read_share,
     required_diagnostics=required_diagnostics,
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
