@@ -188,23 +188,26 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
         adjusted_weighting("regression", 100, 5, 1)
 
 
+def _synth_release(n: int, size: int, epsilon: str, weighting: str):
+    """Synth's records in ``size`` strata (``a = 0``, ``b = 0.2``, seed 7): their cell
+    statistics and the adjusted release with ``weighting`` on them."""
+    from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
+    from dpate_core.statistics import cell_statistics
+
+    d = synth(n, size, a=0.0, b=0.2, seed=7)
+    stats = cell_statistics(d.w, d.y, d.x, domain_size=size, bound=1.0)
+    return stats, plan_adjusted_from_statistics(stats, epsilon=epsilon, weighting=weighting)
+
+
 def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
     # 1,000 records in 100 strata at eps 1/4 (the design of
     # test_fixed_effects_barely_resolved_releases_cover): the release resolves in about 3% of
     # draws, and those are selected on their denominator's noise. The plan predicts that share
     # from the public design and says so, naming the sites; 3,000 records in 384 strata at eps 1
     # resolve in most releases and get no note
-    from dpate_core.mechanisms.adjusted import (
-        DEFAULT_SPLIT,
-        MOSTLY_RESOLVES,
-        SELECTED_RESOLUTION,
-        plan_adjusted_from_statistics,
-    )
-    from dpate_core.statistics import cell_statistics
+    from dpate_core.mechanisms.adjusted import DEFAULT_SPLIT, MOSTLY_RESOLVES, SELECTED_RESOLUTION
 
-    d = synth(1000, 100, a=0.0, b=0.2, seed=7)
-    stats = cell_statistics(d.w, d.y, d.x, domain_size=100, bound=1.0)
-    release = plan_adjusted_from_statistics(stats, epsilon="1/7", weighting="fixed_effects")
+    _, release = _synth_release(1000, 100, "1/7", "fixed_effects")
     realised = float(
         np.isfinite(release.assemble(draw_many(release, np.random.default_rng(4), 4000)).tau).mean()
     )
@@ -257,16 +260,12 @@ def test_plan_notes_subclassification_sites_that_read_few_strata():
         DEFAULT_SPLIT,
         MOSTLY_READ,
         histogram_vectors,
-        plan_adjusted_from_statistics,
         read_share,
         used_strata,
     )
     from dpate_core.planning import Assumptions, PredictionInputs
-    from dpate_core.statistics import cell_statistics
 
-    d = synth(3000, 384, a=0.0, b=0.2, seed=7)
-    stats = cell_statistics(d.w, d.y, d.x, domain_size=384, bound=1.0)
-    release = plan_adjusted_from_statistics(stats, epsilon="1", weighting="subclassification")
+    stats, release = _synth_release(3000, 384, "1", "subclassification")
     c = plan_constants(release)
     noisy = histogram_vectors(c, draw_many(release, np.random.default_rng(4), 2000))["counts"]
     read = used_strata(c, np.clip(noisy, 0.0, c.n))
