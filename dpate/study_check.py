@@ -31,6 +31,8 @@ from dpate.ledger import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from dpate.schemas.site_data import PreparationReport
     from dpate.schemas.spec import StudySpec
     from dpate.settings import SiteContext, StudyContext
@@ -43,6 +45,7 @@ __all__ = [
     "StudyNotReadyError",
     "check_site",
     "check_study",
+    "design_cautions",
     "design_notes",
     "ledger_init_line",
     "not_ready_error",
@@ -158,25 +161,45 @@ def check_study(
 
 def design_notes(spec: StudySpec) -> list[str]:
     """The estimator's own notes on the study's design (``Estimator.describe``: the adjusted
-    estimator's fixed-effects sites predicted to rarely resolve), as ``dpate plan`` gives them
-    at the ``n`` every site declares and the plan's default assumptions (every stratum filled
-    evenly, treated share 0.5). Public values only; spends and reads nothing. Empty for an
-    estimator without notes of its own, or when a site declares no ``n``."""
-    describe = spec.estimator_info.describe
-    if describe is None or any(s.n is None for s in spec.sites):
+    estimator's fixed-effects sites predicted to rarely resolve, its subclassification sites
+    predicted to read few of their strata), as ``dpate plan`` gives them at the ``n`` every site
+    declares and the plan's default assumptions (every stratum filled evenly, treated share
+    0.5). Public values only; spends and reads nothing. Empty for an estimator without notes of
+    its own, or when a site declares no ``n``."""
+    return [
+        f"{note} (at the declared n and `dpate plan`'s default assumptions; `dpate plan "
+        f"--occupied-strata` states where the records lie)"
+        for note in _predicted_notes(spec, spec.estimator_info.describe)
+    ]
+
+
+def design_cautions(spec: StudySpec) -> list[str]:
+    """The notes of :func:`design_notes` that question the validity of the study's estimate
+    (``Estimator.cautions``), worded for the result's reader: what the study's result carries
+    beside its estimate. Public values only (the spec); empty where there are none."""
+    return [
+        f"{note} (predicted from the study's spec before any release: the n each site declares "
+        f"and `dpate plan`'s default assumptions)"
+        for note in _predicted_notes(spec, spec.estimator_info.cautions)
+    ]
+
+
+def _predicted_notes(
+    spec: StudySpec, notes: Callable[[Any, Sequence[Any]], list[str]] | None
+) -> list[str]:
+    """``notes`` (an estimator's ``describe`` or ``cautions``) on ``dpate plan``'s prediction of
+    the study at the ``n`` every site declares: empty without ``notes``, when a site declares no
+    ``n``, or for a design the plan cannot predict (``dpate plan`` says why)."""
+    if notes is None or any(s.n is None for s in spec.sites):
         return []
     from dpate.study_plan import plan_spec, spec_designs
 
     try:
         sizes = {s.id: int(s.n or 0) for s in spec.sites}
         plan = plan_spec(spec, spec_designs(spec, sizes), recommend=False)
-    except ValueError:  # a design the plan cannot predict: no note (`dpate plan` says why)
+    except ValueError:
         return []
-    return [
-        f"{note} (at the declared n and `dpate plan`'s default assumptions; `dpate plan "
-        f"--occupied-strata` states where the records lie)"
-        for note in describe(spec.study_choice.options, plan.sites)
-    ]
+    return notes(spec.study_choice.options, plan.sites)
 
 
 def check_site(ctx: SiteContext, *, public: bool = False) -> SiteCheck:

@@ -47,7 +47,7 @@ from dpate.schemas.reports import (
 from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
-from dpate.study_check import respend_text
+from dpate.study_check import design_cautions, respend_text
 from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core.aggregation import (
     UNRESOLVED,
@@ -180,6 +180,9 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     }
     if ctx.spec.target_width is not None:  # the precision the study was planned for
         head["target_width"] = ctx.spec.target_width
+    cautions = design_cautions(ctx.spec)  # the design's doubts about validity, from the spec
+    if cautions:
+        head["cautions"] = cautions
     try:
         # the published fields as the intervals below read them, with the part of each site's
         # error it shares with the others (dpate_core.inference.combined_result)

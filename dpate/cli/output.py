@@ -127,7 +127,8 @@ def site_lines(result: StudyResult) -> list[str]:
 def site_notes(result: StudyResult, errors: Mapping[str, str | None] | None = None) -> list[str]:
     """What the table of sites says under it: why a site is missing, rejected or excluded
     (``errors``, site -> message, in place of the published reason of a site whose run
-    failed here), why a site interval is flagged, why a site was not used, the estimand."""
+    failed here), why a site interval is flagged, why a site was not used, the estimand, the
+    design's cautions."""
     from dpate.schemas.reports import ReleasedSite
 
     errors = errors or {}
@@ -146,6 +147,7 @@ def site_notes(result: StudyResult, errors: Mapping[str, str | None] | None = No
         notes.append(f"not used: {not_used[0].reason}")
     if result.estimand:
         notes.append(result.estimand_text())
+    notes += [f"Caution: {c}" for c in result.cautions]
     return notes
 
 

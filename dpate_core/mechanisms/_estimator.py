@@ -261,6 +261,10 @@ class Estimator:
     choose: Callable[[Any, int, Sequence[StudySite]], StudyChoice] | None = None
     #: ``(options, predicted sites) -> notes`` for ``dpate plan``
     describe: Callable[[Any, Sequence[Any]], list[str]] | None = None
+    #: ``(options, predicted sites) -> cautions``: the notes of :attr:`describe` that question
+    #: the validity of the estimate (a bias or a coverage its interval may not hold), which the
+    #: study's result carries beside the estimate, not only the plan (None: none)
+    cautions: Callable[[Any, Sequence[Any]], list[str]] | None = None
 
     # --- options --------------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ copied from its report; the views show them as "spent of cap"); the study's ``es
 ``estimand`` (what every site's estimate and the combination estimate, in words a clinician reads:
 one for the whole study, ``StudySpec.estimand``), which every view prints; a released site's
 ``balance`` (its DP covariate-balance table, copied from its report), which the HTML report shows
-beside the forest plot (:meth:`StudyResult.balance_rows`).
+beside the forest plot (:meth:`StudyResult.balance_rows`); the study's ``cautions`` (what its
+design, read from the spec before any release, says about when the estimate or its interval may
+not hold: ``dpate.study_check.design_cautions``), which every view prints.
 """
 
 from __future__ import annotations
@@ -328,6 +330,9 @@ class StudyResult(_WithInterval):
     uninformative: bool = False
     #: the full width of the combined 95% interval the study needs (the spec's ``target_width``)
     target_width: float | None = None
+    #: what the study's design says, before any release, about when its estimate or interval
+    #: may not hold (``dpate.study_check.design_cautions``; an optional field: none when absent)
+    cautions: list[str] = Field(default_factory=list)
     extra: dict[str, Any] = Field(default_factory=dict)
     sites: list[SiteResult]
     software_version: str
@@ -483,6 +488,7 @@ class StudyResult(_WithInterval):
             + ("" if self.complete else " -- partial: not every site reported"),
             "",
             *([self.estimand_text(), ""] if self.estimand else []),
+            *(line for c in self.cautions for line in (f"**Caution:** {c}", "")),
             "| site | status | tau | 95% CI | N | epsilon | delta | weight | lifetime spent of cap "
             "| why |",
             "|---|---|---|---|---|---|---|---|---|---|",

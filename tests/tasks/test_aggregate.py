@@ -77,6 +77,7 @@ def test_combine_reports_uses_the_registry_wording_and_weights(study):
         assert lo <= hi
     assert result["variance"] > 0 and len(result["ci95"]) == 2
     assert "target_width" not in result  # the spec sets none: the document as before
+    assert "cautions" not in result  # SmoothDPMatching's design has none: as before
     # a spec's target width goes into the result, and a wider interval says it misses it
     lo, hi = StudyResult.of(result).interval_ends() or (0.0, 0.0)
     for target, misses in ((hi - lo) / 2, True), (2 * (hi - lo), False):
@@ -315,6 +316,40 @@ def test_a_study_whose_sites_are_all_unresolved_has_no_answer_never_zero(adjuste
     assert typed.markdown().splitlines()[2].startswith("**No answer at this budget**: no site")
     page = render_html(typed, "x/test-study/results/1.json", {})
     assert "No answer at this budget" in page and "Sites used: none" in page
+
+
+def test_the_result_carries_the_designs_cautions(adjusted_study):
+    """Subclassification declared where the smallest site (60 records over 8 strata) can read
+    only part of its strata: the result carries the design's caution (predicted from the
+    spec's declared n, ``dpate.study_check.design_cautions``) in the document and in every
+    view; the larger sites, which read every stratum, get none, nor does a spec without n."""
+    from dpate.cli.output import site_notes
+
+    spec = adjusted_study.spec
+    text = spec.read_text().replace('"fixed_effects"', '"subclassification"')
+    declared = text
+    for site, n in (("north", 400), ("south", 300), ("east", 60)):
+        line = f'data = "sites/{site}/records.parquet"\n'
+        declared = declared.replace(line, f"{line}n = {n}\n")
+    spec.write_text(declared)
+    for i, site in enumerate(("north", "south", "east")):
+        publish_site(str(spec), site, seed=i)
+    ctx = resolve_study(str(spec))
+    inputs = collect_reports.fn(ctx)
+    result = combine_reports.fn(ctx, inputs)
+    (caution,) = result["cautions"]
+    assert caution.startswith("site east: subclassification is predicted to read the strata of")
+    assert caution.endswith("(predicted from the study's spec before any release: the n each "
+                            "site declares and `dpate plan`'s default assumptions)")  # fmt: skip
+    typed = StudyResult.of(result)
+    assert typed.cautions == [caution] and typed.to_document() == result
+    assert f"**Caution:** {caution}" in typed.markdown()
+    assert f"Caution: {caution}" in site_notes(typed)
+    page = render_html(typed, "x/test-study/results/1.json", {})
+    assert "<p><b>Caution:</b> site east: subclassification is predicted" in page
+    undeclared = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={"sites": [
+        site.model_copy(update={"n": None}) for site in ctx.spec.sites]}))  # fmt: skip
+    assert "cautions" not in combine_reports.fn(undeclared, inputs)
 
 
 def test_an_unresolved_site_is_never_combined(adjusted_study):

@@ -217,6 +217,7 @@ ADJUSTED = Estimator(
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
     choose=_choose,
     describe=describe,
+    cautions=describe,  # each of its notes says when its estimate or interval may not hold
     candidate_splits={
         2: ((Fraction(4, 5), Fraction(1, 5)), (Fraction(19, 20), Fraction(1, 20))),
     },
