@@ -180,7 +180,7 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     }
     if ctx.spec.target_width is not None:  # the precision the study was planned for
         head["target_width"] = ctx.spec.target_width
-    cautions = design_cautions(ctx.spec)  # the design's doubts about validity, from the spec
+    cautions = _cautions(ctx)  # the design's doubts about validity, from the spec
     if cautions:
         head["cautions"] = cautions
     try:
@@ -220,6 +220,23 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
         "sites": sites,
         "software_version": software_version(),
     }
+
+
+def _cautions(ctx: StudyContext) -> list[str]:
+    """The design's cautions (:func:`dpate.study_check.design_cautions`, public values only).
+    They come from ``dpate plan``'s prediction; should it fail on a design it was never tried
+    on, the result is still published, without them, and the log says so (the error's type
+    only: the spec is public, no record is involved)."""
+    try:
+        return design_cautions(ctx.spec)
+    except Exception as exc:  # a caution never stops a study's result
+        get_run_logger().warning(
+            "study %s: the design's cautions could not be predicted (%s); the result carries "
+            "none (run `dpate plan` on the spec to see why)",
+            ctx.study_id,
+            type(exc).__name__,
+        )
+        return []
 
 
 def _no_answer_reason(valid: list[dict[str, Any]]) -> str:

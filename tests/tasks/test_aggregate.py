@@ -318,11 +318,12 @@ def test_a_study_whose_sites_are_all_unresolved_has_no_answer_never_zero(adjuste
     assert "No answer at this budget" in page and "Sites used: none" in page
 
 
-def test_the_result_carries_the_designs_cautions(adjusted_study):
+def test_the_result_carries_the_designs_cautions(adjusted_study, monkeypatch):
     """Subclassification declared where the smallest site (60 records over 8 strata) can read
     only part of its strata: the result carries the design's caution (predicted from the
     spec's declared n, ``dpate.study_check.design_cautions``) in the document and in every
     view; the larger sites, which read every stratum, get none, nor does a spec without n."""
+    import dpate.tasks.aggregate as aggregate_module
     from dpate.cli.output import site_notes
 
     spec = adjusted_study.spec
@@ -350,6 +351,14 @@ def test_the_result_carries_the_designs_cautions(adjusted_study):
     undeclared = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={"sites": [
         site.model_copy(update={"n": None}) for site in ctx.spec.sites]}))  # fmt: skip
     assert "cautions" not in combine_reports.fn(undeclared, inputs)
+    # a prediction that fails on a design it was never tried on never stops the result
+
+    def broken(spec):
+        raise ZeroDivisionError
+
+    monkeypatch.setattr(aggregate_module, "design_cautions", broken)
+    unwarned = combine_reports.fn(ctx, inputs)
+    assert "cautions" not in unwarned and unwarned["estimate"] == result["estimate"]
 
 
 def test_an_unresolved_site_is_never_combined(adjusted_study):
