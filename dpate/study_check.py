@@ -160,13 +160,15 @@ def check_study(
 
 
 def design_notes(spec: StudySpec) -> list[str]:
-    """The estimator's own notes on the study's design (``Estimator.describe``: the adjusted
-    estimator's fixed-effects sites predicted to rarely resolve, its subclassification sites
-    predicted to read few of their strata), as ``dpate plan`` gives them at the ``n`` every site
-    declares and the plan's default assumptions (every stratum filled evenly, treated share
-    0.5). Public values only; spends and reads nothing. Empty for an estimator without notes of
-    its own, or when a site declares no ``n``."""
-    return [
+    """The cautions of the study's choice (``StudyChoice.cautions``: the propensity release's
+    declared bands or model share below the public rule's), then the estimator's own notes on
+    the study's design (``Estimator.describe``: the adjusted estimator's fixed-effects sites
+    predicted to rarely resolve, its subclassification sites predicted to read few of their
+    strata), as ``dpate plan`` gives them at the ``n`` every site declares and the plan's
+    default assumptions (every stratum filled evenly, treated share 0.5). Public values only;
+    spends and reads nothing. Empty for an estimator without notes of its own, or when a site
+    declares no ``n``."""
+    return list(spec.study_choice.cautions) + [
         f"{note} (at the declared n and `dpate plan`'s default assumptions; `dpate plan "
         f"--occupied-strata` states where the records lie)"
         for note in _predicted_notes(spec, spec.estimator_info.describe)
@@ -175,9 +177,10 @@ def design_notes(spec: StudySpec) -> list[str]:
 
 def design_cautions(spec: StudySpec) -> list[str]:
     """The notes of :func:`design_notes` that question the validity of the study's estimate
-    (``Estimator.cautions``), worded for the result's reader: what the study's result carries
-    beside its estimate. Public values only (the spec); empty where there are none."""
-    return [
+    (the choice's cautions, and ``Estimator.cautions`` worded for the result's reader): what
+    the study's result carries beside its estimate. Public values only (the spec); empty where
+    there are none."""
+    return list(spec.study_choice.cautions) + [
         f"{note} (predicted from the study's spec before any release: the n each site declares "
         f"and `dpate plan`'s default assumptions)"
         for note in _predicted_notes(spec, spec.estimator_info.cautions)

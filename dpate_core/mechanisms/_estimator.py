@@ -157,11 +157,15 @@ class StudySite:
 class StudyChoice:
     """What a study releases at every site (:meth:`Estimator.study_choice`): the options with
     any public choice made (``"auto"`` resolved), the variant's name (None: the estimator has
-    one), and why it was chosen, in words (public: it reads the spec only)."""
+    one), and why it was chosen, in words (public: it reads the spec only); ``cautions``: what
+    the choice itself risks, where the spec declares less than the public rule would choose
+    (the propensity release's bands and model share), which ``dpate plan``, ``dpate check``
+    and the study's result say."""
 
     options: Any
     variant: str | None = None
     reason: str = ""
+    cautions: tuple[str, ...] = ()
 
 
 def _no_rules(estimate: SiteEstimate, options: Any, domain_size: int) -> list[str]:

@@ -169,6 +169,7 @@ def plan_study(
     estimand = est.estimand_of(choice.options)
     notes = [
         *([f"{choice.variant} at every site: {choice.reason}"] if choice.variant else []),
+        *choice.cautions,
         *_notes(estimator, aggregator, choice.options, preds, used),
     ]
     eps_needed = None

@@ -769,6 +769,47 @@ def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_give
             spec(**bad)
 
 
+@pytest.mark.parametrize(
+    ("options", "ns", "released"),
+    [
+        ({}, (3000, 5000), None),  # "auto": the rule's own choice
+        ({"bands": 10, "model_share": "1/2"}, (3000, 5000), None),  # above the rule: wider
+        ({"model_share": "1/4"}, (3000, 5000), "K = 5 bands, model share 1/4"),
+        ({"bands": 3}, (3000, 5000), "K = 3 bands, model share 1/2"),
+        ({"model_share": "1/3"}, (1000, 5000), "K = 5 bands, model share 1/3"),
+        ({"bands": 5}, (20_000, 30_000), "K = 5 bands, model share 1/2"),
+        ({"model_share": "1/4"}, (None, 5000), None),  # an n undeclared: no size to judge
+    ],
+)
+def test_a_choice_below_the_public_rule_carries_a_caution(options, ns, released):
+    # a declared K or model share below the rule's for the study's smallest n x epsilon
+    # under-covered where measured: the choice says so (plan, check and the result read it)
+    from dpate_core.mechanisms.propensity import PropensityOptions
+
+    choice = PROPENSITY.study_choice(PropensityOptions(**options), 1, _sites(*ns))
+    if released is None:
+        assert choice.cautions == ()
+        return
+    (caution,) = choice.cautions
+    rule = PROPENSITY.study_choice(None, 1, _sites(*ns)).variant
+    assert caution.startswith(f"the study releases {released}, below the public rule's {rule} "
+                              f"for its smallest site n x epsilon of {min(ns)}:")  # fmt: skip
+    assert "under-covered in simulation" in caution and "bands = 'auto'" in caution
+
+
+def test_a_sites_own_split_below_the_rule_carries_the_caution_to_check_and_result():
+    # 20,000 records per site: the rule releases ten bands and half to the model; a site's own
+    # split giving the model a third releases below it, whatever the options say
+    from dpate.study_check import design_cautions, design_notes
+
+    own = _spec(sites=({"budget_split": ["1/3", "1/2", "1/6"]}, {}))
+    (caution,) = own.study_choice.cautions
+    assert caution.startswith("the study releases K = 10 bands, model share 1/3, below the "
+                              "public rule's K = 10 bands, model share 1/2")  # fmt: skip
+    assert design_cautions(own) == [caution] and design_notes(own) == [caution]
+    assert _spec().study_choice.cautions == () and design_cautions(_spec()) == []
+
+
 @pytest.mark.parametrize("binary", [False, True])
 def test_a_release_of_an_auto_study_uses_its_choice_and_passes_the_servers_rules(binary):
     from datetime import UTC, datetime

@@ -31,7 +31,9 @@ from ._bands import model_fit, record_bands, strata_bands
 from ._choice import (
     AUTO_RULE,
     DEFAULT_MODEL_SHARE,
+    below_rule_notes,
     model_share_split,
+    released_model_share,
     resolved_split,
     study_bands,
 )
@@ -211,7 +213,9 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     opts = options if options is not None else PropensityOptions()
     k, share, reason = study_bands(opts.bands, opts.model_share, sites)
     chosen = replace(opts, bands=k, model_share=str(share))
-    return StudyChoice(chosen, f"K = {k} bands, model share {share}", reason)
+    released = released_model_share(opts, share, sites)  # a site's own split may give less
+    cautions = tuple(below_rule_notes(k, released, sites))  # declared below the public rule
+    return StudyChoice(chosen, f"K = {k} bands, model share {share}", reason, cautions)
 
 
 def plan_columns(p: PlanInputs) -> tuple[tuple[Column, ...], Covariates]:

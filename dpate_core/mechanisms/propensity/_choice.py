@@ -35,8 +35,10 @@ from ._release import BANDS, DEFAULT_SPLIT
 __all__ = [
     "AUTO_RULE",
     "DEFAULT_MODEL_SHARE",
+    "below_rule_notes",
     "effective_size",
     "model_share_split",
+    "released_model_share",
     "resolved_split",
     "study_bands",
 ]
@@ -147,6 +149,52 @@ def study_bands(
             f"docs/research/propensity.md, 'Bands and model share by study size'){caveat}"
         ),
     )
+
+
+def released_model_share(options: Any, chosen: Fraction, sites: Sequence[StudySite]) -> Fraction:
+    """The smallest model share the study's sites release with: a site's own ``budget_split``
+    gives its first part to the model; a site without one (its split the default of the
+    unresolved ``options``, :func:`resolved_split`) releases with the study's ``chosen``
+    share."""
+    shares = []
+    for s in sites:
+        default = tuple(Fraction(x) for x in resolved_split(options, len(s.split) == 2))
+        own = bool(s.split) and tuple(Fraction(x) for x in s.split) != default
+        shares.append(Fraction(s.split[0]) if own else chosen)
+    return min(shares, default=chosen)
+
+
+def below_rule_notes(bands: int, share: Fraction, sites: Sequence[StudySite]) -> list[str]:
+    """A caution when the study's ``K`` or smallest released model share (``bands``, ``share``)
+    is below :data:`AUTO_RULE`'s row for its smallest effective size ``n x epsilon``: fewer
+    bands leave more residual confounding, a smaller model share more of the model draw's error
+    that the reported variance leaves out, and below the rule the intervals under-covered where
+    measured (at epsilon 1: a quarter to the model at 3,000-4,000 records per site with mild
+    confounding, 0.90-0.95 per site; five bands from 10,000, 0.80-0.93 combined; three or four
+    bands at 5,000, 0.74-0.88 combined; a third below 1,500 with strong confounding, 0.88-0.93;
+    docs/research/propensity.md, "Bands and model share by study size", and
+    docs/explanation/results.md, "Width against the non-private propensity-stratified
+    interval"). Empty where a site
+    declares no ``n`` (the rule's first row then applies, whatever the sizes), or where ``K``
+    and the share are at least the rule's."""
+    smallest = effective_size(sites)
+    if smallest is None:
+        return []
+    k = int(bands)
+    rule_k, rule_m = _rule(smallest[0])
+    if k >= rule_k and share >= rule_m:
+        return []
+    return [
+        f"the study releases {_words(k, share)}, below the public rule's {_words(rule_k, rule_m)} "
+        f"for its smallest site n x epsilon of {_number(smallest[0])}: with fewer bands more of "
+        f"the confounding stays within them, with a smaller model share more of the model's "
+        f"noise is left out of the reported variance, and below the rule the intervals "
+        f"under-covered in simulation (down to 0.90 per site with a quarter to the model at "
+        f"3,000-4,000 records and mild confounding, 0.80 combined with five bands from 10,000, "
+        f"0.74 with three bands at 5,000, 0.88 with a third below 1,500 and strong confounding; "
+        f"docs/research/propensity.md, 'Bands and model share by study size'); bands = 'auto' "
+        f"and model_share = 'auto' release the rule's"
+    ]
 
 
 def resolved_split(options: Any, binary: bool = False) -> tuple[str, ...]:
