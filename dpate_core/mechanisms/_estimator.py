@@ -158,9 +158,10 @@ class StudyChoice:
     """What a study releases at every site (:meth:`Estimator.study_choice`): the options with
     any public choice made (``"auto"`` resolved), the variant's name (None: the estimator has
     one), and why it was chosen, in words (public: it reads the spec only); ``cautions``: what
-    the choice itself risks, where the spec declares less than the public rule would choose
-    (the propensity release's bands and model share), which ``dpate plan``, ``dpate check``
-    and the study's result say."""
+    the spec's own choices risk, where it declares what was measured to under-cover (the
+    propensity release's bands and model share below the public rule's, a difference in
+    means' split that starves its sums of squares), which ``dpate plan``, ``dpate check`` and
+    the study's result say."""
 
     options: Any
     variant: str | None = None
@@ -374,7 +375,8 @@ class Estimator:
         a choice's own options choose themselves."""
         if self.choose is None:
             return StudyChoice(options)
-        return self.choose(self._options(options), max(int(domain_size), 1), tuple(sites))
+        # an option without a default (the difference in means' arm sizes) stays unread: None
+        return self.choose(self._options_or_none(options), max(int(domain_size), 1), tuple(sites))
 
     # --- words ------------------------------------------------------------------------------
 
