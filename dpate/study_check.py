@@ -155,36 +155,43 @@ def check_study(
             continue
         study.sites.append(check_site(site_ctx, public=public))
     study.problems += _round_history(ctx, study, deployed)
-    study.notes = design_notes(ctx.spec)
+    study.notes = design_cautions(ctx.spec, operator=True) + design_notes(ctx.spec)
     return study
 
 
 def design_notes(spec: StudySpec) -> list[str]:
-    """The cautions of the study's choice (``StudyChoice.cautions``: the propensity release's
-    declared bands or model share below the public rule's), then the estimator's own notes on
-    the study's design (``Estimator.describe``: the adjusted estimator's fixed-effects sites
-    predicted to rarely resolve, its subclassification sites predicted to read few of their
-    strata), as ``dpate plan`` gives them at the ``n`` every site declares and the plan's
-    default assumptions (every stratum filled evenly, treated share 0.5). Public values only;
-    spends and reads nothing. Empty for an estimator without notes of its own, or when a site
-    declares no ``n``."""
-    return list(spec.study_choice.cautions) + [
-        f"{note} (at the declared n and `dpate plan`'s default assumptions; `dpate plan "
-        f"--occupied-strata` states where the records lie)"
-        for note in _predicted_notes(spec, spec.estimator_info.describe)
-    ]
+    """The estimator's own notes on the study's design (``Estimator.describe``), as ``dpate
+    plan`` gives them at the ``n`` every site declares and the plan's default assumptions
+    (every stratum filled evenly, treated share 0.5); what questions the estimate's validity is
+    :func:`design_cautions`. Public values only; spends and reads nothing. Empty for an
+    estimator without notes of its own, or when a site declares no ``n``."""
+    return [f"{note}{_OPERATOR}" for note in _predicted_notes(spec, spec.estimator_info.describe)]
 
 
-def design_cautions(spec: StudySpec) -> list[str]:
-    """The notes of :func:`design_notes` that question the validity of the study's estimate
-    (the choice's cautions, and ``Estimator.cautions`` worded for the result's reader): what
-    the study's result carries beside its estimate. Public values only (the spec); empty where
-    there are none."""
-    return list(spec.study_choice.cautions) + [
-        f"{note} (predicted from the study's spec before any release: the n each site declares "
-        f"and `dpate plan`'s default assumptions)"
-        for note in _predicted_notes(spec, spec.estimator_info.cautions)
-    ]
+#: how a predicted note ends for the study's operator (``dpate check``, the pre-spend check)
+_OPERATOR = (
+    " (at the declared n and `dpate plan`'s default assumptions; `dpate plan --occupied-strata` "
+    "states where the records lie)"
+)
+#: and for the reader of the study's result
+_READER = (
+    " (predicted from the study's spec before any release: the n each site declares and `dpate "
+    "plan`'s default assumptions)"
+)
+
+
+def design_cautions(spec: StudySpec, *, operator: bool = False) -> list[str]:
+    """What questions the validity of the study's estimate, from its spec alone: the cautions
+    of its choice (``StudyChoice.cautions``: a propensity study's bands or model share below the
+    public rule's, a difference in means' split that starves its squares), then the
+    estimator's at the ``n`` every site declares (``Estimator.cautions``: the adjusted
+    estimator's fixed-effects sites predicted to rarely resolve, its subclassification sites
+    predicted to read few of their strata), each worded for the study's ``operator`` (``dpate
+    check``, the pre-spend check) or for the reader of its result (which carries them). Public
+    values only; spends and reads nothing; empty where there are none."""
+    end = _OPERATOR if operator else _READER
+    predicted = _predicted_notes(spec, spec.estimator_info.cautions)
+    return list(spec.study_choice.cautions) + [f"{note}{end}" for note in predicted]
 
 
 def _predicted_notes(

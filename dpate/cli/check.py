@@ -118,7 +118,7 @@ def _finish(
 
 
 def _print_study(study: Any) -> None:
-    from dpate.study_check import design_notes
+    from dpate.study_check import design_cautions, design_notes
 
     out.print(f"[bold]study {study.study_id}[/bold] (spec hash {study.spec_hash[:12]}), public:")
     out.print(
@@ -153,6 +153,8 @@ def _print_study(study: Any) -> None:
     out.print(f"  estimand (every site): {escape(study.estimand)}")
     if choice.variant is not None:
         out.print(f"  every site's release would use: {choice.variant} ({escape(choice.reason)})")
+    for caution in design_cautions(study, operator=True):
+        out.print(f"  [yellow]caution[/yellow]: {escape(caution)}")
     for note in design_notes(study):
         out.print(f"  [yellow]note[/yellow]: {escape(note)}")
 

@@ -600,6 +600,8 @@ def _print(doc: dict[str, Any]) -> None:
             f"recommended: {rec['estimator']} with split ({', '.join(rec['split'])}): predicted "
             f"combined width {rec['combined_width']:.4g} ({escape(rec['reason'])})"
         )
+    for caution in doc["cautions"]:
+        out.print(f"[yellow]caution:[/yellow] {escape(caution)}")
     for note in doc["notes"]:
         out.print(f"note: {escape(note)}")
     out.print("assumptions: " + escape("; ".join(doc["assumptions"])))

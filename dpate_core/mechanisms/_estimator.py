@@ -264,11 +264,12 @@ class Estimator:
     #: with, where a public rule picks a variant (the adjusted estimator's weighting, ``"auto"``)
     #: once for the whole study from every site's public design; None: one variant
     choose: Callable[[Any, int, Sequence[StudySite]], StudyChoice] | None = None
-    #: ``(options, predicted sites) -> notes`` for ``dpate plan``
+    #: ``(options, predicted sites) -> notes`` for ``dpate plan`` and ``dpate check``
     describe: Callable[[Any, Sequence[Any]], list[str]] | None = None
-    #: ``(options, predicted sites) -> cautions``: the notes of :attr:`describe` that question
-    #: the validity of the estimate (a bias or a coverage its interval may not hold), which the
-    #: study's result carries beside the estimate, not only the plan (None: none)
+    #: ``(options, predicted sites) -> cautions``: what questions the validity of the estimate
+    #: (a bias, or a coverage its interval may not hold) at the predicted sites; ``dpate plan``
+    #: and ``dpate check`` print them as cautions, and the study's result carries them beside
+    #: the estimate (None: none)
     cautions: Callable[[Any, Sequence[Any]], list[str]] | None = None
 
     # --- options --------------------------------------------------------------------------

@@ -70,6 +70,9 @@ class StudyPlan:
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: what questions the validity of the estimate at this design (the study choice's cautions,
+    #: then the estimator's, ``Estimator.cautions``): the study's result carries them too
+    cautions: tuple[str, ...] = field(default_factory=tuple)
     #: what every site's release estimates, in words a clinician reads (one for the study)
     estimand: str = ""
     #: the variant every site uses (the adjusted estimator's weighting), None with one variant
@@ -104,6 +107,7 @@ class StudyPlan:
             "warnings": list(self.warnings),
             "assumptions": list(self.assumptions),
             "notes": list(self.notes),
+            "cautions": list(self.cautions),
         }
 
 
@@ -169,9 +173,9 @@ def plan_study(
     estimand = est.estimand_of(choice.options)
     notes = [
         *([f"{choice.variant} at every site: {choice.reason}"] if choice.variant else []),
-        *choice.cautions,
         *_notes(estimator, aggregator, choice.options, preds, used),
     ]
+    cautions = [*choice.cautions, *(est.cautions(choice.options, preds) if est.cautions else [])]
     eps_needed = None
     if target_width is not None:
         width_of = _width_at(predict, estimator, aggregator, z, bound)
@@ -208,6 +212,7 @@ def plan_study(
         warnings=tuple(warnings),
         assumptions=tuple(assumptions.describe(bound)),
         notes=tuple(notes),
+        cautions=tuple(cautions),
         estimand=estimand,
         variant=choice.variant,
     )

@@ -383,18 +383,19 @@ def test_check_and_the_run_say_when_fixed_effects_will_rarely_resolve(tmp_path, 
     `dpate plan` does), and so does the run's pre-spend check (its notes go to the run's log);
     sites of 20,000 records get no note."""
     from dpate.settings import load_study_spec
-    from dpate.study_check import check_study, design_notes
+    from dpate.study_check import check_study, design_cautions, design_notes
 
     spec = _sparse_adjusted_spec(tmp_path, 150)
     r = runner.invoke(app, ["check", str(spec)])
-    assert "note: sites a, b: fixed effects is predicted to resolve its estimate in 5%" in (
+    assert "caution: sites a, b: fixed effects is predicted to resolve its estimate in 5%" in (
         " ".join(r.output.split())
     )
-    notes = design_notes(load_study_spec(str(spec)))
-    (note,) = notes
-    assert "under-cover" in note and "--occupied-strata" in note
-    assert check_study(str(spec), public=True).notes == notes
+    cautions = design_cautions(load_study_spec(str(spec)), operator=True)
+    (caution,) = cautions
+    assert "under-cover" in caution and "--occupied-strata" in caution
+    assert design_notes(load_study_spec(str(spec))) == []  # a caution, not a note
+    assert check_study(str(spec), public=True).notes == cautions
     (tmp_path / "big").mkdir()
     big = _sparse_adjusted_spec(tmp_path / "big", 20_000)
-    assert design_notes(load_study_spec(str(big))) == []
+    assert design_cautions(load_study_spec(str(big)), operator=True) == []
     assert "fixed effects is predicted" not in runner.invoke(app, ["check", str(big)]).output

@@ -66,6 +66,7 @@ def test_check_prints_one_weighting_for_the_whole_study(tmp_path, home):
     out = runner.invoke(app, ["check", str(sparse)]).output
     assert "site small: subclassification is predicted to read the strata of" in out
     assert "at the declared n and `dpate plan`'s default assumptions" in out
+    assert "caution: site small: subclassification" in " ".join(out.split())
     assert "predicted to read the strata" not in runner.invoke(app, ["check", str(forced)]).output
     other = write_study(tmp_path / "o", {"a": {}})
     out = runner.invoke(app, ["check", str(other)]).output

@@ -218,7 +218,7 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
                       recommend=False)  # fmt: skip
     share = plan.sites[0].resolved_probability
     assert share < SELECTED_RESOLUTION and abs(share - realised) < 0.03, (share, realised)
-    (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+    (note,) = [n for n in plan.cautions if "fixed effects is predicted to resolve" in n]
     assert note.startswith(f"sites a, b: fixed effects is predicted to resolve its estimate in "
                            f"{round(100 * share)}% of releases")  # fmt: skip
     assert "under-cover" in note and 'estimator = "propensity"' in note
@@ -230,7 +230,7 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
     plan = plan_study("adjusted", "inverse_variance", mid, domain_size=100, bound=1.0,
                       recommend=False)  # fmt: skip
     assert SELECTED_RESOLUTION < plan.sites[0].resolved_probability < 0.5
-    (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+    (note,) = [n for n in plan.cautions if "fixed effects is predicted to resolve" in n]
     assert "Fieller's length" in note and "under-cover" not in note
     # at eps 1/2 about two thirds resolve (9/10 with the three-query cells): the delta
     # method's interval is kept, and there the resolved releases of this Synth, whose effect is
@@ -240,14 +240,14 @@ def test_plan_notes_fixed_effects_sites_that_rarely_resolve():
     plan = plan_study("adjusted", "inverse_variance", band, domain_size=100, bound=1.0,
                       recommend=False)  # fmt: skip
     assert 0.5 < plan.sites[0].resolved_probability < MOSTLY_RESOLVES
-    (note,) = [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+    (note,) = [n for n in plan.cautions if "fixed effects is predicted to resolve" in n]
     assert "towards 0 in proportion to the effect" in note and "covered 0.94-0.96" in note
     assert "Fieller's length" not in note
     big = [SiteDesign.of(s, 3000, 1, 0, DEFAULT_SPLIT, len(DEFAULT_SPLIT)) for s in ("a", "b")]
     plan = plan_study("adjusted", "inverse_variance", big, domain_size=384, bound=1.0,
                       recommend=False)  # fmt: skip
     assert plan.sites[0].weighting == "fixed_effects"
-    assert not [n for n in plan.notes if "fixed effects is predicted to resolve" in n]
+    assert not [n for n in plan.cautions if "fixed effects is predicted to resolve" in n]
 
 
 def test_plan_notes_subclassification_sites_that_read_few_strata():
@@ -285,7 +285,7 @@ def test_plan_notes_subclassification_sites_that_read_few_strata():
                       options=options, recommend=False)  # fmt: skip
     share = plan.sites[0].read_share
     assert plan.sites[0].weighting == "subclassification" and share < MOSTLY_READ
-    (note,) = [n for n in plan.notes if "predicted to read the strata" in n]
+    (note,) = [n for n in plan.cautions if "predicted to read the strata" in n]
     assert note.startswith(f"sites a, b: subclassification is predicted to read the strata of "
                            f"{round(100 * share)}% of the records")  # fmt: skip
     assert "biased beyond its interval" in note and '"fixed_effects"' in note
@@ -295,7 +295,7 @@ def test_plan_notes_subclassification_sites_that_read_few_strata():
         assert plan.sites[0].read_share > MOSTLY_READ or plan.sites[0].weighting != (
             "subclassification"
         )
-        assert not [n for n in plan.notes if "predicted to read the strata" in n]
+        assert not [n for n in plan.cautions if "predicted to read the strata" in n]
 
 
 def test_a_dim_split_that_starves_the_squares_carries_a_caution():
@@ -313,7 +313,7 @@ def test_a_dim_split_that_starves_the_squares_carries_a_caution():
         plan = plan_study("dim", "inverse_variance", designs, domain_size=1, bound=1.0,
                           design="randomized", options=options, recommend=False,
                           binary=binary)  # fmt: skip
-        return [n for n in plan.notes if "sums of squares less than" in n]
+        return [n for n in plan.cautions if "sums of squares less than" in n]
 
     (note,) = cautions(("9/10", "1/10"), ("1/2", "1/2"))
     assert note.startswith("1 of 2 site(s) give the first part of the budget (9/10) more than "

@@ -806,7 +806,8 @@ def test_a_sites_own_split_below_the_rule_carries_the_caution_to_check_and_resul
     (caution,) = own.study_choice.cautions
     assert caution.startswith("the study releases K = 10 bands, model share 1/3, below the "
                               "public rule's K = 10 bands, model share 1/2")  # fmt: skip
-    assert design_cautions(own) == [caution] and design_notes(own) == [caution]
+    assert design_cautions(own) == [caution] == design_cautions(own, operator=True)
+    assert design_notes(own) == []  # a caution of the choice, not a note
     assert _spec().study_choice.cautions == () and design_cautions(_spec()) == []
 
 

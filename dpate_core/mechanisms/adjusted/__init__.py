@@ -31,9 +31,9 @@ from ._public import (
     SELECTED_RESOLUTION,
     adjusted_resolution,
     adjusted_weighting,
+    cautions,
     cell_noise_scales,
     count_kept,
-    describe,
     noise_model,
     plausible,
     predict,
@@ -216,8 +216,7 @@ ADJUSTED = Estimator(
     plausible=plausible,
     unresolved_reasons=(UNRESOLVED_FIXED_EFFECTS, UNRESOLVED_SUBCLASSIFICATION),
     choose=_choose,
-    describe=describe,
-    cautions=describe,  # each of its notes says when its estimate or interval may not hold
+    cautions=cautions,  # when its estimate or interval may not hold (dpate plan, the result)
     candidate_splits={
         2: ((Fraction(4, 5), Fraction(1, 5)), (Fraction(19, 20), Fraction(1, 20))),
     },

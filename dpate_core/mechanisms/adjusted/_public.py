@@ -56,9 +56,9 @@ __all__ = [
     "SELECTED_RESOLUTION",
     "adjusted_resolution",
     "adjusted_weighting",
+    "cautions",
     "cell_noise_scales",
     "count_kept",
-    "describe",
     "noise_model",
     "plausible",
     "predict",
@@ -96,8 +96,10 @@ MOSTLY_RESOLVES = PLUG_IN_CORRECTED_FROM
 MOSTLY_READ = 0.9
 
 
-def describe(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
-    """``dpate plan``'s notes on the adjusted estimator: the fixed-effects sites predicted to
+def cautions(options: Any, preds: Sequence[SitePrediction]) -> list[str]:
+    """The adjusted estimator's cautions (``dpate plan``, ``dpate check`` and the study's
+    result): its subclassification sites predicted to read few of their strata
+    (:func:`_read_share_notes`), and the fixed-effects sites predicted to
     resolve in fewer than :data:`MOSTLY_RESOLVES` of their releases (one note per predicted
     share, naming its sites): the releases that resolve are selected on their denominator's
     noise. Below :data:`RARELY_RESOLVES` the release widens their intervals to Fieller's length
