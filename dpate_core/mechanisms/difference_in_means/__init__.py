@@ -100,12 +100,10 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     there (4/5 and 9/10 to the first part: 0.898-0.921 at 1,000 records, sd a tenth of ``B``,
     eps 1 and 2). A binary outcome's release has no squares (one part): nothing to say."""
     most = max(_SUMS_SHARES)
-    starved = [
-        (i, s.split[0]) for i, s in enumerate(sites) if len(s.split) == 2 and s.split[0] > most
-    ]
+    starved = [s.split[0] for s in sites if len(s.split) == 2 and s.split[0] > most]
     if not starved:
         return StudyChoice(options)
-    shares = ", ".join(sorted({str(Fraction(share)) for _, share in starved}))
+    shares = ", ".join(sorted({str(Fraction(share)) for share in starved}))
     return StudyChoice(
         options,
         cautions=(

@@ -174,9 +174,8 @@ def below_rule_notes(bands: int, share: Fraction, sites: Sequence[StudySite]) ->
     bands at 5,000, 0.74-0.88 combined; a third below 1,500 with strong confounding, 0.88-0.93;
     docs/research/propensity.md, "Bands and model share by study size", and
     docs/explanation/results.md, "Width against the non-private propensity-stratified
-    interval"). Empty where a site
-    declares no ``n`` (the rule's first row then applies, whatever the sizes), or where ``K``
-    and the share are at least the rule's."""
+    interval"). Empty where a site declares no ``n`` (the rule's first row then applies,
+    whatever the sizes), or where ``K`` and the share are at least the rule's."""
     smallest = effective_size(sites)
     if smallest is None:
         return []
