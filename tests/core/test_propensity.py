@@ -777,13 +777,15 @@ def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_give
         ({"model_share": "1/4"}, (3000, 5000), "K = 5 bands, model share 1/4"),
         ({"bands": 3}, (3000, 5000), "K = 3 bands, model share 1/2"),
         ({"model_share": "1/3"}, (1000, 5000), "K = 5 bands, model share 1/3"),
-        ({"bands": 5}, (20_000, 30_000), "K = 5 bands, model share 1/2"),
+        # from 10,000 five bands and a quarter to the model covered a continuous outcome
+        ({"bands": 5}, (20_000, 30_000), None),
+        ({"model_share": "1/4", "bands": 5}, (10_000, 20_000), None),
         ({"model_share": "1/4"}, (None, 5000), None),  # an n undeclared: no size to judge
     ],
 )
 def test_a_choice_below_the_public_rule_carries_a_caution(options, ns, released):
-    # a declared K or model share below the rule's for the study's smallest n x epsilon
-    # under-covered where measured: the choice says so (plan, check and the result read it)
+    # a declared K or model share below the rule's for the study's smallest n x epsilon, where
+    # that under-covered in today's measurements: the choice says so (plan, check, the result)
     from dpate_core.mechanisms.propensity import PropensityOptions
 
     choice = PROPENSITY.study_choice(PropensityOptions(**options), 1, _sites(*ns))
@@ -794,18 +796,33 @@ def test_a_choice_below_the_public_rule_carries_a_caution(options, ns, released)
     rule = PROPENSITY.study_choice(None, 1, _sites(*ns)).variant
     assert caution.startswith(f"the study releases {released}, below the public rule's {rule} "
                               f"for its smallest site n x epsilon of {min(ns)}:")  # fmt: skip
-    assert "under-covered in simulation" in caution and "bands = 'auto'" in caution
+    assert "in simulation" in caution and "bands = 'auto'" in caution
+
+
+def test_five_bands_from_ten_thousand_carry_a_caution_with_a_binary_outcome_only():
+    # five bands at 20,000 per site covered a continuous outcome and a binary one 0.89-0.95:
+    # the caution reads the sites' split (a binary outcome's has two parts: model, histogram)
+    from dpate_core.mechanisms import StudySite
+    from dpate_core.mechanisms.propensity import PropensityOptions, model_share_split
+
+    five = PropensityOptions(bands=5)
+    for binary in (False, True):
+        split = tuple(map(Fraction, model_share_split("1/2", binary)))
+        sites = [StudySite(20_000, Fraction(1), split)] * 2
+        cautions = PROPENSITY.study_choice(five, 1, sites).cautions
+        assert bool(cautions) is binary
+    assert "with a binary outcome 5 bands" in cautions[0]
 
 
 def test_a_sites_own_split_below_the_rule_carries_the_caution_to_check_and_result():
-    # 20,000 records per site: the rule releases ten bands and half to the model; a site's own
+    # 3,000 records per site: the rule releases five bands and half to the model; a site's own
     # split giving the model a third releases below it, whatever the options say
     from dpate.study_check import design_cautions, design_notes
 
-    own = _spec(sites=({"budget_split": ["1/3", "1/2", "1/6"]}, {}))
+    own = _spec(sites=({"n": 3000, "budget_split": ["1/3", "1/2", "1/6"]}, {"n": 3000}))
     (caution,) = own.study_choice.cautions
-    assert caution.startswith("the study releases K = 10 bands, model share 1/3, below the "
-                              "public rule's K = 10 bands, model share 1/2")  # fmt: skip
+    assert caution.startswith("the study releases K = 5 bands, model share 1/3, below the "
+                              "public rule's K = 5 bands, model share 1/2")  # fmt: skip
     assert design_cautions(own) == [caution] == design_cautions(own, operator=True)
     assert design_notes(own) == []  # a caution of the choice, not a note
     assert _spec().study_choice.cautions == () and design_cautions(_spec()) == []

@@ -214,7 +214,8 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     k, share, reason = study_bands(opts.bands, opts.model_share, sites)
     chosen = replace(opts, bands=k, model_share=str(share))
     released = released_model_share(opts, share, sites)  # a site's own split may give less
-    cautions = tuple(below_rule_notes(k, released, sites))  # declared below the public rule
+    binary = any(len(s.split) == 2 for s in sites)  # a binary outcome's split: model, histogram
+    cautions = tuple(below_rule_notes(k, released, sites, binary))  # below the public rule
     return StudyChoice(chosen, f"K = {k} bands, model share {share}", reason, cautions)
 
 

@@ -35,6 +35,7 @@ from ._release import BANDS, DEFAULT_SPLIT
 __all__ = [
     "AUTO_RULE",
     "DEFAULT_MODEL_SHARE",
+    "SHARE_MATTERS_BELOW",
     "below_rule_notes",
     "effective_size",
     "model_share_split",
@@ -164,35 +165,65 @@ def released_model_share(options: Any, chosen: Fraction, sites: Sequence[StudySi
     return min(shares, default=chosen)
 
 
-def below_rule_notes(bands: int, share: Fraction, sites: Sequence[StudySite]) -> list[str]:
-    """A caution when the study's ``K`` or smallest released model share (``bands``, ``share``)
-    is below :data:`AUTO_RULE`'s row for its smallest effective size ``n x epsilon``: fewer
-    bands leave more residual confounding, a smaller model share more of the model draw's error
-    that the reported variance leaves out, and below the rule the intervals under-covered where
-    measured (at epsilon 1: a quarter to the model at 3,000-4,000 records per site with mild
-    confounding, 0.90-0.95 per site; five bands from 10,000, 0.80-0.93 combined; three or four
-    bands at 5,000, 0.74-0.88 combined; a third below 1,500 with strong confounding, 0.88-0.93;
-    docs/research/propensity.md, "Bands and model share by study size", and
-    docs/explanation/results.md, "Width against the non-private propensity-stratified
-    interval"). Empty where a site declares no ``n`` (the rule's first row then applies,
-    whatever the sizes), or where ``K`` and the share are at least the rule's."""
+#: below this smallest ``n x epsilon`` a model share under the rule's was measured to
+#: under-cover (stop 45, the release as shipped); from it a quarter with five bands covered
+#: (0.93-0.99 per site, continuous outcome, mild and strong confounding, 10,000 per site)
+SHARE_MATTERS_BELOW = 10_000
+
+
+def below_rule_notes(
+    bands: int, share: Fraction, sites: Sequence[StudySite], binary: bool = False
+) -> list[str]:
+    """A caution when the study releases less than :data:`AUTO_RULE` gives its smallest
+    effective size ``n x epsilon`` where that was measured to under-cover (stop 45, the release
+    as shipped, epsilon 1, 40 data sets x 25 releases per row; docs/research/propensity.md,
+    "Declared below the rule"):
+
+    - a model share below the rule's, below :data:`SHARE_MATTERS_BELOW`: more of the model's
+      noise is left out of the reported variance (a quarter at 3,000-5,000 records per site
+      with mild confounding: 0.88-0.91 per site and combined; below 1,500 with strong
+      confounding a quarter 0.79-0.93, a third 0.92-0.97);
+    - fewer than :data:`~._release.BANDS` bands: more of the confounding stays within them
+      (three at 3,000-5,000 with half to the model: 0.93-0.94);
+    - with a ``binary`` outcome, fewer bands than the rule's from its third row (five at 20,000
+      per site: as low as 0.89 per site). With a continuous outcome five bands covered there.
+
+    Empty where a site declares no ``n`` (the rule's first row then applies, whatever the
+    sizes), or where none of these holds."""
     smallest = effective_size(sites)
     if smallest is None:
         return []
+    size = smallest[0]
     k = int(bands)
-    rule_k, rule_m = _rule(smallest[0])
-    if k >= rule_k and share >= rule_m:
+    rule_k, rule_m = _rule(size)
+    why = []
+    if share < rule_m and size < SHARE_MATTERS_BELOW:
+        why.append(
+            "a smaller model share leaves more of the model's noise out of the reported "
+            "variance (a quarter at 3,000-5,000 records per site with mild confounding covered "
+            "0.88-0.91; below 1,500 with strong confounding a quarter 0.79-0.93, a third "
+            "0.92-0.97)"
+        )
+    if k < BANDS:
+        why.append(
+            "fewer than five bands leave more of the confounding within them (three at "
+            "3,000-5,000 records per site covered 0.93-0.94)"
+        )
+    elif binary and k < rule_k:
+        why.append(
+            f"with a binary outcome {k} bands leave more of the confounding within them than "
+            f"its interval allows for at this size (five at 20,000 records per site covered as "
+            f"low as 0.89)"
+        )
+    if not why:
         return []
     return [
         f"the study releases {_words(k, share)}, below the public rule's {_words(rule_k, rule_m)} "
-        f"for its smallest site n x epsilon of {_number(smallest[0])}: with fewer bands more of "
-        f"the confounding stays within them, with a smaller model share more of the model's "
-        f"noise is left out of the reported variance, and below the rule the intervals "
-        f"under-covered in simulation (down to 0.90 per site with a quarter to the model at "
-        f"3,000-4,000 records and mild confounding, 0.80 combined with five bands from 10,000, "
-        f"0.74 with three bands at 5,000, 0.88 with a third below 1,500 and strong confounding; "
-        f"docs/research/propensity.md, 'Bands and model share by study size'); bands = 'auto' "
-        f"and model_share = 'auto' release the rule's"
+        f"for its smallest site n x epsilon of {_number(size)}: "
+        + "; ".join(why)
+        + " (coverage of 95% intervals in simulation, epsilon 1; docs/research/propensity.md, "
+        "'Bands and model share by study size'); bands = 'auto' and model_share = 'auto' "
+        "release the rule's"
     ]
 
 
