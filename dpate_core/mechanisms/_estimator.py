@@ -32,7 +32,8 @@ estimator. What it holds:
   whole study from every site's public design, :meth:`study_choice`); every site releases with
   the options it returns, so a study never pools two estimands;
 - ``dpate plan``: ``predict`` (sampling, noise and expected reported variance from public inputs
-  and stated assumptions) and ``describe`` (notes on the plan).
+  and stated assumptions), ``describe`` (notes on the plan) and ``alternatives`` (settings it
+  predicts beside the study's own).
 """
 
 from __future__ import annotations
@@ -271,6 +272,10 @@ class Estimator:
     #: and ``dpate check`` print them as cautions, and the study's result carries them beside
     #: the estimate (None: none)
     cautions: Callable[[Any, Sequence[Any]], list[str]] | None = None
+    #: ``(options, binary) -> [(label, options)]``: other settings of the study's options whose
+    #: interval ``dpate plan`` predicts beside its own, where which is narrower depends on what
+    #: only the planner's assumptions say (the propensity release's weighted sum); None: none
+    alternatives: Callable[[Any, bool], Sequence[tuple[str, Any]]] | None = None
 
     # --- options --------------------------------------------------------------------------
 

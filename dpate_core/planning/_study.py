@@ -44,7 +44,7 @@ from typing import Any
 
 from dpate_core.aggregation import NoUsableSiteError
 from dpate_core.inference import INFORMATION_RULES, UNINFORMATIVE_RULES, uninformative_rules
-from dpate_core.mechanisms import StudyChoice, StudySite, estimator_of
+from dpate_core.mechanisms import Estimator, StudyChoice, StudySite, estimator_of
 from dpate_core.planning._inputs import Assumptions, SiteDesign, SitePrediction
 from dpate_core.planning._recommendation import Recommendation, _recommend
 from dpate_core.planning._site import SitePredictions, _z, combined_prediction, predict_site
@@ -174,7 +174,15 @@ def plan_study(
     notes = [
         *([f"{choice.variant} at every site: {choice.reason}"] if choice.variant else []),
         *_notes(estimator, aggregator, choice.options, preds, used),
-    ]
+        *_alternative_notes(
+            est, aggregator, choice.options, designs, 2.0 * half,
+            lambda alt: _site_predictions(
+                lambda name: alt if name == estimator else options_for(name), domain_size,
+                bound, assumptions, level, (covariate_sizes, bounded_covariates), binary,
+            ),
+            (z, bound, binary, domain_size),
+        ),
+    ]  # fmt: skip
     cautions = [*choice.cautions, *(est.cautions(choice.options, preds) if est.cautions else [])]
     eps_needed = None
     if target_width is not None:
@@ -321,6 +329,44 @@ def _notes(
         notes.append(
             f"MVAgg is predicted to use {', '.join(used)} only (on noisy variances its choice "
             f"varies between releases; docs/explanation/inference.md)"
+        )
+    return notes
+
+
+def _alternative_notes(
+    est: Estimator,
+    aggregator: str,
+    options: Any,
+    designs: Sequence[SiteDesign],
+    width: float,
+    predictions: Callable[[Any], SitePredictions],
+    constants: tuple[float, float, bool, int],
+) -> list[str]:
+    """The predicted combined width under each of the estimator's
+    :attr:`~dpate_core.mechanisms.Estimator.alternatives` beside the plan's own ``width``, each
+    site at the alternative's default split (none where a site declares a split of its own: its
+    parts are laid out for the study's options), with the cautions the alternative's study
+    choice would carry."""
+    z, bound, binary, domain_size = constants
+    if est.alternatives is None or not math.isfinite(width):
+        return []
+    own = est.default_split(options, binary).shares
+    if any(tuple(d.split) != own for d in designs):
+        return []
+    notes = []
+    for label, alt in est.alternatives(options, binary):
+        split = est.default_split(alt, binary).shares
+        ds = [replace(d, split=split) for d in designs]
+        variance, _ = _combined(aggregator, predictions(alt)(est.name, ds), bound, z)
+        other = 2.0 * z * math.sqrt(variance)
+        if not math.isfinite(other):
+            continue
+        change = other / width - 1.0
+        cautions = est.study_choice(alt, domain_size, _study_sites(ds)).cautions
+        notes.append(
+            f"with {label}: predicted combined width {other:.4g} against {width:.4g} "
+            f"({abs(change):.0%} {'narrower' if change < 0 else 'wider'}) under the same "
+            f"assumptions" + "".join(f"; but {c}" for c in cautions)
         )
     return notes
 

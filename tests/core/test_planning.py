@@ -756,6 +756,7 @@ def _check_propensity_plan(
     per_site_shares: bool = False,
     numeric_moments: bool = False,
     site_rel: float = 0.25,
+    weighted: bool = False,
 ):
     """Each site's and the combined predicted width within 25% of the realised ones (``sites``:
     ``(w, y, z)``), the planner stating what it would know: the treated share (with
@@ -764,10 +765,16 @@ def _check_propensity_plan(
     with ``numeric_moments`` each numeric covariate's mean and sd over the records (as
     ``--covariate-mean`` / ``--covariate-sd`` state them from published summaries); the
     propensity's logit sd and the bands' occupancy left at their defaults."""
-    from dpate_core.mechanisms.propensity import PROPENSITY, Categorical, plan_propensity
+    from dpate_core.mechanisms.propensity import (
+        PROPENSITY,
+        Categorical,
+        PropensityOptions,
+        plan_propensity,
+    )
 
     # the study's public choice of K and the model share from the sites' n, as a spec makes it
-    choice = PROPENSITY.study_choice(None, 1, [StudySite(s[0].size, 1, ()) for s in sites])
+    options = PropensityOptions(weighted_sum=weighted)
+    choice = PROPENSITY.study_choice(options, 1, [StudySite(s[0].size, 1, ()) for s in sites])
     split = PROPENSITY.default_split(choice.options).shares
     bands = choice.options.bands
     plans = [
@@ -800,11 +807,14 @@ def _check_propensity_plan(
         ),
     )
     levels = tuple(c.levels for c in columns if isinstance(c, Categorical))
-    designs = [SiteDesign.of(f"s{j}", s[0].size, 1, 0, split, 3) for j, s in enumerate(sites)]
+    designs = [
+        SiteDesign.of(f"s{j}", s[0].size, 1, 0, split, len(split)) for j, s in enumerate(sites)
+    ]
     for agg in ("mvagg", "inverse_variance"):
         plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(levels)), bound=1.0,
                           assumptions=assumptions, recommend=False, covariate_sizes=levels,
-                          bounded_covariates=len(columns) - len(levels))  # fmt: skip
+                          bounded_covariates=len(columns) - len(levels),
+                          options=choice.options)  # fmt: skip
         for j, site in enumerate(plan.sites):
             assert site.width == pytest.approx(_realised_width(var[:, j]), rel=site_rel), (agg, j)
         # combined as the server combines them: the sites' shared sds' cross terms included
@@ -813,13 +823,17 @@ def _check_propensity_plan(
         assert plan.combined_width == pytest.approx(realised, rel=0.25), agg
 
 
-@pytest.mark.parametrize(("n", "k"), [(2000, 2), (5000, 3), (10_000, 3)])
-def test_propensity_widths_on_synth_with_numeric_covariates_within_25_percent(n, k):
+@pytest.mark.parametrize(
+    ("n", "k", "weighted"),
+    [(2000, 2, False), (5000, 3, False), (10_000, 3, False), (5000, 3, True)],
+)
+def test_propensity_widths_on_synth_with_numeric_covariates_within_25_percent(n, k, weighted):
     # the propensity release at eps 1 per site; the prediction reads the spec's covariate
-    # structure (three categorical, two numeric with bounds and no bins)
+    # structure (three categorical, two numeric with bounds and no bins); ``weighted``: with the
+    # weighted sum (four parts), which the plan predicts as the release combines it
     sites, columns = _synth_propensity_sites(n, k)
     effect = float(np.concatenate([e for *_, e in sites]).mean())
-    _check_propensity_plan([(w, y, z) for w, y, z, _ in sites], columns, effect)
+    _check_propensity_plan([(w, y, z) for w, y, z, _ in sites], columns, effect, weighted=weighted)
 
 
 def _propensity_records(name: str):

@@ -90,12 +90,12 @@ def bands_of(options: Any) -> int:
 
 def budget_shares(inp: PredictionInputs) -> tuple[Fraction, ...]:
     """The release's budget shares: the design's split (three parts: the model, the band
-    cells' histogram and squares; two for a binary outcome: the model and the band cells'
-    histogram), else the default split."""
+    cells' histogram and squares; four with the weighted sum; two for a binary outcome: the
+    model and the band cells' histogram), else the default split."""
     d = inp.design
     return (
         BudgetSplit(d.split).shares
-        if len(d.split) in (2, 3)
+        if len(d.split) in (2, 3, 4)
         else BudgetSplit.of(DEFAULT_SPLIT, 3).shares
     )
 

@@ -39,6 +39,7 @@ from dpate_core.mechanisms.adjusted import (
     ADJUSTED,
     THRESHOLD_FACTOR,
     AdjustedOptions,
+    PublicConstants,
     cell_noise_scales,
     count_kept,
     public_constants,
@@ -66,6 +67,7 @@ from ._release import (
     linearised_factors,
     residual_confounding_share,
 )
+from ._weighted_sum import SUM_BITS, count_derivatives, sum_sensitivity_units, weighted_sum
 
 if TYPE_CHECKING:
     from dpate_core.planning import PredictionInputs
@@ -156,9 +158,10 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     (:func:`band_counts`, equally filled bands; :func:`_parts` refills them per release)."""
     d = inp.design
     shares = budget_shares(inp)
-    rest = 1 - shares[0]
+    cells = shares[1:3] if len(shares) == 4 else shares[1:]  # the weighted sum: apart
+    rest = sum(cells, Fraction(0))
     design = dataclasses.replace(
-        d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in shares[1:])
+        d, epsilon=d.epsilon * rest, delta=Fraction(0), split=tuple(s / rest for s in cells)
     )
     bands = bands_of(inp.options)
     assumptions = dataclasses.replace(inp.assumptions, occupied_strata=None)
@@ -185,12 +188,11 @@ def _band_scales(base: PredictionInputs) -> tuple[float, float, float, float]:
     return scale_n, scale_s, 2.0 * scale_n**2, 2.0 * scale_s**2
 
 
-def expected_coefficients(
+def _expected_cells(
     base: PredictionInputs, treated: np.ndarray, control: np.ndarray
-) -> tuple[Quadratic, Quadratic]:
-    """The release's :func:`~._release.correction_coefficients` at the plan's band cells (these
-    counts, each arm's assumed mean and within-cell sd in every band, the assumed effect as
-    ``tau``), read by the same linearisation the release reads its noisy cells with."""
+) -> tuple[PublicConstants, dict[str, np.ndarray]]:
+    """The band cells' public constants at the plan's scales and the plan's cells: these
+    counts, each arm's assumed mean and within-cell sd in every band."""
     b = base.bound
     a = base.assumptions
     scale_n, scale_s, _, _ = _band_scales(base)
@@ -200,8 +202,61 @@ def expected_coefficients(
     counts = np.column_stack([control, treated]).ravel()
     means = np.column_stack([np.full_like(control, m_c), np.full_like(treated, m_t)]).ravel()
     v = {"counts": counts, "sums": counts * means, "squares": counts * (a.sd(b) ** 2 + means**2)}
-    lin = subclassification_linearisation(c, v, np.float64(a.effect))
+    return c, v
+
+
+def expected_coefficients(
+    base: PredictionInputs, treated: np.ndarray, control: np.ndarray
+) -> tuple[Quadratic, Quadratic]:
+    """The release's :func:`~._release.correction_coefficients` at the plan's band cells
+    (:func:`_expected_cells`, the assumed effect as ``tau``), read by the same linearisation the
+    release reads its noisy cells with."""
+    c, v = _expected_cells(base, treated, control)
+    lin = subclassification_linearisation(c, v, np.float64(base.assumptions.effect))
     return correction_coefficients(c, lin)
+
+
+def weighted_epsilon(inp: PredictionInputs) -> Fraction | None:
+    """The weighted sum's epsilon where the design's split has it (four parts), else None."""
+    shares = budget_shares(inp)
+    return inp.design.epsilon * shares[3] if len(shares) == 4 else None
+
+
+def weighted_removal(
+    inp: PredictionInputs,
+    base: PredictionInputs,
+    counts: tuple[np.ndarray, np.ndarray],
+    rho: Any,
+) -> tuple[Any, Any]:
+    """What the weighted sum takes off the released noise variance at each noise share ``rho``,
+    and the query's weight ``lambda`` in the combination
+    (:func:`~._release._with_weighted_sum` at the plan's band cells): ``lambda a`` where the
+    release reads its own factors (``a = v_s sum D^2``), ``lambda`` times the band estimate's
+    outcome part times ``(1 + k)^2`` where it keeps the factor, less the change of the counts'
+    part the query's centring makes where it reads its own factors (``v_n sum [(g - lambda D
+    offset)^2 - g^2]`` at the plan's cells, :func:`~._weighted_sum.combine`); 0 without the
+    weighted sum."""
+    eps_q = weighted_epsilon(inp)
+    if eps_q is None:
+        return np.zeros(np.shape(rho)), np.zeros(np.shape(rho))
+    d = inp.design
+    treated, control = counts
+    c, v = _expected_cells(base, treated, control)
+    k = attenuation_multiple(np.clip(np.asarray(rho, dtype=np.float64), 0.0, 1.0))
+    ws = weighted_sum(c, v, k)
+    bands = bands_of(inp.options)
+    scale = float(sum_sensitivity_units(d.n, bands)) / float(eps_q) * math.ldexp(1.0, -SUM_BITS)
+    a = c.v_s * np.sum(ws.d * ws.d, axis=-1)
+    b = 2.0 * (ws.scale * scale) ** 2
+    lam = a / np.where(a + b > 0.0, a + b, 1.0)
+    lin = subclassification_linearisation(c, v, np.float64(inp.assumptions.effect))
+    w = lin.weight
+    band = c.v_s * float(np.sum(np.where(lin.usable, w * w * (1 / lin.nt**2 + 1 / lin.nc**2), 0)))
+    small = is_linearised(d.n, d.epsilon * budget_shares(inp)[0]) & (np.asarray(rho) <= 0.2)
+    g = count_derivatives(lin, k)
+    moved = g - lam[..., None] * ws.d * ws.offset
+    counts = c.v_n * np.sum(moved * moved - g * g, axis=-1)
+    return np.where(small, lam * a - counts, lam * (1.0 + k) ** 2 * band), lam
 
 
 def gap_noise(base: PredictionInputs, treated: np.ndarray, control: np.ndarray) -> float:
@@ -252,6 +307,7 @@ def released_variance(
     noise: float,
     gap: float,
     coefficients: tuple[Quadratic, Quadratic] | None = None,
+    removed: tuple[Any, Any] = (0.0, 0.0),
 ) -> tuple[Any, Any, Any]:
     """``(sampling, noise, shared sd)`` of the released estimate from the band subclassification's:
     the one place the prediction mirrors the release's variance
@@ -261,13 +317,21 @@ def released_variance(
     releases whose noise share allows it (:func:`~._release.linearised_factors`); the noise plus
     the model-noise variance ``rho^2 gap^2`` (:func:`_model_variance`; ``gap`` the gap's noise
     variance) and the shared part's square (:func:`_shared_sd`, also returned). ``rho``: a noise
-    share or an array of them."""
+    share or an array of them. ``removed``: what the weighted sum takes off the noise and its
+    weight ``lambda`` (:func:`weighted_removal`), at most ``lambda`` of the noise (the plan's
+    band cells hold every band; where bands often go unused, as at a few hundred records, the
+    noise the prediction reads is smaller than theirs); a release with it reads the model
+    variance's gap with its own noise taken out (the gap noise is then 0 there) and the shared
+    sd's as without it."""
     f_s = f_n = _factor(rho)
+    model_gap = 0.0 if weighted_epsilon(inp) is not None else gap
     d = inp.design
     if coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
         f_s, f_n = linearised_factors(coefficients, np.asarray(rho))
     shared = _shared_sd(inp, rho, sampling, gap)
-    noisy = noise * f_n + _model_variance(inp, rho, sampling, gap) + shared * shared
+    taken, lam = removed
+    noisy = noise * f_n - np.minimum(taken, lam * noise * f_n)
+    noisy = noisy + _model_variance(inp, rho, sampling, model_gap) + shared**2
     return sampling * f_s, noisy, shared
 
 
@@ -325,7 +389,10 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
         p, _, sampling, noise, gap, coefficients = _band_parts(base, row, treated_share)
         if p <= 0.0:
             continue
-        s, e, b = released_variance(inp, shares[group], sampling, noise, gap, coefficients)
+        n = float(base.design.n)
+        cells = (n * row * treated_share, n * row * (1.0 - treated_share))
+        removed = weighted_removal(inp, base, cells, shares[group])
+        s, e, b = released_variance(inp, shares[group], sampling, noise, gap, coefficients, removed)
         out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e, b])
     p_mean = float(out[:, 0].mean())
     kept = out[:, 0] > 0

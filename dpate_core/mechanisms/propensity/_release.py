@@ -21,6 +21,11 @@ bins (one record is in one bin: L1 sensitivity 2); the counts, centred sums and 
 (every centred value is ``+-B/2``) are post-processing of it. Two parts ``(eps_m, eps_c)``
 then (docs/explanation/privacy.md, "A binary outcome: one histogram").
 
+With a split of four parts ``(eps_m, eps_h, eps_q, eps_w)`` (``weighted_sum = true``; not for a
+binary outcome) a third stage, chosen from the first two's outputs, releases the corrected
+estimate's outcome part as one scalar query (:mod:`~._weighted_sum`): ``(eps_w, 0)``-DP for every
+fixed earlier output; the estimate combines its reading with the histogram's.
+
 Adaptive sequential composition: stage 2 is chosen from stage 1's output only, so the release is
 ``(eps_m + eps_h + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
 :class:`dpate_core.release.Stage` draws stage 2 after stage 1). The estimate and its variance are
@@ -87,6 +92,13 @@ from ._model import (
     model_statistics_of_strata,
     released_part,
 )
+from ._weighted_sum import (
+    SUM_BITS,
+    combine,
+    query_value,
+    sum_sensitivity_units,
+    weighted_sum,
+)
 
 __all__ = [
     "ATTENUATION_CAP",
@@ -101,6 +113,7 @@ __all__ = [
     "attenuation_multiple",
     "correction_coefficients",
     "correction_factors",
+    "crude_difference",
     "dp_propensity",
     "is_linearised",
     "linearised_factors",
@@ -141,7 +154,8 @@ def plan_propensity(
     of ``columns`` (level codes, or values within public bounds), or the same as
     :class:`Covariates` (the compiled passes' own layout: a matrix is split into it first).
     ``binary``: every outcome is 0 or ``B`` (checked: an error names the rule); the band cells
-    are one query, their ``(band, arm, outcome)`` histogram (module docstring)."""
+    are one query, their ``(band, arm, outcome)`` histogram (module docstring). A ``split`` of
+    four parts adds the weighted sum (:mod:`~._weighted_sum`), a general outcome only."""
     bound = check_bound(bound)
     w_arr = np.asarray(w).astype(np.int8)
     y_arr = np.asarray(y, dtype=np.float64)
@@ -259,8 +273,12 @@ def _plan(
         raise ValueError(f"bands ({bands}) must be a whole number in [2, 50] (Cochran: 5)")
     bands = int(bands)
     default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
-    shares = BudgetSplit.of(default if split is None else split, len(default))
+    weighted = not binary and split is not None and len(split) == len(DEFAULT_SPLIT) + 1
+    shares = BudgetSplit.of(
+        default if split is None else split, len(default) + (1 if weighted else 0)
+    )
     p_m, *cell_parts = shares.apply(total)
+    p_q = cell_parts.pop() if weighted else None
     model_scale = p_m.laplace_scale(model_sensitivity(columns, g))
     released = released_part(model_vector, columns)
     unit = math.ldexp(1.0, -g)
@@ -268,6 +286,15 @@ def _plan(
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
     band_sites, scales = cell_sites(shape, cell_parts, binary)  # binary: one histogram query
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
+    last: dict[str, Any] = {}  # the exact band cells of the last model rows (stage 3 reads them)
+
+    def cells_of(model: Any) -> list[CellStatistics]:
+        rows = np.atleast_2d(np.asarray(model, dtype=np.float64))
+        key = rows.tobytes()
+        if last.get("key") != key:
+            last.clear()
+            last.update(key=key, cells=[band_cells(*fitted(row)) for row in rows])
+        return list(last["cells"])
 
     def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
         if binary:
@@ -275,14 +302,41 @@ def _plan(
         return {"histogram": end_histogram(c), "squares": c.squares}
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        rows = np.asarray(noisy["model"], dtype=np.float64)
+        many = np.asarray(noisy["model"]).ndim == 2
         out: dict[str, list[np.ndarray]] = {site.name: [] for site in band_sites}
-        for row in np.atleast_2d(rows):
-            for name, v in vectors(band_cells(*fitted(row))).items():
+        for cells in cells_of(noisy["model"]):
+            for name, v in vectors(cells).items():
                 out[name].append(v.astype(np.float64))
-        return {k: (np.stack(v) if rows.ndim == 2 else v[0]) for k, v in out.items()}
+        return {k: (np.stack(v) if many else v[0]) for k, v in out.items()}
 
     public = public_constants(n, bound, bands, scales, binary=binary)
+    noise_share = _noise_shares(lambda row: fitted(row)[0])
+    stages = [Stage(band_sites, locs)]
+    sum_scale = None
+    if p_q is not None:
+        sum_site = NoiseSpec(
+            "weighted_sum",
+            np.zeros(1),
+            p_q.laplace_scale(sum_sensitivity_units(n, bands)),
+            "integer_laplace",
+            unit=math.ldexp(1.0, -SUM_BITS),
+        )
+        sum_scale = sum_site.value_scale
+
+        def sum_locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
+            ws = weighted_sum(
+                public,
+                histogram_vectors(public, noisy),
+                attenuation_multiple(noise_share(noisy["model"])),
+            )
+            cells = cells_of(noisy["model"])
+            sums = np.stack([c.sums * c.sum_unit for c in cells])
+            counts = np.stack([c.counts.astype(np.float64) for c in cells])
+            if np.asarray(noisy["model"]).ndim == 1:
+                sums, counts = sums[0], counts[0]
+            return {"weighted_sum": np.asarray(query_value(ws, sums, counts))[..., None]}
+
+        stages.append(Stage((sum_site,), sum_locs))
     return MechanismPlan(
         estimator="propensity",
         n=n,
@@ -292,12 +346,30 @@ def _plan(
         bound=bound,
         shares=shares,
         noise=(model_site,),
-        stages=(Stage(band_sites, locs),),
+        stages=tuple(stages),
         kept=("model",),  # the band definition a later balance table reads (model_fit)
         assemble=functools.partial(
-            _assemble, public, lambda row: fitted(row)[0], binary, is_linearised(n, p_m.epsilon)
+            _assemble,
+            public,
+            lambda row: fitted(row)[0],
+            binary,
+            is_linearised(n, p_m.epsilon),
+            sum_scale,
         ),
     )
+
+
+def _noise_shares(
+    fit: Callable[[np.ndarray], PropensityModel],
+) -> Callable[[Any], Any]:
+    """The noise share of each noisy model row (a scalar for one row): post-processing."""
+
+    def shares(model: Any) -> Any:
+        rows = np.asarray(model, dtype=np.float64)
+        out = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
+        return out if rows.ndim == 2 else out[0]
+
+    return shares
 
 
 def _assemble(
@@ -305,6 +377,7 @@ def _assemble(
     fit: Callable[[np.ndarray], PropensityModel],
     binary: bool,
     linearised: bool,
+    sum_scale: float | None,
     v: Mapping[str, Any],
 ) -> Outputs:
     """Subclassification on the noisy band cells (the adjusted release's), corrected for the
@@ -314,34 +387,82 @@ def _assemble(
     and cells' noise variances are its own delta method over the band cells
     (:func:`linearised_factors`) instead of the band estimate's times ``(1 + k)^2``.
     The cells' counts and sums are their noisy histogram's, and a binary outcome's squares too
-    (:func:`~dpate_core.mechanisms.adjusted.histogram_vectors`)."""
+    (:func:`~dpate_core.mechanisms.adjusted.histogram_vectors`). ``sum_scale``: the weighted
+    sum's Laplace scale in its normalised units where the release has the third stage
+    (:func:`_with_weighted_sum`), else None."""
     v = histogram_vectors(c, v)
     out = assemble_subclassification(c, v)
-    rows = np.asarray(v["model"], dtype=np.float64)
-    share = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
-    share = share if rows.ndim == 2 else share[0]
+    share = _noise_shares(fit)(v["model"])
     tau, factor, extra, shared = attenuation_correction(c, v, share, out.tau)
     d = dict(out.diagnostics)
     unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
+    rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
+    lin = subclassification_linearisation(c, v, out.tau)
+    if linearised:
+        f_s, f_n = linearised_factors(correction_coefficients(c, lin), rho)
+        noise, rest = d["noise_variance"], d["unestimated_variance"]
+        d["noise_variance"] = noise * f_n
+        variance = (out.variance - noise - rest) * f_s + noise * f_n + rest * factor
+        raw = (out.raw_variance - noise - rest) * f_s + noise * f_n + rest * factor
+    else:
+        d["noise_variance"] = d["noise_variance"] * factor
+        variance = out.variance * factor
+        raw = out.raw_variance * factor
+    if sum_scale is not None:
+        tau, extra, shared, change = _with_weighted_sum(
+            c, v, (tau, lin, rho), linearised, sum_scale
+        )
+        d["noise_variance"] = d["noise_variance"] + change
+        variance, raw = variance + change, raw + change
     d["model_variance"] = extra + unresolved
     # every part of the variance is NaN where nothing resolved: an unresolved report publishes
     # no diagnostics beyond the usable strata and weight (schemas.reports' rule)
     d["model_noise_share"] = np.asarray(share) + unresolved
     d["shared_sd"] = shared + unresolved
     extra = extra + shared * shared
-    if linearised:
-        rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
-        lin = subclassification_linearisation(c, v, out.tau)
-        f_s, f_n = linearised_factors(correction_coefficients(c, lin), rho)
-        noise, rest = d["noise_variance"], d["unestimated_variance"]
-        d["noise_variance"] = noise * f_n
-        variance = (out.variance - noise - rest) * f_s + noise * f_n + rest * factor + extra
-        raw = (out.raw_variance - noise - rest) * f_s + noise * f_n + rest * factor + extra
-    else:
-        d["noise_variance"] = d["noise_variance"] * factor
-        variance = out.variance * factor + extra
-        raw = out.raw_variance * factor + extra
-    return Outputs(np.clip(tau, -c.bound, c.bound), variance, raw, d, UNRESOLVED)
+    return Outputs(np.clip(tau, -c.bound, c.bound), variance + extra, raw + extra, d, UNRESOLVED)
+
+
+def _with_weighted_sum(
+    c: PublicConstants,
+    v: Mapping[str, Any],
+    estimate: tuple[Any, Linearisation, Any],
+    linearised: bool,
+    sum_scale: float,
+) -> tuple[Any, Any, Any, Any]:
+    """The third stage's reading combined in (:mod:`._weighted_sum`): ``(corrected estimate,
+    model variance, shared sd, change of the noise variance)``. The outcome part's noise moves
+    from the histogram's ``a = v_s sum D^2`` to the combination's ``a b / (a + b)`` and the
+    counts' part follows the combined estimate's derivatives; a release that keeps the factor
+    ``(1 + k)^2`` (a noise share above :data:`LINEARISED_SHARE`, or below
+    :data:`LINEARISED_FROM`) scales its outcome part by the same ``b / (a + b)``. The gap is read
+    again at the combined estimate, ``(tau_crude - T) / (1 + k)``; the model variance reads it
+    less its own noise, the shared sd whole (:func:`attenuation_correction`). Post-processing."""
+    tau, lin, rho = estimate
+    k = attenuation_multiple(rho)
+    ws = weighted_sum(c, v, k)
+    comb = combine(c, ws, (tau, lin, k), v["sums"], np.asarray(v["weighted_sum"])[..., 0],
+                   sum_scale)  # fmt: skip
+    small = linearised & (rho <= LINEARISED_SHARE)
+    w = lin.weight
+    band_sums = (
+        (1.0 + k) ** 2
+        * c.v_s
+        * np.sum(np.where(lin.usable, w * w * (1.0 / lin.nt**2 + 1.0 / lin.nc**2), 0.0), axis=-1)
+    )
+    outcome_part = np.where(small, comb.histogram_noise, band_sums)
+    counts = np.where(small, comb.counts_after - comb.counts_before, 0.0)
+    change = counts - outcome_part * comb.weight
+    crude = crude_difference(c, v)
+    resolved = np.isfinite(comb.tau)
+    gap = np.where(resolved, (crude - np.nan_to_num(comb.tau)) / (1.0 + k), 0.0)
+    # the model variance reads the gap with its own noise taken out (the histogram is noisier
+    # beside the weighted sum); the shared sd reads it as the release without it does: the
+    # bias the sites share is what it covers, and without the gap's noise in it the combined
+    # intervals under-covered strong confounding (0.92-0.93 at 1,500-2,000 records per site)
+    gap2 = np.maximum(gap * gap - comb.gap_noise, 0.0)
+    shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
+    return comb.tau, rho * rho * gap2, shared, change
 
 
 class PlanParts(NamedTuple):
@@ -353,6 +474,7 @@ class PlanParts(NamedTuple):
     fit: Callable[[np.ndarray], PropensityModel]
     binary: bool
     linearised: bool
+    sum_scale: float | None = None
 
     def assemble(self, v: Mapping[str, Any]) -> Outputs:
         """The release's assembly with these parts (a simulation may replace one, e.g.
@@ -415,8 +537,18 @@ def attenuation_correction(
     site of a study, which combining does not average out: the release adds its square to the
     variance and publishes it (``diagnostics["shared_sd"]``) for the combiners
     (``dpate_core.aggregation.shared_term``). Measured in docs/research/propensity.md."""
-    # the crude difference over the bands the subclassification uses (both noisy arm counts at
-    # min_count, read clipped to [0, N] as it reads them): the population of its estimand
+    crude = crude_difference(c, v)
+    gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
+    rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
+    k = attenuation_multiple(rho)
+    shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
+    return tau - k * gap, (1.0 + k) ** 2, (rho * gap) ** 2, shared
+
+
+def crude_difference(c: PublicConstants, v: Mapping[str, Any]) -> Any:
+    """The difference in the arms' noisy means over the bands the subclassification uses (both
+    noisy arm counts at ``min_count``, read clipped to ``[0, N]`` as it reads them): the
+    population of its estimand. Clipped to ``[-B, B]``; post-processing."""
     counts = np.clip(np.asarray(v["counts"], dtype=np.float64), 0.0, c.n)
     sums = np.asarray(v["sums"], dtype=np.float64)
     used = used_strata(c, counts)
@@ -425,12 +557,7 @@ def attenuation_correction(
     n_t = np.maximum(np.sum(t_arm, axis=-1), 1.0)
     s_t = np.sum(np.where(used, sums[..., 1::2], 0.0), axis=-1)
     s_c = np.sum(np.where(used, sums[..., 0::2], 0.0), axis=-1)
-    crude = np.clip(s_t / n_t - s_c / n_c, -c.bound, c.bound)
-    gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
-    rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
-    k = attenuation_multiple(rho)
-    shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
-    return tau - k * gap, (1.0 + k) ** 2, (rho * gap) ** 2, shared
+    return np.clip(s_t / n_t - s_c / n_c, -c.bound, c.bound)
 
 
 def attenuation_multiple(rho: Any) -> Any:
@@ -534,7 +661,8 @@ def dp_propensity(
 ) -> SiteEstimate:
     """DP subclassification on propensity bands (module docstring): ``(epsilon, 0)``-DP under
     replace-one neighbours; ``delta`` is accepted and not spent. Public: ``N``, ``B``, the
-    columns (levels, bounds), ``bands``, the split and whether the outcome is binary."""
+    columns (levels, bounds), ``bands``, the split (four parts: with the weighted sum) and
+    whether the outcome is binary."""
     plan = plan_propensity(
         w, y, z, columns, bound=bound, epsilon=epsilon, delta=delta, split=split, bands=bands,
         binary=binary,
