@@ -491,7 +491,7 @@ def _realised_width(variance: Array) -> float:
     return float(np.mean(np.where(np.isnan(v), 2.0, 2.0 * Z95 * np.sqrt(v))))
 
 
-def plan_accuracy(reps: int = 400) -> None:
+def plan_accuracy(reps: int = 400, weighted: bool = False) -> None:
     """``dpate plan``'s predicted widths for ``propensity`` over the realised ones
     (docs/explanation/results.md, "dpate plan for propensity"): IHDP and Lalonde split 2 and 3
     ways, the bench Synth at one site of several sizes, and with a binary outcome at one site
@@ -499,8 +499,9 @@ def plan_accuracy(reps: int = 400) -> None:
     mean and within-arm sd, the effect and the confounding (crude difference less the effect); and the
     bands' occupancy (effective number of filled bands, ``N^2 / sum N_b^2``) the plan predicts
     against its mean over the releases. The releases use the study's ``"auto"`` choice of ``K``
-    and the model share, as the plan does."""
-    from dpate_core.mechanisms.propensity import PROPENSITY, band_occupancy
+    and the model share, as the plan does. ``weighted``: the releases and the plan with the
+    weighted sum (``weighted_sum = true``), on the bench Synth's continuous outcome only."""
+    from dpate_core.mechanisms.propensity import PROPENSITY, PropensityOptions, band_occupancy
     from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign, plan_study
     from dpate_core.statistics import histogram_cells
     from dpate_core.synth import split_equal
@@ -559,7 +560,8 @@ def plan_accuracy(reps: int = 400) -> None:
         sizes = tuple(c.levels for c in cols if isinstance(c, Categorical))
         # the study's public choice of K and the model share, as a spec makes it (the plan
         # predicts that release)
-        choice = PROPENSITY.study_choice(None, 1, [StudySite(s.w.size, EPS, ()) for s in sites])
+        opts = PropensityOptions(weighted_sum=weighted)
+        choice = PROPENSITY.study_choice(opts, 1, [StudySite(s.w.size, EPS, ()) for s in sites])
         split = PROPENSITY.default_split(choice.options, binary).shares
         plans = [plan_propensity(s.w, s.y, s.z, cols, bound=1.0, epsilon=EPS, split=split,
                                  bands=choice.options.bands, binary=binary)
@@ -585,7 +587,7 @@ def plan_accuracy(reps: int = 400) -> None:
         for agg in ("mvagg", "inverse_variance"):
             plan = plan_study("propensity", agg, designs, domain_size=int(np.prod(sizes)),
                               bound=1.0, assumptions=assumed, recommend=False,
-                              covariate_sizes=sizes, binary=binary,
+                              covariate_sizes=sizes, binary=binary, options=choice.options,
                               bounded_covariates=len(cols) - len(sizes))  # fmt: skip
             site = [p.width / _realised_width(var[:, j]) for j, p in enumerate(plan.sites)]
             real = _realised_width(aggregate_many(agg, tau, n, var, shared).variance)
@@ -600,6 +602,13 @@ def plan_accuracy(reps: int = 400) -> None:
     print("| data (eps 1 per site) | combiner | sites: predicted / realised | combined | "
           "filled bands: predicted / realised |")  # fmt: skip
     print("|---|---|---|---|---|")
+    if weighted:
+        for n in (1000, 2000, 5000, 20_000):
+            rows("bench Synth, weighted sum", [synth5(np.random.default_rng(n), n)], 0.3)
+        for j in (2, 3):
+            rng = np.random.default_rng(2000 + j)
+            rows("bench Synth, weighted sum", [synth5(rng, 2000) for _ in range(j)], 0.3)
+        return
     for name, data, truth in real_data():
         for k in (2, 3):
             split = [data.take(i) for i in split_equal(data.w.size, k, 11)]
@@ -715,7 +724,7 @@ def model_split(share: str, binary: bool = False) -> tuple[str, ...]:
 
 def _releases(
     d: Data, rng: np.random.Generator, reps: int, bands: int, share: str, model_noise: str,
-    eps: float = EPS, binary: bool = False,
+    eps: float = EPS, binary: bool = False, weighted: bool = False,
 ) -> tuple[Array, Array, Array]:  # fmt: skip
     """``reps`` releases of one site (each a fresh model draw and band-cell draw): estimates,
     variances and shared sds. ``model_noise``
@@ -724,10 +733,11 @@ def _releases(
     Gaussian sigma of its L2 sensitivity (:func:`gaussian_model_sigma`) at ``GAUSS_DELTA``, the
     fit told the matching variance (its smoothing is the Laplace scale of equal variance).
     ``eps``: the site's epsilon (the what-if at :data:`EPS` only). ``binary``: the release in
-    its binary-outcome mode (no squares; the outcome must be 0 or 1)."""
-    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=eps,
-                           split=model_split(share, binary), bands=bands,
-                           binary=binary)  # fmt: skip
+    its binary-outcome mode (no squares; the outcome must be 0 or 1). ``weighted``: with the
+    weighted sum (``weighted_sum = true``: four budget parts)."""
+    split = model_share_split(share, binary, weighted) if weighted else model_split(share, binary)
+    plan = plan_propensity(d.w, d.y, d.z, d.columns, bound=1.0, epsilon=eps, split=split,
+                           bands=bands, binary=binary)  # fmt: skip
     spec = plan.noise[0]
     if model_noise == "gaussian":
         sigma = gaussian_model_sigma(d.columns, float(plan.shares.apply(plan.total)[0].epsilon))
@@ -812,12 +822,13 @@ def width_case(
     sites: Sequence[Sequence[Data]], truth: float, reps: int, bands: int = 5,
     share: str = "1/4", model_noise: str = "laplace", seed: int = 0, eps: float = EPS,
     combiners: dict[str, list[bool]] | None = None, binary: bool = False,
+    weighted: bool = False,
 ) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:  # fmt: skip
     """Per-site ``(width ratio, coverage, non-private coverage)`` and the inverse-variance
     combination's, over the groups of sites ``sites`` (each group a fresh data set or split) x
     ``reps`` releases at ``eps`` per site; ``combiners``, when given, gains each of
     :data:`COMBINERS`' coverage per release (a release it answers: :func:`combiner_cover`).
-    ``binary``: the releases in their binary-outcome mode."""
+    ``binary``: the releases in their binary-outcome mode; ``weighted``: with the weighted sum."""
     rng = np.random.default_rng(seed)
     j_n = len(sites[0])
     site = WidthTally([[] for _ in range(j_n)], [[] for _ in range(j_n)],
@@ -826,7 +837,8 @@ def width_case(
     for group in sites:
         taus, vars_, nps, shared = [], [], [], []
         for j, s in enumerate(group):
-            tau, var, b = _releases(s, rng, reps, bands, share, model_noise, eps, binary)
+            tau, var, b = _releases(s, rng, reps, bands, share, model_noise, eps, binary,
+                                    weighted)  # fmt: skip
             shared.append(b)
             np_tv = np_stratified(s)  # the reference: 5 bands whatever our K
             site.add(j, tau, var, np_tv, truth)
@@ -920,7 +932,7 @@ def auto_rule(
     others: Sequence[int] = AUTO_OTHERS, sites: Sequence[int] = (2, 3),
     counts: tuple[int, int] | None = None, real: bool = False, every: bool = False,
     rows: Sequence[tuple[int, str]] | None = None, strong: bool = False, binary: bool = False,
-    binary_mode: bool = False,
+    binary_mode: bool = False, weighted: bool = False,
 ) -> None:  # fmt: skip
     """The shipped ``"auto"`` choice of ``K`` and the model share (``study_choice`` on the
     sites' declared ``n`` and epsilon) on Synth at ``sites`` x N per site for N in ``sizes``,
@@ -934,7 +946,9 @@ def auto_rule(
     other rows (and, with ``real``, on IHDP and Lalonde beside the rule's choice), each with every
     combiner's coverage when ``every``. ``strong``: the Synth rows on :func:`synth5_strong`.
     ``binary``: the Synth outcome binary (:func:`synth5`'s ``binary``); ``binary_mode``: and the
-    releases in their binary-outcome mode (``outcome.binary``: no squares)."""
+    releases in their binary-outcome mode (``outcome.binary``: no squares). ``weighted``: every
+    row with the weighted sum (``weighted_sum = true``), on the same data sets and seeds as
+    without it (run both to compare)."""
     from dpate_core.mechanisms.propensity import AUTO_RULE
 
     sets, reps = counts or ((20, 20) if quick else (40, 25))
@@ -947,6 +961,7 @@ def auto_rule(
     def show(label: str, bands: int, share: str, tag: str, res: Any) -> None:
         per_site, (r, c, _) = res
         cells = ", ".join(f"{a:.2f} ({b:.3f})" for a, b, _ in per_site)
+        tag = tag + (", weighted sum" if weighted else "")
         print(f"| {label} | K {bands}, model {share}{tag} | {cells} | {r:.2f} ({c:.3f}) |",
               flush=True)  # fmt: skip
 
@@ -965,7 +980,7 @@ def auto_rule(
         label = f"{j} x {n:,}"
         res = width_case(groups, 0.3, reps, bands=bands, share=share, seed=n + j, eps=eps,
                          combiners=cover_of(f"{label}, K {bands}, model {share}", tag),
-                         binary=binary_mode)  # fmt: skip
+                         binary=binary_mode, weighted=weighted)  # fmt: skip
         show(label, bands, share, tag, res)
 
     print(f"\nthe auto rule: width / non-private width (our coverage); {sets} data sets x {reps} "
@@ -993,7 +1008,7 @@ def auto_rule(
                 tag = " (auto)" if (bands, share) == choice else ""
                 cover = cover_of(f"{label}, K {bands}, model {share}", tag)
                 res = width_case(groups, truth, reps, bands=bands, share=share, seed=j, eps=eps,
-                                 combiners=cover)  # fmt: skip
+                                 combiners=cover, weighted=weighted)  # fmt: skip
                 show(label, bands, share, tag, res)
     if not by_combiner:
         return
@@ -1568,6 +1583,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--binary", action="store_true", help="--auto: Synth's outcome binary")
     ap.add_argument("--binary-mode", action="store_true",
                     help="--auto --binary: the releases in their binary-outcome mode")  # fmt: skip
+    ap.add_argument("--weighted", action="store_true",
+                    help="--auto, --plan: with the weighted sum (weighted_sum = true)")  # fmt: skip
     ap.add_argument("--rows", nargs="+", metavar="K:SHARE",
                     help="--auto: these rows at the --others sizes, in place of the rule's")  # fmt: skip
     ap.add_argument("--coverage", action="store_true", help="variance variants' coverage only")
@@ -1590,7 +1607,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   AUTO_OTHERS if args.others is None else args.others, args.sites,
                   tuple(args.counts) if args.counts else None, args.real, args.every,
                   [(int(r.split(":")[0]), r.split(":")[1]) for r in args.rows or ()],
-                  args.strong, args.binary or args.binary_mode, args.binary_mode)  # fmt: skip
+                  args.strong, args.binary or args.binary_mode, args.binary_mode,
+                  args.weighted)  # fmt: skip
         return
     if args.variance:
         variance_terms(3 if args.quick else 10)
@@ -1610,7 +1628,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         timing()
         return
     if args.plan:
-        plan_accuracy(100 if args.quick else 400)
+        plan_accuracy(100 if args.quick else 400, args.weighted)
         return
     reps = 60 if args.quick else 300
     run_synth(reps // 2 if args.quick else 200)
