@@ -223,3 +223,24 @@ def test_dpate_plan_predicts_the_other_setting_beside_the_studys_own() -> None:
     (small,) = note(1000, 0.5)
     assert "but weighted_sum = true at a smallest site n x epsilon of 1000" in small
     assert note(3000, 0.5, binary=True) == []
+
+
+def test_an_unresolved_release_with_it_publishes_only_what_the_server_accepts() -> None:
+    """No usable band (too few records for the budget): the query's coefficients are all 0, its
+    value carries noise only and no weight, and the release is unresolved with exactly the
+    diagnostics the server accepts; a resolved one is finite and plausible."""
+    from dpate.schemas.reports import UNRESOLVED_DIAGNOSTICS
+
+    rng = np.random.default_rng(0)
+    w, y, z = _data(rng, 60)
+    split = model_share_split("1/2", weighted=True)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=Fraction(1, 10), split=split)
+    out = plan.assemble(draw_many(plan, rng, 40))
+    estimates = [plan.estimate_of(out, r) for r in range(40)]
+    unresolved = [e for e in estimates if not e.resolved]
+    assert unresolved
+    for e in unresolved:
+        assert e.diagnostics == UNRESOLVED_DIAGNOSTICS
+    opts = PropensityOptions(weighted_sum=True)
+    for e in (e for e in estimates if e.resolved):
+        assert math.isfinite(e.tau) and PROPENSITY.plausible(e, opts, 12) == []
