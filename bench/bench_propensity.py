@@ -456,25 +456,30 @@ def timing(n: int = 10**7, p: int = 20, reps: int = 5) -> None:
         warm = plan_propensity(w[:1000], y[:1000], data, cols, bound=1.0, epsilon=EPS)
         warm.assemble(draw_many(warm, np.random.default_rng(1), 1))  # compiled passes loaded
 
-    def release(data: Covariates | np.ndarray) -> tuple[float, ...]:
+    def release(data: Covariates | np.ndarray, weighted: bool = False) -> tuple[float, ...]:
+        split = model_share_split("1/4", weighted=True) if weighted else None
         c0, t0 = time.process_time(), time.perf_counter()
         np.bincount(base_codes, minlength=2)
         c1, t1 = time.process_time(), time.perf_counter()
-        plan = plan_propensity(w, y, data, cols, bound=1.0, epsilon=EPS)
+        plan = plan_propensity(w, y, data, cols, bound=1.0, epsilon=EPS, split=split)
         t2 = time.perf_counter()
         out = plan.assemble(draw_many(plan, np.random.default_rng(1), 1))
         c3, t3 = time.process_time(), time.perf_counter()
-        taus.add(float(out.tau[0]))
+        if not weighted:
+            taus.add(float(out.tau[0]))
         return t1 - t0, t2 - t1, t3 - t2, (c3 - c1) / (c1 - c0)
 
     taus: set[float] = set()
-    rows: dict[str, list[tuple[float, ...]]] = {"columns": [], "matrix": []}
+    rows: dict[str, list[tuple[float, ...]]] = {"columns": [], "matrix": [], "weighted": []}
     for _ in range(reps):
         rows["columns"].append(release(cov))
         rows["matrix"].append(release(z))
+        rows["weighted"].append(release(cov, weighted=True))  # the third stage: no more passes
     print(f"N = {n:.0e}, {p} covariates, {reps} interleaved repetitions, medians "
           f"(the same tau from both inputs: {len(taus) == 1})")  # fmt: skip
+    names = {"weighted": "columns, with the weighted sum (weighted_sum = true)"}
     for name, r in rows.items():
+        name = names.get(name, name)
         t = np.array(r)
         one, two = np.median(t[:, 1] / t[:, 0]), np.median(t[:, 2] / t[:, 0])
         total = (t[:, 1] + t[:, 2]) / t[:, 0]
