@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dpate_core.mechanisms import StudySite
+from dpate_core.mechanisms._weighted_query import QUERY_BITS, query_units
 from dpate_core.mechanisms.propensity import (
     PROPENSITY,
     Categorical,
@@ -20,7 +21,6 @@ from dpate_core.mechanisms.propensity import (
     model_share_split,
     plan_propensity,
 )
-from dpate_core.mechanisms.propensity._weighted_sum import SUM_BITS, sum_sensitivity_units
 from dpate_core.release import draw_many, draw_once
 
 COLUMNS = (Categorical(4), Categorical(3), Numeric(0.0, 10.0))
@@ -66,7 +66,7 @@ def test_the_query_moves_by_at_most_its_sensitivity_on_neighbours() -> None:
     noisy = draw_once(plan, np.random.default_rng(1))  # simulation noise for the earlier stages
     fixed = {k: v for k, v in noisy.items() if k != "weighted_sum"}
     value = float(plan.stages[1].locs(fixed)["weighted_sum"][0])
-    sens = sum_sensitivity_units(n, 5)
+    sens = query_units(n, 10)
     moved = []
     for i in rng.integers(0, n, 60):
         for new_w, new_y in ((0, 0.0), (1, 1.0), (1, 0.0), (0, 1.0)):
@@ -84,10 +84,14 @@ def test_a_secure_release_has_three_stages_and_the_published_scale() -> None:
     w, y, z = _data(rng, 3000)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1, split=WEIGHTED)
     (site,) = plan.stages[1].sites
-    assert (site.name, site.kind, site.unit) == ("weighted_sum", "integer_laplace", 2.0**-SUM_BITS)
+    assert (site.name, site.kind, site.unit) == (
+        "weighted_sum",
+        "integer_laplace",
+        2.0**-QUERY_BITS,
+    )
     eps_q = Fraction(1, 4)
-    assert site.scale == pytest.approx(sum_sensitivity_units(3000, 5) / eps_q, rel=1e-15)
-    assert site.scale >= sum_sensitivity_units(3000, 5) / eps_q  # rounded up
+    assert site.scale == pytest.approx(query_units(3000, 10) / eps_q, rel=1e-15)
+    assert site.scale >= query_units(3000, 10) / eps_q  # rounded up
     noisy = draw_once(plan)  # secure noise
     assert set(noisy) == {"model", "histogram", "squares", "weighted_sum"}
     assert noisy["weighted_sum"].shape == (1,)

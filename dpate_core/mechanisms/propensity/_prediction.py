@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.mechanisms.adjusted import (
     ADJUSTED,
     THRESHOLD_FACTOR,
@@ -45,6 +46,7 @@ from dpate_core.mechanisms.adjusted import (
     public_constants,
     subclassification_linearisation,
 )
+from dpate_core.privacy import PrivacyParams
 
 from ._model import count_sensitivity
 from ._occupancy import (
@@ -67,7 +69,7 @@ from ._release import (
     linearised_factors,
     residual_confounding_share,
 )
-from ._weighted_sum import SUM_BITS, count_derivatives, sum_sensitivity_units, weighted_sum
+from ._weighted_sum import count_derivatives, weighted_sum
 
 if TYPE_CHECKING:
     from dpate_core.planning import PredictionInputs
@@ -245,7 +247,9 @@ def weighted_removal(
     k = attenuation_multiple(np.clip(np.asarray(rho, dtype=np.float64), 0.0, 1.0))
     ws = weighted_sum(c, v, k)
     bands = bands_of(inp.options)
-    scale = float(sum_sensitivity_units(d.n, bands)) / float(eps_q) * math.ldexp(1.0, -SUM_BITS)
+    scale = query_site(
+        "weighted_sum", PrivacyParams(eps_q, Fraction(0)), d.n, 2 * bands
+    ).value_scale
     a = c.v_s * np.sum(ws.d * ws.d, axis=-1)
     b = 2.0 * (ws.scale * scale) ** 2
     lam = a / np.where(a + b > 0.0, a + b, 1.0)

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.mechanisms.adjusted import (
     Linearisation,
     PublicConstants,
@@ -92,13 +93,7 @@ from ._model import (
     model_statistics_of_strata,
     released_part,
 )
-from ._weighted_sum import (
-    SUM_BITS,
-    combine,
-    query_value,
-    sum_sensitivity_units,
-    weighted_sum,
-)
+from ._weighted_sum import combine, query_value, weighted_sum
 
 __all__ = [
     "ATTENUATION_CAP",
@@ -314,13 +309,7 @@ def _plan(
     stages = [Stage(band_sites, locs)]
     sum_scale = None
     if p_q is not None:
-        sum_site = NoiseSpec(
-            "weighted_sum",
-            np.zeros(1),
-            p_q.laplace_scale(sum_sensitivity_units(n, bands)),
-            "integer_laplace",
-            unit=math.ldexp(1.0, -SUM_BITS),
-        )
+        sum_site = query_site("weighted_sum", p_q, n, 2 * bands)
         sum_scale = sum_site.value_scale
 
         def sum_locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -17,10 +17,9 @@ The query centres each record's outcome at its arm's centre ``c_a = B/2 + CENTRE
 counts' noise in ``D`` multiplies ``ybar_j - c_a`` rather than ``ybar_j - B/2``:
 ``Q = sum_i Dn_i (Y_i - c_a(i))``, ``Dn = D / max|D|``. Its sensitivity ``S`` is the largest
 value of ``Dn_j (y - c_a)`` over cells and ``y`` in ``[0, B]`` less the smallest (``S >= B``,
-``S = B`` at ``c_a = B/2``), public. The release draws
-``round(2^SUM_BITS Q / S) + DLap((2^SUM_BITS + margin) / eps_q)`` (:func:`sum_margin`: one unit
-for the rounding and one for the float evaluation), so the stage is ``(eps_q, 0)``-DP for every
-fixed earlier output.
+``S = B`` at ``c_a = B/2``), public. The release draws ``Q / S`` on the grid of
+:mod:`dpate_core.mechanisms._weighted_query` (exact discrete Laplace, a margin for the rounding
+and the float evaluation), so the stage is ``(eps_q, 0)``-DP for every fixed earlier output.
 
 The estimate (:func:`combine`): the query reads ``T`` as ``max|D| S Q_noisy + sum_j D_j n_hat_j
 (c_a - B/2)``; the histogram reads it with independent noise; the two are combined by their
@@ -29,12 +28,12 @@ noise variances (``lambda = a / (a + b)``, ``a = v_s sum D^2``, ``b`` the query'
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from dpate_core.mechanisms._weighted_query import on_grid
 from dpate_core.mechanisms.adjusted import (
     Linearisation,
     PublicConstants,
@@ -43,17 +42,13 @@ from dpate_core.mechanisms.adjusted import (
 
 __all__ = [
     "CENTRE_SHRINK",
-    "SUM_BITS",
     "WeightedSum",
+    "combine",
     "count_derivatives",
-    "sum_margin",
-    "sum_sensitivity_units",
+    "query_value",
     "weighted_sum",
 ]
 
-#: the query's grid: ``2^-SUM_BITS`` of its sensitivity (the rounding adds one unit, a
-#: thousandth of the noise scale)
-SUM_BITS = 10
 #: the arms' centres ``B/2 + CENTRE_SHRINK m_a``: measured 0 to 1 (stop 46); the full arm mean
 #: makes the query's sensitivity up to twice ``max|D| B``, ``B/2`` leaves the counts' noise
 #: times the arm's distance from ``B/2``
@@ -111,26 +106,13 @@ def weighted_sum(c: PublicConstants, v: Mapping[str, Any], k: Any) -> WeightedSu
     return WeightedSum(d, offset, counts, unit * sens)
 
 
-def sum_margin(n: int, bands: int) -> int:
-    """The query's sensitivity margin in grid units: one for the rounding to the grid and a bound
-    on the float evaluation's error, ``(4 K + 4) N 2^(SUM_BITS - 53)`` rounded up (each
-    normalised record term is at most 1 in absolute value, so the sum's terms total at most
-    ``N``). Public: ``N`` and ``K``."""
-    return 1 + max(1, math.ceil((4 * bands + 4) * n * math.ldexp(1.0, SUM_BITS - 53)))
-
-
-def sum_sensitivity_units(n: int, bands: int) -> int:
-    """The query's sensitivity in grid units: ``2^SUM_BITS`` (its normalised sensitivity 1)
-    plus :func:`sum_margin`."""
-    return (1 << SUM_BITS) + sum_margin(n, bands)
-
-
 def query_value(ws: WeightedSum, sums: Any, counts: Any) -> Any:
-    """The private value in grid units: ``round(2^SUM_BITS sum_j D_j (s_j + n_j offset_j) /
-    scale)`` from the exact cells' centred sums and counts (outcome units)."""
+    """The private value in grid units (:func:`~dpate_core.mechanisms._weighted_query.on_grid`
+    of ``sum_j D_j (s_j + n_j offset_j) / scale``) from the exact cells' centred sums and counts
+    (outcome units)."""
     scale = np.where(ws.scale > 0.0, ws.scale, 1.0)
     raw = np.sum(ws.d * (np.asarray(sums) + np.asarray(counts) * ws.offset), axis=-1) / scale
-    return np.rint(raw * 2.0**SUM_BITS)
+    return on_grid(raw)
 
 
 def count_derivatives(lin: Linearisation, k: Any) -> Any:
