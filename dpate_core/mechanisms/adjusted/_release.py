@@ -20,6 +20,12 @@ count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighti
 the common effect when every stratum has the same effect (Synth: 0.5).
 ``docs/explanation/adjusted.md`` has the design, the proofs and the measurements.
 
+A split of four parts ``(eps_h, eps_q, eps_a, eps_d)`` (stop 46; the library's, not yet a spec
+option: ``dpate plan`` cannot predict it) adds a second stage, chosen from the histogram's noisy
+counts: the fixed-effects numerator and denominator as one weighted-sum query each
+(:mod:`._fe_queries`, ``(eps_a, 0)`` and ``(eps_d, 0)``-DP for every fixed histogram), combined with
+the histogram's readings by their noise; the weighting is then fixed effects.
+
 Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.statistics`,
 which has the argument); the noise is added to those integers, with scales in grid units, and the
 noisy sums and squares are multiplied by their grid units after the draw (post-processing,
@@ -29,14 +35,18 @@ post-processing (:mod:`dpate_core.mechanisms.adjusted`) reads outcome units.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from dpate_core.mechanisms._weighted_query import query_site
+from dpate_core.mechanisms.adjusted._fe_queries import DENOMINATOR, NUMERATOR, query_values
 from dpate_core.mechanisms.adjusted._weightings import (
     RATIO_DAMPING,
     RESOLVE_Z,
@@ -46,12 +56,14 @@ from dpate_core.mechanisms.adjusted._weightings import (
     assemble_fixed_effects,
     assemble_histogram,
     assemble_subclassification,
+    histogram_vectors,
 )
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
     SiteEstimate,
+    Stage,
     check_binary_outcomes,
     draw_once,
 )
@@ -118,7 +130,8 @@ def plan_adjusted(
 ) -> MechanismPlan:
     """The plan of :func:`dp_adjusted` (see there for the privacy statement). ``binary``: every
     outcome is 0 or ``B`` (checked: an error names the rule); the cells are one query, their
-    ``(cell, outcome)`` histogram."""
+    ``(cell, outcome)`` histogram. A ``split`` of four parts adds the fixed-effects queries
+    (module docstring)."""
     if binary:
         check_binary_outcomes(np.asarray(y, dtype=np.float64), float(bound))
     stats = cell_statistics(w, y, x, domain_size=domain_size, bound=bound)
@@ -192,13 +205,40 @@ def plan_adjusted_from_statistics(
     if n < 2:
         raise ValueError(f"a release needs at least 2 records (got {n})")
     default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
-    shares = BudgetSplit.of(default if split is None else split, len(default))
+    queried = not binary and split is not None and len(split) == len(DEFAULT_SPLIT) + 2
+    shares = BudgetSplit.of(default if split is None else split, len(default) + 2 * queried)
     parts = shares.apply(total)
-    noise, scales = cell_sites(stats, parts, binary)
+    cells = parts[:2] if queried else parts
+    noise, scales = cell_sites(stats, cells, binary)
     public = public_constants(
         n, stats.bound, stats.counts.size // 2, scales, min_count, binary=binary
     )
-    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, sum_epsilon(parts))
+    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, sum_epsilon(cells))
+    stages: tuple[Stage, ...] = ()
+    if queried:  # the fixed-effects sums as two weighted-sum queries (._fe_queries)
+        if weighting == "subclassification":
+            raise ValueError(
+                "a split of four parts releases the fixed-effects queries: weighting must be "
+                "'fixed_effects' (or 'auto'), not 'subclassification'"
+            )
+        mode = "fixed_effects"
+        k = public.n_strata
+        sites = (
+            query_site(NUMERATOR, parts[2], n, 2 * k),
+            query_site(DENOMINATOR, parts[3], n, k),
+        )
+        public = dataclasses.replace(
+            public, query_scales=(sites[0].value_scale, sites[1].value_scale)
+        )
+        exact = (stats.counts.astype(np.float64), stats.sums * stats.sum_unit)
+        constants = public
+
+        def locs(noisy: Mapping[str, Any]) -> dict[str, Any]:
+            v = histogram_vectors(constants, noisy)
+            cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -float(n), float(n))
+            return query_values(constants, cnt, *exact)
+
+        stages = (Stage(sites, locs),)
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification
     return MechanismPlan(
         estimator="adjusted",
@@ -209,6 +249,7 @@ def plan_adjusted_from_statistics(
         bound=stats.bound,
         shares=shares,
         noise=noise,
+        stages=stages,
         # a histogram's counts and sums (a binary outcome's squares too) are post-processing;
         # the public constants first either way (what simulations read)
         assemble=functools.partial(assemble_histogram, public, assemble),
@@ -311,10 +352,11 @@ def dp_adjusted(
     Privacy: ``(epsilon, 0)``-DP under replace-one neighbours (a record's ``W``, ``Y`` and ``X`` may
     all change); ``delta`` is accepted for a uniform interface and not spent (the estimate records
     ``delta = 0``). Sequential composition of two Laplace vector queries with shares ``(eps_h,
-    eps_q)`` (default :data:`DEFAULT_SPLIT`), each parallel over the cells: the two-end histogram
-    ``Lap(2 / eps_h)`` over ``4 |X|`` bins (the counts ``U + L`` and centred sums ``(B/2)(U - L)``
-    are post-processing), centred squares ``Lap(B^2 / (2 eps_q))`` (scales exact and rounded up,
-    in grid units). Public: ``N``,
+    eps_q)`` (default :data:`DEFAULT_SPLIT`; four shares add the fixed-effects queries at
+    ``eps_a`` and ``eps_d``, adaptively, module docstring), each parallel over the cells: the
+    two-end histogram ``Lap(2 / eps_h)`` over ``4 |X|`` bins (the counts ``U + L`` and centred
+    sums ``(B/2)(U - L)`` are post-processing), centred squares ``Lap(B^2 / (2 eps_q))`` (scales
+    exact and rounded up, in grid units). Public: ``N``,
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
     not released. ``binary`` (every outcome 0 or ``B``, checked): one Laplace vector query, the
     ``(cell, outcome)`` histogram ``Lap(2 / eps)`` over the ``4 |X|`` bins at the whole budget

@@ -23,6 +23,8 @@ from dpate_core.intervals import normal_cdf
 from dpate_core.release import Outputs
 from dpate_core.statistics import histogram_cells
 
+from ._fe_queries import combine as combine_queries
+
 __all__ = [
     "ESTIMANDS",
     "FIELLER_BELOW",
@@ -110,6 +112,9 @@ class PublicConstants:
     v_q: float = 0.0
     #: a binary outcome: each noisy count's share of its cell's squares, ``B^2/4``; else 0
     q_per_count: float = 0.0
+    #: the fixed-effects queries' Laplace scales in their normalised units (numerator,
+    #: denominator) where the release has them (:mod:`._fe_queries`); else None
+    query_scales: tuple[float, float] | None = None
 
 
 def histogram_vectors(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,19 +181,22 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     # and never below its pure-noise part
     floor_d = c.n_strata * c.v_n**2
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
+    weights = None
+    if c.query_scales is not None:  # the queries' readings combined in (._fe_queries)
+        big_a, big_d, var_d, weights = combine_queries(c, cnt, (big_a, big_d), v, c.query_scales)
     resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
     factor = np.ones_like(big_d)
-    share = design_resolution(c.n, c.n_strata, c.v_n)
+    share = design_resolution(c.n, c.n_strata, c.v_n, c.query_scales)
     fieller = share < FIELLER_BELOW
     if fieller:
         d_safe = np.where(resolved, big_d, 1.0)
         ratio = np.clip(big_a / d_safe, -c.bound, c.bound)
-        factor = _fieller_stretch(c, (cnt, s, q), ratio, d_safe)
+        factor = _fieller_stretch(c, (cnt, s, q), ratio, d_safe, weights)
         resolved &= np.isfinite(factor)
         factor = np.where(resolved, factor, 1.0)
     d_safe = np.where(resolved, big_d, 1.0)
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
-    noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe)
+    noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe, weights)
     if not fieller and share >= PLUG_IN_CORRECTED_FROM:
         noise_var = noise_var * _plug_in_factor(var_d, d_safe)
     sampling_raw, sampling = (
@@ -220,25 +228,39 @@ def resolution_probability(big_d: float, var_d: float) -> float:
     return 1.0 - NormalDist().cdf(RESOLVE_Z - big_d / math.sqrt(var_d))
 
 
-def design_resolution(n: int, n_strata: int, v_n: float) -> float:
+def design_resolution(
+    n: int, n_strata: int, v_n: float, query_scales: tuple[float, float] | None = None
+) -> float:
     """The share of fixed-effects releases predicted to resolve from the public design alone
     (``N``, ``|X|`` and the count noise variance ``v_n``): :func:`resolution_probability` at the
     counts ``dpate plan`` assumes by default, half the records treated (``round(N/2)``), each
     arm spread as evenly as possible over every stratum (``planning.balanced_counts``: ``q`` or
     ``q + 1`` records per stratum, the first strata taking the extra ones), so ``D`` and ``sum
     (n_t^2 + n_c^2)`` in closed form. Public: it reads no record, so the switch it drives
-    (:data:`FIELLER_BELOW`) selects nothing."""
+    (:data:`FIELLER_BELOW`) selects nothing. ``query_scales``: the release has the
+    fixed-effects queries (:mod:`._fe_queries`), whose combined denominator has variance ``v_n
+    sum n_t^2 + G b_r / (G + b_r)`` (``b_r`` from the largest control count at these counts)."""
     k = n_strata
     m_t = min(max(round(0.5 * n), 1), n - 1)
     m_c = n - m_t
     (q_t, r_t), (q_c, r_c) = divmod(m_t, k), divmod(m_c, k)
     big_d = k * q_t * q_c + q_t * r_c + q_c * r_t + min(r_t, r_c)
-    squares = k * (q_t * q_t + q_c * q_c) + (2 * q_t + 1) * r_t + (2 * q_c + 1) * r_c
-    return resolution_probability(float(big_d), v_n * squares + k * v_n * v_n)
+    sq_t = k * q_t * q_t + (2 * q_t + 1) * r_t
+    sq_c = k * q_c * q_c + (2 * q_c + 1) * r_c
+    if query_scales is None:
+        return resolution_probability(float(big_d), v_n * (sq_t + sq_c) + k * v_n * v_n)
+    # with the denominator query (._fe_queries.combine): v_n sum n_t^2 + G b_r / (G + b_r)
+    g = v_n * sq_c + k * v_n * v_n
+    b_r = 2.0 * (max(q_c + (1 if r_c else 0), 1) * query_scales[1]) ** 2
+    return resolution_probability(float(big_d), v_n * sq_t + g * b_r / (g + b_r))
 
 
 def _fieller_stretch(
-    c: PublicConstants, vectors: tuple[Any, Any, Any], ratio: Any, d_safe: Any
+    c: PublicConstants,
+    vectors: tuple[Any, Any, Any],
+    ratio: Any,
+    d_safe: Any,
+    weights: tuple[Any, Any, Any, Any] | None = None,
 ) -> Any:
     """:func:`fieller_factor` of this release: ``V(t) = Var(A_hat - t D_hat)``, noise and
     sampling (the numerators of :func:`_fixed_effects_noise_variance` and
@@ -248,7 +270,7 @@ def _fieller_stretch(
 
     def numerator(t: Any) -> Any:
         sampling_raw = _fixed_effects_sampling(c, cnt, s, q, t, d_safe)[0]
-        return _noise_numerator(c, cnt, s, t) + sampling_raw * d_safe**2
+        return _noise_numerator(c, cnt, s, t, weights) + sampling_raw * d_safe**2
 
     b = c.bound
     return fieller_factor(numerator(ratio), numerator(ratio + b), numerator(ratio - b), b, d_safe)
@@ -299,7 +321,9 @@ def fieller_terms(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> tupl
     return INTERVAL_Z**2 * np.maximum(v_d, 0.0) / (d * d), rho
 
 
-def _noise_numerator(c: PublicConstants, cnt: Any, s: Any, tau: Any) -> Any:
+def _noise_numerator(
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, weights: tuple[Any, Any, Any, Any] | None = None
+) -> Any:
     """``Var`` of the noise in ``A_hat - tau D_hat`` (``e`` count, ``h`` sum noise): ``sum [e_c
     (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t
     e_c]``, exact for these bilinear terms; squares of noisy values are corrected by their noise
@@ -308,17 +332,36 @@ def _noise_numerator(c: PublicConstants, cnt: Any, s: Any, tau: Any) -> Any:
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     t = np.asarray(tau)[..., None]
+    if weights is None:
+        per_stratum = (
+            v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
+            + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
+            + 2.0 * v_s * v_n
+            + t * t * v_n**2
+        )
+        return np.sum(per_stratum, axis=-1)
+    # the queries' readings combined in (._fe_queries.combine): lambda of the sums' and the
+    # products' noise moves to the numerator query, mu of the controls' counts' terms of the
+    # denominator to the denominator query (docs/explanation/adjusted.md)
+    lam, mu, b, b_r = (np.asarray(x, dtype=np.float64)[..., None] for x in weights)
+    keep = 1.0 - mu
     per_stratum = (
-        v_n * ((s_t - t * n_t) ** 2 + (s_c + t * n_c) ** 2 - 2.0 * (v_s + t * t * v_n))
-        + v_s * (n_t**2 + n_c**2 - 2.0 * v_n)
-        + 2.0 * v_s * v_n
-        + t * t * v_n**2
+        v_n * ((s_t - t * n_t) ** 2 - v_s - t * t * v_n)
+        + v_n * ((s_c + t * keep * n_c) ** 2 - v_s - t * t * keep * keep * v_n)
+        + (1.0 - lam) ** 2 * (v_s * (n_t**2 + n_c**2 - 2.0 * v_n) + 2.0 * v_s * v_n)
+        + t * t * keep * keep * v_n**2
     )
-    return np.sum(per_stratum, axis=-1)
+    queries = lam[..., 0] ** 2 * b[..., 0] + np.asarray(tau) ** 2 * mu[..., 0] ** 2 * b_r[..., 0]
+    return np.sum(per_stratum, axis=-1) + queries
 
 
 def _fixed_effects_noise_variance(
-    c: PublicConstants, cnt: Any, s: Any, tau: Any, d_safe: Any
+    c: PublicConstants,
+    cnt: Any,
+    s: Any,
+    tau: Any,
+    d_safe: Any,
+    weights: tuple[Any, Any, Any, Any] | None = None,
 ) -> Any:
     """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
     tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
@@ -328,8 +371,14 @@ def _fixed_effects_noise_variance(
     spread of ``1/D_hat`` over other draws of ``D_hat`` is :func:`fieller_factor`'s, where the
     design makes it matter)."""
     v_n, v_s = c.v_n, c.v_s
-    floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
-    return np.maximum(_noise_numerator(c, cnt, s, tau), floor_v) / d_safe**2
+    if weights is None:
+        floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
+    else:
+        lam, mu, b, b_r = weights
+        floor_v = c.n_strata * (
+            (1.0 - lam) ** 2 * 2.0 * v_s * v_n + tau * tau * (1.0 - mu) ** 2 * v_n**2
+        ) + (lam * lam * b + tau * tau * mu * mu * b_r)
+    return np.maximum(_noise_numerator(c, cnt, s, tau, weights), floor_v) / d_safe**2
 
 
 def _fixed_effects_sampling(
