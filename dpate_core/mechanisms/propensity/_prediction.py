@@ -69,7 +69,7 @@ from ._release import (
     linearised_factors,
     residual_confounding_share,
 )
-from ._weighted_sum import count_derivatives, weighted_sum
+from ._weighted_sum import band_outcome_noise, count_derivatives, weighted_sum
 
 if TYPE_CHECKING:
     from dpate_core.planning import PredictionInputs
@@ -254,8 +254,7 @@ def weighted_removal(
     b = 2.0 * (ws.scale * scale) ** 2
     lam = a / np.where(a + b > 0.0, a + b, 1.0)
     lin = subclassification_linearisation(c, v, np.float64(inp.assumptions.effect))
-    w = lin.weight
-    band = c.v_s * float(np.sum(np.where(lin.usable, w * w * (1 / lin.nt**2 + 1 / lin.nc**2), 0)))
+    band = band_outcome_noise(lin, c.v_s)
     small = is_linearised(d.n, d.epsilon * budget_shares(inp)[0]) & (np.asarray(rho) <= 0.2)
     g = count_derivatives(lin, k)
     moved = g - lam[..., None] * ws.d * ws.offset

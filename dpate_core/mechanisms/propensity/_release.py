@@ -93,7 +93,7 @@ from ._model import (
     model_statistics_of_strata,
     released_part,
 )
-from ._weighted_sum import combine, query_value, weighted_sum
+from ._weighted_sum import band_outcome_noise, combine, query_value, weighted_sum
 
 __all__ = [
     "ATTENUATION_CAP",
@@ -433,12 +433,7 @@ def _with_weighted_sum(
     comb = combine(c, ws, (tau, lin, k), v["sums"], np.asarray(v["weighted_sum"])[..., 0],
                    sum_scale)  # fmt: skip
     small = linearised & (rho <= LINEARISED_SHARE)
-    w = lin.weight
-    band_sums = (
-        (1.0 + k) ** 2
-        * c.v_s
-        * np.sum(np.where(lin.usable, w * w * (1.0 / lin.nt**2 + 1.0 / lin.nc**2), 0.0), axis=-1)
-    )
+    band_sums = (1.0 + k) ** 2 * band_outcome_noise(lin, c.v_s)
     outcome_part = np.where(small, comb.histogram_noise, band_sums)
     counts = np.where(small, comb.counts_after - comb.counts_before, 0.0)
     change = counts - outcome_part * comb.weight

@@ -43,6 +43,7 @@ from dpate_core.mechanisms.adjusted import (
 __all__ = [
     "CENTRE_SHRINK",
     "WeightedSum",
+    "band_outcome_noise",
     "combine",
     "count_derivatives",
     "query_value",
@@ -126,6 +127,15 @@ def count_derivatives(lin: Linearisation, k: Any) -> Any:
     y_t = np.where(used, -np.asarray(lin.mean_t)[..., None] / tot_t, 0.0)
     y_c = np.where(used, np.asarray(lin.mean_c)[..., None] / tot_c, 0.0)
     return _interleaved((1.0 + kk) * lin.d_nc - kk * y_c, (1.0 + kk) * lin.d_nt - kk * y_t)
+
+
+def band_outcome_noise(lin: Linearisation, v_s: float) -> Any:
+    """The band estimate's outcome part's noise variance, ``v_s sum_b w_b^2 (1/n_tb^2 +
+    1/n_cb^2)`` over the used bands: what a release that keeps the factor ``(1 + k)^2`` scales
+    by it (the release's and the plan's)."""
+    w = lin.weight
+    per_band = w * w * (1.0 / lin.nt**2 + 1.0 / lin.nc**2)
+    return v_s * np.sum(np.where(lin.usable, per_band, 0.0), axis=-1)
 
 
 def mean_noise(lin: Linearisation, k: Any, v_s: float) -> Any:
