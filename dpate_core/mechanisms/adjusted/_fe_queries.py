@@ -49,9 +49,9 @@ def _coefficients(cnt: Any) -> tuple[Any, Any, Any, Any]:
 def query_values(c: PublicConstants, cnt: Any, counts: Any, sums: Any) -> dict[str, Any]:
     """The two private values on the grid from the exact cells (``counts``, centred ``sums`` in
     outcome units) and the clipped noisy counts ``cnt`` (``(cells,)`` or ``(reps, cells)``)."""
-    coef_a, top_a, coef_d, top_d = _coefficients(cnt)
+    coef_a, top_a, coef_d, spread_d = _coefficients(cnt)
     a = np.sum(coef_a * np.asarray(sums, dtype=np.float64), axis=-1) / (top_a * c.bound)
-    d = np.sum(coef_d * np.asarray(counts, dtype=np.float64)[..., 1::2], axis=-1) / top_d
+    d = np.sum(coef_d * np.asarray(counts, dtype=np.float64)[..., 1::2], axis=-1) / spread_d
     return {NUMERATOR: on_grid(a)[..., None], DENOMINATOR: on_grid(d)[..., None]}
 
 
@@ -75,13 +75,13 @@ def combine(
     ``Var(D) = v_n sum n_t^2 + G b_r / (G + b_r)``; the squares of noisy counts less their noise
     variance, each sum at least its pure-noise part."""
     big_a_h, big_d_h = histogram
-    _, top_a, _, top_d = _coefficients(cnt)
+    _, top_a, _, spread_d = _coefficients(cnt)
     v_n, v_s, k = c.v_n, c.v_s, c.n_strata
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     read_a = top_a * c.bound * np.asarray(v[NUMERATOR], dtype=np.float64)[..., 0]
-    read_d = top_d * np.asarray(v[DENOMINATOR], dtype=np.float64)[..., 0]
+    read_d = spread_d * np.asarray(v[DENOMINATOR], dtype=np.float64)[..., 0]
     b = 2.0 * (top_a * c.bound * scales[0]) ** 2
-    b_r = 2.0 * (top_d * scales[1]) ** 2
+    b_r = 2.0 * (spread_d * scales[1]) ** 2
     sq_t = np.maximum(np.sum(n_t * n_t - v_n, axis=-1), 0.0)
     sq_c = np.maximum(np.sum(n_c * n_c - v_n, axis=-1), 0.0)
     h = v_s * (sq_t + sq_c) + 2.0 * k * v_s * v_n

@@ -158,8 +158,7 @@ class Combined(NamedTuple):
     """The corrected estimate with the query's reading combined in (:func:`combine`)."""
 
     tau: Any
-    weight: Any  # lambda: the query's weight in the outcome part
-    outcome_noise: Any  # a b / (a + b): the combined outcome part's noise variance
+    weight: Any  # lambda: the query's weight in the outcome part (its noise: a (1 - lambda))
     histogram_noise: Any  # a = v_s sum D^2: the histogram's alone
     counts_before: Any  # v_n sum g^2: the counts' part as the histogram's reading reports it
     counts_after: Any  # v_n sum (g - lambda D offset)^2 less the means' noise in it, >= 0
@@ -199,7 +198,7 @@ def combine(
     resid = y - (1.0 - lam[..., None]) * d
     kk = np.asarray(k, dtype=np.float64)
     gap = (c.v_s * np.sum(resid * resid, axis=-1) + lam * lam * b) / (1.0 + kk) ** 2
-    return Combined(out, lam, a * (1.0 - lam), a, before, after, gap)
+    return Combined(out, lam, a, before, after, gap)
 
 
 def crude_coefficients(lin: Linearisation) -> Any:
