@@ -244,9 +244,9 @@ def below_rule_notes(
 def resolved_split(options: Any, binary: bool = False) -> tuple[str, ...]:
     """The default split of these options: ``model_share``'s (``"auto"`` unresolved, a plan made
     outside a study: :data:`AUTO_RULE`'s first row's); two parts for a binary outcome, four with
-    the weighted sum (``weighted_sum`` True; ``"auto"`` unresolved: without)."""
+    the weighted sum (``weighted_sum`` true)."""
     share = getattr(options, "model_share", "auto")
-    weighted = getattr(options, "weighted_sum", "auto") is True
+    weighted = bool(getattr(options, "weighted_sum", False))
     return model_share_split(AUTO_RULE[0][2] if share == "auto" else share, binary, weighted)
 
 
