@@ -79,6 +79,9 @@ def releases(d: bp.Data, reps: int, shares: tuple[float, float], rng: np.random.
     return np.where(resolved, np.clip(big_a / np.where(resolved, big_d, 1.0), -1, 1), np.nan)
 
 
+#: the sd of the bench Synth's true propensity logit over its records (``bp.synth5``'s index:
+#: ``sqrt(0.4^2 1.25 + 0.5^2 2/3 + 0.6^2 / 4 + 1.2^2 / 12 + 0.8^2 / 20)``)
+PROPENSITY_SD = 0.78
 #: the fixed-effects estimand on the 24 strata of :func:`coarse` (2,000,000 records, no noise)
 ESTIMAND_24 = 0.30998
 #: the release's four-part split (the histogram and squares, the numerator and denominator)
@@ -117,6 +120,67 @@ def release_rows(sizes: list[int], sets: int, reps: int) -> None:
                       f"{np.sqrt(np.mean(a[solved, 2])):.4f} |", flush=True)  # fmt: skip
 
 
+def plan_rows(sizes: list[int], sets: int, reps: int) -> None:
+    """``dpate plan``'s predicted width of one site's fixed-effects release over the realised
+    mean width, with and without the queries: the planner stating the treated share, the
+    outcome's mean and within-cell sd and the effect (the data's fixed-effects estimand), and the
+    strata three ways: the default (every stratum evenly filled, the same treated share in
+    each), the true propensity's logit sd stated (:data:`PROPENSITY_SD`, ``--propensity-sd``:
+    the treated share then varies between strata), and with it the effective number of strata
+    ``N^2 / sum N_x^2`` (``--occupied-strata``)."""
+    from dpate_core.mechanisms.adjusted import AdjustedOptions
+    from dpate_core.mechanisms.adjusted._public import predict
+    from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign
+
+    print("| eps 1, one site | strata | release | realised width | predicted / realised: "
+          "default | propensity sd stated | and occupancy (its value) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for n in sizes:
+        for label, shape, truth in (("24", coarse, ESTIMAND_24), ("384", lambda d: d, 0.3)):
+            rd = np.random.default_rng(n + 11)
+            for name, split in (("histogram", ("9/10", "1/10")), ("with the queries", QUERIES)):
+                ratios: list[list[float]] = []
+                widths = []
+                for _ in range(sets):
+                    d = shape(bp.synth5(rd, n))
+                    cells = cell_statistics(d.w, d.y, d.x, domain_size=d.domain, bound=1.0)
+                    plan = plan_adjusted_from_statistics(
+                        cells, epsilon=1, split=split, weighting="fixed_effects"
+                    )
+                    out = plan.assemble(draw_many(plan, rd, reps))
+                    width = bp._realised_width(np.asarray(out.variance, float))
+                    widths.append(width)
+                    y, w = d.y, d.w
+                    g = 2 * d.x + w
+                    tot = np.bincount(g, weights=y, minlength=2 * d.domain)
+                    cnt = np.maximum(np.bincount(g, minlength=2 * d.domain), 1)
+                    within = np.sum(np.bincount(g, weights=y * y, minlength=2 * d.domain)
+                                    - tot**2 / cnt)  # fmt: skip
+                    strata = np.bincount(d.x, minlength=d.domain).astype(float)
+                    row = []
+                    occupied = float(strata.sum() ** 2 / np.sum(strata**2))
+                    for stated in (
+                        {},
+                        {"propensity_sd": PROPENSITY_SD},
+                        {"propensity_sd": PROPENSITY_SD, "occupied_strata": occupied},
+                    ):
+                        assumed = Assumptions(
+                            arm_share=float(w.mean()), outcome_sd=float(np.sqrt(within / n)),
+                            outcome_mean=float(y.mean()), effect=truth, **stated,
+                        )  # fmt: skip
+                        design = SiteDesign.of("s", n, 1, 0, split, len(split))
+                        inp = PredictionInputs(
+                            design, d.domain, 1.0, assumed, AdjustedOptions("fixed_effects")
+                        )
+                        row.append(2.0 * Z * float(np.sqrt(predict(inp)[2])) / width)
+                    row.append(occupied)
+                    ratios.append(row)
+                r = np.asarray(ratios)
+                print(f"| {n:,} | {label} | {name} | {np.mean(widths):.4f} | "
+                      + " | ".join(f"{r[:, j].min():.2f}-{r[:, j].max():.2f}" for j in range(3))
+                      + f" ({np.mean(r[:, 3]):.0f}) |", flush=True)  # fmt: skip
+
+
 def coarse(d: bp.Data) -> bp.Data:
     """The bench Synth's three categorical covariates only: 24 strata."""
     c1, c2, c3 = (d.z[:, j].astype(int) for j in range(3))
@@ -129,7 +193,11 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=8)
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--release", action="store_true", help="the release with the queries")
+    ap.add_argument("--plan", action="store_true", help="dpate plan's predicted widths")
     args = ap.parse_args()
+    if args.plan:
+        plan_rows(args.sizes, args.sets, 100)
+        return
     if args.release:
         release_rows(args.sizes, args.sets, 25)
         return

@@ -257,8 +257,9 @@ def plan(
     propensity_sd: Annotated[
         float | None,
         _opt(
-            "assumed sd of the true propensity's logit (default 1, a c-statistic of about "
-            "0.76; the propensity estimator)",
+            "assumed sd of the true propensity's logit (the propensity estimator: default 1, "
+            "a c-statistic of about 0.76; the adjusted estimator: the treated share then varies "
+            "between strata, default the same in every stratum)",
             "--propensity-sd",
         ),
     ] = None,

@@ -14,6 +14,7 @@ from ._inputs import (
     SitePrediction,
     balanced_counts,
     clamped_mean,
+    spread_counts,
 )
 from ._recommendation import Recommendation
 from ._site import SitePredictions, combined_prediction, predict_site, predicted_uninformative
@@ -33,4 +34,5 @@ __all__ = [
     "plan_study",
     "predict_site",
     "predicted_uninformative",
+    "spread_counts",
 ]

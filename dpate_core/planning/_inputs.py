@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "SitePrediction",
     "balanced_counts",
     "clamped_mean",
+    "spread_counts",
 ]
 
 
@@ -44,7 +46,9 @@ class Assumptions:
     confounding: float = 0.0
     #: the sd of the true propensity's logit over the records (how well the covariates predict
     #: the treatment; 1: a c-statistic of about 0.76); None: 1. The propensity estimator's model
-    #: noise share is its noise against this spread
+    #: noise share is its noise against this spread; the adjusted estimator's assumed counts
+    #: split each stratum at a treated share that varies with it (:func:`spread_counts`; None:
+    #: the same share in every stratum)
     propensity_sd: float | None = None
     #: the propensity estimator's effective number of usable bands per release (``N^2 / sum_b
     #: N_b^2``, between 1 and ``K``); None: predicted by simulating the noisy model's band edges
@@ -144,11 +148,12 @@ class Assumptions:
             "propensity model's noise variance; give --confounding)",
             "sd of the true propensity's logit "
             + (
-                "1 (a c-statistic of about 0.76; give --propensity-sd)"
+                "1 (a c-statistic of about 0.76; give --propensity-sd) (the propensity model's "
+                "noise share); the adjusted estimator: the same treated share in every stratum"
                 if self.propensity_sd is None
-                else f"{self.propensity_sd:g} (user-supplied)"
-            )
-            + " (the propensity model's noise share)",
+                else f"{self.propensity_sd:g} (user-supplied) (the propensity model's noise "
+                "share; the adjusted estimator's treated share varies between strata with it)"
+            ),
             "propensity bands: "
             + (
                 "occupancy predicted from the model's noise ("
@@ -276,6 +281,36 @@ def balanced_counts(
         return np.concatenate([filled, np.zeros(size - k, dtype=np.int64)])
 
     return spread(n_t), spread(n_c)
+
+
+def spread_counts(
+    treated: np.ndarray, control: np.ndarray, propensity_sd: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The same strata's records with the treated share varying between strata: each occupied
+    stratum's total split at ``p_x = expit(a + sd z_x)``, ``z_x`` the normal quantiles
+    ``(j + 1/2) / K`` over its ``K`` occupied strata and ``a`` the intercept at which the treated
+    total is unchanged (bisection). What the covariates' prediction of the treatment does to the
+    strata (an observational study's cells are uneven even where its strata are not); ``sd``
+    0 leaves the counts as they are. Float counts (public given the assumption)."""
+    total = (treated + control).astype(np.float64)
+    occupied = total > 0
+    k = int(np.count_nonzero(occupied))
+    if propensity_sd <= 0 or k < 2:
+        return treated.astype(np.float64), control.astype(np.float64)
+    normal = NormalDist()
+    z = propensity_sd * np.array([normal.inv_cdf((j + 0.5) / k) for j in range(k)])
+    size = total[occupied]
+    goal = float(np.sum(treated))
+    lo, hi = -40.0, 40.0
+    for _ in range(80):  # the treated total rises with the intercept
+        mid = 0.5 * (lo + hi)
+        if float(np.sum(size / (1.0 + np.exp(-(mid + z))))) < goal:
+            lo = mid
+        else:
+            hi = mid
+    share = np.zeros_like(total)
+    share[occupied] = 1.0 / (1.0 + np.exp(-(0.5 * (lo + hi) + z)))
+    return total * share, total * (1.0 - share)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""The adjusted release's fixed-effects queries (a split of four parts, stop 46; the library's,
-not yet a spec option): each query moves by at most its sensitivity on neighbours, the secure
-draw has both stages, no noise gives the histogram's estimate, and the reported noise variance is
-the realised one's, smaller than the histogram's alone."""
+"""The adjusted release's fixed-effects queries (a split of four parts, stop 46, their
+coefficients capped since stop 47; the library's, not yet a spec option): each query moves by at
+most its sensitivity on neighbours, the secure draw has both stages, no noise gives the
+histogram's estimate, the reported noise variance is the realised one's, smaller than the
+histogram's alone, the caps are the best and not set by the largest stratum, and ``dpate
+plan`` predicts the release's width."""
 
 from __future__ import annotations
 
@@ -11,8 +13,17 @@ import numpy as np
 import pytest
 
 from dpate_core.mechanisms._weighted_query import QUERY_BITS, query_units
-from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions, plan_adjusted
-from dpate_core.mechanisms.adjusted._fe_queries import DENOMINATOR, NUMERATOR
+from dpate_core.mechanisms.adjusted import (
+    ADJUSTED,
+    INTERVAL_Z,
+    AdjustedOptions,
+    histogram_vectors,
+    plan_adjusted,
+    plan_constants,
+)
+from dpate_core.mechanisms.adjusted._fe_queries import DENOMINATOR, NUMERATOR, best_cap, caps
+from dpate_core.mechanisms.adjusted._public import predict
+from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign
 from dpate_core.release import draw_many, draw_once
 
 QUERIES = ("9/20", "1/20", "3/10", "1/5")
@@ -104,3 +115,66 @@ def test_the_split_decides_and_the_budget_is_exact() -> None:
     assert plan.shares.shares == tuple(map(Fraction, QUERIES))
     assert sum(p.epsilon for p in plan.shares.apply(plan.total)) == Fraction(1, 2)
     assert _plan(w, y, x, split=("9/10", "1/10")).stages == ()
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_the_cap_is_the_best_on_a_fine_grid(signed: bool) -> None:
+    """:func:`best_cap`'s cap reaches the largest gain ``S_cn^2 / (S_cc + beta C^2)`` over a
+    fine grid of caps (the gain is largest at one of the values, its candidates)."""
+    rng = np.random.default_rng(6)
+    values = np.concatenate([rng.normal(4, 9, 300), rng.exponential(60, 40)])
+    beta = 3.0
+    cap, gain = best_cap(values, beta, signed)
+    grid = np.linspace(1.0, np.abs(values).max() + 1.0, 20_000)
+    low = -grid[:, None] if signed else 0.0
+    part = np.clip(values[None, :], low, grid[:, None])
+    brute = np.sum(part * values, axis=1) ** 2 / (np.sum(part * part, axis=1) + beta * grid**2)
+    assert gain == pytest.approx(brute.max(), rel=1e-3)
+    assert gain >= brute.max() * (1 - 1e-9) or abs(cap - grid[np.argmax(brute)]) < 1.0
+
+
+def test_the_queries_noise_is_the_caps_not_the_largest_strata() -> None:
+    """One stratum holding a third of the records: the numerator's cap stays below its noisy
+    counts (their excess is read from the histogram, where one cell's noise costs less than
+    the query's at its count), so the query's noise is not set by them; the denominator's
+    range is ``[0, C_d]`` or ``[-C_d, C_d]``."""
+    rng = np.random.default_rng(8)
+    w, y, x = _data(rng, 6000)
+    x[:2000] = 0
+    plan = _plan(w, y, x)
+    c = plan_constants(plan)
+    counts = np.asarray(histogram_vectors(c, draw_many(plan, rng, 50))["counts"])
+    cap_a, cap_d, low_d = caps(c, counts)
+    assert np.all(cap_a < counts[:, :2].max(axis=1))
+    assert set(np.unique(low_d)) <= {0.0} | set(np.unique(cap_d))
+
+
+@pytest.mark.parametrize(("n", "strata"), [(3000, 24), (10_000, 96)])
+def test_the_plan_predicts_the_queries_width_within_25_percent(n: int, strata: int) -> None:
+    """``dpate plan``'s prediction of the release with the queries (its simulated caps and
+    weights) within 25% of the realised mean width, the planner stating the treated share, the
+    outcome's mean and within-cell sd, the effect and the propensity's spread between strata
+    (here its logit's sd, 0.55, over the records)."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, strata, n)
+    logit = -0.2 + 0.9 * ((x % 5) - 2) / 1.41
+    w = (rng.uniform(size=n) < 1 / (1 + np.exp(-logit))).astype(np.int8)
+    y = np.clip(0.3 + 0.02 * (x % 7) + 0.2 * w + rng.normal(0, 0.1, n), 0.0, 1.0)
+    plan = plan_adjusted(
+        w, y, x, bound=1.0, epsilon=1, domain_size=strata, split=QUERIES,
+        weighting="fixed_effects",
+    )  # fmt: skip
+    out = plan.assemble(draw_many(plan, np.random.default_rng(1), 400))
+    realised = float(np.mean(2 * INTERVAL_Z * np.sqrt(np.asarray(out.variance))))
+    cells = 2 * x + w
+    tot = np.bincount(cells, weights=y, minlength=2 * strata)
+    cnt = np.maximum(np.bincount(cells, minlength=2 * strata), 1)
+    within = np.sum(np.bincount(cells, weights=y * y, minlength=2 * strata) - tot**2 / cnt) / n
+    assumed = Assumptions(
+        arm_share=float(w.mean()), outcome_sd=float(np.sqrt(within)),
+        outcome_mean=float(y.mean()), effect=0.2, propensity_sd=0.9,
+    )  # fmt: skip
+    design = SiteDesign.of("s", n, 1, 0, QUERIES, 4)
+    inputs = PredictionInputs(design, strata, 1.0, assumed, AdjustedOptions("fixed_effects"))
+    predicted = 2 * INTERVAL_Z * np.sqrt(predict(inputs)[2])
+    assert predicted == pytest.approx(realised, rel=0.25)

@@ -33,6 +33,7 @@ from dpate_core.planning import (
     clamped_mean,
     plan_study,
     predict_site,
+    spread_counts,
 )
 from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, simulate_sites, simulate_study
@@ -59,6 +60,22 @@ def test_clamped_mean_closed_form():
         mc = np.maximum(v + rng.laplace(0.0, b, 400_000), 0.0).mean()
         assert clamped_mean(v, b) == pytest.approx(mc, rel=0.01)
     assert clamped_mean(-1.0, 0.0) == 0.0
+
+
+def test_spread_counts_keeps_the_strata_and_the_treated_total():
+    """The propensity's stated spread moves records between the arms within each occupied
+    stratum only: stratum totals and the treated total kept, the share rising over the strata
+    with a logit sd near the stated one, empty strata empty; a spread of 0 changes nothing."""
+    t, c = balanced_counts(2000, 12, 0.3, occupied=10)
+    ts, cs = spread_counts(t, c, 1.0)
+    np.testing.assert_allclose(ts + cs, t + c)
+    assert ts.sum() == pytest.approx(t.sum(), rel=1e-9)
+    share = ts[:10] / (ts + cs)[:10]
+    assert np.all(np.diff(share) > 0) and np.all(ts[10:] == 0) and np.all(cs[10:] == 0)
+    assert np.std(np.log(share / (1 - share))) == pytest.approx(1.0, rel=0.15)
+    same = spread_counts(t, c, 0.0)
+    np.testing.assert_array_equal(same[0], t)
+    np.testing.assert_array_equal(same[1], c)
 
 
 def test_balanced_counts():

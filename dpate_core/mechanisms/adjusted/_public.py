@@ -6,8 +6,9 @@ the rules a published estimate satisfies (:func:`plausible`), its noise in the b
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
@@ -20,9 +21,11 @@ from dpate_core.mechanisms._rules import (
     clipped_tau_problems,
     no_arm_sizes_problems,
 )
+from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
+from ._fe_queries import DENOMINATOR, NUMERATOR, denominator_variance, query_weights
 from ._release import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
@@ -40,6 +43,7 @@ from ._weightings import (
     _pooled_variance_variance,
     design_resolution,
     fieller_factor,
+    floored_noise_numerator,
     resolution_probability,
 )
 
@@ -326,14 +330,17 @@ def _adjusted_parts(inp: PredictionInputs) -> tuple[float, float, float, float]:
 
 
 def _counts(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
-    """The assumed arm counts per stratum (``balanced_counts`` over the assumed occupied
-    strata), or the ones the inputs carry (:attr:`PredictionInputs.strata_counts`)."""
-    from dpate_core.planning import balanced_counts
+    """The assumed arm counts per stratum: ``balanced_counts`` over the assumed occupied
+    strata, the same treated share in each, or where the plan states the propensity's spread
+    (``propensity_sd``) the share varying between them as it says (``spread_counts``); or the
+    ones the inputs carry (:attr:`PredictionInputs.strata_counts`)."""
+    from dpate_core.planning import balanced_counts, spread_counts
 
     if inp.strata_counts is not None:
         return inp.strata_counts
     a = inp.assumptions
-    return balanced_counts(inp.design.n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
+    even = balanced_counts(inp.design.n, inp.domain_size, a.arm_share, a.occupied(inp.domain_size))
+    return even if a.propensity_sd is None else spread_counts(*even, a.propensity_sd)
 
 
 def cell_noise_scales(parts: Sequence[PrivacyParams], bound: float) -> tuple[float, float]:
@@ -463,6 +470,51 @@ def _noisy_stretch(
 
 #: the points of the quadrature over the resolved releases' noisy denominators (the plan)
 _QUADRATURE = 64
+#: how many noisy histograms the plan simulates for the fixed-effects queries' caps and weights
+#: (seeded numpy noise: a plan is public and reproducible, never a release)
+QUERY_DRAWS = 32
+QUERY_SEED = 20261130
+
+
+def _simulated_queries(
+    inp: PredictionInputs,
+    parts: Sequence[PrivacyParams],
+    counts: tuple[np.ndarray, np.ndarray],
+    means: tuple[float, float],
+    cell_scales: tuple[float, float],
+) -> tuple[Callable[[float], float], float, tuple[float, float]]:
+    """The fixed-effects queries' noise at the assumed counts: :data:`QUERY_DRAWS` noisy
+    histograms of the cells (each count's noise two Laplace bins ``a + b``, its centred sum's
+    ``(B/2)(a - b)``, as the release's two-end histogram), the release's own caps, weights,
+    ``V(t)`` with its floor and combined denominator variance (:func:`._fe_queries.query_weights`,
+    :func:`._weightings.floored_noise_numerator`) on each, averaged: ``(V(t) without the sampling
+    part, Var(D), the queries' scales)``. The caps follow the noisy counts, so the prediction
+    reads the assumed occupancy (``occupied_strata``), not only the mean cell."""
+    t, c = counts
+    k, b = t.size, inp.bound
+    n = inp.design.n
+    scales = (
+        query_site(NUMERATOR, parts[2], n, 2 * k).value_scale,
+        query_site(DENOMINATOR, parts[3], n, k).value_scale,
+    )
+    const = dataclasses.replace(public_constants(n, b, k, cell_scales), query_scales=scales)
+    rng = np.random.default_rng(QUERY_SEED)
+    bins = rng.laplace(0.0, cell_scales[0] / math.sqrt(2.0), (2, QUERY_DRAWS, 2 * k))
+    true_n = np.empty(2 * k)
+    true_n[0::2], true_n[1::2] = c, t
+    true_s = np.empty(2 * k)
+    true_s[0::2], true_s[1::2] = c * means[1], t * means[0]
+    cnt = np.clip(true_n + bins[0] + bins[1], -float(n), float(n))
+    s = true_s + (b / 2.0) * (bins[0] - bins[1])
+    weights = query_weights(const, cnt)
+    var_d = float(np.mean(denominator_variance(const, cnt, weights)))
+
+    def noise(x: float) -> float:
+        return float(
+            np.mean(floored_noise_numerator(const, cnt, s, np.full(QUERY_DRAWS, x), weights))
+        )
+
+    return noise, var_d, scales
 
 
 def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float, float]:
@@ -487,7 +539,8 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     ``RESOLVE_Z`` sds; a ``D_hat`` whose Fieller set is unbounded leaves the release unresolved
     there too, so ``p`` is the share of that tail where the set is bounded."""
     b = inp.bound
-    scale_n, b_s = cell_noise_scales(inp.parts(), b)  # the squares do not enter the noise
+    parts = inp.parts()
+    scale_n, b_s = cell_noise_scales(parts, b)  # the squares do not enter the noise
     v_n, v_s = 2.0 * scale_n**2, 2.0 * b_s**2
     tc, cc = _counts(inp)
     t, c = tc.astype(float), cc.astype(float)
@@ -500,18 +553,25 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     m_t, m_c = centre + tau / 2.0, centre - tau / 2.0
     sd2 = inp.assumptions.sd(b) ** 2
     pairs = t * c * (t + c)
+    queries = None
+    if len(parts) == len(DEFAULT_SPLIT) + 2 and not inp.binary:  # the fixed-effects queries
+        queries = _simulated_queries(inp, parts, (t, c), (m_t, m_c), (scale_n, b_s))
+        var_d = queries[1]
 
     def numerator(x: float) -> float:
         """``Var(A_hat - x D_hat)`` at the assumed counts: the noise (true squares, no
-        correction) and the sampling sandwich, whose pairs differ by ``tau - x`` on top of the
-        outcome's spread."""
-        return float(
+        correction; with the queries the release's own estimate averaged over simulated
+        histograms, :func:`_simulated_queries`) and the sampling sandwich, whose pairs differ by
+        ``tau - x`` on top of the outcome's spread."""
+        sampling = float((pairs * (sd2 + (x - tau) ** 2)).sum())
+        if queries is not None:
+            return queries[0](x) + sampling
+        return sampling + float(
             (
                 v_n * (t * t * (m_c + tau - x) ** 2 + c * c * (m_t - tau + x) ** 2)
                 + v_s * (t * t + c * c)
                 + 2.0 * v_s * v_n
                 + x * x * v_n * v_n
-                + pairs * (sd2 + (x - tau) ** 2)
             ).sum()
         )
 
@@ -530,7 +590,8 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     u = -np.array([normal.inv_cdf(p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)])
     d_hat = big_d + sd_d * u
     stretch = np.ones_like(d_hat)
-    if design_resolution(inp.design.n, inp.domain_size, v_n) < FIELLER_BELOW:
+    scales = None if queries is None else queries[2]
+    if design_resolution(inp.design.n, inp.domain_size, v_n, scales) < FIELLER_BELOW:
         stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
     # a D_hat whose Fieller set is unbounded leaves the release unresolved, as the release does
     bounded = np.isfinite(stretch)

@@ -23,6 +23,7 @@ from dpate_core.intervals import normal_cdf
 from dpate_core.release import Outputs
 from dpate_core.statistics import histogram_cells
 
+from ._fe_queries import QueryWeights
 from ._fe_queries import combine as combine_queries
 
 __all__ = [
@@ -183,7 +184,7 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     var_d = np.maximum(np.sum(c.v_n * (n_t**2 + n_c**2), axis=-1) - floor_d, floor_d)
     weights = None
     if c.query_scales is not None:  # the queries' readings combined in (._fe_queries)
-        big_a, big_d, var_d, weights = combine_queries(c, cnt, (big_a, big_d), v, c.query_scales)
+        big_a, big_d, var_d, weights = combine_queries(c, (cnt, s), (big_a, big_d), v)
     resolved = big_d > RESOLVE_Z * np.sqrt(var_d)
     factor = np.ones_like(big_d)
     share = design_resolution(c.n, c.n_strata, c.v_n, c.query_scales)
@@ -260,7 +261,7 @@ def _fieller_stretch(
     vectors: tuple[Any, Any, Any],
     ratio: Any,
     d_safe: Any,
-    weights: tuple[Any, Any, Any, Any] | None = None,
+    weights: QueryWeights | None = None,
 ) -> Any:
     """:func:`fieller_factor` of this release: ``V(t) = Var(A_hat - t D_hat)``, noise and
     sampling (the numerators of :func:`_fixed_effects_noise_variance` and
@@ -322,7 +323,7 @@ def fieller_terms(v_r: Any, v_up: Any, v_down: Any, step: float, d: Any) -> tupl
 
 
 def _noise_numerator(
-    c: PublicConstants, cnt: Any, s: Any, tau: Any, weights: tuple[Any, Any, Any, Any] | None = None
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, weights: QueryWeights | None = None
 ) -> Any:
     """``Var`` of the noise in ``A_hat - tau D_hat`` (``e`` count, ``h`` sum noise): ``sum [e_c
     (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c - h_c e_t - tau e_t
@@ -340,18 +341,17 @@ def _noise_numerator(
             + t * t * v_n**2
         )
         return np.sum(per_stratum, axis=-1)
-    # the queries' readings combined in (._fe_queries.combine): lambda of the sums' and the
-    # products' noise moves to the numerator query, mu of the controls' counts' terms of the
-    # denominator to the denominator query (docs/explanation/adjusted.md)
-    lam, mu, b, b_r = (np.asarray(x, dtype=np.float64)[..., None] for x in weights)
-    keep = 1.0 - mu
+    # the queries' readings combined in (._fe_queries.combine): the histogram keeps the sums'
+    # noise at coefficients n_hat - lambda c and the treated counts' in the denominator at
+    # n_hat_c - mu c_c (c the capped part); given the noisy control counts the latter's term is
+    # read at them (docs/explanation/adjusted.md, "The variance the release reports")
+    keep_t, keep_c, keep_d = weights.kept(cnt)
     per_stratum = (
         v_n * ((s_t - t * n_t) ** 2 - v_s - t * t * v_n)
-        + v_n * ((s_c + t * keep * n_c) ** 2 - v_s - t * t * keep * keep * v_n)
-        + (1.0 - lam) ** 2 * (v_s * (n_t**2 + n_c**2 - 2.0 * v_n) + 2.0 * v_s * v_n)
-        + t * t * keep * keep * v_n**2
+        + v_n * ((s_c + t * keep_d) ** 2 - v_s)
+        + v_s * (keep_t**2 + keep_c**2)
     )
-    queries = lam[..., 0] ** 2 * b[..., 0] + np.asarray(tau) ** 2 * mu[..., 0] ** 2 * b_r[..., 0]
+    queries = weights.lam**2 * weights.b + np.asarray(tau) ** 2 * weights.mu**2 * weights.b_r
     return np.sum(per_stratum, axis=-1) + queries
 
 
@@ -361,7 +361,7 @@ def _fixed_effects_noise_variance(
     s: Any,
     tau: Any,
     d_safe: Any,
-    weights: tuple[Any, Any, Any, Any] | None = None,
+    weights: QueryWeights | None = None,
 ) -> Any:
     """The noise variance of the fixed-effects ratio given its noisy denominator: ``tau_hat -
     tau = (1/D_hat) sum [e_c (s_t - tau n_t) - e_t (s_c + tau n_c) + n_c h_t - n_t h_c + h_t e_c -
@@ -370,15 +370,22 @@ def _fixed_effects_noise_variance(
     of the error given ``D_hat``, which is what an interval around this release needs (the
     spread of ``1/D_hat`` over other draws of ``D_hat`` is :func:`fieller_factor`'s, where the
     design makes it matter)."""
-    v_n, v_s = c.v_n, c.v_s
+    return floored_noise_numerator(c, cnt, s, tau, weights) / d_safe**2
+
+
+def floored_noise_numerator(
+    c: PublicConstants, cnt: Any, s: Any, tau: Any, weights: QueryWeights | None = None
+) -> Any:
+    """:func:`_noise_numerator` never below its pure-noise part: the products of two noises,
+    ``|X| (2 v_s v_n + tau^2 v_n^2)``, or with the queries their own noise, ``lambda^2 b + tau^2
+    mu^2 b_r`` (the rest an unbiased estimate that may fall below it where strata are nearly
+    empty: the floor then raises the reported variance's mean, which ``dpate plan`` predicts
+    by applying it to simulated histograms)."""
     if weights is None:
-        floor_v = c.n_strata * (2.0 * v_s * v_n + tau * tau * v_n**2)
+        floor_v = c.n_strata * (2.0 * c.v_s * c.v_n + tau * tau * c.v_n**2)
     else:
-        lam, mu, b, b_r = weights
-        floor_v = c.n_strata * (
-            (1.0 - lam) ** 2 * 2.0 * v_s * v_n + tau * tau * (1.0 - mu) ** 2 * v_n**2
-        ) + (lam * lam * b + tau * tau * mu * mu * b_r)
-    return np.maximum(_noise_numerator(c, cnt, s, tau, weights), floor_v) / d_safe**2
+        floor_v = weights.lam**2 * weights.b + tau * tau * weights.mu**2 * weights.b_r
+    return np.maximum(_noise_numerator(c, cnt, s, tau, weights), floor_v)
 
 
 def _fixed_effects_sampling(
