@@ -37,7 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpate.data.datasets import DataUnavailableError
-from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics, plan_weighting
+from dpate_core.mechanisms.adjusted import (
+    DEFAULT_SPLIT_QUERIES,
+    plan_adjusted_from_statistics,
+    plan_weighting,
+)
 from dpate_core.simulation import aggregate_many
 from dpate_core.statistics import cell_statistics
 from dpate_core.synth import split_equal, synth_strata
@@ -113,14 +117,34 @@ def is_binary(d: Design) -> bool:
     return all(bool(np.all((y == 0.0) | (y == d.bound))) for _, y, _ in d.sites)
 
 
+def with_queries(plan, noisy: dict, true: dict, rng) -> dict:
+    """The fixed-effects queries' noisy values (``weighted_sum = true``) on the resampled
+    cells: their coefficients from the noisy histogram, their values from each repetition's own
+    exact cells (``query_values``), Laplace noise at the sites' scales (numpy: simulation)."""
+    from dpate_core.mechanisms.adjusted import histogram_vectors, plan_constants
+    from dpate_core.mechanisms.adjusted._fe_queries import query_values
+
+    c = plan_constants(plan)
+    counts = np.asarray(histogram_vectors(c, noisy)["counts"])
+    loc = query_values(c, np.clip(counts, -c.n, c.n), true["counts"], true["sums"])
+    out = dict(noisy)
+    for spec in plan.stages[0].sites:
+        out[spec.name] = (
+            loc[spec.name] + rng.laplace(0, spec.scale, loc[spec.name].shape)
+        ) * spec.unit
+    return out
+
+
 def run_design(
     d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7, post=None,
-    binary: bool = False,
+    binary: bool = False, queries: bool = False,
 ) -> None:  # fmt: skip
     """One design's table; ``post(plan, noisy) -> (tau, variance)``: another post-processing of
     the same noisy vectors in place of the release's (``bench_adjusted_conditioned.py``).
-    ``binary``: the release in its binary-outcome mode (the design's outcomes 0 or ``B``)."""
+    ``binary``: the release in its binary-outcome mode (the design's outcomes 0 or ``B``).
+    ``queries``: with the fixed-effects queries (``weighted_sum = true``: fixed effects)."""
     rng = np.random.default_rng(seed)
+    split = DEFAULT_SPLIT_QUERIES if queries else None
     j_sites = len(d.sites)
     taus = np.full((reps, j_sites), np.nan)
     var = np.full((reps, j_sites), np.nan)
@@ -129,7 +153,7 @@ def run_design(
     for j, (w, y, x) in enumerate(d.sites):
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
         plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting,
-                                             binary=binary)  # fmt: skip
+                                             binary=binary, split=split)  # fmt: skip
         modes.append(plan_weighting(plan))  # the weighting
         target_kind = "fixed_effects" if modes[-1] == "fixed_effects" else weighting
         targets.append(estimand(w, y, x, d.domain_size, target_kind))
@@ -140,6 +164,8 @@ def run_design(
             spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
             for spec in plan.noise
         }
+        if queries:
+            noisy = with_queries(plan, noisy, true, rng)
         if modes[-1] == "subclassification":
             read.append(read_shares(plan, stats, noisy, (w.size, d.domain_size), eps, binary))
         if post is None:
@@ -159,7 +185,7 @@ def run_design(
         res = aggregate_many(agg, taus, sizes_a, var)
         ok = np.isfinite(res.estimate)
         rows.append((agg, res.estimate[ok], res.variance[ok], pooled_target, ok.mean()))
-    mode = " (outcome.binary)" if binary else ""
+    mode = " (outcome.binary)" if binary else " (weighted_sum = true)" if queries else ""
     print(f"\n{d.name}{mode}, |X| = {d.domain_size}, weighting {weighting} ({', '.join(modes)}), "
           f"{reps} repetitions")  # fmt: skip
     print(f"  {'unit':22s} {'target':>8s} {'resolved':>8s} {'bias':>8s} {'actual sd':>9s} "
@@ -285,14 +311,19 @@ def _published_width(v: np.ndarray, bound: float) -> np.ndarray:
 
 
 def plan_against_releases(
-    d: Design, eps: str = "1", reps: int = 2000, seed: int = 3, binary: bool = False
-) -> None:
+    d: Design, eps: str = "1", reps: int = 2000, seed: int = 3, binary: bool = False,
+    queries: bool = False, spread: float | None = None,
+) -> None:  # fmt: skip
     """Predicted (``dpate plan``'s predictors, the assumptions from :func:`occupancy` pooled over
     the sites) against realised mean widths of the sites' and combiners' normal intervals (fixed
     data, ``reps`` releases; each interval clipped to ``[-B, B]`` as published, an unresolved
-    release, or no answer, counted as ``2B``). ``binary``: the binary-outcome mode."""
+    release, or no answer, counted as ``2B``). ``binary``: the binary-outcome mode. ``queries``:
+    the fixed-effects queries (``weighted_sum = true``); ``spread``: the propensity logit's sd
+    the planner states (``--propensity-sd``)."""
+
     from fractions import Fraction
 
+    from dpate_core.mechanisms.adjusted import AdjustedOptions
     from dpate_core.planning import Assumptions, SiteDesign, plan_study
 
     rng = np.random.default_rng(seed)
@@ -303,12 +334,17 @@ def plan_against_releases(
     taus, variances, designs = [], [], []
     for j, (w, y, x) in enumerate(d.sites):
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
-        plan = plan_adjusted_from_statistics(stats, epsilon=eps, binary=binary)
+        plan = plan_adjusted_from_statistics(
+            stats, epsilon=eps, binary=binary, split=DEFAULT_SPLIT_QUERIES if queries else None
+        )
         true = {s.name: s.value for s in plan.noise}
         noisy = {
             s.name: true[s.name] + s.value_scale * rng.laplace(0, 1, (reps, np.size(s.value)))
             for s in plan.noise
         }
+        if queries:
+            exact = {"counts": stats.counts.astype(float), "sums": stats.sums * stats.sum_unit}
+            noisy = with_queries(plan, noisy, exact, rng)
         out = plan.assemble(noisy)
         taus.append(out.tau)
         variances.append(out.variance)
@@ -316,13 +352,16 @@ def plan_against_releases(
                                   plan.shares.shares))  # fmt: skip
     tau, var = np.stack(taus, 1), np.stack(variances, 1)
     sizes = np.array([dd.n for dd in designs], float)
-    mode = " (outcome.binary)" if binary else ""
-    print(f"\n{d.name}{mode}, |X| = {d.domain_size}, eps {eps}: assumed " + ", ".join(
+    mode = " (outcome.binary)" if binary else " (weighted_sum = true)" if queries else ""
+    assumed = Assumptions(**occ, propensity_sd=spread)
+    options = AdjustedOptions("fixed_effects", weighted_sum=True) if queries else None
+    print(f"\n{d.name}{mode}, |X| = {d.domain_size}, eps {eps}: assumed propensity sd "
+          f"{spread}, " + ", ".join(
         f"{k} {v:.3g}" for k, v in occ.items()))  # fmt: skip
     for agg in ("mvagg", "inverse_variance"):
         plan = plan_study("adjusted", agg, designs, domain_size=d.domain_size, bound=d.bound,
-                          assumptions=Assumptions(**occ), recommend=False,
-                          binary=binary)  # fmt: skip
+                          assumptions=assumed, recommend=False, binary=binary,
+                          options=options)  # fmt: skip
         res = aggregate_many(agg, tau, sizes, var)
         comb = _published_width(res.variance, d.bound)
         if agg == "mvagg":
@@ -341,5 +380,14 @@ if __name__ == "__main__":
             plan_against_releases(design)
             if is_binary(design):
                 plan_against_releases(design, binary=True)
+    elif args[:1] == ["queries"]:  # the fixed-effects queries against the histogram alone
+        spread = float(args[2]) if len(args) > 2 else None
+        for design in designs():
+            if not is_binary(design):
+                run_design(design, "fixed_effects", int(args[1]) if len(args) > 1 else 1000)
+                run_design(design, "fixed_effects", int(args[1]) if len(args) > 1 else 1000,
+                           queries=True)  # fmt: skip
+                plan_against_releases(design, spread=spread)
+                plan_against_releases(design, queries=True, spread=spread)
     else:
         main(int(args[0]) if args else 1000, args[1:] or ("fixed_effects", "subclassification"))

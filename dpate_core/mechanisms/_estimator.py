@@ -67,6 +67,7 @@ __all__ = [
     "StatisticsInputs",
     "StudyChoice",
     "StudySite",
+    "effective_size",
     "estimator_of",
     "register",
     "unregister",
@@ -152,6 +153,14 @@ class StudySite:
     n: int | None
     epsilon: Fraction
     split: tuple[Fraction, ...]
+
+
+def effective_size(sites: Sequence[StudySite]) -> tuple[Fraction, StudySite] | None:
+    """The smallest ``n x epsilon`` among ``sites`` and its site; None when some site declares no
+    ``n`` (or there is none): what a study-wide rule or caution measured by size reads."""
+    if not sites or any(s.n is None for s in sites):
+        return None
+    return min(((int(s.n or 0) * Fraction(s.epsilon), s) for s in sites), key=lambda t: t[0])
 
 
 @dataclass(frozen=True)

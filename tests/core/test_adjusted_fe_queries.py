@@ -1,5 +1,5 @@
 """The adjusted release's fixed-effects queries (a split of four parts, stop 46, their
-coefficients capped since stop 47; the library's, not yet a spec option): each query moves by at
+coefficients capped since stop 47; ``weighted_sum = true``): each query moves by at
 most its sensitivity on neighbours, the secure draw has both stages, no noise gives the
 histogram's estimate, the reported noise variance is the realised one's, smaller than the
 histogram's alone, the caps are the best and not set by the largest stratum, and ``dpate
@@ -178,3 +178,28 @@ def test_the_plan_predicts_the_queries_width_within_25_percent(n: int, strata: i
     inputs = PredictionInputs(design, strata, 1.0, assumed, AdjustedOptions("fixed_effects"))
     predicted = 2 * INTERVAL_Z * np.sqrt(predict(inputs)[2])
     assert predicted == pytest.approx(realised, rel=0.25)
+
+
+def test_dpate_plan_notes_the_queries_beside_a_fixed_effects_study() -> None:
+    """A fixed-effects plan gives the queries' predicted combined width beside its own
+    (narrower on sparse strata), a plan with them says which assumption their prediction
+    reads, and a subclassification study gets no such note (the queries would change its
+    estimand)."""
+    from dpate_core.planning import plan_study
+
+    def notes(options: AdjustedOptions) -> list[str]:
+        split = ADJUSTED.default_split(options).shares
+        designs = [SiteDesign.of(s, 3000, 1, 0, split, len(split)) for s in ("a", "b")]
+        plan = plan_study(
+            "adjusted", "inverse_variance", designs, domain_size=96, bound=1.0,
+            assumptions=Assumptions(outcome_sd=0.15, propensity_sd=0.8), recommend=False,
+            options=options,
+        )  # fmt: skip
+        return list(plan.notes)
+
+    (other,) = [x for x in notes(AdjustedOptions("fixed_effects")) if "weighted_sum" in x]
+    assert other.startswith("with weighted_sum = true") and "narrower" in other
+    own = notes(AdjustedOptions("fixed_effects", weighted_sum=True))
+    assert any(x.startswith("with weighted_sum = false") and "wider" in x for x in own)
+    assert any("--propensity-sd" in x for x in own)
+    assert not [x for x in notes(AdjustedOptions("subclassification")) if "weighted_sum" in x]

@@ -271,6 +271,43 @@ def test_adjusted_weighting_selects_the_post_processing_and_is_refused_elsewhere
     assert StudySpec.from_dict(base()).variant is None
 
 
+def test_adjusted_weighted_sum_releases_fixed_effects_with_four_parts():
+    """``weighted_sum = true`` for the adjusted estimator: four budget parts (a declared split
+    must have four), fixed effects for the whole study ('auto' picks it), refused beside
+    'subclassification' with the rule and what to do, and not applied to a binary outcome (its
+    one-part split stays valid)."""
+    d = _adjusted_spec(estimator_options={"weighted_sum": True})
+    d["sites"][1]["budget_split"] = ["9/20", "1/20", "3/10", "1/5"]
+    spec = StudySpec.from_dict(d)
+    assert spec.release_parts == 4 and spec.variant == "fixed_effects"
+    assert spec.study_options.weighted_sum is True and spec.study_choice.cautions == ()
+    for site in d["sites"]:
+        site["n"] = 300  # n x epsilon below QUERIES_FROM at a site: a caution
+    (caution,) = StudySpec.from_dict(d).study_choice.cautions
+    assert "below 1000" in caution and "wider" in caution
+    for site in d["sites"]:
+        del site["n"]
+    assert spec.budget_split(spec.sites[0].id).shares == tuple(
+        map(Fraction, ("9/20", "1/20", "3/10", "1/5"))
+    )
+    d["sites"][1]["budget_split"] = ["9/10", "1/10"]
+    assert any("4" in msg for _, msg in problems(d))
+    bad = _adjusted_spec(
+        estimator_options={"weighted_sum": True}, adjusted_weighting="subclassification"
+    )
+    bad["sites"][1]["budget_split"] = ["9/20", "1/20", "3/10", "1/5"]
+    assert any(
+        loc == "estimator_options" and "weighted_sum" in msg and "'fixed_effects'" in msg
+        for loc, msg in problems(bad)
+    )
+    binary = _adjusted_spec(estimator_options={"weighted_sum": True})
+    binary["outcome"]["binary"] = True
+    del binary["sites"][1]["budget_split"]
+    spec = StudySpec.from_dict(binary)
+    assert spec.release_parts == 1 and spec.study_options.weighted_sum is False
+    assert "binary" in spec.study_choice.reason
+
+
 def test_auto_weighting_follows_the_public_rule_once_for_the_whole_study():
     from dpate_core.mechanisms.adjusted import AUTO_RATIO
 

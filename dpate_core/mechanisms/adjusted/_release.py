@@ -20,11 +20,12 @@ count noise. ``"auto"`` (default) picks by a public rule (:func:`resolve_weighti
 the common effect when every stratum has the same effect (Synth: 0.5).
 ``docs/explanation/adjusted.md`` has the design, the proofs and the measurements.
 
-A split of four parts ``(eps_h, eps_q, eps_a, eps_d)`` (stop 46; the library's, not yet a spec
-option: ``dpate plan`` cannot predict it) adds a second stage, chosen from the histogram's noisy
-counts: the fixed-effects numerator and denominator as one weighted-sum query each
-(:mod:`._fe_queries`, ``(eps_a, 0)`` and ``(eps_d, 0)``-DP for every fixed histogram), combined with
-the histogram's readings by their noise; the weighting is then fixed effects.
+A split of four parts ``(eps_h, eps_q, eps_a, eps_d)`` (stop 46; the spec's ``weighted_sum =
+true`` since stop 47) adds a second stage, chosen from the histogram's noisy counts: the
+fixed-effects numerator and denominator as one weighted-sum query each, their coefficients
+capped where the noisy counts say (:mod:`._fe_queries`, ``(eps_a, 0)`` and ``(eps_d, 0)``-DP for
+every fixed histogram), combined with the histogram's readings by their noise; the weighting is
+then fixed effects.
 
 Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.statistics`,
 which has the argument); the noise is added to those integers, with scales in grid units, and the
@@ -79,6 +80,7 @@ __all__ = [
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
+    "DEFAULT_SPLIT_QUERIES",
     "RATIO_DAMPING",
     "RESOLVE_Z",
     "THRESHOLD_FACTOR",
@@ -98,6 +100,10 @@ __all__ = [
 #: (docs/explanation/adjusted.md, "Counts and sums as one histogram"; counts, sums and squares as
 #: three queries, 7/20, 11/20, 1/10, until stop 43)
 DEFAULT_SPLIT = ("9/10", "1/10")
+#: with the fixed-effects queries (``weighted_sum = true``; stop 46): the cells' histogram and
+#: their squares, then the numerator's and the denominator's query (docs/explanation/adjusted.md,
+#: "The fixed-effects sums as weighted-sum queries")
+DEFAULT_SPLIT_QUERIES = ("9/20", "1/20", "3/10", "1/5")
 #: a binary outcome's split: its cells are one query, the (cell, outcome) histogram, at the whole
 #: budget (docs/explanation/adjusted.md, "A binary outcome: one histogram")
 DEFAULT_SPLIT_BINARY = ("1",)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpate_core.mechanisms._estimator import StudySite
+from dpate_core.mechanisms._estimator import StudySite, effective_size
 
 from ._release import BANDS, DEFAULT_SPLIT
 
@@ -107,14 +107,6 @@ def _rule(size: Fraction | None) -> tuple[int, Fraction]:
 
 def _rule_words() -> str:
     return "; ".join(f"from n x epsilon = {n}: {_words(k, m)}" for n, k, m in AUTO_RULE[1:])
-
-
-def effective_size(sites: Sequence[StudySite]) -> tuple[Fraction, StudySite] | None:
-    """The smallest ``n x epsilon`` among ``sites`` and its site; None when some site declares no
-    ``n`` (or there is none)."""
-    if not sites or any(s.n is None for s in sites):
-        return None
-    return min(((int(s.n or 0) * Fraction(s.epsilon), s) for s in sites), key=lambda t: t[0])
 
 
 def study_bands(
