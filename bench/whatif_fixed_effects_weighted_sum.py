@@ -1,26 +1,30 @@
-"""What-if (not a release): the adjusted estimator's fixed-effects sums as weighted-sum queries.
+"""The adjusted estimator's fixed-effects sums as weighted-sum queries (``weighted_sum = true``):
+the what-if that led to them, the release against the histogram alone, and ``dpate plan``'s
+prediction of both.
 
 The fixed-effects estimate is ``A / D``, ``A = sum_x (s_tx n_cx - s_cx n_tx)``, ``D = sum_x n_tx
 n_cx``, read from the cells' noisy histogram. Given the histogram's noisy counts, ``A`` is linear
 in the cells' centred sums with coefficients ``n_hat_c`` (treated cells) and ``-n_hat_t``
-(controls), and ``sum_x n_tx n_hat_cx`` is linear in the treated counts: each can be released as one
-scalar query whose sensitivity is its largest coefficient (times ``B`` for the sums), whatever the
-number of strata, where the histogram's reading carries one noise term per cell (and the products
-of two noises, ``|X| (2 v_s v_n + v_n^2)``, which dominate on sparse strata). This script draws
-the histogram at the budget left after the queries, the queries at continuous Laplace noise
-(simulation), combines each pair of readings by their noise variances (the denominator's as if
-independent, which they are not: both carry ``sum n_t e_c``), and prints the noise error of
-``tau`` against the same data's noise-free fixed-effects estimate, and the share of releases the
-shipped resolution rule resolves. No variance is reported: a release would need the combined
-estimate's delta method, its Fieller stretch and ``dpate plan``'s prediction
-(docs/explanation/adjusted.md, "A lead: the fixed-effects sums as weighted-sum queries").
+(controls), and ``sum_x n_tx n_hat_cx`` is linear in the treated counts: each can be released as
+one scalar query whose noise is set by its coefficients' cap (times ``B`` for the sums), whatever
+the number of strata, where the histogram's reading carries one noise term per cell (and the
+products of two noises, ``|X| (2 v_s v_n + v_n^2)``, which dominate on sparse strata).
+
+Default (stop 46's what-if, not the release): the histogram at the budget left after the
+queries, the queries uncapped at continuous Laplace noise, each pair of readings combined by
+their noise variances (the denominator's as if independent); prints the noise error of ``tau``
+against the same data's noise-free fixed-effects estimate and the share of releases the
+resolution rule resolves.
 
     cd bench && python whatif_fixed_effects_weighted_sum.py [--sizes 1000 3000 10000] [--sets 8]
 
-``--release``: the release itself (``plan_adjusted_from_statistics`` with a split of four parts,
-stop 46) against the histogram alone, on fresh data sets: resolved share, coverage of the
-fixed-effects estimand (0.3 on the 384 strata; on the 24, which leave two numeric confounders
-out, its value on 2,000,000 records, :data:`ESTIMAND_24`), mean width, RMSE.
+``--release``: the release itself (``plan_adjusted_from_statistics`` with the four-part split,
+capped coefficients since stop 47) against the histogram alone, on fresh data sets: resolved
+share, coverage of the fixed-effects estimand (0.3 on the 384 strata; on the 24, which leave two
+numeric confounders out, its value on 2,000,000 records, :data:`ESTIMAND_24`), mean width, RMSE.
+``--plan``: ``dpate plan``'s predicted width over the realised one, with and without the queries
+(:func:`plan_rows`). docs/explanation/adjusted.md, "The fixed-effects sums as weighted-sum
+queries", has the tables.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import bench_propensity as bp
 import numpy as np
 
 from dpate_core.mechanisms.adjusted import (
+    DEFAULT_SPLIT_QUERIES,
     RESOLVE_Z,
     histogram_vectors,
     plan_adjusted_from_statistics,
@@ -85,7 +90,7 @@ PROPENSITY_SD = 0.78
 #: the fixed-effects estimand on the 24 strata of :func:`coarse` (2,000,000 records, no noise)
 ESTIMAND_24 = 0.30998
 #: the release's four-part split (the histogram and squares, the numerator and denominator)
-QUERIES = ("9/20", "1/20", "3/10", "1/5")
+QUERIES = DEFAULT_SPLIT_QUERIES
 
 
 def release_rows(sizes: list[int], sets: int, reps: int) -> None:

@@ -15,6 +15,7 @@ import pytest
 from dpate_core.mechanisms._weighted_query import QUERY_BITS, query_units
 from dpate_core.mechanisms.adjusted import (
     ADJUSTED,
+    DEFAULT_SPLIT_QUERIES,
     INTERVAL_Z,
     AdjustedOptions,
     histogram_vectors,
@@ -26,7 +27,7 @@ from dpate_core.mechanisms.adjusted._public import predict
 from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign
 from dpate_core.release import draw_many, draw_once
 
-QUERIES = ("9/20", "1/20", "3/10", "1/5")
+QUERIES = DEFAULT_SPLIT_QUERIES
 STRATA = 24
 
 

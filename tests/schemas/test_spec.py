@@ -284,11 +284,11 @@ def test_adjusted_weighted_sum_releases_fixed_effects_with_four_parts():
     for site in d["sites"]:
         site["n"] = 300  # n x epsilon below QUERIES_FROM at a site: a caution
     (caution,) = StudySpec.from_dict(d).study_choice.cautions
-    assert "below 1000" in caution and "wider" in caution
+    assert "below 1000" in caution and "resolved" in caution
     for site in d["sites"]:
         del site["n"]
     assert spec.budget_split(spec.sites[0].id).shares == tuple(
-        map(Fraction, ("9/20", "1/20", "3/10", "1/5"))
+        map(Fraction, ("13/20", "1/20", "1/5", "1/10"))
     )
     d["sites"][1]["budget_split"] = ["9/10", "1/10"]
     assert any("4" in msg for _, msg in problems(d))
