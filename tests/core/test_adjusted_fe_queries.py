@@ -204,3 +204,24 @@ def test_dpate_plan_notes_the_queries_beside_a_fixed_effects_study() -> None:
     assert any(x.startswith("with weighted_sum = false") and "wider" in x for x in own)
     assert any("--propensity-sd" in x for x in own)
     assert not [x for x in notes(AdjustedOptions("subclassification")) if "weighted_sum" in x]
+
+
+@pytest.mark.parametrize(("n", "strata", "epsilon"), [(40, STRATA, Fraction(1, 10)), (300, 1, 1)])
+def test_a_tiny_or_unstratified_site_publishes_only_what_the_server_accepts(
+    n: int, strata: int, epsilon: Fraction
+) -> None:
+    """Near-empty cells (every noisy count below 1: the caps fall to 1) or one stratum: each
+    release is unresolved or finite, within ``[-B, B]`` and plausible."""
+    rng = np.random.default_rng(n)
+    w, y, x = _data(rng, n)
+    x = x % strata
+    plan = plan_adjusted(
+        w, y, x, bound=1.0, epsilon=epsilon, domain_size=strata, split=QUERIES,
+        weighting="fixed_effects",
+    )  # fmt: skip
+    out = plan.assemble(draw_many(plan, rng, 60))
+    for r in range(60):
+        e = plan.estimate_of(out, r)
+        if e.resolved:
+            assert -1 <= e.tau <= 1 and np.isfinite(e.variance)
+            assert ADJUSTED.plausible(e, AdjustedOptions("fixed_effects"), strata) == []
