@@ -44,3 +44,45 @@ def publish_site(spec: str, site: str, seed: int = 0, spend: LifetimeSpend | Non
     data = site_report_bytes(ctx, committed_release(ctx, seed), spend)
     Store(ctx.storage_url).publish(Store.site_report_key(ctx.study_id, site, ctx.rid), data)
     return data
+
+
+def with_estimator_options(study, estimator: str, options: str) -> str:
+    """The conftest study's spec with ``estimator`` in place of SmoothDPMatching and
+    ``options`` (TOML lines) as its ``[estimator_options]``; the spec's path."""
+    text = study.spec.read_text().replace(
+        'estimator = "smooth_matching"', f'estimator = "{estimator}"'
+    )
+    head, sites = text.split("[[sites]]", 1)
+    study.spec.write_text(head + f"\n[estimator_options]\n{options}\n\n[[sites]]" + sites)
+    return str(study.spec)
+
+
+def release_every_site_and_combine(
+    study, spec: str, sites: tuple[str, ...], noise_sites: list[str], parts: int
+):
+    """Each site releases once through the site tasks (reserve, plan from its engine's
+    statistics, one simulated draw, commit, publish): its noise sites are ``noise_sites`` in
+    order, its ledger record carries a split of ``parts``, a re-run returns that record (nothing
+    drawn) and its whole epsilon is spent once; then the server combines the reports (the
+    typed :class:`~dpate.schemas.reports.StudyResult`)."""
+    from dpate.ledger import PrivacyLedger
+    from dpate.schemas.reports import StudyResult
+    from dpate.settings import resolve_study
+    from dpate.tasks.aggregate import collect_reports, combine_reports
+    from dpate.tasks.site import commit_release, publish_site_report, reserve_budget
+
+    for s in sites:
+        study.init_ledgers(s)
+        ctx = resolve_site(spec, s)
+        reserve_budget.fn(ctx)
+        plan = plan_release(ctx, load_site_data.fn(ctx))
+        names = [x.name for x in plan.noise] + [x.name for st in plan.stages for x in st.sites]
+        assert names == noise_sites
+        committed = commit_release.fn(ctx, plan.drawn(draw_once(plan, np.random.default_rng(0))))
+        assert len(committed.payload["estimate"]["budget_split"]) == parts
+        assert reserve_budget.fn(ctx).committed.payload == committed.payload  # the record
+        with PrivacyLedger(ctx.ledger_url) as ledger:
+            assert ledger.spend(s).spent.epsilon == ctx.spec.site(s).epsilon
+        publish_site_report.fn(ctx, committed)
+    sctx = resolve_study(spec)
+    return StudyResult.of(combine_reports.fn(sctx, collect_reports.fn(sctx)))

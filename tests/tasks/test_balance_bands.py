@@ -31,6 +31,8 @@ from dpate.tasks.site import (
 from dpate_core.mechanisms.propensity import BANDS
 from dpate_core.release import draw_once
 
+from .helpers import release_every_site_and_combine, with_estimator_options
+
 
 def _propensity(study, balance: bool = True):
     text = study.spec.read_text().replace(
@@ -158,25 +160,10 @@ def test_a_study_with_the_weighted_sum_releases_once_and_the_server_combines_it(
     """``weighted_sum = true``: every site releases the three stages from its engine's
     statistics, the ledger's record carries the four-part split, a re-run returns the recorded
     estimate (nothing drawn, nothing spent), and the server combines the reports."""
-    text = _propensity(study, balance=False).spec.read_text()
-    head, sites = text.split("[[sites]]", 1)
-    study.spec.write_text(head + "\n[estimator_options]\nweighted_sum = true\n\n[[sites]]" + sites)
-    spec = str(study.spec)
-    for s in ("north", "south", "east"):
-        study.init_ledgers(s)
-        ctx = resolve_site(spec, s)
-        plan, committed = _release(ctx)
-        assert [x.name for st in plan.stages for x in st.sites] == [
-            "histogram",
-            "squares",
-            "weighted_sum",
-        ]
-        assert len(committed.payload["estimate"]["budget_split"]) == 4
-        assert reserve_budget.fn(ctx).committed.payload == committed.payload  # the record
-        with PrivacyLedger(ctx.ledger_url) as ledger:
-            assert ledger.spend(s).spent.epsilon == ctx.spec.site(s).epsilon
-        publish_site_report.fn(ctx, committed)
-    sctx = resolve_study(spec)
-    typed = StudyResult.of(combine_reports.fn(sctx, collect_reports.fn(sctx)))
+    spec = with_estimator_options(study, "propensity", "weighted_sum = true")
+    typed = release_every_site_and_combine(
+        study, spec, ("north", "south", "east"),
+        ["model", "histogram", "squares", "weighted_sum"], 4,
+    )  # fmt: skip
     assert typed.status == "answered" and typed.estimate is not None
     assert sorted(s.status for s in typed.sites) == ["used"] * 3
