@@ -45,16 +45,23 @@ def _plan(w, y, x, epsilon=1, split=QUERIES):
     )  # fmt: skip
 
 
-def test_each_query_moves_by_at_most_its_sensitivity_on_neighbours() -> None:
+@pytest.mark.parametrize(("n", "seed", "signed"), [(2000, 1, False), (60, 2, True)])
+def test_each_query_moves_by_at_most_its_sensitivity_on_neighbours(
+    n: int, seed: int, signed: bool
+) -> None:
     """With the histogram's draw held fixed, one record moved between every pair of (stratum,
     arm) cells, its outcome at either end of the bound in each: each query's grid value moves by
-    at most its public sensitivity, and the worst pair comes within 1% of it."""
+    at most its public sensitivity, and the worst pair comes within 1% of it; on well-filled
+    strata the denominator's coefficients lie in ``[0, C_d]``, on sparse ones (negative noisy
+    counts) in ``[-C_d, C_d]``, whose spread is twice the cap."""
     rng = np.random.default_rng(5)
-    n = 2000
     w, y, x = _data(rng, n)
     plan = _plan(w, y, x)
-    noisy = draw_once(plan, np.random.default_rng(1))  # simulation noise for the histogram
+    noisy = draw_once(plan, np.random.default_rng(seed))  # simulation noise: the histogram
     fixed = {k: v for k, v in noisy.items() if k not in (NUMERATOR, DENOMINATOR)}
+    c = plan_constants(plan)
+    counts = np.clip(np.asarray(histogram_vectors(c, fixed)["counts"]), -n, n)
+    assert (caps(c, counts)[2] > 0) == signed
 
     def values(stratum: int, arm: int, end: float) -> dict:
         w2, y2, x2 = w.copy(), y.copy(), x.copy()

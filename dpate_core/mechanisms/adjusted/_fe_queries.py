@@ -6,12 +6,13 @@ Given the cells' noisy histogram (counts ``n_hat``, clipped to ``[-N, N]`` as th
 weighting reads them), the numerator ``A = sum_x (s_tx n_cx - s_cx n_tx)`` is linear in the
 cells' centred sums with coefficients ``n_hat_c`` (a treated cell) and ``-n_hat_t`` (a control
 cell), and ``sum_x n_tx n_hat_cx`` is linear in the treated counts. Each coefficient is split at a
-cap ``C``, ``n_hat = c + r``, ``c = clip(n_hat, 0, C)``: the capped part ``c`` is one scalar query
-(:mod:`dpate_core.mechanisms._weighted_query`) and the rest ``r`` (a count above the cap, or a
-negative noisy count) is read from the histogram. In the numerator's query a record's term
-``(Y - B/2) c / (C B)`` lies in ``[-1/2, 1/2]``; in the denominator's a treated record's is
-``c_c / C`` in ``[0, 1]`` and a control's 0: sensitivity 1 each, so each query's noise is its cap's
-whatever the largest stratum.
+cap, ``n_hat = c + r``: the capped part ``c`` is one scalar query
+(:mod:`dpate_core.mechanisms._weighted_query`) and the rest ``r`` (what lies beyond the cap) is
+read from the histogram. In the numerator ``c = clip(n_hat, -C_a, C_a)`` and a record's term
+``(Y - B/2) c / (C_a B)`` lies in ``[-1/2, 1/2]``; in the denominator ``c = clip(n_hat_c, -L_d,
+C_d)``, ``L_d`` either 0 or ``C_d``, and a treated record's term ``c / (C_d + L_d)`` lies in an
+interval of length 1 that holds 0, a control's term: sensitivity 1 each, so each query's noise is
+set by its cap, whatever the largest stratum.
 
 The caps are post-processing of the noisy counts (:func:`best_cap`): the one that minimises the
 combined reading's noise variance, ``v S_nn - v^2 S_cn^2 / (v S_cc + beta C^2)`` (``S_cc = sum

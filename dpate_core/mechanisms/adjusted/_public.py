@@ -21,17 +21,17 @@ from dpate_core.mechanisms._rules import (
     clipped_tau_problems,
     no_arm_sizes_problems,
 )
-from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
-from ._fe_queries import DENOMINATOR, NUMERATOR, denominator_variance, query_weights
+from ._fe_queries import denominator_variance, query_weights
 from ._release import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
     THRESHOLD_FACTOR,
     count_scale,
     public_constants,
+    query_sites,
     resolve_weighting,
     sum_epsilon,
 )
@@ -493,10 +493,8 @@ def _simulated_queries(
     t, c = counts
     k, b = t.size, inp.bound
     n = inp.design.n
-    scales = (
-        query_site(NUMERATOR, parts[2], n, 2 * k).value_scale,
-        query_site(DENOMINATOR, parts[3], n, k).value_scale,
-    )
+    numerator, denominator = query_sites(parts, n, k)
+    scales = (numerator.value_scale, denominator.value_scale)
     const = dataclasses.replace(public_constants(n, b, k, cell_scales), query_scales=scales)
     rng = np.random.default_rng(QUERY_SEED)
     bins = rng.laplace(0.0, cell_scales[0] / math.sqrt(2.0), (2, QUERY_DRAWS, 2 * k))

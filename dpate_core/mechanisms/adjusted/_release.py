@@ -63,6 +63,7 @@ from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 from dpate_core.release import (
     MechanismPlan,
+    NoiseSpec,
     SiteEstimate,
     Stage,
     check_binary_outcomes,
@@ -228,11 +229,7 @@ def plan_adjusted_from_statistics(
                 "'fixed_effects' (or 'auto'), not 'subclassification'"
             )
         mode = "fixed_effects"
-        k = public.n_strata
-        sites = (
-            query_site(NUMERATOR, parts[2], n, 2 * k),
-            query_site(DENOMINATOR, parts[3], n, k),
-        )
+        sites = query_sites(parts, n, public.n_strata)
         public = dataclasses.replace(
             public, query_scales=(sites[0].value_scale, sites[1].value_scale)
         )
@@ -259,6 +256,18 @@ def plan_adjusted_from_statistics(
         # a histogram's counts and sums (a binary outcome's squares too) are post-processing;
         # the public constants first either way (what simulations read)
         assemble=functools.partial(assemble_histogram, public, assemble),
+    )
+
+
+def query_sites(
+    parts: Sequence[PrivacyParams], n: int, n_strata: int
+) -> tuple[NoiseSpec, NoiseSpec]:
+    """The fixed-effects queries' noise sites for a split of four parts (the numerator's over
+    the ``2 |X|`` cells at the third part, the denominator's over the ``|X|`` strata at the
+    fourth): the release's, and the scales ``dpate plan`` simulates them at."""
+    return (
+        query_site(NUMERATOR, parts[2], n, 2 * n_strata),
+        query_site(DENOMINATOR, parts[3], n, n_strata),
     )
 
 
