@@ -219,16 +219,7 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
     fixed effects, whose numerator and denominator the queries release."""
     opts = options if options is not None else AdjustedOptions()
     binary = any(len(s.split) == len(DEFAULT_SPLIT_BINARY) for s in sites)
-    if opts.weighted_sum and binary:
-        mode, reason = study_weighting(opts.weighting, domain_size, sites)
-        why = (
-            "weighted_sum = true does not apply to a binary outcome (its cells are one histogram "
-            "query, whose sums carry no more noise than its counts)"
-        )
-        return StudyChoice(
-            replace(opts, weighting=mode, weighted_sum=False), mode, f"{reason}; {why}"
-        )
-    if opts.weighted_sum:
+    if opts.weighted_sum and not binary:
         smallest = effective_size(sites)
         below = (
             []
@@ -252,7 +243,12 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
             tuple(below),
         )
     mode, reason = study_weighting(opts.weighting, domain_size, sites)
-    return StudyChoice(replace(opts, weighting=mode), mode, reason)
+    if opts.weighted_sum:  # a binary outcome: not applied, and the choice says why
+        reason += (
+            "; weighted_sum = true does not apply to a binary outcome (its cells are one "
+            "histogram query, whose sums carry no more noise than its counts)"
+        )
+    return StudyChoice(replace(opts, weighting=mode, weighted_sum=False), mode, reason)
 
 
 def _alternatives(options: Any, binary: bool) -> list[tuple[str, Any]]:

@@ -113,7 +113,9 @@ def query_values(c: PublicConstants, cnt: Any, counts: Any, sums: Any) -> dict[s
 class QueryWeights(NamedTuple):
     """How the queries' readings enter: the numerator's capped part moves ``lam`` of its sums'
     noise to the numerator query (noise variance ``b``), the denominator's ``mu`` of its treated
-    counts' noise to the denominator query (``b_r``); the caps give each cell's capped part."""
+    counts' noise to the denominator query (``b_r``); the caps and each cell's capped part
+    (``part``: every cell's numerator coefficient, ``part_d``: every stratum's denominator one),
+    computed once from the noisy counts."""
 
     lam: Any
     mu: Any
@@ -122,16 +124,17 @@ class QueryWeights(NamedTuple):
     cap_a: Any
     cap_d: Any
     low_d: Any
+    part: Any
+    part_d: Any
 
     def kept(self, cnt: Any) -> tuple[Any, Any, Any]:
         """Per stratum, the coefficients of the noise the histogram's readings keep: of the
         treated and the control sums' noise, ``n_hat_t - lam c_t`` and ``n_hat_c - lam c_c``, and
         of the treated counts' noise in the denominator, ``n_hat_c - mu c_c``."""
         lam, mu = (np.asarray(x, dtype=np.float64)[..., None] for x in (self.lam, self.mu))
-        part = _capped(cnt, self.cap_a, self.cap_a)
         n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
-        keep_c = n_c - mu * _capped(n_c, self.low_d, self.cap_d)
-        return n_t - lam * part[..., 1::2], n_c - lam * part[..., 0::2], keep_c
+        keep_c = n_c - mu * self.part_d
+        return n_t - lam * self.part[..., 1::2], n_c - lam * self.part[..., 0::2], keep_c
 
 
 class Combined(NamedTuple):
@@ -163,8 +166,7 @@ def combine(
     big_a_h, big_d_h = histogram
     cnt, s = vectors
     weights = query_weights(c, cnt)
-    part = _capped(cnt, weights.cap_a, weights.cap_a)
-    part_c = _capped(cnt[..., 0::2], weights.low_d, weights.cap_d)
+    part, part_c = weights.part, weights.part_d
     read_a = weights.cap_a * c.bound * np.asarray(v[NUMERATOR], dtype=np.float64)[..., 0]
     spread = weights.cap_d + weights.low_d
     read_d = spread * np.asarray(v[DENOMINATOR], dtype=np.float64)[..., 0]
@@ -188,7 +190,7 @@ def query_weights(c: PublicConstants, cnt: Any) -> QueryWeights:
     lam = _weight(c.v_s, np.sum(part * cnt, axis=-1), np.sum(part * part, axis=-1), b)
     n_c = cnt[..., 0::2]
     mu = _weight(c.v_n, np.sum(part_c * n_c, axis=-1), np.sum(part_c * part_c, axis=-1), b_r)
-    return QueryWeights(lam, mu, b, b_r, cap_a, cap_d, low_d)
+    return QueryWeights(lam, mu, b, b_r, cap_a, cap_d, low_d, part, part_c)
 
 
 def denominator_variance(c: PublicConstants, cnt: Any, weights: QueryWeights) -> Any:
