@@ -22,12 +22,14 @@ from dpate_core.mechanisms.adjusted import (
     UNRESOLVED_FIXED_EFFECTS,
     UNRESOLVED_SUBCLASSIFICATION,
     dp_adjusted,
+    histogram_vectors,
     plan_adjusted,
     plan_adjusted_from_statistics,
     plan_constants,
     ratio_bias_remainder,
     resolve_weighting,
 )
+from dpate_core.mechanisms.adjusted._weightings import _clipped_vectors, _fixed_effects_sampling
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.privacy import PrivacyParams, to_float
 from dpate_core.release import draw_many, draw_once
@@ -596,10 +598,17 @@ def test_fixed_effects_sampling_variance_leaves_the_spread_between_strata_out():
     true /= np.sum(prod) ** 2
     plan = plan_adjusted(d.w, d.y, d.x, bound=d.bound, epsilon=40, domain_size=k,
                          weighting="fixed_effects")  # fmt: skip
-    out = plan.assemble(draw_many(plan, np.random.default_rng(2), 2000))
-    d_ = out.diagnostics
-    sampling = out.variance - d_["noise_variance"] - d_["unestimated_variance"]
+    draws = draw_many(plan, np.random.default_rng(2), 2000)
+    out = plan.assemble(draws)
+    # the sandwich itself, before the stretch for its own noise (which the published parts carry)
+    c = plan_constants(plan)
+    cnt, s, q = _clipped_vectors(c, histogram_vectors(c, draws), (-float(c.n), float(c.n)))
+    big_d = np.sum(cnt[:, 0::2] * cnt[:, 1::2], axis=-1)
+    sampling = _fixed_effects_sampling(c, cnt, s, q, out.tau, big_d)[1]
     assert 0.9 < float(np.mean(sampling)) / true < 1.4
+    d_ = out.diagnostics
+    published = out.variance - d_["noise_variance"] - d_["unestimated_variance"]
+    assert np.all(published >= sampling * (1 - 1e-12))
 
 
 @pytest.mark.parametrize("eps", [0.1, 1])

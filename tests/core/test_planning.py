@@ -1179,3 +1179,31 @@ def test_subclassification_plan_predicts_the_noisy_variance_stretch():
     )
     assert pred.weighting == "subclassification"
     assert pred.width == pytest.approx(float(np.mean(widths)), rel=0.1)
+
+
+def test_fixed_effects_plan_predicts_the_sandwich_stretch():
+    # the same sites with fixed effects forced: the release stretches its variance for the
+    # noise of its sandwich (the squares' noise next to a within-cell sd of 0.029), and the plan
+    # predicts that stretch at the stated outcome sd (without it: 0.83 of the realised width)
+    from dpate_core.mechanisms.adjusted import plan_adjusted
+
+    widths = []
+    for seed in range(10):
+        d = synth(3333, 100, a=0.0, b=0.2, seed=seed)
+        plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=40, domain_size=100,
+                             weighting="fixed_effects")  # fmt: skip
+        out = plan.assemble(draw_many(plan, np.random.default_rng(seed), 200))
+        widths.append(_realised_width(out.variance, clipped=True))
+    design = SiteDesign(
+        "s", 3333, Fraction(40), Fraction(0), tuple(Fraction(x) for x in plan.shares.shares)
+    )
+    pred = predict_site(
+        "adjusted",
+        design,
+        domain_size=100,
+        bound=1.0,
+        options=AdjustedOptions(weighting="fixed_effects"),
+        assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5),
+    )
+    assert pred.weighting == "fixed_effects"
+    assert pred.width == pytest.approx(float(np.mean(widths)), rel=0.1)

@@ -288,7 +288,7 @@ def test_adjusted_weighted_sum_releases_fixed_effects_with_four_parts():
     for site in d["sites"]:
         del site["n"]
     assert spec.budget_split(spec.sites[0].id).shares == tuple(
-        map(Fraction, ("13/20", "1/20", "1/5", "1/10"))
+        map(Fraction, ("5/8", "3/40", "1/5", "1/10"))
     )
     d["sites"][1]["budget_split"] = ["9/10", "1/10"]
     assert any("4" in msg for _, msg in problems(d))

@@ -39,12 +39,15 @@ from ._weightings import (
     FIELLER_BELOW,
     INTERVAL_Z,
     PLUG_IN_CORRECTED_FROM,
+    PublicConstants,
+    _clamped_moments,
     _noisy_variance_stretch,
     _pooled_variance_variance,
     design_resolution,
     fieller_factor,
     floored_noise_numerator,
     resolution_probability,
+    sandwich_noise_variance,
 )
 
 if TYPE_CHECKING:
@@ -451,14 +454,7 @@ def _noisy_stretch(
     is used: 1 wherever the squares are well estimated, more where the outcome's spread within
     a stratum is small next to the squares' noise (Synth at eps 40 per site: 1.3)."""
     p, t, c, w = strata
-    b = inp.bound
-    parts = inp.parts()
-    scale_n, b_s = cell_noise_scales(parts, b)
-    binary = len(parts) == 1  # binary: squares are counts x B^2/4
-    scales = [scale_n, b_s]
-    if not binary:  # the squares' part is the last
-        scales.append(b * b / (2.0 * parts[-1].epsilon_float))
-    public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
+    public = _cell_constants(inp)
     within = np.array([sd2])
     var_within = sum(
         float(np.sum(p * w * w / n)) ** 2
@@ -466,6 +462,42 @@ def _noisy_stretch(
         for n, m in ((t, means[0]), (c, means[1]))
     )
     return float(_noisy_variance_stretch(np.array(total), np.array(var_within)))
+
+
+def _cell_constants(inp: PredictionInputs) -> PublicConstants:
+    """The release's :class:`PublicConstants` at the plan's budget: the cells' histogram at the
+    first part, the squares at the second (a binary outcome: one part, its squares the counts
+    times ``B^2/4``)."""
+    b = inp.bound
+    parts = inp.parts()
+    scale_n, b_s = cell_noise_scales(parts, b)
+    binary = len(parts) == 1
+    scales = [scale_n, b_s]
+    if not binary:  # the squares' Laplace scale, sensitivity B^2/2 in outcome units
+        scales.append(b * b / (2.0 * parts[1].epsilon_float))
+    return public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
+
+
+def _sandwich_stretch(
+    inp: PredictionInputs,
+    counts: tuple[np.ndarray, np.ndarray],
+    means: tuple[float, float],
+    sd2: float,
+    values: tuple[float, float],
+) -> float:
+    """Fixed effects' stretch for the noise of its sandwich (``_noisy_variance_stretch`` of
+    :func:`._weightings.sandwich_noise_variance`, clamped at 0, as the release computes it) at
+    the assumed counts, centred arm means and within-cell variance; ``values``: the assumed
+    sampling variance and the whole variance before the stretch."""
+    t, c = counts
+    cnt, s, q = (np.empty(2 * t.size) for _ in range(3))
+    for arm, (n, m) in enumerate(((c, means[1]), (t, means[0]))):
+        cnt[arm::2], s[arm::2], q[arm::2] = n, n * m, n * (sd2 + m * m)
+    big_d = float(np.sum(t * c))
+    tau = np.asarray(inp.assumptions.effect)
+    sigma2 = sandwich_noise_variance(_cell_constants(inp), (cnt, s, q), tau, np.asarray(big_d))
+    spread, bias = _clamped_moments(np.asarray(values[0]), sigma2)
+    return float(_noisy_variance_stretch(np.asarray(values[1]), spread, bias))
 
 
 #: the points of the quadrature over the resolved releases' noisy denominators (the plan)
@@ -575,7 +607,14 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
 
     sampling_num = float(pairs.sum()) * sd2
     v_r = numerator(tau)
-    noise = v_r - sampling_num
+    scales = None if queries is None else queries[2]
+    share = design_resolution(inp.design.n, inp.domain_size, v_n, scales)
+    grow = 1.0  # where the release's own switch says so, its sandwich's noise stretches it
+    if share >= PLUG_IN_CORRECTED_FROM:
+        values = (sampling_num / big_d**2, v_r / big_d**2)
+        grow = _sandwich_stretch(inp, (t, c), (m_t, m_c), sd2, values)
+    noise = (v_r - sampling_num) * grow
+    sampling_num *= grow
     sd_d = math.sqrt(var_d)
     p = resolution_probability(big_d, var_d)
     if p <= 0.0:
@@ -588,13 +627,12 @@ def _adjusted_fixed_effects(inp: PredictionInputs) -> tuple[float, float, float,
     u = -np.array([normal.inv_cdf(p * (k + 0.5) / _QUADRATURE) for k in range(_QUADRATURE)])
     d_hat = big_d + sd_d * u
     stretch = np.ones_like(d_hat)
-    scales = None if queries is None else queries[2]
-    if design_resolution(inp.design.n, inp.domain_size, v_n, scales) < FIELLER_BELOW:
+    if share < FIELLER_BELOW:
         stretch = fieller_factor(v_r, numerator(tau + b), numerator(tau - b), b, d_hat)
     # a D_hat whose Fieller set is unbounded leaves the release unresolved, as the release does
     bounded = np.isfinite(stretch)
     p *= float(np.mean(bounded))
     if p <= 0.0:
         return sampling_num / big_d**2, noise / big_d**2, 0.0, math.inf
-    half = np.minimum(INTERVAL_Z * np.sqrt(v_r * stretch[bounded]) / d_hat[bounded], b)
+    half = np.minimum(INTERVAL_Z * np.sqrt(v_r * grow * stretch[bounded]) / d_hat[bounded], b)
     return sampling_num / big_d**2, noise / big_d**2, p, float(np.mean(half) / INTERVAL_Z) ** 2

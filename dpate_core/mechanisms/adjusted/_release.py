@@ -104,7 +104,7 @@ DEFAULT_SPLIT = ("9/10", "1/10")
 #: with the fixed-effects queries (``weighted_sum = true``; stop 46): the cells' histogram and
 #: their squares, then the numerator's and the denominator's query (docs/explanation/adjusted.md,
 #: "The fixed-effects sums as weighted-sum queries")
-DEFAULT_SPLIT_QUERIES = ("13/20", "1/20", "1/5", "1/10")
+DEFAULT_SPLIT_QUERIES = ("5/8", "3/40", "1/5", "1/10")
 #: a binary outcome's split: its cells are one query, the (cell, outcome) histogram, at the whole
 #: budget (docs/explanation/adjusted.md, "A binary outcome: one histogram")
 DEFAULT_SPLIT_BINARY = ("1",)
