@@ -24,7 +24,9 @@ their share.
 Run: ``python bench/bench_adjusted_realistic.py [REPS] [WEIGHTING ...]`` (1000 repetitions: about
 a minute; weightings ``fixed_effects`` and ``subclassification`` by default);
 ``python bench/bench_adjusted_realistic.py plan``: ``dpate plan``'s predicted widths against the
-realised ones on the same designs (:func:`plan_against_releases`). Real data through
+realised ones on the same designs (:func:`plan_against_releases`); ``queries [REPS]``: the
+fixed-effects queries against the histogram alone; ``splits REPS a,b,c,d ...``: the queries at
+each split on the real designs. Real data through
 ``DPATE_DATA_DIR`` (skipped when absent).
 """
 
@@ -137,14 +139,15 @@ def with_queries(plan, noisy: dict, true: dict, rng) -> dict:
 
 def run_design(
     d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7, post=None,
-    binary: bool = False, queries: bool = False,
+    binary: bool = False, queries: bool = False, split: tuple[str, ...] = DEFAULT_SPLIT_QUERIES,
 ) -> None:  # fmt: skip
     """One design's table; ``post(plan, noisy) -> (tau, variance)``: another post-processing of
     the same noisy vectors in place of the release's (``bench_adjusted_conditioned.py``).
     ``binary``: the release in its binary-outcome mode (the design's outcomes 0 or ``B``).
-    ``queries``: with the fixed-effects queries (``weighted_sum = true``: fixed effects)."""
+    ``queries``: with the fixed-effects queries (``weighted_sum = true``: fixed effects), at
+    ``split``."""
     rng = np.random.default_rng(seed)
-    split = DEFAULT_SPLIT_QUERIES if queries else None
+    parts = split if queries else None
     j_sites = len(d.sites)
     taus = np.full((reps, j_sites), np.nan)
     var = np.full((reps, j_sites), np.nan)
@@ -153,7 +156,7 @@ def run_design(
     for j, (w, y, x) in enumerate(d.sites):
         stats = cell_statistics(w, y, x, domain_size=d.domain_size, bound=d.bound)
         plan = plan_adjusted_from_statistics(stats, epsilon=eps, weighting=weighting,
-                                             binary=binary, split=split)  # fmt: skip
+                                             binary=binary, split=parts)  # fmt: skip
         modes.append(plan_weighting(plan))  # the weighting
         target_kind = "fixed_effects" if modes[-1] == "fixed_effects" else weighting
         targets.append(estimand(w, y, x, d.domain_size, target_kind))
@@ -185,7 +188,13 @@ def run_design(
         res = aggregate_many(agg, taus, sizes_a, var)
         ok = np.isfinite(res.estimate)
         rows.append((agg, res.estimate[ok], res.variance[ok], pooled_target, ok.mean()))
-    mode = " (outcome.binary)" if binary else " (weighted_sum = true)" if queries else ""
+    mode = (
+        " (outcome.binary)"
+        if binary
+        else f" (weighted_sum = true, {', '.join(split)})"
+        if queries
+        else ""
+    )
     print(f"\n{d.name}{mode}, |X| = {d.domain_size}, weighting {weighting} ({', '.join(modes)}), "
           f"{reps} repetitions")  # fmt: skip
     print(f"  {'unit':22s} {'target':>8s} {'resolved':>8s} {'bias':>8s} {'actual sd':>9s} "
@@ -389,5 +398,11 @@ if __name__ == "__main__":
                            queries=True)  # fmt: skip
                 plan_against_releases(design, spread=spread)
                 plan_against_releases(design, queries=True, spread=spread)
+    elif args[:1] == ["splits"]:  # the queries at each split: splits REPS a,b,c,d ...
+        for design in designs():
+            if not is_binary(design) and not design.name.startswith("Synth"):
+                for split in args[2:]:
+                    run_design(design, "fixed_effects", int(args[1]), queries=True,
+                               split=tuple(split.split(",")))  # fmt: skip
     else:
         main(int(args[0]) if args else 1000, args[1:] or ("fixed_effects", "subclassification"))

@@ -19,7 +19,8 @@ resolution rule resolves.
     cd bench && python whatif_fixed_effects_weighted_sum.py [--sizes 1000 3000 10000] [--sets 8]
 
 ``--release``: the release itself (``plan_adjusted_from_statistics`` with the four-part split,
-capped coefficients since stop 47) against the histogram alone, on fresh data sets: resolved
+capped coefficients since stop 47; ``--splits a,b,c,d ...`` compares splits, ``--reps`` the
+releases per data set, 25 by default) against the histogram alone, on fresh data sets: resolved
 share, coverage of the fixed-effects estimand (0.3 on the 384 strata; on the 24, which leave two
 numeric confounders out, its value on 2,000,000 records, :data:`ESTIMAND_24`), mean width, RMSE.
 ``--plan``: ``dpate plan``'s predicted width over the realised one, with and without the queries
@@ -93,19 +94,26 @@ ESTIMAND_24 = 0.30998
 QUERIES = DEFAULT_SPLIT_QUERIES
 
 
-def release_rows(sizes: list[int], sets: int, reps: int) -> None:
-    """The release with the queries against the histogram alone (module docstring)."""
+def release_rows(
+    sizes: list[int], sets: int, reps: int, splits: tuple[tuple[str, ...], ...] = (QUERIES,)
+) -> None:
+    """The release with the queries (at each split of ``splits``) against the histogram alone
+    (module docstring)."""
     print("| eps 1, one site | strata | release | resolved | coverage | width | RMSE |")
     print("|---|---|---|---|---|---|---|")
+    names = {"histogram": None} | {
+        "with the queries" if split == QUERIES and len(splits) == 1 else ", ".join(split): split
+        for split in splits
+    }
     for n in sizes:
         for label, shape, truth in (("24", coarse, ESTIMAND_24), ("384", lambda d: d, 0.3)):
             rd = np.random.default_rng(n + 7)
-            rows: dict[str, list[list[float]]] = {"histogram": [], "with the queries": []}
+            rows: dict[str, list[list[float]]] = {name: [] for name in names}
             for _ in range(sets):
                 d = shape(bp.synth5(rd, n))
                 cells = cell_statistics(d.w, d.y, d.x, domain_size=d.domain, bound=1.0)
                 seed = int(rd.integers(1 << 30))
-                for name, split in (("histogram", None), ("with the queries", QUERIES)):
+                for name, split in names.items():
                     plan = plan_adjusted_from_statistics(
                         cells, epsilon=1, split=split, weighting="fixed_effects"
                     )
@@ -198,13 +206,16 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=8)
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--release", action="store_true", help="the release with the queries")
+    ap.add_argument("--splits", nargs="+", default=[",".join(QUERIES)],
+                    help="--release: the queries' splits to compare, each a,b,c,d")  # fmt: skip
     ap.add_argument("--plan", action="store_true", help="dpate plan's predicted widths")
     args = ap.parse_args()
     if args.plan:
         plan_rows(args.sizes, args.sets, 100)
         return
     if args.release:
-        release_rows(args.sizes, args.sets, 25)
+        splits = tuple(tuple(split.split(",")) for split in args.splits)
+        release_rows(args.sizes, args.sets, 25 if args.reps == 100 else args.reps, splits)
         return
     print("| eps 1, one site | strata | numerator, denominator query share | noise RMSE of tau "
           "| resolved |")  # fmt: skip
