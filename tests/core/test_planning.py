@@ -1155,43 +1155,20 @@ def test_the_recommendation_keeps_the_propensity_rules_model_share(binary: bool)
         assert len(rec.split) == (2 if binary else 3)
 
 
-def test_subclassification_plan_predicts_the_noisy_variance_stretch():
+@pytest.mark.parametrize("weighting", ["subclassification", "fixed_effects"])
+def test_plan_predicts_the_noisy_variance_stretch(weighting):
     # Synth sites of 3,333 records over 100 strata at eps 40: the within-cell sd (0.029) is small
-    # next to the squares' noise, so the release stretches its variance for its own noise; the
-    # plan predicts that stretch at the stated outcome sd (without it: 0.80 of the realised width)
-    from dpate_core.mechanisms.adjusted import plan_adjusted
-
-    widths = []
-    for seed in range(10):
-        d = synth(3333, 100, a=0.0, b=0.2, seed=seed)
-        plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=40, domain_size=100)
-        out = plan.assemble(draw_many(plan, np.random.default_rng(seed), 200))
-        widths.append(_realised_width(out.variance, clipped=True))
-    design = SiteDesign(
-        "s", 3333, Fraction(40), Fraction(0), tuple(Fraction(x) for x in plan.shares.shares)
-    )
-    pred = predict_site(
-        "adjusted",
-        design,
-        domain_size=100,
-        bound=1.0,
-        assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5),
-    )
-    assert pred.weighting == "subclassification"
-    assert pred.width == pytest.approx(float(np.mean(widths)), rel=0.1)
-
-
-def test_fixed_effects_plan_predicts_the_sandwich_stretch():
-    # the same sites with fixed effects forced: the release stretches its variance for the
-    # noise of its sandwich (the squares' noise next to a within-cell sd of 0.029), and the plan
-    # predicts that stretch at the stated outcome sd (without it: 0.83 of the realised width)
+    # next to the squares' noise, so the release stretches its variance for its own noise
+    # (subclassification's pooled within-cell variance, "auto"'s choice here; fixed effects,
+    # forced, its sandwich); the plan predicts that stretch at the stated outcome sd (without it:
+    # 0.80 and 0.83 of the realised width)
     from dpate_core.mechanisms.adjusted import plan_adjusted
 
     widths = []
     for seed in range(10):
         d = synth(3333, 100, a=0.0, b=0.2, seed=seed)
         plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=40, domain_size=100,
-                             weighting="fixed_effects")  # fmt: skip
+                             weighting=weighting)  # fmt: skip
         out = plan.assemble(draw_many(plan, np.random.default_rng(seed), 200))
         widths.append(_realised_width(out.variance, clipped=True))
     design = SiteDesign(
@@ -1202,8 +1179,8 @@ def test_fixed_effects_plan_predicts_the_sandwich_stretch():
         design,
         domain_size=100,
         bound=1.0,
-        options=AdjustedOptions(weighting="fixed_effects"),
+        options=AdjustedOptions(weighting=weighting),
         assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5),
     )
-    assert pred.weighting == "fixed_effects"
+    assert pred.weighting == weighting
     assert pred.width == pytest.approx(float(np.mean(widths)), rel=0.1)
