@@ -424,15 +424,25 @@ def _fixed_effects_sampling(
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     q_c, q_t = q[..., 0::2], q[..., 1::2]
     t = tau[..., None]
-    shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
-    treated = n_c**2 * q_t - 2.0 * n_c * s_t * shift_c + n_t * shift_c**2
-    control = n_t**2 * q_c - 2.0 * n_t * s_c * shift_t + n_c * shift_t**2
     noise_mean = v_n * (q_t + q_c) - 2.0 * t * v_n * (s_t - s_c) + (v_s + t * t * v_n) * (n_t + n_c)
-    influence = np.sum(treated + control - noise_mean, axis=-1)
+    influence = np.sum(_influence_per_stratum(cnt, s, q, t) - noise_mean, axis=-1)
     var_t = np.clip(_arm_variance(c, n_t, s_t, q_t)[..., 0], 0.0, c.max_var)
     var_c = np.clip(_arm_variance(c, n_c, s_c, q_c)[..., 0], 0.0, c.max_var)
     raw = influence / d_safe**2 - (var_t + var_c) / d_safe
     return raw, np.maximum(raw, 0.0)
+
+
+def _influence_per_stratum(cnt: Any, s: Any, q: Any, t: Any) -> Any:
+    """Each stratum's sum of squared influences in :func:`_fixed_effects_sampling` (before the
+    noise's mean is taken out): ``n_c^2 q_t - 2 n_c s_t (s_c + t n_c) + n_t (s_c + t n_c)^2``
+    plus the same with the arms swapped (``s_t - t n_t``); ``t`` broadcast over the strata."""
+    n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
+    s_c, s_t = s[..., 0::2], s[..., 1::2]
+    q_c, q_t = q[..., 0::2], q[..., 1::2]
+    shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
+    treated = n_c**2 * q_t - 2.0 * n_c * s_t * shift_c + n_t * shift_c**2
+    control = n_t**2 * q_c - 2.0 * n_t * s_c * shift_t + n_c * shift_t**2
+    return treated + control
 
 
 def sandwich_noise_variance(
@@ -447,10 +457,9 @@ def sandwich_noise_variance(
     of it: a cell's squares noise (sd ``sqrt(v_q)``, the same for every cell) against its
     within-cell sum of squares ``n sigma^2``; where cells hold few records next to that noise the
     sandwich is mostly noise (docs/explanation/adjusted.md, "The fixed-effects sandwich's own
-    noise"). The
-    plug-in term's pooled variance is left out (its squares weigh ``1 / (D df)`` against
-    ``n^2 / D^2``). A binary outcome's squares are its counts times ``B^2 / 4``: their part
-    moves with the counts."""
+    noise"). The plug-in term's pooled variance is left out (its squares weigh ``1 / (D df)``
+    against ``n^2 / D^2``). A binary outcome's squares are its counts times ``B^2 / 4``: their
+    part moves with the counts."""
     cnt, s, q = vectors
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -458,9 +467,7 @@ def sandwich_noise_variance(
     t = np.asarray(tau)[..., None]
     dd = np.asarray(d)[..., None]
     shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
-    influence = n_c**2 * q_t - 2.0 * n_c * s_t * shift_c + n_t * shift_c**2
-    influence = influence + n_t**2 * q_c - 2.0 * n_t * s_c * shift_t + n_c * shift_t**2
-    total = np.sum(influence, axis=-1)[..., None]
+    total = np.sum(_influence_per_stratum(cnt, s, q, t), axis=-1)[..., None]
     g_st = 2.0 * n_c * (shift_t - shift_c) - 2.0 * n_t * s_c
     g_sc = 2.0 * n_t * (shift_c - shift_t) - 2.0 * n_c * s_t
     g_nt = (
