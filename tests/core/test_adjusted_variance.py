@@ -291,7 +291,9 @@ def test_subclassification_noisy_variance_is_stretched_to_cover():
     # Synth sites of 3,333 records over 100 strata at eps 40 (subclassification): the within-cell
     # sd is 0.029, so the pooled within-cell variance read from the noisy squares is mostly
     # noise and the reported variance moved by half its mean from release to release: its
-    # intervals covered 0.91-0.93 of the true 0.5. Stretched by 1 + (z^2 + 1) r^2 / 4 they cover
+    # intervals covered 0.91-0.93 of the true 0.5. Stretched by 1 + (z^2 + 1) r^2 / 4 they
+    # covered 0.977 (the clamp at 0 already adds to the estimate's mean); with the clamp's bias
+    # in the stretch (stop 48) they cover 0.961
     from dpate_core.release import draw_many
     from dpate_core.synth import synth
 
@@ -304,7 +306,7 @@ def test_subclassification_noisy_variance_is_stretched_to_cover():
         out = plan.assemble(draw_many(plan, np.random.default_rng(i), 4))
         covered.append(np.abs(out.tau - 0.5) <= INTERVAL_Z * np.sqrt(out.variance))
     coverage = float(np.mean(covered))
-    assert 0.94 <= coverage <= 0.985, coverage
+    assert 0.94 <= coverage <= 0.97, coverage
 
 
 def test_noisy_variance_stretch_is_the_second_order_coverage_correction():

@@ -42,7 +42,7 @@ from ._weightings import (
     PublicConstants,
     _clamped_moments,
     _noisy_variance_stretch,
-    _pooled_variance_variance,
+    _pooled_variance_noise,
     design_resolution,
     fieller_factor,
     floored_noise_numerator,
@@ -456,12 +456,12 @@ def _noisy_stretch(
     p, t, c, w = strata
     public = _cell_constants(inp)
     within = np.array([sd2])
-    var_within = sum(
-        float(np.sum(p * w * w / n)) ** 2
-        * float(_pooled_variance_variance(public, p, n, np.full(n.shape, m), within))
-        for n, m in ((t, means[0]), (c, means[1]))
-    )
-    return float(_noisy_variance_stretch(np.array(total), np.array(var_within)))
+    var_within, bias_within = 0.0, 0.0
+    for n, m in ((t, means[0]), (c, means[1])):
+        a = float(np.sum(p * w * w / n))
+        var, bias = _pooled_variance_noise(public, p, n, np.full(n.shape, m), within)
+        var_within, bias_within = var_within + a * a * float(var), bias_within + a * float(bias)
+    return float(_noisy_variance_stretch(np.array(total), var_within, bias_within))
 
 
 def _cell_constants(inp: PredictionInputs) -> PublicConstants:

@@ -756,30 +756,36 @@ def _subclassification_variance(
     # their own noise (_noisy_variance_stretch), each part stretched alike
     a_t = np.sum(np.where(usable, w2 / nt, 0.0), axis=-1)
     a_c = np.sum(np.where(usable, w2 / nc, 0.0), axis=-1)
-    var_within = a_t**2 * _pooled_variance_variance(c, usable, nt, in_t, raw_t) + a_c**2 * (
-        _pooled_variance_variance(c, usable, nc, in_c, raw_c)
+    (var_t, bias_t), (var_c, bias_c) = (
+        _pooled_variance_noise(c, usable, nn, mm, raw)
+        for nn, mm, raw in ((nt, in_t, raw_t), (nc, in_c, raw_c))
     )
-    stretch = _noisy_variance_stretch(sampling + noise_var + unestimated, var_within)
+    stretch = _noisy_variance_stretch(
+        sampling + noise_var + unestimated,
+        a_t**2 * var_t + a_c**2 * var_c,
+        a_t * bias_t + a_c * bias_c,
+    )
     return sampling * stretch, sampling_raw * stretch, noise_var * stretch, unestimated * stretch
 
 
-def _pooled_variance_variance(c: PublicConstants, usable: Any, nn: Any, m: Any, raw: Any) -> Any:
-    """The variance of one arm's pooled within-cell variance as the release uses it (clamped at
-    0; ``raw`` unclamped, :func:`_pooled_variance`; ``usable`` a mask, or the plan's
+def _pooled_variance_noise(
+    c: PublicConstants, usable: Any, nn: Any, m: Any, raw: Any
+) -> tuple[Any, Any]:
+    """``(variance, bias)`` of one arm's pooled within-cell variance as the release uses it
+    (clamped at 0; ``raw`` unclamped, :func:`_pooled_variance`; ``usable`` a mask, or the plan's
     probabilities that each cell is used), from public noise scales at the noisy point (the
     plan: at the assumed values): each used cell's ``q - s^2/n`` moves by its squares' noise
     (variance ``v_q``), its sum's (``-2 m h``) and its count's (``(q_per_count + m^2) e``, ``m``
     the centred cell mean), over the degrees of freedom squared, plus the sampling variance of
-    a variance estimate ``2 s2^2 / df`` (normal within-cell values): ``sigma^2``. The clamp at 0
-    narrows it: the variance of a normal of mean ``raw`` and sd ``sigma`` clamped at 0,
-    ``sigma^2 [(a^2 + 1) Phi(a) + a phi(a) - (a Phi(a) + phi(a))^2]`` at ``a = raw / sigma``."""
+    a variance estimate ``2 s2^2 / df`` (normal within-cell values): ``sigma^2``; the clamp at 0
+    narrows its spread and adds to its mean (:func:`_clamped_moments`)."""
     m2 = m * m
     per_cell = c.v_q + 4.0 * m2 * c.v_s + c.v_n * (c.q_per_count + m2) ** 2
     noise = np.sum(usable * per_cell, axis=-1)
     df = _pooled_df(usable, nn)
     value = raw[..., 0]
     sigma2 = noise / df**2 + 2.0 * np.clip(value, 0.0, c.max_var) ** 2 / df
-    return _clamped_variance(value, sigma2)
+    return _clamped_moments(value, sigma2)
 
 
 def _noisy_variance_stretch(total: Any, var_total: Any, bias: Any = 0.0) -> Any:
