@@ -24,8 +24,9 @@ releases per data set, 25 by default) against the histogram alone, on fresh data
 share, coverage of the fixed-effects estimand (0.3 on the 384 strata; on the 24, which leave two
 numeric confounders out, its value on 2,000,000 records, :data:`ESTIMAND_24`), mean width, RMSE.
 ``--plan``: ``dpate plan``'s predicted width over the realised one, with and without the queries
-(:func:`plan_rows`). docs/explanation/adjusted.md, "The fixed-effects sums as weighted-sum
-queries", has the tables.
+(:func:`plan_rows`). ``--parts``: the reported variance's parts against what each estimates, on
+24 strata (:func:`parts_rows`; ``--sizes 10000 --sets 1000``). docs/explanation/adjusted.md,
+"The fixed-effects sums as weighted-sum queries", has the tables.
 """
 
 from __future__ import annotations
@@ -133,6 +134,65 @@ def release_rows(
                       f"{np.sqrt(np.mean(a[solved, 2])):.4f} |", flush=True)  # fmt: skip
 
 
+def record_sandwich(d: bp.Data) -> tuple[float, float]:
+    """The fixed-effects estimate and its sandwich variance from the records themselves, no
+    noise: each record's influence ``n_c (y - ybar_c - tau)`` (treated) or ``n_t (ybar_t - y -
+    tau)`` (control), ``sum h^2 / D^2``."""
+    w, x, k = d.w.astype(np.int64), d.x.astype(np.int64), d.domain
+    cells = 2 * x + w
+    cnt = np.bincount(cells, minlength=2 * k).astype(float)
+    tot = np.bincount(cells, weights=d.y, minlength=2 * k)
+    n_c, n_t = cnt[0::2], cnt[1::2]
+    big_d = float(np.sum(n_t * n_c))
+    tau = float(np.sum(tot[1::2] * n_c - tot[0::2] * n_t)) / big_d
+    m_t, m_c = (
+        np.where(n > 0, t / np.maximum(n, 1.0), 0.0)
+        for n, t in ((n_t, tot[1::2]), (n_c, tot[0::2]))
+    )
+    h = np.where(w == 1, n_c[x] * (d.y - m_c[x] - tau), n_t[x] * (m_t[x] - d.y - tau))
+    return tau, float(np.sum(h * h)) / big_d**2
+
+
+def parts_rows(sizes: list[int], sets: int, reps: int) -> None:
+    """The reported variance's parts against what they estimate, on 24 strata (``coarse``), with
+    and without the queries: coverage; the spread of the noise-free estimate over the data sets
+    against the records' sandwich; the released sandwich's mean and sd over the releases; the
+    noise part reported against the realised spread of the release around the same data's
+    noise-free estimate (docs/explanation/adjusted.md, "The fixed-effects sandwich's own noise")."""
+    for n in sizes:
+        rd = np.random.default_rng(n + 11)
+        rows: dict[str, list[list[float]]] = {"histogram": [], "with the queries": []}
+        exact = []
+        for _ in range(sets):
+            d = coarse(bp.synth5(rd, n))
+            t0, v0 = record_sandwich(d)
+            exact.append((t0, v0))
+            cells = cell_statistics(d.w, d.y, d.x, domain_size=d.domain, bound=1.0)
+            seed = int(rd.integers(1 << 30))
+            for name, split in (("histogram", None), ("with the queries", QUERIES)):
+                plan = plan_adjusted_from_statistics(
+                    cells, epsilon=1, split=split, weighting="fixed_effects"
+                )
+                out = plan.assemble(draw_many(plan, np.random.default_rng(seed), reps))
+                sampling = np.asarray(out.diagnostics["sampling_variance_dp"], float)
+                noise = np.asarray(out.diagnostics["noise_variance"], float)
+                for i in range(reps):
+                    rows[name].append([out.tau[i], out.variance[i], sampling[i], noise[i], t0])
+        e = np.asarray(exact)
+        print(f"\n{n:,} records, 24 strata, {sets} data sets x {reps} releases: the noise-free "
+              f"estimate's spread {np.var(e[:, 0]):.3g}, the records' sandwich "
+              f"{np.mean(e[:, 1]):.3g}")  # fmt: skip
+        for name, r in rows.items():
+            a = np.asarray(r, dtype=np.float64)
+            tau, var, sampling, noise, t0 = a.T
+            cover = np.mean(np.abs(tau - ESTIMAND_24) <= Z * np.sqrt(var))
+            print(f"  {name}: coverage {cover:.3f}, mean width {np.mean(2 * Z * np.sqrt(var)):.4f}, "
+                  f"reported/MSE {np.mean(var) / np.mean((tau - ESTIMAND_24) ** 2):.2f}; released "
+                  f"sandwich {np.mean(sampling):.3g} (sd {np.std(sampling):.3g}); noise part "
+                  f"{np.mean(noise):.3g} against realised {np.mean((tau - t0) ** 2):.3g}",
+                  flush=True)  # fmt: skip
+
+
 def plan_rows(sizes: list[int], sets: int, reps: int) -> None:
     """``dpate plan``'s predicted width of one site's fixed-effects release over the realised
     mean width, with and without the queries: the planner stating the treated share, the
@@ -209,7 +269,11 @@ def main() -> None:
     ap.add_argument("--splits", nargs="+", default=[",".join(QUERIES)],
                     help="--release: the queries' splits to compare, each a,b,c,d")  # fmt: skip
     ap.add_argument("--plan", action="store_true", help="dpate plan's predicted widths")
+    ap.add_argument("--parts", action="store_true", help="the reported variance's parts, 24 strata")
     args = ap.parse_args()
+    if args.parts:
+        parts_rows(args.sizes, args.sets, 4 if args.reps == 100 else args.reps)
+        return
     if args.plan:
         plan_rows(args.sizes, args.sets, 100)
         return
