@@ -482,28 +482,23 @@ def sandwich_noise_variance(
     return np.sum(per_cell, axis=-1) / np.asarray(d) ** 4
 
 
-def _clamped_variance(raw: Any, sigma2: Any) -> Any:
-    """The variance of a normal of mean ``raw`` and variance ``sigma2`` clamped at 0, ``sigma^2
-    [(a^2 + 1) Phi(a) + a phi(a) - (a Phi(a) + phi(a))^2]`` at ``a = raw / sigma``: the spread of a
-    variance estimate the release clamps at 0 (0 where ``sigma2`` is)."""
-    a = raw / np.sqrt(np.where(sigma2 > 0.0, sigma2, 1.0))
+def _clamped_moments(raw: Any, sigma2: Any) -> tuple[Any, Any]:
+    """``(variance, bias)`` of a variance estimate the release clamps at 0, its noise normal of
+    variance ``sigma2`` (both 0 where ``sigma2`` is): the variance of a normal of mean ``raw``
+    clamped at 0, ``sigma^2 [(a^2 + 1) Phi(a) + a phi(a) - (a Phi(a) + phi(a))^2]`` at ``a = raw /
+    sigma``, and what the clamp adds to its mean, ``E max(X, 0) - v = sigma (phi(b) + b Phi(b) -
+    b)`` for ``X`` of mean ``v = max(raw, 0)`` (a variance is never below 0), ``b = v / sigma``:
+    about ``0.4 sigma`` where the true value is small next to its noise, 0 where it is large."""
+    positive = sigma2 > 0.0
+    sigma = np.sqrt(np.where(positive, sigma2, 1.0))
+    a = raw / sigma
     cdf = normal_cdf(a)
     pdf = np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi)
     mean = a * cdf + pdf
-    return np.where(sigma2 > 0.0, sigma2 * ((a * a + 1.0) * cdf + a * pdf - mean * mean), 0.0)
-
-
-def _clamped_moments(raw: Any, sigma2: Any) -> tuple[Any, Any]:
-    """``(variance, bias)`` of a variance estimate the release clamps at 0, its noise normal of
-    variance ``sigma2``: the variance at the noisy ``raw`` (:func:`_clamped_variance`), and what
-    the clamp adds to its mean, ``E max(X, 0) - v = sigma (phi(a) + a Phi(a) - a)`` for ``X`` of
-    mean ``v = max(raw, 0)`` (a variance is never below 0), ``a = v / sigma``: about ``0.4
-    sigma`` where the true value is small next to its noise, 0 where it is large."""
-    value = np.maximum(raw, 0.0)
-    sigma = np.sqrt(np.where(sigma2 > 0.0, sigma2, 1.0))
-    a = value / sigma
-    excess = np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi) + a * normal_cdf(a) - a
-    return _clamped_variance(raw, sigma2), np.where(sigma2 > 0.0, sigma * excess, 0.0)
+    variance = np.where(positive, sigma2 * ((a * a + 1.0) * cdf + a * pdf - mean * mean), 0.0)
+    b = np.maximum(raw, 0.0) / sigma
+    excess = np.exp(-0.5 * b * b) / np.sqrt(2.0 * np.pi) + b * normal_cdf(b) - b
+    return variance, np.where(positive, sigma * excess, 0.0)
 
 
 def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
