@@ -25,7 +25,8 @@ Run: ``python bench/bench_adjusted_realistic.py [REPS] [WEIGHTING ...]`` (1000 r
 a minute; weightings ``fixed_effects`` and ``subclassification`` by default);
 ``python bench/bench_adjusted_realistic.py plan``: ``dpate plan``'s predicted widths against the
 realised ones on the same designs (:func:`plan_against_releases`); ``queries [REPS]``: the
-fixed-effects queries against the histogram alone; ``splits REPS a,b,c,d ...``: the queries at
+fixed-effects queries against the histogram alone; ``auto [REPS]``: the release the default
+options choose (:func:`run_auto`); ``splits REPS a,b,c,d ...``: the queries at
 each split on the real designs. Real data through
 ``DPATE_DATA_DIR`` (skipped when absent).
 """
@@ -293,6 +294,22 @@ def main(reps: int = 1000, weightings: Sequence[str] = ("fixed_effects", "subcla
                 run_design(d, weighting, reps, binary=True)
 
 
+def run_auto(d: Design, reps: int, eps: str = "1") -> None:
+    """The release a spec with the default options gets when every site declares its ``n`` (and
+    no split): the study's one choice (``adjusted_weighting`` and ``weighted_sum`` both
+    ``"auto"``), then that release's table."""
+    from fractions import Fraction
+
+    from dpate_core.mechanisms._estimator import StudySite
+    from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
+
+    split = ADJUSTED.default_split(AdjustedOptions()).shares
+    sites = [StudySite(w.size, Fraction(eps), split) for w, _, _ in d.sites]
+    choice = ADJUSTED.study_choice(AdjustedOptions(), d.domain_size, sites)
+    print(f"\n{d.name}: the study's choice: {choice.reason}")
+    run_design(d, choice.variant or "auto", reps, eps, queries=choice.options.weighted_sum)
+
+
 def occupancy(w: np.ndarray, y: np.ndarray, x: np.ndarray, size: int) -> dict[str, float]:
     """What a user would give ``dpate plan`` about these records: the treated share, the
     outcome's mean and its sd within an arm and stratum (pooled), the effective number of occupied strata
@@ -398,6 +415,10 @@ if __name__ == "__main__":
                            queries=True)  # fmt: skip
                 plan_against_releases(design, spread=spread)
                 plan_against_releases(design, queries=True, spread=spread)
+    elif args[:1] == ["auto"]:  # the defaults a spec declaring each site's n gets
+        for design in designs():
+            if not is_binary(design):
+                run_auto(design, int(args[1]) if len(args) > 1 else 1000)
     elif args[:1] == ["splits"]:  # the queries at each split: splits REPS a,b,c,d ...
         for design in designs():
             if not is_binary(design) and not design.name.startswith("Synth"):

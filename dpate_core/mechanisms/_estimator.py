@@ -148,11 +148,14 @@ class BandInputs:
 @dataclass(frozen=True)
 class StudySite:
     """One site's public design as a study-wide choice reads it: its record count ``n`` as the
-    spec declares it (None: not declared), its per-release epsilon and budget split."""
+    spec declares it (None: not declared), its per-release epsilon and budget split;
+    ``declared``: the split is the site's own (a spec's ``budget_split``, a plan's design), not
+    the estimator's default, so a choice that would move the number of parts keeps it."""
 
     n: int | None
     epsilon: Fraction
     split: tuple[Fraction, ...]
+    declared: bool = False
 
 
 def effective_size(sites: Sequence[StudySite]) -> tuple[Fraction, StudySite] | None:

@@ -61,19 +61,19 @@ def predict_site(
             f"site {design.site_id!r}: estimator {estimator!r} needs delta > 0 (e.g. '1e-5')"
         )
     binary = bool(binary and est.binary_outcome)
+    if not (bound > 0 and math.isfinite(bound)):
+        raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
+    domain = max(int(domain_size), 1)
+    choice = est.study_choice(  # the design's split is its own: a choice keeps its parts
+        options, domain, [StudySite(design.n, design.epsilon, tuple(design.split), True)]
+    )
+    options = choice.options
     parts = est.n_parts(options, binary)
     if len(design.split) != parts:
         raise ValueError(
             f"site {design.site_id!r}: estimator {estimator!r} splits its budget into {parts} "
             f"parts, but the split has {len(design.split)} shares: give exactly {parts}"
         )
-    if not (bound > 0 and math.isfinite(bound)):
-        raise ValueError(f"outcome bound B ({bound}) must be positive and finite")
-    domain = max(int(domain_size), 1)
-    choice = est.study_choice(
-        options, domain, [StudySite(design.n, design.epsilon, tuple(design.split))]
-    )
-    options = choice.options
     inp = PredictionInputs(
         design,
         domain,

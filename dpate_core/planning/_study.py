@@ -263,7 +263,7 @@ def _site_predictions(
 
 
 def _study_sites(designs: Sequence[SiteDesign]) -> list[StudySite]:
-    return [StudySite(d.n, d.epsilon, tuple(d.split)) for d in designs]
+    return [StudySite(d.n, d.epsilon, tuple(d.split), declared=True) for d in designs]
 
 
 def _combined(

@@ -237,8 +237,10 @@ def _site_problems(spec: StudySpec) -> Problems:
             problems.append(
                 (
                     f"sites.{j}.budget_split",
-                    f"estimator {spec.estimator!r} splits its budget into {parts} parts, but "
-                    f"budget_split has {len(s.budget_split)} shares: give exactly {parts}",
+                    f"estimator {spec.estimator!r} splits its budget into {parts} parts "
+                    f"({', '.join(est.part_names(options, spec.outcome.binary))}) with these "
+                    f"options, but budget_split has {len(s.budget_split)} shares: give exactly "
+                    f"{parts}",
                 )
             )
         if not est.pure and s.delta <= 0:

@@ -313,7 +313,7 @@ class StudySpec(_Model):
     @property
     def release_parts(self) -> int:
         """How many parts one release splits its budget into (the length of a budget split)."""
-        return self.estimator_info.n_parts(self.options, self.outcome.binary)
+        return self.estimator_info.n_parts(self.study_options, self.outcome.binary)
 
     @property
     def publishes_exact_arm_sizes(self) -> bool:
@@ -328,7 +328,10 @@ class StudySpec(_Model):
         epsilon and split; :meth:`dpate_core.mechanisms.Estimator.study_choice`), never per
         site."""
         opts = self.options  # the spec's own: "auto" not yet resolved (its default split)
-        sites = [StudySite(s.n, s.epsilon, self._split(s.id, opts).shares) for s in self.sites]
+        sites = [
+            StudySite(s.n, s.epsilon, self._split(s.id, opts).shares, s.budget_split is not None)
+            for s in self.sites
+        ]
         return self.estimator_info.study_choice(opts, self.domain_size, sites)
 
     @property

@@ -197,7 +197,7 @@ def test_randomized_dim_parts_follow_arm_size_assumption():
     assert private.release_parts == 2
     assert private.estimator_info.part_names(private.options)[0] == "arm outcome histogram"
     d["sites"][0]["budget_split"] = ["1/3", "1/3", "1/3"]
-    with pytest.raises(SpecError, match="2 parts, but budget_split has 3 shares"):
+    with pytest.raises(SpecError, match=r"2 parts .* but budget_split has 3 shares"):
         StudySpec.from_dict(d)
 
 
@@ -306,6 +306,30 @@ def test_adjusted_weighted_sum_releases_fixed_effects_with_four_parts():
     spec = StudySpec.from_dict(binary)
     assert spec.release_parts == 1 and spec.study_options.weighted_sum is False
     assert "binary" in spec.study_choice.reason
+
+
+def test_auto_weighted_sum_gives_the_queries_four_parts_unless_a_site_declares_two():
+    """The default ``weighted_sum = "auto"``: a fixed-effects study whose sites declare ``n``
+    with ``n x epsilon >= 1000`` releases the queries (four parts, their default split), and
+    says so in its reason; a site's own two-part split keeps the histogram alone; four declared
+    shares need ``true``, and the error names the parts."""
+    d = _adjusted_spec(adjusted_weighting="fixed_effects")
+    del d["sites"][1]["budget_split"]
+    d["sites"][0]["n"], d["sites"][1]["n"] = 3000, 4000
+    spec = StudySpec.from_dict(d)
+    assert spec.study_options.weighted_sum is True and spec.release_parts == 4
+    assert spec.budget_split("b").shares == tuple(map(Fraction, ("5/8", "3/40", "1/5", "1/10")))
+    assert "with the fixed-effects queries" in spec.study_choice.reason
+    d["sites"][1]["n"] = 1000  # n x epsilon 500, on 6 strata: neither rule
+    assert StudySpec.from_dict(d).study_options.weighted_sum is False
+    d["sites"][1]["n"] = 4000
+    d["sites"][1]["budget_split"] = ["9/10", "1/10"]
+    spec = StudySpec.from_dict(d)
+    assert spec.study_options.weighted_sum is False and spec.release_parts == 2
+    assert spec.budget_split("a").shares == (Fraction(9, 10), Fraction(1, 10))
+    d["sites"][1]["budget_split"] = ["5/8", "3/40", "1/5", "1/10"]
+    [(loc, msg)] = problems(d)
+    assert loc == "sites.1.budget_split" and "cell sums of squares" in msg and "2 parts" in msg
 
 
 def test_auto_weighting_follows_the_public_rule_once_for_the_whole_study():

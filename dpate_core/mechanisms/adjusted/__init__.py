@@ -28,6 +28,8 @@ from dpate_core.release import MechanismPlan
 from ._public import (
     MOSTLY_READ,
     MOSTLY_RESOLVES,
+    QUERIES_FROM,
+    QUERIES_SPARSE,
     RARELY_RESOLVES,
     SELECTED_RESOLUTION,
     adjusted_resolution,
@@ -40,6 +42,7 @@ from ._public import (
     predict,
     read_share,
     required_diagnostics,
+    study_queries,
     study_weighting,
 )
 from ._release import (
@@ -97,6 +100,7 @@ __all__ = [
     "PARTS_QUERIES",
     "PLUG_IN_CORRECTED_FROM",
     "QUERIES_FROM",
+    "QUERIES_SPARSE",
     "RARELY_RESOLVES",
     "RATIO_DAMPING",
     "RESOLVE_Z",
@@ -126,6 +130,7 @@ __all__ = [
     "ratio_bias_remainder",
     "read_share",
     "resolve_weighting",
+    "study_queries",
     "study_weighting",
     "subclassification_linearisation",
     "used_strata",
@@ -145,8 +150,8 @@ class AdjustedOptions:
             "'subclassification' or 'fixed_effects'",
         },
     )
-    weighted_sum: bool = field(
-        default=False,
+    weighted_sum: bool | Literal["auto"] = field(
+        default="auto",
         metadata={
             "doc": "fixed effects: also release the estimate's numerator and denominator as one "
             "weighted-sum query each, their coefficients capped where the noisy counts say, "
@@ -154,21 +159,26 @@ class AdjustedOptions:
             "cells' histogram, their squares, the two queries; default 5/8, 3/40, 1/5, 1/10). "
             "Measured 24-53% narrower on 24 and 384 strata from 1,000 to 10,000 records at "
             "epsilon 1, from 5% wider to 60% narrower on sites of 240-374 records (IHDP, Lalonde), "
-            "where fewer releases may resolve; the study's weighting is then fixed effects "
-            "('auto' picks it; not with 'subclassification'); not for a binary outcome. dpate "
-            "plan predicts it from the stated propensity spread (--propensity-sd) "
-            "(docs/explanation/adjusted.md, 'The fixed-effects sums as weighted-sum queries')"
+            "where fewer releases may resolve. 'auto': on for a fixed-effects study of a "
+            f"continuous outcome when every site declares n with n x epsilon >= {QUERIES_FROM} "
+            f"or cells thinner than {QUERIES_SPARSE} count-noise scale (n / (2 |X|) < "
+            f"{QUERIES_SPARSE} s_n), and no site declares a budget_split (a declared one keeps "
+            "its two parts; four need true); true: fixed effects for the whole study ('auto' "
+            "picks it; not with 'subclassification'); not for a binary outcome. dpate plan "
+            "predicts it from the stated propensity spread (--propensity-sd) "
+            "(docs/explanation/adjusted.md, 'The fixed-effects sums as weighted-sum queries', "
+            "'The queries by default')"
         },
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.weighted_sum, bool):
-            raise ValueError(f"weighted_sum ({self.weighted_sum!r}) must be true or false")
-        if self.weighted_sum and self.weighting == "subclassification":
+        if not (isinstance(self.weighted_sum, bool) or self.weighted_sum == "auto"):
+            raise ValueError(f"weighted_sum ({self.weighted_sum!r}) must be true, false or 'auto'")
+        if self.weighted_sum is True and self.weighting == "subclassification":
             raise ValueError(
                 "weighted_sum = true releases the fixed-effects numerator and denominator as "
                 "queries: adjusted_weighting must be 'fixed_effects' or 'auto' (which then picks "
-                "fixed effects), not 'subclassification'; or set weighted_sum = false"
+                "fixed effects), not 'subclassification'; or set weighted_sum = false or 'auto'"
             )
 
 
@@ -207,19 +217,14 @@ def _estimand(options: Any) -> str:
     )
 
 
-#: ``weighted_sum = true`` carries a caution below this smallest ``n x epsilon`` among the
-#: sites: fewer releases resolved on Lalonde's sites of 240 records at epsilon 1 (every release
-#: resolved on the bench Synth from 1,000 on 24 strata; docs/explanation/adjusted.md)
-QUERIES_FROM = 1000
-
-
 def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> StudyChoice:
-    """One weighting for the whole study (:func:`study_weighting`); with ``weighted_sum`` (a
-    continuous outcome: a binary one's cells are one histogram query, its split one part)
+    """One weighting for the whole study (:func:`study_weighting`), and whether its sites release
+    the fixed-effects queries (:func:`study_queries`; a continuous outcome only: a binary one's
+    cells are one histogram query, its split one part). ``weighted_sum = true`` makes the study
     fixed effects, whose numerator and denominator the queries release."""
     opts = options if options is not None else AdjustedOptions()
     binary = any(len(s.split) == len(DEFAULT_SPLIT_BINARY) for s in sites)
-    if opts.weighted_sum and not binary:
+    if opts.weighted_sum is True and not binary:
         smallest = effective_size(sites)
         below = (
             []
@@ -228,7 +233,7 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
                 f"weighted_sum = true at a smallest site n x epsilon of {float(smallest[0]):g}, "
                 f"below {QUERIES_FROM}: the queries take budget from the cells' counts, which the "
                 "resolution rule reads: on Lalonde's sites of 240 records (39 strata, epsilon 1) "
-                "0.80-0.86 of the releases resolved against 0.92-0.94 without them; dpate plan "
+                "0.76-0.83 of the releases resolved against 0.92-0.94 without them; dpate plan "
                 "predicts the widths of both "
                 "(docs/explanation/adjusted.md, 'The fixed-effects sums as weighted-sum queries')"
             ]
@@ -243,12 +248,16 @@ def _choose(options: Any, domain_size: int, sites: Sequence[StudySite]) -> Study
             tuple(below),
         )
     mode, reason = study_weighting(opts.weighting, domain_size, sites)
-    if opts.weighted_sum:  # a binary outcome: not applied, and the choice says why
-        reason += (
-            "; weighted_sum = true does not apply to a binary outcome (its cells are one "
-            "histogram query, whose sums carry no more noise than its counts)"
-        )
-    return StudyChoice(replace(opts, weighting=mode, weighted_sum=False), mode, reason)
+    if binary:
+        if opts.weighted_sum is True:  # not applied, and the choice says why
+            reason += (
+                "; weighted_sum = true does not apply to a binary outcome (its cells are one "
+                "histogram query, whose sums carry no more noise than its counts)"
+            )
+        return StudyChoice(replace(opts, weighting=mode, weighted_sum=False), mode, reason)
+    queries, why = study_queries(opts.weighted_sum, mode, domain_size, sites)
+    reason += f"; {why}" if why else ""
+    return StudyChoice(replace(opts, weighting=mode, weighted_sum=queries), mode, reason)
 
 
 def _alternatives(options: Any, binary: bool) -> list[tuple[str, Any]]:
@@ -256,13 +265,13 @@ def _alternatives(options: Any, binary: bool) -> list[tuple[str, Any]]:
     continuous outcome (subclassification has none: the queries would change its estimand)."""
     if binary or options is None or options.weighting != "fixed_effects":
         return []
-    flip = not options.weighted_sum
+    flip = options.weighted_sum is not True
     return [(f"weighted_sum = {str(flip).lower()}", replace(options, weighted_sum=flip))]
 
 
 def _describe(options: Any, preds: Sequence[Any]) -> list[str]:
     """The plan's note on the queries' prediction (docs/explanation/adjusted.md)."""
-    if options is None or not options.weighted_sum:
+    if options is None or options.weighted_sum is not True:
         return []
     return [
         "weighted_sum = true: the queries' predicted width reads how the treated share varies "
@@ -287,13 +296,14 @@ PARTS_QUERIES = ("fixed-effects numerator query", "fixed-effects denominator que
 def _parts(options: Any, binary: bool) -> tuple[str, ...]:
     if binary:
         return PARTS_BINARY
-    return PARTS + PARTS_QUERIES if getattr(options, "weighted_sum", False) else PARTS
+    return PARTS + PARTS_QUERIES if getattr(options, "weighted_sum", False) is True else PARTS
 
 
 def _default_shares(options: Any, binary: bool) -> tuple[str, ...]:
     if binary:
         return DEFAULT_SPLIT_BINARY
-    return DEFAULT_SPLIT_QUERIES if getattr(options, "weighted_sum", False) else DEFAULT_SPLIT
+    queries = getattr(options, "weighted_sum", False) is True  # "auto": until the study chooses
+    return DEFAULT_SPLIT_QUERIES if queries else DEFAULT_SPLIT
 
 
 #: the estimator a study names "adjusted"
