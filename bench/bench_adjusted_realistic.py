@@ -26,7 +26,8 @@ a minute; weightings ``fixed_effects`` and ``subclassification`` by default);
 ``python bench/bench_adjusted_realistic.py plan``: ``dpate plan``'s predicted widths against the
 realised ones on the same designs (:func:`plan_against_releases`); ``queries [REPS]``: the
 fixed-effects queries against the histogram alone; ``auto [REPS]``: the release the default
-options choose (:func:`run_auto`); ``splits REPS a,b,c,d ...``: the queries at
+options choose (:func:`run_auto`); ``squares REPS F,...``: a what-if, the squares' noise variance
+divided by each ``F`` (:func:`squares_whatif`); ``splits REPS a,b,c,d ...``: the queries at
 each split on the real designs. Real data through
 ``DPATE_DATA_DIR`` (skipped when absent).
 """
@@ -141,12 +142,15 @@ def with_queries(plan, noisy: dict, true: dict, rng) -> dict:
 def run_design(
     d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7, post=None,
     binary: bool = False, queries: bool = False, split: tuple[str, ...] = DEFAULT_SPLIT_QUERIES,
+    squares_factor: float = 1.0,
 ) -> None:  # fmt: skip
     """One design's table; ``post(plan, noisy) -> (tau, variance)``: another post-processing of
     the same noisy vectors in place of the release's (``bench_adjusted_conditioned.py``).
     ``binary``: the release in its binary-outcome mode (the design's outcomes 0 or ``B``).
     ``queries``: with the fixed-effects queries (``weighted_sum = true``: fixed effects), at
-    ``split``."""
+    ``split``. ``squares_factor`` ``F``: a what-if, not a release: the squares' noise variance
+    divided by ``F`` in the draw and in the constants the assembly reads (what a weighted-sum
+    query of the sandwich's squares part would remove, :func:`squares_whatif`)."""
     rng = np.random.default_rng(seed)
     parts = split if queries else None
     j_sites = len(d.sites)
@@ -165,11 +169,16 @@ def run_design(
         true = resampled_cells(w, y, x, d.domain_size, d.bound, reps, rng)
         true = with_histogram(true, d.bound) if binary else with_end_histogram(true, d.bound)
         noisy = {
-            spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
+            spec.name: true[spec.name]
+            + spec.value_scale
+            * rng.laplace(0, 1, true[spec.name].shape)
+            / (np.sqrt(squares_factor) if spec.name == "squares" else 1.0)
             for spec in plan.noise
         }
         if queries:
             noisy = with_queries(plan, noisy, true, rng)
+        if squares_factor != 1.0:
+            plan = _quieter_squares(plan, squares_factor)
         if modes[-1] == "subclassification":
             read.append(read_shares(plan, stats, noisy, (w.size, d.domain_size), eps, binary))
         if post is None:
@@ -214,6 +223,40 @@ def run_design(
     if read:
         print("  share of the estimand's records in the strata read (realised; predicted at the "
               "records' counts, at even fill): " + "; ".join(read))  # fmt: skip
+
+
+def _quieter_squares(plan, factor: float):
+    """The plan with its assembly reading the squares' noise variance divided by ``factor``."""
+    import dataclasses
+    import functools
+
+    from dpate_core.mechanisms.adjusted import plan_constants
+
+    c, asm = plan_constants(plan), plan.assembly
+    quiet = dataclasses.replace(c, v_q=c.v_q / factor)
+    assembly = functools.partial(asm.func, quiet, *asm.args[1:], **asm.keywords)
+    return dataclasses.replace(plan, assemble=assembly)
+
+
+def squares_whatif(reps: int, factors: Sequence[float]) -> None:
+    """Fixed effects (the queries where the default would release them) on every real design,
+    the squares' noise variance divided by each factor: how much of the width and of the
+    over-coverage the sandwich's squares cost (docs/explanation/adjusted.md, "Not done")."""
+    from fractions import Fraction
+
+    from dpate_core.mechanisms._estimator import StudySite
+    from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
+
+    for d in designs():
+        if is_binary(d):
+            continue
+        split = ADJUSTED.default_split(AdjustedOptions()).shares
+        sites = [StudySite(w.size, Fraction(1), split) for w, _, _ in d.sites]
+        options = ADJUSTED.study_choice(AdjustedOptions(), d.domain_size, sites).options
+        for factor in factors:
+            print(f"\n(squares' noise variance / {factor:g})", end="")
+            run_design(d, "fixed_effects", reps, queries=options.weighted_sum,
+                       squares_factor=factor)  # fmt: skip
 
 
 def read_shares(plan, stats, noisy, shape: tuple[int, int], eps: str, binary: bool) -> str:
@@ -419,6 +462,8 @@ if __name__ == "__main__":
         for design in designs():
             if not is_binary(design):
                 run_auto(design, int(args[1]) if len(args) > 1 else 1000)
+    elif args[:1] == ["squares"]:  # what-if: squares REPS F1,F2,...
+        squares_whatif(int(args[1]), [float(f) for f in args[2].split(",")])
     elif args[:1] == ["splits"]:  # the queries at each split: splits REPS a,b,c,d ...
         for design in designs():
             if not is_binary(design) and not design.name.startswith("Synth"):
