@@ -21,3 +21,22 @@ def test_an_adjusted_study_with_the_queries_releases_once_and_the_server_combine
     assert typed.status == "answered" and typed.estimate is not None
     statuses = {s.status for s in typed.sites}  # MVAgg may leave a resolved site out
     assert "used" in statuses and statuses <= {"used", "excluded"}
+
+
+def test_the_default_releases_the_queries_where_its_public_rule_says(study):
+    """No ``weighted_sum`` in the spec (``"auto"``): a fixed-effects study whose sites declare
+    ``n x epsilon >= 1000`` releases the queries through the same tasks (four noise sites and a
+    four-part ledger record), and the study's reason says why."""
+    spec = with_estimator_options(study, "adjusted", "")
+    text = study.spec.read_text().replace(
+        'estimator = "adjusted"', 'estimator = "adjusted"\nadjusted_weighting = "fixed_effects"'
+    )
+    study.spec.write_text(text.replace('epsilon = "1"\n', 'epsilon = "1"\nn = 1000\n'))
+    chosen = resolve_site(spec, "north").spec
+    assert chosen.study_options.weighted_sum is True
+    assert "with the fixed-effects queries" in chosen.study_choice.reason
+    typed = release_every_site_and_combine(
+        study, spec, ("north", "south", "east"),
+        ["histogram", "squares", "fe_numerator", "fe_denominator"], 4,
+    )  # fmt: skip
+    assert typed.status == "answered" and typed.estimate is not None
