@@ -274,11 +274,11 @@ def _describe(options: Any, preds: Sequence[Any]) -> list[str]:
     if options is None or options.weighted_sum is not True:
         return []
     return [
-        "weighted_sum = true: the queries' predicted width reads how the treated share varies "
-        "between strata; state it with --propensity-sd (the sd of the true propensity's logit): "
-        "with it the plan was measured at 0.79-1.13 of the realised width, without it (the "
-        "same share in every stratum) up to 49% optimistic (docs/explanation/adjusted.md, "
-        "'dpate plan for the queries')"
+        'the fixed-effects queries (weighted_sum, declared true or chosen by "auto"): their '
+        "predicted width reads how the treated share varies between strata; state it with "
+        "--propensity-sd (the sd of the true propensity's logit): with it the plan was measured "
+        "at 0.80-1.08 of the realised width, without it (the same share in every stratum) up to "
+        "49% optimistic (docs/explanation/adjusted.md, 'dpate plan for the queries')"
     ]
 
 
