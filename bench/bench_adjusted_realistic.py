@@ -242,21 +242,13 @@ def squares_whatif(reps: int, factors: Sequence[float]) -> None:
     """Fixed effects (the queries where the default would release them) on every real design,
     the squares' noise variance divided by each factor: how much of the width and of the
     over-coverage the sandwich's squares cost (docs/explanation/adjusted.md, "Not done")."""
-    from fractions import Fraction
-
-    from dpate_core.mechanisms._estimator import StudySite
-    from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
-
     for d in designs():
         if is_binary(d):
             continue
-        split = ADJUSTED.default_split(AdjustedOptions()).shares
-        sites = [StudySite(w.size, Fraction(1), split) for w, _, _ in d.sites]
-        options = ADJUSTED.study_choice(AdjustedOptions(), d.domain_size, sites).options
+        queries = default_choice(d).options.weighted_sum
         for factor in factors:
             print(f"\n(squares' noise variance / {factor:g})", end="")
-            run_design(d, "fixed_effects", reps, queries=options.weighted_sum,
-                       squares_factor=factor)  # fmt: skip
+            run_design(d, "fixed_effects", reps, queries=queries, squares_factor=factor)
 
 
 def read_shares(plan, stats, noisy, shape: tuple[int, int], eps: str, binary: bool) -> str:
@@ -337,10 +329,10 @@ def main(reps: int = 1000, weightings: Sequence[str] = ("fixed_effects", "subcla
                 run_design(d, weighting, reps, binary=True)
 
 
-def run_auto(d: Design, reps: int, eps: str = "1") -> None:
-    """The release a spec with the default options gets when every site declares its ``n`` (and
-    no split): the study's one choice (``adjusted_weighting`` and ``weighted_sum`` both
-    ``"auto"``), then that release's table."""
+def default_choice(d: Design, eps: str = "1"):
+    """The study's one choice for a spec with the default options whose every site declares its
+    ``n`` (its record count here) and no split: ``adjusted_weighting`` and ``weighted_sum`` both
+    ``"auto"``."""
     from fractions import Fraction
 
     from dpate_core.mechanisms._estimator import StudySite
@@ -348,7 +340,13 @@ def run_auto(d: Design, reps: int, eps: str = "1") -> None:
 
     split = ADJUSTED.default_split(AdjustedOptions()).shares
     sites = [StudySite(w.size, Fraction(eps), split) for w, _, _ in d.sites]
-    choice = ADJUSTED.study_choice(AdjustedOptions(), d.domain_size, sites)
+    return ADJUSTED.study_choice(AdjustedOptions(), d.domain_size, sites)
+
+
+def run_auto(d: Design, reps: int, eps: str = "1") -> None:
+    """The release the defaults give (:func:`default_choice`): the choice's reason, then that
+    release's table."""
+    choice = default_choice(d, eps)
     print(f"\n{d.name}: the study's choice: {choice.reason}")
     run_design(d, choice.variant or "auto", reps, eps, queries=choice.options.weighted_sum)
 
