@@ -281,13 +281,15 @@ def test_auto_keeps_the_histogram_alone_where_the_spec_or_the_design_says_so() -
     big = StudySite(100_000, one, HISTOGRAM_ALONE)
     assert ADJUSTED.study_choice(auto, 24, [big]).variant == "subclassification"
     assert not queries(auto, big)
-    assert queries(auto, StudySite(1000, one, HISTOGRAM_ALONE))  # fixed effects at 1,000
-    assert not queries(auto, StudySite(3000, one, tuple(map(Fraction, DEFAULT_SPLIT_BINARY))))
+    small = StudySite(1000, one, HISTOGRAM_ALONE)  # fixed effects at 1,000 on 24 strata
+    assert ADJUSTED.study_choice(auto, 24, [small]).variant == "fixed_effects"
+    assert queries(auto, small)  # ... and the queries, unless:
+    assert not queries(auto, StudySite(1000, one, tuple(map(Fraction, DEFAULT_SPLIT_BINARY))))
     assert not queries(auto, StudySite(None, one, HISTOGRAM_ALONE))
-    assert not queries(auto, StudySite(3000, one, HISTOGRAM_ALONE, declared=True))
+    assert not queries(auto, StudySite(1000, one, HISTOGRAM_ALONE, declared=True))
+    assert not queries(AdjustedOptions(weighted_sum=False), small)
     four = tuple(map(Fraction, DEFAULT_SPLIT_QUERIES))
     assert queries(auto, StudySite(300, one, four, declared=True), strata=16)
-    assert not queries(AdjustedOptions(weighted_sum=False), StudySite(3000, one, HISTOGRAM_ALONE))
     assert queries(AdjustedOptions(weighted_sum=True), StudySite(300, one, four), strata=16)
     with pytest.raises(ValueError, match="true, false or 'auto'"):
         AdjustedOptions(weighted_sum="yes")  # type: ignore[arg-type]
