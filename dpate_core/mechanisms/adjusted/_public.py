@@ -201,9 +201,7 @@ def adjusted_weighting(
     if weighting != "auto":  # declared: resolve_weighting checks the name and returns it, the
         # split never enters (it may be the propensity bands' or a binary outcome's): no scales
         return resolve_weighting(weighting, int(n), max(int(domain_size), 1), math.nan, math.nan)
-    total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
-    shares = DEFAULT_SPLIT if split is None else split
-    parts = BudgetSplit.of(shares, len(shares)).apply(total)  # 1 part: a binary outcome
+    parts = _release_parts(epsilon, DEFAULT_SPLIT if split is None else split)
     return resolve_weighting(
         weighting, int(n), max(int(domain_size), 1), count_scale(parts), sum_epsilon(parts)
     )
@@ -292,7 +290,7 @@ def study_queries(
             "declares its record count n (declare n for every site to let the public rule "
             "consider them)"
         )
-    scales = [count_scale(BudgetSplit.of(DEFAULT_SPLIT, 2).apply(_total(s))) for s in sites]
+    scales = [count_scale(_release_parts(s.epsilon, DEFAULT_SPLIT)) for s in sites]
     large = [int(s.n or 0) * Fraction(s.epsilon) >= QUERIES_FROM for s in sites]
     sparse = [
         int(s.n or 0) / (2 * max(int(domain_size), 1)) < float(QUERIES_SPARSE) * scale
@@ -315,8 +313,11 @@ def study_queries(
     )
 
 
-def _total(s: StudySite) -> PrivacyParams:
-    return PrivacyParams(exact(s.epsilon, "epsilon"), Fraction(0))
+def _release_parts(epsilon: Number, shares: Sequence[Number]) -> tuple[PrivacyParams, ...]:
+    """The budget parts of a release at ``epsilon`` split by ``shares`` (one part: a binary
+    outcome), exactly as the release splits them."""
+    total = PrivacyParams(exact(epsilon, "epsilon"), Fraction(0))
+    return BudgetSplit.of(shares, len(shares)).apply(total)
 
 
 def plausible(e: SiteEstimate, options: Any, domain_size: int) -> list[str]:
