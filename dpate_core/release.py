@@ -42,6 +42,7 @@ __all__ = [
     "check_outcomes",
     "draw_many",
     "draw_once",
+    "noise_free",
     "release_once",
 ]
 
@@ -401,6 +402,19 @@ def draw_many(
         locs = stage.locs(dict(out))
         for spec in stage.sites:
             out[spec.name] = _simulated(spec, np.asarray(locs[spec.name], np.float64), rng, reps)
+    return out
+
+
+def noise_free(plan: MechanismPlan) -> dict[str, Any]:
+    """Every noise site's value without its noise, in the units the assembly reads, each
+    stage's chosen from the values before it as :func:`draw_once` chooses them from noisy ones:
+    the release at an unlimited budget. Private values: for tests and simulations, never
+    published."""
+    out: dict[str, Any] = {spec.name: spec.value for spec in plan.noise}
+    for stage in plan.stages:
+        locs = stage.locs(dict(out))
+        for spec in stage.sites:
+            out[spec.name] = np.asarray(locs[spec.name], np.float64) * spec.unit
     return out
 
 

@@ -39,7 +39,7 @@ from dpate_core.mechanisms.adjusted import plan_adjusted_from_statistics
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import matching_smooth_sensitivity, plan_matching, smooth_beta
 from dpate_core.mechanisms.propensity import plan_propensity_from_strata
-from dpate_core.release import MechanismPlan
+from dpate_core.release import MechanismPlan, noise_free
 from dpate_core.simulation import aggregate_many, simulate_sites, site_epsilons
 from dpate_core.statistics import cell_statistics, difference_in_means, matching_statistics
 
@@ -126,7 +126,7 @@ def tau_noise_sd(plan: MechanismPlan) -> float:
     if "tau" in specs:
         return math.sqrt(2.0) * specs["tau"].scale
     if plan.estimator == "adjusted":
-        exact = plan.assemble({s.name: s.value for s in plan.noise})
+        exact = plan.assemble(noise_free(plan))
         return math.sqrt(float(exact.diagnostics["noise_variance"]))
     b = specs["sum_treated"].value_scale
     n_t, n_c = plan.n_treated, plan.n_control

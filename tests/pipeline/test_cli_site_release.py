@@ -88,13 +88,14 @@ def test_a_study_no_site_resolves_completes_with_no_answer(tmp_path, monkeypatch
     import numpy as np
 
     import dpate_core.release as core_release
+    from dpate_core.release import noise_free
 
     study = write_study(tmp_path / "none", [Site("east", 300), Site("west", 300)])
     text = study.spec.read_text().replace('estimator = "smooth_matching"', 'estimator = "adjusted"')
     study.spec.write_text(text)
 
     def zero_counts(plan, rng=None):  # what a release of tiny budget can draw: no count at all
-        return {s.name: np.zeros_like(s.value) for s in plan.noise}
+        return {k: np.zeros_like(v) for k, v in noise_free(plan).items()}
 
     monkeypatch.setattr(core_release, "draw_once", zero_counts)
     args = ["run", str(study.spec), "--ledger", f"sqlite:///{study.root}/ledgers/{{site}}.sqlite"]

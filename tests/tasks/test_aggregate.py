@@ -280,13 +280,14 @@ def _publish(spec: str, site: str, *, resolved: bool, seed: int = 0) -> None:
     from dpate.ledger import Committed
     from dpate.schemas.reports import software_version
     from dpate.tasks.site import load_site_data, plan_release
+    from dpate_core.release import noise_free
 
     if resolved:
         publish_site(spec, site, seed=seed)
         return
     ctx = resolve_site(spec, site)
     plan = plan_release(ctx, load_site_data.fn(ctx))
-    estimate = plan.estimate({s.name: np.zeros_like(s.value) for s in plan.noise})
+    estimate = plan.estimate({k: np.zeros_like(v) for k, v in noise_free(plan).items()})
     assert not estimate.resolved
     payload = {"estimate": estimate.public_fields(), "software_version": software_version()}
     committed = Committed(ctx.rid, payload, "2026-01-31T12:00:00.000000+00:00", "0" * 64, 3)

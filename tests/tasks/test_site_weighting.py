@@ -11,6 +11,7 @@ from dpate.schemas.site_data import PreparationReport, SiteData, SiteStatistics
 from dpate.schemas.spec import StudySpec
 from dpate.site.plans import plan_from_records
 from dpate_core.mechanisms.adjusted import plan_adjusted
+from dpate_core.release import noise_free
 from dpate_core.statistics import cell_statistics
 
 K = 4
@@ -47,7 +48,7 @@ def _data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _noise_free(plan):  # the plan's outputs at its pre-noise values (no draw)
-    return plan.assemble({s.name: s.value for s in plan.noise}).tau
+    return plan.assemble(noise_free(plan)).tau
 
 
 @pytest.mark.parametrize("weighting", [None, "subclassification", "fixed_effects"])

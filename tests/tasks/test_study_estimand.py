@@ -17,6 +17,7 @@ from dpate.site.plans import plan_from_records
 from dpate_core.mechanisms import StudySite, estimator_of
 from dpate_core.mechanisms.adjusted import adjusted_weighting, plan_adjusted, study_weighting
 from dpate_core.planning import SiteDesign, plan_study
+from dpate_core.release import noise_free
 
 K = 4
 SIZES = {"large": 4000, "small": 200}  # alone, "auto" picks subclassification / fixed effects
@@ -58,7 +59,7 @@ def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _noise_free(plan) -> float:  # the plan's output at its pre-noise values (no draw)
-    return plan.assemble({s.name: s.value for s in plan.noise}).tau
+    return plan.assemble(noise_free(plan)).tau
 
 
 def test_alone_auto_would_choose_differently_at_the_two_sites():
