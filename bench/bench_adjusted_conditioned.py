@@ -41,11 +41,8 @@ from dpate_core.mechanisms.adjusted import (
     plan_adjusted_from_statistics,
     plan_constants,
 )
-from dpate_core.mechanisms.adjusted._weightings import (
-    _arm_variance,
-    _clipped_vectors,
-    _fixed_effects_sampling,
-)
+from dpate_core.mechanisms.adjusted._fe_squares import reading
+from dpate_core.mechanisms.adjusted._weightings import _fixed_effects_sampling
 from dpate_core.release import draw_many
 from dpate_core.statistics import cell_statistics
 from dpate_core.synth import synth
@@ -59,7 +56,9 @@ def ratio_quadratics(c, v) -> dict:
     and sampling numerators of ``Var(A_hat - t D_hat)`` (the release's delta method before its
     division by ``D_hat^2``; the noise unfloored, its floor ``f0 + f2 t^2`` kept apart)."""
     v = histogram_vectors(c, v)  # the cells' counts and sums from their histogram
-    cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
+    cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -float(c.n), float(c.n))
+    s = np.clip(np.asarray(v["sums"], dtype=np.float64), -c.n * c.half_b, c.n * c.half_b)
+    part = reading(c, cnt, s, v)  # the squares' query, or their vector
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     v_n, v_s = c.v_n, c.v_s
@@ -72,17 +71,10 @@ def ratio_quadratics(c, v) -> dict:
         np.sum(2 * v_n * (s_c * n_c - s_t * n_t), axis=-1),
         np.sum(v_n * (n_t**2 + n_c**2), axis=-1) - c.n_strata * v_n**2,
     )
-    # the release's sampling variance at d = 1 is the influence sum less the arms' variances;
-    # the numerator wants those variances times D_hat
-    arms = sum(
-        np.clip(_arm_variance(c, nn, ss, qq)[..., 0], 0.0, c.max_var)
-        for nn, ss, qq in ((n_t, s_t, q[..., 1::2]), (n_c, s_c, q[..., 0::2]))
-    )
+    # the release's sampling numerator at d = 1: the influence sum less the arms' variances
+    # times the histogram's D_hat (._fe_squares)
     ones = np.ones_like(big_d)
-    at = [
-        _fixed_effects_sampling(c, cnt, s, q, t * ones, ones)[0] + arms * (1 - big_d)
-        for t in (-1.0, 0.0, 1.0)
-    ]
+    at = [_fixed_effects_sampling(c, cnt, s, part, t * ones, ones)[0] for t in (-1.0, 0.0, 1.0)]
     sampling = (at[1], (at[2] - at[0]) / 2, (at[2] + at[0]) / 2 - at[1])
     return {
         "a": np.sum(s_t * n_c - s_c * n_t, axis=-1),

@@ -26,8 +26,7 @@ a minute; weightings ``fixed_effects`` and ``subclassification`` by default);
 ``python bench/bench_adjusted_realistic.py plan``: ``dpate plan``'s predicted widths against the
 realised ones on the same designs (:func:`plan_against_releases`); ``queries [REPS]``: the
 fixed-effects queries against the histogram alone; ``auto [REPS]``: the release the default
-options choose (:func:`run_auto`); ``squares REPS F,...``: a what-if, the squares' noise variance
-divided by each ``F`` (:func:`squares_whatif`); ``splits REPS a,b,c,d ...``: the queries at
+options choose (:func:`run_auto`); ``splits REPS a,b,c,d ...``: the queries at
 each split on the real designs. Real data through
 ``DPATE_DATA_DIR`` (skipped when absent).
 """
@@ -121,36 +120,40 @@ def is_binary(d: Design) -> bool:
     return all(bool(np.all((y == 0.0) | (y == d.bound))) for _, y, _ in d.sites)
 
 
-def with_queries(plan, noisy: dict, true: dict, rng) -> dict:
-    """The fixed-effects queries' noisy values (``weighted_sum = true``) on the resampled
-    cells: their coefficients from the noisy histogram, their values from each repetition's own
-    exact cells (``query_values``), Laplace noise at the sites' scales (numpy: simulation)."""
+def with_stage(plan, noisy: dict, true: dict, rng) -> dict:
+    """The fixed-effects release's second stage on the resampled cells (the squares' query, and
+    with ``weighted_sum = true`` the numerator's and the denominator's): coefficients from the
+    noisy histogram, values from each repetition's own exact cells (``query_values``,
+    ``_fe_squares.query_value``), Laplace noise at the sites' scales (numpy: simulation)."""
     from dpate_core.mechanisms.adjusted import histogram_vectors, plan_constants
-    from dpate_core.mechanisms.adjusted._fe_queries import query_values
+    from dpate_core.mechanisms.adjusted._fe_queries import NUMERATOR, query_values
+    from dpate_core.mechanisms.adjusted._fe_squares import query_value
 
     c = plan_constants(plan)
     counts = np.asarray(histogram_vectors(c, noisy)["counts"])
-    loc = query_values(c, np.clip(counts, -c.n, c.n), true["counts"], true["sums"])
+    cnt = np.clip(counts, -c.n, c.n)
     out = dict(noisy)
-    for spec in plan.stages[0].sites:
-        out[spec.name] = (
-            loc[spec.name] + rng.laplace(0, spec.scale, loc[spec.name].shape)
-        ) * spec.unit
+    for stage in plan.stages:
+        names = {spec.name for spec in stage.sites}
+        loc = query_value(c, cnt, true["squares"])
+        if NUMERATOR in names:
+            loc.update(query_values(c, cnt, true["counts"], true["sums"]))
+        for spec in stage.sites:
+            out[spec.name] = (
+                loc[spec.name] + rng.laplace(0, spec.scale, loc[spec.name].shape)
+            ) * spec.unit
     return out
 
 
 def run_design(
     d: Design, weighting: str, reps: int, eps: str = "1", seed: int = 7, post=None,
     binary: bool = False, queries: bool = False, split: tuple[str, ...] = DEFAULT_SPLIT_QUERIES,
-    squares_factor: float = 1.0,
 ) -> None:  # fmt: skip
     """One design's table; ``post(plan, noisy) -> (tau, variance)``: another post-processing of
     the same noisy vectors in place of the release's (``bench_adjusted_conditioned.py``).
     ``binary``: the release in its binary-outcome mode (the design's outcomes 0 or ``B``).
     ``queries``: with the fixed-effects queries (``weighted_sum = true``: fixed effects), at
-    ``split``. ``squares_factor`` ``F``: a what-if, not a release: the squares' noise variance
-    divided by ``F`` in the draw and in the constants the assembly reads (what a weighted-sum
-    query of the sandwich's squares part would remove, :func:`squares_whatif`)."""
+    ``split``. Fixed effects' squares are one query in a second stage (:func:`with_stage`)."""
     rng = np.random.default_rng(seed)
     parts = split if queries else None
     j_sites = len(d.sites)
@@ -169,16 +172,11 @@ def run_design(
         true = resampled_cells(w, y, x, d.domain_size, d.bound, reps, rng)
         true = with_histogram(true, d.bound) if binary else with_end_histogram(true, d.bound)
         noisy = {
-            spec.name: true[spec.name]
-            + spec.value_scale
-            * rng.laplace(0, 1, true[spec.name].shape)
-            / (np.sqrt(squares_factor) if spec.name == "squares" else 1.0)
+            spec.name: true[spec.name] + spec.value_scale * rng.laplace(0, 1, true[spec.name].shape)
             for spec in plan.noise
         }
-        if queries:
-            noisy = with_queries(plan, noisy, true, rng)
-        if squares_factor != 1.0:
-            plan = _quieter_squares(plan, squares_factor)
+        if plan.stages:
+            noisy = with_stage(plan, noisy, true, rng)
         if modes[-1] == "subclassification":
             read.append(read_shares(plan, stats, noisy, (w.size, d.domain_size), eps, binary))
         if post is None:
@@ -223,32 +221,6 @@ def run_design(
     if read:
         print("  share of the estimand's records in the strata read (realised; predicted at the "
               "records' counts, at even fill): " + "; ".join(read))  # fmt: skip
-
-
-def _quieter_squares(plan, factor: float):
-    """The plan with its assembly reading the squares' noise variance divided by ``factor``."""
-    import dataclasses
-    import functools
-
-    from dpate_core.mechanisms.adjusted import plan_constants
-
-    c, asm = plan_constants(plan), plan.assembly
-    quiet = dataclasses.replace(c, v_q=c.v_q / factor)
-    assembly = functools.partial(asm.func, quiet, *asm.args[1:], **asm.keywords)
-    return dataclasses.replace(plan, assemble=assembly)
-
-
-def squares_whatif(reps: int, factors: Sequence[float]) -> None:
-    """Fixed effects (the queries where the default would release them) on every real design,
-    the squares' noise variance divided by each factor: how much of the width and of the
-    over-coverage the sandwich's squares cost (docs/explanation/adjusted.md, "Not done")."""
-    for d in designs():
-        if is_binary(d):
-            continue
-        queries = default_choice(d).options.weighted_sum
-        for factor in factors:
-            print(f"\n(squares' noise variance / {factor:g})", end="")
-            run_design(d, "fixed_effects", reps, queries=queries, squares_factor=factor)
 
 
 def read_shares(plan, stats, noisy, shape: tuple[int, int], eps: str, binary: bool) -> str:
@@ -409,9 +381,10 @@ def plan_against_releases(
             s.name: true[s.name] + s.value_scale * rng.laplace(0, 1, (reps, np.size(s.value)))
             for s in plan.noise
         }
-        if queries:
-            exact = {"counts": stats.counts.astype(float), "sums": stats.sums * stats.sum_unit}
-            noisy = with_queries(plan, noisy, exact, rng)
+        if plan.stages:
+            exact = {"counts": stats.counts.astype(float), "sums": stats.sums * stats.sum_unit,
+                     "squares": stats.squares * stats.square_unit}  # fmt: skip
+            noisy = with_stage(plan, noisy, exact, rng)
         out = plan.assemble(noisy)
         taus.append(out.tau)
         variances.append(out.variance)
@@ -460,8 +433,6 @@ if __name__ == "__main__":
         for design in designs():
             if not is_binary(design):
                 run_auto(design, int(args[1]) if len(args) > 1 else 1000)
-    elif args[:1] == ["squares"]:  # what-if: squares REPS F1,F2,...
-        squares_whatif(int(args[1]), [float(f) for f in args[2].split(",")])
     elif args[:1] == ["splits"]:  # the queries at each split: splits REPS a,b,c,d ...
         for design in designs():
             if not is_binary(design) and not design.name.startswith("Synth"):

@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dpate_core.mechanisms._weighted_query import query_units
 from dpate_core.mechanisms.adjusted import (
     AUTO_BIAS,
     AUTO_RATIO,
@@ -29,7 +30,9 @@ from dpate_core.mechanisms.adjusted import (
     ratio_bias_remainder,
     resolve_weighting,
 )
-from dpate_core.mechanisms.adjusted._weightings import _clipped_vectors, _fixed_effects_sampling
+from dpate_core.mechanisms.adjusted._fe_squares import SQUARES
+from dpate_core.mechanisms.adjusted._fe_squares import reading as squares_reading
+from dpate_core.mechanisms.adjusted._weightings import _fixed_effects_sampling
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.privacy import PrivacyParams, to_float
 from dpate_core.release import draw_many, draw_once
@@ -413,7 +416,12 @@ def test_opendp_own_privacy_map_agrees_with_the_budget_parts():
     st = cell_statistics(w, y, x, domain_size=5, bound=B)
     sens = sensitivities(B, st.k, st.m)
     parts = plan.shares.apply(plan.total)
-    for spec, part in zip(plan.noise, parts, strict=True):
+    # a fixed-effects release (the default here) queries its squares as one value in a second
+    # stage (docs/explanation/privacy.md, "The fixed-effects squares as one query")
+    sites = [*plan.noise, *(s for stage in plan.stages for s in stage.sites)]
+    assert [s.name for s in sites] == ["histogram", SQUARES]
+    sens = {**sens, SQUARES: query_units(400, 10)}
+    for spec, part in zip(sites, parts, strict=True):
         measurement = dp.m.make_laplace(*noise._opendp_vector(), scale=spec.scale)
         spent = measurement.map(float(sens[spec.name]))
         assert spent <= float(part.epsilon)
@@ -602,9 +610,10 @@ def test_fixed_effects_sampling_variance_leaves_the_spread_between_strata_out():
     out = plan.assemble(draws)
     # the sandwich itself, before the stretch for its own noise (which the published parts carry)
     c = plan_constants(plan)
-    cnt, s, q = _clipped_vectors(c, histogram_vectors(c, draws), (-float(c.n), float(c.n)))
+    v = histogram_vectors(c, draws)
+    cnt, s = np.clip(v["counts"], -float(c.n), float(c.n)), v["sums"]
     big_d = np.sum(cnt[:, 0::2] * cnt[:, 1::2], axis=-1)
-    sampling = _fixed_effects_sampling(c, cnt, s, q, out.tau, big_d)[1]
+    sampling = _fixed_effects_sampling(c, cnt, s, squares_reading(c, cnt, s, v), out.tau, big_d)[1]
     assert 0.9 < float(np.mean(sampling)) / true < 1.4
     d_ = out.diagnostics
     published = out.variance - d_["noise_variance"] - d_["unestimated_variance"]

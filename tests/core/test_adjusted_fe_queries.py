@@ -24,7 +24,9 @@ from dpate_core.mechanisms.adjusted import (
     plan_constants,
 )
 from dpate_core.mechanisms.adjusted._fe_queries import DENOMINATOR, NUMERATOR, best_cap, caps
+from dpate_core.mechanisms.adjusted._fe_squares import SQUARES
 from dpate_core.mechanisms.adjusted._public import predict
+from dpate_core.mechanisms.adjusted._weightings import squares_queried
 from dpate_core.planning import Assumptions, PredictionInputs, SiteDesign
 from dpate_core.release import draw_many, draw_once
 
@@ -81,9 +83,11 @@ def test_a_secure_release_has_both_stages_and_is_plausible() -> None:
     rng = np.random.default_rng(2)
     w, y, x = _data(rng, 3000)
     plan = _plan(w, y, x)
-    assert [s.name for s in plan.stages[0].sites] == [NUMERATOR, DENOMINATOR]
+    # the squares as one query too (._fe_squares) where the design is read with its stretch
+    assert squares_queried(plan_constants(plan))
+    assert [s.name for s in plan.stages[0].sites] == [NUMERATOR, DENOMINATOR, SQUARES]
     noisy = draw_once(plan)  # secure noise
-    assert set(noisy) == {"histogram", "squares", NUMERATOR, DENOMINATOR}
+    assert set(noisy) == {"histogram", NUMERATOR, DENOMINATOR, SQUARES}
     e = plan.estimate(noisy)
     assert e.resolved and -1 <= e.tau <= 1
     assert ADJUSTED.plausible(e, AdjustedOptions("fixed_effects"), STRATA) == []
@@ -123,7 +127,8 @@ def test_the_split_decides_and_the_budget_is_exact() -> None:
     plan = _plan(w, y, x, epsilon=Fraction(1, 2))
     assert plan.shares.shares == tuple(map(Fraction, QUERIES))
     assert sum(p.epsilon for p in plan.shares.apply(plan.total)) == Fraction(1, 2)
-    assert _plan(w, y, x, split=("9/10", "1/10")).stages == ()
+    two = _plan(w, y, x, split=("9/10", "1/10"))
+    assert [s.name for st in two.stages for s in st.sites] in ([], [SQUARES])
 
 
 @pytest.mark.parametrize("signed", [True, False])

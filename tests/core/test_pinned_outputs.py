@@ -24,7 +24,7 @@ from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import _sensitivity as sensitivity
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.planning import SiteDesign, plan_study
-from dpate_core.release import NoiseSpec, draw_many
+from dpate_core.release import draw_many, noise_free
 from dpate_core.statistics import (
     cell_statistics,
     exact_matching,
@@ -39,11 +39,6 @@ PINNED = Path(__file__).with_name("pinned_outputs.json")
 
 def _floats(v: Any) -> list[float]:
     return np.asarray(v, dtype=float).ravel().tolist()
-
-
-def _shifted(spec: NoiseSpec) -> Any:
-    """The noise-free value moved by 0.01 (in the units the assembly reads)."""
-    return spec.value + 0.01
 
 
 def outputs() -> dict[str, Any]:
@@ -77,8 +72,8 @@ def outputs() -> dict[str, Any]:
         out[name + ".raw"] = _floats(o.raw_variance)
         for k, v in sorted(o.diagnostics.items()):
             out[name + ".d." + k] = _floats(np.broadcast_to(v, np.shape(o.tau)))
-        out[name + ".est"] = plan.estimate({s.name: s.value for s in plan.noise}).public_fields()
-        shifted = plan.estimate({s.name: _shifted(s) for s in plan.noise})
+        out[name + ".est"] = plan.estimate(noise_free(plan)).public_fields()
+        shifted = plan.estimate({k: v + 0.01 for k, v in noise_free(plan).items()})
         ci = inference.site_bootstrap_interval(shifted, draws=2000)
         out[name + ".ci"] = list(ci.as_dict().values())
     for t, c, n in (([3, 0, 5, 1], [2, 4, 0, 1], 16), ([10, 1], [1, 10], 22)):
@@ -93,7 +88,7 @@ def outputs() -> dict[str, Any]:
         "adjsubclassification",
         "global_matchingstratified",
     )
-    sites = [plans[k].estimate({s.name: s.value for s in plans[k].noise}) for k in chosen]
+    sites = [plans[k].estimate(noise_free(plans[k])) for k in chosen]
     for agg in ("mvagg", "all", "random_effects"):
         ci = inference.combined_bootstrap_interval(sites, agg, draws=2000)
         out["comb" + agg] = list(ci.as_dict().values())

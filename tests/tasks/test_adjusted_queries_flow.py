@@ -1,7 +1,7 @@
 """An adjusted study with the fixed-effects queries (``weighted_sum = true``): every site
-releases both stages from its engine's statistics (the cells' histogram and squares, then the
-two queries, their coefficients from the committed histogram), the ledger's record carries the
-four-part split and is returned on a re-run (nothing drawn, nothing spent), and the server
+releases both stages from its engine's statistics (the cells' histogram, then the two queries
+and the squares' one, their coefficients from the committed histogram), the ledger's record
+carries the four-part split and is returned on a re-run (nothing drawn, nothing spent), and the server
 combines the reports into one fixed-effects answer."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def test_an_adjusted_study_with_the_queries_releases_once_and_the_server_combine
     assert resolve_site(spec, "north").spec.variant == "fixed_effects"
     typed = release_every_site_and_combine(
         study, spec, ("north", "south", "east"),
-        ["histogram", "squares", "fe_numerator", "fe_denominator"], 4,
+        ["histogram", "fe_numerator", "fe_denominator", "fe_squares"], 4,
     )  # fmt: skip
     assert typed.status == "answered" and typed.estimate is not None
     statuses = {s.status for s in typed.sites}  # MVAgg may leave a resolved site out
@@ -25,8 +25,8 @@ def test_an_adjusted_study_with_the_queries_releases_once_and_the_server_combine
 
 def test_the_default_releases_the_queries_where_its_public_rule_says(study):
     """No ``weighted_sum`` in the spec (``"auto"``): a fixed-effects study whose sites declare
-    ``n x epsilon >= 1000`` releases the queries through the same tasks (four noise sites and a
-    four-part ledger record), and the study's reason says why."""
+    ``n x epsilon >= 1000`` releases the queries through the same tasks (four noise sites, the
+    squares' query among them, and a four-part ledger record), and the study's reason says why."""
     spec = with_estimator_options(study, "adjusted", "")
     text = study.spec.read_text().replace(
         'estimator = "adjusted"', 'estimator = "adjusted"\nadjusted_weighting = "fixed_effects"'
@@ -37,6 +37,6 @@ def test_the_default_releases_the_queries_where_its_public_rule_says(study):
     assert "with the fixed-effects queries" in chosen.study_choice.reason
     typed = release_every_site_and_combine(
         study, spec, ("north", "south", "east"),
-        ["histogram", "squares", "fe_numerator", "fe_denominator"], 4,
+        ["histogram", "fe_numerator", "fe_denominator", "fe_squares"], 4,
     )  # fmt: skip
     assert typed.status == "answered" and typed.estimate is not None

@@ -21,10 +21,12 @@ from dpate_core.mechanisms._rules import (
     clipped_tau_problems,
     no_arm_sizes_problems,
 )
+from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
 from ._fe_queries import denominator_variance, query_weights
+from ._fe_squares import SQUARES, coefficients, sensitivity
 from ._release import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
@@ -535,7 +537,8 @@ def _noisy_stretch(
 
 def _cell_constants(inp: PredictionInputs) -> PublicConstants:
     """The release's :class:`PublicConstants` at the plan's budget: the cells' histogram at the
-    first part, the squares at the second (a binary outcome: one part, its squares the counts
+    first part, the squares at the second (subclassification: their vector; fixed effects:
+    their one query, :mod:`._fe_squares`; a binary outcome: one part, its squares the counts
     times ``B^2/4``)."""
     b = inp.bound
     parts = inp.parts()
@@ -544,7 +547,11 @@ def _cell_constants(inp: PredictionInputs) -> PublicConstants:
     scales = [scale_n, b_s]
     if not binary:  # the squares' Laplace scale, sensitivity B^2/2 in outcome units
         scales.append(b * b / (2.0 * parts[1].epsilon_float))
-    return public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
+    public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
+    if binary:
+        return public
+    site = query_site(SQUARES, parts[1], inp.design.n, 2 * inp.domain_size)
+    return dataclasses.replace(public, squares_scale=site.value_scale)
 
 
 def _sandwich_stretch(
@@ -564,7 +571,12 @@ def _sandwich_stretch(
         cnt[arm::2], s[arm::2], q[arm::2] = n, n * m, n * (sd2 + m * m)
     big_d = float(np.sum(t * c))
     tau = np.asarray(inp.assumptions.effect)
-    sigma2 = sandwich_noise_variance(_cell_constants(inp), (cnt, s, q), tau, np.asarray(big_d))
+    public = _cell_constants(inp)
+    # the squares' query at these counts (._fe_squares; a binary outcome has none)
+    alpha = coefficients(public, cnt)[0]
+    scale = public.squares_scale or 0.0
+    var_l = 2.0 * (sensitivity(public, alpha) * scale) ** 2
+    sigma2 = sandwich_noise_variance(public, (cnt, s, q), tau, np.asarray(big_d), var_l)
     spread, bias = _clamped_moments(np.asarray(values[0]), sigma2)
     return float(_noisy_variance_stretch(np.asarray(values[1]), spread, bias))
 

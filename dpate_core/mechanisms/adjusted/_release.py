@@ -48,6 +48,8 @@ import numpy.typing as npt
 
 from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.mechanisms.adjusted._fe_queries import DENOMINATOR, NUMERATOR, query_values
+from dpate_core.mechanisms.adjusted._fe_squares import SQUARES
+from dpate_core.mechanisms.adjusted._fe_squares import query_value as squares_value
 from dpate_core.mechanisms.adjusted._weightings import (
     RATIO_DAMPING,
     RESOLVE_Z,
@@ -58,6 +60,7 @@ from dpate_core.mechanisms.adjusted._weightings import (
     assemble_histogram,
     assemble_subclassification,
     histogram_vectors,
+    squares_queried,
 )
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
@@ -221,7 +224,6 @@ def plan_adjusted_from_statistics(
         n, stats.bound, stats.counts.size // 2, scales, min_count, binary=binary
     )
     mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, sum_epsilon(cells))
-    stages: tuple[Stage, ...] = ()
     if queried:  # the fixed-effects sums as two weighted-sum queries (._fe_queries)
         if weighting == "subclassification":
             raise ValueError(
@@ -229,17 +231,35 @@ def plan_adjusted_from_statistics(
                 "'fixed_effects' (or 'auto'), not 'subclassification'"
             )
         mode = "fixed_effects"
-        sites = query_sites(parts, n, public.n_strata)
+    stages: tuple[Stage, ...] = ()
+    pair = query_sites(parts, n, public.n_strata) if queried else ()
+    if pair:
         public = dataclasses.replace(
-            public, query_scales=(sites[0].value_scale, sites[1].value_scale)
+            public, query_scales=(pair[0].value_scale, pair[1].value_scale)
         )
+    squared = mode == "fixed_effects" and not binary and squares_queried(public)
+    if queried or squared:
+        # the numerator's and the denominator's queries (four parts, ._fe_queries) and where the
+        # public rule says so the squares as one query of the sandwich's squares part in place
+        # of their vector (._fe_squares): all chosen from the histogram's noisy counts, one
+        # stage after it
+        sites: tuple[NoiseSpec, ...] = pair
+        if squared:
+            noise = noise[:1]
+            squares_site = query_site(SQUARES, cells[1], n, 2 * public.n_strata)
+            sites = (*sites, squares_site)
+            public = dataclasses.replace(public, squares_scale=squares_site.value_scale)
         exact = (stats.counts.astype(np.float64), stats.sums * stats.sum_unit)
+        squares = stats.squares * stats.square_unit
         constants = public
 
         def locs(noisy: Mapping[str, Any]) -> dict[str, Any]:
             v = histogram_vectors(constants, noisy)
             cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -float(n), float(n))
-            return query_values(constants, cnt, *exact)
+            out = squares_value(constants, cnt, squares) if squared else {}
+            if queried:
+                out.update(query_values(constants, cnt, *exact))
+            return out
 
         stages = (Stage(sites, locs),)
     assemble = assemble_fixed_effects if mode == "fixed_effects" else assemble_subclassification

@@ -25,6 +25,8 @@ from dpate_core.statistics import histogram_cells
 
 from ._fe_queries import QueryWeights
 from ._fe_queries import combine as combine_queries
+from ._fe_squares import SquaresPart, arm_sums_part, pooled_df
+from ._fe_squares import reading as squares_reading
 
 __all__ = [
     "ESTIMANDS",
@@ -45,6 +47,7 @@ __all__ = [
     "fieller_terms",
     "histogram_vectors",
     "resolution_probability",
+    "squares_queried",
     "subclassification_linearisation",
     "used_strata",
 ]
@@ -116,6 +119,9 @@ class PublicConstants:
     #: the fixed-effects queries' Laplace scales in their normalised units (numerator,
     #: denominator) where the release has them (:mod:`._fe_queries`); else None
     query_scales: tuple[float, float] | None = None
+    #: the fixed-effects squares query's Laplace scale in its normalised units where the release
+    #: has it (:mod:`._fe_squares`); else None
+    squares_scale: float | None = None
 
 
 def histogram_vectors(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,7 +183,10 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     on designs too thin to resolve every release, the sandwich is mostly noise, clamped at 0,
     and its clamp already over-states it: docs/explanation/adjusted.md, "The fixed-effects
     sandwich's own noise")."""
-    cnt, s, q = _clipped_vectors(c, v, (-float(c.n), float(c.n)))
+    n, half_b = float(c.n), c.half_b
+    cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -n, n)
+    s = np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
+    part = squares_reading(c, cnt, s, v)  # the sandwich's squares part (._fe_squares)
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
     big_a = np.sum(s_t * n_c - s_c * n_t, axis=-1)
@@ -196,20 +205,20 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     if fieller:
         d_safe = np.where(resolved, big_d, 1.0)
         ratio = np.clip(big_a / d_safe, -c.bound, c.bound)
-        factor = _fieller_stretch(c, (cnt, s, q), ratio, d_safe, weights)
+        factor = _fieller_stretch(c, (cnt, s), part, ratio, d_safe, weights)
         resolved &= np.isfinite(factor)
         factor = np.where(resolved, factor, 1.0)
     d_safe = np.where(resolved, big_d, 1.0)
     tau = np.where(resolved, np.clip(big_a / d_safe, -c.bound, c.bound), 0.0)
     noise_var = factor * _fixed_effects_noise_variance(c, cnt, s, tau, d_safe, weights)
     sampling_raw, sampling = (
-        factor * part for part in _fixed_effects_sampling(c, cnt, s, q, tau, d_safe)
+        factor * x for x in _fixed_effects_sampling(c, cnt, s, part, tau, d_safe)
     )
     if not fieller and share >= PLUG_IN_CORRECTED_FROM:
         noise_var = noise_var * _plug_in_factor(var_d, d_safe)
         # the sandwich reads the noisy squares, sums and counts: the published variance carries
         # its own noise (_noisy_variance_stretch), each part stretched alike
-        sigma2 = sandwich_noise_variance(c, (cnt, s, q), tau, d_safe)
+        sigma2 = sandwich_noise_variance(c, (cnt, s, part.cells), tau, d_safe, part.variance)
         stretch = _noisy_variance_stretch(
             sampling + noise_var, *_clamped_moments(sampling_raw, sigma2)
         )
@@ -271,9 +280,23 @@ def design_resolution(
     return resolution_probability(float(big_d), v_n * sq_t + g * b_r / (g + b_r))
 
 
+def squares_queried(c: PublicConstants) -> bool:
+    """Whether a fixed-effects release (not a binary outcome's) queries its squares as one value
+    (:mod:`._fe_squares`) rather than as their vector: everywhere but where the public design
+    puts it between :data:`FIELLER_BELOW` and :data:`PLUG_IN_CORRECTED_FROM`
+    (:func:`design_resolution`), where the release keeps the excess of its plug-in noise part
+    and of its noisy sandwich's clamp at 0 as the allowance for the shrinkage of the releases
+    its resolution selects (docs/explanation/adjusted.md, "The sandwich's squares as one
+    query": with the query there IHDP's 128 strata at 2 sites covered 0.92-0.93). Public:
+    ``N``, ``|X|`` and the noise scales."""
+    share = design_resolution(c.n, c.n_strata, c.v_n, c.query_scales)
+    return not FIELLER_BELOW <= share < PLUG_IN_CORRECTED_FROM
+
+
 def _fieller_stretch(
     c: PublicConstants,
-    vectors: tuple[Any, Any, Any],
+    vectors: tuple[Any, Any],
+    part: SquaresPart,
     ratio: Any,
     d_safe: Any,
     weights: QueryWeights | None = None,
@@ -282,10 +305,10 @@ def _fieller_stretch(
     sampling (the numerators of :func:`_fixed_effects_noise_variance` and
     :func:`_fixed_effects_sampling` before their division by ``D_hat^2``, both quadratic in
     ``t``), read at ``r`` and ``r +- B``."""
-    cnt, s, q = vectors
+    cnt, s = vectors
 
     def numerator(t: Any) -> Any:
-        sampling_raw = _fixed_effects_sampling(c, cnt, s, q, t, d_safe)[0]
+        sampling_raw = _fixed_effects_sampling(c, cnt, s, part, t, d_safe)[0]
         return _noise_numerator(c, cnt, s, t, weights) + sampling_raw * d_safe**2
 
     b = c.bound
@@ -404,7 +427,7 @@ def floored_noise_numerator(
 
 
 def _fixed_effects_sampling(
-    c: PublicConstants, cnt: Any, s: Any, q: Any, tau: Any, d_safe: Any
+    c: PublicConstants, cnt: Any, s: Any, part: SquaresPart, tau: Any, d_safe: Any
 ) -> tuple[Any, Any]:
     """``(raw, clamped at 0)`` sampling variance of the fixed-effects ratio ``A / D``, by its
     linearisation (a sandwich): ``A - tau D`` is a sum over the pairs (treated ``i``, control
@@ -418,17 +441,22 @@ def _fixed_effects_sampling(
     arm sizes are drawn again, as in a new sample of patients). Its plug-in of the arm means
     adds ``n_t n_c (sigma_t^2 + sigma_c^2)`` per stratum, ``D (sigma_t^2 + sigma_c^2)`` in all,
     which is removed with each arm's within-cell variance pooled over the strata
-    (:func:`_arm_variance`, clamped to ``[0, B^2/4]``)."""
+    (:func:`._fe_squares.arm_weights`). The squares enter all of it linearly, as one value ``L``
+    (``part``, :mod:`._fe_squares`: the release's query, or a sum over given squares), the rest
+    from the noisy counts and sums: ``(sum_x (R_x - E noise_x) + L - D_h P_s) / D^2``, ``P_s``
+    the arms' within-cell variances' parts from their sums (:func:`._fe_squares.arm_sums_part`)."""
     v_n, v_s = c.v_n, c.v_s
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
-    q_c, q_t = q[..., 0::2], q[..., 1::2]
-    t = tau[..., None]
-    noise_mean = v_n * (q_t + q_c) - 2.0 * t * v_n * (s_t - s_c) + (v_s + t * t * v_n) * (n_t + n_c)
-    influence = np.sum(_influence_per_stratum(cnt, s, q, t) - noise_mean, axis=-1)
-    var_t = np.clip(_arm_variance(c, n_t, s_t, q_t)[..., 0], 0.0, c.max_var)
-    var_c = np.clip(_arm_variance(c, n_c, s_c, q_c)[..., 0], 0.0, c.max_var)
-    raw = influence / d_safe**2 - (var_t + var_c) / d_safe
+    t = np.asarray(tau)[..., None]
+    shift_c, shift_t = s_c + t * n_c, s_t - t * n_t
+    rest = (
+        n_t * shift_c**2 - 2.0 * n_c * s_t * shift_c + n_c * shift_t**2 - 2.0 * n_t * s_c * shift_t
+    )
+    noise_mean = -2.0 * t * v_n * (s_t - s_c) + (v_s + t * t * v_n) * (n_t + n_c)
+    sums_part = arm_sums_part(c, n_t, s_t) + arm_sums_part(c, n_c, s_c)
+    total = np.sum(rest - noise_mean, axis=-1) + part.big_l - part.big_d * sums_part
+    raw = total / d_safe**2
     return raw, np.maximum(raw, 0.0)
 
 
@@ -446,20 +474,21 @@ def _influence_per_stratum(cnt: Any, s: Any, q: Any, t: Any) -> Any:
 
 
 def sandwich_noise_variance(
-    c: PublicConstants, vectors: tuple[Any, Any, Any], tau: Any, d: Any
+    c: PublicConstants, vectors: tuple[Any, Any, Any], tau: Any, d: Any, squares_variance: Any
 ) -> Any:
     """The variance the noise gives the fixed-effects sandwich's raw value
     (:func:`_fixed_effects_sampling`, ``I / D^2`` with ``I`` its influence sum), by the delta
-    method at the noisy point (``tau`` held, as the release reads it): each cell's squares enter
-    ``I`` linearly (``n_c^2 q_t``, ``n_t^2 q_c``), its sums and counts through the polynomial's
-    derivatives, its counts also through ``D = sum n_t n_c``; the noises are independent
-    (the two-end histogram's count and sum noises are uncorrelated). The squares' part is most
-    of it: a cell's squares noise (sd ``sqrt(v_q)``, the same for every cell) against its
-    within-cell sum of squares ``n sigma^2``; where cells hold few records next to that noise the
-    sandwich is mostly noise (docs/explanation/adjusted.md, "The fixed-effects sandwich's own
-    noise"). The plug-in term's pooled variance is left out (its squares weigh ``1 / (D df)``
-    against ``n^2 / D^2``). A binary outcome's squares are its counts times ``B^2 / 4``: their
-    part moves with the counts."""
+    method at the noisy point (``tau`` held, as the release reads it): the squares enter ``I``
+    as one value ``L`` whose noise variance is ``squares_variance`` (:mod:`._fe_squares`: the
+    query's, or the squares' vector's), the cells' sums and counts through the polynomial's
+    derivatives (``q`` the per-cell squares those read, :func:`._fe_squares.reading`), the
+    counts also through ``D = sum n_t n_c``; the noises are independent (the two-end
+    histogram's count and sum noises are uncorrelated). Until stop 50 the squares were a vector
+    and their part most of it (a cell's squares noise against its within-cell sum of squares
+    ``n sigma^2``: docs/explanation/adjusted.md, "The fixed-effects sandwich's own noise"). The
+    plug-in term's pooled variance is left out of the counts' derivatives (its squares weigh ``1
+    / (D df)`` against ``n^2 / D^2``). A binary outcome's squares are its counts times ``B^2 /
+    4``: their part moves with the counts."""
     cnt, s, q = vectors
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
@@ -478,8 +507,8 @@ def sandwich_noise_variance(
     )
     g_nt = g_nt + c.q_per_count * n_c**2 - 2.0 * total * n_c / dd
     g_nc = g_nc + c.q_per_count * n_t**2 - 2.0 * total * n_t / dd
-    per_cell = c.v_q * (n_c**4 + n_t**4) + c.v_s * (g_st**2 + g_sc**2) + c.v_n * (g_nt**2 + g_nc**2)
-    return np.sum(per_cell, axis=-1) / np.asarray(d) ** 4
+    per_cell = c.v_s * (g_st**2 + g_sc**2) + c.v_n * (g_nt**2 + g_nc**2)
+    return (np.sum(per_cell, axis=-1) + squares_variance) / np.asarray(d) ** 4
 
 
 def _clamped_moments(raw: Any, sigma2: Any) -> tuple[Any, Any]:
@@ -499,25 +528,6 @@ def _clamped_moments(raw: Any, sigma2: Any) -> tuple[Any, Any]:
     b = np.maximum(raw, 0.0) / sigma
     excess = np.exp(-0.5 * b * b) / np.sqrt(2.0 * np.pi) + b * normal_cdf(b) - b
     return variance, np.where(positive, sigma * excess, 0.0)
-
-
-def _arm_variance(c: PublicConstants, nn: Any, ss: Any, qq: Any) -> Any:
-    """Fixed effects: one arm's within-cell variance, ``(..., 1)``. Pooled over the cells whose
-    noisy count reaches ``min_count`` (:func:`_pooled_variance`, as subclassification does), and
-    never above the arm's variance over all strata (:func:`_total_arm_variance`, which also holds
-    the spread between strata): where cells are well filled (a large budget) the pooled value
-    leaves that spread out, where they are not the total bounds the noisier pooled one; with no
-    such cell, the total alone."""
-    total = _total_arm_variance(nn, ss, qq)[..., None]
-    kept = nn >= c.min_count
-    pooled = _pooled_variance(kept, np.where(kept, nn, 1.0), ss, qq)
-    return np.where(np.any(kept, axis=-1, keepdims=True), np.minimum(pooled, total), total)
-
-
-def _total_arm_variance(nn: Any, ss: Any, qq: Any) -> Any:
-    """One arm's variance over all strata from its noisy counts, sums and squares."""
-    tot = np.maximum(np.sum(nn, axis=-1), 1.0)
-    return (np.sum(qq, axis=-1) - np.sum(ss, axis=-1) ** 2 / tot) / tot
 
 
 def used_strata(c: PublicConstants, counts: Any) -> Any:
@@ -777,7 +787,7 @@ def _pooled_variance_noise(
     m2 = m * m
     per_cell = c.v_q + 4.0 * m2 * c.v_s + c.v_n * (c.q_per_count + m2) ** 2
     noise = np.sum(usable * per_cell, axis=-1)
-    df = _pooled_df(usable, nn)
+    df = pooled_df(usable, nn)
     value = raw[..., 0]
     sigma2 = noise / df**2 + 2.0 * np.clip(value, 0.0, c.max_var) ** 2 / df
     return _clamped_moments(value, sigma2)
@@ -829,18 +839,11 @@ def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c
 
 def _pooled_variance(usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
     """The within-cell variance of one arm, pooled over the usable strata (sum of within-cell
-    squared deviations over their degrees of freedom, :func:`_pooled_df`; centring does not
+    squared deviations over their degrees of freedom, :func:`._fe_squares.pooled_df`; centring does not
     change a variance): the noise of the squares averages out over the strata instead of being
     clamped cell by cell."""
     dev = np.sum(np.where(usable, qq - ss * ss / nn, 0.0), axis=-1)
-    return (dev / _pooled_df(usable, nn))[..., None]
-
-
-def _pooled_df(usable: Any, nn: Any) -> Any:
-    """The degrees of freedom of a pooled within-cell variance: the records of the usable cells
-    less one per cell (each cell's mean is estimated), at least 1. ``usable``: a mask, or the
-    probability that each cell is used (the plan's expectation)."""
-    return np.maximum(np.sum(usable * (nn - 1.0), axis=-1), 1.0)
+    return (dev / pooled_df(usable, nn))[..., None]
 
 
 def _outputs(
