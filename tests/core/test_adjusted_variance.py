@@ -173,7 +173,7 @@ def test_fixed_effects_barely_resolved_releases_cover():
     plan = _plan(w, y, x, 100, "1/4", "fixed_effects")
     out = plan.assemble(draw_many(plan, np.random.default_rng(4), 40_000))
     ok = np.isfinite(out.tau)
-    assert 0.01 < ok.mean() < 0.1
+    assert 0.01 < ok.mean() < 0.15
     exact = _plan(w, y, x, 100, NIL, "fixed_effects").assemble(_exact(w, y, x, 100)).tau
     half = np.minimum(INTERVAL_Z * np.sqrt(out.variance[ok]), B)
     covered = float(np.mean(np.abs(out.tau[ok] - exact) <= half))

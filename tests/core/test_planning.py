@@ -22,8 +22,14 @@ from dpate.data.datasets import (
     load_star,
 )
 from dpate_core.mechanisms import StudySite
-from dpate_core.mechanisms.adjusted import AdjustedOptions, plan_constants
-from dpate_core.mechanisms.adjusted._release import sum_epsilon
+from dpate_core.mechanisms.adjusted import (
+    DEFAULT_SPLIT,
+    AdjustedOptions,
+    adjusted_weighting,
+    plan_constants,
+    plan_weighting,
+)
+from dpate_core.mechanisms.adjusted._release import count_scale, sum_epsilon
 from dpate_core.mechanisms.difference_in_means import plan_difference_in_means
 from dpate_core.mechanisms.matching import plan_matching
 from dpate_core.planning import (
@@ -35,6 +41,7 @@ from dpate_core.planning import (
     predict_site,
     spread_counts,
 )
+from dpate_core.privacy import BudgetSplit
 from dpate_core.release import draw_many
 from dpate_core.simulation import aggregate_many, simulate_sites, simulate_study
 from dpate_core.statistics import matching_statistics
@@ -158,10 +165,13 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
 
     d = synth(n, k, a=a, b=0.2, seed=6)
     plan = plan_adjusted(d.w, d.y, d.x, bound=1.0, epsilon=eps, domain_size=k, weighting=weighting)
-    # the release's own rule on its own count scale picks what the prediction assumes
-    c = plan_constants(plan)
-    eps_s = sum_epsilon(plan.shares.apply(plan.total))
-    assert resolve_weighting(weighting, n, k, c.scale_n, eps_s) == expected
+    # the release's own rule on the reference split's count scale picks what the prediction
+    # assumes (fixed effects then takes its own default split, DEFAULT_SPLIT_FIXED_EFFECTS)
+    ref = BudgetSplit.of(DEFAULT_SPLIT, 2).apply(plan.total)
+    assert resolve_weighting(weighting, n, k, count_scale(ref), sum_epsilon(ref)) == expected
+    assert plan_weighting(plan) == expected
+    # and the plan's, which reads a spec's undeclared split at the reference one
+    assert adjusted_weighting(weighting, n, k, eps) == expected
     realised = _realised_width(
         plan.assemble(draw_many(plan, np.random.default_rng(0), 4000)).variance, clipped=True
     )
@@ -174,7 +184,7 @@ def test_synth_adjusted_weighting_width_within_25_percent(n, k, eps, weighting, 
         domain_size=k,
         bound=1.0,
         assumptions=Assumptions(outcome_sd=SYNTH_SD, effect=0.5, arm_share=float(d.w.mean())),
-        options=AdjustedOptions(weighting),
+        options=AdjustedOptions(expected),  # as a spec resolves "auto", before its split
     )
     assert pred.weighting == expected
     assert pred.width == pytest.approx(realised, rel=0.25)
@@ -185,7 +195,6 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
         AUTO_RATIO,
         adjusted_weighting,
         plan_adjusted,
-        resolve_weighting,
     )
 
     # |X| = 10, eps 1, default split (the histogram at 9/10: counts' scale sqrt(2) 20/9):
@@ -195,9 +204,7 @@ def test_adjusted_weighting_is_the_release_s_rule_at_its_edge():
     for n in (int(edge), int(edge) + 1):
         w, y, x = rng.integers(0, 2, n), rng.random(n), rng.integers(0, 10, n)
         plan = plan_adjusted(w, y, x, bound=1.0, epsilon=1, domain_size=10)
-        c = plan_constants(plan)
-        eps_s = sum_epsilon(plan.shares.apply(plan.total))
-        release = resolve_weighting("auto", n, 10, c.scale_n, eps_s)
+        release = plan_weighting(plan)
         assert adjusted_weighting("auto", n, 10, 1) == release
         assert release == ("subclassification" if n > edge else "fixed_effects")
     assert adjusted_weighting("subclassification", 100, 50, "1/10") == "subclassification"

@@ -326,7 +326,8 @@ def test_auto_weighted_sum_gives_the_queries_four_parts_unless_a_site_declares_t
     d["sites"][1]["budget_split"] = ["9/10", "1/10"]
     spec = StudySpec.from_dict(d)
     assert spec.study_options.weighted_sum is False and spec.release_parts == 2
-    assert spec.budget_split("a").shares == (Fraction(9, 10), Fraction(1, 10))
+    # fixed effects' own default split for the site that declares none (its squares one query)
+    assert spec.budget_split("a").shares == (Fraction(19, 20), Fraction(1, 20))
     d["sites"][1]["budget_split"] = ["5/8", "3/40", "1/5", "1/10"]
     [(loc, msg)] = problems(d)
     assert loc == "sites.1.budget_split" and "cell sums of squares" in msg and "2 parts" in msg

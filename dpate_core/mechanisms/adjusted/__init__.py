@@ -50,6 +50,7 @@ from ._release import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
     DEFAULT_SPLIT_BINARY,
+    DEFAULT_SPLIT_FIXED_EFFECTS,
     DEFAULT_SPLIT_QUERIES,
     RATIO_DAMPING,
     RESOLVE_Z,
@@ -89,6 +90,7 @@ __all__ = [
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
+    "DEFAULT_SPLIT_FIXED_EFFECTS",
     "DEFAULT_SPLIT_QUERIES",
     "ESTIMANDS",
     "FIELLER_BELOW",
@@ -302,8 +304,11 @@ def _parts(options: Any, binary: bool) -> tuple[str, ...]:
 def _default_shares(options: Any, binary: bool) -> tuple[str, ...]:
     if binary:
         return DEFAULT_SPLIT_BINARY
-    queries = getattr(options, "weighted_sum", False) is True  # "auto": until the study chooses
-    return DEFAULT_SPLIT_QUERIES if queries else DEFAULT_SPLIT
+    if getattr(options, "weighted_sum", False) is True:  # "auto": until the study chooses
+        return DEFAULT_SPLIT_QUERIES
+    if getattr(options, "weighting", "auto") == "fixed_effects":  # likewise
+        return DEFAULT_SPLIT_FIXED_EFFECTS
+    return DEFAULT_SPLIT
 
 
 #: the estimator a study names "adjusted"

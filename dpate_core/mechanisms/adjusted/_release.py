@@ -84,6 +84,7 @@ __all__ = [
     "AUTO_RATIO",
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
+    "DEFAULT_SPLIT_FIXED_EFFECTS",
     "DEFAULT_SPLIT_QUERIES",
     "RATIO_DAMPING",
     "RESOLVE_Z",
@@ -104,6 +105,11 @@ __all__ = [
 #: (docs/explanation/adjusted.md, "Counts and sums as one histogram"; counts, sums and squares as
 #: three queries, 7/20, 11/20, 1/10, until stop 43)
 DEFAULT_SPLIT = ("9/10", "1/10")
+#: fixed effects' (since stop 50): its squares are one query of the sandwich's squares part
+#: (:mod:`._fe_squares`), which needs less of the budget than their vector; subclassification
+#: keeps :data:`DEFAULT_SPLIT`, which is also the reference split the ``"auto"`` rules read
+#: (docs/explanation/adjusted.md, "The sandwich's squares as one query")
+DEFAULT_SPLIT_FIXED_EFFECTS = ("19/20", "1/20")
 #: with the fixed-effects queries (``weighted_sum = true``; stop 46): the cells' histogram and
 #: their squares, then the numerator's and the denominator's query (docs/explanation/adjusted.md,
 #: "The fixed-effects sums as weighted-sum queries")
@@ -216,14 +222,21 @@ def plan_adjusted_from_statistics(
         raise ValueError(f"a release needs at least 2 records (got {n})")
     default = DEFAULT_SPLIT_BINARY if binary else DEFAULT_SPLIT
     queried = not binary and split is not None and len(split) == len(DEFAULT_SPLIT) + 2
-    shares = BudgetSplit.of(default if split is None else split, len(default) + 2 * queried)
+    # the weighting first, at the given split or the reference one (its rule's scales), then
+    # the default split its weighting takes
+    reference = BudgetSplit.of(default if split is None else split, len(default) + 2 * queried)
+    ref_parts = reference.apply(total)
+    n_strata = stats.counts.size // 2
+    mode = resolve_weighting(
+        weighting, n, n_strata, count_scale(ref_parts), sum_epsilon(ref_parts[:2])
+    )
+    shares = reference
+    if split is None and not binary and mode == "fixed_effects":
+        shares = BudgetSplit.of(DEFAULT_SPLIT_FIXED_EFFECTS, len(default))
     parts = shares.apply(total)
     cells = parts[:2] if queried else parts
     noise, scales = cell_sites(stats, cells, binary)
-    public = public_constants(
-        n, stats.bound, stats.counts.size // 2, scales, min_count, binary=binary
-    )
-    mode = resolve_weighting(weighting, n, public.n_strata, public.scale_n, sum_epsilon(cells))
+    public = public_constants(n, stats.bound, n_strata, scales, min_count, binary=binary)
     if queried:  # the fixed-effects sums as two weighted-sum queries (._fe_queries)
         if weighting == "subclassification":
             raise ValueError(
