@@ -27,6 +27,12 @@ capped where the noisy counts say (:mod:`._fe_queries`, ``(eps_a, 0)`` and ``(ep
 every fixed histogram), combined with the histogram's readings by their noise; the weighting is
 then fixed effects.
 
+Fixed effects of a continuous outcome (since stop 50): the squares' part buys, in that second
+stage, one weighted-sum query of the only sum its sandwich reads of them (:mod:`._fe_squares`,
+``(eps_q, 0)``-DP for every fixed histogram) in place of their vector, except where the public
+design puts the release between its two switches (:func:`~._weightings.squares_queried`); its
+default split is then :data:`DEFAULT_SPLIT_FIXED_EFFECTS`.
+
 Exactness: the three vectors are exact integer sums on a public grid (:mod:`dpate_core.statistics`,
 which has the argument); the noise is added to those integers, with scales in grid units, and the
 noisy sums and squares are multiplied by their grid units after the draw (post-processing,
@@ -404,7 +410,9 @@ def dp_adjusted(
     ``eps_a`` and ``eps_d``, adaptively, module docstring), each parallel over the cells: the
     two-end histogram ``Lap(2 / eps_h)`` over ``4 |X|`` bins (the counts ``U + L`` and centred
     sums ``(B/2)(U - L)`` are post-processing), centred squares ``Lap(B^2 / (2 eps_q))`` (scales
-    exact and rounded up, in grid units). Public: ``N``,
+    exact and rounded up, in grid units; fixed effects: the squares as one weighted-sum query
+    after the histogram where :func:`~._weightings.squares_queried` says, its default split
+    :data:`DEFAULT_SPLIT_FIXED_EFFECTS`). Public: ``N``,
     ``B``, ``|X|`` (``domain_size``), the covariate discretisation and ``min_count``; arm sizes are
     not released. ``binary`` (every outcome 0 or ``B``, checked): one Laplace vector query, the
     ``(cell, outcome)`` histogram ``Lap(2 / eps)`` over the ``4 |X|`` bins at the whole budget

@@ -179,10 +179,10 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     ``D_hat`` (docs/explanation/adjusted.md, "The denominator's noise"); where it predicts that
     nearly every release resolves (from :data:`PLUG_IN_CORRECTED_FROM`) its noise part is divided
     by its plug-in excess (:func:`_plug_in_factor`) and every part stretched for the noise of the
-    sandwich it reads (:func:`sandwich_noise_variance`, :func:`_noisy_variance_stretch`; below,
-    on designs too thin to resolve every release, the sandwich is mostly noise, clamped at 0,
-    and its clamp already over-states it: docs/explanation/adjusted.md, "The fixed-effects
-    sandwich's own noise")."""
+    sandwich it reads (:func:`sandwich_noise_variance`, :func:`_noisy_variance_stretch`; in
+    between, where the squares stay a vector, its clamp at 0 adds to the excess kept there:
+    docs/explanation/adjusted.md, "The fixed-effects sandwich's own noise", "The sandwich's
+    squares as one query")."""
     n, half_b = float(c.n), c.half_b
     cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -n, n)
     s = np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
@@ -839,9 +839,9 @@ def _ratio_bias(c: PublicConstants, usable: Any, nt: Any, nc: Any, m_t: Any, m_c
 
 def _pooled_variance(usable: Any, nn: Any, ss: Any, qq: Any) -> Any:
     """The within-cell variance of one arm, pooled over the usable strata (sum of within-cell
-    squared deviations over their degrees of freedom, :func:`._fe_squares.pooled_df`; centring does not
-    change a variance): the noise of the squares averages out over the strata instead of being
-    clamped cell by cell."""
+    squared deviations over their degrees of freedom, :func:`._fe_squares.pooled_df`; centring
+    does not change a variance): the noise of the squares averages out over the strata instead
+    of being clamped cell by cell."""
     dev = np.sum(np.where(usable, qq - ss * ss / nn, 0.0), axis=-1)
     return (dev / pooled_df(usable, nn))[..., None]
 
