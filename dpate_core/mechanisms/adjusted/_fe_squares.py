@@ -41,6 +41,7 @@ __all__ = [
     "SQUARES",
     "SquaresPart",
     "arm_weights",
+    "clipped_squares",
     "coefficients",
     "pooled_df",
     "query_value",
@@ -140,5 +141,12 @@ def reading(c: PublicConstants, cnt: Any, s: Any, v: Mapping[str, Any]) -> Squar
         sigma2 = (big_l - np.sum(alpha * mean_part, axis=-1)) / np.where(weight > 0, weight, 1.0)
         sigma2 = np.clip(np.where(weight > 0, sigma2, 0.0), 0.0, c.max_var)
         return SquaresPart(big_l, variance, big_d, mean_part + size * sigma2[..., None])
-    q = np.clip(np.asarray(v["squares"], dtype=np.float64), -c.n * c.max_var, c.n * c.max_var)
+    q = clipped_squares(c, v["squares"])
     return SquaresPart(np.sum(alpha * q, axis=-1), c.v_q * np.sum(alpha * alpha, axis=-1), big_d, q)
+
+
+def clipped_squares(c: PublicConstants, squares: Any) -> Any:
+    """A squares' vector clipped to ``N B^2 / 4`` in absolute value (the most a true one can
+    hold; it may stay negative for a raw variance)."""
+    bound = c.n * c.max_var
+    return np.clip(np.asarray(squares, dtype=np.float64), -bound, bound)

@@ -25,7 +25,7 @@ from dpate_core.statistics import histogram_cells
 
 from ._fe_queries import QueryWeights
 from ._fe_queries import combine as combine_queries
-from ._fe_squares import SquaresPart, arm_sums_part, pooled_df
+from ._fe_squares import SquaresPart, arm_sums_part, clipped_squares, pooled_df
 from ._fe_squares import reading as squares_reading
 
 __all__ = [
@@ -159,11 +159,18 @@ def _clipped_vectors(
     take given the public ``N`` and ``B`` (counts to ``count_range``, ``|s| <= N B/2``,
     ``|q| <= N B^2/4``; ``q`` may stay negative for the raw variance): this can only bring a
     value closer to the truth, and nothing overflows. Works on ``(cells,)`` and ``(reps, cells)``."""
-    n, half_b, max_var = c.n, c.half_b, c.max_var
+    cnt, s = _clipped_cells(c, v, count_range)
+    return cnt, s, clipped_squares(c, v["squares"])
+
+
+def _clipped_cells(
+    c: PublicConstants, v: Mapping[str, Any], count_range: tuple[float, float]
+) -> tuple[Any, Any]:
+    """The noisy counts and sums of :func:`_clipped_vectors` (a fixed-effects release whose
+    squares are one query has no squares' vector)."""
+    n, half_b = c.n, c.half_b
     cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), *count_range)
-    s = np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
-    q = np.clip(np.asarray(v["squares"], dtype=np.float64), -n * max_var, n * max_var)
-    return cnt, s, q
+    return cnt, np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
 
 
 def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
@@ -183,9 +190,7 @@ def assemble_fixed_effects(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     between, where the squares stay a vector, its clamp at 0 adds to the excess kept there:
     docs/explanation/adjusted.md, "The fixed-effects sandwich's own noise", "The sandwich's
     squares as one query")."""
-    n, half_b = float(c.n), c.half_b
-    cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), -n, n)
-    s = np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
+    cnt, s = _clipped_cells(c, v, (-float(c.n), float(c.n)))
     part = squares_reading(c, cnt, s, v)  # the sandwich's squares part (._fe_squares)
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     s_c, s_t = s[..., 0::2], s[..., 1::2]
