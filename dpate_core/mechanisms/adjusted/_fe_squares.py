@@ -45,6 +45,7 @@ __all__ = [
     "coefficients",
     "pooled_df",
     "query_value",
+    "query_variance",
     "reading",
     "sensitivity",
 ]
@@ -103,6 +104,13 @@ def sensitivity(c: PublicConstants, alpha: Any) -> Any:
     return np.maximum(spread, 1.0) * c.max_var
 
 
+def query_variance(c: PublicConstants, alpha: Any) -> Any:
+    """The query's noise variance in ``L``'s units at these coefficients, ``2 (S b)^2`` (``b``:
+    :attr:`PublicConstants.squares_scale`, its scale in normalised units): what the release
+    reads and ``dpate plan`` predicts. 0 where the release has no query (a binary outcome)."""
+    return 2.0 * (sensitivity(c, alpha) * (c.squares_scale or 0.0)) ** 2
+
+
 def query_value(c: PublicConstants, cnt: Any, squares: Any) -> dict[str, Any]:
     """The private value on the grid, ``L / S``, from the exact centred squares (outcome units)
     and the clipped noisy counts ``cnt``."""
@@ -132,9 +140,8 @@ def reading(c: PublicConstants, cnt: Any, s: Any, v: Mapping[str, Any]) -> Squar
     (clipped to ``[0, B^2/4]``). Post-processing."""
     alpha, big_d = coefficients(c, cnt)
     if SQUARES in v and c.squares_scale is not None:
-        sens = sensitivity(c, alpha)
-        big_l = sens * np.asarray(v[SQUARES], dtype=np.float64)[..., 0]
-        variance = 2.0 * (sens * c.squares_scale) ** 2
+        big_l = sensitivity(c, alpha) * np.asarray(v[SQUARES], dtype=np.float64)[..., 0]
+        variance = query_variance(c, alpha)
         size = np.maximum(cnt, 1.0)
         mean_part = s * s / size
         weight = np.sum(alpha * size, axis=-1)

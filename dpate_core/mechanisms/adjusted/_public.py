@@ -26,7 +26,7 @@ from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
 from ._fe_queries import denominator_variance, query_weights
-from ._fe_squares import SQUARES, coefficients, sensitivity
+from ._fe_squares import SQUARES, coefficients, query_variance
 from ._release import (
     AUTO_RATIO,
     DEFAULT_SPLIT,
@@ -573,9 +573,7 @@ def _sandwich_stretch(
     tau = np.asarray(inp.assumptions.effect)
     public = _cell_constants(inp)
     # the squares' query at these counts (._fe_squares; a binary outcome has none)
-    alpha = coefficients(public, cnt)[0]
-    scale = public.squares_scale or 0.0
-    var_l = 2.0 * (sensitivity(public, alpha) * scale) ** 2
+    var_l = query_variance(public, coefficients(public, cnt)[0])
     sigma2 = sandwich_noise_variance(public, (cnt, s, q), tau, np.asarray(big_d), var_l)
     spread, bias = _clamped_moments(np.asarray(values[0]), sigma2)
     return float(_noisy_variance_stretch(np.asarray(values[1]), spread, bias))
