@@ -134,21 +134,33 @@ def test_numeric_block_sensitivity_on_the_grid(n: int) -> None:
     assert model_sensitivity((Numeric(0.0, 1.0),) * 2, g) == (2 + Fraction(9, 2)) * 2**g + 2
 
 
-def test_budget_is_exact_and_scales_follow_sensitivities() -> None:
+@pytest.mark.parametrize("epsilon", [Fraction(1, 3), Fraction(4)])
+def test_budget_is_exact_and_scales_follow_sensitivities(epsilon) -> None:
+    # N x epsilon 167: the squares are one sum of the used cells' (._common_squares, a stage
+    # after the histogram, sensitivity B^2/4); 2,000: their vector (sensitivity B^2/2)
+    from dpate_core.mechanisms._weighted_query import query_units
+
     rng = np.random.default_rng(1)
     w, y, z = _data(rng, 500)
-    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=Fraction(1, 3))
-    assert plan.total.epsilon == Fraction(1, 3) and plan.total.delta == 0
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=epsilon)
+    assert plan.total.epsilon == epsilon and plan.total.delta == 0
     parts = plan.shares.apply(plan.total)
-    assert sum(p.epsilon for p in parts) == Fraction(1, 3)
+    assert sum(p.epsilon for p in parts) == epsilon
     (model,) = plan.noise
     assert model.scale == parts[0].laplace_scale(model_sensitivity(COLUMNS, model_bits(500)))
-    histogram, squares = plan.stages[0].sites
     k, m = grid_bits(500)
+    if epsilon < 3:
+        ((histogram,), (squares,)) = (st.sites for st in plan.stages)
+        assert squares.name == "common_squares" and squares.kind == "integer_laplace"
+        assert squares.scale == parts[2].laplace_scale(query_units(500, 10))
+        assert plan_constants(plan).common_scale == squares.value_scale
+    else:
+        ((histogram, squares),) = (st.sites for st in plan.stages)
+        assert squares.scale == parts[2].laplace_scale(2 ** (m - 1))
+        assert squares.value_scale >= 0.5 / float(parts[2].epsilon)
+        assert plan_constants(plan).common_scale is None
     assert histogram.scale == parts[1].laplace_scale(2 ** (k + 1))  # 2 records' mass, grid units
     assert histogram.value_scale >= 2.0 / float(parts[1].epsilon)
-    assert squares.scale == parts[2].laplace_scale(2 ** (m - 1))
-    assert squares.value_scale >= 0.5 / float(parts[2].epsilon)
 
 
 def test_plan_accessors_read_what_the_assembly_holds() -> None:
@@ -181,13 +193,16 @@ def test_plan_accessors_read_what_the_assembly_holds() -> None:
         plan_weighting(plan)
 
 
-def test_secure_draw_has_both_stages() -> None:
+@pytest.mark.parametrize(("n", "squares"), [(400, "common_squares"), (2000, "squares")])
+def test_secure_draw_has_every_stage(n, squares) -> None:
+    # below N x epsilon 1,500 the squares' sum is a third stage, chosen from the histogram
     rng = np.random.default_rng(2)
-    w, y, z = _data(rng, 400)
+    w, y, z = _data(rng, n)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
     noisy = draw_once(plan)
-    assert set(noisy) == {"model", "histogram", "squares"}
+    assert set(noisy) == {"model", "histogram", squares}
     assert noisy["histogram"].shape == (20,)
+    assert np.shape(noisy[squares]) == ((1,) if squares == "common_squares" else (10,))
     e = plan.estimate(noisy)
     assert e.resolved and -1 <= e.tau <= 1 and e.variance >= e.diagnostics["noise_variance"]
     assert e.diagnostics["model_variance"] >= 0
@@ -485,7 +500,7 @@ def _pinned_data() -> tuple[np.ndarray, ...]:
 #: exact integers (any change in them is a change in what the release publishes); numeric values
 #: outside the bounds are clipped
 PINNED = Path(__file__).with_name("pinned_propensity.json")
-CELLS = ("histogram", "squares")
+CELLS = ("histogram", "common_squares")
 
 
 def test_seeded_release_is_pinned(golden) -> None:
@@ -496,7 +511,8 @@ def test_seeded_release_is_pinned(golden) -> None:
     model = model_statistics(w, z, COLUMNS, g)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
     noisy = draw_many(plan, np.random.default_rng(12), 3)
-    locs = plan.stages[0].locs(noisy)
+    # N x epsilon 600: the histogram, then the used cells' squares as one sum (grid units)
+    locs = {k: v for stage in plan.stages for k, v in stage.locs(noisy).items()}
     out = plan.assemble(noisy)
     got = {
         "model": np.asarray(model, dtype=float).tolist(),
@@ -579,7 +595,7 @@ def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
         k, m = grid_bits(n)
         counts, sums, squares = cells
         want = end_histogram(CellStatistics(counts, sums, squares, bound, k, m))
-        for name, value in zip(CELLS, (want, squares), strict=True):
+        for name, value in (("histogram", want), ("squares", squares)):  # the vector's size
             np.testing.assert_array_equal(got[name][0], value)
 
 

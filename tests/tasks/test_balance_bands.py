@@ -159,11 +159,13 @@ def test_the_html_report_says_within_propensity_bands(study, site):
 def test_a_study_with_the_weighted_sum_releases_once_and_the_server_combines_it(study):
     """``weighted_sum = true``: every site releases the three stages from its engine's
     statistics, the ledger's record carries the four-part split, a re-run returns the recorded
-    estimate (nothing drawn, nothing spent), and the server combines the reports."""
+    estimate (nothing drawn, nothing spent), and the server combines the reports. The sites are
+    below ``N x epsilon`` 1,500: the band squares are one sum, in the stage after the histogram
+    beside the weighted sum."""
     spec = with_estimator_options(study, "propensity", "weighted_sum = true")
     typed = release_every_site_and_combine(
         study, spec, ("north", "south", "east"),
-        ["model", "histogram", "squares", "weighted_sum"], 4,
+        ["model", "histogram", "common_squares", "weighted_sum"], 4,
     )  # fmt: skip
     assert typed.status == "answered" and typed.estimate is not None
     assert sorted(s.status for s in typed.sites) == ["used"] * 3

@@ -25,6 +25,8 @@ from dpate_core.mechanisms._estimator import (
 )
 from dpate_core.release import MechanismPlan
 
+from ._common_squares import COMMON_SQUARES
+from ._common_squares import query_value as common_squares_value
 from ._public import (
     MOSTLY_READ,
     MOSTLY_RESOLVES,
@@ -88,6 +90,7 @@ __all__ = [
     "ADJUSTED",
     "AUTO_BIAS",
     "AUTO_RATIO",
+    "COMMON_SQUARES",
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "DEFAULT_SPLIT_FIXED_EFFECTS",
@@ -119,6 +122,7 @@ __all__ = [
     "assemble_histogram",
     "assemble_subclassification",
     "cell_noise_scales",
+    "common_squares_value",
     "count_kept",
     "design_resolution",
     "dp_adjusted",

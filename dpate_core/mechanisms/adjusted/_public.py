@@ -25,6 +25,7 @@ from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
+from ._common_squares import COMMON_SQUARES
 from ._fe_queries import denominator_variance, query_weights
 from ._fe_squares import SQUARES, coefficients, query_variance
 from ._release import (
@@ -45,12 +46,12 @@ from ._weightings import (
     PublicConstants,
     _clamped_moments,
     _noisy_variance_stretch,
-    _pooled_variance_noise,
     design_resolution,
     fieller_factor,
     floored_noise_numerator,
     resolution_probability,
     sandwich_noise_variance,
+    within_variance_noise,
 )
 
 if TYPE_CHECKING:
@@ -471,8 +472,8 @@ def _adjusted_subclassification(inp: PredictionInputs) -> tuple[float, float, fl
     noise = float((p * per_noise).sum()) + left_cells * v_n * ((1.0 - alpha) * tau / n_used) ** 2
     sd2 = inp.assumptions.sd(b) ** 2
     sampling = float((p * w**2 * sd2 * (1 / t + 1 / c)).sum())
-    stretch = _noisy_stretch(inp, (p, t, c, w), (m_t, m_c), sd2, sampling + noise)
-    sampling, noise = sampling * stretch, noise * stretch
+    stretch, clamped = _noisy_stretch(inp, (p, t, c, w), (m_t, m_c), sd2, sampling, noise)
+    sampling, noise = (sampling + clamped) * stretch, noise * stretch
     return sampling, noise, 1.0 - float(np.prod(1.0 - p)), sampling + noise
 
 
@@ -517,29 +518,36 @@ def _noisy_stretch(
     strata: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     means: tuple[float, float],
     sd2: float,
-    total: float,
-) -> float:
+    sampling: float,
+    noise: float,
+) -> tuple[float, float]:
     """Subclassification's stretch for the noise of its within-cell variance estimate
     (``_noisy_variance_stretch``, as the release computes it) at the assumed counts, centred
     arm means and within-cell variance, each stratum weighted by the probability ``p`` that it
-    is used: 1 wherever the squares are well estimated, more where the outcome's spread within
-    a stratum is small next to the squares' noise (Synth at eps 40 per site: 1.3)."""
+    is used, and what the release's clamp of that estimate at 0 adds to its sampling part on
+    average (``_weightings.within_variance_noise``): ``(stretch, added)``. The release reads the
+    stretch at its sampling part with that addition in it, as the plan does: the stretch is 1
+    wherever the squares are well estimated, more where the outcome's spread within a stratum is
+    small next to the squares' noise (Synth at eps 40 per site: 1.3); the addition matters where
+    the squares are mostly noise (the propensity release's band cells at a few hundred records
+    per site, whose squares' vector added about a tenth to its reported variance)."""
     p, t, c, w = strata
     public = _cell_constants(inp)
     within = np.array([sd2])
-    var_within, bias_within = 0.0, 0.0
-    for n, m in ((t, means[0]), (c, means[1])):
-        a = float(np.sum(p * w * w / n))
-        var, bias = _pooled_variance_noise(public, p, n, np.full(n.shape, m), within)
-        var_within, bias_within = var_within + a * a * float(var), bias_within + a * float(bias)
-    return float(_noisy_variance_stretch(np.array(total), var_within, bias_within))
+    arms = ((t, np.full(t.shape, means[0]), within), (c, np.full(c.shape, means[1]), within))
+    weights = (float(np.sum(p * w * w / t)), float(np.sum(p * w * w / c)))
+    var_within, bias_within = within_variance_noise(public, p, arms, weights)
+    added = float(bias_within)
+    total = np.array(sampling + added + noise)
+    return float(_noisy_variance_stretch(total, var_within, bias_within)), added
 
 
 def _cell_constants(inp: PredictionInputs) -> PublicConstants:
     """The release's :class:`PublicConstants` at the plan's budget: the cells' histogram at the
-    first part, the squares at the second (subclassification: their vector; fixed effects:
-    their one query, :mod:`._fe_squares`; a binary outcome: one part, its squares the counts
-    times ``B^2/4``)."""
+    first part, the squares at the second (subclassification: their vector, or with
+    :attr:`~dpate_core.planning.PredictionInputs.common_variance` the used cells' squares as one
+    sum, :mod:`._common_squares`; fixed effects: their one query, :mod:`._fe_squares`; a binary
+    outcome: one part, its squares the counts times ``B^2/4``)."""
     b = inp.bound
     parts = inp.parts()
     scale_n, b_s = cell_noise_scales(parts, b)
@@ -547,6 +555,10 @@ def _cell_constants(inp: PredictionInputs) -> PublicConstants:
     scales = [scale_n, b_s]
     if not binary:  # the squares' Laplace scale, sensitivity B^2/2 in outcome units
         scales.append(b * b / (2.0 * parts[1].epsilon_float))
+    if inp.common_variance:  # the used cells' squares as one sum (._common_squares)
+        site = query_site(COMMON_SQUARES, parts[1], inp.design.n, 2 * inp.domain_size)
+        public = public_constants(inp.design.n, b, inp.domain_size, scales[:2])
+        return dataclasses.replace(public, common_scale=site.value_scale)
     public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
     if binary:
         return public

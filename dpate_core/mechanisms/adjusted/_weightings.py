@@ -23,6 +23,7 @@ from dpate_core.intervals import normal_cdf
 from dpate_core.release import Outputs
 from dpate_core.statistics import histogram_cells
 
+from ._common_squares import COMMON_SQUARES, cell_squares, variance_noise
 from ._fe_queries import QueryWeights
 from ._fe_queries import combine as combine_queries
 from ._fe_squares import SquaresPart, arm_sums_part, clipped_squares, pooled_df
@@ -122,6 +123,10 @@ class PublicConstants:
     #: the fixed-effects squares query's Laplace scale in its normalised units where the release
     #: has it (:mod:`._fe_squares`); else None
     squares_scale: float | None = None
+    #: subclassification: the Laplace scale, in its normalised units, of the used cells' squares
+    #: as one sum where the release reads one within-cell variance for both arms from it
+    #: (:mod:`._common_squares`; the propensity release below a public size); else None
+    common_scale: float | None = None
 
 
 def histogram_vectors(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,22 +157,14 @@ def assemble_histogram(
     return assemble(c, histogram_vectors(c, v))
 
 
-def _clipped_vectors(
-    c: PublicConstants, v: Mapping[str, Any], count_range: tuple[float, float]
-) -> tuple[Any, Any, Any]:
-    """The three noisy vectors (outcome units), each clipped to the range its true value can
-    take given the public ``N`` and ``B`` (counts to ``count_range``, ``|s| <= N B/2``,
-    ``|q| <= N B^2/4``; ``q`` may stay negative for the raw variance): this can only bring a
-    value closer to the truth, and nothing overflows. Works on ``(cells,)`` and ``(reps, cells)``."""
-    cnt, s = _clipped_cells(c, v, count_range)
-    return cnt, s, clipped_squares(c, v["squares"])
-
-
 def _clipped_cells(
     c: PublicConstants, v: Mapping[str, Any], count_range: tuple[float, float]
 ) -> tuple[Any, Any]:
-    """The noisy counts and sums of :func:`_clipped_vectors` (a fixed-effects release whose
-    squares are one query has no squares' vector)."""
+    """The noisy counts and sums (outcome units), each clipped to the range its true value can
+    take given the public ``N`` and ``B`` (counts to ``count_range``, ``|s| <= N B/2``; the
+    squares, read where a release has their vector: :func:`._fe_squares.clipped_squares`): this
+    can only bring a value closer to the truth, and nothing overflows. Works on ``(cells,)`` and
+    ``(reps, cells)``."""
     n, half_b = c.n, c.half_b
     cnt = np.clip(np.asarray(v["counts"], dtype=np.float64), *count_range)
     return cnt, np.clip(np.asarray(v["sums"], dtype=np.float64), -n * half_b, n * half_b)
@@ -551,7 +548,7 @@ class UsedCells(NamedTuple):
     n_c: Any
     nt: Any  # the same where usable, 1 elsewhere (a divisor)
     nc: Any
-    s_t: Any  # the noisy sums and squares, clipped (:func:`_clipped_vectors`)
+    s_t: Any  # the noisy sums and squares, clipped (:func:`_clipped_cells`)
     s_c: Any
     q_t: Any
     q_c: Any
@@ -566,12 +563,19 @@ def _used_cells(c: PublicConstants, v: Mapping[str, Any]) -> UsedCells:
     """The clipped noisy vectors split by arm, the strata used, their arm means and ``N_used``:
     what the estimate, its variance and the propensity release's linearisation
     (:func:`subclassification_linearisation`) all read."""
-    cnt, s, q = _clipped_vectors(c, v, (0.0, c.n))
+    cnt, s = _clipped_cells(c, v, (0.0, c.n))
     n_c, n_t = cnt[..., 0::2], cnt[..., 1::2]
     usable = used_strata(c, cnt)
     nt = np.where(usable, n_t, 1.0)
     nc = np.where(usable, n_c, 1.0)
     s_t, s_c = s[..., 1::2], s[..., 0::2]
+    if COMMON_SQUARES in v:  # one within-cell variance for both arms (._common_squares)
+        q_t, q_c = cell_squares(c, usable, (nt, nc), (s_t, s_c), v[COMMON_SQUARES])
+    elif "squares" in v:
+        q = clipped_squares(c, v["squares"])
+        q_t, q_c = q[..., 1::2], q[..., 0::2]
+    else:  # a stage chosen before the squares' sum, reading the counts and sums only: NaN
+        q_t = q_c = np.full(np.shape(s_t), np.nan)
     # arm means minus B/2, clipped to B/2 beyond the outcome's range [0, B]: a wider clip than
     # the range itself, so that it biases no mean whose noise is small next to B/2 and still
     # cuts the tails of the near-empty cells' noise-only means
@@ -579,8 +583,8 @@ def _used_cells(c: PublicConstants, v: Mapping[str, Any]) -> UsedCells:
     m_c = np.clip(s_c / nc, -c.bound, c.bound)
     size = np.where(usable, n_t + n_c, 0.0)
     den, share_used = _used_size(c, v, usable, size)
-    return UsedCells(usable, n_t, n_c, nt, nc, s_t, s_c, q[..., 1::2], q[..., 0::2], m_t, m_c,
-                     size, den, share_used)  # fmt: skip
+    return UsedCells(usable, n_t, n_c, nt, nc, s_t, s_c, q_t, q_c, m_t, m_c, size, den,
+                     share_used)  # fmt: skip
 
 
 def _count_gradients(
@@ -649,7 +653,8 @@ def subclassification_linearisation(
 
 def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     """The average effect over the patients of the strata where both treatments occur, from the
-    three noisy vectors (clipped, :func:`_clipped_vectors`): the strata whose noisy arm counts
+    three noisy vectors (clipped, :func:`_clipped_cells`; or one within-cell variance for
+    both arms, :mod:`._common_squares`): the strata whose noisy arm counts
     both reach ``min_count`` are used, each weighted by its noisy size over the size of the
     strata used (:func:`_used_size`: the public ``N`` where every stratum is used), less the
     ratio bias of the noisy arm means (:func:`_ratio_bias`),
@@ -766,15 +771,10 @@ def _subclassification_variance(
     # their own noise (_noisy_variance_stretch), each part stretched alike
     a_t = np.sum(np.where(usable, w2 / nt, 0.0), axis=-1)
     a_c = np.sum(np.where(usable, w2 / nc, 0.0), axis=-1)
-    (var_t, bias_t), (var_c, bias_c) = (
-        _pooled_variance_noise(c, usable, nn, mm, raw)
-        for nn, mm, raw in ((nt, in_t, raw_t), (nc, in_c, raw_c))
+    var_within, bias_within = within_variance_noise(
+        c, usable, ((nt, in_t, raw_t), (nc, in_c, raw_c)), (a_t, a_c)
     )
-    stretch = _noisy_variance_stretch(
-        sampling + noise_var + unestimated,
-        a_t**2 * var_t + a_c**2 * var_c,
-        a_t * bias_t + a_c * bias_c,
-    )
+    stretch = _noisy_variance_stretch(sampling + noise_var + unestimated, var_within, bias_within)
     return sampling * stretch, sampling_raw * stretch, noise_var * stretch, unestimated * stretch
 
 
@@ -796,6 +796,30 @@ def _pooled_variance_noise(
     value = raw[..., 0]
     sigma2 = noise / df**2 + 2.0 * np.clip(value, 0.0, c.max_var) ** 2 / df
     return _clamped_moments(value, sigma2)
+
+
+def within_variance_noise(
+    c: PublicConstants,
+    usable: Any,
+    arms: tuple[tuple[Any, Any, Any], tuple[Any, Any, Any]],
+    weights: tuple[Any, Any],
+) -> tuple[Any, Any]:
+    """``(variance, bias)`` of the sampling part's within-cell term ``a_t sigma_t^2 + a_c
+    sigma_c^2`` as the release reads it (each arm's variance clamped at 0): each arm's pooled
+    variance's own (:func:`_pooled_variance_noise`, independent), or where one variance serves
+    both arms (:attr:`PublicConstants.common_scale`, :mod:`._common_squares`) that one's, times
+    ``a_t + a_c``. ``arms``: ``((n_t, m_t, raw_t), (n_c, m_c, raw_c))``, the arms' counts,
+    centred cell means and unclamped pooled variances ``(..., 1)``; the release's and the plan's
+    (at its probabilities that each stratum is used)."""
+    (nt, m_t, raw_t), (nc, m_c, _) = arms  # one variance: both raw values are the same
+    a_t, a_c = weights
+    if c.common_scale is None:
+        (var_t, bias_t), (var_c, bias_c) = (
+            _pooled_variance_noise(c, usable, nn, mm, raw) for nn, mm, raw in arms
+        )
+        return a_t**2 * var_t + a_c**2 * var_c, a_t * bias_t + a_c * bias_c
+    var, bias = _clamped_moments(*variance_noise(c, usable, ((nt, m_t), (nc, m_c)), raw_t))
+    return (a_t + a_c) ** 2 * var, (a_t + a_c) * bias
 
 
 def _noisy_variance_stretch(total: Any, var_total: Any, bias: Any = 0.0) -> Any:

@@ -36,6 +36,7 @@ model's noise adds (:func:`model_noise_variance`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -48,9 +49,11 @@ import numpy.typing as npt
 
 from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.mechanisms.adjusted import (
+    COMMON_SQUARES,
     Linearisation,
     PublicConstants,
     assemble_subclassification,
+    common_squares_value,
     histogram_vectors,
     public_constants,
     subclassification_linearisation,
@@ -98,6 +101,7 @@ from ._weighted_sum import band_outcome_noise, combine, query_value, weighted_su
 __all__ = [
     "ATTENUATION_CAP",
     "BANDS",
+    "COMMON_VARIANCE_BELOW",
     "DEFAULT_SPLIT",
     "DEFAULT_SPLIT_BINARY",
     "LINEARISED_FROM",
@@ -110,6 +114,7 @@ __all__ = [
     "correction_factors",
     "crude_difference",
     "dp_propensity",
+    "is_common_variance",
     "is_linearised",
     "linearised_factors",
     "plan_parts",
@@ -280,6 +285,9 @@ def _plan(
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
     band_sites, scales = cell_sites(shape, cell_parts, binary)  # binary: one histogram query
+    common = is_common_variance(n, total.epsilon, binary)
+    if common:  # the squares as one sum of the used cells' (a stage after the histogram)
+        band_sites, scales = band_sites[:1], scales[:2]
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
     last: dict[str, Any] = {}  # the exact band cells of the last model rows (stage 3 reads them)
 
@@ -294,6 +302,8 @@ def _plan(
     def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
         if binary:
             return {"histogram": outcome_histogram(c)}
+        if common:
+            return {"histogram": end_histogram(c)}
         return {"histogram": end_histogram(c), "squares": c.squares}
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -307,25 +317,37 @@ def _plan(
     public = public_constants(n, bound, bands, scales, binary=binary)
     noise_share = _noise_shares(lambda row: fitted(row)[0])
     stages = [Stage(band_sites, locs)]
+    later: list[NoiseSpec] = []  # chosen from the histogram: one stage after it
+    if common:
+        later.append(query_site(COMMON_SQUARES, cell_parts[1], n, 2 * bands))
+        public = dataclasses.replace(public, common_scale=later[-1].value_scale)
     sum_scale = None
     if p_q is not None:
-        sum_site = query_site("weighted_sum", p_q, n, 2 * bands)
-        sum_scale = sum_site.value_scale
+        later.append(query_site("weighted_sum", p_q, n, 2 * bands))
+        sum_scale = later[-1].value_scale
+    constants = public
 
-        def sum_locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
-            ws = weighted_sum(
-                public,
-                histogram_vectors(public, noisy),
-                attenuation_multiple(noise_share(noisy["model"])),
-            )
-            cells = cells_of(noisy["model"])
+    def later_locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        v = histogram_vectors(constants, noisy)
+        cells = cells_of(noisy["model"])
+        one = np.asarray(noisy["model"]).ndim == 1
+        out: dict[str, np.ndarray] = {}
+        if common:
+            squares = np.stack([c.squares * c.square_unit for c in cells])
+            counts = np.clip(np.asarray(v["counts"], dtype=np.float64), 0.0, float(n))
+            used = used_strata(constants, counts)
+            out.update(common_squares_value(constants, used, squares[0] if one else squares))
+        if p_q is not None:
+            ws = weighted_sum(constants, v, attenuation_multiple(noise_share(noisy["model"])))
             sums = np.stack([c.sums * c.sum_unit for c in cells])
             counts = np.stack([c.counts.astype(np.float64) for c in cells])
-            if np.asarray(noisy["model"]).ndim == 1:
+            if one:
                 sums, counts = sums[0], counts[0]
-            return {"weighted_sum": np.asarray(query_value(ws, sums, counts))[..., None]}
+            out["weighted_sum"] = np.asarray(query_value(ws, sums, counts))[..., None]
+        return out
 
-        stages.append(Stage((sum_site,), sum_locs))
+    if later:
+        stages.append(Stage(tuple(later), later_locs))
     return MechanismPlan(
         estimator="propensity",
         n=n,
@@ -339,7 +361,7 @@ def _plan(
         kept=("model",),  # the band definition a later balance table reads (model_fit)
         assemble=functools.partial(
             _assemble,
-            public,
+            constants,
             lambda row: fitted(row)[0],
             binary,
             is_linearised(n, p_m.epsilon),
@@ -561,6 +583,24 @@ LINEARISED_FROM = 750
 #: of a hundred levels, a weak propensity) keeps the factor, whose excess stands in for the
 #: model draw's part of the error there
 LINEARISED_SHARE = 0.2
+
+
+#: the site's ``N x epsilon`` below which the band cells' squares are one sum over the used
+#: cells and one within-cell variance serves both arms
+#: (:mod:`dpate_core.mechanisms.adjusted._common_squares`): there the cells' noise is most of the
+#: variance, and the squares' vector at their share left each arm's variance mostly noise (its
+#: stretch and clamp the larger part of the reported sampling variance); above it the arms'
+#: own variances, which a heteroscedastic outcome needs where sampling is most of the variance
+#: (docs/research/propensity.md, "One within-cell variance for both arms"). 1,500 is where
+#: ``"auto"`` gives the model a half of the budget instead of two fifths.
+COMMON_VARIANCE_BELOW = 1500
+
+
+def is_common_variance(n: int, epsilon: Number, binary: bool = False) -> bool:
+    """Whether the release reads one within-cell variance for both arms from one sum of the
+    used cells' squares (public: ``N``, the release's epsilon, exact, and a binary outcome's
+    mode, which has no squares)."""
+    return not binary and Fraction(n) * Fraction(epsilon) < COMMON_VARIANCE_BELOW
 
 
 def is_linearised(n: int, epsilon_model: Number) -> bool:
