@@ -334,10 +334,10 @@ class PredictionInputs:
     #: the outcome is 0 or ``B`` and the estimator releases in its binary-outcome mode (no sums
     #: of squares: the design's split has that mode's parts)
     binary: bool = False
-    #: subclassification reads one within-cell variance for both arms from one sum of the used
-    #: cells' squares (the propensity release's band cells below a public size:
-    #: ``dpate_core.mechanisms.propensity.is_common_variance``)
-    common_variance: bool = False
+    #: subclassification reads the used cells' squares as sums, ``"common"`` (one for both arms)
+    #: or ``"arms"`` (each arm's), not as their vector (None): the propensity release's band
+    #: cells (``dpate_core.mechanisms.propensity.squares_mode``)
+    squares_sums: str | None = None
 
     def parts(self) -> tuple[PrivacyParams, ...]:
         total = PrivacyParams(self.design.epsilon, self.design.delta)

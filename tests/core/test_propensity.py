@@ -136,8 +136,8 @@ def test_numeric_block_sensitivity_on_the_grid(n: int) -> None:
 
 @pytest.mark.parametrize("epsilon", [Fraction(1, 3), Fraction(4)])
 def test_budget_is_exact_and_scales_follow_sensitivities(epsilon) -> None:
-    # N x epsilon 167: the squares are one sum of the used cells' (._common_squares, a stage
-    # after the histogram, sensitivity B^2/4); 2,000: their vector (sensitivity B^2/2)
+    # N x epsilon 167: the squares are one sum of the used cells' (._squares_sums, a stage
+    # after the histogram, sensitivity B^2/4); 2,000: each arm's (a pair, L1 sensitivity B^2/2)
     from dpate_core.mechanisms._weighted_query import query_units
 
     rng = np.random.default_rng(1)
@@ -148,17 +148,19 @@ def test_budget_is_exact_and_scales_follow_sensitivities(epsilon) -> None:
     assert sum(p.epsilon for p in parts) == epsilon
     (model,) = plan.noise
     assert model.scale == parts[0].laplace_scale(model_sensitivity(COLUMNS, model_bits(500)))
-    k, m = grid_bits(500)
-    if epsilon < 3:
-        ((histogram,), (squares,)) = (st.sites for st in plan.stages)
-        assert squares.name == "common_squares" and squares.kind == "integer_laplace"
+    k, _ = grid_bits(500)
+    ((histogram,), (squares,)) = (st.sites for st in plan.stages)
+    assert squares.kind == "integer_laplace" and squares.unit == 2.0**-10
+    c = plan_constants(plan)
+    if epsilon < 3:  # one sum, its grid sensitivity
+        assert squares.name == "common_squares" and np.shape(squares.loc) == (1,)
         assert squares.scale == parts[2].laplace_scale(query_units(500, 10))
-        assert plan_constants(plan).common_scale == squares.value_scale
-    else:
-        ((histogram, squares),) = (st.sites for st in plan.stages)
-        assert squares.scale == parts[2].laplace_scale(2 ** (m - 1))
-        assert squares.value_scale >= 0.5 / float(parts[2].epsilon)
-        assert plan_constants(plan).common_scale is None
+        assert c.common_scale == squares.value_scale and c.arm_scale is None
+    else:  # a pair, twice it in L1
+        assert squares.name == "arm_squares" and np.shape(squares.loc) == (2,)
+        assert squares.scale == parts[2].laplace_scale(2 * query_units(500, 10))
+        assert c.arm_scale == squares.value_scale and c.common_scale is None
+    assert c.v_q == 0.0  # no squares' vector
     assert histogram.scale == parts[1].laplace_scale(2 ** (k + 1))  # 2 records' mass, grid units
     assert histogram.value_scale >= 2.0 / float(parts[1].epsilon)
 
@@ -193,7 +195,7 @@ def test_plan_accessors_read_what_the_assembly_holds() -> None:
         plan_weighting(plan)
 
 
-@pytest.mark.parametrize(("n", "squares"), [(400, "common_squares"), (2000, "squares")])
+@pytest.mark.parametrize(("n", "squares"), [(400, "common_squares"), (2000, "arm_squares")])
 def test_secure_draw_has_every_stage(n, squares) -> None:
     # below N x epsilon 1,500 the squares' sum is a third stage, chosen from the histogram
     rng = np.random.default_rng(2)
@@ -202,7 +204,7 @@ def test_secure_draw_has_every_stage(n, squares) -> None:
     noisy = draw_once(plan)
     assert set(noisy) == {"model", "histogram", squares}
     assert noisy["histogram"].shape == (20,)
-    assert np.shape(noisy[squares]) == ((1,) if squares == "common_squares" else (10,))
+    assert np.shape(noisy[squares]) == ((1,) if squares == "common_squares" else (2,))
     e = plan.estimate(noisy)
     assert e.resolved and -1 <= e.tau <= 1 and e.variance >= e.diagnostics["noise_variance"]
     assert e.diagnostics["model_variance"] >= 0
@@ -287,12 +289,14 @@ def _many(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
 def _cells(plan: Any, row: np.ndarray, noise: np.random.Generator | None, reps: int = 1) -> dict:
     """The band cells of the model draw ``row`` in assembly units, with ``reps`` fresh draws of
     the cells' Laplace noise at their public scales (none without ``noise``)."""
-    locs = plan.stages[0].locs({"model": row})
     v: dict[str, Any] = {"model": np.repeat(row[None, :], reps, axis=0) if noise else row}
-    for site in plan.stages[0].sites:
-        value = site.unit * np.asarray(locs[site.name], dtype=np.float64)
-        shape = (reps, value.size)
-        v[site.name] = value + noise.laplace(0.0, site.value_scale, shape) if noise else value
+    for stage in plan.stages:  # the histogram, then the squares' sums chosen from it
+        locs = stage.locs(v)
+        for site in stage.sites:
+            value = site.unit * np.asarray(locs[site.name], dtype=np.float64)
+            shape = value.shape if value.ndim == 2 else (reps, value.size)
+            drawn = value + noise.laplace(0.0, site.value_scale, shape) if noise else value
+            v[site.name] = drawn
     return v
 
 
@@ -595,8 +599,16 @@ def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
         k, m = grid_bits(n)
         counts, sums, squares = cells
         want = end_histogram(CellStatistics(counts, sums, squares, bound, k, m))
-        for name, value in (("histogram", want), ("squares", squares)):  # the vector's size
-            np.testing.assert_array_equal(got[name][0], value)
+        np.testing.assert_array_equal(got["histogram"][0], want)
+        # the squares' sums over the strata the noisy histogram uses, from the same grid values
+        from dpate_core.mechanisms.adjusted import squares_sums_value, used_strata
+
+        c = plan_constants(plan)
+        cnt = np.clip(histogram_vectors(c, noisy)["counts"][0], 0.0, n)
+        unit = CellStatistics(counts, sums, squares, bound, k, m).square_unit
+        expected = squares_sums_value(c, "arms", used_strata(c, cnt), squares * unit)
+        np.testing.assert_array_equal(plan.stages[1].locs(noisy)["arm_squares"][0],
+                                      expected["arm_squares"])  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -662,11 +674,11 @@ def test_auto_chooses_bands_and_model_share_from_the_smallest_declared_n(ns, ban
     choice = PROPENSITY.study_choice(None, 1, _sites(*ns))
     assert (choice.options.bands, choice.options.model_share) == (bands, share)
     assert choice.variant == f"K = {bands} bands, model share {share}"
-    # the default split gives the model its share and the band cells the rest as 9 : 1
+    # the default split gives the model its share and the band cells the rest as 29 : 1
     split = PROPENSITY.default_split(choice.options).shares
     assert split == tuple(Fraction(s) for s in model_share_split(share))
     assert split[0] == Fraction(share) and sum(split) == 1
-    assert split[1:] == tuple((1 - Fraction(share)) * Fraction(c, 10) for c in (9, 1))
+    assert split[1:] == tuple((1 - Fraction(share)) * Fraction(c, 30) for c in (29, 1))
     if None in ns or not ns:
         assert "not every site declares its record count n" in choice.reason
         assert "declare n for every site" in choice.reason
@@ -719,7 +731,7 @@ def test_below_the_threshold_two_fifths_to_the_model():
     choice = PROPENSITY.study_choice(None, 1, _sites(1000, 3000))
     fifths = tuple(map(Fraction, model_share_split("2/5")))
     assert PROPENSITY.default_split(choice.options).shares == fifths
-    assert fifths == (Fraction(2, 5), Fraction(27, 50), Fraction(3, 50))
+    assert fifths == (Fraction(2, 5), Fraction(29, 50), Fraction(1, 50))
     assert choice.options == PropensityOptions(BANDS, "2/5")
     # an unresolved "auto" (a plan made outside a study) plans as the rule's first row
     assert PROPENSITY.default_split(PropensityOptions()).shares == fifths
@@ -775,7 +787,7 @@ def test_declared_bands_and_share_are_kept_and_an_explicit_split_is_used_as_give
     assert declared.variant == "K = 5 bands, model share 1/4"
     assert declared.study_choice.reason.startswith("declared in the spec")
     assert declared.budget_split("a").shares == tuple(Fraction(s) for s in
-                                                     ("1/4", "27/40", "3/40"))  # fmt: skip
+                                                     ("1/4", "29/40", "1/40"))  # fmt: skip
     given = ["1/3", "1/2", "1/6"]
     explicit = spec(bands=7, budget_split=given)
     assert explicit.study_options.bands == 7  # declared K kept; the share is "auto"'s ...

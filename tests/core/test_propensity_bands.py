@@ -39,7 +39,7 @@ def _inputs(w, y, x, age) -> PlanInputs:
 def _stage_counts(plan, model) -> np.ndarray:
     """The band cells' counts the release noises: its two-end histogram's two ends' sum."""
     h = plan.stages[0].locs({"model": np.asarray(model)})["histogram"].astype(np.int64)
-    (site, _) = plan.stages[0].sites
+    site = plan.stages[0].sites[0]
     total = h[: h.size // 2] + h[h.size // 2 :]  # each record's mass is 1 / unit grid units
     return total // np.int64(round(1.0 / site.unit))
 

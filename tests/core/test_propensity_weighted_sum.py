@@ -93,7 +93,8 @@ def test_a_secure_release_has_three_stages_and_the_published_scale() -> None:
     rng = np.random.default_rng(2)
     w, y, z = _data(rng, 3000)
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1, split=WEIGHTED)
-    (site,) = plan.stages[1].sites
+    (squares, site) = plan.stages[1].sites  # each arm's squares' sum, chosen with it
+    assert squares.name == "arm_squares"
     assert (site.name, site.kind, site.unit) == (
         "weighted_sum",
         "integer_laplace",
@@ -103,7 +104,7 @@ def test_a_secure_release_has_three_stages_and_the_published_scale() -> None:
     assert site.scale == pytest.approx(query_units(3000, 10) / eps_q, rel=1e-15)
     assert site.scale >= query_units(3000, 10) / eps_q  # rounded up
     noisy = draw_once(plan)  # secure noise
-    assert set(noisy) == {"model", "histogram", "squares", "weighted_sum"}
+    assert set(noisy) == {"model", "histogram", "arm_squares", "weighted_sum"}
     assert noisy["weighted_sum"].shape == (1,)
     e = plan.estimate(noisy)
     assert e.resolved and -1 <= e.tau <= 1 and e.variance >= e.diagnostics["noise_variance"]
@@ -130,12 +131,16 @@ def _errors(split: tuple[str, ...], w: Any, y: Any, z: Any) -> tuple[float, floa
 
 def test_the_weighted_sum_narrows_a_continuous_outcome_and_reports_its_noise() -> None:
     """On a continuous outcome around the middle of its bound at 3,000 records: the release's
-    own error over its draws (model and cells; one data set) is smaller with the weighted sum,
-    and the reported noise and model variances cover it (within 0.8-1.6)."""
+    own error over its draws (model and cells; one data set) is no larger with the weighted sum,
+    and the reported noise and model variances cover it (within 0.8-1.6). (Below 0.85 of the
+    release without it until stop 51; since the band squares are sums of the used cells' at a
+    thirtieth of the cells' budget, the release without it is within 2% of it here, and the
+    weighted sum's intervals are 8-12% narrower on the Synth at 2,000-5,000 records per site:
+    docs/research/propensity.md, "The band squares as sums".)"""
     w, y, z = _data(np.random.default_rng(9), 3000)
     plain, plain_reported = _errors(PLAIN, w, y, z)
     weighted, reported = _errors(WEIGHTED, w, y, z)
-    assert weighted < 0.85 * plain
+    assert weighted <= plain
     assert 0.8 <= reported / weighted <= 1.6
     assert 0.8 <= plain_reported / plain <= 1.6
 

@@ -125,7 +125,7 @@ def test_dpate_run_releases_a_propensity_study_with_bounded_numeric_covariates(
         assert "resolved" not in est and np.isfinite(est["variance"])  # a resolved release
         assert est["estimator"] == "propensity" and est["n"] in (3000, 2500)
         # "auto" without a declared n: the rule's first row, two fifths to the model
-        assert est["budget_split"] == ["2/5", "27/50", "3/50"]
+        assert est["budget_split"] == ["2/5", "29/50", "1/50"]
         assert "model_variance" in est["diagnostics"]
         assert abs(est["tau"]) <= 1.0
         with PrivacyLedger(ledgers.format(site=site)) as ledger:

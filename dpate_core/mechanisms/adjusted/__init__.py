@@ -25,8 +25,6 @@ from dpate_core.mechanisms._estimator import (
 )
 from dpate_core.release import MechanismPlan
 
-from ._common_squares import COMMON_SQUARES
-from ._common_squares import query_value as common_squares_value
 from ._public import (
     MOSTLY_READ,
     MOSTLY_RESOLVES,
@@ -69,6 +67,10 @@ from ._release import (
     ratio_bias_remainder,
     resolve_weighting,
 )
+from ._squares_sums import ARM_SQUARES, COMMON_SQUARES
+from ._squares_sums import query_site as squares_sums_site
+from ._squares_sums import query_value as squares_sums_value
+from ._squares_sums import with_scale as with_sums_scale
 from ._weightings import (
     ESTIMANDS,
     FIELLER_BELOW,
@@ -88,6 +90,7 @@ from ._weightings import (
 
 __all__ = [
     "ADJUSTED",
+    "ARM_SQUARES",
     "AUTO_BIAS",
     "AUTO_RATIO",
     "COMMON_SQUARES",
@@ -122,7 +125,6 @@ __all__ = [
     "assemble_histogram",
     "assemble_subclassification",
     "cell_noise_scales",
-    "common_squares_value",
     "count_kept",
     "design_resolution",
     "dp_adjusted",
@@ -136,10 +138,13 @@ __all__ = [
     "ratio_bias_remainder",
     "read_share",
     "resolve_weighting",
+    "squares_sums_site",
+    "squares_sums_value",
     "study_queries",
     "study_weighting",
     "subclassification_linearisation",
     "used_strata",
+    "with_sums_scale",
 ]
 
 

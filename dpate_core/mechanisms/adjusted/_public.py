@@ -25,7 +25,6 @@ from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams, exact
 from dpate_core.statistics import COUNT_SENSITIVITY, histogram_scales
 
-from ._common_squares import COMMON_SQUARES
 from ._fe_queries import denominator_variance, query_weights
 from ._fe_squares import SQUARES, coefficients, query_variance
 from ._release import (
@@ -39,6 +38,8 @@ from ._release import (
     resolve_weighting,
     sum_epsilon,
 )
+from ._squares_sums import query_site as squares_sums_site
+from ._squares_sums import with_scale as with_sums_scale
 from ._weightings import (
     FIELLER_BELOW,
     INTERVAL_Z,
@@ -545,8 +546,8 @@ def _noisy_stretch(
 def _cell_constants(inp: PredictionInputs) -> PublicConstants:
     """The release's :class:`PublicConstants` at the plan's budget: the cells' histogram at the
     first part, the squares at the second (subclassification: their vector, or with
-    :attr:`~dpate_core.planning.PredictionInputs.common_variance` the used cells' squares as one
-    sum, :mod:`._common_squares`; fixed effects: their one query, :mod:`._fe_squares`; a binary
+    :attr:`~dpate_core.planning.PredictionInputs.squares_sums` the used cells' squares as sums,
+    :mod:`._squares_sums`; fixed effects: their one query, :mod:`._fe_squares`; a binary
     outcome: one part, its squares the counts times ``B^2/4``)."""
     b = inp.bound
     parts = inp.parts()
@@ -555,10 +556,10 @@ def _cell_constants(inp: PredictionInputs) -> PublicConstants:
     scales = [scale_n, b_s]
     if not binary:  # the squares' Laplace scale, sensitivity B^2/2 in outcome units
         scales.append(b * b / (2.0 * parts[1].epsilon_float))
-    if inp.common_variance:  # the used cells' squares as one sum (._common_squares)
-        site = query_site(COMMON_SQUARES, parts[1], inp.design.n, 2 * inp.domain_size)
+    if inp.squares_sums is not None:  # the used cells' squares as sums (._squares_sums)
+        site = squares_sums_site(inp.squares_sums, parts[1], inp.design.n, 2 * inp.domain_size)
         public = public_constants(inp.design.n, b, inp.domain_size, scales[:2])
-        return dataclasses.replace(public, common_scale=site.value_scale)
+        return with_sums_scale(public, inp.squares_sums, site.value_scale)
     public = public_constants(inp.design.n, b, inp.domain_size, scales, binary=binary)
     if binary:
         return public

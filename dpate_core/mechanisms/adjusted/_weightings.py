@@ -23,11 +23,12 @@ from dpate_core.intervals import normal_cdf
 from dpate_core.release import Outputs
 from dpate_core.statistics import histogram_cells
 
-from ._common_squares import COMMON_SQUARES, cell_squares, variance_noise
 from ._fe_queries import QueryWeights
 from ._fe_queries import combine as combine_queries
 from ._fe_squares import SquaresPart, arm_sums_part, clipped_squares, pooled_df
 from ._fe_squares import reading as squares_reading
+from ._squares_sums import ARM_SQUARES, COMMON_SQUARES, cell_squares, variance_noise
+from ._squares_sums import query_variance as sums_variance
 
 __all__ = [
     "ESTIMANDS",
@@ -125,8 +126,12 @@ class PublicConstants:
     squares_scale: float | None = None
     #: subclassification: the Laplace scale, in its normalised units, of the used cells' squares
     #: as one sum where the release reads one within-cell variance for both arms from it
-    #: (:mod:`._common_squares`; the propensity release below a public size); else None
+    #: (:mod:`._squares_sums`; the propensity release below a public size); else None
     common_scale: float | None = None
+    #: subclassification: the same of each arm's used cells' squares as one sum, where each arm
+    #: reads its own variance from its sum (:mod:`._squares_sums`; the propensity release from
+    #: that size); else None
+    arm_scale: float | None = None
 
 
 def histogram_vectors(c: PublicConstants, v: Mapping[str, Any]) -> dict[str, Any]:
@@ -569,8 +574,8 @@ def _used_cells(c: PublicConstants, v: Mapping[str, Any]) -> UsedCells:
     nt = np.where(usable, n_t, 1.0)
     nc = np.where(usable, n_c, 1.0)
     s_t, s_c = s[..., 1::2], s[..., 0::2]
-    if COMMON_SQUARES in v:  # one within-cell variance for both arms (._common_squares)
-        q_t, q_c = cell_squares(c, usable, (nt, nc), (s_t, s_c), v[COMMON_SQUARES])
+    if COMMON_SQUARES in v or ARM_SQUARES in v:  # the used cells' squares as sums
+        q_t, q_c = cell_squares(c, usable, (nt, nc), (s_t, s_c), v)
     elif "squares" in v:
         q = clipped_squares(c, v["squares"])
         q_t, q_c = q[..., 1::2], q[..., 0::2]
@@ -654,7 +659,7 @@ def subclassification_linearisation(
 def assemble_subclassification(c: PublicConstants, v: Mapping[str, Any]) -> Outputs:
     """The average effect over the patients of the strata where both treatments occur, from the
     three noisy vectors (clipped, :func:`_clipped_cells`; or one within-cell variance for
-    both arms, :mod:`._common_squares`): the strata whose noisy arm counts
+    both arms, :mod:`._squares_sums`): the strata whose noisy arm counts
     both reach ``min_count`` are used, each weighted by its noisy size over the size of the
     strata used (:func:`_used_size`: the public ``N`` where every stratum is used), less the
     ratio bias of the noisy arm means (:func:`_ratio_bias`),
@@ -791,7 +796,7 @@ def _pooled_variance_noise(
     narrows its spread and adds to its mean (:func:`_clamped_moments`)."""
     m2 = m * m
     per_cell = c.v_q + 4.0 * m2 * c.v_s + c.v_n * (c.q_per_count + m2) ** 2
-    noise = np.sum(usable * per_cell, axis=-1)
+    noise = np.sum(usable * per_cell, axis=-1) + sums_variance(c)  # each arm's sum, if queried
     df = pooled_df(usable, nn)
     value = raw[..., 0]
     sigma2 = noise / df**2 + 2.0 * np.clip(value, 0.0, c.max_var) ** 2 / df
@@ -807,7 +812,7 @@ def within_variance_noise(
     """``(variance, bias)`` of the sampling part's within-cell term ``a_t sigma_t^2 + a_c
     sigma_c^2`` as the release reads it (each arm's variance clamped at 0): each arm's pooled
     variance's own (:func:`_pooled_variance_noise`, independent), or where one variance serves
-    both arms (:attr:`PublicConstants.common_scale`, :mod:`._common_squares`) that one's, times
+    both arms (:attr:`PublicConstants.common_scale`, :mod:`._squares_sums`) that one's, times
     ``a_t + a_c``. ``arms``: ``((n_t, m_t, raw_t), (n_c, m_c, raw_c))``, the arms' counts,
     centred cell means and unclamped pooled variances ``(..., 1)``; the release's and the plan's
     (at its probabilities that each stratum is used)."""

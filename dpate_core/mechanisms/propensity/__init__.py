@@ -95,6 +95,7 @@ from ._release import (
     plan_propensity,
     plan_propensity_from_strata,
     residual_confounding_share,
+    squares_mode,
 )
 
 if TYPE_CHECKING:
@@ -166,6 +167,7 @@ __all__ = [
     "resolved_split",
     "simulated_releases",
     "split_covariates",
+    "squares_mode",
     "strata_bands",
     "study_bands",
     "study_weighted",
@@ -193,7 +195,7 @@ class PropensityOptions:
         default="auto",
         metadata={
             "doc": "the propensity model's share of a budget split left to the estimator's "
-            "default (the band cells' histogram and squares share the rest 9 : 1; a binary "
+            "default (the band cells' histogram and squares share the rest 29 : 1; a binary "
             "outcome's band-cell histogram takes it whole), e.g. '1/2', or 'auto': "
             f"chosen with bands (below n x epsilon = {AUTO_RULE[1][0]}, or some n not declared: "
             f"{AUTO_RULE[0][2]}); a site's own budget_split is used as given"

@@ -57,9 +57,10 @@ AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
     (10_000, 10, Fraction(1, 2)),
 )
 #: the band cells' two-end histogram (counts and centred sums as one query) and squares share the
-#: rest of the budget as 9 : 1 (21 + 33 : 6 of the three queries until stop 43; a binary
+#: rest of the budget as 29 : 1 since stop 51, the squares being sums of the used cells' (9 : 1
+#: with their vector until then; 21 + 33 : 6 of the three queries until stop 43; a binary
 #: outcome's band cells are one query, its histogram, at the whole of the rest)
-_CELL_PARTS = (9, 1)
+_CELL_PARTS = (29, 1)
 #: with the weighted sum (stop 46): the histogram, the squares and the weighted sum share the rest
 #: 4 : 1 : 5 (measured against 3 : 1 : 6, 5 : 1 : 4 and 4 : 0.5 : 5.5 at 2,000 and 5,000 records
 #: per site, docs/research/propensity.md, "The weighted sum")
@@ -73,7 +74,7 @@ def model_share_split(
     share: Fraction | str, binary: bool = False, weighted: bool = False
 ) -> tuple[str, ...]:
     """The three-part budget split with ``share`` to the model and the rest to the band cells as
-    :data:`~._release.DEFAULT_SPLIT` divides it (9 : 1); ``model_share_split("1/4")`` is
+    :data:`~._release.DEFAULT_SPLIT` divides it (29 : 1); ``model_share_split("1/4")`` is
     :data:`~._release.DEFAULT_SPLIT` exactly. ``binary``: the two-part split of a binary
     outcome (the model, then the band cells' histogram at the rest). ``weighted``: the four-part
     split of a release with the weighted sum, the rest shared 4 : 1 : 5 by the histogram, the

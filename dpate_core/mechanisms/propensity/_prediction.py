@@ -65,10 +65,10 @@ from ._release import (
     Quadratic,
     attenuation_multiple,
     correction_coefficients,
-    is_common_variance,
     is_linearised,
     linearised_factors,
     residual_confounding_share,
+    squares_mode,
 )
 from ._weighted_sum import band_outcome_noise, count_derivatives, weighted_sum
 
@@ -171,7 +171,7 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     return dataclasses.replace(
         inp,
         design=design,
-        common_variance=is_common_variance(d.n, d.epsilon, inp.binary),
+        squares_sums=squares_mode(d.n, d.epsilon, inp.binary),
         domain_size=bands,
         assumptions=assumptions,
         options=AdjustedOptions(weighting="subclassification"),

@@ -1,7 +1,7 @@
 """The propensity release (``"propensity"``): a DP propensity model, then subclassification on
 ``K`` bands of its index, pure epsilon-DP (``docs/research/propensity.md``, ``docs/explanation/privacy.md``).
 
-Two stages, three budget parts ``(eps_m, eps_h, eps_q)`` summing exactly to ``eps``:
+Three stages, three budget parts ``(eps_m, eps_h, eps_q)`` summing exactly to ``eps``:
 
 1. the model vector (:mod:`~dpate_core.mechanisms.propensity._model`; without the arm counts
    when a categorical covariate carries them), one Laplace vector query at scale
@@ -11,9 +11,15 @@ Two stages, three budget parts ``(eps_m, eps_h, eps_q)`` summing exactly to ``ep
    release's cell queries over the ``2 K`` (band, arm) cells: their two-end histogram
    ``Lap(2 / eps_h)`` over ``4 K`` bins (each record's unit mass split between its cell's two
    ends, ``1 - Y/B`` and ``Y/B``: L1 sensitivity 2; the counts and centred sums are
-   post-processing of it) and their centred squares ``Lap(B^2 / (2 eps_q))`` (the bands are a
-   partition fixed before this stage's noise, so one record is in one cell and the adjusted
-   release's sensitivities hold: ``(eps_h + eps_q, 0)``-DP for every fixed model).
+   post-processing of it) (the bands are a partition fixed before this stage's noise, so one
+   record is in one cell and the adjusted release's sensitivity holds: ``(eps_h, 0)``-DP for
+   every fixed model);
+3. given both, the centred squares summed over the used bands' cells, each arm's (L1
+   sensitivity ``B^2/2``) or below ``N x epsilon`` :data:`COMMON_VARIANCE_BELOW` one sum for
+   both arms (``B^2/4``), on the weighted-sum grid at ``eps_q``
+   (:mod:`dpate_core.mechanisms.adjusted._squares_sums`, :func:`squares_mode`; their vector
+   ``Lap(B^2 / (2 eps_q))`` in stage 2 until stop 51): ``(eps_q, 0)``-DP for every fixed
+   earlier output.
 
 A binary outcome (every value 0 or ``B``, ``binary=True``) releases the band cells as one
 vector query instead, the ``(band, arm, outcome)`` histogram ``Lap(2 / eps_c)`` over ``4 K``
@@ -22,12 +28,12 @@ bins (one record is in one bin: L1 sensitivity 2); the counts, centred sums and 
 then (docs/explanation/privacy.md, "A binary outcome: one histogram").
 
 With a split of four parts ``(eps_m, eps_h, eps_q, eps_w)`` (``weighted_sum = true``; not for a
-binary outcome) a third stage, chosen from the first two's outputs, releases the corrected
+binary outcome) the third stage, chosen from the first two's outputs, also releases the corrected
 estimate's outcome part as one scalar query (:mod:`~._weighted_sum`): ``(eps_w, 0)``-DP for every
 fixed earlier output; the estimate combines its reading with the histogram's.
 
-Adaptive sequential composition: stage 2 is chosen from stage 1's output only, so the release is
-``(eps_m + eps_h + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
+Adaptive sequential composition: each stage is chosen from the earlier ones' outputs only, so the
+release is ``(eps_m + eps_h + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
 :class:`dpate_core.release.Stage` draws stage 2 after stage 1). The estimate and its variance are
 the adjusted release's subclassification of the noisy band cells
 (:func:`dpate_core.mechanisms.adjusted.assemble_subclassification`), plus the variance the
@@ -36,7 +42,6 @@ model's noise adds (:func:`model_noise_variance`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -49,15 +54,16 @@ import numpy.typing as npt
 
 from dpate_core.mechanisms._weighted_query import query_site
 from dpate_core.mechanisms.adjusted import (
-    COMMON_SQUARES,
     Linearisation,
     PublicConstants,
     assemble_subclassification,
-    common_squares_value,
     histogram_vectors,
     public_constants,
+    squares_sums_site,
+    squares_sums_value,
     subclassification_linearisation,
     used_strata,
+    with_sums_scale,
 )
 from dpate_core.noise import Rng
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
@@ -121,13 +127,18 @@ __all__ = [
     "plan_propensity",
     "plan_propensity_from_strata",
     "residual_confounding_share",
+    "squares_mode",
 ]
 
+import os
+
+_ARMS = os.environ.get("DPATE_ARMS") == "1"
 #: Cochran's five subclasses (about 90% of one confounder's bias removed)
 BANDS = 5
 #: the model, then the band cells' two-end histogram (counts and centred sums as one query) and
-#: squares (docs/research/propensity.md; until stop 43 four parts, ``1/4, 21/80, 33/80, 3/40``)
-DEFAULT_SPLIT = ("1/4", "27/40", "3/40")
+#: squares, as sums of the used cells' since stop 51 (docs/research/propensity.md; ``1/4, 27/40,
+#: 3/40`` with their vector until then; until stop 43 four parts, ``1/4, 21/80, 33/80, 3/40``)
+DEFAULT_SPLIT = ("1/4", "29/40", "1/40")
 #: :data:`DEFAULT_SPLIT` for a binary outcome: the model, then the band cells' (band, arm,
 #: outcome) histogram, one query at the cells' three quarters
 DEFAULT_SPLIT_BINARY = ("1/4", "3/4")
@@ -285,8 +296,8 @@ def _plan(
     model_site = NoiseSpec("model", released, model_scale, "integer_laplace", unit=unit)
     shape = CellStatistics(*(np.zeros(2 * bands, np.int64),) * 3, bound, *grid)
     band_sites, scales = cell_sites(shape, cell_parts, binary)  # binary: one histogram query
-    common = is_common_variance(n, total.epsilon, binary)
-    if common:  # the squares as one sum of the used cells' (a stage after the histogram)
+    mode = squares_mode(n, total.epsilon, binary)
+    if mode is not None:  # the squares as sums of the used cells' (a stage after the histogram)
         band_sites, scales = band_sites[:1], scales[:2]
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
     last: dict[str, Any] = {}  # the exact band cells of the last model rows (stage 3 reads them)
@@ -302,9 +313,7 @@ def _plan(
     def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
         if binary:
             return {"histogram": outcome_histogram(c)}
-        if common:
-            return {"histogram": end_histogram(c)}
-        return {"histogram": end_histogram(c), "squares": c.squares}
+        return {"histogram": end_histogram(c)}
 
     def locs(noisy: Mapping[str, Any]) -> dict[str, np.ndarray]:
         many = np.asarray(noisy["model"]).ndim == 2
@@ -318,9 +327,9 @@ def _plan(
     noise_share = _noise_shares(lambda row: fitted(row)[0])
     stages = [Stage(band_sites, locs)]
     later: list[NoiseSpec] = []  # chosen from the histogram: one stage after it
-    if common:
-        later.append(query_site(COMMON_SQUARES, cell_parts[1], n, 2 * bands))
-        public = dataclasses.replace(public, common_scale=later[-1].value_scale)
+    if mode is not None:
+        later.append(squares_sums_site(mode, cell_parts[1], n, 2 * bands))
+        public = with_sums_scale(public, mode, later[-1].value_scale)
     sum_scale = None
     if p_q is not None:
         later.append(query_site("weighted_sum", p_q, n, 2 * bands))
@@ -332,11 +341,11 @@ def _plan(
         cells = cells_of(noisy["model"])
         one = np.asarray(noisy["model"]).ndim == 1
         out: dict[str, np.ndarray] = {}
-        if common:
+        if mode is not None:
             squares = np.stack([c.squares * c.square_unit for c in cells])
             counts = np.clip(np.asarray(v["counts"], dtype=np.float64), 0.0, float(n))
             used = used_strata(constants, counts)
-            out.update(common_squares_value(constants, used, squares[0] if one else squares))
+            out.update(squares_sums_value(constants, mode, used, squares[0] if one else squares))
         if p_q is not None:
             ws = weighted_sum(constants, v, attenuation_multiple(noise_share(noisy["model"])))
             sums = np.stack([c.sums * c.sum_unit for c in cells])
@@ -587,7 +596,7 @@ LINEARISED_SHARE = 0.2
 
 #: the site's ``N x epsilon`` below which the band cells' squares are one sum over the used
 #: cells and one within-cell variance serves both arms
-#: (:mod:`dpate_core.mechanisms.adjusted._common_squares`): there the cells' noise is most of the
+#: (:mod:`dpate_core.mechanisms.adjusted._squares_sums`): there the cells' noise is most of the
 #: variance, and the squares' vector at their share left each arm's variance mostly noise (its
 #: stretch and clamp the larger part of the reported sampling variance); above it the arms'
 #: own variances, which a heteroscedastic outcome needs where sampling is most of the variance
@@ -601,6 +610,17 @@ def is_common_variance(n: int, epsilon: Number, binary: bool = False) -> bool:
     used cells' squares (public: ``N``, the release's epsilon, exact, and a binary outcome's
     mode, which has no squares)."""
     return not binary and Fraction(n) * Fraction(epsilon) < COMMON_VARIANCE_BELOW
+
+
+def squares_mode(n: int, epsilon: Number, binary: bool = False) -> str | None:
+    """How the band cells' squares are released (public, :func:`is_common_variance`'s inputs):
+    ``"common"``, one sum over both arms' used cells below ``N x epsilon``
+    :data:`COMMON_VARIANCE_BELOW`; ``"arms"``, each arm's sum over its used cells, from it (since
+    stop 51; :mod:`dpate_core.mechanisms.adjusted._squares_sums`); None for a binary outcome,
+    whose squares follow from its histogram."""
+    if binary:
+        return None
+    return "common" if is_common_variance(n, epsilon) else "arms"
 
 
 def is_linearised(n: int, epsilon_model: Number) -> bool:

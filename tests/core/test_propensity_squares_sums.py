@@ -1,11 +1,12 @@
-"""One within-cell variance for both arms from one sum of the used band cells' squares
-(``adjusted._common_squares``, the propensity release below ``N x epsilon`` 1,500; stop 51): the
-query's sensitivity on neighbours, its reading without noise, its noise variance against its
-spread, the public rule, and the plan reading the same constants."""
+"""The band cells' squares as sums of the used cells' (``adjusted._squares_sums``, stop 51): one
+for both arms below ``N x epsilon`` 1,500 (one within-cell variance for both), each arm's from
+it. The queries' sensitivity on neighbours, their reading without noise, the common variance's
+noise against its spread, the public rule, and OpenDP's map of each site."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -13,12 +14,13 @@ import pytest
 
 from dpate_core.mechanisms._weighted_query import QUERY_BITS, query_units
 from dpate_core.mechanisms.adjusted import (
+    ARM_SQUARES,
     COMMON_SQUARES,
     histogram_vectors,
     plan_constants,
     used_strata,
 )
-from dpate_core.mechanisms.adjusted._common_squares import query_variance, variance_noise
+from dpate_core.mechanisms.adjusted._squares_sums import query_variance, variance_noise
 from dpate_core.mechanisms.adjusted._weightings import _used_cells
 from dpate_core.mechanisms.propensity import (
     COMMON_VARIANCE_BELOW,
@@ -29,6 +31,7 @@ from dpate_core.mechanisms.propensity import (
     plan_propensity,
     record_bands,
     split_covariates,
+    squares_mode,
 )
 from dpate_core.release import draw_many, draw_once, noise_free
 
@@ -63,70 +66,79 @@ def test_the_public_rule_and_the_sites() -> None:
     ):
         assert is_common_variance(600, eps) is common
         plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=eps)
-        expected = [["histogram"], [COMMON_SQUARES]] if common else [["histogram", "squares"]]
-        assert _names(plan) == [["model"], *expected]
-        assert (plan_constants(plan).common_scale is not None) is common
-    assert not is_common_variance(600, 1, binary=True)
+        sums = COMMON_SQUARES if common else ARM_SQUARES
+        assert _names(plan) == [["model"], ["histogram"], [sums]]
+        assert squares_mode(600, eps) == ("common" if common else "arms")
+        c = plan_constants(plan)
+        assert (c.common_scale is not None) is common and (c.arm_scale is not None) is not common
+    assert not is_common_variance(600, 1, binary=True) and squares_mode(600, 1, True) is None
     yb = (y > 0.5).astype(float)
     plan = plan_propensity(w, yb, z, COLUMNS, bound=1.0, epsilon=1, binary=True)
     assert _names(plan) == [["model"], ["histogram"]]
     assert COMMON_VARIANCE_BELOW == 1500
 
 
-def test_the_query_moves_by_at_most_its_sensitivity_on_neighbours() -> None:
+@pytest.mark.parametrize(
+    ("epsilon", "site", "entries"), [(1, COMMON_SQUARES, 1), (2, ARM_SQUARES, 2)]
+)
+def test_the_query_moves_by_at_most_its_sensitivity_on_neighbours(epsilon, site, entries) -> None:
     """With the model and the histogram held fixed, one record moved to every band the model
     gives, either arm, its outcome at either end of the bound or at its middle: the private
-    value (grid units) moves by at most the public sensitivity ``B^2/4``, and the worst pair
-    comes within 1% of it (a term at 0 in a used cell against one at ``B^2/4``)."""
+    values (grid units) move by at most the public sensitivity, ``B^2/4`` for the one sum and
+    ``B^2/2`` in L1 for the pair, and the worst pair of neighbours comes within 1% of it (a term
+    at 0 in a used cell against one at ``B^2/4``; for the pair, in the other arm's)."""
     n = 800
     w, y, z = _data(np.random.default_rng(5), n)
-    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=epsilon)
     noisy = draw_once(plan, np.random.default_rng(1))  # simulation noise for the earlier stages
-    fixed = {k: v for k, v in noisy.items() if k != COMMON_SQUARES}
-    fitted = model_fit(n, COLUMNS, Fraction(1), plan.shares.shares, 5)
+    fixed = {k: v for k, v in noisy.items() if k != site}
+    fitted = model_fit(n, COLUMNS, Fraction(epsilon), plan.shares.shares, 5)
     band = record_bands(*fitted(np.asarray(fixed["model"])), split_covariates(z, COLUMNS))
     cells = [(z[np.flatnonzero(band == b)[0]], arm, end)
              for b in np.unique(band) for arm in (0, 1) for end in (0.0, 0.5, 1.0)]  # fmt: skip
     assert len(cells) >= 12
 
-    def value(cell: tuple[np.ndarray, int, float]) -> float:
+    def value(cell: tuple[np.ndarray, int, float]) -> np.ndarray:
         w2, y2, z2 = w.copy(), y.copy(), z.copy()
         z2[0], w2[0], y2[0] = cell
-        other = plan_propensity(w2, y2, z2, COLUMNS, bound=1.0, epsilon=1)
-        return float(other.stages[1].locs(fixed)[COMMON_SQUARES][0])
+        other = plan_propensity(w2, y2, z2, COLUMNS, bound=1.0, epsilon=epsilon)
+        return np.asarray(other.stages[1].locs(fixed)[site], dtype=np.float64)
 
-    values = [value(cell) for cell in cells]
-    worst = max(values) - min(values)
-    assert worst <= query_units(n, 10)
-    assert worst >= 0.99 * (1 << QUERY_BITS)
+    values = np.array([value(cell) for cell in cells])
+    assert values.shape == (len(cells), entries)
+    worst = float(np.max(np.abs(values[:, None, :] - values[None, :, :]).sum(axis=-1)))
+    assert worst <= entries * query_units(n, 10)
+    assert worst >= 0.99 * entries * (1 << QUERY_BITS)
 
 
-def test_without_noise_it_reads_the_variance_pooled_over_both_arms() -> None:
-    """Noise-free, both arms read the within-cell variance pooled over both arms' used band
-    cells (their squared deviations from each cell's mean over ``sum (n - 1)``), computed here
-    from the records and the bands the model puts them in."""
+@pytest.mark.parametrize("epsilon", [1, 2])
+def test_without_noise_each_arm_reads_the_variance_of_its_sums(epsilon) -> None:
+    """Noise-free, on arms that spread differently (sd 0.08 and 0.16): below ``N x epsilon``
+    1,500 both arms read the within-cell variance pooled over both arms' used band cells (their
+    squared deviations from each cell's mean over ``sum (n - 1)``), from it each arm its own;
+    computed here from the records and the bands the model puts them in."""
     n = 1000
     w, y, z = _data(np.random.default_rng(7), n, sd=(0.08, 0.16))
-    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1)
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=epsilon)
     c = plan_constants(plan)
     v = noise_free(plan)
     u = _used_cells(c, histogram_vectors(c, v))
-    fitted = model_fit(n, COLUMNS, Fraction(1), plan.shares.shares, 5)
+    fitted = model_fit(n, COLUMNS, Fraction(epsilon), plan.shares.shares, 5)
     band = record_bands(*fitted(np.asarray(v["model"])), split_covariates(z, COLUMNS))
     used = np.flatnonzero(used_strata(c, np.clip(histogram_vectors(c, v)["counts"], 0, n)))
     assert used.size >= 2
-    dev, df = 0.0, 0
+    dev, df = np.zeros(2), np.zeros(2)
     for b in used:
         for arm in (0, 1):
             cell = y[(band == b) & (w == arm)]
-            dev += float(np.sum((cell - cell.mean()) ** 2))
-            df += cell.size - 1
-    pooled = dev / df
-    for q, s, nn in ((u.q_t, u.s_t, u.nt), (u.q_c, u.s_c, u.nc)):
-        arm = np.sum(np.where(u.usable, q - s * s / nn, 0.0)) / np.sum(
-            np.where(u.usable, nn - 1, 0)
-        )
-        assert arm == pytest.approx(pooled, rel=2e-3)  # the grid's rounding of the squares
+            dev[arm] += float(np.sum((cell - cell.mean()) ** 2))
+            df[arm] += cell.size - 1
+    assert dev[0] / df[0] < 0.5 * dev[1] / df[1]  # the arms do spread differently
+    want = [dev.sum() / df.sum()] * 2 if epsilon == 1 else list(dev / df)  # control, treated
+    for arm, (q, s, nn) in enumerate(((u.q_c, u.s_c, u.nc), (u.q_t, u.s_t, u.nt))):
+        dev_arm = np.sum(np.where(u.usable, q - s * s / nn, 0.0))
+        got = dev_arm / np.sum(np.where(u.usable, nn - 1, 0))
+        assert got == pytest.approx(want[arm], rel=2e-3)  # the grid's rounding of the squares
 
 
 def test_the_reported_noise_of_the_common_variance_matches_its_spread() -> None:
@@ -160,18 +172,20 @@ def test_the_reported_noise_of_the_common_variance_matches_its_spread() -> None:
     assert query_variance(c) / (df_t + df_c) ** 2 < 0.1 * v_q * int(mask.sum()) / df_t**2
 
 
-def test_opendp_own_privacy_map_agrees_with_the_squares_part() -> None:
-    # an independent check of the accounting: OpenDP's Laplace measurement at the query's scale
-    # (grid units) maps its sensitivity (B^2/4 on the grid, with the float margin) to the
-    # squares' part of epsilon
+@pytest.mark.parametrize(("epsilon", "entries"), [(Fraction(7, 10), 1), (Fraction(7, 2), 2)])
+def test_opendp_own_privacy_map_agrees_with_the_squares_part(epsilon, entries) -> None:
+    # an independent check of the accounting: OpenDP's vector Laplace measurement at the site's
+    # scale (grid units) maps its L1 sensitivity (B^2/4 on the grid with the float margin, for
+    # each entry a record can move) to the squares' part of epsilon
     from dpate_core.noise import _samplers as noise
 
     dp, _ = noise._opendp()
     w, y, z = _data(np.random.default_rng(2), 500)
-    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=Fraction(7, 10))
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=epsilon)
     (site,) = plan.stages[1].sites
+    assert np.shape(site.loc) == (entries,)
     part = plan.shares.apply(plan.total)[2]
     measurement = dp.m.make_laplace(*noise._opendp_vector(), scale=site.scale)
-    spent = measurement.map(float(query_units(500, 10)))
-    assert spent <= float(part.epsilon)
+    spent = measurement.map(float(entries * query_units(500, 10)))
+    assert spent <= math.nextafter(float(part.epsilon), math.inf)  # OpenDP rounds its map up
     assert spent == pytest.approx(float(part.epsilon), rel=1e-12)
