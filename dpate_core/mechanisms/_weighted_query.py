@@ -45,12 +45,15 @@ def query_units(n: int, cells: int) -> int:
     return (1 << QUERY_BITS) + query_margin(n, cells)
 
 
-def query_site(name: str, part: PrivacyParams, n: int, cells: int) -> NoiseSpec:
+def query_site(name: str, part: PrivacyParams, n: int, cells: int, entries: int = 1) -> NoiseSpec:
     """The query's noise site: one entry (its value is computed later, a
     :class:`~dpate_core.release.Stage`'s), exact discrete Laplace at :func:`query_units` over
-    the part's epsilon (rounded up), read in units of the normalised value."""
-    scale = part.laplace_scale(query_units(n, cells))
-    return NoiseSpec(name, np.zeros(1), scale, "integer_laplace", unit=math.ldexp(1.0, -QUERY_BITS))
+    the part's epsilon (rounded up), read in units of the normalised value. ``entries`` values
+    of which one record moves each by at most its normalised sensitivity 1 (the propensity
+    release's two arms' squares' sums): L1 sensitivity ``entries`` times :func:`query_units`."""
+    scale = part.laplace_scale(entries * query_units(n, cells))
+    unit = math.ldexp(1.0, -QUERY_BITS)
+    return NoiseSpec(name, np.zeros(entries), scale, "integer_laplace", unit=unit)
 
 
 def on_grid(normalised: Any) -> Any:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpate_core.mechanisms._weighted_query import QUERY_BITS, on_grid, query_units
+from dpate_core.mechanisms._weighted_query import on_grid
+from dpate_core.mechanisms._weighted_query import query_site as weighted_query_site
 from dpate_core.privacy import PrivacyParams
 from dpate_core.release import NoiseSpec
 
@@ -64,15 +65,10 @@ SITES = {"common": COMMON_SQUARES, "arms": ARM_SQUARES}
 
 def query_site(mode: str, part: PrivacyParams, n: int, cells: int) -> NoiseSpec:
     """The sums' noise site at the squares' budget part (``mode``: ``"common"`` or ``"arms"``):
-    exact discrete Laplace on the weighted-sum grid, in units of ``B^2/4``, at the grid's
-    sensitivity :func:`~dpate_core.mechanisms._weighted_query.query_units` for the one sum and
-    twice it for the pair (L1: a record leaves one arm's sum and joins the other's), over the
-    part's epsilon. Public: ``N``, the number of cells and the part."""
-    units = query_units(n, cells)
-    size, sensitivity = (1, units) if mode == "common" else (2, 2 * units)
-    scale = part.laplace_scale(sensitivity)
-    unit = 2.0**-QUERY_BITS
-    return NoiseSpec(SITES[mode], np.zeros(size), scale, "integer_laplace", unit=unit)
+    the weighted-sum grid's (:func:`~dpate_core.mechanisms._weighted_query.query_site`), values
+    in units of ``B^2/4``, one entry for the one sum and two for the pair (L1: a record leaves
+    one arm's sum and joins the other's). Public: ``N``, the number of cells and the part."""
+    return weighted_query_site(SITES[mode], part, n, cells, 1 if mode == "common" else 2)
 
 
 def with_scale(c: PublicConstants, mode: str, scale: float) -> PublicConstants:
