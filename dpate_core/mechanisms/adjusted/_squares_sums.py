@@ -39,7 +39,7 @@ from dpate_core.mechanisms._weighted_query import query_site as weighted_query_s
 from dpate_core.privacy import PrivacyParams
 from dpate_core.release import NoiseSpec
 
-from ._fe_squares import pooled_df
+from ._fe_squares import clipped_squares, pooled_df
 
 if TYPE_CHECKING:
     from ._weightings import PublicConstants
@@ -111,12 +111,12 @@ def cell_squares(
     s_t, s_c = sums
     mean_t = np.where(usable, s_t * s_t / nt, 0.0)
     mean_c = np.where(usable, s_c * s_c / nc, 0.0)
-    if COMMON_SQUARES in v:
-        big_q = c.max_var * np.asarray(v[COMMON_SQUARES], dtype=np.float64)[..., 0]
+    if COMMON_SQUARES in v:  # (the sums clipped as the vector was: |Q| <= N B^2/4)
+        big_q = clipped_squares(c, c.max_var * np.asarray(v[COMMON_SQUARES], np.float64))[..., 0]
         df = pooled_df(usable, nt) + pooled_df(usable, nc)
         sigma_t = sigma_c = ((big_q - np.sum(mean_t + mean_c, axis=-1)) / df)[..., None]
     else:
-        pair = c.max_var * np.asarray(v[ARM_SQUARES], dtype=np.float64)
+        pair = clipped_squares(c, c.max_var * np.asarray(v[ARM_SQUARES], dtype=np.float64))
         sigma_t = ((pair[..., 1] - np.sum(mean_t, axis=-1)) / pooled_df(usable, nt))[..., None]
         sigma_c = ((pair[..., 0] - np.sum(mean_c, axis=-1)) / pooled_df(usable, nc))[..., None]
     return (

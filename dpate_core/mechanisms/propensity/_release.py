@@ -130,9 +130,6 @@ __all__ = [
     "squares_mode",
 ]
 
-import os
-
-_ARMS = os.environ.get("DPATE_ARMS") == "1"
 #: Cochran's five subclasses (about 90% of one confounder's bias removed)
 BANDS = 5
 #: the model, then the band cells' two-end histogram (counts and centred sums as one query) and
@@ -600,7 +597,7 @@ LINEARISED_SHARE = 0.2
 #: variance, and the squares' vector at their share left each arm's variance mostly noise (its
 #: stretch and clamp the larger part of the reported sampling variance); above it the arms'
 #: own variances, which a heteroscedastic outcome needs where sampling is most of the variance
-#: (docs/research/propensity.md, "One within-cell variance for both arms"). 1,500 is where
+#: (docs/research/propensity.md, "The band squares as sums"). 1,500 is where
 #: ``"auto"`` gives the model a half of the budget instead of two fifths.
 COMMON_VARIANCE_BELOW = 1500
 
