@@ -722,8 +722,9 @@ def variance_terms(splits: int = 10, models: int = 20, cells: int = 20) -> None:
 
 def model_split(share: str, binary: bool = False) -> tuple[str, ...]:
     """The budget split with ``share`` to the model and the rest split as ``DEFAULT_SPLIT``'s
-    band cells (21 : 33 : 6; ``binary``: the binary-outcome mode's counts and sums, 21 : 33):
-    the release's own (:func:`model_share_split`)."""
+    band cells (the histogram and the squares' sums 29 : 1 since stop 51; ``binary``: the
+    binary-outcome mode's histogram, the whole rest): the release's own
+    (:func:`model_share_split`)."""
     return model_share_split(share, binary)
 
 

@@ -41,7 +41,7 @@ def _data(
 
 
 def test_the_split_and_the_parts() -> None:
-    assert WEIGHTED == ("1/2", "1/5", "1/20", "1/4")  # the rest 4 : 1 : 5
+    assert WEIGHTED == ("1/2", "9/40", "1/40", "1/4")  # the rest 9 : 1 : 10
     opts = PropensityOptions(weighted_sum=True)
     assert PROPENSITY.part_names(opts) == (
         "propensity model",

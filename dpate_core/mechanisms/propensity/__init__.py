@@ -207,7 +207,7 @@ class PropensityOptions:
         metadata={
             "doc": "also release the corrected estimate's outcome part as one weighted-sum "
             "query, whose noise does not grow with the bands (the budget left after the model "
-            "shared 4 : 1 : 5 by the band cells' histogram, their squares and the weighted sum; "
+            "shared 9 : 1 : 10 by the band cells' histogram, their squares and the weighted sum; "
             "a budget_split then has four parts): for a continuous outcome whose values lie away "
             "from the bound's ends measured 5-24% narrower per site from n x epsilon "
             f"{WEIGHTED_FROM} (12-13% at 2,000, 24% at 10,000 with ten bands; under strong "

@@ -62,9 +62,11 @@ AUTO_RULE: tuple[tuple[int, int, Fraction], ...] = (
 #: outcome's band cells are one query, its histogram, at the whole of the rest)
 _CELL_PARTS = (29, 1)
 #: with the weighted sum (stop 46): the histogram, the squares and the weighted sum share the rest
-#: 4 : 1 : 5 (measured against 3 : 1 : 6, 5 : 1 : 4 and 4 : 0.5 : 5.5 at 2,000 and 5,000 records
-#: per site, docs/research/propensity.md, "The weighted sum")
-_WEIGHTED_CELL_PARTS = (4, 1, 5)
+#: 9 : 1 : 10 since stop 51, the squares being sums (4 : 1 : 5 until then, measured against
+#: 3 : 1 : 6, 5 : 1 : 4 and 4 : 0.5 : 5.5 at 2,000 and 5,000 records per site; 14 : 1 : 15 reads
+#: the same as 9 : 1 : 10; docs/research/propensity.md, "The weighted sum", "The band squares as
+#: sums")
+_WEIGHTED_CELL_PARTS = (9, 1, 10)
 #: from this smallest ``n x epsilon`` among a study's sites the weighted sum was measured narrower
 #: (continuous outcomes away from the bound's ends, epsilon 1; wider at 1,000 records per site)
 WEIGHTED_FROM = 1500
@@ -77,7 +79,7 @@ def model_share_split(
     :data:`~._release.DEFAULT_SPLIT` divides it (29 : 1); ``model_share_split("1/4")`` is
     :data:`~._release.DEFAULT_SPLIT` exactly. ``binary``: the two-part split of a binary
     outcome (the model, then the band cells' histogram at the rest). ``weighted``: the four-part
-    split of a release with the weighted sum, the rest shared 4 : 1 : 5 by the histogram, the
+    split of a release with the weighted sum, the rest shared 9 : 1 : 10 by the histogram, the
     squares and the weighted sum (a binary outcome has none). Raises ``ValueError`` unless ``0 <
     share < 1``."""
     m = Fraction(share)
