@@ -4,6 +4,7 @@ paths agreeing, the estimate without noise against a hand computation, and its c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -213,11 +214,12 @@ def test_secure_draw_has_every_stage(n, squares) -> None:
 
 def test_residual_confounding_share_and_the_published_shared_sd() -> None:
     """Cochran's table (64, 79, 86, 90, 92% of a normal confounder's bias removed by 2-6
-    equal subclasses); the release publishes ``c_K (1 + k) |gap|`` as its shared sd, in its
-    variance, and a report whose shared sd is negative or above its variance is implausible."""
+    equal subclasses); the release publishes ``r (1 + k) |gap|`` as its shared sd, ``r`` its
+    model's residual multiple (its bands of equal overlap mass at this size), in its variance,
+    and a report whose shared sd is negative or above its variance is implausible."""
     from dataclasses import replace
 
-    from dpate_core.mechanisms.propensity import residual_confounding_share
+    from dpate_core.mechanisms.propensity import plan_parts, residual_confounding_share
 
     table = [residual_confounding_share(k) for k in (2, 3, 4, 5, 6)]
     assert table == pytest.approx([0.36, 0.21, 0.14, 0.10, 0.08], abs=0.007)
@@ -227,13 +229,19 @@ def test_residual_confounding_share_and_the_published_shared_sd() -> None:
     w, y, z = _data(rng, 3000)
     y = np.clip(y + 0.3 * z[:, 0] / 3, 0, 1)  # an outcome the first covariate moves: confounding
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=2)
-    e = plan.estimate(draw_once(plan))
+    noisy = draw_once(plan)
+    e = plan.estimate(noisy)
     g = e.diagnostics
     rho = g["model_noise_share"]
     gap = math.sqrt(g["model_variance"]) / rho
     k = min(rho / (1 - rho), 1.0)
+    model = plan_parts(plan).fit(np.asarray(noisy["model"]))
+    assert model.overlap  # N x epsilon_model 1,500
+    r = model.residual_multiple(5)
+    c5 = residual_confounding_share(5)
+    assert c5 / (1 - c5) * 0.99 < r < 0.5  # at least equal bands' c / (1 - c)
     assert g["shared_sd"] > 0
-    assert g["shared_sd"] == pytest.approx(residual_confounding_share(5) * (1 + k) * gap)
+    assert g["shared_sd"] == pytest.approx(r * (1 + k) * gap)
     assert e.variance >= g["noise_variance"] + g["model_variance"] + g["shared_sd"] ** 2
     assert PROPENSITY.plausible(e, PROPENSITY.make_options(), 12) == []
     for bad in (-0.1, 2.0, math.sqrt(e.variance) * 1.01):
@@ -430,7 +438,8 @@ def test_noise_free_estimate_is_subclassification_on_the_model_bands() -> None:
     w, y, z = _data(rng, 3000)
     g = model_bits(3000)
     exact = model_statistics(w, z, COLUMNS, g) * 2.0**-g
-    model = fit_model(exact, COLUMNS, g, 3000, 1.0)
+    # the release's bands at this size are of equal overlap mass (overlap_bands)
+    model = dataclasses.replace(fit_model(exact, COLUMNS, g, 3000, 1.0), overlap=True)
     band = np.searchsorted(model.edges(5), model.index(z))
     by_hand = sum(
         np.mean(band == b) * (y[(band == b) & (w == 1)].mean() - y[(band == b) & (w == 0)].mean())
@@ -595,6 +604,7 @@ def test_columnar_passes_equal_the_checked_passes(n: int) -> None:
         got = plan.stages[0].locs({"model": noisy["model"]})
         smoothing = max(1.0, plan.noise[0].scale * 2.0**-g)
         model = fit_model(with_arm_counts(noisy["model"][0], columns), columns, g, n, smoothing)
+        model = dataclasses.replace(model, overlap=True)  # the release's bands at eps 10^6
         _, cells = _reference(w, y, ref_z, columns, model, bound)
         k, m = grid_bits(n)
         counts, sums, squares = cells

@@ -7,6 +7,7 @@ records, no new draw."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from dpate_core.privacy import BudgetSplit, Number, PrivacyParams
 
+from ._band_edges import overlap_bands
 from ._fit import PropensityModel, fit_model
 from ._model import (
     Categorical,
@@ -38,7 +40,8 @@ def model_fit(
 ) -> Callable[[npt.ArrayLike], tuple[PropensityModel, np.ndarray]]:
     """Stage 2's post-processing of a noisy model vector (in outcome units: the ``"model"``
     value of a draw): the fitted model and its ``bands - 1`` inner band edges, from public
-    constants only (``N``, the columns, the release's epsilon and split, ``K``). The release
+    constants only (``N``, the columns, the release's epsilon and split, ``K``; from them
+    whether the bands are of equal overlap mass, :func:`~._band_edges.overlap_bands`). The release
     bands its records with it, and a later covariate-balance table bands them with the same
     function of the recorded vector (no refit on records, no new draw)."""
     g = model_bits(n)
@@ -47,10 +50,13 @@ def model_fit(
     # the pseudo-count: the count noise scale, in counts
     smoothing = max(1.0, p_m.laplace_scale(model_sensitivity(columns, g)) * math.ldexp(1.0, -g))
     k = int(bands)
+    overlap = overlap_bands(n, p_m.epsilon)
 
     def fitted(noisy: npt.ArrayLike) -> tuple[PropensityModel, np.ndarray]:
         row = np.asarray(noisy, dtype=np.float64)
         model = fit_model(with_arm_counts(row, columns), columns, g, n, smoothing)
+        if overlap:
+            model = dataclasses.replace(model, overlap=True)
         return model, model.edges(k)
 
     return fitted

@@ -5,9 +5,9 @@ Arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
 of its smoothed noisy arm frequencies; per numeric covariate the linear discriminant term
 ``u (m_1 - m_0) / s^2 - (m_1^2 - m_0^2) / (2 s^2)`` from the noisy arm means and pooled variance.
 The index of a record is the sum of its terms (:meth:`PropensityModel.index`); the public band
-edges are the ``k / K`` quantiles of the index under the model's own distribution (per arm a normal
-with the summed per-covariate means and variances, mixed by the noisy arm shares:
-:meth:`PropensityModel.edges`).
+edges are the ``k / K`` quantiles of the arms' overlap density under the model's own distribution
+(per arm a normal with the summed per-covariate means and variances, weighted by the noisy arm
+shares: :meth:`PropensityModel.edges`, :mod:`._band_edges`).
 
 The noise share (:attr:`PropensityModel.noise_share`, what the attenuation correction reads) is the
 share of the index's variance that is model noise *across* the true index. Per covariate ``j``
@@ -33,6 +33,7 @@ import numpy as np
 
 from dpate_core.intervals import normal_cdf
 
+from ._band_edges import band_edges, residual_confounding_share, residual_multiple
 from ._model import Categorical, Column
 
 __all__ = ["PropensityModel", "fit_model"]
@@ -55,6 +56,10 @@ class PropensityModel:
     #: method at the noisy point, over the model's distribution of records; module docstring),
     #: in [0, 1]
     noise_share: float = 0.0
+    #: whether its bands are of equal overlap mass (public: ``N x epsilon_model`` from
+    #: :data:`~._band_edges.OVERLAP_FROM`, :func:`~._band_edges.overlap_bands`; set by
+    #: :func:`~._bands.model_fit`) or equally filled
+    overlap: bool = False
 
     def index(self, z: np.ndarray) -> np.ndarray:
         """The linear index of records ``z`` (``(N, p)``; numeric columns as values)."""
@@ -69,8 +74,12 @@ class PropensityModel:
         return eta
 
     def edges(self, bands: int) -> np.ndarray:
-        """The ``bands - 1`` inner edges: the ``k / bands`` quantiles of the index's model
+        """The ``bands - 1`` inner edges: where :attr:`overlap`, the ``k / bands`` quantiles of
+        the arms' overlap density under the model's distribution
+        (:func:`~._band_edges.band_edges`); else the ``k / bands`` quantiles of the index's model
         distribution (two normals mixed by the arm shares), read off its cdf on a fine grid."""
+        if self.overlap:
+            return band_edges(self.means, self.variances, bands)
         share = min(max(self.arm_share, 1e-6), 1 - 1e-6)
         sds = np.sqrt(np.maximum(self.variances, 1e-12))
         grid = np.linspace(np.min(self.means - 8 * sds), np.max(self.means + 8 * sds), 1025)
@@ -78,6 +87,17 @@ class PropensityModel:
         cdf = cdf + share * normal_cdf((grid - self.means[1]) / sds[1])
         levels = np.arange(1, bands) / bands
         return np.asarray(np.interp(levels, cdf, grid), dtype=np.float64)
+
+    def residual_multiple(self, bands: int) -> float:
+        """The shared sd's multiple of the confounding the corrected estimate removes: where
+        :attr:`overlap`, what its ``bands`` leave of a confounder linear in the index over what
+        they remove, under its distribution (:func:`~._band_edges.residual_multiple`); else
+        Cochran's share for ``bands`` equally filled bands
+        (:func:`~._band_edges.residual_confounding_share`), as until stop 52."""
+        if not self.overlap:
+            return residual_confounding_share(bands)
+        edges = self.edges(bands)
+        return float(residual_multiple(self.means, self.variances, self.arm_share, edges))
 
 
 def fit_model(

@@ -29,6 +29,13 @@ import numpy as np
 
 from dpate_core.privacy import BudgetSplit
 
+from ._band_edges import (
+    band_edges,
+    mixture_edges,
+    overlap_bands,
+    residual_confounding_share,
+    residual_multiple,
+)
 from ._model import (
     Categorical,
     Column,
@@ -210,16 +217,19 @@ def simulated_releases(
     draws: int = OCCUPANCY_DRAWS,
     moments: tuple[tuple[float, float], ...] = (),
     shares: tuple[tuple[float, ...], ...] = (),
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(fractions, noise shares)`` of simulated model releases (:func:`occupancy_fractions`):
-    ``(draws, K)``, each band's share of the records, and ``(draws,)``, the noise share each
-    release reports, the model's index noise across the true index
-    (:attr:`FittedModels.even_along` taken off) over ``index_variance`` (the true index's) plus
-    the spread the model's noise gives its index. The models are :func:`fitted_models`; the
+    overlap: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(fractions, noise shares, residual multiples)`` of simulated model releases
+    (:func:`occupancy_fractions`): ``(draws, K)``, each band's share of the records, and
+    ``(draws,)``, the noise share each release reports, the model's index noise across the true
+    index (:attr:`FittedModels.even_along` taken off) over ``index_variance`` (the true index's)
+    plus the spread the model's noise gives its index, and the shared sd's multiple each reads
+    (:attr:`FittedModels.residual`). The models are :func:`fitted_models`; the
     records' index is normal with the assumed covariates' mean and variance of the fitted
     terms (``moments``: each numeric covariate's ``(mean, variance)`` of ``u``, default
     :func:`numeric_moments`'; ``shares``: each categorical covariate's level shares, default
-    :func:`level_shares`'). Seeded: the same plan every time."""
+    :func:`level_shares`'; ``overlap``: the release's bands, :func:`~._band_edges.overlap_bands`).
+    Seeded: the same plan every time."""
     columns = assumed_column_specs(levels, p_num)
     moments = moments or numeric_moments(p_num)
     shares = shares or level_shares(levels)
@@ -228,13 +238,14 @@ def simulated_releases(
     rng = np.random.default_rng(_OCCUPANCY_SEED)
     exact = released_part(stats, columns)
     noisy = with_arm_counts(exact + rng.laplace(0.0, scale, (draws, exact.size)), columns)
-    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, moments, shares)
+    fit = fitted_models(noisy, columns, n, max(1.0, scale), bands, moments, shares, overlap)
     across = fit.index_noise - fit.even_along
     noise_share = np.clip(across / (index_variance + fit.model_spread), 0.0, 1.0)
     sd = np.sqrt(np.maximum(fit.record_variance, 1e-12))
     cdf = _phi((fit.edges - fit.record_mean[:, None]) / sd[:, None])
     ones = np.ones((draws, 1))
-    return np.diff(np.concatenate([0.0 * ones, cdf, ones], axis=1), axis=1), noise_share
+    fractions = np.diff(np.concatenate([0.0 * ones, cdf, ones], axis=1), axis=1)
+    return fractions, noise_share, fit.residual
 
 
 class FittedModels(NamedTuple):
@@ -260,6 +271,9 @@ class FittedModels(NamedTuple):
     #: ``(R,)``: the mean and variance of the index of records as the plan assumes them
     record_mean: np.ndarray
     record_variance: np.ndarray
+    #: ``(R,)``: what the bands leave of the confounding over what they remove, under the
+    #: model's distribution (:meth:`~._fit.PropensityModel.residual_multiple`)
+    residual: np.ndarray
 
 
 def fitted_models(
@@ -270,12 +284,14 @@ def fitted_models(
     bands: int,
     moments: Sequence[tuple[float, float]] = (),
     shares: Sequence[Sequence[float]] = (),
+    overlap: bool = False,
 ) -> FittedModels:
     """:func:`~._fit.fit_model` and its band edges for every row of ``noisy`` (``(R, W)``
     model vectors in counts and sums of ``u``), vectorised over the rows; and the index of
     records whose categorical levels have the shares ``shares`` (default equally common) and
     whose numeric ``u`` has, per numeric column, the ``(mean, variance)`` of ``moments``
-    (default :func:`numeric_moments`')
+    (default :func:`numeric_moments`'); ``overlap``: the bands of equal overlap mass
+    (:func:`~._band_edges.overlap_bands`), else equally filled
     (``fit_model(row).noise_share`` is ``min(1, max(index_noise - along, 0) /
     model_spread)``)."""
     v = np.asarray(noisy, dtype=np.float64)
@@ -334,31 +350,16 @@ def fitted_models(
             rec_var += slope * slope * spread
     model_spread = (1 - arm_share) * variances[:, 0] + arm_share * variances[:, 1]
     model_spread += arm_share * (1 - arm_share) * (means[:, 1] - means[:, 0]) ** 2
-    edges = _model_edges(means, variances, arm_share, bands)
+    if overlap:
+        edges = band_edges(means, variances, bands)
+        residual = residual_multiple(means, variances, arm_share, edges)
+    else:
+        edges = mixture_edges(means, variances, arm_share, bands)
+        residual = np.full(draws, residual_confounding_share(bands))
     along = np.where(signal > 0.0, along / np.where(signal > 0.0, signal, 1.0), 0.0)
     return FittedModels(
-        edges, index_noise, along, even / max(dof, 1), model_spread, rec_mean, rec_var
+        edges, index_noise, along, even / max(dof, 1), model_spread, rec_mean, rec_var, residual
     )
-
-
-def _model_edges(
-    means: np.ndarray, variances: np.ndarray, share: np.ndarray, bands: int
-) -> np.ndarray:
-    """:meth:`~._fit.PropensityModel.edges` of many models at once: the ``k / K`` quantiles of
-    the model's index distribution (two normals mixed by the arm shares), by bisection between
-    the same outer limits."""
-    share = np.clip(share, 1e-6, 1 - 1e-6)[:, None]
-    sds = np.sqrt(np.maximum(variances, 1e-12))
-    lo = np.repeat(np.min(means - 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    hi = np.repeat(np.max(means + 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    levels = np.arange(1, bands) / bands
-    for _ in range(36):
-        mid = 0.5 * (lo + hi)
-        cdf = (1 - share) * _phi((mid - means[:, :1]) / sds[:, :1])
-        cdf = cdf + share * _phi((mid - means[:, 1:]) / sds[:, 1:])
-        below = cdf < levels
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return np.asarray(0.5 * (lo + hi), dtype=np.float64)
 
 
 def stated_fractions(occupancy: float, bands: int) -> np.ndarray:
@@ -408,7 +409,7 @@ def check_occupancy(inp: PredictionInputs) -> None:
         )
 
 
-def simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
+def simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`simulated_releases` at the plan's public inputs."""
     levels, p_num = assumed_columns(inp)
     eps_m = float(inp.design.epsilon * budget_shares(inp)[0])
@@ -418,7 +419,7 @@ def simulated(inp: PredictionInputs) -> tuple[np.ndarray, np.ndarray]:
     shares = level_shares(levels, inp.assumptions.level_shares)
     return simulated_releases(
         inp.design.n, a, levels, p_num, eps_m, bands, assumed_index_variance(inp), moments=moments,
-        shares=shares,
+        shares=shares, overlap=overlap_bands(inp.design.n, eps_m),
     )  # fmt: skip
 
 

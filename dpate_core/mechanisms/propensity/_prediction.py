@@ -48,6 +48,7 @@ from dpate_core.mechanisms.adjusted import (
 )
 from dpate_core.privacy import PrivacyParams
 
+from ._band_edges import overlap_bands
 from ._model import count_sensitivity
 from ._occupancy import (
     assumed_column_specs,
@@ -128,7 +129,12 @@ def predicted_noise_share(inp: PredictionInputs) -> tuple[float, float]:
 
 
 def band_counts(
-    n: int, arm_share: float, index_noise: float, bands: int, index_variance: float = 1.0
+    n: int,
+    arm_share: float,
+    index_noise: float,
+    bands: int,
+    index_variance: float = 1.0,
+    overlap: bool = False,
 ) -> tuple[Any, Any]:
     """The assumed ``(treated, control)`` counts of the ``K`` bands (module docstring, step 2):
     the true index ``eta ~ N(mu, s^2)`` (``s^2`` ``index_variance``, ``mu`` such that
@@ -148,17 +154,19 @@ def band_counts(
     cond_mean = mu + (s2 / total) * (observed - mu)
     cond_var = s2 * max(index_noise, 0.0) / total
     e = 1.0 / (1.0 + np.exp(-cond_mean / np.sqrt(1.0 + math.pi * cond_var / 8.0)))
-    band = (np.arange(grid) * bands) // grid
-    share = np.bincount(band, weights=e, minlength=bands) / np.bincount(band, minlength=bands)
-    per_band = n / bands
-    treated = per_band * share
-    return treated, per_band - treated
+    # each band an equal share of the records' weights (with ``overlap``, sqrt(e (1 - e)))
+    weight = np.sqrt(e * (1.0 - e)) if overlap else np.ones(grid)
+    mass = (np.cumsum(weight) - weight / 2.0) / weight.sum()
+    band = np.minimum((mass * bands).astype(np.int64), bands - 1)
+    treated = n / grid * np.bincount(band, weights=e, minlength=bands)
+    return treated, n / grid * np.bincount(band, minlength=bands) - treated
 
 
 def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
     """The adjusted subclassification's prediction inputs on the ``K`` bands with the band
     cells' share of the budget (the model's share spent first) and the bands' assumed counts
-    (:func:`band_counts`, equally filled bands; :func:`_parts` refills them per release)."""
+    (:func:`band_counts`, the bands the release draws; :func:`_parts` refills them per
+    release)."""
     d = inp.design
     shares = budget_shares(inp)
     cells = shares[1:3] if len(shares) == 4 else shares[1:]  # the weighted sum: apart
@@ -176,9 +184,10 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
         assumptions=assumptions,
         options=AdjustedOptions(weighting="subclassification"),
         strata_counts=band_counts(
-            d.n, inp.assumptions.arm_share, index_noise, bands, assumed_index_variance(inp)
+            d.n, inp.assumptions.arm_share, index_noise, bands, assumed_index_variance(inp),
+            overlap_bands(d.n, d.epsilon * shares[0]),
         ),
-    )
+    )  # fmt: skip
 
 
 def _factor(rho: Any) -> Any:
@@ -297,12 +306,17 @@ def _model_variance(inp: PredictionInputs, rho: Any, sampling: float, gap: float
     return rho * rho * (c * c + sampling + gap)
 
 
-def _shared_sd(inp: PredictionInputs, rho: Any, sampling: float, gap: float) -> Any:
-    """The shared sd the release reports, ``c_K (1 + k) |gap|`` at the root of the expected
-    ``gap^2`` (:func:`_model_variance`'s; ``c_K`` :func:`~._release.residual_confounding_share`)."""
+def _shared_sd(
+    inp: PredictionInputs, rho: Any, sampling: float, gap: float, residual: Any = None
+) -> Any:
+    """The shared sd the release reports, ``r (1 + k) |gap|`` at the root of the expected
+    ``gap^2`` (:func:`_model_variance`'s; ``r`` each simulated release's residual multiple,
+    :meth:`~._fit.PropensityModel.residual_multiple`, or, without them, Cochran's ``c_K`` for
+    equally filled bands: :func:`~._band_edges.residual_confounding_share`)."""
     c = inp.assumptions.confounding
-    k_share = residual_confounding_share(bands_of(inp.options))
-    return k_share * np.sqrt(_factor(rho)) * math.sqrt(c * c + sampling + gap)
+    if residual is None:
+        residual = residual_confounding_share(bands_of(inp.options))
+    return residual * np.sqrt(_factor(rho)) * math.sqrt(c * c + sampling + gap)
 
 
 def released_variance(
@@ -313,6 +327,7 @@ def released_variance(
     gap: float,
     coefficients: tuple[Quadratic, Quadratic] | None = None,
     removed: tuple[Any, Any] = (0.0, 0.0),
+    residual: Any = None,
 ) -> tuple[Any, Any, Any]:
     """``(sampling, noise, shared sd)`` of the released estimate from the band subclassification's:
     the one place the prediction mirrors the release's variance
@@ -327,13 +342,13 @@ def released_variance(
     band cells hold every band; where bands often go unused, as at a few hundred records, the
     noise the prediction reads is smaller than theirs); a release with it reads the model
     variance's gap with its own noise taken out (the gap noise is then 0 there) and the shared
-    sd's as without it."""
+    sd's as without it. ``residual``: the releases' residual multiples (:func:`_shared_sd`)."""
     f_s = f_n = _factor(rho)
     model_gap = 0.0 if weighted_epsilon(inp) is not None else gap
     d = inp.design
     if coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
         f_s, f_n = linearised_factors(coefficients, np.asarray(rho))
-    shared = _shared_sd(inp, rho, sampling, gap)
+    shared = _shared_sd(inp, rho, sampling, gap, residual)
     taken, lam = removed
     noisy = noise * f_n - np.minimum(taken, lam * noise * f_n)
     noisy = noisy + _model_variance(inp, rho, sampling, model_gap) + shared**2
@@ -380,7 +395,7 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
     assert base.strata_counts is not None
     treated, control = base.strata_counts
     treated_share = treated / np.maximum(treated + control, 1e-300)
-    fractions, shares = simulated(inp)
+    fractions, shares, residual = simulated(inp)
     stated = inp.assumptions.band_occupancy
     if stated is not None:
         fractions = stated_fractions(stated, bands_of(inp.options))
@@ -397,7 +412,9 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
         n = float(base.design.n)
         cells = (n * row * treated_share, n * row * (1.0 - treated_share))
         removed = weighted_removal(inp, base, cells, shares[group])
-        s, e, b = released_variance(inp, shares[group], sampling, noise, gap, coefficients, removed)
+        s, e, b = released_variance(
+            inp, shares[group], sampling, noise, gap, coefficients, removed, residual[group]
+        )
         out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e, b])
     p_mean = float(out[:, 0].mean())
     kept = out[:, 0] > 0

@@ -46,7 +46,6 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from statistics import NormalDist
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -85,6 +84,7 @@ from dpate_core.statistics import (
     outcome_histogram,
 )
 
+from ._band_edges import residual_confounding_share
 from ._bands import model_fit, strata_bands
 from ._columnar import band_columns, power_of_two_inverse, run_chunks
 from ._fit import PropensityModel
@@ -321,7 +321,7 @@ def _plan(
         return {k: (np.stack(v) if many else v[0]) for k, v in out.items()}
 
     public = public_constants(n, bound, bands, scales, binary=binary)
-    noise_share = _noise_shares(lambda row: fitted(row)[0])
+    readings = _model_readings(lambda row: fitted(row)[0], bands)
     stages = [Stage(band_sites, locs)]
     later: list[NoiseSpec] = []  # chosen from the histogram: one stage after it
     if mode is not None:
@@ -344,7 +344,7 @@ def _plan(
             used = used_strata(constants, counts)
             out.update(squares_sums_value(constants, mode, used, squares[0] if one else squares))
         if p_q is not None:
-            ws = weighted_sum(constants, v, attenuation_multiple(noise_share(noisy["model"])))
+            ws = weighted_sum(constants, v, attenuation_multiple(readings(noisy["model"])[0]))
             sums = np.stack([c.sums * c.sum_unit for c in cells])
             counts = np.stack([c.counts.astype(np.float64) for c in cells])
             if one:
@@ -376,17 +376,20 @@ def _plan(
     )
 
 
-def _noise_shares(
-    fit: Callable[[np.ndarray], PropensityModel],
-) -> Callable[[Any], Any]:
-    """The noise share of each noisy model row (a scalar for one row): post-processing."""
+def _model_readings(
+    fit: Callable[[np.ndarray], PropensityModel], bands: int
+) -> Callable[[Any], tuple[Any, Any]]:
+    """The noise share and the residual multiple (:meth:`PropensityModel.residual_multiple`)
+    of each noisy model row (scalars for one row): post-processing."""
 
-    def shares(model: Any) -> Any:
+    def readings(model: Any) -> tuple[Any, Any]:
         rows = np.asarray(model, dtype=np.float64)
-        out = np.array([fit(row).noise_share for row in np.atleast_2d(rows)])
-        return out if rows.ndim == 2 else out[0]
+        fits = [fit(row) for row in np.atleast_2d(rows)]
+        share = np.array([m.noise_share for m in fits])
+        multiple = np.array([m.residual_multiple(bands) for m in fits])
+        return (share, multiple) if rows.ndim == 2 else (share[0], multiple[0])
 
-    return shares
+    return readings
 
 
 def _assemble(
@@ -409,8 +412,8 @@ def _assemble(
     (:func:`_with_weighted_sum`), else None."""
     v = histogram_vectors(c, v)
     out = assemble_subclassification(c, v)
-    share = _noise_shares(fit)(v["model"])
-    tau, factor, extra, shared = attenuation_correction(c, v, share, out.tau)
+    share, residual = _model_readings(fit, c.n_strata)(v["model"])
+    tau, factor, extra, shared = attenuation_correction(c, v, share, out.tau, residual)
     d = dict(out.diagnostics)
     unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
     rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
@@ -427,7 +430,7 @@ def _assemble(
         raw = out.raw_variance * factor
     if sum_scale is not None:
         tau, extra, shared, change = _with_weighted_sum(
-            c, v, (tau, lin, rho), linearised, sum_scale
+            c, v, (tau, lin, rho), linearised, sum_scale, residual
         )
         d["noise_variance"] = d["noise_variance"] + change
         variance, raw = variance + change, raw + change
@@ -446,6 +449,7 @@ def _with_weighted_sum(
     estimate: tuple[Any, Linearisation, Any],
     linearised: bool,
     sum_scale: float,
+    residual: Any,
 ) -> tuple[Any, Any, Any, Any]:
     """The third stage's reading combined in (:mod:`._weighted_sum`): ``(corrected estimate,
     model variance, shared sd, change of the noise variance)``. The outcome part's noise moves
@@ -473,7 +477,7 @@ def _with_weighted_sum(
     # bias the sites share is what it covers, and without the gap's noise in it the combined
     # intervals under-covered strong confounding (0.92-0.93 at 1,500-2,000 records per site)
     gap2 = np.maximum(gap * gap - comb.gap_noise, 0.0)
-    shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
+    shared = residual * (1.0 + k) * np.abs(gap)
     return comb.tau, rho * rho * gap2, shared, change
 
 
@@ -503,30 +507,13 @@ def plan_parts(plan: MechanismPlan) -> PlanParts:
     return PlanParts(*assembly.args)
 
 
-@functools.lru_cache(maxsize=64)
-def residual_confounding_share(bands: int) -> float:
-    """The share of a confounder's bias that subclassification on ``K`` equally filled bands of
-    it leaves (Cochran 1968; a normal confounder, the outcome linear in it): ``1 - K sum_k
-    (phi(a_{k-1}) - phi(a_k))^2``, ``a_k`` the standard normal's ``k / K`` quantile, the share of
-    its variance the band means do not explain. 0.36, 0.21, 0.14, 0.10, 0.08 for ``K`` = 2-6
-    (Cochran's 64-92% removed), 0.041 for 10. Public: a function of ``K`` only."""
-    if not 1 <= int(bands) <= 1000:
-        raise ValueError(f"bands ({bands}) must be a whole number in [1, 1000]")
-    k = int(bands)
-    normal = NormalDist()
-    a = [normal.inv_cdf(j / k) for j in range(1, k)]
-    density = [0.0, *(normal.pdf(x) for x in a), 0.0]
-    explained = k * math.fsum((density[j] - density[j + 1]) ** 2 for j in range(k))
-    return max(0.0, 1.0 - explained)
-
-
 #: the attenuation correction's largest multiple of the adjustment (a model that is at least
 #: half noise is not extrapolated further)
 ATTENUATION_CAP = 1.0
 
 
 def attenuation_correction(
-    c: PublicConstants, v: Mapping[str, Any], share: Any, tau: Any
+    c: PublicConstants, v: Mapping[str, Any], share: Any, tau: Any, residual: Any = None
 ) -> tuple[Any, Any, Any, Any]:
     """``(corrected tau, variance factor, model variance, shared sd)`` from noisy values only.
 
@@ -543,9 +530,14 @@ def attenuation_correction(
     of the confounding the noisy index captures moves by about ``rho``), is added. A noise-free
     model changes nothing.
 
-    The shared sd: bands of even the exact index leave a share ``c_K`` of the confounding
-    (:func:`residual_confounding_share`, 0.10 for five), about ``c_K (1 + k) |gap|`` (``(1 + k)
-    gap`` the confounding the corrected estimate removes). It is a bias of the same sign at every
+    The shared sd: bands of even the exact index leave a share ``c`` of the confounding, about
+    ``r (1 + k) |gap|`` (``(1 + k) gap`` the confounding the corrected estimate removes).
+    ``residual``: ``r`` of each release's model (:meth:`PropensityModel.residual_multiple`):
+    from :data:`~._band_edges.OVERLAP_FROM`, what its bands of equal overlap mass leave over what
+    they remove, ``c / (1 - c)`` under its own distribution (0.12-0.15 for five bands on the
+    synthetic study, mild to strong confounding); below,
+    and without it, Cochran's ``c_K`` for ``K`` equally filled bands
+    (:func:`residual_confounding_share`, 0.10 for five). It is a bias of the same sign at every
     site of a study, which combining does not average out: the release adds its square to the
     variance and publishes it (``diagnostics["shared_sd"]``) for the combiners
     (``dpate_core.aggregation.shared_term``). Measured in docs/research/propensity.md."""
@@ -553,7 +545,9 @@ def attenuation_correction(
     gap = np.where(np.isfinite(tau), crude - np.nan_to_num(tau), 0.0)
     rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
     k = attenuation_multiple(rho)
-    shared = residual_confounding_share(c.n_strata) * (1.0 + k) * np.abs(gap)
+    if residual is None:
+        residual = residual_confounding_share(c.n_strata)
+    shared = residual * (1.0 + k) * np.abs(gap)
     return tau - k * gap, (1.0 + k) ** 2, (rho * gap) ** 2, shared
 
 
