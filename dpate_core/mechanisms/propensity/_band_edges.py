@@ -17,7 +17,7 @@ What bands of an index leave of a confounder linear in it (Cochran 1968): the sh
 variance within the bands, ``c = 1 - sum_b p_b (mu_b - mu)^2 / sigma^2`` (``p_b``, ``mu_b`` the
 band's mass and mean, ``mu``, ``sigma^2`` the whole distribution's), under the records'
 distribution, the mixture. Equally filled bands of a normal give Cochran's table (0.10 for five;
-:func:`~._release.residual_confounding_share`). The bands remove ``1 - c`` of the confounding
+:func:`residual_confounding_share`). The bands remove ``1 - c`` of the confounding
 ``C`` and leave ``c C``; the gap the release sees is what they removed, so what they leave is
 ``c / (1 - c)`` times it (:func:`residual_multiple`). All of it is a function of the model's
 fitted means, variances and arm share (post-processing of the noisy model vector) and of ``K``.
@@ -38,7 +38,6 @@ from dpate_core.intervals import normal_cdf
 __all__ = [
     "OVERLAP_FROM",
     "band_edges",
-    "mixture_edges",
     "overlap_bands",
     "residual_confounding_share",
     "residual_multiple",
@@ -54,7 +53,8 @@ OVERLAP_FROM = 750
 
 def overlap_bands(n: int, epsilon_model: float | Fraction) -> bool:
     """Whether a release of ``n`` records whose model has ``epsilon_model`` bands its records by
-    equal overlap mass (:func:`band_edges`) rather than equally filled (:func:`mixture_edges`):
+    equal overlap mass (:func:`band_edges`) rather than equally filled (the mixture's quantiles,
+    :meth:`~._fit.PropensityModel.edges`):
     public, ``N`` and the model's epsilon, exact."""
     return Fraction(n) * Fraction(epsilon_model) >= OVERLAP_FROM
 
@@ -80,27 +80,6 @@ def band_edges(means: npt.ArrayLike, variances: npt.ArrayLike, bands: int) -> np
     normal = NormalDist()
     z = np.array([normal.inv_cdf(j / bands) for j in range(1, int(bands))], dtype=np.float64)
     return np.asarray(centre[..., None] + sd[..., None] * z, dtype=np.float64)
-
-
-def mixture_edges(
-    means: npt.ArrayLike, variances: npt.ArrayLike, share: npt.ArrayLike, bands: int
-) -> np.ndarray:
-    """The ``K - 1`` inner edges of ``K`` equally filled bands of every model (``(R, 2)``,
-    ``(R, 2)``, ``(R,)``; out ``(R, K - 1)``): the ``k / K`` quantiles of the model's mixture of
-    the arms' normals, by bisection between 8 sds either side of the arms' means."""
-    m, v = np.asarray(means, dtype=np.float64), np.asarray(variances, dtype=np.float64)
-    pi = np.clip(np.asarray(share, dtype=np.float64), 1e-6, 1 - 1e-6)[:, None]
-    sds = np.sqrt(np.maximum(v, 1e-12))
-    lo = np.repeat(np.min(m - 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    hi = np.repeat(np.max(m + 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    levels = np.arange(1, bands) / bands
-    for _ in range(36):
-        mid = 0.5 * (lo + hi)
-        cdf = (1 - pi) * normal_cdf((mid - m[:, :1]) / sds[:, :1])
-        cdf = cdf + pi * normal_cdf((mid - m[:, 1:]) / sds[:, 1:])
-        below = cdf < levels
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return np.asarray(0.5 * (lo + hi), dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=64)

@@ -5,9 +5,10 @@ Arm log-odds ``log(n_1 / n_0)``; per categorical level the log ratio
 of its smoothed noisy arm frequencies; per numeric covariate the linear discriminant term
 ``u (m_1 - m_0) / s^2 - (m_1^2 - m_0^2) / (2 s^2)`` from the noisy arm means and pooled variance.
 The index of a record is the sum of its terms (:meth:`PropensityModel.index`); the public band
-edges are the ``k / K`` quantiles of the arms' overlap density under the model's own distribution
-(per arm a normal with the summed per-covariate means and variances, weighted by the noisy arm
-shares: :meth:`PropensityModel.edges`, :mod:`._band_edges`).
+edges are the ``k / K`` quantiles of the index under the model's own distribution (per arm a normal
+with the summed per-covariate means and variances, mixed by the noisy arm shares), or, from the
+public size :data:`~._band_edges.OVERLAP_FROM`, of the arms' overlap density under it
+(:meth:`PropensityModel.edges`, :mod:`._band_edges`).
 
 The noise share (:attr:`PropensityModel.noise_share`, what the attenuation correction reads) is the
 share of the index's variance that is model noise *across* the true index. Per covariate ``j``
