@@ -124,14 +124,14 @@ def test_the_tails_are_wider_where_the_arms_part() -> None:
 
 
 def test_the_switch_is_public_and_exact() -> None:
-    """From ``N x epsilon_model`` 750 the bands are of equal overlap mass, below it equally
+    """From ``N x epsilon_model`` 400 the bands are of equal overlap mass, below it equally
     filled (and the shared sd Cochran's share): read from ``N`` and the split only."""
-    assert OVERLAP_FROM == 750
-    assert overlap_bands(750, 1) and not overlap_bands(749, 1)
-    assert overlap_bands(1500, Fraction(1, 2)) and not overlap_bands(1499, Fraction(1, 2))
+    assert OVERLAP_FROM == 400
+    assert overlap_bands(400, 1) and not overlap_bands(399, 1)
+    assert overlap_bands(1000, Fraction(2, 5)) and not overlap_bands(999, Fraction(2, 5))
     rng = np.random.default_rng(5)
-    for n, split, want in ((3000, ("1/4", "29/40", "1/40"), True),
-                           (2999, ("1/4", "29/40", "1/40"), False)):  # fmt: skip
+    for n, split, want in ((1600, ("1/4", "29/40", "1/40"), True),
+                           (1599, ("1/4", "29/40", "1/40"), False)):  # fmt: skip
         w, y, z, cols = _strong(rng, n)
         plan = plan_propensity(w, y, z, cols, bound=1.0, epsilon=1, split=split)
         model = plan_parts(plan).fit(draw_many(plan, rng, 1)["model"][0])
