@@ -321,7 +321,7 @@ def _plan(
         return {k: (np.stack(v) if many else v[0]) for k, v in out.items()}
 
     public = public_constants(n, bound, bands, scales, binary=binary)
-    readings = _model_readings(lambda row: fitted(row)[0], bands)
+    noise_share = _per_row(lambda row: fitted(row)[0], lambda m: m.noise_share)
     stages = [Stage(band_sites, locs)]
     later: list[NoiseSpec] = []  # chosen from the histogram: one stage after it
     if mode is not None:
@@ -344,7 +344,7 @@ def _plan(
             used = used_strata(constants, counts)
             out.update(squares_sums_value(constants, mode, used, squares[0] if one else squares))
         if p_q is not None:
-            ws = weighted_sum(constants, v, attenuation_multiple(readings(noisy["model"])[0]))
+            ws = weighted_sum(constants, v, attenuation_multiple(noise_share(noisy["model"])))
             sums = np.stack([c.sums * c.sum_unit for c in cells])
             counts = np.stack([c.counts.astype(np.float64) for c in cells])
             if one:
@@ -376,18 +376,16 @@ def _plan(
     )
 
 
-def _model_readings(
-    fit: Callable[[np.ndarray], PropensityModel], bands: int
-) -> Callable[[Any], tuple[Any, Any]]:
-    """The noise share and the residual multiple (:meth:`PropensityModel.residual_multiple`)
-    of each noisy model row (scalars for one row): post-processing."""
+def _per_row(
+    fit: Callable[[np.ndarray], PropensityModel], read: Callable[[PropensityModel], Any]
+) -> Callable[[Any], Any]:
+    """``read`` of the fitted model of each noisy model row (one value for one row; a last axis
+    where ``read`` gives several): post-processing."""
 
-    def readings(model: Any) -> tuple[Any, Any]:
+    def readings(model: Any) -> Any:
         rows = np.asarray(model, dtype=np.float64)
-        fits = [fit(row) for row in np.atleast_2d(rows)]
-        share = np.array([m.noise_share for m in fits])
-        multiple = np.array([m.residual_multiple(bands) for m in fits])
-        return (share, multiple) if rows.ndim == 2 else (share[0], multiple[0])
+        out = np.array([read(fit(row)) for row in np.atleast_2d(rows)])
+        return out if rows.ndim == 2 else out[0]
 
     return readings
 
@@ -412,7 +410,9 @@ def _assemble(
     (:func:`_with_weighted_sum`), else None."""
     v = histogram_vectors(c, v)
     out = assemble_subclassification(c, v)
-    share, residual = _model_readings(fit, c.n_strata)(v["model"])
+    # each row's noise share and residual multiple (PropensityModel.residual_multiple)
+    read = _per_row(fit, lambda m: (m.noise_share, m.residual_multiple(c.n_strata)))
+    share, residual = np.moveaxis(read(v["model"]), -1, 0)
     tau, factor, extra, shared = attenuation_correction(c, v, share, out.tau, residual)
     d = dict(out.diagnostics)
     unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
