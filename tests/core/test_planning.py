@@ -584,6 +584,28 @@ def test_dpate_plan_command_reads_only_the_spec():
         assert res.exit_code == 2 and "--arm-share" in res.output, bad
 
 
+def test_propensity_plan_notes_the_sites_whose_variance_keeps_the_factor():
+    """A site whose release keeps the correction's factor ``(1 + k)^2`` on its variance (``N x
+    epsilon_model`` below 750, public) is named in the plan's note that its interval carries an
+    allowance, conservative where there is no confounding to remove; a site at the size is not,
+    and a study with none has no such note."""
+    from dpate_core.mechanisms.propensity import LINEARISED_FROM, model_share_split
+
+    split = tuple(Fraction(x) for x in model_share_split("2/5"))
+    n_at = int(LINEARISED_FROM / split[0])  # 1,875 records: the model's 750 exactly
+
+    def notes(*sizes: int) -> list[str]:
+        designs = [SiteDesign.of(f"s{n}", n, 1, 0, split, 3) for n in sizes]
+        plan = plan_study("propensity", "inverse_variance", designs, domain_size=6, bound=1.0,
+                          recommend=False, covariate_sizes=(3, 2), bounded_covariates=1)  # fmt: skip
+        return [n for n in plan.notes if "(1 + k)^2" in n]
+
+    (note,) = notes(n_at - 1, n_at, 600)
+    assert note.startswith(f"the intervals at s{n_at - 1}, s600 (N x epsilon_model below 750)")
+    assert "conservative" in note and "strong confounding" in note
+    assert notes(n_at, 4000) == []
+
+
 def test_dpate_plan_reads_a_propensity_spec_with_bounded_numeric_covariates(tmp_path):
     import json
 
