@@ -308,6 +308,5 @@ def allowance_notes(sites: Sequence[Any]) -> list[str]:
         "under strong confounding it is what makes them cover; on sites of 240-370 records with "
         "none to remove (IHDP's and Lalonde's) the reported variance was 2.8-3.3 times the "
         "realised squared error and the intervals covered 0.97-1.00, so there an interval is "
-        "conservative "
-        "(docs/research/propensity.md, 'The corrected estimate's own delta method')"
+        "conservative (docs/research/propensity.md, 'The corrected estimate's own delta method')"
     ]
