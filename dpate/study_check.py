@@ -49,6 +49,7 @@ __all__ = [
     "design_notes",
     "ledger_init_line",
     "not_ready_error",
+    "reading_notes",
     "respend_text",
 ]
 
@@ -160,12 +161,24 @@ def check_study(
 
 
 def design_notes(spec: StudySpec) -> list[str]:
-    """The estimator's own notes on the study's design (``Estimator.describe``), as ``dpate
-    plan`` gives them at the ``n`` every site declares and the plan's default assumptions
-    (every stratum filled evenly, treated share 0.5); what questions the estimate's validity is
+    """The estimator's own notes on the study's design (``Estimator.describe``) and on how to
+    read its intervals (``Estimator.reading_notes``), as ``dpate plan`` gives them at the ``n``
+    every site declares and the plan's default assumptions (every stratum filled evenly, treated
+    share 0.5), for the study's operator; what questions the estimate's validity is
     :func:`design_cautions`. Public values only; spends and reads nothing. Empty for an
     estimator without notes of its own, or when a site declares no ``n``."""
-    return [f"{note}{_OPERATOR}" for note in _predicted_notes(spec, spec.estimator_info.describe)]
+    est = spec.estimator_info
+    notes = _predicted_notes(spec, est.describe, est.reading_notes)
+    return [f"{note}{_OPERATOR}" for note in notes]
+
+
+def reading_notes(spec: StudySpec) -> list[str]:
+    """How to read the study's intervals (``Estimator.reading_notes``: e.g. a propensity site
+    whose interval carries an allowance that is conservative where there is nothing to correct),
+    from its spec alone, worded for the reader of its result, which carries them. Public values
+    only; spends and reads nothing; empty where there are none."""
+    notes = _predicted_notes(spec, spec.estimator_info.reading_notes)
+    return [f"{note}{_READER}" for note in notes]
 
 
 #: how a predicted note ends for the study's operator (``dpate check``, the pre-spend check)
@@ -195,12 +208,14 @@ def design_cautions(spec: StudySpec, *, operator: bool = False) -> list[str]:
 
 
 def _predicted_notes(
-    spec: StudySpec, notes: Callable[[Any, Sequence[Any]], list[str]] | None
+    spec: StudySpec, *hooks: Callable[[Any, Sequence[Any]], list[str]] | None
 ) -> list[str]:
-    """``notes`` (an estimator's ``describe`` or ``cautions``) on ``dpate plan``'s prediction of
-    the study at the ``n`` every site declares: empty without ``notes``, when a site declares no
-    ``n``, or for a design the plan cannot predict (``dpate plan`` says why)."""
-    if notes is None or any(s.n is None for s in spec.sites):
+    """Each of ``hooks`` (an estimator's ``describe``, ``reading_notes`` or ``cautions``; None:
+    none) on one ``dpate plan`` prediction of the study at the ``n`` every site declares, their
+    notes in order: empty without a hook, when a site declares no ``n``, or for a design the plan
+    cannot predict (``dpate plan`` says why)."""
+    given = [h for h in hooks if h is not None]
+    if not given or any(s.n is None for s in spec.sites):
         return []
     from dpate.study_plan import plan_spec, spec_designs
 
@@ -209,7 +224,8 @@ def _predicted_notes(
         plan = plan_spec(spec, spec_designs(spec, sizes), recommend=False)
     except ValueError:
         return []
-    return notes(spec.study_choice.options, plan.sites)
+    options = spec.study_choice.options
+    return [note for hook in given for note in hook(options, plan.sites)]
 
 
 def check_site(ctx: SiteContext, *, public: bool = False) -> SiteCheck:

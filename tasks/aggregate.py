@@ -26,6 +26,7 @@ replacing one.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -44,10 +45,10 @@ from dpate.schemas.reports import (
     read_report,
     software_version,
 )
-from dpate.schemas.spec import canonical_json
+from dpate.schemas.spec import StudySpec, canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
-from dpate.study_check import design_cautions, respend_text
+from dpate.study_check import design_cautions, reading_notes, respend_text
 from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core.aggregation import (
     UNRESOLVED,
@@ -180,9 +181,12 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     }
     if ctx.spec.target_width is not None:  # the precision the study was planned for
         head["target_width"] = ctx.spec.target_width
-    cautions = _cautions(ctx)  # the design's doubts about validity, from the spec
+    cautions = _design(ctx, design_cautions, "cautions")  # doubts about validity, from the spec
     if cautions:
         head["cautions"] = cautions
+    notes = _design(ctx, reading_notes, "notes")  # how to read the intervals, from the spec
+    if notes:
+        head["notes"] = notes
     try:
         # the published fields as the intervals below read them, with the part of each site's
         # error it shares with the others (dpate_core.inference.combined_result)
@@ -222,18 +226,20 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     }
 
 
-def _cautions(ctx: StudyContext) -> list[str]:
-    """The design's cautions (:func:`dpate.study_check.design_cautions`, public values only).
-    They come from ``dpate plan``'s prediction; should it fail on a design it was never tried
-    on, the result is still published, without them, and the log says so (the error's type
-    only: the spec is public, no record is involved)."""
+def _design(ctx: StudyContext, predicted: Callable[[StudySpec], list[str]], what: str) -> list[str]:
+    """The design's cautions or reading notes (:func:`dpate.study_check.design_cautions`,
+    :func:`dpate.study_check.reading_notes`: public values only). They come from ``dpate
+    plan``'s prediction; should it fail on a design it was never tried on, the result is still
+    published, without them, and the log says so (the error's type only: the spec is public, no
+    record is involved)."""
     try:
-        return design_cautions(ctx.spec)
-    except Exception as exc:  # a caution never stops a study's result
+        return predicted(ctx.spec)
+    except Exception as exc:  # a caution or a note never stops a study's result
         get_run_logger().warning(
-            "study %s: the design's cautions could not be predicted (%s); the result carries "
-            "none (run `dpate plan` on the spec to see why)",
+            "study %s: the design's %s could not be predicted (%s); the result carries none "
+            "(run `dpate plan` on the spec to see why)",
             ctx.study_id,
+            what,
             type(exc).__name__,
         )
         return []

@@ -128,7 +128,7 @@ def site_notes(result: StudyResult, errors: Mapping[str, str | None] | None = No
     """What the table of sites says under it: why a site is missing, rejected or excluded
     (``errors``, site -> message, in place of the published reason of a site whose run
     failed here), why a site interval is flagged, why a site was not used, the estimand, the
-    design's cautions."""
+    design's cautions and its notes on reading the intervals."""
     from dpate.schemas.reports import ReleasedSite
 
     errors = errors or {}
@@ -148,6 +148,7 @@ def site_notes(result: StudyResult, errors: Mapping[str, str | None] | None = No
     if result.estimand:
         notes.append(result.estimand_text())
     notes += [f"Caution: {c}" for c in result.cautions]
+    notes += [f"Note: {n}" for n in result.notes]
     return notes
 
 

@@ -279,6 +279,12 @@ class Estimator:
     choose: Callable[[Any, int, Sequence[StudySite]], StudyChoice] | None = None
     #: ``(options, predicted sites) -> notes`` for ``dpate plan`` and ``dpate check``
     describe: Callable[[Any, Sequence[Any]], list[str]] | None = None
+    #: ``(options, predicted sites) -> notes`` on how to read the study's intervals (not a doubt
+    #: about their validity, which :attr:`cautions` carries: e.g. the propensity release's
+    #: allowance at small sites, which makes an interval conservative where there is nothing to
+    #: correct); ``dpate plan`` and ``dpate check`` print them with the notes, and the study's
+    #: result carries them (None: none)
+    reading_notes: Callable[[Any, Sequence[Any]], list[str]] | None = None
     #: ``(options, predicted sites) -> cautions``: what questions the validity of the estimate
     #: (a bias, or a coverage its interval may not hold) at the predicted sites; ``dpate plan``
     #: and ``dpate check`` print them as cautions, and the study's result carries them beside

@@ -317,9 +317,11 @@ def _notes(
     used: tuple[str, ...],
 ) -> list[str]:
     """The plan's notes: the estimator's own (e.g. the adjusted estimator's weighting per site
-    and what each estimates); MVAgg's predicted choice."""
-    describe = estimator_of(estimator).describe
-    notes: list[str] = [] if describe is None else describe(options, preds)
+    and what each estimates) and how to read its intervals (``Estimator.reading_notes``);
+    MVAgg's predicted choice."""
+    est = estimator_of(estimator)
+    notes: list[str] = [] if est.describe is None else est.describe(options, preds)
+    notes += [] if est.reading_notes is None else est.reading_notes(options, preds)
     if not used:
         notes.append(
             "no site is predicted to resolve its estimate: the study would publish no answer at "

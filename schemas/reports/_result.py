@@ -25,7 +25,10 @@ one for the whole study, ``StudySpec.estimand``), which every view prints; a rel
 ``balance`` (its DP covariate-balance table, copied from its report), which the HTML report shows
 beside the forest plot (:meth:`StudyResult.balance_rows`); the study's ``cautions`` (what its
 design, read from the spec before any release, says about when the estimate or its interval may
-not hold: ``dpate.study_check.design_cautions``), which every view prints.
+not hold: ``dpate.study_check.design_cautions``), which every view prints; and its ``notes``
+(how to read its intervals, from the same prediction: ``dpate.study_check.reading_notes``, e.g.
+the propensity sites whose interval carries an allowance that is conservative where there is
+nothing to correct), which every view prints after the cautions.
 """
 
 from __future__ import annotations
@@ -333,6 +336,10 @@ class StudyResult(_WithInterval):
     #: what the study's design says, before any release, about when its estimate or interval
     #: may not hold (``dpate.study_check.design_cautions``; an optional field: none when absent)
     cautions: list[str] = Field(default_factory=list)
+    #: how to read its intervals, from the design before any release (e.g. a propensity site
+    #: whose interval carries an allowance that is conservative where there is nothing to
+    #: correct: ``dpate.study_check.reading_notes``; an optional field: none when absent)
+    notes: list[str] = Field(default_factory=list)
     extra: dict[str, Any] = Field(default_factory=dict)
     sites: list[SiteResult]
     software_version: str
@@ -489,6 +496,7 @@ class StudyResult(_WithInterval):
             "",
             *([self.estimand_text(), ""] if self.estimand else []),
             *(line for c in self.cautions for line in (f"**Caution:** {c}", "")),
+            *(line for n in self.notes for line in (f"**Note:** {n}", "")),
             "| site | status | tau | 95% CI | N | epsilon | delta | weight | lifetime spent of cap "
             "| why |",
             "|---|---|---|---|---|---|---|---|---|---|",

@@ -78,6 +78,7 @@ def test_combine_reports_uses_the_registry_wording_and_weights(study):
     assert result["variance"] > 0 and len(result["ci95"]) == 2
     assert "target_width" not in result  # the spec sets none: the document as before
     assert "cautions" not in result  # SmoothDPMatching's design has none: as before
+    assert "notes" not in result  # nor any note on reading its intervals
     # a spec's target width goes into the result, and a wider interval says it misses it
     lo, hi = StudyResult.of(result).interval_ends() or (0.0, 0.0)
     for target, misses in ((hi - lo) / 2, True), (2 * (hi - lo), False):
@@ -360,6 +361,40 @@ def test_the_result_carries_the_designs_cautions(adjusted_study, monkeypatch):
     monkeypatch.setattr(aggregate_module, "design_cautions", broken)
     unwarned = combine_reports.fn(ctx, inputs)
     assert "cautions" not in unwarned and unwarned["estimate"] == result["estimate"]
+
+
+def test_the_result_carries_the_designs_reading_notes(study):
+    """A propensity study whose sites declare n small enough that their release keeps the
+    correction's factor (N x epsilon_model below 750): the result carries the note naming them
+    (how to read their intervals: ``dpate.study_check.reading_notes``) in the document and in
+    every view, after any caution; a spec without n carries none, and another estimator's
+    result has no ``notes`` key."""
+    from dpate.cli.output import site_notes
+
+    text = study.spec.read_text().replace(
+        'estimator = "smooth_matching"', 'estimator = "propensity"'
+    )
+    for site, n in (("north", 400), ("south", 300), ("east", 60)):
+        line = f'data = "sites/{site}/records.parquet"\n'
+        text = text.replace(line, f"{line}n = {n}\n")
+    study.spec.write_text(text)
+    for i, site in enumerate(("north", "south", "east")):
+        publish_site(str(study.spec), site, seed=i)
+    ctx = resolve_study(str(study.spec))
+    inputs = collect_reports.fn(ctx)
+    result = combine_reports.fn(ctx, inputs)
+    (note,) = result["notes"]
+    assert note.startswith("the intervals at north, south, east (N x epsilon_model below 750)")
+    assert "conservative" in note and note.endswith("`dpate plan`'s default assumptions)")
+    typed = StudyResult.of(result)
+    assert typed.notes == [note] and typed.to_document() == result
+    assert f"**Note:** {note}" in typed.markdown()
+    assert f"Note: {note}" in site_notes(typed)
+    page = render_html(typed, "x/test-study/results/1.json", {})
+    assert "<p><b>Note:</b> the intervals at north, south, east" in page
+    undeclared = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={"sites": [
+        site.model_copy(update={"n": None}) for site in ctx.spec.sites]}))  # fmt: skip
+    assert "notes" not in combine_reports.fn(undeclared, inputs)
 
 
 def test_an_unresolved_site_is_never_combined(adjusted_study):
