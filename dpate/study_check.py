@@ -51,6 +51,7 @@ __all__ = [
     "not_ready_error",
     "reading_notes",
     "respend_text",
+    "result_words",
 ]
 
 
@@ -168,8 +169,8 @@ def design_notes(spec: StudySpec) -> list[str]:
     :func:`design_cautions`. Public values only; spends and reads nothing. Empty for an
     estimator without notes of its own, or when a site declares no ``n``."""
     est = spec.estimator_info
-    notes = _predicted_notes(spec, est.describe, est.reading_notes)
-    return [f"{note}{_OPERATOR}" for note in notes]
+    described, reading = _predicted_notes(spec, est.describe, est.reading_notes)
+    return [f"{note}{_OPERATOR}" for note in described + reading]
 
 
 def reading_notes(spec: StudySpec) -> list[str]:
@@ -177,8 +178,19 @@ def reading_notes(spec: StudySpec) -> list[str]:
     whose interval carries an allowance that is conservative where there is nothing to correct),
     from its spec alone, worded for the reader of its result, which carries them. Public values
     only; spends and reads nothing; empty where there are none."""
-    notes = _predicted_notes(spec, spec.estimator_info.reading_notes)
-    return [f"{note}{_READER}" for note in notes]
+    return result_words(spec)[1]
+
+
+def result_words(spec: StudySpec) -> tuple[list[str], list[str]]:
+    """What the study's result carries from its design, ``(cautions, notes)``
+    (:func:`design_cautions`, :func:`reading_notes`), worded for its reader, from one prediction
+    of the study. Public values only; spends and reads nothing."""
+    est = spec.estimator_info
+    cautions, reading = _predicted_notes(spec, est.cautions, est.reading_notes)
+    return (
+        list(spec.study_choice.cautions) + [f"{note}{_READER}" for note in cautions],
+        [f"{note}{_READER}" for note in reading],
+    )
 
 
 #: how a predicted note ends for the study's operator (``dpate check``, the pre-spend check)
@@ -203,29 +215,29 @@ def design_cautions(spec: StudySpec, *, operator: bool = False) -> list[str]:
     check``, the pre-spend check) or for the reader of its result (which carries them). Public
     values only; spends and reads nothing; empty where there are none."""
     end = _OPERATOR if operator else _READER
-    predicted = _predicted_notes(spec, spec.estimator_info.cautions)
+    (predicted,) = _predicted_notes(spec, spec.estimator_info.cautions)
     return list(spec.study_choice.cautions) + [f"{note}{end}" for note in predicted]
 
 
 def _predicted_notes(
     spec: StudySpec, *hooks: Callable[[Any, Sequence[Any]], list[str]] | None
-) -> list[str]:
-    """Each of ``hooks`` (an estimator's ``describe``, ``reading_notes`` or ``cautions``; None:
-    none) on one ``dpate plan`` prediction of the study at the ``n`` every site declares, their
-    notes in order: empty without a hook, when a site declares no ``n``, or for a design the plan
-    cannot predict (``dpate plan`` says why)."""
-    given = [h for h in hooks if h is not None]
-    if not given or any(s.n is None for s in spec.sites):
-        return []
+) -> list[list[str]]:
+    """The notes of each of ``hooks`` (an estimator's ``describe``, ``reading_notes`` or
+    ``cautions``; None: none) on one ``dpate plan`` prediction of the study at the ``n`` every
+    site declares, one list per hook: every list empty without a hook, when a site declares no
+    ``n``, or for a design the plan cannot predict (``dpate plan`` says why)."""
+    empty: list[list[str]] = [[] for _ in hooks]
+    if all(h is None for h in hooks) or any(s.n is None for s in spec.sites):
+        return empty
     from dpate.study_plan import plan_spec, spec_designs
 
     try:
         sizes = {s.id: int(s.n or 0) for s in spec.sites}
         plan = plan_spec(spec, spec_designs(spec, sizes), recommend=False)
     except ValueError:
-        return []
+        return empty
     options = spec.study_choice.options
-    return [note for hook in given for note in hook(options, plan.sites)]
+    return [[] if hook is None else hook(options, plan.sites) for hook in hooks]
 
 
 def check_site(ctx: SiteContext, *, public: bool = False) -> SiteCheck:

@@ -26,7 +26,6 @@ replacing one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -45,10 +44,10 @@ from dpate.schemas.reports import (
     read_report,
     software_version,
 )
-from dpate.schemas.spec import StudySpec, canonical_json
+from dpate.schemas.spec import canonical_json
 from dpate.settings import StudyContext, resolve_study
 from dpate.storage import ObjectTooLargeError, Store
-from dpate.study_check import design_cautions, reading_notes, respend_text
+from dpate.study_check import respend_text, result_words
 from dpate.tasks.common import IO_TASK, NO_RETRY_TASK, artifact_key
 from dpate_core.aggregation import (
     UNRESOLVED,
@@ -181,10 +180,10 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     }
     if ctx.spec.target_width is not None:  # the precision the study was planned for
         head["target_width"] = ctx.spec.target_width
-    cautions = _design(ctx, design_cautions, "cautions")  # doubts about validity, from the spec
+    # from the spec: the design's doubts about validity, and how to read the intervals
+    cautions, notes = _design_words(ctx)
     if cautions:
         head["cautions"] = cautions
-    notes = _design(ctx, reading_notes, "notes")  # how to read the intervals, from the spec
     if notes:
         head["notes"] = notes
     try:
@@ -226,23 +225,22 @@ def combine_reports(ctx: StudyContext, inputs: list[dict[str, Any]]) -> dict[str
     }
 
 
-def _design(ctx: StudyContext, predicted: Callable[[StudySpec], list[str]], what: str) -> list[str]:
-    """The design's cautions or reading notes (:func:`dpate.study_check.design_cautions`,
-    :func:`dpate.study_check.reading_notes`: public values only). They come from ``dpate
+def _design_words(ctx: StudyContext) -> tuple[list[str], list[str]]:
+    """The design's cautions and its notes on reading the intervals
+    (:func:`dpate.study_check.result_words`, public values only). They come from ``dpate
     plan``'s prediction; should it fail on a design it was never tried on, the result is still
     published, without them, and the log says so (the error's type only: the spec is public, no
     record is involved)."""
     try:
-        return predicted(ctx.spec)
+        return result_words(ctx.spec)
     except Exception as exc:  # a caution or a note never stops a study's result
         get_run_logger().warning(
-            "study %s: the design's %s could not be predicted (%s); the result carries none "
-            "(run `dpate plan` on the spec to see why)",
+            "study %s: the design's cautions and notes could not be predicted (%s); the result "
+            "carries none (run `dpate plan` on the spec to see why)",
             ctx.study_id,
-            what,
             type(exc).__name__,
         )
-        return []
+        return [], []
 
 
 def _no_answer_reason(valid: list[dict[str, Any]]) -> str:

@@ -358,7 +358,7 @@ def test_the_result_carries_the_designs_cautions(adjusted_study, monkeypatch):
     def broken(spec):
         raise ZeroDivisionError
 
-    monkeypatch.setattr(aggregate_module, "design_cautions", broken)
+    monkeypatch.setattr(aggregate_module, "result_words", broken)
     unwarned = combine_reports.fn(ctx, inputs)
     assert "cautions" not in unwarned and unwarned["estimate"] == result["estimate"]
 
