@@ -320,13 +320,34 @@ def test_a_study_whose_sites_are_all_unresolved_has_no_answer_never_zero(adjuste
     assert "No answer at this budget" in page and "Sites used: none" in page
 
 
+def _in_every_view(result: dict, key: str, label: str, page_text: str) -> str:
+    """The one entry of the result's ``key`` (the design's cautions or its notes), as the typed
+    result holds it and as the Prefect artifact, the CLI and the HTML page print it under
+    ``label`` (the page's paragraph starting with ``page_text``)."""
+    from dpate.cli.output import site_notes
+
+    (text,) = result[key]
+    typed = StudyResult.of(result)
+    assert getattr(typed, key) == [text] and typed.to_document() == result
+    assert f"**{label}:** {text}" in typed.markdown()
+    assert f"{label}: {text}" in site_notes(typed)
+    page = render_html(typed, "x/test-study/results/1.json", {})
+    assert f"<p><b>{label}:</b> {page_text}" in page
+    return str(text)
+
+
+def _undeclared(ctx):
+    """``ctx`` with no site declaring ``n``: nothing for the design's prediction to read."""
+    sites = [site.model_copy(update={"n": None}) for site in ctx.spec.sites]
+    return dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={"sites": sites}))
+
+
 def test_the_result_carries_the_designs_cautions(adjusted_study, monkeypatch):
     """Subclassification declared where the smallest site (60 records over 8 strata) can read
     only part of its strata: the result carries the design's caution (predicted from the
     spec's declared n, ``dpate.study_check.design_cautions``) in the document and in every
     view; the larger sites, which read every stratum, get none, nor does a spec without n."""
     import dpate.tasks.aggregate as aggregate_module
-    from dpate.cli.output import site_notes
 
     spec = adjusted_study.spec
     text = spec.read_text().replace('"fixed_effects"', '"subclassification"')
@@ -340,19 +361,11 @@ def test_the_result_carries_the_designs_cautions(adjusted_study, monkeypatch):
     ctx = resolve_study(str(spec))
     inputs = collect_reports.fn(ctx)
     result = combine_reports.fn(ctx, inputs)
-    (caution,) = result["cautions"]
+    caution = _in_every_view(result, "cautions", "Caution", "site east: subclassification")
     assert caution.startswith("site east: subclassification is predicted to read the strata of")
     assert caution.endswith("(predicted from the study's spec before any release: the n each "
                             "site declares and `dpate plan`'s default assumptions)")  # fmt: skip
-    typed = StudyResult.of(result)
-    assert typed.cautions == [caution] and typed.to_document() == result
-    assert f"**Caution:** {caution}" in typed.markdown()
-    assert f"Caution: {caution}" in site_notes(typed)
-    page = render_html(typed, "x/test-study/results/1.json", {})
-    assert "<p><b>Caution:</b> site east: subclassification is predicted" in page
-    undeclared = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={"sites": [
-        site.model_copy(update={"n": None}) for site in ctx.spec.sites]}))  # fmt: skip
-    assert "cautions" not in combine_reports.fn(undeclared, inputs)
+    assert "cautions" not in combine_reports.fn(_undeclared(ctx), inputs)
     # a prediction that fails on a design it was never tried on never stops the result
 
     def broken(spec):
@@ -369,8 +382,6 @@ def test_the_result_carries_the_designs_reading_notes(study):
     (how to read their intervals: ``dpate.study_check.reading_notes``) in the document and in
     every view, after any caution; a spec without n carries none, and another estimator's
     result has no ``notes`` key."""
-    from dpate.cli.output import site_notes
-
     text = study.spec.read_text().replace(
         'estimator = "smooth_matching"', 'estimator = "propensity"'
     )
@@ -383,18 +394,10 @@ def test_the_result_carries_the_designs_reading_notes(study):
     ctx = resolve_study(str(study.spec))
     inputs = collect_reports.fn(ctx)
     result = combine_reports.fn(ctx, inputs)
-    (note,) = result["notes"]
+    note = _in_every_view(result, "notes", "Note", "the intervals at north, south, east")
     assert note.startswith("the intervals at north, south, east (N x epsilon_model below 750)")
     assert "conservative" in note and note.endswith("`dpate plan`'s default assumptions)")
-    typed = StudyResult.of(result)
-    assert typed.notes == [note] and typed.to_document() == result
-    assert f"**Note:** {note}" in typed.markdown()
-    assert f"Note: {note}" in site_notes(typed)
-    page = render_html(typed, "x/test-study/results/1.json", {})
-    assert "<p><b>Note:</b> the intervals at north, south, east" in page
-    undeclared = dataclasses.replace(ctx, spec=ctx.spec.model_copy(update={"sites": [
-        site.model_copy(update={"n": None}) for site in ctx.spec.sites]}))  # fmt: skip
-    assert "notes" not in combine_reports.fn(undeclared, inputs)
+    assert "notes" not in combine_reports.fn(_undeclared(ctx), inputs)
 
 
 def test_an_unresolved_site_is_never_combined(adjusted_study):
