@@ -49,7 +49,6 @@ __all__ = [
     "design_notes",
     "ledger_init_line",
     "not_ready_error",
-    "reading_notes",
     "respend_text",
     "result_words",
 ]
@@ -173,24 +172,15 @@ def design_notes(spec: StudySpec) -> list[str]:
     return [f"{note}{_OPERATOR}" for note in described + reading]
 
 
-def reading_notes(spec: StudySpec) -> list[str]:
-    """How to read the study's intervals (``Estimator.reading_notes``: e.g. a propensity site
-    whose interval carries an allowance that is conservative where there is nothing to correct),
-    from its spec alone, worded for the reader of its result, which carries them. Public values
-    only; spends and reads nothing; empty where there are none."""
-    return result_words(spec)[1]
-
-
 def result_words(spec: StudySpec) -> tuple[list[str], list[str]]:
-    """What the study's result carries from its design, ``(cautions, notes)``
-    (:func:`design_cautions`, :func:`reading_notes`), worded for its reader, from one prediction
-    of the study. Public values only; spends and reads nothing."""
+    """What the study's result carries from its design, worded for its reader, from one
+    prediction of the study: its cautions (:func:`design_cautions`) and its notes on how to read
+    its intervals (``Estimator.reading_notes``: e.g. a propensity site whose interval carries an
+    allowance that is conservative where there is nothing to correct). Public values only;
+    spends and reads nothing; empty lists where there are none."""
     est = spec.estimator_info
     cautions, reading = _predicted_notes(spec, est.cautions, est.reading_notes)
-    return (
-        list(spec.study_choice.cautions) + [f"{note}{_READER}" for note in cautions],
-        [f"{note}{_READER}" for note in reading],
-    )
+    return _cautions(spec, cautions, _READER), [f"{note}{_READER}" for note in reading]
 
 
 #: how a predicted note ends for the study's operator (``dpate check``, the pre-spend check)
@@ -214,8 +204,12 @@ def design_cautions(spec: StudySpec, *, operator: bool = False) -> list[str]:
     predicted to read few of their strata), each worded for the study's ``operator`` (``dpate
     check``, the pre-spend check) or for the reader of its result (which carries them). Public
     values only; spends and reads nothing; empty where there are none."""
-    end = _OPERATOR if operator else _READER
     (predicted,) = _predicted_notes(spec, spec.estimator_info.cautions)
+    return _cautions(spec, predicted, _OPERATOR if operator else _READER)
+
+
+def _cautions(spec: StudySpec, predicted: list[str], end: str) -> list[str]:
+    """The study choice's cautions, then the estimator's ``predicted`` ones ending in ``end``."""
     return list(spec.study_choice.cautions) + [f"{note}{end}" for note in predicted]
 
 

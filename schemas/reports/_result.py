@@ -26,7 +26,7 @@ one for the whole study, ``StudySpec.estimand``), which every view prints; a rel
 beside the forest plot (:meth:`StudyResult.balance_rows`); the study's ``cautions`` (what its
 design, read from the spec before any release, says about when the estimate or its interval may
 not hold: ``dpate.study_check.design_cautions``), which every view prints; and its ``notes``
-(how to read its intervals, from the same prediction: ``dpate.study_check.reading_notes``, e.g.
+(how to read its intervals, from the same prediction: ``dpate.study_check.result_words``, e.g.
 the propensity sites whose interval carries an allowance that is conservative where there is
 nothing to correct), which every view prints after the cautions.
 """
@@ -338,7 +338,7 @@ class StudyResult(_WithInterval):
     cautions: list[str] = Field(default_factory=list)
     #: how to read its intervals, from the design before any release (e.g. a propensity site
     #: whose interval carries an allowance that is conservative where there is nothing to
-    #: correct: ``dpate.study_check.reading_notes``; an optional field: none when absent)
+    #: correct: ``dpate.study_check.result_words``; an optional field: none when absent)
     notes: list[str] = Field(default_factory=list)
     extra: dict[str, Any] = Field(default_factory=dict)
     sites: list[SiteResult]

@@ -379,7 +379,7 @@ def test_the_result_carries_the_designs_cautions(adjusted_study, monkeypatch):
 def test_the_result_carries_the_designs_reading_notes(study):
     """A propensity study whose sites declare n small enough that their release keeps the
     correction's factor (N x epsilon_model below 750): the result carries the note naming them
-    (how to read their intervals: ``dpate.study_check.reading_notes``) in the document and in
+    (how to read their intervals: ``dpate.study_check.result_words``) in the document and in
     every view, after any caution; a spec without n carries none, and another estimator's
     result has no ``notes`` key."""
     text = study.spec.read_text().replace(
