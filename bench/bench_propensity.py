@@ -1039,7 +1039,8 @@ def _band_priors(plan: MechanismPlan, v: dict[str, Array], share_t: Array, prior
     total times the noisy treated share (``"band"``), or the model's own predicted count of
     the band and arm (``"model"``: ``N`` times the arm share times the arm's normal mass
     between the band's edges)."""
-    c, fit = plan_parts(plan)[:2]
+    parts = plan_parts(plan)
+    c, fit = parts.constants, parts.fit
     cnt = np.clip(v["counts"], 0.0, c.n)
     out = np.empty_like(cnt)
     if prior == "band":
@@ -1194,7 +1195,8 @@ def _synthetic_records(
     noisy mean (a cell under ``min_count``: its arm's mean over the bands), with the bands'
     outcome spread scaled by ``1 + k`` (the confounding the correction attributes to the
     index), plus normal noise of sd 0.15, clipped to ``[0, B]``."""
-    c, fit = plan_parts(plan)[:2]
+    parts = plan_parts(plan)
+    c, fit = parts.constants, parts.fit
     spec = plan.noise[0]
     smoothing = max(1.0, spec.scale * spec.unit)
     row = v["model"][i]

@@ -196,6 +196,31 @@ def test_plan_accessors_read_what_the_assembly_holds() -> None:
         plan_weighting(plan)
 
 
+@pytest.mark.parametrize("n", [600, 2000])  # equally filled bands, and of equal overlap
+def test_each_noisy_model_row_is_fitted_once(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """The stages after the model (the band cells, the weighted sum's noise share) and the
+    assembly read the same noisy model rows: each row's model is fitted and banded once."""
+    from dpate_core.mechanisms.propensity import _bands
+    from dpate_core.mechanisms.propensity._choice import model_share_split
+
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return fit_model(*args, **kwargs)
+
+    monkeypatch.setattr(_bands, "fit_model", counted)
+    w, y, z = _data(np.random.default_rng(4), n)
+    split = model_share_split("1/2", weighted=True)  # three stages after the model
+    plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=1, split=split)
+    noisy = draw_many(plan, np.random.default_rng(5), 7)
+    assert len(plan.stages) == 2 and len(calls) == 7
+    out = plan.assembly(noisy)
+    assert len(calls) == 7 and np.isfinite(out.tau).all()
+    one = draw_once(plan, np.random.default_rng(6))
+    assert plan.estimate(one).tau == plan.estimate(one).tau and len(calls) == 8
+
+
 @pytest.mark.parametrize(("n", "squares"), [(400, "common_squares"), (2000, "arm_squares")])
 def test_secure_draw_has_every_stage(n, squares) -> None:
     # below N x epsilon 1,500 the squares' sum is a third stage, chosen from the histogram
@@ -237,7 +262,7 @@ def test_residual_confounding_share_and_the_published_shared_sd() -> None:
     k = min(rho / (1 - rho), 1.0)
     model = plan_parts(plan).fit(np.asarray(noisy["model"]))
     assert model.overlap  # N x epsilon_model 1,500
-    r = model.residual_multiple(5)
+    r = model.residual_multiple(model.edges(5))
     c5 = residual_confounding_share(5)
     assert c5 / (1 - c5) * 0.99 < r < 0.5  # at least equal bands' c / (1 - c)
     assert g["shared_sd"] > 0

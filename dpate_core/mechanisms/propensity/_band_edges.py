@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from statistics import NormalDist
 
@@ -38,6 +39,7 @@ from dpate_core.intervals import normal_cdf
 __all__ = [
     "OVERLAP_FROM",
     "band_edges",
+    "filled_edges",
     "overlap_bands",
     "residual_confounding_share",
     "residual_multiple",
@@ -82,6 +84,43 @@ def band_edges(means: npt.ArrayLike, variances: npt.ArrayLike, bands: int) -> np
     normal = NormalDist()
     z = np.array([normal.inv_cdf(j / bands) for j in range(1, int(bands))], dtype=np.float64)
     return np.asarray(centre[..., None] + sd[..., None] * z, dtype=np.float64)
+
+
+#: the points of :func:`filled_edges`' grid, from the smallest arm mean less 8 sds to the largest
+#: plus 8 (a step of about a sixtieth of an sd)
+_GRID = 1025
+
+
+def filled_edges(
+    means: npt.ArrayLike,
+    variances: npt.ArrayLike,
+    share: npt.ArrayLike,
+    bands: int,
+    cdf: Callable[[np.ndarray], np.ndarray] = normal_cdf,
+) -> np.ndarray:
+    """The ``K - 1`` inner edges of equally filled bands for every model (``means``,
+    ``variances``: ``(..., 2)``, control then treated; ``share``: ``(...)``, the treated share;
+    out ``(..., K - 1)``): the ``k / K`` quantiles of the model's index distribution, the arms'
+    normals mixed by the arm shares, read off its cdf on a grid of :data:`_GRID` points
+    (linear between them). ``cdf``: the standard normal's (``math.erf`` by default, as a release
+    reads it; a prediction over many models may pass a faster approximation). The release's
+    bands below :data:`OVERLAP_FROM` (:meth:`~._fit.PropensityModel.edges`) and ``dpate plan``'s
+    simulated models both read this."""
+    m, v = np.asarray(means, dtype=np.float64), np.asarray(variances, dtype=np.float64)
+    pi = np.clip(np.asarray(share, dtype=np.float64), 1e-6, 1.0 - 1e-6)[..., None]
+    sd = np.sqrt(np.maximum(v, 1e-12))
+    lo = np.min(m - 8.0 * sd, axis=-1, keepdims=True)
+    hi = np.max(m + 8.0 * sd, axis=-1, keepdims=True)
+    grid = lo + (hi - lo) * np.linspace(0.0, 1.0, _GRID)  # (..., G)
+    mixed = (1.0 - pi) * cdf((grid - m[..., :1]) / sd[..., :1])
+    mixed = mixed + pi * cdf((grid - m[..., 1:]) / sd[..., 1:])
+    levels = np.arange(1, int(bands)) / int(bands)
+    # the first grid point at or above each level, and the one before it
+    above = np.clip(np.sum(mixed[..., None, :] < levels[:, None], axis=-1), 1, _GRID - 1)
+    c0, c1 = (np.take_along_axis(mixed, j, axis=-1) for j in (above - 1, above))
+    x0, x1 = (np.take_along_axis(grid, j, axis=-1) for j in (above - 1, above))
+    step = np.where(c1 > c0, (levels - c0) / np.where(c1 > c0, c1 - c0, 1.0), 0.0)
+    return np.asarray(x0 + np.clip(step, 0.0, 1.0) * (x1 - x0), dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=64)

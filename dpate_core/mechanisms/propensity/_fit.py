@@ -32,9 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpate_core.intervals import normal_cdf
-
-from ._band_edges import band_edges, residual_confounding_share, residual_multiple
+from ._band_edges import (
+    band_edges,
+    filled_edges,
+    residual_confounding_share,
+    residual_multiple,
+)
 from ._model import Categorical, Column
 
 __all__ = ["PropensityModel", "fit_model"]
@@ -78,26 +81,19 @@ class PropensityModel:
         """The ``bands - 1`` inner edges: where :attr:`overlap`, the ``k / bands`` quantiles of
         the arms' overlap density under the model's distribution
         (:func:`~._band_edges.band_edges`); else the ``k / bands`` quantiles of the index's model
-        distribution (two normals mixed by the arm shares), read off its cdf on a fine grid."""
+        distribution, two normals mixed by the arm shares (:func:`~._band_edges.filled_edges`)."""
         if self.overlap:
             return band_edges(self.means, self.variances, bands)
-        share = min(max(self.arm_share, 1e-6), 1 - 1e-6)
-        sds = np.sqrt(np.maximum(self.variances, 1e-12))
-        grid = np.linspace(np.min(self.means - 8 * sds), np.max(self.means + 8 * sds), 1025)
-        cdf = (1 - share) * normal_cdf((grid - self.means[0]) / sds[0])
-        cdf = cdf + share * normal_cdf((grid - self.means[1]) / sds[1])
-        levels = np.arange(1, bands) / bands
-        return np.asarray(np.interp(levels, cdf, grid), dtype=np.float64)
+        return filled_edges(self.means, self.variances, self.arm_share, bands)
 
-    def residual_multiple(self, bands: int) -> float:
-        """The shared sd's multiple of the confounding the corrected estimate removes: where
-        :attr:`overlap`, what its ``bands`` leave of a confounder linear in the index over what
-        they remove, under its distribution (:func:`~._band_edges.residual_multiple`); else
-        Cochran's share for ``bands`` equally filled bands
-        (:func:`~._band_edges.residual_confounding_share`), as until stop 52."""
+    def residual_multiple(self, edges: np.ndarray) -> float:
+        """The shared sd's multiple of the confounding the corrected estimate removes, for the
+        bands of inner ``edges`` (:meth:`edges`): where :attr:`overlap`, what they leave of a
+        confounder linear in the index over what they remove, under its distribution
+        (:func:`~._band_edges.residual_multiple`); else Cochran's share for that many equally
+        filled bands (:func:`~._band_edges.residual_confounding_share`), as until stop 52."""
         if not self.overlap:
-            return residual_confounding_share(bands)
-        edges = self.edges(bands)
+            return residual_confounding_share(len(edges) + 1)
         return float(residual_multiple(self.means, self.variances, self.arm_share, edges))
 
 

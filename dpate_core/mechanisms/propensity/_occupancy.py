@@ -31,6 +31,7 @@ from dpate_core.privacy import BudgetSplit
 
 from ._band_edges import (
     band_edges,
+    filled_edges,
     overlap_bands,
     residual_confounding_share,
     residual_multiple,
@@ -353,32 +354,12 @@ def fitted_models(
         edges = band_edges(means, variances, bands)
         residual = residual_multiple(means, variances, arm_share, edges)
     else:
-        edges = _model_edges(means, variances, arm_share, bands)
+        edges = filled_edges(means, variances, arm_share, bands, _phi)
         residual = np.full(draws, residual_confounding_share(bands))
     along = np.where(signal > 0.0, along / np.where(signal > 0.0, signal, 1.0), 0.0)
     return FittedModels(
         edges, index_noise, along, even / max(dof, 1), model_spread, rec_mean, rec_var, residual
     )
-
-
-def _model_edges(
-    means: np.ndarray, variances: np.ndarray, share: np.ndarray, bands: int
-) -> np.ndarray:
-    """:meth:`~._fit.PropensityModel.edges` of many models at once where the bands are equally
-    filled: the ``k / K`` quantiles of the model's index distribution (two normals mixed by the
-    arm shares), by bisection between the same outer limits."""
-    share = np.clip(share, 1e-6, 1 - 1e-6)[:, None]
-    sds = np.sqrt(np.maximum(variances, 1e-12))
-    lo = np.repeat(np.min(means - 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    hi = np.repeat(np.max(means + 8 * sds, axis=1, keepdims=True), bands - 1, axis=1)
-    levels = np.arange(1, bands) / bands
-    for _ in range(36):
-        mid = 0.5 * (lo + hi)
-        cdf = (1 - share) * _phi((mid - means[:, :1]) / sds[:, :1])
-        cdf = cdf + share * _phi((mid - means[:, 1:]) / sds[:, 1:])
-        below = cdf < levels
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return np.asarray(0.5 * (lo + hi), dtype=np.float64)
 
 
 def stated_fractions(occupancy: float, bands: int) -> np.ndarray:

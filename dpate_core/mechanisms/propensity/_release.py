@@ -297,14 +297,22 @@ def _plan(
     if mode is not None:  # the squares as sums of the used cells' (a stage after the histogram)
         band_sites, scales = band_sites[:1], scales[:2]
     fitted = model_fit(n, columns, total.epsilon, shares.shares, bands)
-    last: dict[str, Any] = {}  # the exact band cells of the last model rows (stage 3 reads them)
+    # the last model rows' fits and exact band cells: the stages and the assembly read the same
+    # rows, so each row is fitted and banded once
+    last: dict[str, Any] = {}
 
-    def cells_of(model: Any) -> list[CellStatistics]:
+    def fits_of(model: Any) -> list[tuple[PropensityModel, np.ndarray]]:
         rows = np.atleast_2d(np.asarray(model, dtype=np.float64))
         key = rows.tobytes()
         if last.get("key") != key:
             last.clear()
-            last.update(key=key, cells=[band_cells(*fitted(row)) for row in rows])
+            last.update(key=key, fits=[fitted(row) for row in rows])
+        return list(last["fits"])
+
+    def cells_of(model: Any) -> list[CellStatistics]:
+        fits = fits_of(model)
+        if "cells" not in last:
+            last["cells"] = [band_cells(*fit) for fit in fits]
         return list(last["cells"])
 
     def vectors(c: CellStatistics) -> dict[str, np.ndarray]:
@@ -321,7 +329,7 @@ def _plan(
         return {k: (np.stack(v) if many else v[0]) for k, v in out.items()}
 
     public = public_constants(n, bound, bands, scales, binary=binary)
-    noise_share = _per_row(lambda row: fitted(row)[0], lambda m: m.noise_share)
+    noise_share = _per_row(fits_of, lambda m, _: m.noise_share)
     stages = [Stage(band_sites, locs)]
     later: list[NoiseSpec] = []  # chosen from the histogram: one stage after it
     if mode is not None:
@@ -368,7 +376,7 @@ def _plan(
         assemble=functools.partial(
             _assemble,
             constants,
-            lambda row: fitted(row)[0],
+            fits_of,
             binary,
             is_linearised(n, p_m.epsilon),
             sum_scale,
@@ -377,14 +385,16 @@ def _plan(
 
 
 def _per_row(
-    fit: Callable[[np.ndarray], PropensityModel], read: Callable[[PropensityModel], Any]
+    fits: Callable[[Any], list[tuple[PropensityModel, np.ndarray]]],
+    read: Callable[[PropensityModel, np.ndarray], Any],
 ) -> Callable[[Any], Any]:
-    """``read`` of the fitted model of each noisy model row (one value for one row; a last axis
-    where ``read`` gives several): post-processing."""
+    """``read`` of the fitted model and band edges of each noisy model row (``fits``: the
+    plan's, once per row; one value for one row; a last axis where ``read`` gives several):
+    post-processing."""
 
     def readings(model: Any) -> Any:
         rows = np.asarray(model, dtype=np.float64)
-        out = np.array([read(fit(row)) for row in np.atleast_2d(rows)])
+        out = np.array([read(*fit) for fit in fits(rows)])
         return out if rows.ndim == 2 else out[0]
 
     return readings
@@ -392,7 +402,7 @@ def _per_row(
 
 def _assemble(
     c: PublicConstants,
-    fit: Callable[[np.ndarray], PropensityModel],
+    fits: Callable[[Any], list[tuple[PropensityModel, np.ndarray]]],
     binary: bool,
     linearised: bool,
     sum_scale: float | None,
@@ -411,7 +421,7 @@ def _assemble(
     v = histogram_vectors(c, v)
     out = assemble_subclassification(c, v)
     # each row's noise share and residual multiple (PropensityModel.residual_multiple)
-    read = _per_row(fit, lambda m: (m.noise_share, m.residual_multiple(c.n_strata)))
+    read = _per_row(fits, lambda m, edges: (m.noise_share, m.residual_multiple(edges)))
     share, residual = np.moveaxis(read(v["model"]), -1, 0)
     tau, factor, extra, shared = attenuation_correction(c, v, share, out.tau, residual)
     d = dict(out.diagnostics)
@@ -483,14 +493,19 @@ def _with_weighted_sum(
 
 class PlanParts(NamedTuple):
     """What a propensity plan's assembly holds (:func:`plan_parts`): the band cells' public
-    constants, the model's fit of a noisy model vector, the binary-outcome mode, and whether the
-    corrected estimate's variance is its own delta method (:func:`is_linearised`)."""
+    constants, the fitted models and band edges of noisy model vectors (``(k,)`` or ``(reps,
+    k)``; each row fitted once), the binary-outcome mode, and whether the corrected estimate's
+    variance is its own delta method (:func:`is_linearised`)."""
 
     constants: PublicConstants
-    fit: Callable[[np.ndarray], PropensityModel]
+    fits: Callable[[Any], list[tuple[PropensityModel, np.ndarray]]]
     binary: bool
     linearised: bool
     sum_scale: float | None = None
+
+    def fit(self, model: npt.ArrayLike) -> PropensityModel:
+        """The fitted model of one noisy model vector."""
+        return self.fits(np.asarray(model, dtype=np.float64))[0][0]
 
     def assemble(self, v: Mapping[str, Any]) -> Outputs:
         """The release's assembly with these parts (a simulation may replace one, e.g.
