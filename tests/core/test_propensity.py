@@ -18,9 +18,11 @@ from dpate_core.mechanisms import ESTIMATORS
 from dpate_core.mechanisms.adjusted import histogram_vectors, plan_constants
 from dpate_core.mechanisms.propensity import (
     PROPENSITY,
+    REGRESSION_SHARED,
     Categorical,
     Covariates,
     Numeric,
+    band_positions,
     fit_model,
     model_bits,
     model_sensitivity,
@@ -181,8 +183,11 @@ def test_plan_accessors_read_what_the_assembly_holds() -> None:
     assert parts.constants.n_strata == 5 and not parts.binary and parts.linearised
     noisy = draw_many(plan, rng, 8)
     np.testing.assert_array_equal(parts.assemble(noisy).tau, plan.assembly(noisy).tau)
-    other = parts._replace(linearised=not parts.linearised).assemble(noisy)
-    assert not np.array_equal(other.variance, plan.assembly(noisy).variance)
+    assert parts.regressed  # N x epsilon_model 3,000: the band cells read by regression
+    for other in (parts._replace(regressed=False),
+                  parts._replace(regressed=False, linearised=False)):  # fmt: skip
+        alternative = other.assemble(noisy)
+        assert not np.array_equal(alternative.variance, plan.assembly(noisy).variance)
     x = z[:, 0].astype(np.int64)
     adjusted = plan_adjusted(
         w, y, x, bound=1.0, epsilon=1, domain_size=4, weighting="fixed_effects"
@@ -255,7 +260,14 @@ def test_residual_confounding_share_and_the_published_shared_sd() -> None:
     y = np.clip(y + 0.3 * z[:, 0] / 3, 0, 1)  # an outcome the first covariate moves: confounding
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=2)
     noisy = draw_once(plan)
-    e = plan.estimate(noisy)
+    regressed = plan.estimate(noisy)
+    # the band estimate's release (its cells read by regression on the index at this size:
+    # its shared sd is REGRESSION_SHARED of the band estimate's)
+    parts = plan_parts(plan)
+    assert parts.regressed
+    e = plan.estimate_of(parts._replace(regressed=False).assemble(noisy))
+    shared = regressed.diagnostics["shared_sd"]
+    assert shared == pytest.approx(float(REGRESSION_SHARED) * e.diagnostics["shared_sd"])
     g = e.diagnostics
     rho = g["model_noise_share"]
     gap = math.sqrt(g["model_variance"]) / rho
@@ -269,6 +281,7 @@ def test_residual_confounding_share_and_the_published_shared_sd() -> None:
     assert g["shared_sd"] == pytest.approx(r * (1 + k) * gap)
     assert e.variance >= g["noise_variance"] + g["model_variance"] + g["shared_sd"] ** 2
     assert PROPENSITY.plausible(e, PROPENSITY.make_options(), 12) == []
+    assert PROPENSITY.plausible(regressed, PROPENSITY.make_options(), 12) == []
     for bad in (-0.1, 2.0, math.sqrt(e.variance) * 1.01):
         wrong = replace(e, diagnostics={**g, "shared_sd": bad})
         assert any("shared_sd" in p or "shared part" in p
@@ -341,7 +354,9 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
     """``(the release, sampling, cells' noise, left-out part)``: each of the two parts as the corrected
     estimate's own delta method (:func:`correction_factors`) at the release's ``k`` and, beside
     it, the band estimate's part times ``(1 + k)^2`` (the factor form); the left-out strata's
-    part is the factor form's in both."""
+    part is the factor form's in both. The release of the band estimate (where its size would
+    read the cells by regression on the index, with that left out:
+    ``test_the_regression_on_the_index_*`` check it)."""
     from dpate_core.mechanisms.adjusted import (
         assemble_subclassification,
         histogram_vectors,
@@ -354,7 +369,7 @@ def _linearised(plan: Any, v: dict) -> tuple[Any, Any, Any, Any]:
     )
 
     c = plan_constants(plan)
-    out = plan.assemble(v)
+    out = plan_parts(plan)._replace(regressed=False).assemble(v)
     v = histogram_vectors(c, v)  # the cells' counts and sums, as the assembly read them
     sub = assemble_subclassification(c, v)
     k = attenuation_multiple(np.asarray(out.diagnostics["model_noise_share"]))
@@ -417,7 +432,7 @@ def test_the_release_linearises_where_its_size_and_its_noise_share_allow() -> No
         (_data, COLUMNS, half, 2000, True, True),
     ):
         plan = plan_propensity(*data(rng, n), columns, bound=1.0, epsilon=1, split=split)
-        assert plan_parts(plan).linearised == public
+        assert plan_parts(plan).linearised == public == plan_parts(plan).regressed
         out, (lin_s, fac_s), (lin_n, fac_n), rest = _linearised(plan, draw_many(plan, rng, 50))
         rho = np.asarray(out.diagnostics["model_noise_share"])
         own = public & (rho <= LINEARISED_SHARE)
@@ -456,25 +471,42 @@ def test_records_and_strata_paths_agree() -> None:
     np.testing.assert_array_equal(a.variance, b.variance)
 
 
-def test_noise_free_estimate_is_subclassification_on_the_model_bands() -> None:
-    """At a huge epsilon the estimate is the hand-computed subclassification on the bands of
-    the exact model's index."""
+def test_noise_free_estimate_is_regression_on_the_model_bands() -> None:
+    """At a huge epsilon the release (its model's ``N x epsilon_model`` above
+    ``REGRESSION_FROM``) is the hand-computed regression on the exact model's index within and
+    across its bands: per arm the weighted least-squares line through the band means at the
+    arm's mean index in each band (the model's picture), weighted by ``n_ab / s_a^2``, both read
+    at the band's own mean index and averaged with the bands' shares; the band estimate beside
+    it is the hand-computed subclassification on the same bands."""
     rng = np.random.default_rng(4)
     w, y, z = _data(rng, 3000)
     g = model_bits(3000)
     exact = model_statistics(w, z, COLUMNS, g) * 2.0**-g
     # the release's bands at this size are of equal overlap mass (overlap_bands)
     model = dataclasses.replace(fit_model(exact, COLUMNS, g, 3000, 1.0), overlap=True)
-    band = np.searchsorted(model.edges(5), model.index(z))
-    by_hand = sum(
-        np.mean(band == b) * (y[(band == b) & (w == 1)].mean() - y[(band == b) & (w == 0)].mean())
-        for b in range(5)
-    )
+    edges = model.edges(5)
+    band = np.searchsorted(edges, model.index(z))
+    share = np.array([np.mean(band == b) for b in range(5)])
+    means = np.array([[y[(band == b) & (w == a)].mean() for b in range(5)] for a in (0, 1)])
+    counts = np.array([[np.sum((band == b) & (w == a)) for b in range(5)] for a in (0, 1)])
+    by_hand = float(share @ (means[1] - means[0]))
+    positions = band_positions(model, edges)  # (2, 5): control, treated
+    at = (counts[0] * positions[0] + counts[1] * positions[1]) / counts.sum(axis=0)
+    lines = []
+    for a in (0, 1):
+        dev = (y - means[a][band]) ** 2
+        s2 = dev[w == a].sum() / (counts[a].sum() - 5)
+        slope, intercept = np.polyfit(positions[a], means[a], 1, w=np.sqrt(counts[a] / s2))
+        lines.append(intercept + slope * at)
+    regression = float(share @ (lines[1] - lines[0]))
     plan = plan_propensity(w, y, z, COLUMNS, bound=1.0, epsilon=10**7)
-    out = plan.assemble(draw_many(plan, np.random.default_rng(0), 3))
-    np.testing.assert_allclose(out.tau, by_hand, atol=2e-4)
+    noisy = draw_many(plan, np.random.default_rng(0), 3)
+    np.testing.assert_allclose(plan.assemble(noisy).tau, regression, atol=2e-4)
+    band_estimate = plan_parts(plan)._replace(regressed=False).assemble(noisy)
+    np.testing.assert_allclose(band_estimate.tau, by_hand, atol=2e-4)
     crude = y[w == 1].mean() - y[w == 0].mean()
     assert abs(by_hand - 0.1) < 0.3 * abs(crude - 0.1)  # most of the confounding removed
+    assert abs(regression - 0.1) < abs(by_hand - 0.1)  # and more of it within the bands
 
 
 def test_noise_along_the_true_index_is_not_counted_as_attenuating() -> None:

@@ -618,6 +618,14 @@ class Linearisation(NamedTuple):
     d_nc: Any
     var_t: Any  # each arm's pooled within-cell variance, clamped to [0, B^2/4]
     var_c: Any
+    cell_t: Any  # the cells' noisy arm means as the estimate reads them (centred, in [-B, B])
+    cell_c: Any
+    den: Any  # N_used
+    share_used: Any  # the weight of the used strata's own sizes in N_used
+    #: the controls' weight on their cell means where it differs from the treated's
+    #: (``weight``): an estimate that is not a difference of the two arms' means band by band
+    #: (the propensity release's regression on the index); None: the same
+    weight_c: Any = None
 
 
 def subclassification_linearisation(
@@ -653,6 +661,10 @@ def subclassification_linearisation(
         np.where(usable, d_nc, left),
         np.clip(raw_t, 0.0, c.max_var),
         np.clip(raw_c, 0.0, c.max_var),
+        u.m_t,
+        u.m_c,
+        den,
+        u.share_used,
     )
 
 

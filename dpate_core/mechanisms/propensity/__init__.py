@@ -27,6 +27,14 @@ from dpate_core.mechanisms._estimator import (
 from dpate_core.mechanisms.adjusted import ADJUSTED, AdjustedOptions
 from dpate_core.release import MechanismPlan
 
+from ._band_regression import (
+    REGRESSION_BANDS,
+    REGRESSION_FROM,
+    REGRESSION_SHARED,
+    band_positions,
+    band_regression,
+    is_regressed,
+)
 from ._bands import model_fit, record_bands, strata_bands
 from ._choice import (
     AUTO_RULE,
@@ -124,6 +132,9 @@ __all__ = [
     "PARTS_BINARY",
     "PARTS_WEIGHTED",
     "PROPENSITY",
+    "REGRESSION_BANDS",
+    "REGRESSION_FROM",
+    "REGRESSION_SHARED",
     "UNRESOLVED",
     "WEIGHTED_FROM",
     "Categorical",
@@ -139,6 +150,8 @@ __all__ = [
     "balance_bands",
     "band_counts",
     "band_occupancy",
+    "band_positions",
+    "band_regression",
     "bands_of",
     "correction_coefficients",
     "correction_factors",
@@ -149,6 +162,7 @@ __all__ = [
     "gap_noise",
     "is_common_variance",
     "is_linearised",
+    "is_regressed",
     "model_bits",
     "model_fit",
     "model_sensitivity",

@@ -39,6 +39,7 @@ from dpate_core.intervals import normal_cdf
 __all__ = [
     "OVERLAP_FROM",
     "band_edges",
+    "band_moments",
     "filled_edges",
     "overlap_bands",
     "residual_confounding_share",
@@ -141,17 +142,16 @@ def residual_confounding_share(bands: int) -> float:
     return max(0.0, 1.0 - explained)
 
 
-def residual_multiple(
-    means: npt.ArrayLike, variances: npt.ArrayLike, share: npt.ArrayLike, edges: npt.ArrayLike
-) -> np.ndarray:
-    """``c / (1 - c)`` for every model (``(...)``): ``c`` the share of the index's variance within
-    the bands ``edges`` (``(..., K - 1)``) under the model's mixture of the arms' normals (module
-    docstring), read at most :data:`_MOST_LEFT`. The shared sd is this times the confounding the
-    corrected estimate removes. Closed form: per arm and band the normal's mass and partial mean."""
+def band_moments(
+    means: npt.ArrayLike, variances: npt.ArrayLike, edges: npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each arm's normal mass and partial mean in every band, ``(..., 2, K)`` each, under the
+    model's per-arm normals (``means``, ``variances``: ``(..., 2)``) and the bands of inner
+    ``edges`` (``(..., K - 1)``): closed form, ``P_ab = Phi(z_b) - Phi(z_{b-1})`` and ``m_a P_ab -
+    s_a (phi(z_b) - phi(z_{b-1}))``, ``z`` the edges standardised by the arm's normal. The arm's
+    mean index within a band is their ratio."""
     m, v = np.asarray(means, dtype=np.float64), np.asarray(variances, dtype=np.float64)
-    pi = np.clip(np.asarray(share, dtype=np.float64), 1e-6, 1.0 - 1e-6)
     e = np.asarray(edges, dtype=np.float64)
-    weights = np.stack([1.0 - pi, pi], axis=-1)  # (..., 2)
     sd = np.sqrt(np.maximum(v, 1e-12))
     # (..., 2, K + 1) standardised edges, the outer ones at -inf, +inf
     inf = np.full((*e.shape[:-1], 1), np.inf)
@@ -160,8 +160,22 @@ def residual_multiple(
     cdf = normal_cdf(a)
     pdf = np.exp(-0.5 * np.where(np.isfinite(a), a, 0.0) ** 2) / np.sqrt(2.0 * np.pi)
     pdf = np.where(np.isfinite(a), pdf, 0.0)
-    mass = np.diff(cdf, axis=-1)  # (..., 2, K)
-    first = m[..., None] * mass - sd[..., None] * np.diff(pdf, axis=-1)  # the partial means
+    mass = np.diff(cdf, axis=-1)
+    return mass, m[..., None] * mass - sd[..., None] * np.diff(pdf, axis=-1)
+
+
+def residual_multiple(
+    means: npt.ArrayLike, variances: npt.ArrayLike, share: npt.ArrayLike, edges: npt.ArrayLike
+) -> np.ndarray:
+    """``c / (1 - c)`` for every model (``(...)``): ``c`` the share of the index's variance within
+    the bands ``edges`` (``(..., K - 1)``) under the model's mixture of the arms' normals (module
+    docstring), read at most :data:`_MOST_LEFT`. The shared sd is this times the confounding the
+    corrected estimate removes. Closed form: per arm and band the normal's mass and partial mean
+    (:func:`band_moments`)."""
+    m, v = np.asarray(means, dtype=np.float64), np.asarray(variances, dtype=np.float64)
+    pi = np.clip(np.asarray(share, dtype=np.float64), 1e-6, 1.0 - 1e-6)
+    weights = np.stack([1.0 - pi, pi], axis=-1)  # (..., 2)
+    mass, first = band_moments(m, v, edges)  # (..., 2, K) each
     p = (weights[..., None] * mass).sum(axis=-2)
     s1 = (weights[..., None] * first).sum(axis=-2)
     mu = (weights * m).sum(axis=-1)

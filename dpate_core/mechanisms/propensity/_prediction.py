@@ -49,6 +49,7 @@ from dpate_core.mechanisms.adjusted import (
 from dpate_core.privacy import PrivacyParams
 
 from ._band_edges import overlap_bands
+from ._band_regression import REGRESSION_SHARED, band_regression, is_regressed
 from ._model import count_sensitivity
 from ._occupancy import (
     assumed_column_specs,
@@ -142,6 +143,35 @@ def band_counts(
     approximation), the model's index ``eta + e`` with ``Var e`` the index noise; a band's
     treated share is the mean over its records of ``E[expit(eta) | eta + e]`` (probit
     approximation again), on a fine grid of the model's index."""
+    band, e, _ = _band_grid(arm_share, index_noise, bands, index_variance, overlap)
+    treated = n / e.size * np.bincount(band, weights=e, minlength=bands)
+    return treated, n / e.size * np.bincount(band, minlength=bands) - treated
+
+
+def band_index_positions(
+    arm_share: float,
+    index_noise: float,
+    bands: int,
+    index_variance: float = 1.0,
+    overlap: bool = False,
+) -> np.ndarray:
+    """``(2, K)``: each arm's (control, treated) mean model index in the assumed bands
+    (:func:`band_counts`' grid): where the release regresses on the index, the positions its
+    lines read (:func:`~._band_regression.band_positions`, from the model's own picture)."""
+    band, e, observed = _band_grid(arm_share, index_noise, bands, index_variance, overlap)
+    out = np.empty((2, bands))
+    for a, share in enumerate((1.0 - e, e)):
+        mass = np.bincount(band, weights=share, minlength=bands)
+        total = np.bincount(band, weights=share * observed, minlength=bands)
+        out[a] = total / np.maximum(mass, 1e-300)
+    return out
+
+
+def _band_grid(
+    arm_share: float, index_noise: float, bands: int, index_variance: float, overlap: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(band, e, observed)`` on a grid of the model's index, each point an equal share of the
+    records (:func:`band_counts`): each point's band, its propensity and its model index."""
     a = min(max(arm_share, 0.01), 0.99)
     s2 = float(index_variance)
     mu = math.log(a / (1 - a)) * math.sqrt(1 + math.pi * s2 / 8)
@@ -158,8 +188,7 @@ def band_counts(
     weight = np.sqrt(e * (1.0 - e)) if overlap else np.ones(grid)
     mass = (np.cumsum(weight) - weight / 2.0) / weight.sum()
     band = np.minimum((mass * bands).astype(np.int64), bands - 1)
-    treated = n / grid * np.bincount(band, weights=e, minlength=bands)
-    return treated, n / grid * np.bincount(band, minlength=bands) - treated
+    return band, e, observed
 
 
 def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
@@ -187,6 +216,20 @@ def _band_inputs(inp: PredictionInputs, index_noise: float) -> PredictionInputs:
             d.n, inp.assumptions.arm_share, index_noise, bands, assumed_index_variance(inp),
             overlap_bands(d.n, d.epsilon * shares[0]),
         ),
+    )  # fmt: skip
+
+
+def _assumed_positions(inp: PredictionInputs, index_noise: float) -> np.ndarray | None:
+    """Each arm's mean model index in the assumed bands (:func:`band_index_positions`) where the
+    release regresses on the index (public: :func:`~._band_regression.is_regressed` at the
+    model's epsilon, and no weighted sum); None where it does not."""
+    d = inp.design
+    eps_model = d.epsilon * budget_shares(inp)[0]
+    if weighted_epsilon(inp) is not None or not is_regressed(d.n, eps_model):
+        return None
+    return band_index_positions(
+        inp.assumptions.arm_share, index_noise, bands_of(inp.options),
+        assumed_index_variance(inp), overlap_bands(d.n, eps_model),
     )  # fmt: skip
 
 
@@ -219,14 +262,29 @@ def _expected_cells(
 
 
 def expected_coefficients(
-    base: PredictionInputs, treated: np.ndarray, control: np.ndarray
-) -> tuple[Quadratic, Quadratic]:
+    base: PredictionInputs,
+    treated: np.ndarray,
+    control: np.ndarray,
+    positions: np.ndarray | None = None,
+) -> tuple[tuple[Quadratic, Quadratic], tuple[float, float]]:
     """The release's :func:`~._release.correction_coefficients` at the plan's band cells
     (:func:`_expected_cells`, the assumed effect as ``tau``), read by the same linearisation the
-    release reads its noisy cells with."""
+    release reads its noisy cells with, and the scales of its sampling and noise variances.
+    With ``positions`` (the release regresses, :func:`band_index_positions`): the regression's
+    coefficients (:func:`~._band_regression.band_regression`) and its delta method's sampling
+    and noise parts over the band estimate's, as the release scales them; else ``(1, 1)``."""
     c, v = _expected_cells(base, treated, control)
-    lin = subclassification_linearisation(c, v, np.float64(base.assumptions.effect))
-    return correction_coefficients(c, lin)
+    effect = np.float64(base.assumptions.effect)
+    lin = subclassification_linearisation(c, v, effect)
+    coefficients = correction_coefficients(c, lin)
+    if positions is None:
+        return coefficients, (1.0, 1.0)
+    own = correction_coefficients(c, band_regression(lin, positions, effect, c).lin)
+    scales = tuple(
+        float(a[0] / b[0]) if float(b[0]) > 0.0 else 1.0
+        for a, b in zip(own, coefficients, strict=True)
+    )
+    return own, (scales[0], scales[1])
 
 
 def weighted_epsilon(inp: PredictionInputs) -> Fraction | None:
@@ -328,6 +386,7 @@ def released_variance(
     coefficients: tuple[Quadratic, Quadratic] | None = None,
     removed: tuple[Any, Any] = (0.0, 0.0),
     residual: Any = None,
+    regression: tuple[float, float] | None = None,
 ) -> tuple[Any, Any, Any]:
     """``(sampling, noise, shared sd)`` of the released estimate from the band subclassification's:
     the one place the prediction mirrors the release's variance
@@ -342,13 +401,22 @@ def released_variance(
     band cells hold every band; where bands often go unused, as at a few hundred records, the
     noise the prediction reads is smaller than theirs); a release with it reads the model
     variance's gap with its own noise taken out (the gap noise is then 0 there) and the shared
-    sd's as without it. ``residual``: the releases' residual multiples (:func:`_shared_sd`)."""
+    sd's as without it. ``residual``: the releases' residual multiples (:func:`_shared_sd`).
+    ``regression``: where the release regresses on the index, its sampling and noise parts'
+    scales over the band estimate's (:func:`expected_coefficients`), no correction's factors,
+    and its shared sd :data:`~._band_regression.REGRESSION_SHARED` of the band estimate's."""
+    if regression is not None:
+        sampling, noise = sampling * regression[0], noise * regression[1]
     f_s = f_n = _factor(rho)
     model_gap = 0.0 if weighted_epsilon(inp) is not None else gap
     d = inp.design
-    if coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
+    if regression is not None:  # not extrapolated by the attenuation correction
+        f_s = f_n = np.ones_like(np.asarray(rho, dtype=np.float64))
+    elif coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
         f_s, f_n = linearised_factors(coefficients, np.asarray(rho))
     shared = _shared_sd(inp, rho, sampling, gap, residual)
+    if regression is not None:
+        shared = shared * float(REGRESSION_SHARED)
     taken, lam = removed
     noisy = noise * f_n - np.minimum(taken, lam * noise * f_n)
     noisy = noisy + _model_variance(inp, rho, sampling, model_gap) + shared**2
@@ -356,20 +424,27 @@ def released_variance(
 
 
 def _band_parts(
-    base: PredictionInputs, fractions: np.ndarray, treated_share: np.ndarray
-) -> tuple[float, float, float, float, float, tuple[Quadratic, Quadratic] | None]:
-    """``(p, v, sampling, noise, gap, coefficients)`` of the band subclassification whose bands
-    hold these shares of the records, each band with its treated share (``gap``:
-    :func:`gap_noise`; ``coefficients``: :func:`expected_coefficients`)."""
+    base: PredictionInputs,
+    fractions: np.ndarray,
+    treated_share: np.ndarray,
+    positions: np.ndarray | None = None,
+) -> tuple[
+    float, float, float, float, float, tuple[Quadratic, Quadratic] | None, tuple[float, float]
+]:
+    """``(p, v, sampling, noise, gap, coefficients, scales)`` of the band subclassification
+    whose bands hold these shares of the records, each band with its treated share (``gap``:
+    :func:`gap_noise`; ``coefficients`` and ``scales``: :func:`expected_coefficients`, with
+    ``positions`` where the release regresses)."""
     n = float(base.design.n)
     counts = (n * fractions * treated_share, n * fractions * (1.0 - treated_share))
     band = dataclasses.replace(base, strata_counts=counts)
     assert ADJUSTED.resolution is not None
     p, v = ADJUSTED.resolution(band)
     if p <= 0.0 or not math.isfinite(v):
-        return 0.0, math.inf, math.inf, math.inf, math.inf, None
+        return 0.0, math.inf, math.inf, math.inf, math.inf, None, (1.0, 1.0)
     sampling, noise, _ = ADJUSTED.predict(band)
-    return p, v, sampling, noise, gap_noise(base, *counts), expected_coefficients(base, *counts)
+    coefficients, scales = expected_coefficients(base, *counts, positions)
+    return p, v, sampling, noise, gap_noise(base, *counts), coefficients, scales
 
 
 #: how many equally likely releases :func:`resolutions` summarises the simulated ones into (the
@@ -395,6 +470,7 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
     assert base.strata_counts is not None
     treated, control = base.strata_counts
     treated_share = treated / np.maximum(treated + control, 1e-300)
+    positions = _assumed_positions(inp, index_noise)
     fractions, shares, residual = simulated(inp)
     stated = inp.assumptions.band_occupancy
     if stated is not None:
@@ -406,15 +482,18 @@ def _parts(inp: PredictionInputs) -> tuple[float, float, float, float, np.ndarra
     out = np.zeros((shares.size, 5))  # p, p sd, sampling, noise, shared sd
     for group in groups:
         row = fractions[0] if stated is not None else fractions[group[group.size // 2]]
-        p, _, sampling, noise, gap, coefficients = _band_parts(base, row, treated_share)
+        p, _, sampling, noise, gap, coefficients, scales = _band_parts(
+            base, row, treated_share, positions
+        )
         if p <= 0.0:
             continue
         n = float(base.design.n)
         cells = (n * row * treated_share, n * row * (1.0 - treated_share))
         removed = weighted_removal(inp, base, cells, shares[group])
         s, e, b = released_variance(
-            inp, shares[group], sampling, noise, gap, coefficients, removed, residual[group]
-        )
+            inp, shares[group], sampling, noise, gap, coefficients, removed, residual[group],
+            None if positions is None else scales,
+        )  # fmt: skip
         out[group] = np.column_stack([np.full(group.size, p), p * np.sqrt(s + e), s, e, b])
     p_mean = float(out[:, 0].mean())
     kept = out[:, 0] > 0

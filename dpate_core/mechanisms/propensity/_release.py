@@ -36,8 +36,11 @@ Adaptive sequential composition: each stage is chosen from the earlier ones' out
 release is ``(eps_m + eps_h + eps_q, 0) = (eps, 0)``-DP (the split is exact Fractions;
 :class:`dpate_core.release.Stage` draws stage 2 after stage 1). The estimate and its variance are
 the adjusted release's subclassification of the noisy band cells
-(:func:`dpate_core.mechanisms.adjusted.assemble_subclassification`), plus the variance the
-model's noise adds (:func:`model_noise_variance`).
+(:func:`dpate_core.mechanisms.adjusted.assemble_subclassification`), corrected for the model
+noise's attenuation, plus the variance the model's noise adds (:func:`attenuation_correction`);
+from the model's ``N x epsilon_model`` :data:`~._band_regression.REGRESSION_FROM` and without
+the weighted sum, the same cells read by regression on the model's index within and across the
+bands (:mod:`~._band_regression`; post-processing).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ from dpate_core.statistics import (
 )
 
 from ._band_edges import residual_confounding_share
+from ._band_regression import REGRESSION_SHARED, band_positions, band_regression, is_regressed
 from ._bands import model_fit, strata_bands
 from ._columnar import band_columns, power_of_two_inverse, run_chunks
 from ._fit import PropensityModel
@@ -380,6 +384,7 @@ def _plan(
             binary,
             is_linearised(n, p_m.epsilon),
             sum_scale,
+            sum_scale is None and is_regressed(n, p_m.epsilon),
         ),
     )
 
@@ -406,6 +411,7 @@ def _assemble(
     binary: bool,
     linearised: bool,
     sum_scale: float | None,
+    regressed: bool,
     v: Mapping[str, Any],
 ) -> Outputs:
     """Subclassification on the noisy band cells (the adjusted release's), corrected for the
@@ -417,7 +423,12 @@ def _assemble(
     The cells' counts and sums are their noisy histogram's, and a binary outcome's squares too
     (:func:`~dpate_core.mechanisms.adjusted.histogram_vectors`). ``sum_scale``: the weighted
     sum's Laplace scale in its normalised units where the release has the third stage
-    (:func:`_with_weighted_sum`), else None."""
+    (:func:`_with_weighted_sum`), else None. ``regressed`` (public:
+    :func:`~._band_regression.is_regressed`, and no third stage): the band cells are read by
+    regression on the model's index within and across the bands
+    (:func:`~._band_regression.band_regression`), its sampling and noise variances the band
+    estimate's scaled by its delta method over the band estimate's, and its shared sd
+    :data:`~._band_regression.REGRESSION_SHARED` of the band estimate's."""
     v = histogram_vectors(c, v)
     out = assemble_subclassification(c, v)
     # each row's noise share and residual multiple (PropensityModel.residual_multiple)
@@ -428,16 +439,35 @@ def _assemble(
     unresolved = np.where(np.asarray(d["resolved"]) == 0.0, np.nan, 0.0)
     rho = np.clip(np.asarray(share, dtype=np.float64), 0.0, 1.0)
     lin = subclassification_linearisation(c, v, out.tau)
+    noise, rest = d["noise_variance"], d["unestimated_variance"]
+    sampling, raw_sampling = out.variance - noise - rest, out.raw_variance - noise - rest
+    coefficients = correction_coefficients(c, lin)
+    corrected = rho
+    if regressed:  # the cells read by regression on the index (_band_regression)
+        reg = band_regression(lin, _per_row(fits, band_positions)(v["model"]), out.tau, c)
+        # not extrapolated by the attenuation correction (its factors 1): the regression leaves
+        # little of the confounding the correction assumes the bands left, and what it leaves
+        # is carried by its shared sd (_band_regression.REGRESSION_SHARED)
+        on = reg.regressed
+        gap = crude_difference(c, v) - np.nan_to_num(reg.tau)
+        tau = np.where(on, reg.tau, tau)
+        extra = np.where(on, (rho * np.where(np.isfinite(reg.tau), gap, 0.0)) ** 2, extra)
+        factor = np.where(on, 1.0, factor)
+        corrected = np.where(on, 0.0, rho)  # the noise share the correction's factors read
+        shared = np.where(on, float(REGRESSION_SHARED) * shared, shared)
+        # the band estimate's sampling and noise variances, each scaled by the regression's
+        # delta method over the band estimate's (the same per-cell variances)
+        own = correction_coefficients(c, reg.lin)
+        scale_s, scale_n = (_ratio(a[0], b[0]) for a, b in zip(own, coefficients, strict=True))
+        sampling, raw_sampling, noise = sampling * scale_s, raw_sampling * scale_s, noise * scale_n
+        coefficients = own
     if linearised:
-        f_s, f_n = linearised_factors(correction_coefficients(c, lin), rho)
-        noise, rest = d["noise_variance"], d["unestimated_variance"]
-        d["noise_variance"] = noise * f_n
-        variance = (out.variance - noise - rest) * f_s + noise * f_n + rest * factor
-        raw = (out.raw_variance - noise - rest) * f_s + noise * f_n + rest * factor
+        f_s, f_n = linearised_factors(coefficients, corrected)
     else:
-        d["noise_variance"] = d["noise_variance"] * factor
-        variance = out.variance * factor
-        raw = out.raw_variance * factor
+        f_s = f_n = factor
+    d["noise_variance"] = noise * f_n
+    variance = sampling * f_s + noise * f_n + rest * factor
+    raw = raw_sampling * f_s + noise * f_n + rest * factor
     if sum_scale is not None:
         tau, extra, shared, change = _with_weighted_sum(
             c, v, (tau, lin, rho), linearised, sum_scale, residual
@@ -451,6 +481,12 @@ def _assemble(
     d["shared_sd"] = shared + unresolved
     extra = extra + shared * shared
     return Outputs(np.clip(tau, -c.bound, c.bound), variance + extra, raw + extra, d, UNRESOLVED)
+
+
+def _ratio(num: Any, den: Any) -> Any:
+    """``num / den`` where ``den`` is positive, else 1."""
+    den = np.asarray(den, dtype=np.float64)
+    return np.where(den > 0.0, np.asarray(num) / np.where(den > 0.0, den, 1.0), 1.0)
 
 
 def _with_weighted_sum(
@@ -502,6 +538,7 @@ class PlanParts(NamedTuple):
     binary: bool
     linearised: bool
     sum_scale: float | None = None
+    regressed: bool = False
 
     def fit(self, model: npt.ArrayLike) -> PropensityModel:
         """The fitted model of one noisy model vector."""
@@ -651,13 +688,14 @@ def correction_coefficients(c: PublicConstants, lin: Linearisation) -> tuple[Qua
     the arm's records in the used bands, ``m_a`` its mean there. Post-processing of the noisy
     cells (:func:`~dpate_core.mechanisms.adjusted.subclassification_linearisation`)."""
     used, w = lin.usable, lin.weight
+    w_c = w if lin.weight_c is None else lin.weight_c
     tot_t = np.maximum(np.sum(np.where(used, lin.nt, 0.0), axis=-1), 1.0)[..., None]
     tot_c = np.maximum(np.sum(np.where(used, lin.nc, 0.0), axis=-1), 1.0)[..., None]
     share_t, share_c = np.where(used, lin.nt / tot_t, 0.0), np.where(used, lin.nc / tot_c, 0.0)
-    sampling = [(lin.var_t / lin.nt, w, share_t), (lin.var_c / lin.nc, w, share_c)]
+    sampling = [(lin.var_t / lin.nt, w, share_t), (lin.var_c / lin.nc, w_c, share_c)]
     noise = [
         (c.v_s, w / lin.nt, np.where(used, 1.0 / tot_t, 0.0)),
-        (c.v_s, w / lin.nc, np.where(used, 1.0 / tot_c, 0.0)),
+        (c.v_s, w_c / lin.nc, np.where(used, 1.0 / tot_c, 0.0)),
         (c.v_n, lin.d_nt, np.where(used, -lin.mean_t[..., None] / tot_t, 0.0)),
         (c.v_n, lin.d_nc, np.where(used, lin.mean_c[..., None] / tot_c, 0.0)),
     ]
