@@ -56,6 +56,7 @@ __all__ = [
     "band_positions",
     "band_regression",
     "is_regressed",
+    "variance_scales",
 ]
 
 #: the model's own size ``N x epsilon_model`` from which the release regresses: below it the
@@ -72,8 +73,9 @@ REGRESSION_BANDS = 3
 #: the shared sd's multiple where the release regresses: what the bands leave of the
 #: confounding, ``r (1 + k) |gap|`` of the band estimate, is mostly the part linear in the
 #: index, which the regression within the bands removes; the rest was chosen by measurement
-#: (docs/research/propensity.md: the whole multiple over-covers strong confounding from 2,000
-#: records per site, 0.97-1.00, none under-covers extreme confounding at 5,000, 0.89-0.93)
+#: (docs/research/propensity.md, in a what-if with the attenuation correction applied: the
+#: whole multiple over-covered strong confounding from 2,000 records per site, 0.97-1.00, none
+#: under-covered extreme confounding at 5,000, 0.89-0.93)
 REGRESSION_SHARED = Fraction(1, 2)
 
 
@@ -85,12 +87,27 @@ def is_regressed(n: int, epsilon_model: Number) -> bool:
 
 def band_positions(model: PropensityModel, edges: np.ndarray) -> np.ndarray:
     """``(2, K)``: each arm's (control, treated) mean index in every band of inner ``edges``
-    under the model's per-arm normals (:func:`~._band_edges.band_moments`); where an arm's
-    normal has no mass in a band, the band's own middle (or its finite edge)."""
+    (at least one) under the model's per-arm normals (:func:`~._band_edges.band_moments`);
+    where an arm's normal has no mass in a band, the band's middle (an outer band's: half a unit
+    beyond its edge)."""
     mass, first = band_moments(model.means, model.variances, edges)
-    cuts = np.concatenate([[edges[0] - 1.0], edges, [edges[-1] + 1.0]]) if len(edges) else None
-    middle = 0.5 * (cuts[:-1] + cuts[1:]) if cuts is not None else np.zeros(1)
-    return np.where(mass > 1e-12, first / np.maximum(mass, 1e-300), middle[None, :])
+    cuts = np.concatenate([[edges[0] - 1.0], edges, [edges[-1] + 1.0]])
+    middle = 0.5 * (cuts[:-1] + cuts[1:])
+    inner = np.where(mass > 1e-12, first / np.maximum(mass, 1e-300), middle[None, :])
+    return np.asarray(inner, dtype=np.float64)
+
+
+def variance_scales(own: tuple[Any, Any], band: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The regression's sampling and cells' noise variances over the band estimate's, each the
+    ratio of their delta methods' ``k``-free terms at the same per-cell variances (``own``,
+    ``band``: :func:`~._release.correction_coefficients` of the regression's and of the band
+    estimate's linearisation); 1 where the band estimate's term is 0. The release scales the
+    band estimate's reported parts by them, and ``dpate plan`` its predicted parts."""
+    out = []
+    for a, b in zip(own, band, strict=True):
+        num, den = np.asarray(a[0], dtype=np.float64), np.asarray(b[0], dtype=np.float64)
+        out.append(np.where(den > 0.0, num / np.where(den > 0.0, den, 1.0), 1.0))
+    return out[0], out[1]
 
 
 class BandRegression(NamedTuple):

@@ -49,7 +49,7 @@ from dpate_core.mechanisms.adjusted import (
 from dpate_core.privacy import PrivacyParams
 
 from ._band_edges import overlap_bands
-from ._band_regression import REGRESSION_SHARED, band_regression, is_regressed
+from ._band_regression import REGRESSION_SHARED, band_regression, is_regressed, variance_scales
 from ._model import count_sensitivity
 from ._occupancy import (
     assumed_column_specs,
@@ -280,11 +280,8 @@ def expected_coefficients(
     if positions is None:
         return coefficients, (1.0, 1.0)
     own = correction_coefficients(c, band_regression(lin, positions, effect, c).lin)
-    scales = tuple(
-        float(a[0] / b[0]) if float(b[0]) > 0.0 else 1.0
-        for a, b in zip(own, coefficients, strict=True)
-    )
-    return own, (scales[0], scales[1])
+    scale_s, scale_n = variance_scales(own, coefficients)
+    return own, (float(scale_s), float(scale_n))
 
 
 def weighted_epsilon(inp: PredictionInputs) -> Fraction | None:
@@ -405,8 +402,10 @@ def released_variance(
     ``regression``: where the release regresses on the index, its sampling and noise parts'
     scales over the band estimate's (:func:`expected_coefficients`), no correction's factors,
     and its shared sd :data:`~._band_regression.REGRESSION_SHARED` of the band estimate's."""
+    shared = _shared_sd(inp, rho, sampling, gap, residual)  # the band estimate's
     if regression is not None:
         sampling, noise = sampling * regression[0], noise * regression[1]
+        shared = shared * float(REGRESSION_SHARED)
     f_s = f_n = _factor(rho)
     model_gap = 0.0 if weighted_epsilon(inp) is not None else gap
     d = inp.design
@@ -414,9 +413,6 @@ def released_variance(
         f_s = f_n = np.ones_like(np.asarray(rho, dtype=np.float64))
     elif coefficients is not None and is_linearised(d.n, d.epsilon * budget_shares(inp)[0]):
         f_s, f_n = linearised_factors(coefficients, np.asarray(rho))
-    shared = _shared_sd(inp, rho, sampling, gap, residual)
-    if regression is not None:
-        shared = shared * float(REGRESSION_SHARED)
     taken, lam = removed
     noisy = noise * f_n - np.minimum(taken, lam * noise * f_n)
     noisy = noisy + _model_variance(inp, rho, sampling, model_gap) + shared**2

@@ -88,7 +88,13 @@ from dpate_core.statistics import (
 )
 
 from ._band_edges import residual_confounding_share
-from ._band_regression import REGRESSION_SHARED, band_positions, band_regression, is_regressed
+from ._band_regression import (
+    REGRESSION_SHARED,
+    band_positions,
+    band_regression,
+    is_regressed,
+    variance_scales,
+)
 from ._bands import model_fit, strata_bands
 from ._columnar import band_columns, power_of_two_inverse, run_chunks
 from ._fit import PropensityModel
@@ -458,7 +464,7 @@ def _assemble(
         # the band estimate's sampling and noise variances, each scaled by the regression's
         # delta method over the band estimate's (the same per-cell variances)
         own = correction_coefficients(c, reg.lin)
-        scale_s, scale_n = (_ratio(a[0], b[0]) for a, b in zip(own, coefficients, strict=True))
+        scale_s, scale_n = variance_scales(own, coefficients)
         sampling, raw_sampling, noise = sampling * scale_s, raw_sampling * scale_s, noise * scale_n
         coefficients = own
     if linearised:
@@ -481,12 +487,6 @@ def _assemble(
     d["shared_sd"] = shared + unresolved
     extra = extra + shared * shared
     return Outputs(np.clip(tau, -c.bound, c.bound), variance + extra, raw + extra, d, UNRESOLVED)
-
-
-def _ratio(num: Any, den: Any) -> Any:
-    """``num / den`` where ``den`` is positive, else 1."""
-    den = np.asarray(den, dtype=np.float64)
-    return np.where(den > 0.0, np.asarray(num) / np.where(den > 0.0, den, 1.0), 1.0)
 
 
 def _with_weighted_sum(
