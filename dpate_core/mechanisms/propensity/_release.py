@@ -530,8 +530,10 @@ def _with_weighted_sum(
 class PlanParts(NamedTuple):
     """What a propensity plan's assembly holds (:func:`plan_parts`): the band cells' public
     constants, the fitted models and band edges of noisy model vectors (``(k,)`` or ``(reps,
-    k)``; each row fitted once), the binary-outcome mode, and whether the corrected estimate's
-    variance is its own delta method (:func:`is_linearised`)."""
+    k)``; each row fitted once), the binary-outcome mode, whether the corrected estimate's
+    variance is its own delta method (:func:`is_linearised`), the weighted sum's scale, and
+    whether the band cells are read by regression on the index
+    (:func:`~._band_regression.is_regressed`)."""
 
     constants: PublicConstants
     fits: Callable[[Any], list[tuple[PropensityModel, np.ndarray]]]
@@ -685,8 +687,10 @@ def correction_coefficients(c: PublicConstants, lin: Linearisation) -> tuple[Qua
     (arm means: ``x = w_b``, ``y = n_ab / n_a``, ``u = s2_a / n_ab``) and the cells' noise
     (sums: ``x = w_b / n_ab``, ``y = 1 / n_a``, ``u = v_s``; counts: ``tau``'s derivatives
     and ``y = -m_a / n_a`` for the treated, ``m_c / n_c`` for the controls, ``u = v_n``); ``n_a``
-    the arm's records in the used bands, ``m_a`` its mean there. Post-processing of the noisy
-    cells (:func:`~dpate_core.mechanisms.adjusted.subclassification_linearisation`)."""
+    the arm's records in the used bands, ``m_a`` its mean there; ``w_b`` the controls' own
+    where the linearisation has one (``Linearisation.weight_c``: the regression on the index,
+    :func:`~._band_regression.band_regression`). Post-processing of the noisy cells
+    (:func:`~dpate_core.mechanisms.adjusted.subclassification_linearisation`)."""
     used, w = lin.usable, lin.weight
     w_c = w if lin.weight_c is None else lin.weight_c
     tot_t = np.maximum(np.sum(np.where(used, lin.nt, 0.0), axis=-1), 1.0)[..., None]
