@@ -128,5 +128,7 @@ def test_fewer_than_three_usable_bands_keep_the_band_estimate(n: int) -> None:
     kept = band_regression(few, positions, sub.tau, c)
     assert not kept.regressed.any()
     np.testing.assert_array_equal(kept.tau, sub.tau)
-    assert kept.lin.weight is not None
+    # its linearisation is the band estimate's: both arms weighted by the bands' weights
+    np.testing.assert_array_equal(kept.lin.weight, few.weight)
     np.testing.assert_array_equal(kept.lin.weight_c, few.weight)
+    np.testing.assert_array_equal(kept.lin.d_nt, few.d_nt)
